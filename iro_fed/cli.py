@@ -1,0 +1,278 @@
+"""The ``iro`` command (shared/spec/interfaces.md).
+
+Every subcommand exits 0 on success and 2 on bad input, with a message on stderr that names
+what is wrong. Tables go to stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """Bad input from the command line: exit status 2."""
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
+
+
+def _parse_settings(pairs: Sequence[str], solver_name: str) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to typed settings, converted by the solver's declared parameters."""
+    import solvers
+
+    cls = solvers.registered().get(solver_name)
+    if cls is None:
+        raise UsageError(f"--solver: unknown solver {solver_name!r} (registered: {', '.join(solvers.registered())})")
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+        param = cls.parameters.get(key)
+        if param is None:
+            known = ", ".join(sorted(cls.parameters))
+            raise UsageError(f"--set {key}: unknown setting for solver {solver_name!r} (known: {known})")
+        if value.strip().lower() in ("none", "null") and param.nullable:
+            settings[key] = None
+        else:
+            settings[key] = param.convert(solver_name, key, value)
+    return settings
+
+
+def _load(path: str):
+    from iro_fed.problem_io import load_problem
+
+    return load_problem(path)
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _objective_columns(table: Table) -> None:
+    for name, justify in (
+        ("score R", "right"),
+        ("util %", "right"),
+        ("latency ms", "right"),
+        ("cost/h", "right"),
+        ("gCO2/h", "right"),
+        ("placed", "right"),
+        ("unplaced", "right"),
+        ("nodes on", "right"),
+        ("time ms", "right"),
+    ):
+        table.add_column(name, justify=justify)
+
+
+def _objective_cells(placement) -> list[str]:
+    b = placement.objective
+    return [
+        f"{b.score:.4f}",
+        _fmt(b.utilization_pct, 1),
+        _fmt(b.mean_latency_ms, 1),
+        _fmt(b.cost_per_hour, 2),
+        _fmt(b.carbon_g_per_hour, 0),
+        str(b.placed),
+        str(b.unplaced),
+        str(b.powered_on_nodes),
+        f"{1000 * placement.timing.get('solve_s', 0.0):.1f}",
+    ]
+
+
+# --- subcommands ---------------------------------------------------------------------------
+
+
+def cmd_solvers(args: argparse.Namespace) -> int:
+    import solvers
+
+    rows = []
+    for name, cls in solvers.registered().items():
+        rows.append(
+            {
+                "name": name,
+                "installed": cls.properties.installed(),
+                "properties": cls.properties.to_dict(),
+                "parameters": {k: {"default": p.default, "type": p.kind.__name__, "doc": p.doc} for k, p in cls.parameters.items()},
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table(title="IRO-Fed solvers")
+    for col in ("name", "installed", "mode", "exact", "settings", "description"):
+        table.add_column(col)
+    for row in rows:
+        props = row["properties"]
+        mode = props["mode"] + (" (composite)" if props["composite"] else "")
+        installed = "yes" if row["installed"] else f"no: pip install 'iro-fed[{props['extra']}]'"
+        table.add_row(row["name"], installed, mode, "yes" if props["exact"] else "no", ", ".join(row["parameters"]), props["description"])
+    _console().print(table)
+    return EXIT_OK
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    import solvers
+    from iro_fed.placement import write_placement
+
+    settings = _parse_settings(args.set or [], args.solver)
+    problem = _load(args.problem)
+    solver = solvers.make(args.solver, **settings)
+    with _console(stderr=True).status(f"solving {problem!r} with {args.solver}", spinner="dots"):
+        placement = solver.solve(problem)
+    if args.out == "-":
+        print(json.dumps(placement.to_dict(problem), indent=2))
+        return EXIT_OK
+    console = _console()
+    table = Table(title=f"{args.problem}: {problem.num_workloads} workloads on {problem.num_nodes} nodes")
+    table.add_column("solver")
+    table.add_column("status")
+    _objective_columns(table)
+    table.add_row(args.solver, placement.status, *_objective_cells(placement))
+    console.print(table)
+    terms = placement.objective.terms
+    weighted = placement.objective.weighted
+    console.print(
+        "terms (normalized / weighted): "
+        + ", ".join(f"{k} {terms[k]:.4f} / {weighted[k]:+.4f}" for k in terms)
+    )
+    if placement.reasons:
+        shown = sorted(placement.reasons.items())[: args.show_unplaced]
+        console.print(f"[bold]{len(placement.reasons)} unplaced[/bold]:")
+        for w, reason in shown:
+            console.print(f"  {problem.workloads[w].name}: {reason}")
+        if len(placement.reasons) > len(shown):
+            console.print(f"  ... and {len(placement.reasons) - len(shown)} more (see the placement file)")
+    if args.out:
+        write_placement(placement, problem, args.out)
+        console.print(f"placement written to {args.out}")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import solvers
+    from iro_fed.problem_io import write_json_atomic
+
+    problems = [(path, _load(path)) for path in args.problems]
+    if args.solvers:
+        names = [s.strip() for s in args.solvers.split(",") if s.strip()]
+        for name in names:
+            if name not in solvers.registered():
+                raise UsageError(f"--solvers: unknown solver {name!r} (registered: {', '.join(solvers.registered())})")
+    else:
+        names = [n for n in solvers.available() if not solvers.registered()[n].properties.composite]
+    results: list[dict[str, Any]] = []
+    console = _console()
+    from rich.progress import Progress
+
+    with Progress(console=_console(stderr=True), transient=True) as progress:
+        task = progress.add_task("solving", total=len(problems) * len(names))
+        per_problem = []
+        for path, problem in problems:
+            rows = []
+            for name in names:
+                progress.update(task, description=f"{path}: {name}")
+                try:
+                    placement = solvers.make(name, seed=args.seed).solve(problem)
+                    rows.append((name, placement, None))
+                except solvers.SolverError as exc:
+                    rows.append((name, None, str(exc)))
+                progress.advance(task)
+            per_problem.append((path, problem, rows))
+    for path, problem, rows in per_problem:
+        table = Table(title=f"{path}: {problem.num_workloads} workloads on {problem.num_nodes} nodes in {len(problem.domains)} domains")
+        table.add_column("solver")
+        table.add_column("status")
+        _objective_columns(table)
+        best = max((p.objective.score for _, p, _ in rows if p is not None), default=None)
+        for name, placement, error in sorted(rows, key=lambda r: -(r[1].objective.score if r[1] else float("-inf"))):
+            if placement is None:
+                table.add_row(name, "error", error or "", *[""] * 8)
+                results.append({"problem": path, "solver": name, "status": "error", "error": error})
+                continue
+            cells = _objective_cells(placement)
+            if placement.objective.score == best:
+                cells[0] = f"[bold green]{cells[0]}[/bold green]"
+            table.add_row(name, placement.status, *cells)
+            results.append({"problem": path, "solver": name, **placement.to_dict(problem)["objective"], "status": placement.status,
+                            "solve_s": placement.timing.get("solve_s")})
+        console.print(table)
+    if args.out:
+        write_json_atomic(args.out, {"seed": args.seed, "results": results})
+        console.print(f"results written to {args.out}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    problem = _load(args.problem)
+    _console().print(f"{args.problem}: valid, {problem!r}")
+    return EXIT_OK
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="iro", description="IRO-Fed: multi-objective placement across edge, zones and cloud.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("solvers", help="list the registered solvers")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_solvers)
+
+    p = sub.add_parser("solve", help="solve one problem file and write the placement file")
+    p.add_argument("problem", metavar="PROBLEM", help="problem file (JSON or YAML)")
+    p.add_argument("--solver", required=True, metavar="NAME", help="registered solver name (see `iro solvers`)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
+    p.add_argument("--out", metavar="FILE", help="write the placement file here ('-' prints it to stdout)")
+    p.add_argument("--show-unplaced", type=int, default=10, metavar="N", help="unplaced pods to list (default 10)")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("compare", help="solve problem files with several solvers and print one table per problem")
+    p.add_argument("problems", nargs="+", metavar="PROBLEM")
+    p.add_argument("--solvers", metavar="A,B,...", help="solver names (default: every available non-composite solver)")
+    p.add_argument("--seed", type=int, default=0, help="seed given to every solver (default 0)")
+    p.add_argument("--out", metavar="FILE", help="write the results as JSON")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("validate", help="check a problem file and report every error with its field path")
+    p.add_argument("problem", metavar="PROBLEM")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from iro_fed.problem_io import ProblemValidationError
+    from solvers import InvalidSettingError, SolverError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, ProblemValidationError, InvalidSettingError) as exc:
+        print(f"iro {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SolverError as exc:
+        print(f"iro {args.command}: solver error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"iro {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"iro {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

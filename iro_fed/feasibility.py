@@ -1,0 +1,290 @@
+"""Feasibility: which nodes can take a pod, and why the others cannot.
+
+Filters are numpy expressions over all nodes at once. They split in two, as in
+kube-scheduler's framework:
+
+* static filters, which depend only on the pod's constraints and the node's labels, taints,
+  domain and GPU model (cached per distinct constraint set, so a batch of similar pods pays
+  once): allowed domains, taints (``NoSchedule`` / ``NoExecute`` filter; ``PreferNoSchedule``
+  only scores), node selector, ``max_latency_ms`` from the pod's user region to the node's
+  domain, GPU model and GPU card count;
+* resource filters against the current :class:`~iro_fed.model.ClusterState`: every additive
+  resource fits what is free; a GPU share (``count`` 1, ``milli`` < 1000) needs one card with
+  at least ``milli`` free; ``count`` k needs k fully free cards.
+
+A pod that fits nowhere gets a reason in kube-scheduler's words
+(``pkg/scheduler/framework/types.go`` ``FitError.Error``): each node contributes the reasons of
+its first failing filter in plugin order (taints, node affinity, our domain / latency / GPU-model
+filters, then resources, where every insufficient resource counts), the histogram is sorted as
+strings and joined: ``0/12 nodes are available: 5 Insufficient cpu, 3 node(s) had untolerated
+taint {dedicated: batch}.``
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from iro_fed.model import GPU_MILLI, ClusterState, Problem, Workload
+
+#: Float tolerance for resource comparisons (requests are integers in their units).
+EPS = 1e-9
+
+_FILTERS = ("allowed_domains", "taints", "node_selector", "latency", "gpu_model", "gpu_cards")
+
+
+@dataclass(frozen=True)
+class StaticFilter:
+    """The static verdict for one constraint set: ``mask[n]`` and, per node, the index into
+    ``_FILTERS`` of its first failing filter (-1 when it passes)."""
+
+    mask: np.ndarray
+    first_fail: np.ndarray
+    taint_reason: np.ndarray  # per node, index into ``taint_messages`` (-1 when not failing on taints)
+    taint_messages: tuple[str, ...]
+
+
+_static_cache: weakref.WeakKeyDictionary[Problem, dict[tuple, StaticFilter]] = weakref.WeakKeyDictionary()
+
+
+def untolerated(workload: Workload, problem: Problem, effects: Sequence[str]) -> np.ndarray:
+    """Columns of ``problem.taint_table`` with one of ``effects`` that the workload does not tolerate."""
+    taints, _ = problem.taint_table
+    return np.array(
+        [i for i, t in enumerate(taints) if t.effect in effects and not any(tol.tolerates(t) for tol in workload.tolerations)],
+        dtype=np.int64,
+    )
+
+
+def static_filter(problem: Problem, w: int) -> StaticFilter:
+    """The static filters for workload ``w`` (cached per constraint set and GPU shape)."""
+    wl = problem.workloads[w]
+    key = (wl.constraint_key, int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]) > 0)
+    per_problem = _static_cache.setdefault(problem, {})
+    cached = per_problem.get(key)
+    if cached is None:
+        cached = _compute_static(problem, w)
+        per_problem[key] = cached
+    return cached
+
+
+def _compute_static(problem: Problem, w: int) -> StaticFilter:
+    wl = problem.workloads[w]
+    n = problem.num_nodes
+    fails: list[np.ndarray] = []
+
+    # Allowed domains (ours; kube would express it as node affinity on a domain label).
+    if wl.allowed_domains:
+        allowed = np.array([problem.domain_index[d] for d in wl.allowed_domains], dtype=np.int32)
+        fails.append(~np.isin(problem.node_domain, allowed))
+    else:
+        fails.append(np.zeros(n, dtype=bool))
+
+    # Taints: NoSchedule and NoExecute filter (TaintToleration plugin).
+    taints, table = problem.taint_table
+    cols = untolerated(wl, problem, ("NoSchedule", "NoExecute"))
+    taint_reason = np.full(n, -1, dtype=np.int32)
+    messages: tuple[str, ...] = ()
+    if cols.size:
+        sub = table[:, cols]
+        bad = sub.any(axis=1)
+        taint_reason[bad] = np.argmax(sub[bad], axis=1)
+        messages = tuple(f"node(s) had untolerated taint {{{taints[c].key}: {taints[c].value}}}" for c in cols)
+        fails.append(bad)
+    else:
+        fails.append(np.zeros(n, dtype=bool))
+
+    # Node selector (NodeAffinity plugin): every key must be present with the same value.
+    sel_fail = np.zeros(n, dtype=bool)
+    for key, value in wl.node_selector.items():
+        codes, values = problem.label_codes(key)
+        code = values.get(value)
+        sel_fail |= codes != (code if code is not None else -2)
+    fails.append(sel_fail)
+
+    # Latency bound from the pod's user region to the node's domain (unknown latency fails).
+    if wl.max_latency_ms is not None and wl.user_region:
+        row = problem.latency_ms[problem.region_index[wl.user_region]]
+        ok_domain = np.nan_to_num(row, nan=np.inf) <= wl.max_latency_ms + EPS
+        fails.append(~ok_domain[problem.node_domain])
+    else:
+        fails.append(np.zeros(n, dtype=bool))
+
+    # GPU model and card count (a node with too few cards can never run the pod).
+    count = int(problem.wl_gpu_count[w])
+    model_fail = np.zeros(n, dtype=bool)
+    card_fail = np.zeros(n, dtype=bool)
+    if count > 0:
+        if wl.gpu_models:
+            allowed_models = [problem.gpu_models.index(m) for m in wl.gpu_models if m in problem.gpu_models]
+            # Nodes without GPUs fail on the card count ("Insufficient gpu") instead.
+            model_fail = ~np.isin(problem.node_gpu_model, np.array(allowed_models, dtype=np.int32)) & (problem.gpu_count > 0)
+        card_fail = problem.gpu_count < count
+    fails.append(model_fail)
+    fails.append(card_fail)
+
+    stacked = np.stack(fails)  # [filters, N]
+    any_fail = stacked.any(axis=0)
+    first = np.where(any_fail, np.argmax(stacked, axis=0), -1).astype(np.int8)
+    for a in (any_fail, first, taint_reason):
+        a.setflags(write=False)
+    mask = ~any_fail
+    mask.setflags(write=False)
+    # Keep the taint index only where taints are the first failing filter.
+    taint_reason = np.where(first == 1, taint_reason, -1).astype(np.int32)
+    taint_reason.setflags(write=False)
+    return StaticFilter(mask, first, taint_reason, messages)
+
+
+def resource_fit(state: ClusterState, w: int, nodes: np.ndarray | None = None) -> np.ndarray:
+    """``fit[n]``: the pod's additive resources and GPU request fit what is free now on node n
+    (over ``nodes`` when given, else all nodes)."""
+    p = state.problem
+    demand = p.demand[w]
+    free = state.free if nodes is None else state.free[nodes]
+    size = p.num_nodes if nodes is None else len(nodes)
+    ok = np.ones(size, dtype=bool)
+    for r in np.flatnonzero(demand > 0):
+        ok &= free[:, r] >= demand[r] - EPS
+    count = int(p.wl_gpu_count[w])
+    if count > 0:
+        milli = int(p.wl_gpu_milli[w])
+        if count == 1 and milli < GPU_MILLI:
+            gmax = state.gpu_max_free if nodes is None else state.gpu_max_free[nodes]
+            ok &= gmax >= milli
+        else:
+            full = state.gpu_full if nodes is None else state.gpu_full[nodes]
+            ok &= full >= count
+    return ok
+
+
+def feasible_nodes(state: ClusterState, w: int) -> np.ndarray:
+    """``mask[n]``: workload ``w`` can be placed on node n in ``state``."""
+    return static_filter(state.problem, w).mask & resource_fit(state, w)
+
+
+def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.ndarray:
+    """``mask[w, n]`` for every workload against the same cluster state (batch filter).
+
+    Each pod is checked alone against ``state`` (default: the problem's initial cluster);
+    pods do not see each other's usage, which is what a batch solver's capacity constraints add.
+    """
+    st = state if state is not None else ClusterState(problem)
+    p = problem
+    out = np.zeros((p.num_workloads, p.num_nodes), dtype=bool)
+    if p.num_workloads == 0 or p.num_nodes == 0:
+        return out
+    # Additive resources: one broadcast over [W, N, R].
+    out[:] = (st.free[None, :, :] >= p.demand[:, None, :] - EPS).all(axis=2)
+    share = (p.wl_gpu_count == 1) & (p.wl_gpu_milli < GPU_MILLI) & (p.wl_gpu_milli > 0)
+    whole = (p.wl_gpu_count >= 1) & ~share
+    if share.any():
+        out[share] &= st.gpu_max_free[None, :] >= p.wl_gpu_milli[share][:, None]
+    if whole.any():
+        out[whole] &= st.gpu_full[None, :] >= p.wl_gpu_count[whole][:, None]
+    for w in range(p.num_workloads):
+        out[w] &= static_filter(p, w).mask
+    return out
+
+
+def explain(state: ClusterState, w: int) -> str:
+    """kube-scheduler's FitError message for a pod against ``state`` (all nodes counted)."""
+    p = state.problem
+    sf = static_filter(p, w)
+    counts: Counter[str] = Counter()
+    wl = p.workloads[w]
+    static_messages = {
+        0: "node(s) were not in the pod's allowed domains",
+        2: "node(s) didn't match Pod's node affinity/selector",
+        3: f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}" if wl.max_latency_ms else "",
+        4: "node(s) didn't have an allowed GPU model",
+        5: "Insufficient gpu",
+    }
+    for code, message in static_messages.items():
+        k = int((sf.first_fail == code).sum())
+        if k:
+            counts[message] += k
+    if sf.taint_messages:
+        ti = sf.taint_reason[sf.taint_reason >= 0]
+        for idx, k in zip(*np.unique(ti, return_counts=True), strict=True):
+            counts[sf.taint_messages[int(idx)]] += int(k)
+    # Resources: every insufficient resource of a statically fine node counts (NodeResourcesFit).
+    ok_nodes = np.flatnonzero(sf.mask)
+    if ok_nodes.size:
+        demand = p.demand[w]
+        for r in np.flatnonzero(demand > 0):
+            k = int((state.free[ok_nodes, r] < demand[r] - EPS).sum())
+            if k:
+                counts[f"Insufficient {p.resources[r]}"] += k
+        count = int(p.wl_gpu_count[w])
+        if count > 0:
+            milli = int(p.wl_gpu_milli[w])
+            if count == 1 and milli < GPU_MILLI:
+                k = int((state.gpu_max_free[ok_nodes] < milli).sum())
+            else:
+                k = int((state.gpu_full[ok_nodes] < count).sum())
+            if k:
+                counts["Insufficient gpu"] += k
+    available = int(feasible_nodes(state, w).sum())
+    reasons = sorted(f"{k} {msg}" for msg, k in counts.items())
+    head = f"{available}/{p.num_nodes} nodes are available"
+    return f"{head}: {', '.join(reasons)}." if reasons else f"{head}."
+
+
+def check_placement(problem: Problem, assignment: np.ndarray, gpu_cards: dict[int, tuple[int, ...]]) -> list[str]:
+    """Every violated constraint of a placement, in words (empty when it is valid).
+
+    Order-independent: totals per node and per GPU card against the initial cluster, the
+    static filters for each placed pod, and the card rules (a share on one card, k distinct
+    cards for k GPUs, each taken whole).
+    """
+    errors: list[str] = []
+    assignment = np.asarray(assignment)
+    if assignment.shape != (problem.num_workloads,):
+        return [f"assignment has shape {assignment.shape}, expected ({problem.num_workloads},)"]
+    bad = (assignment < -1) | (assignment >= problem.num_nodes)
+    for w in np.flatnonzero(bad):
+        errors.append(f"{problem.workloads[w].name}: node index {int(assignment[w])} out of range")
+    if errors:
+        return errors
+    placed = np.flatnonzero(assignment >= 0)
+    used = problem.allocated.copy()
+    np.add.at(used, assignment[placed], problem.demand[placed])
+    over = used > problem.capacity + EPS
+    for n, r in zip(*np.nonzero(over), strict=True):
+        errors.append(
+            f"node {problem.nodes[n].name}: {problem.resources[r]} over capacity "
+            f"({used[n, r]:g} > {problem.capacity[n, r]:g})"
+        )
+    card_take = np.zeros(problem.gpu_free.shape, dtype=np.int64)
+    for w in placed:
+        name = problem.workloads[w].name
+        n = int(assignment[w])
+        if not static_filter(problem, w).mask[n]:
+            errors.append(f"{name}: node {problem.nodes[n].name} violates a static constraint")
+        count = int(problem.wl_gpu_count[w])
+        cards = tuple(gpu_cards.get(int(w), ()))
+        if count == 0:
+            if cards:
+                errors.append(f"{name}: has GPU cards {cards} but asks for no GPU")
+            continue
+        if len(cards) != count or len(set(cards)) != count:
+            errors.append(f"{name}: needs {count} distinct GPU card(s), got {cards}")
+            continue
+        if any(c < 0 or c >= problem.gpu_count[n] for c in cards):
+            errors.append(f"{name}: card index out of range on node {problem.nodes[n].name}: {cards}")
+            continue
+        take = GPU_MILLI if count > 1 else int(problem.wl_gpu_milli[w])
+        for c in cards:
+            card_take[n, c] += take
+    over_card = card_take > np.maximum(problem.gpu_free, 0)
+    for n, c in zip(*np.nonzero(over_card), strict=True):
+        errors.append(
+            f"node {problem.nodes[n].name}: GPU card {c} over capacity "
+            f"({card_take[n, c]} milli > {problem.gpu_free[n, c]} free)"
+        )
+    return errors

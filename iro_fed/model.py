@@ -1,0 +1,506 @@
+"""Problem model: domains, nodes, workloads, latency and weights, as struct-of-arrays.
+
+Names and metadata live in small frozen dataclasses; every number a filter or a score needs
+lives in a numpy array indexed by node (N), workload (W), resource (R), GPU card (G),
+domain (D) or user region (U), so that feasibility and the objective are vector expressions
+over all nodes at once.
+
+Units: CPU in millicores, memory in MiB, GPU in milli-GPU (one card = 1000). Other names in
+``resources`` are plain additive resources in their own unit.
+
+GPU cards: ``gpu_free[n, g]`` is the free milli of card g on node n; cards a node does not
+have are -1, so they never fit a request and never count as fully free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+GPU_MILLI = 1000
+DOMAIN_KINDS = ("edge", "zone", "cloud")
+WORKLOAD_CLASSES = ("online", "batch", "burst")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: Default power model when a node gives none: watts per CPU core / GPU card at peak, and
+#: idle as a share of peak (typical of current x86 servers; SPECpower ranges 30-50 %).
+DEFAULT_PEAK_W_PER_CORE = 5.0
+DEFAULT_PEAK_W_PER_GPU = 300.0
+DEFAULT_IDLE_SHARE = 0.4
+#: Latency scale of the objective's latency term ref / (ref + ms), see iro_fed.objective.
+DEFAULT_LATENCY_REF_MS = 10.0
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A placement domain: an edge site, a cloud availability zone or a public cloud region."""
+
+    name: str
+    kind: str = "zone"
+    carbon_zone: str = ""
+    carbon_intensity: float = 0.0  # gCO2 per kWh, the current value
+    price_per_hour: Mapping[str, float] = field(default_factory=dict)
+    pue: float = 1.0
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """Kubernetes toleration semantics (k8s.io/api/core/v1 ToleratesTaint)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        # An empty key with Equal matches nothing (the API server rejects it anyway).
+        return bool(self.key) and self.value == taint.value
+
+
+@dataclass(frozen=True)
+class PreferredTerm:
+    """A preferred node-affinity term: ``weight`` when every label in ``match_labels`` matches."""
+
+    weight: int
+    match_labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    domain: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    gpu_model: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    klass: str = "online"
+    user_region: str = ""
+    max_latency_ms: float | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    allowed_domains: tuple[str, ...] = ()
+    priority: int = 0
+    gpu_models: tuple[str, ...] = ()
+    deadline_s: float | None = None
+    preferred: tuple[PreferredTerm, ...] = ()
+
+    @cached_property
+    def constraint_key(self) -> tuple:
+        """Everything that decides static feasibility besides resources (for caching masks)."""
+        return (
+            tuple(sorted(self.node_selector.items())),
+            self.tolerations,
+            self.allowed_domains,
+            self.user_region,
+            self.max_latency_ms,
+            self.gpu_models,
+        )
+
+
+@dataclass(frozen=True)
+class Weights:
+    utilization: float = 1.0
+    latency: float = 1.0
+    cost: float = 1.0
+    carbon: float = 1.0
+    unplaced: float = 10.0
+
+
+class Problem:
+    """One placement problem. Build it with :func:`iro_fed.problem_io.problem_from_dict`.
+
+    The arrays are read-only views; solvers never mutate a problem, they work on a
+    :class:`ClusterState` copy of its mutable part.
+    """
+
+    def __init__(
+        self,
+        *,
+        resources: Sequence[str],
+        domains: Sequence[Domain],
+        nodes: Sequence[Node],
+        workloads: Sequence[Workload],
+        regions: Sequence[str],
+        latency_ms: np.ndarray,
+        capacity: np.ndarray,
+        allocated: np.ndarray,
+        demand: np.ndarray,
+        gpu_free: np.ndarray,
+        gpu_count: np.ndarray,
+        wl_gpu_count: np.ndarray,
+        wl_gpu_milli: np.ndarray,
+        power_idle_w: np.ndarray,
+        power_peak_w: np.ndarray,
+        weights: Weights = Weights(),
+        latency_ref_ms: float = DEFAULT_LATENCY_REF_MS,
+    ) -> None:
+        self.resources = tuple(resources)
+        self.domains = tuple(domains)
+        self.nodes = tuple(nodes)
+        self.workloads = tuple(workloads)
+        self.regions = tuple(regions)
+        self.weights = weights
+        self.latency_ref_ms = float(latency_ref_ms)
+        self.resource_index = {r: i for i, r in enumerate(self.resources)}
+        self.domain_index = {d.name: i for i, d in enumerate(self.domains)}
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.region_index = {r: i for i, r in enumerate(self.regions)}
+
+        self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)))
+        self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)))
+        self.allocated = _frozen(allocated, np.float64, self.capacity.shape)
+        self.demand = _frozen(demand, np.float64, (len(self.workloads), len(self.resources)))
+        self.gpu_count = _frozen(gpu_count, np.int32, (len(self.nodes),))
+        self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(gpu_count)))
+        self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),))
+        self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
+        self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
+        self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
+
+        self.node_domain = _frozen(
+            np.array([self.domain_index[n.domain] for n in self.nodes], dtype=np.int32),
+            np.int32,
+            (len(self.nodes),),
+        )
+        self.gpu_models = tuple(sorted({n.gpu_model for n in self.nodes if n.gpu_model}))
+        model_index = {m: i for i, m in enumerate(self.gpu_models)}
+        self.node_gpu_model = _frozen(
+            np.array([model_index.get(n.gpu_model, -1) for n in self.nodes], dtype=np.int32),
+            np.int32,
+            (len(self.nodes),),
+        )
+        self.wl_region = _frozen(
+            np.array([self.region_index.get(w.user_region, -1) for w in self.workloads], dtype=np.int32),
+            np.int32,
+            (len(self.workloads),),
+        )
+        # GPU milli a workload takes in total: a share of one card, or k whole cards.
+        total = np.where(self.wl_gpu_count > 1, self.wl_gpu_count * GPU_MILLI, self.wl_gpu_milli)
+        self.wl_gpu_total = _frozen(np.where(self.wl_gpu_count > 0, total, 0), np.int64, (len(self.workloads),))
+
+        self.domain_carbon = _frozen(
+            np.array([d.carbon_intensity for d in self.domains], dtype=np.float64), np.float64, (len(self.domains),)
+        )
+        self.domain_pue = _frozen(
+            np.array([d.pue for d in self.domains], dtype=np.float64), np.float64, (len(self.domains),)
+        )
+        # Price per unit-hour of each utilization resource (cpu per core, memory per GiB,
+        # gpu per card, others per unit), converted to per internal unit.
+        unit_scale = [_price_unit_scale(r) for r in self.util_resources]
+        self.domain_unit_price = _frozen(
+            np.array(
+                [[d.price_per_hour.get(r, 0.0) / s for r, s in zip(self.util_resources, unit_scale)] for d in self.domains],
+                dtype=np.float64,
+            ).reshape(len(self.domains), len(self.util_resources)),
+            np.float64,
+            (len(self.domains), len(self.util_resources)),
+        )
+        self._label_codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+
+    # --- derived views -------------------------------------------------------------------
+
+    @staticmethod
+    def gpu_free_width(gpu_count: np.ndarray) -> int:
+        return int(np.max(gpu_count)) if len(gpu_count) else 0
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def num_workloads(self) -> int:
+        return len(self.workloads)
+
+    @cached_property
+    def has_gpus(self) -> bool:
+        return bool(self.gpu_count.sum() > 0)
+
+    @cached_property
+    def util_resources(self) -> tuple[str, ...]:
+        """Resources that utilization, cost and the power model are computed over."""
+        return self.resources + (("gpu",) if self.has_gpus else ())
+
+    @cached_property
+    def util_capacity(self) -> np.ndarray:
+        """capacity[N, R'] with the GPU column (cards x 1000) appended when the cluster has GPUs."""
+        if not self.has_gpus:
+            return self.capacity
+        return _readonly(np.column_stack([self.capacity, self.gpu_count.astype(np.float64) * GPU_MILLI]))
+
+    @cached_property
+    def util_demand(self) -> np.ndarray:
+        if not self.has_gpus:
+            return self.demand
+        return _readonly(np.column_stack([self.demand, self.wl_gpu_total.astype(np.float64)]))
+
+    @cached_property
+    def node_unit_price(self) -> np.ndarray:
+        """price[N, R'] per internal unit-hour, from each node's domain."""
+        return _readonly(self.domain_unit_price[self.node_domain])
+
+    @cached_property
+    def cpu_index(self) -> int:
+        return self.resource_index["cpu"]
+
+    def label_codes(self, key: str) -> tuple[np.ndarray, dict[str, int]]:
+        """Per-node integer code of label ``key`` (-1 where absent) and the value -> code map."""
+        cached = self._label_codes.get(key)
+        if cached is None:
+            values: dict[str, int] = {}
+            codes = np.full(self.num_nodes, -1, dtype=np.int32)
+            for i, node in enumerate(self.nodes):
+                v = node.labels.get(key)
+                if v is not None:
+                    codes[i] = values.setdefault(v, len(values))
+            cached = (_readonly(codes), values)
+            self._label_codes[key] = cached
+        return cached
+
+    @cached_property
+    def taint_table(self) -> tuple[tuple[Taint, ...], np.ndarray]:
+        """The distinct taints and a bool matrix node x taint."""
+        taints = tuple(sorted({t for n in self.nodes for t in n.taints}, key=lambda t: (t.key, t.value, t.effect)))
+        index = {t: i for i, t in enumerate(taints)}
+        table = np.zeros((self.num_nodes, len(taints)), dtype=bool)
+        for i, node in enumerate(self.nodes):
+            for t in node.taints:
+                table[i, index[t]] = True
+        return taints, _readonly(table)
+
+    def with_workloads(self, indices: Sequence[int] | np.ndarray) -> Problem:
+        """A problem with the same cluster and a subset (or reordering) of the workloads."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return Problem(
+            resources=self.resources,
+            domains=self.domains,
+            nodes=self.nodes,
+            workloads=[self.workloads[i] for i in idx],
+            regions=self.regions,
+            latency_ms=self.latency_ms,
+            capacity=self.capacity,
+            allocated=self.allocated,
+            demand=self.demand[idx],
+            gpu_free=self.gpu_free,
+            gpu_count=self.gpu_count,
+            wl_gpu_count=self.wl_gpu_count[idx],
+            wl_gpu_milli=self.wl_gpu_milli[idx],
+            power_idle_w=self.power_idle_w,
+            power_peak_w=self.power_peak_w,
+            weights=self.weights,
+            latency_ref_ms=self.latency_ref_ms,
+        )
+
+    def with_cluster(self, allocated: np.ndarray, gpu_free: np.ndarray) -> Problem:
+        """The same problem on a cluster whose usage is ``allocated`` / ``gpu_free``."""
+        return Problem(
+            resources=self.resources,
+            domains=self.domains,
+            nodes=self.nodes,
+            workloads=self.workloads,
+            regions=self.regions,
+            latency_ms=self.latency_ms,
+            capacity=self.capacity,
+            allocated=allocated,
+            demand=self.demand,
+            gpu_free=gpu_free,
+            gpu_count=self.gpu_count,
+            wl_gpu_count=self.wl_gpu_count,
+            wl_gpu_milli=self.wl_gpu_milli,
+            power_idle_w=self.power_idle_w,
+            power_peak_w=self.power_peak_w,
+            weights=self.weights,
+            latency_ref_ms=self.latency_ref_ms,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem({self.num_nodes} nodes in {len(self.domains)} domains, "
+            f"{self.num_workloads} workloads, resources={list(self.resources)})"
+        )
+
+
+class ClusterState:
+    """The mutable part of a problem while pods are being placed: usage per node and card.
+
+    Aggregates that filters and the objective read on every decision (free resources, free
+    milli per card, number of fully free cards, largest free card, power-on) are kept up to
+    date row by row, so an online decision costs O(N) vector work and no O(N x G) rescans.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.allocated = problem.allocated.copy()
+        self.free = problem.capacity - problem.allocated
+        self.gpu_free = problem.gpu_free.copy()
+        self.assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
+        self.gpu_cards: dict[int, tuple[int, ...]] = {}
+        self._recompute_gpu_aggregates()
+        used_gpu = (self.gpu_free >= 0) * (GPU_MILLI - np.maximum(self.gpu_free, 0))
+        self.gpu_used = used_gpu.sum(axis=1).astype(np.float64) if self.gpu_free.size else np.zeros(problem.num_nodes)
+        self.pods_on_node = np.zeros(problem.num_nodes, dtype=np.int64)
+        # Aggregates the objective's marginal reads on every decision, kept incrementally.
+        self.on = self._node_is_on(np.arange(problem.num_nodes))
+        self.util_used_total = self.util_used().sum(axis=0).astype(np.float64)
+        self.util_cap_on = problem.util_capacity[self.on].sum(axis=0).astype(np.float64)
+
+    def _node_is_on(self, rows: np.ndarray | int) -> np.ndarray:
+        on = (self.allocated[rows] > 0).any(axis=-1) | (self.pods_on_node[rows] > 0)
+        if self.problem.has_gpus:
+            on = on | (self.gpu_used[rows] > 0)
+        return on
+
+    def _recompute_gpu_aggregates(self) -> None:
+        g = self.gpu_free
+        if g.shape[1] == 0:
+            n = self.problem.num_nodes
+            self.gpu_full = np.zeros(n, dtype=np.int32)
+            self.gpu_max_free = np.full(n, -1, dtype=np.int32)
+            self.gpu_left = np.zeros(n, dtype=np.int64)
+            return
+        self.gpu_full = (g == GPU_MILLI).sum(axis=1).astype(np.int32)
+        self.gpu_max_free = g.max(axis=1).astype(np.int32)
+        self.gpu_left = np.where(g > 0, g, 0).sum(axis=1).astype(np.int64)
+
+    def _refresh_gpu_row(self, n: int) -> None:
+        row = self.gpu_free[n]
+        self.gpu_full[n] = int((row == GPU_MILLI).sum())
+        self.gpu_max_free[n] = int(row.max())
+        self.gpu_left[n] = int(row[row > 0].sum())
+        self.gpu_used[n] = float(((row >= 0) * (GPU_MILLI - np.maximum(row, 0))).sum())
+
+    def util_used(self) -> np.ndarray:
+        """used[N, R'] matching ``problem.util_capacity``."""
+        if not self.problem.has_gpus:
+            return self.allocated
+        return np.column_stack([self.allocated, self.gpu_used])
+
+    @property
+    def powered_on(self) -> np.ndarray:
+        """A node counts as powered on when anything runs on it."""
+        return self.on
+
+    def default_cards(self, w: int, n: int) -> tuple[int, ...]:
+        """The card choice of the paper's simulator: a share pod takes the fitting card with
+        the least milli left, a k-GPU pod the lowest-index fully free cards."""
+        p = self.problem
+        k = int(p.wl_gpu_count[w])
+        if k <= 0:
+            return ()
+        row = self.gpu_free[n]
+        if k == 1 and p.wl_gpu_milli[w] < GPU_MILLI:
+            milli = int(p.wl_gpu_milli[w])
+            fits = np.flatnonzero(row >= milli)
+            if fits.size == 0:
+                raise ValueError(f"workload {p.workloads[w].name!r}: no card on node {p.nodes[n].name!r} has {milli} milli free")
+            return (int(fits[np.argmin(row[fits])]),)
+        full = np.flatnonzero(row == GPU_MILLI)
+        if full.size < k:
+            raise ValueError(f"workload {p.workloads[w].name!r}: node {p.nodes[n].name!r} has {full.size} free cards, needs {k}")
+        return tuple(int(c) for c in full[:k])
+
+    def place(self, w: int, n: int, cards: Sequence[int] | None = None) -> tuple[int, ...]:
+        """Put workload w on node n (on ``cards``, or the default card choice)."""
+        if self.assignment[w] >= 0:
+            raise ValueError(f"workload {self.problem.workloads[w].name!r} is already placed")
+        p = self.problem
+        if cards is None:
+            cards = self.default_cards(w, n)
+        cards = tuple(int(c) for c in cards)
+        d = p.demand[w]
+        self.allocated[n] += d
+        self.free[n] -= d
+        if cards:
+            take = GPU_MILLI if p.wl_gpu_count[w] > 1 else int(p.wl_gpu_milli[w])
+            for c in cards:
+                self.gpu_free[n, c] -= take
+            self._refresh_gpu_row(n)
+            self.gpu_cards[w] = cards
+        self.assignment[w] = n
+        self.pods_on_node[n] += 1
+        self.util_used_total += p.util_demand[w]
+        if not self.on[n]:
+            self.on[n] = True
+            self.util_cap_on += p.util_capacity[n]
+        return cards
+
+    def remove(self, w: int) -> None:
+        """Take workload w off its node (departures in the simulator)."""
+        n = int(self.assignment[w])
+        if n < 0:
+            raise ValueError(f"workload {self.problem.workloads[w].name!r} is not placed")
+        p = self.problem
+        self.allocated[n] -= p.demand[w]
+        self.free[n] += p.demand[w]
+        cards = self.gpu_cards.pop(w, ())
+        if cards:
+            give = GPU_MILLI if p.wl_gpu_count[w] > 1 else int(p.wl_gpu_milli[w])
+            for c in cards:
+                self.gpu_free[n, c] += give
+            self._refresh_gpu_row(n)
+        self.assignment[w] = -1
+        self.pods_on_node[n] -= 1
+        self.util_used_total -= p.util_demand[w]
+        if not self._node_is_on(n):
+            self.on[n] = False
+            self.util_cap_on -= p.util_capacity[n]
+
+    def copy(self) -> ClusterState:
+        other = object.__new__(ClusterState)
+        other.problem = self.problem
+        for name in (
+            "allocated", "free", "gpu_free", "assignment", "gpu_full", "gpu_max_free", "gpu_left",
+            "gpu_used", "pods_on_node", "on", "util_used_total", "util_cap_on",
+        ):
+            setattr(other, name, getattr(self, name).copy())
+        other.gpu_cards = dict(self.gpu_cards)
+        return other
+
+
+def _price_unit_scale(resource: str) -> float:
+    """How many internal units one priced unit is (prices are per core, GiB, card)."""
+    return {"cpu": 1000.0, "memory": 1024.0, "gpu": float(GPU_MILLI)}.get(resource, 1.0)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    arr = np.array(a, dtype=dtype, copy=True)
+    if arr.size == 0:
+        arr = arr.reshape(shape)
+    if arr.shape != shape:
+        raise ValueError(f"array has shape {arr.shape}, expected {shape}")
+    return _readonly(arr)
+
+
+def default_power(cpu_millicores: float, gpus: int) -> tuple[float, float]:
+    """(idle W, peak W) for a node that gives no power model."""
+    peak = DEFAULT_PEAK_W_PER_CORE * cpu_millicores / 1000.0 + DEFAULT_PEAK_W_PER_GPU * gpus
+    return DEFAULT_IDLE_SHARE * peak, peak
+
+
+def finite_or_none(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)

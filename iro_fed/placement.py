@@ -1,0 +1,123 @@
+"""The one result type every solver returns, and the placement file (interfaces.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from iro_fed.model import Problem
+    from iro_fed.objective import Breakdown
+
+STATUSES = ("optimal", "feasible", "infeasible", "error")
+
+
+@dataclass
+class Placement:
+    """``assignment[w]`` is a node index or -1 (not placed).
+
+    ``gpu_cards[w]`` lists the cards a GPU workload took; ``reasons[w]`` says why a workload
+    was not placed; ``objective`` is always computed by :func:`iro_fed.objective.evaluate`.
+    """
+
+    assignment: np.ndarray
+    gpu_cards: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    solver: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    status: str = "feasible"
+    objective: Breakdown | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_placed(self) -> int:
+        return int((self.assignment >= 0).sum())
+
+    def node_of(self, problem: Problem, workload: str) -> str | None:
+        n = int(self.assignment[problem.workloads.index(next(w for w in problem.workloads if w.name == workload))])
+        return problem.nodes[n].name if n >= 0 else None
+
+    def to_dict(self, problem: Problem) -> dict[str, Any]:
+        """The placement file document (shared/spec/interfaces.md)."""
+        assignments = {}
+        for i, w in enumerate(problem.workloads):
+            n = int(self.assignment[i])
+            assignments[w.name] = problem.nodes[n].name if n >= 0 else None
+        doc: dict[str, Any] = {
+            "solver": self.solver,
+            "params": _jsonable(self.params),
+            "status": self.status,
+            "assignments": assignments,
+            "gpu_assignments": {problem.workloads[w].name: list(c) for w, c in sorted(self.gpu_cards.items())},
+            "unplaced": {problem.workloads[w].name: r for w, r in sorted(self.reasons.items())},
+            "objective": self.objective.to_dict() if self.objective is not None else None,
+            "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
+        }
+        if self.info:
+            doc["info"] = _jsonable(self.info)
+        return doc
+
+
+def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
+    """Read a placement document back against its problem (names -> indices)."""
+    from iro_fed.objective import evaluate
+
+    assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
+    wl_index = {w.name: i for i, w in enumerate(problem.workloads)}
+    errors = []
+    for name, node in (doc.get("assignments") or {}).items():
+        if name not in wl_index:
+            errors.append(f"assignments.{name}: unknown workload")
+            continue
+        if node is None:
+            continue
+        if node not in problem.node_index:
+            errors.append(f"assignments.{name}: unknown node {node!r}")
+            continue
+        assignment[wl_index[name]] = problem.node_index[node]
+    cards = {}
+    for name, cl in (doc.get("gpu_assignments") or {}).items():
+        if name in wl_index:
+            cards[wl_index[name]] = tuple(int(c) for c in cl)
+    reasons = {wl_index[n]: r for n, r in (doc.get("unplaced") or {}).items() if n in wl_index}
+    if errors:
+        raise ValueError("invalid placement file: " + "; ".join(errors))
+    p = Placement(
+        assignment=assignment,
+        gpu_cards=cards,
+        reasons=reasons,
+        solver=doc.get("solver", ""),
+        params=dict(doc.get("params") or {}),
+        status=doc.get("status", "feasible"),
+        timing=dict(doc.get("timing") or {}),
+        info=dict(doc.get("info") or {}),
+    )
+    p.objective = evaluate(problem, p)
+    return p
+
+
+def write_placement(placement: Placement, problem: Problem, path: str | os.PathLike) -> None:
+    """Write the placement file atomically."""
+    from iro_fed.problem_io import write_json_atomic
+
+    write_json_atomic(path, placement.to_dict(problem))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)

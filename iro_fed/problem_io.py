@@ -1,0 +1,586 @@
+"""Reading and writing the problem file (JSON or YAML) and the placement file.
+
+Formats: ``shared/spec/interfaces.md``. The loader checks the whole document and reports
+every error with its field path (``nodes[3].capacity.cpu``) in one
+:class:`ProblemValidationError`; nothing is built from a document with an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iro_fed.model import (
+    DEFAULT_LATENCY_REF_MS,
+    DOMAIN_KINDS,
+    GPU_MILLI,
+    TAINT_EFFECTS,
+    WORKLOAD_CLASSES,
+    Domain,
+    Node,
+    PreferredTerm,
+    Problem,
+    Taint,
+    Toleration,
+    Weights,
+    Workload,
+    default_power,
+)
+
+TOLERATION_OPERATORS = ("Equal", "Exists")
+
+
+class ProblemValidationError(ValueError):
+    """A problem document is invalid; ``errors`` holds (field path, message) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]], source: str = "") -> None:
+        self.errors = errors
+        self.source = source
+        head = f"{source}: " if source else ""
+        lines = [f"{path}: {msg}" if path else msg for path, msg in errors]
+        super().__init__(head + f"{len(errors)} error(s) in problem\n  " + "\n  ".join(lines))
+
+
+class _Checker:
+    """Collects errors with field paths while reading a document."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def fail(self, path: str, msg: str) -> None:
+        self.errors.append((path, msg))
+
+    def get(self, obj: Mapping, key: str, path: str, kind: type | tuple, default: Any = ..., required: bool = False) -> Any:
+        p = f"{path}.{key}" if path else key
+        if key not in obj or obj[key] is None:
+            if required or default is ...:
+                self.fail(p, "required field is missing")
+                return None
+            return default
+        value = obj[key]
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(p, f"expected a number, got {_kind(value)} {value!r}")
+                return None
+            if not math.isfinite(value):
+                self.fail(p, f"must be finite, got {value!r}")
+                return None
+            return float(value)
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                if isinstance(value, float) and value.is_integer():
+                    return int(value)
+                self.fail(p, f"expected an integer, got {_kind(value)} {value!r}")
+                return None
+            return value
+        if not isinstance(value, kind):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            want = {"dict": "an object", "list": "a list", "str": "a string"}.get(want, want)
+            self.fail(p, f"expected {want}, got {_kind(value)} {value!r}")
+            return None
+        return value
+
+    def number(self, value: Any, path: str, minimum: float | None = None, positive: bool = False) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(path, f"expected a finite number, got {_kind(value)} {value!r}")
+            return None
+        if positive and value <= 0:
+            self.fail(path, f"must be > 0, got {value!r}")
+            return None
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum:g}, got {value!r}")
+            return None
+        return float(value)
+
+    def string_map(self, obj: Any, path: str) -> dict[str, str]:
+        if obj is None:
+            return {}
+        if not isinstance(obj, Mapping):
+            self.fail(path, f"expected an object of strings, got {_kind(obj)}")
+            return {}
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(v, str):
+                self.fail(f"{path}.{k}", f"expected a string, got {_kind(v)} {v!r}")
+            else:
+                out[str(k)] = v
+        return out
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def load_document(path: str | os.PathLike) -> dict:
+    """Read a JSON or YAML file into a dict (YAML by extension .yaml/.yml)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProblemValidationError([("", f"cannot read file: {exc.strerror or exc}")], str(p)) from exc
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
+        raise ProblemValidationError([("", f"not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: {exc}")], str(p)) from exc
+    if not isinstance(doc, dict):
+        raise ProblemValidationError([("", f"the document must be an object, got {_kind(doc)}")], str(p))
+    return doc
+
+
+def load_problem(path: str | os.PathLike) -> Problem:
+    """Load and validate a problem file."""
+    doc = load_document(path)
+    return problem_from_dict(doc, source=str(path))
+
+
+def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
+    """Validate a problem document and build the :class:`Problem`."""
+    c = _Checker()
+    if not isinstance(doc, Mapping):
+        raise ProblemValidationError([("", f"the document must be an object, got {_kind(doc)}")], source)
+
+    resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
+    res_names: list[str] = []
+    if resources is not None:
+        for i, r in enumerate(resources):
+            if not isinstance(r, str) or not r:
+                c.fail(f"resources[{i}]", f"expected a resource name, got {r!r}")
+            elif r in res_names:
+                c.fail(f"resources[{i}]", f"duplicate resource {r!r}")
+            elif r == "gpu":
+                c.fail(f"resources[{i}]", "'gpu' is not an additive resource: use nodes[].gpus and workloads[].gpu")
+            else:
+                res_names.append(r)
+        if "cpu" not in res_names:
+            c.fail("resources", "must include 'cpu' (the power model uses CPU utilization)")
+
+    # --- domains ---
+    domains: list[Domain] = []
+    seen: dict[str, int] = {}
+    for i, d in enumerate(_list(c, doc, "domains", required=True)):
+        p = f"domains[{i}]"
+        if not isinstance(d, Mapping):
+            c.fail(p, f"expected an object, got {_kind(d)}")
+            continue
+        name = c.get(d, "name", p, str, required=True)
+        if name is not None:
+            if name in seen:
+                c.fail(f"{p}.name", f"duplicate domain name {name!r} (also domains[{seen[name]}])")
+            seen[name] = i
+        kind = c.get(d, "kind", p, str, default="zone")
+        if kind is not None and kind not in DOMAIN_KINDS:
+            c.fail(f"{p}.kind", f"must be one of {', '.join(DOMAIN_KINDS)}, got {kind!r}")
+        ci = c.get(d, "carbon_intensity", p, float, default=0.0)
+        if ci is not None and ci < 0:
+            c.fail(f"{p}.carbon_intensity", f"must be >= 0, got {ci!r}")
+        pue = c.get(d, "pue", p, float, default=1.0)
+        if pue is not None and pue < 1.0:
+            c.fail(f"{p}.pue", f"must be >= 1.0, got {pue!r}")
+        prices = c.get(d, "price_per_hour", p, dict, default={}) or {}
+        price: dict[str, float] = {}
+        for k, v in prices.items():
+            val = c.number(v, f"{p}.price_per_hour.{k}", minimum=0.0)
+            if k != "gpu" and k not in res_names:
+                c.fail(f"{p}.price_per_hour.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names + ['gpu'])})")
+            elif val is not None:
+                price[k] = val
+        carbon_zone = c.get(d, "carbon_zone", p, str, default="")
+        if name is not None:
+            domains.append(Domain(name, kind or "zone", carbon_zone or "", ci or 0.0, price, pue or 1.0))
+    domain_names = [d.name for d in domains]
+
+    # --- latency ---
+    regions: list[str] = []
+    lat_rows: list[list[float]] = []
+    latency = c.get(doc, "latency_ms", "", dict, default={}) or {}
+    for region, row in latency.items():
+        p = f"latency_ms.{region}"
+        if not isinstance(row, Mapping):
+            c.fail(p, f"expected an object domain -> ms, got {_kind(row)}")
+            continue
+        values = [math.nan] * len(domain_names)
+        for dom, ms in row.items():
+            if dom not in seen:
+                c.fail(f"{p}.{dom}", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
+                continue
+            v = c.number(ms, f"{p}.{dom}", minimum=0.0)
+            if v is not None and seen[dom] < len(values):
+                values[domain_names.index(dom)] = v
+        regions.append(str(region))
+        lat_rows.append(values)
+
+    # --- nodes ---
+    nodes: list[Node] = []
+    cap_rows, alloc_rows, gpu_counts, gpu_free_rows, idle, peak = [], [], [], [], [], []
+    node_seen: dict[str, int] = {}
+    for i, n in enumerate(_list(c, doc, "nodes", required=True)):
+        p = f"nodes[{i}]"
+        if not isinstance(n, Mapping):
+            c.fail(p, f"expected an object, got {_kind(n)}")
+            continue
+        name = c.get(n, "name", p, str, required=True)
+        if name is not None:
+            if name in node_seen:
+                c.fail(f"{p}.name", f"duplicate node name {name!r} (also nodes[{node_seen[name]}])")
+            node_seen[name] = i
+        dom = c.get(n, "domain", p, str, required=True)
+        if dom is not None and dom not in seen:
+            c.fail(f"{p}.domain", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
+        cap_doc = c.get(n, "capacity", p, dict, required=True) or {}
+        cap = []
+        for r in res_names:
+            if r not in cap_doc:
+                c.fail(f"{p}.capacity.{r}", "required field is missing")
+                cap.append(0.0)
+                continue
+            cap.append(c.number(cap_doc[r], f"{p}.capacity.{r}", positive=True) or 0.0)
+        for k in cap_doc:
+            if k not in res_names:
+                c.fail(f"{p}.capacity.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}; GPUs go in 'gpus')")
+        alloc_doc = c.get(n, "allocated", p, dict, default={}) or {}
+        alloc = []
+        for j, r in enumerate(res_names):
+            v = c.number(alloc_doc.get(r, 0), f"{p}.allocated.{r}", minimum=0.0) or 0.0
+            if v > cap[j] > 0:
+                c.fail(f"{p}.allocated.{r}", f"{v:g} exceeds capacity {cap[j]:g}")
+            alloc.append(v)
+        for k in alloc_doc:
+            if k not in res_names:
+                c.fail(f"{p}.allocated.{k}", f"unknown resource {k!r}")
+        gpus = c.get(n, "gpus", p, int, default=0)
+        if gpus is not None and gpus < 0:
+            c.fail(f"{p}.gpus", f"must be >= 0, got {gpus}")
+            gpus = 0
+        gpus = gpus or 0
+        model = c.get(n, "gpu_model", p, str, default="") or ""
+        free = c.get(n, "gpu_free_milli", p, list, default=None)
+        if free is None:
+            free = [GPU_MILLI] * gpus
+        elif len(free) != gpus:
+            c.fail(f"{p}.gpu_free_milli", f"has {len(free)} entries, the node has gpus={gpus}")
+            free = [GPU_MILLI] * gpus
+        else:
+            checked = []
+            for j, v in enumerate(free):
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= GPU_MILLI:
+                    c.fail(f"{p}.gpu_free_milli[{j}]", f"must be an integer 0..{GPU_MILLI}, got {v!r}")
+                    v = GPU_MILLI
+                checked.append(int(v))
+            free = checked
+        labels = c.string_map(n.get("labels"), f"{p}.labels")
+        taints = []
+        for j, t in enumerate(c.get(n, "taints", p, list, default=[]) or []):
+            tp = f"{p}.taints[{j}]"
+            if not isinstance(t, Mapping):
+                c.fail(tp, f"expected an object, got {_kind(t)}")
+                continue
+            key = c.get(t, "key", tp, str, required=True)
+            value = c.get(t, "value", tp, str, default="")
+            effect = c.get(t, "effect", tp, str, default="NoSchedule")
+            if effect is not None and effect not in TAINT_EFFECTS:
+                c.fail(f"{tp}.effect", f"must be one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+            if key:
+                taints.append(Taint(key, value or "", effect or "NoSchedule"))
+        d_idle, d_peak = default_power(cap[res_names.index("cpu")] if "cpu" in res_names else 0.0, gpus)
+        pk = c.get(n, "power_peak_w", p, float, default=d_peak)
+        ia = c.get(n, "power_idle_w", p, float, default=None)
+        if pk is not None and pk < 0:
+            c.fail(f"{p}.power_peak_w", f"must be >= 0, got {pk}")
+        if ia is None:
+            ia = (d_idle / d_peak * pk) if (pk and d_peak) else 0.0
+        elif ia < 0 or (pk is not None and ia > pk):
+            c.fail(f"{p}.power_idle_w", f"must be between 0 and power_peak_w ({pk}), got {ia}")
+        if name is None or dom is None:
+            continue
+        nodes.append(Node(name, dom, labels, tuple(taints), model))
+        cap_rows.append(cap)
+        alloc_rows.append(alloc)
+        gpu_counts.append(gpus)
+        gpu_free_rows.append(free)
+        idle.append(ia or 0.0)
+        peak.append(pk or 0.0)
+
+    # --- workloads ---
+    workloads: list[Workload] = []
+    dem_rows, wl_gc, wl_gm = [], [], []
+    wl_seen: dict[str, int] = {}
+    max_cards = max(gpu_counts, default=0)
+    for i, w in enumerate(_list(c, doc, "workloads", required=False)):
+        p = f"workloads[{i}]"
+        if not isinstance(w, Mapping):
+            c.fail(p, f"expected an object, got {_kind(w)}")
+            continue
+        name = c.get(w, "name", p, str, required=True)
+        if name is not None:
+            if name in wl_seen:
+                c.fail(f"{p}.name", f"duplicate workload name {name!r} (also workloads[{wl_seen[name]}])")
+            wl_seen[name] = i
+        req = c.get(w, "requests", p, dict, default={}) or {}
+        dem = []
+        for r in res_names:
+            dem.append(c.number(req.get(r, 0), f"{p}.requests.{r}", minimum=0.0) or 0.0)
+        for k in req:
+            if k not in res_names:
+                hint = "; GPUs go in 'gpu'" if k in ("gpu", "nvidia.com/gpu") else ""
+                c.fail(f"{p}.requests.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}{hint})")
+        gpu = c.get(w, "gpu", p, dict, default=None)
+        count, milli, models = 0, 0, ()
+        if gpu is not None:
+            count = c.get(gpu, "count", f"{p}.gpu", int, default=1)
+            if count is not None and count < 0:
+                c.fail(f"{p}.gpu.count", f"must be >= 0, got {count}")
+            count = count or 0
+            milli = c.get(gpu, "milli", f"{p}.gpu", int, default=GPU_MILLI)
+            if milli is None:
+                milli = GPU_MILLI
+            elif count == 1 and not 0 < milli <= GPU_MILLI:
+                c.fail(f"{p}.gpu.milli", f"a GPU share must be in 1..{GPU_MILLI} milli of one card, got {milli}")
+            elif count > 1 and milli != GPU_MILLI:
+                c.fail(f"{p}.gpu.milli", f"a pod asking for {count} GPUs takes whole cards: milli must be {GPU_MILLI}, got {milli}")
+            if count > 1:
+                milli = GPU_MILLI
+            if count == 0:
+                milli = 0
+            model_list = c.get(gpu, "models", f"{p}.gpu", list, default=[]) or []
+            bad = [m for m in model_list if not isinstance(m, str)]
+            if bad:
+                c.fail(f"{p}.gpu.models", f"expected GPU model names, got {bad!r}")
+            models = tuple(m for m in model_list if isinstance(m, str))
+            if count > max_cards and nodes:
+                # Valid input, but say so early: no node could ever run it.
+                pass
+        klass = c.get(w, "class", p, str, default="online")
+        if klass is not None and klass not in WORKLOAD_CLASSES:
+            c.fail(f"{p}.class", f"must be one of {', '.join(WORKLOAD_CLASSES)}, got {klass!r}")
+        region = c.get(w, "user_region", p, str, default="") or ""
+        if region and region not in regions:
+            c.fail(f"{p}.user_region", f"unknown user region {region!r} (latency_ms has: {', '.join(regions) or 'none'})")
+        max_lat = c.get(w, "max_latency_ms", p, float, default=None)
+        if max_lat is not None and max_lat <= 0:
+            c.fail(f"{p}.max_latency_ms", f"must be > 0, got {max_lat}")
+        if max_lat is not None and not region:
+            c.fail(f"{p}.max_latency_ms", "needs user_region to know where the latency is measured from")
+        selector = c.string_map(w.get("node_selector"), f"{p}.node_selector")
+        tols = []
+        for j, t in enumerate(c.get(w, "tolerations", p, list, default=[]) or []):
+            tp = f"{p}.tolerations[{j}]"
+            if not isinstance(t, Mapping):
+                c.fail(tp, f"expected an object, got {_kind(t)}")
+                continue
+            key = c.get(t, "key", tp, str, default="") or ""
+            op = c.get(t, "operator", tp, str, default="Equal") or "Equal"
+            if op not in TOLERATION_OPERATORS:
+                c.fail(f"{tp}.operator", f"must be Equal or Exists, got {op!r}")
+            value = c.get(t, "value", tp, str, default="") or ""
+            if op == "Exists" and value:
+                c.fail(f"{tp}.value", "must be empty with operator Exists")
+            if op == "Equal" and not key:
+                c.fail(f"{tp}.key", "required with operator Equal (only Exists may leave it empty)")
+            effect = c.get(t, "effect", tp, str, default="") or ""
+            if effect and effect not in TAINT_EFFECTS:
+                c.fail(f"{tp}.effect", f"must be empty or one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+            tols.append(Toleration(key, op, value, effect))
+        allowed = c.get(w, "allowed_domains", p, list, default=[]) or []
+        for j, dname in enumerate(allowed):
+            if dname not in seen:
+                c.fail(f"{p}.allowed_domains[{j}]", f"unknown domain {dname!r} (domains: {', '.join(domain_names)})")
+        priority = c.get(w, "priority", p, int, default=0)
+        deadline = c.get(w, "deadline_s", p, float, default=None)
+        if deadline is not None and deadline <= 0:
+            c.fail(f"{p}.deadline_s", f"must be > 0, got {deadline}")
+        preferred = []
+        for j, term in enumerate(c.get(w, "preferred_node_affinity", p, list, default=[]) or []):
+            tp = f"{p}.preferred_node_affinity[{j}]"
+            if not isinstance(term, Mapping):
+                c.fail(tp, f"expected an object, got {_kind(term)}")
+                continue
+            weight = c.get(term, "weight", tp, int, required=True)
+            if weight is not None and not 1 <= weight <= 100:
+                c.fail(f"{tp}.weight", f"must be 1..100 (as in Kubernetes), got {weight}")
+            labels = c.string_map(term.get("match_labels"), f"{tp}.match_labels")
+            if weight:
+                preferred.append(PreferredTerm(weight, labels))
+        if name is None:
+            continue
+        workloads.append(
+            Workload(
+                name=name,
+                klass=klass or "online",
+                user_region=region,
+                max_latency_ms=max_lat,
+                node_selector=selector,
+                tolerations=tuple(tols),
+                allowed_domains=tuple(a for a in allowed if isinstance(a, str)),
+                priority=priority or 0,
+                gpu_models=models,
+                deadline_s=deadline,
+                preferred=tuple(preferred),
+            )
+        )
+        dem_rows.append(dem)
+        wl_gc.append(count)
+        wl_gm.append(milli)
+
+    weights_doc = c.get(doc, "weights", "", dict, default={}) or {}
+    wvals = {}
+    for k, v in weights_doc.items():
+        if k not in Weights.__dataclass_fields__:
+            c.fail(f"weights.{k}", f"unknown weight (known: {', '.join(Weights.__dataclass_fields__)})")
+            continue
+        val = c.number(v, f"weights.{k}", minimum=0.0)
+        if val is not None:
+            wvals[k] = val
+    latency_ref = c.get(doc, "latency_ref_ms", "", float, default=DEFAULT_LATENCY_REF_MS)
+    if latency_ref is not None and latency_ref <= 0:
+        c.fail("latency_ref_ms", f"must be > 0, got {latency_ref}")
+    known_top = {"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}
+    for k in doc:
+        if k not in known_top:
+            c.fail(str(k), f"unknown top-level field (known: {', '.join(sorted(known_top))})")
+
+    if c.errors:
+        raise ProblemValidationError(c.errors, source)
+
+    width = max(gpu_counts, default=0)
+    gpu_free = np.full((len(nodes), width), -1, dtype=np.int32)
+    for i, row in enumerate(gpu_free_rows):
+        gpu_free[i, : len(row)] = row
+    return Problem(
+        resources=res_names,
+        domains=domains,
+        nodes=nodes,
+        workloads=workloads,
+        regions=regions,
+        latency_ms=np.array(lat_rows, dtype=np.float64).reshape(len(regions), len(domains)),
+        capacity=np.array(cap_rows, dtype=np.float64).reshape(len(nodes), len(res_names)),
+        allocated=np.array(alloc_rows, dtype=np.float64).reshape(len(nodes), len(res_names)),
+        demand=np.array(dem_rows, dtype=np.float64).reshape(len(workloads), len(res_names)),
+        gpu_free=gpu_free,
+        gpu_count=np.array(gpu_counts, dtype=np.int32),
+        wl_gpu_count=np.array(wl_gc, dtype=np.int32),
+        wl_gpu_milli=np.array(wl_gm, dtype=np.int32),
+        power_idle_w=np.array(idle, dtype=np.float64),
+        power_peak_w=np.array(peak, dtype=np.float64),
+        weights=Weights(**wvals),
+        latency_ref_ms=latency_ref or DEFAULT_LATENCY_REF_MS,
+    )
+
+
+def _list(c: _Checker, doc: Mapping, key: str, required: bool) -> list:
+    value = c.get(doc, key, "", list, default=... if required else [])
+    return value or []
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def problem_to_dict(problem: Problem) -> dict:
+    """The problem as a document that :func:`problem_from_dict` reads back to an equal problem."""
+    doc: dict[str, Any] = {"resources": list(problem.resources), "domains": [], "latency_ms": {}, "nodes": [], "workloads": []}
+    for d in problem.domains:
+        doc["domains"].append(
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "carbon_zone": d.carbon_zone,
+                "carbon_intensity": d.carbon_intensity,
+                "price_per_hour": dict(d.price_per_hour),
+                "pue": d.pue,
+            }
+        )
+    for u, region in enumerate(problem.regions):
+        doc["latency_ms"][region] = {
+            problem.domains[j].name: float(v) for j, v in enumerate(problem.latency_ms[u]) if not math.isnan(v)
+        }
+    for i, n in enumerate(problem.nodes):
+        g = int(problem.gpu_count[i])
+        node: dict[str, Any] = {
+            "name": n.name,
+            "domain": n.domain,
+            "capacity": {r: _num(problem.capacity[i, j]) for j, r in enumerate(problem.resources)},
+            "allocated": {r: _num(problem.allocated[i, j]) for j, r in enumerate(problem.resources)},
+            "gpus": g,
+            "gpu_model": n.gpu_model,
+            "gpu_free_milli": [int(v) for v in problem.gpu_free[i, :g]],
+            "labels": dict(n.labels),
+            "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints],
+            "power_idle_w": float(problem.power_idle_w[i]),
+            "power_peak_w": float(problem.power_peak_w[i]),
+        }
+        doc["nodes"].append(node)
+    for i, w in enumerate(problem.workloads):
+        wl: dict[str, Any] = {
+            "name": w.name,
+            "requests": {r: _num(problem.demand[i, j]) for j, r in enumerate(problem.resources)},
+            "class": w.klass,
+            "priority": w.priority,
+        }
+        if problem.wl_gpu_count[i] > 0:
+            wl["gpu"] = {"count": int(problem.wl_gpu_count[i]), "milli": int(problem.wl_gpu_milli[i]), "models": list(w.gpu_models)}
+        if w.user_region:
+            wl["user_region"] = w.user_region
+        if w.max_latency_ms is not None:
+            wl["max_latency_ms"] = w.max_latency_ms
+        if w.node_selector:
+            wl["node_selector"] = dict(w.node_selector)
+        if w.tolerations:
+            wl["tolerations"] = [
+                {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect} for t in w.tolerations
+            ]
+        if w.allowed_domains:
+            wl["allowed_domains"] = list(w.allowed_domains)
+        if w.deadline_s is not None:
+            wl["deadline_s"] = w.deadline_s
+        if w.preferred:
+            wl["preferred_node_affinity"] = [{"weight": t.weight, "match_labels": dict(t.match_labels)} for t in w.preferred]
+        doc["workloads"].append(wl)
+    wt = problem.weights
+    doc["weights"] = {k: getattr(wt, k) for k in Weights.__dataclass_fields__}
+    doc["latency_ref_ms"] = problem.latency_ref_ms
+    return doc
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_problem(problem: Problem, path: str | os.PathLike) -> None:
+    p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        text = yaml.safe_dump(problem_to_dict(problem), sort_keys=False)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    else:
+        write_json_atomic(p, problem_to_dict(problem))

@@ -1,0 +1,293 @@
+"""The solver contract (in the spirit of dimod's ``Sampler`` and scikit-learn's estimators).
+
+* Settings are keyword arguments of the constructor, declared in ``parameters`` and stored
+  under the same name; ``get_params()`` returns them. An unknown or invalid setting raises
+  :class:`InvalidSettingError` naming it.
+* ``solve(problem) -> Placement``; the objective module scores what a solver returns, a
+  solver never reports its own score. The same ``seed`` gives the same answer.
+* ``properties`` say what a solver is: online (pod by pod) or batch, exact or not, and the
+  optional dependency it needs.
+
+Online solvers also expose the decision for one pod (``decide``) and a ranking of the
+candidate nodes (``rank``) against a :class:`~iro_fed.model.ClusterState`, so the replay,
+the simulator, the scheduler extender and the edge agent call the same code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from iro_fed.feasibility import explain, feasible_nodes
+from iro_fed.model import ClusterState, Problem
+from iro_fed.objective import evaluate
+from iro_fed.placement import Placement
+
+
+class SolverError(Exception):
+    """A solver could not produce a placement."""
+
+
+class InvalidSettingError(SolverError, ValueError):
+    """An unknown solver, an unknown setting or a setting with an invalid value."""
+
+
+class DeadlineExceeded(SolverError):
+    """A cooperative deadline passed while solving."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One constructor setting: its default, type, a one-line doc and optional checks."""
+
+    default: Any
+    kind: type
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+
+    def convert(self, solver: str, name: str, value: Any) -> Any:
+        """Check (and, from a command-line string, convert) a value for this setting."""
+        where = f"solver {solver!r} setting {name!r}"
+        if value is None:
+            if self.nullable:
+                return None
+            raise InvalidSettingError(f"{where}: must not be null")
+        if isinstance(value, str) and self.kind is not str:
+            value = _parse_text(value, self.kind, where)
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if self.kind is bool and not isinstance(value, bool):
+            raise InvalidSettingError(f"{where}: expected true or false, got {value!r}")
+        if self.kind in (int, float) and isinstance(value, bool):
+            raise InvalidSettingError(f"{where}: expected a number, got {value!r}")
+        if not isinstance(value, self.kind):
+            raise InvalidSettingError(f"{where}: expected {self.kind.__name__}, got {type(value).__name__} {value!r}")
+        if self.kind is float and not np.isfinite(value):
+            raise InvalidSettingError(f"{where}: must be finite, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise InvalidSettingError(f"{where}: must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise InvalidSettingError(f"{where}: must be >= {self.minimum}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise InvalidSettingError(f"{where}: must be <= {self.maximum}, got {value!r}")
+        return value
+
+
+def _parse_text(text: str, kind: type, where: str) -> Any:
+    try:
+        if kind is bool:
+            low = text.strip().lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind is dict:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError(text)
+            return value
+    except ValueError:
+        pass
+    raise InvalidSettingError(f"{where}: cannot read {text!r} as {kind.__name__}")
+
+
+@dataclass(frozen=True)
+class SolverProperties:
+    """What a solver is."""
+
+    mode: str  # "online" (pod by pod, given order) or "batch" (all pods jointly)
+    exact: bool  # proves optimality when it says "optimal"
+    description: str
+    requires: tuple[str, ...] = ()  # importable modules of the optional dependency
+    extra: str | None = None  # the pip extra that installs them
+    composite: bool = False  # wraps other solvers
+
+    def installed(self) -> bool:
+        return all(importlib.util.find_spec(m) is not None for m in self.requires)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "exact": self.exact,
+            "description": self.description,
+            "requires": list(self.requires),
+            "extra": self.extra,
+            "composite": self.composite,
+        }
+
+
+SEED = Param(0, int, "Random seed; the same seed gives the same placement.", minimum=0)
+
+
+class Solver(ABC):
+    """Base class of every solver. Subclasses declare ``name``, ``properties``, ``parameters``."""
+
+    name: ClassVar[str]
+    properties: ClassVar[SolverProperties]
+    parameters: ClassVar[dict[str, Param]] = {"seed": SEED}
+
+    def __init__(self, **settings: Any) -> None:
+        unknown = sorted(set(settings) - set(self.parameters))
+        if unknown:
+            known = ", ".join(sorted(self.parameters)) or "none"
+            raise InvalidSettingError(f"solver {self.name!r}: unknown setting(s) {', '.join(unknown)} (known: {known})")
+        for key, param in self.parameters.items():
+            value = settings.get(key, param.default)
+            setattr(self, key, param.convert(self.name, key, value) if key in settings else value)
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Cross-setting checks of a subclass (raise InvalidSettingError)."""
+
+    def get_params(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.parameters}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def solve(self, problem: Problem) -> Placement:
+        """Place the problem's workloads; the result carries the objective module's score."""
+        return self.solve_until(problem, deadline=None)
+
+    def solve_until(self, problem: Problem, deadline: float | None) -> Placement:
+        """``solve`` with a cooperative deadline (``time.perf_counter()`` value) that solvers
+        check between steps; composites use it for time budgets and fallbacks."""
+        start = time.perf_counter()
+        placement = self._solve(problem, deadline)
+        placement.timing["solve_s"] = time.perf_counter() - start
+        placement.solver = self.name
+        placement.params = self.get_params()
+        placement.objective = evaluate(problem, placement)
+        return placement
+
+    @abstractmethod
+    def _solve(self, problem: Problem, deadline: float | None) -> Placement:
+        """Return a placement (assignment, cards, reasons, status, info); no score."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One online decision: ``node`` (-1 when none fits), the GPU cards, and why not placed."""
+
+    node: int
+    cards: tuple[int, ...] = ()
+    reason: str | None = None
+
+
+ORDER = Param("given", str, "Order in which pods are placed.", choices=("given", "priority", "largest-first"))
+
+
+class OnlineSolver(Solver):
+    """A solver that places pods one at a time, each on the best-scoring feasible node.
+
+    Subclasses implement :meth:`score` over the feasible candidates (higher is better); ties
+    go to the lowest node index unless the subclass overrides :meth:`select`.
+    """
+
+    parameters: ClassVar[dict[str, Param]] = {"seed": SEED, "order": ORDER}
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._session: Problem | None = None
+
+    # --- per-run state ------------------------------------------------------------------
+
+    def reset(self, problem: Problem) -> None:
+        """Start a new run on ``problem``: reseed, clear per-run state. ``solve`` calls it."""
+        self._session = problem
+        self.rng = np.random.default_rng(self.seed)
+
+    def _ensure(self, problem: Problem) -> None:
+        if self._session is not problem:
+            self.reset(problem)
+
+    # --- one decision -------------------------------------------------------------------
+
+    @abstractmethod
+    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
+        """Scores of the feasible ``candidates`` (node indices) for workload ``w``."""
+
+    def candidates(self, state: ClusterState, w: int) -> np.ndarray:
+        """Feasible node indices that this solver scores (all of them by default)."""
+        return np.flatnonzero(feasible_nodes(state, w))
+
+    def select(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> int:
+        """Index into ``candidates`` of the winner (first best by default)."""
+        return int(np.argmax(scores))
+
+    def choose_cards(self, state: ClusterState, w: int, node: int) -> tuple[int, ...]:
+        return state.default_cards(w, node)
+
+    def decide(self, state: ClusterState, w: int) -> Decision:
+        """The node for workload ``w`` in ``state`` (state is not changed)."""
+        self._ensure(state.problem)
+        cand = self.candidates(state, w)
+        if cand.size == 0:
+            return Decision(-1, (), explain(state, w))
+        scores = self.score(state, w, cand)
+        node = int(cand[self.select(state, w, cand, scores)])
+        return Decision(node, self.choose_cards(state, w, node))
+
+    def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
+        """The top-``k`` feasible nodes for workload ``w`` with their scores, best first."""
+        self._ensure(state.problem)
+        cand = np.flatnonzero(feasible_nodes(state, w))
+        if cand.size == 0:
+            return []
+        scores = np.asarray(self.score(state, w, cand), dtype=np.float64)
+        top = np.argsort(-scores, kind="stable")[:k]
+        return [(int(cand[i]), float(scores[i])) for i in top]
+
+    # --- whole problem ------------------------------------------------------------------
+
+    def pod_order(self, problem: Problem) -> np.ndarray:
+        if self.order == "priority":
+            prio = np.array([wl.priority for wl in problem.workloads], dtype=np.int64)
+            return np.argsort(-prio, kind="stable")
+        if self.order == "largest-first":
+            share = problem.util_demand / np.maximum(problem.util_capacity.max(axis=0), 1.0) if problem.num_nodes else None
+            if share is None:
+                return np.arange(problem.num_workloads)
+            return np.argsort(-share.max(axis=1), kind="stable")
+        return np.arange(problem.num_workloads)
+
+    def run(
+        self, problem: Problem, deadline: float | None = None, stop_at_deadline: bool = False
+    ) -> tuple[ClusterState, dict[int, str], list[int]]:
+        """Place the pods in :meth:`pod_order`; returns the state, the reasons of pods that fit
+        nowhere, and the pods not considered because the deadline passed (with
+        ``stop_at_deadline``; otherwise :class:`DeadlineExceeded` is raised)."""
+        self.reset(problem)
+        state = ClusterState(problem)
+        reasons: dict[int, str] = {}
+        order = [int(w) for w in self.pod_order(problem)]
+        for i, w in enumerate(order):
+            if deadline is not None and time.perf_counter() > deadline:
+                if stop_at_deadline:
+                    return state, reasons, order[i:]
+                raise DeadlineExceeded(f"deadline passed with {len(order) - i} pod(s) left")
+            decision = self.decide(state, w)
+            if decision.node < 0:
+                reasons[w] = decision.reason or "no feasible node"
+            else:
+                state.place(w, decision.node, decision.cards)
+        return state, reasons, []
+
+    def _solve(self, problem: Problem, deadline: float | None) -> Placement:
+        state, reasons, _ = self.run(problem, deadline)
+        return Placement(assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons)

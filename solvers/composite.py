@@ -1,0 +1,127 @@
+"""Composite solvers: they wrap other solvers and are solvers themselves.
+
+* ``fallback``: run ``primary``; when it raises, passes its time limit or returns a placement
+  that breaks a constraint, run ``fallback`` instead and record why in ``info``.
+* ``time-budget``: give ``solver`` a wall-clock budget. An online solver keeps the decisions it
+  made in time and ``then`` (a fast online heuristic, or ``none``) places the rest; a batch
+  solver that runs out is replaced by ``then`` on the whole problem.
+
+Deadlines are cooperative (``Solver.solve_until``): online solvers check them between pods,
+batch solvers pass them to their engine's own time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from iro_fed.feasibility import check_placement
+from iro_fed.model import ClusterState, Problem
+from iro_fed.placement import Placement
+from solvers.base import SEED, DeadlineExceeded, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
+
+
+def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) -> Solver:
+    import solvers
+
+    if name == owner:
+        raise InvalidSettingError(f"solver {owner!r} setting {role!r}: cannot wrap itself")
+    settings = dict(params)
+    cls = solvers.registered().get(name)
+    if cls is not None and "seed" in cls.parameters:
+        settings.setdefault("seed", seed)
+    try:
+        return solvers.make(name, **settings)
+    except InvalidSettingError as exc:
+        raise InvalidSettingError(f"solver {owner!r} setting {role!r}: {exc}") from exc
+
+
+def _earliest(*deadlines: float | None) -> float | None:
+    present = [d for d in deadlines if d is not None]
+    return min(present) if present else None
+
+
+class Fallback(Solver):
+    name = "fallback"
+    properties = SolverProperties(
+        "batch", False, "Runs a primary solver; on error, timeout or an invalid result, a fallback.", composite=True
+    )
+    parameters: ClassVar[dict[str, Param]] = {
+        "seed": SEED,
+        "primary": Param("greedy-objective", str, "The solver tried first."),
+        "primary_params": Param({}, dict, "Settings of the primary solver (JSON object on the command line)."),
+        "fallback": Param("best-fit", str, "The solver used when the primary fails."),
+        "fallback_params": Param({}, dict, "Settings of the fallback solver."),
+        "time_limit_s": Param(None, float, "Time the primary may take (none = no limit).", minimum=0.0, nullable=True),
+    }
+
+    def _check_settings(self) -> None:
+        self._primary = _build(self.name, "primary", self.primary, self.primary_params, self.seed)
+        self._fallback = _build(self.name, "fallback", self.fallback, self.fallback_params, self.seed)
+
+    def _solve(self, problem: Problem, deadline: float | None) -> Placement:
+        limit = None if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
+        try:
+            placement = self._primary.solve_until(problem, _earliest(deadline, limit))
+            if limit is not None and time.perf_counter() > limit:
+                raise DeadlineExceeded(f"took longer than time_limit_s={self.time_limit_s:g}")
+            violations = check_placement(problem, placement.assignment, placement.gpu_cards)
+            if violations:
+                raise ValueError(f"invalid placement ({len(violations)} violation(s)): {violations[0]}")
+        except Exception as exc:  # any failure of the primary is what this composite is for
+            reason = f"{self.primary} failed: {type(exc).__name__}: {exc}"
+            placement = self._fallback.solve_until(problem, deadline)
+            placement.info = {"solved_by": self.fallback, "fallback_reason": reason, "inner": placement.info}
+            return placement
+        placement.info = {"solved_by": self.primary, "fallback_reason": None, "inner": placement.info}
+        return placement
+
+
+class TimeBudget(Solver):
+    name = "time-budget"
+    properties = SolverProperties(
+        "batch", False, "Gives a solver a wall-clock budget; a fast heuristic places what is left.", composite=True
+    )
+    parameters: ClassVar[dict[str, Param]] = {
+        "seed": SEED,
+        "solver": Param("greedy-objective", str, "The solver that gets the budget."),
+        "solver_params": Param({}, dict, "Its settings (JSON object on the command line)."),
+        "budget_s": Param(10.0, float, "Wall-clock budget in seconds.", minimum=0.0),
+        "then": Param("first-fit", str, "Online solver for the pods left when the budget is spent, or 'none'."),
+    }
+
+    def _check_settings(self) -> None:
+        self._inner = _build(self.name, "solver", self.solver, self.solver_params, self.seed)
+        self._then = None if self.then == "none" else _build(self.name, "then", self.then, {}, self.seed)
+        if self._then is not None and not isinstance(self._then, OnlineSolver):
+            raise InvalidSettingError(f"solver {self.name!r} setting 'then': {self.then!r} is not an online solver")
+
+    def _solve(self, problem: Problem, deadline: float | None) -> Placement:
+        budget_end = _earliest(deadline, time.perf_counter() + self.budget_s)
+        if isinstance(self._inner, OnlineSolver):
+            state, reasons, pending = self._inner.run(problem, budget_end, stop_at_deadline=True)
+        else:
+            try:
+                placement = self._inner.solve_until(problem, budget_end)
+                placement.info = {"solved_by": self.solver, "budget_exhausted": False, "inner": placement.info}
+                return placement
+            except DeadlineExceeded:
+                state, reasons, pending = ClusterState(problem), {}, list(range(problem.num_workloads))
+        if pending and self._then is not None:
+            self._then.reset(problem)
+        for w in pending:
+            if self._then is None:
+                reasons[w] = f"time budget of {self.budget_s:g} s spent before this pod was considered"
+                continue
+            decision = self._then.decide(state, w)
+            if decision.node >= 0:
+                state.place(w, decision.node, decision.cards)
+            else:
+                reasons[w] = decision.reason or "no feasible node"
+        info = {"solved_by": self.solver, "budget_exhausted": bool(pending), "pods_after_budget": len(pending)}
+        if pending:
+            info["finished_by"] = self.then
+        return Placement(assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons, info=info)
+
+
+COMPOSITES = (Fallback, TimeBudget)
