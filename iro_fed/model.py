@@ -210,7 +210,7 @@ class Problem:
         unit_scale = [_price_unit_scale(r) for r in self.util_resources]
         self.domain_unit_price = _frozen(
             np.array(
-                [[d.price_per_hour.get(r, 0.0) / s for r, s in zip(self.util_resources, unit_scale)] for d in self.domains],
+                [[d.price_per_hour.get(r, 0.0) / s for r, s in zip(self.util_resources, unit_scale, strict=True)] for d in self.domains],
                 dtype=np.float64,
             ).reshape(len(self.domains), len(self.util_resources)),
             np.float64,
@@ -247,6 +247,17 @@ class Problem:
         if not self.has_gpus:
             return self.capacity
         return _readonly(np.column_stack([self.capacity, self.gpu_count.astype(np.float64) * GPU_MILLI]))
+
+    @cached_property
+    def util_inv_capacity(self) -> np.ndarray:
+        """1 / util_capacity, 0 where a node has none of a resource (for capacity shares)."""
+        cap = self.util_capacity
+        return _readonly(np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), 0.0))
+
+    @cached_property
+    def util_valid_count(self) -> np.ndarray:
+        """Per node, how many util resources it has (at least 1, to divide by)."""
+        return _readonly(np.maximum((self.util_capacity > 0).sum(axis=1), 1).astype(np.float64))
 
     @cached_property
     def util_demand(self) -> np.ndarray:
@@ -361,8 +372,12 @@ class ClusterState:
         self.pods_on_node = np.zeros(problem.num_nodes, dtype=np.int64)
         # Aggregates the objective's marginal reads on every decision, kept incrementally.
         self.on = self._node_is_on(np.arange(problem.num_nodes))
-        self.util_used_total = self.util_used().sum(axis=0).astype(np.float64)
+        used = self.util_used()
+        self.util_used_total = used.sum(axis=0).astype(np.float64)
         self.util_cap_on = problem.util_capacity[self.on].sum(axis=0).astype(np.float64)
+        # Free util resources per node and their capacity-normalized sum (packing scores).
+        self.util_free = problem.util_capacity - used
+        self.free_share = (self.util_free * problem.util_inv_capacity).sum(axis=1)
 
     def _node_is_on(self, rows: np.ndarray | int) -> np.ndarray:
         on = (self.allocated[rows] > 0).any(axis=-1) | (self.pods_on_node[rows] > 0)
@@ -439,6 +454,8 @@ class ClusterState:
         self.assignment[w] = n
         self.pods_on_node[n] += 1
         self.util_used_total += p.util_demand[w]
+        self.util_free[n] -= p.util_demand[w]
+        self.free_share[n] -= p.util_demand[w] @ p.util_inv_capacity[n]
         if not self.on[n]:
             self.on[n] = True
             self.util_cap_on += p.util_capacity[n]
@@ -461,6 +478,8 @@ class ClusterState:
         self.assignment[w] = -1
         self.pods_on_node[n] -= 1
         self.util_used_total -= p.util_demand[w]
+        self.util_free[n] += p.util_demand[w]
+        self.free_share[n] += p.util_demand[w] @ p.util_inv_capacity[n]
         if not self._node_is_on(n):
             self.on[n] = False
             self.util_cap_on -= p.util_capacity[n]
@@ -470,7 +489,7 @@ class ClusterState:
         other.problem = self.problem
         for name in (
             "allocated", "free", "gpu_free", "assignment", "gpu_full", "gpu_max_free", "gpu_left",
-            "gpu_used", "pods_on_node", "on", "util_used_total", "util_cap_on",
+            "gpu_used", "pods_on_node", "on", "util_used_total", "util_cap_on", "util_free", "free_share",
         ):
             setattr(other, name, getattr(self, name).copy())
         other.gpu_cards = dict(self.gpu_cards)

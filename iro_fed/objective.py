@@ -87,6 +87,12 @@ class Coefficients:
     latency_score: np.ndarray  # [U, D] ref / (ref + ms), 0 where unknown
     n_with_region: int
     cpu_capacity: np.ndarray  # [N]
+    # For marginal(), with the problem's weights folded in:
+    capacity_shape: np.ndarray  # [N] index of the node's row in shape_capacity
+    shape_capacity: np.ndarray  # [S, R'] distinct util capacity rows
+    off_gain_base: np.ndarray  # [N] -(w3 * cost + w4 * idle carbon), normalized, of powering on
+    latency_weighted: np.ndarray  # [U, N] w2 * latency score of the node's domain / n_with_region
+    carbon_per_milli_weighted: np.ndarray  # [N] w4 * dynamic carbon per requested millicore, normalized
 
 
 _coef_cache: weakref.WeakKeyDictionary[Problem, Coefficients] = weakref.WeakKeyDictionary()
@@ -104,15 +110,26 @@ def coefficients(problem: Problem) -> Coefficients:
     ref = p.latency_ref_ms
     with np.errstate(invalid="ignore"):
         lat_score = np.where(np.isnan(p.latency_ms), 0.0, ref / (ref + np.nan_to_num(p.latency_ms, nan=0.0)))
+    w = p.weights
+    max_cost = float(node_cost.sum())
+    max_carbon = float((carbon_idle + carbon_dynamic).sum())
+    n_with_region = int((p.wl_region >= 0).sum())
+    cpu_cap = p.capacity[:, p.cpu_index].copy()
+    shapes, shape_index = np.unique(p.util_capacity, axis=0, return_inverse=True)
     coef = Coefficients(
         node_cost=node_cost,
-        max_cost=float(node_cost.sum()),
+        max_cost=max_cost,
         carbon_idle=carbon_idle,
         carbon_dynamic=carbon_dynamic,
-        max_carbon=float((carbon_idle + carbon_dynamic).sum()),
+        max_carbon=max_carbon,
         latency_score=lat_score,
-        n_with_region=int((p.wl_region >= 0).sum()),
-        cpu_capacity=p.capacity[:, p.cpu_index].copy(),
+        n_with_region=n_with_region,
+        cpu_capacity=cpu_cap,
+        capacity_shape=shape_index.astype(np.int64),
+        shape_capacity=shapes,
+        off_gain_base=-(w.cost * _ratio_array(node_cost, max_cost) + w.carbon * _ratio_array(carbon_idle, max_carbon)),
+        latency_weighted=(w.latency * _ratio(1.0, n_with_region)) * lat_score[:, p.node_domain],
+        carbon_per_milli_weighted=w.carbon * _ratio_array(carbon_dynamic / np.where(cpu_cap > 0, cpu_cap, 1.0), max_carbon),
     )
     _coef_cache[problem] = coef
     return coef
@@ -120,6 +137,10 @@ def coefficients(problem: Problem) -> Coefficients:
 
 def _ratio(x: float, total: float) -> float:
     return x / total if total > 0 else 0.0
+
+
+def _ratio_array(x: np.ndarray, total: float) -> np.ndarray:
+    return x / total if total > 0 else np.zeros_like(x)
 
 
 def _utilization(used_on: np.ndarray, cap_on: np.ndarray) -> float:
@@ -199,42 +220,44 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
 
 def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | None = None) -> np.ndarray:
     """Change of R for placing workload ``w`` on each of ``nodes`` (default: all) in ``state``,
-    compared with leaving it unplaced. Feasibility is the caller's business."""
+    compared with leaving it unplaced.
+
+    Assumes the pod fits where it is asked about (feasibility is the caller's business): the
+    CPU-utilization step of the power model is then exactly ``cpu / capacity``. A handful of
+    vector operations over the nodes: the utilization after powering a node on is computed
+    once per distinct node capacity shape, the weighted per-node terms are precomputed.
+    """
     p = problem
     coef = coefficients(p)
     wts = p.weights
-    idx = np.arange(p.num_nodes) if nodes is None else np.asarray(nodes, dtype=np.int64)
-    delta = np.full(idx.size, wts.unplaced * _ratio(1.0, p.num_workloads))
-    if idx.size == 0:
-        return delta
 
-    # Utilization: the same for every node that is already on; per node for those it powers on.
+    def take(a: np.ndarray) -> np.ndarray:
+        return a if nodes is None else a[nodes]
+
+    size = p.num_nodes if nodes is None else len(nodes)
+    base = wts.unplaced * _ratio(1.0, p.num_workloads)
+    if size == 0:
+        return np.zeros(0)
+
+    # Utilization: one value for the nodes already on, one per capacity shape for the others.
     d = p.util_demand[w]
     used_after = state.util_used_total + d
     u_before = _utilization(state.util_used_total, state.util_cap_on)
     u_on = _utilization(used_after, state.util_cap_on)
-    off = ~state.on[idx]
-    du = np.full(idx.size, u_on - u_before)
-    if off.any():
-        cap_after = state.util_cap_on[None, :] + p.util_capacity[idx[off]]
-        valid = cap_after > 0
-        ratios = np.where(valid, used_after[None, :] / np.where(valid, cap_after, 1.0), 0.0)
-        du[off] = ratios.sum(axis=1) / np.maximum(valid.sum(axis=1), 1) - u_before
-    delta += wts.utilization * du
+    cap_after = state.util_cap_on + coef.shape_capacity
+    valid = cap_after > 0
+    ratios = np.where(valid, used_after / np.where(valid, cap_after, 1.0), 0.0)
+    u_off_shape = ratios.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+    off_gain = wts.utilization * (u_off_shape - u_before)
 
+    delta = take(coef.off_gain_base)  # -(cost + idle carbon) of powering on, weighted
+    delta = delta + off_gain[take(coef.capacity_shape)]
+    delta = np.where(take(state.on), wts.utilization * (u_on - u_before), delta)
+    delta += base
     region = int(p.wl_region[w])
     if region >= 0 and coef.n_with_region:
-        delta += wts.latency * coef.latency_score[region, p.node_domain[idx]] / coef.n_with_region
-
-    if coef.max_cost > 0:
-        delta -= wts.cost * off * coef.node_cost[idx] / coef.max_cost
-
-    if coef.max_carbon > 0:
-        cpu = p.demand[w, p.cpu_index]
-        cap = coef.cpu_capacity[idx]
-        before = state.allocated[idx, p.cpu_index]
-        # cpu utilization is capped at 1, as in evaluate.
-        dutil = (np.minimum(before + cpu, cap) - np.minimum(before, cap)) / np.where(cap > 0, cap, 1.0)
-        dcarbon = off * coef.carbon_idle[idx] + coef.carbon_dynamic[idx] * dutil
-        delta -= wts.carbon * dcarbon / coef.max_carbon
+        delta += take(coef.latency_weighted[region])
+    cpu = p.demand[w, p.cpu_index]
+    if cpu:
+        delta -= cpu * take(coef.carbon_per_milli_weighted)
     return delta

@@ -69,7 +69,7 @@ class _Checker:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.fail(p, f"expected a number, got {_kind(value)} {value!r}")
                 return None
-            if not math.isfinite(value):
+            if not _finite(value):
                 self.fail(p, f"must be finite, got {value!r}")
                 return None
             return float(value)
@@ -88,7 +88,7 @@ class _Checker:
         return value
 
     def number(self, value: Any, path: str, minimum: float | None = None, positive: bool = False) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
             self.fail(path, f"expected a finite number, got {_kind(value)} {value!r}")
             return None
         if positive and value <= 0:
@@ -112,6 +112,14 @@ class _Checker:
             else:
                 out[str(k)] = v
         return out
+
+
+def _finite(value: int | float) -> bool:
+    """math.isfinite that is False (not OverflowError) for ints beyond the float range."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _kind(value: Any) -> str:
@@ -155,7 +163,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
 
     resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
     res_names: list[str] = []
-    if resources is not None:
+    if resources is None:  # mistyped (already reported): check the rest against the default
+        res_names = ["cpu", "memory"]
+    else:
         for i, r in enumerate(resources):
             if not isinstance(r, str) or not r:
                 c.fail(f"resources[{i}]", f"expected a resource name, got {r!r}")
@@ -240,15 +250,17 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         dom = c.get(n, "domain", p, str, required=True)
         if dom is not None and dom not in seen:
             c.fail(f"{p}.domain", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
-        cap_doc = c.get(n, "capacity", p, dict, required=True) or {}
+        cap_doc = c.get(n, "capacity", p, dict, required=True)
         cap = []
         for r in res_names:
-            if r not in cap_doc:
+            if cap_doc is None:  # missing or mistyped, already reported
+                cap.append(0.0)
+            elif r not in cap_doc:
                 c.fail(f"{p}.capacity.{r}", "required field is missing")
                 cap.append(0.0)
                 continue
             cap.append(c.number(cap_doc[r], f"{p}.capacity.{r}", positive=True) or 0.0)
-        for k in cap_doc:
+        for k in cap_doc or {}:
             if k not in res_names:
                 c.fail(f"{p}.capacity.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}; GPUs go in 'gpus')")
         alloc_doc = c.get(n, "allocated", p, dict, default={}) or {}
@@ -262,6 +274,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if k not in res_names:
                 c.fail(f"{p}.allocated.{k}", f"unknown resource {k!r}")
         gpus = c.get(n, "gpus", p, int, default=0)
+        gpus_ok = gpus is not None
         if gpus is not None and gpus < 0:
             c.fail(f"{p}.gpus", f"must be >= 0, got {gpus}")
             gpus = 0
@@ -270,12 +283,16 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         free = c.get(n, "gpu_free_milli", p, list, default=None)
         if free is None:
             free = [GPU_MILLI] * gpus
+        elif not gpus_ok:  # mistyped gpus, already reported
+            free = []
         elif len(free) != gpus:
             c.fail(f"{p}.gpu_free_milli", f"has {len(free)} entries, the node has gpus={gpus}")
             free = [GPU_MILLI] * gpus
         else:
             checked = []
             for j, v in enumerate(free):
+                if isinstance(v, float) and v.is_integer():
+                    v = int(v)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= GPU_MILLI:
                     c.fail(f"{p}.gpu_free_milli[{j}]", f"must be an integer 0..{GPU_MILLI}, got {v!r}")
                     v = GPU_MILLI
@@ -396,7 +413,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             tols.append(Toleration(key, op, value, effect))
         allowed = c.get(w, "allowed_domains", p, list, default=[]) or []
         for j, dname in enumerate(allowed):
-            if dname not in seen:
+            if not isinstance(dname, str) or dname not in seen:
                 c.fail(f"{p}.allowed_domains[{j}]", f"unknown domain {dname!r} (domains: {', '.join(domain_names)})")
         priority = c.get(w, "priority", p, int, default=0)
         deadline = c.get(w, "deadline_s", p, float, default=None)
@@ -578,9 +595,14 @@ def write_problem(problem: Problem, path: str | os.PathLike) -> None:
         import yaml
 
         text = yaml.safe_dump(problem_to_dict(problem), sort_keys=False)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
+        p.parent.mkdir(parents=True, exist_ok=True)  # as write_json_atomic does
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     else:
         write_json_atomic(p, problem_to_dict(problem))

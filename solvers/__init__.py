@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from solvers.base import (
-    Decision,
     DeadlineExceeded,
+    Decision,
     InvalidSettingError,
     OnlineSolver,
     Param,

@@ -150,7 +150,7 @@ class Solver(ABC):
             setattr(self, key, param.convert(self.name, key, value) if key in settings else value)
         self._check_settings()
 
-    def _check_settings(self) -> None:
+    def _check_settings(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Cross-setting checks of a subclass (raise InvalidSettingError)."""
 
     def get_params(self) -> dict[str, Any]:

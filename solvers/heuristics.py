@@ -16,24 +16,24 @@ from iro_fed.objective import marginal
 from solvers.base import OnlineSolver, SolverProperties
 
 
-def free_after(state: ClusterState, w: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(free share after placing ``w``, valid resource mask) over ``cand`` x util resources."""
+def free_share_after(state: ClusterState, w: int) -> np.ndarray:
+    """Per node, the mean share of each util resource left free after placing ``w``."""
     p = state.problem
-    cap = p.util_capacity[cand]
-    free = state.free[cand]
-    if p.has_gpus:
-        free = np.column_stack([free, state.gpu_left[cand]])
-    left = free - p.util_demand[w]
-    valid = cap > 0
-    return np.where(valid, left / np.where(valid, cap, 1.0), 0.0), valid
+    return (state.free_share - p.util_inv_capacity @ p.util_demand[w]) / p.util_valid_count
 
 
-def mean_free_share(state: ClusterState, w: int, cand: np.ndarray) -> np.ndarray:
-    share, valid = free_after(state, w, cand)
-    return share.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+class DenseScorer(OnlineSolver):
+    """A heuristic whose score is one vector expression over all nodes (no gathers): cheaper
+    than indexing when most nodes are feasible, and the same cost whatever the feasible count."""
+
+    def score_all(self, state: ClusterState, w: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
+        return self.score_all(state, w)[candidates]
 
 
-class FirstFit(OnlineSolver):
+class FirstFit(DenseScorer):
     name = "first-fit"
     properties = SolverProperties("online", False, "The first feasible node in node order.")
 
@@ -41,36 +41,32 @@ class FirstFit(OnlineSolver):
         return -candidates.astype(np.float64)
 
 
-class BestFit(OnlineSolver):
+class BestFit(DenseScorer):
     name = "best-fit"
     properties = SolverProperties("online", False, "The feasible node with the least free capacity left (packing).")
 
-    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        return -mean_free_share(state, w, candidates)
+    def score_all(self, state: ClusterState, w: int) -> np.ndarray:
+        return -free_share_after(state, w)
 
 
-class WorstFit(OnlineSolver):
+class WorstFit(DenseScorer):
     name = "worst-fit"
     properties = SolverProperties("online", False, "The feasible node with the most free capacity left (spreading).")
 
-    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        return mean_free_share(state, w, candidates)
+    def score_all(self, state: ClusterState, w: int) -> np.ndarray:
+        return free_share_after(state, w)
 
 
-class DotProduct(OnlineSolver):
-    """Tetris (Grandl et al., SIGCOMM'14): the node whose free vector best aligns with the demand."""
+class DotProduct(DenseScorer):
+    """Tetris (Grandl et al., SIGCOMM'14): the node whose free vector best aligns with the
+    demand, both as shares of the node's capacity."""
 
     name = "dot-product"
     properties = SolverProperties("online", False, "Alignment of demand and free capacity (Tetris dot product).")
 
-    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        p = state.problem
-        cap = p.util_capacity[candidates]
-        free = state.free[candidates]
-        if p.has_gpus:
-            free = np.column_stack([free, state.gpu_left[candidates]])
-        safe = np.where(cap > 0, cap, 1.0)
-        return ((p.util_demand[w] / safe) * (free / safe)).sum(axis=1)
+    def score_all(self, state: ClusterState, w: int) -> np.ndarray:
+        inv = state.problem.util_inv_capacity
+        return (state.util_free * inv * inv) @ state.problem.util_demand[w]
 
 
 class RandomFit(OnlineSolver):
@@ -81,22 +77,22 @@ class RandomFit(OnlineSolver):
         return self.rng.random(candidates.size)
 
 
-class GreedyObjective(OnlineSolver):
+class GreedyObjective(DenseScorer):
     """Argmax of the objective's marginal change; ties (to 1e-12) go to the best fit."""
 
     name = "greedy-objective"
     properties = SolverProperties("online", False, "Argmax of the marginal change of the objective R.")
     tie_decimals: ClassVar[int] = 12
 
-    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        return marginal(state.problem, state, w, candidates)
+    def score_all(self, state: ClusterState, w: int) -> np.ndarray:
+        return marginal(state.problem, state, w)
 
     def select(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> int:
         best = np.round(scores, self.tie_decimals)
         tied = np.flatnonzero(best == best.max())
         if tied.size == 1:
             return int(tied[0])
-        return int(tied[np.argmax(-mean_free_share(state, w, candidates[tied]))])
+        return int(tied[np.argmax(-free_share_after(state, w)[candidates[tied]])])
 
 
 HEURISTICS = (FirstFit, BestFit, WorstFit, DotProduct, RandomFit, GreedyObjective)
