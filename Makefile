@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
