@@ -38,7 +38,10 @@ class Placement:
         return int((self.assignment >= 0).sum())
 
     def node_of(self, problem: Problem, workload: str) -> str | None:
-        n = int(self.assignment[problem.workloads.index(next(w for w in problem.workloads if w.name == workload))])
+        index = next((i for i, w in enumerate(problem.workloads) if w.name == workload), None)
+        if index is None:
+            raise KeyError(f"unknown workload {workload!r}")
+        n = int(self.assignment[index])
         return problem.nodes[n].name if n >= 0 else None
 
     def to_dict(self, problem: Problem) -> dict[str, Any]:
@@ -66,6 +69,8 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
     """Read a placement document back against its problem (names -> indices)."""
     from iro_fed.objective import evaluate
 
+    if not isinstance(doc, dict):
+        raise ValueError(f"invalid placement file: the document must be an object, got {type(doc).__name__}")
     assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
     wl_index = {w.name: i for i, w in enumerate(problem.workloads)}
     errors = []
@@ -80,10 +85,22 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
             continue
         assignment[wl_index[name]] = problem.node_index[node]
     cards = {}
-    for name, cl in (doc.get("gpu_assignments") or {}).items():
-        if name in wl_index:
-            cards[wl_index[name]] = tuple(int(c) for c in cl)
-    reasons = {wl_index[n]: r for n, r in (doc.get("unplaced") or {}).items() if n in wl_index}
+    for name, card_list in (doc.get("gpu_assignments") or {}).items():
+        if name not in wl_index:
+            errors.append(f"gpu_assignments.{name}: unknown workload")
+        elif not isinstance(card_list, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in card_list):
+            errors.append(f"gpu_assignments.{name}: expected a list of card indices, got {card_list!r}")
+        else:
+            cards[wl_index[name]] = tuple(card_list)
+    reasons = {}
+    for name, reason in (doc.get("unplaced") or {}).items():
+        if name not in wl_index:
+            errors.append(f"unplaced.{name}: unknown workload")
+        else:
+            reasons[wl_index[name]] = str(reason)
+    status = doc.get("status", "feasible")
+    if status not in STATUSES:
+        errors.append(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
     if errors:
         raise ValueError("invalid placement file: " + "; ".join(errors))
     p = Placement(
@@ -92,7 +109,7 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
         reasons=reasons,
         solver=doc.get("solver", ""),
         params=dict(doc.get("params") or {}),
-        status=doc.get("status", "feasible"),
+        status=status,
         timing=dict(doc.get("timing") or {}),
         info=dict(doc.get("info") or {}),
     )

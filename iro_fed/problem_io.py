@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.model import (
+    DEFAULT_IDLE_SHARE,
     DEFAULT_LATENCY_REF_MS,
     DOMAIN_KINDS,
     GPU_MILLI,
@@ -216,12 +217,13 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     # --- latency ---
     regions: list[str] = []
     lat_rows: list[list[float]] = []
-    latency = c.get(doc, "latency_ms", "", dict, default={}) or {}
-    for region, row in latency.items():
+    latency = c.get(doc, "latency_ms", "", dict, default={})
+    latency_ok = latency is not None  # when mistyped (reported), user_region is not checked
+    for region, row in (latency or {}).items():
         p = f"latency_ms.{region}"
         if not isinstance(row, Mapping):
             c.fail(p, f"expected an object domain -> ms, got {_kind(row)}")
-            continue
+            row = {}  # the region still exists: workloads naming it get no follow-up error
         values = [math.nan] * len(domain_names)
         for dom, ms in row.items():
             if dom not in seen:
@@ -255,7 +257,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for r in res_names:
             if cap_doc is None:  # missing or mistyped, already reported
                 cap.append(0.0)
-            elif r not in cap_doc:
+                continue
+            if r not in cap_doc:
                 c.fail(f"{p}.capacity.{r}", "required field is missing")
                 cap.append(0.0)
                 continue
@@ -277,7 +280,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         gpus_ok = gpus is not None
         if gpus is not None and gpus < 0:
             c.fail(f"{p}.gpus", f"must be >= 0, got {gpus}")
-            gpus = 0
+            gpus, gpus_ok = 0, False
         gpus = gpus or 0
         model = c.get(n, "gpu_model", p, str, default="") or ""
         free = c.get(n, "gpu_free_milli", p, list, default=None)
@@ -313,8 +316,10 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if key:
                 taints.append(Taint(key, value or "", effect or "NoSchedule"))
         d_idle, d_peak = default_power(cap[res_names.index("cpu")] if "cpu" in res_names else 0.0, gpus)
-        pk = c.get(n, "power_peak_w", p, float, default=d_peak)
         ia = c.get(n, "power_idle_w", p, float, default=None)
+        # With only idle given, peak follows from the default idle share (idle = 40 % of peak).
+        default_peak = max(d_peak, ia / DEFAULT_IDLE_SHARE) if isinstance(ia, float) and ia > 0 else d_peak
+        pk = c.get(n, "power_peak_w", p, float, default=default_peak)
         if pk is not None and pk < 0:
             c.fail(f"{p}.power_peak_w", f"must be >= 0, got {pk}")
         if ia is None:
@@ -335,7 +340,6 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     workloads: list[Workload] = []
     dem_rows, wl_gc, wl_gm = [], [], []
     wl_seen: dict[str, int] = {}
-    max_cards = max(gpu_counts, default=0)
     for i, w in enumerate(_list(c, doc, "workloads", required=False)):
         p = f"workloads[{i}]"
         if not isinstance(w, Mapping):
@@ -358,8 +362,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         count, milli, models = 0, 0, ()
         if gpu is not None:
             count = c.get(gpu, "count", f"{p}.gpu", int, default=1)
-            if count is not None and count < 0:
-                c.fail(f"{p}.gpu.count", f"must be >= 0, got {count}")
+            if count is not None and count < 1:
+                c.fail(f"{p}.gpu.count", f"must be >= 1 (leave out 'gpu' for a pod without GPUs), got {count}")
             count = count or 0
             milli = c.get(gpu, "milli", f"{p}.gpu", int, default=GPU_MILLI)
             if milli is None:
@@ -377,14 +381,11 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if bad:
                 c.fail(f"{p}.gpu.models", f"expected GPU model names, got {bad!r}")
             models = tuple(m for m in model_list if isinstance(m, str))
-            if count > max_cards and nodes:
-                # Valid input, but say so early: no node could ever run it.
-                pass
         klass = c.get(w, "class", p, str, default="online")
         if klass is not None and klass not in WORKLOAD_CLASSES:
             c.fail(f"{p}.class", f"must be one of {', '.join(WORKLOAD_CLASSES)}, got {klass!r}")
         region = c.get(w, "user_region", p, str, default="") or ""
-        if region and region not in regions:
+        if region and latency_ok and region not in regions:
             c.fail(f"{p}.user_region", f"unknown user region {region!r} (latency_ms has: {', '.join(regions) or 'none'})")
         max_lat = c.get(w, "max_latency_ms", p, float, default=None)
         if max_lat is not None and max_lat <= 0:
@@ -572,15 +573,19 @@ def problem_to_dict(problem: Problem) -> dict:
     return doc
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON so that a reader sees either the old file or the whole new one."""
+def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a text file so that a reader sees either the old file or the whole new one.
+
+    The file is made readable by others (0644), not left at the 0600 of the temporary file it
+    is renamed from, so a placement written by one user or container can be read by another.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -589,20 +594,17 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
         raise
 
 
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one."""
+    _write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
 def write_problem(problem: Problem, path: str | os.PathLike) -> None:
+    """Write a problem file: YAML for a .yaml/.yml path, JSON otherwise (atomically)."""
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        text = yaml.safe_dump(problem_to_dict(problem), sort_keys=False)
-        p.parent.mkdir(parents=True, exist_ok=True)  # as write_json_atomic does
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_text_atomic(p, yaml.safe_dump(problem_to_dict(problem), sort_keys=False))
     else:
         write_json_atomic(p, problem_to_dict(problem))
