@@ -16,10 +16,12 @@ from iro_fed.objective import marginal
 from solvers.base import OnlineSolver, SolverProperties
 
 
-def free_share_after(state: ClusterState, w: int) -> np.ndarray:
-    """Per node, the mean share of each util resource left free after placing ``w``."""
+def free_share_after(state: ClusterState, w: int, nodes: np.ndarray | None = None) -> np.ndarray:
+    """Per node (all, or ``nodes``), the mean share of each util resource left free after placing ``w``."""
     p = state.problem
-    return (state.free_share - p.util_inv_capacity @ p.util_demand[w]) / p.util_valid_count
+    if nodes is None:
+        return (state.free_share - p.util_inv_capacity @ p.util_demand[w]) / p.util_valid_count
+    return (state.free_share[nodes] - p.util_inv_capacity[nodes] @ p.util_demand[w]) / p.util_valid_count[nodes]
 
 
 class DenseScorer(OnlineSolver):
@@ -92,7 +94,7 @@ class GreedyObjective(DenseScorer):
         tied = np.flatnonzero(best == best.max())
         if tied.size == 1:
             return int(tied[0])
-        return int(tied[np.argmax(-free_share_after(state, w)[candidates[tied]])])
+        return int(tied[np.argmax(-free_share_after(state, w, candidates[tied]))])
 
 
 HEURISTICS = (FirstFit, BestFit, WorstFit, DotProduct, RandomFit, GreedyObjective)
