@@ -299,50 +299,46 @@ class Problem:
                 table[i, index[t]] = True
         return taints, _readonly(table)
 
+    def replace(self, **changes: Any) -> Problem:
+        """A copy with some constructor arguments replaced."""
+        args: dict[str, Any] = {
+            "resources": self.resources,
+            "domains": self.domains,
+            "nodes": self.nodes,
+            "workloads": self.workloads,
+            "regions": self.regions,
+            "latency_ms": self.latency_ms,
+            "capacity": self.capacity,
+            "allocated": self.allocated,
+            "demand": self.demand,
+            "gpu_free": self.gpu_free,
+            "gpu_count": self.gpu_count,
+            "wl_gpu_count": self.wl_gpu_count,
+            "wl_gpu_milli": self.wl_gpu_milli,
+            "power_idle_w": self.power_idle_w,
+            "power_peak_w": self.power_peak_w,
+            "weights": self.weights,
+            "latency_ref_ms": self.latency_ref_ms,
+        }
+        unknown = set(changes) - set(args)
+        if unknown:
+            raise TypeError(f"Problem.replace: unknown field(s) {', '.join(sorted(unknown))}")
+        args.update(changes)
+        return Problem(**args)
+
     def with_workloads(self, indices: Sequence[int] | np.ndarray) -> Problem:
         """A problem with the same cluster and a subset (or reordering) of the workloads."""
         idx = np.asarray(indices, dtype=np.int64)
-        return Problem(
-            resources=self.resources,
-            domains=self.domains,
-            nodes=self.nodes,
+        return self.replace(
             workloads=[self.workloads[i] for i in idx],
-            regions=self.regions,
-            latency_ms=self.latency_ms,
-            capacity=self.capacity,
-            allocated=self.allocated,
             demand=self.demand[idx],
-            gpu_free=self.gpu_free,
-            gpu_count=self.gpu_count,
             wl_gpu_count=self.wl_gpu_count[idx],
             wl_gpu_milli=self.wl_gpu_milli[idx],
-            power_idle_w=self.power_idle_w,
-            power_peak_w=self.power_peak_w,
-            weights=self.weights,
-            latency_ref_ms=self.latency_ref_ms,
         )
 
     def with_cluster(self, allocated: np.ndarray, gpu_free: np.ndarray) -> Problem:
         """The same problem on a cluster whose usage is ``allocated`` / ``gpu_free``."""
-        return Problem(
-            resources=self.resources,
-            domains=self.domains,
-            nodes=self.nodes,
-            workloads=self.workloads,
-            regions=self.regions,
-            latency_ms=self.latency_ms,
-            capacity=self.capacity,
-            allocated=allocated,
-            demand=self.demand,
-            gpu_free=gpu_free,
-            gpu_count=self.gpu_count,
-            wl_gpu_count=self.wl_gpu_count,
-            wl_gpu_milli=self.wl_gpu_milli,
-            power_idle_w=self.power_idle_w,
-            power_peak_w=self.power_peak_w,
-            weights=self.weights,
-            latency_ref_ms=self.latency_ref_ms,
-        )
+        return self.replace(allocated=allocated, gpu_free=gpu_free)
 
     def __repr__(self) -> str:
         return (

@@ -91,3 +91,16 @@ def test_terms_are_normalized():
         assignment = state.assignment
         for value in evaluate(problem, assignment).terms.values():
             assert 0.0 <= value <= 1.0
+
+
+def test_problem_views_share_the_cluster():
+    problem = random_problem(3, nodes=5, pods=6)
+    sub = problem.with_workloads([4, 1])
+    assert [w.name for w in sub.workloads] == ["p4", "p1"]
+    assert (sub.demand == problem.demand[[4, 1]]).all() and (sub.capacity == problem.capacity).all()
+    state = ClusterState(problem)
+    state.place(0, int(np.flatnonzero(feasible_nodes(state, 0))[0]))
+    moved = problem.with_cluster(state.allocated, state.gpu_free)
+    assert (moved.allocated == state.allocated).all() and moved.workloads == problem.workloads
+    with pytest.raises(TypeError, match="unknown field"):
+        problem.replace(colour="red")
