@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -214,6 +215,99 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``42``, ``42-51`` or ``42,45,50`` to a list of seeds."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                first, last = int(lo), int(hi)
+                if last < first:
+                    raise ValueError(part)
+                seeds.extend(range(first, last + 1))
+            else:
+                seeds.append(int(part))
+    except ValueError:
+        raise UsageError(f"--seeds: expected N, N-M or a comma list of seeds, got {text!r}") from None
+    if any(s < 0 for s in seeds):
+        raise UsageError(f"--seeds: seeds must be >= 0, got {text!r}")
+    return seeds
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import solvers
+    from iro_fed.problem_io import write_json_atomic
+    from iro_fed.replay import median_unallocated, replay_trace, summary
+    from iro_fed.traces.openb import TraceFormatError, load_nodes, load_pods
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if not policies:
+        raise UsageError("--policy: give at least one policy name")
+    for name in policies:
+        cls = solvers.registered().get(name)
+        if cls is None:
+            raise UsageError(f"--policy: unknown solver {name!r} (registered: {', '.join(solvers.registered())})")
+        if not issubclass(cls, solvers.OnlineSolver):
+            raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time")
+    seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
+    try:
+        nodes = load_nodes(args.nodes)
+        pods = load_pods(args.pods)
+    except TraceFormatError as exc:
+        raise UsageError(str(exc)) from exc
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    documents = {}
+    all_results = {}
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_console(stderr=True), transient=True
+    )
+    with progress:
+        for name in policies:
+            results = []
+            for seed in seeds:
+                task = progress.add_task(f"{name} seed {seed}", total=None)
+
+                def tick(done: int, task=task) -> None:
+                    if done % 200 == 0:
+                        progress.update(task, completed=done)
+
+                result = replay_trace(nodes, pods, name, seed, settings.get(name), on_progress=tick)
+                progress.remove_task(task)
+                results.append(result)
+            all_results[name] = results
+            documents[name] = summary(results, args.pods, args.nodes)
+    table = Table(title=f"replay of {args.pods} on {len(nodes)} nodes ({sum(n.gpus for n in nodes)} GPUs)")
+    for col in ("policy", "seeds", "arrived", "failed", "unallocated GPU % @100", "frag GPU % @100", "time s"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, results in all_results.items():
+        doc = documents[name]
+        frag = doc["frag_gpu_pct"].get("100")
+        table.add_row(
+            name,
+            ",".join(str(r.seed) for r in results) if len(results) <= 3 else f"{results[0].seed}..{results[-1].seed}",
+            str(round(float(sum(r.arrived_pods for r in results)) / len(results))),
+            str(round(float(sum(r.failed_pods for r in results)) / len(results))),
+            _fmt(median_unallocated(results), 2),
+            _fmt(frag, 2),
+            f"{sum(r.timing['replay_s'] for r in results):.1f}",
+        )
+    _console().print(table)
+    if args.out:
+        write_json_atomic(args.out, documents[policies[0]] if len(policies) == 1 else {"results": list(documents.values())})
+        _console().print(f"results written to {args.out}")
+    if args.plot:
+        from iro_fed.plots import allocation_plot
+
+        curves = {name: doc["alloc_gpu_pct"] for name, doc in documents.items()}
+        allocation_plot(curves, args.plot, title=f"GPU allocation, {Path(args.pods).name}")
+        _console().print(f"plot written to {args.plot}")
+    return EXIT_OK
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     problem = _load(args.problem)
     _console().print(f"{args.problem}: valid, {problem!r}")
@@ -245,6 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed given to every solver (default 0)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("replay", help="replay an Alibaba openb trace online, pod by pod (shared/spec/fgd-replay.md)")
+    p.add_argument("--nodes", required=True, metavar="CSV", help="node list, e.g. openb_node_list_gpu_node.csv")
+    p.add_argument("--pods", required=True, metavar="CSV", help="pod list, e.g. openb_pod_list_default.csv")
+    p.add_argument("--policy", required=True, metavar="NAME[,NAME]", help="online solver(s), e.g. fgd, fgd-bestfit, iro-frag")
+    p.add_argument("--seed", type=int, default=42, help="arrival-sequence seed (default 42)")
+    p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51; the result holds their median")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")
     p.add_argument("problem", metavar="PROBLEM")

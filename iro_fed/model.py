@@ -362,6 +362,9 @@ class ClusterState:
         self.gpu_free = problem.gpu_free.copy()
         self.assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
         self.gpu_cards: dict[int, tuple[int, ...]] = {}
+        # Every place (+1) and remove (-1) as (workload, node, sign): policies that keep per-node
+        # caches read the entries after their last cursor to refresh only the nodes that changed.
+        self.journal: list[tuple[int, int, int]] = []
         self._recompute_gpu_aggregates()
         used_gpu = (self.gpu_free >= 0) * (GPU_MILLI - np.maximum(self.gpu_free, 0))
         self.gpu_used = used_gpu.sum(axis=1).astype(np.float64) if self.gpu_free.size else np.zeros(problem.num_nodes)
@@ -449,6 +452,7 @@ class ClusterState:
             self.gpu_cards[w] = cards
         self.assignment[w] = n
         self.pods_on_node[n] += 1
+        self.journal.append((w, n, 1))
         self.util_used_total += p.util_demand[w]
         self.util_free[n] -= p.util_demand[w]
         self.free_share[n] -= p.util_demand[w] @ p.util_inv_capacity[n]
@@ -473,6 +477,7 @@ class ClusterState:
             self._refresh_gpu_row(n)
         self.assignment[w] = -1
         self.pods_on_node[n] -= 1
+        self.journal.append((w, n, -1))
         self.util_used_total -= p.util_demand[w]
         self.util_free[n] += p.util_demand[w]
         self.free_share[n] += p.util_demand[w] @ p.util_inv_capacity[n]
@@ -489,6 +494,7 @@ class ClusterState:
         ):
             setattr(other, name, getattr(self, name).copy())
         other.gpu_cards = dict(self.gpu_cards)
+        other.journal = list(self.journal)
         return other
 
 

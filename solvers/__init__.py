@@ -58,10 +58,11 @@ def make(name: str, **params: Any) -> Solver:
 
 def _register_builtin() -> None:
     from solvers.composite import COMPOSITES
+    from solvers.fgd import PAPER_POLICIES
     from solvers.heuristics import HEURISTICS
     from solvers.kube_default import KubeDefault
 
-    for cls in (*HEURISTICS, KubeDefault, *COMPOSITES):
+    for cls in (*HEURISTICS, KubeDefault, *PAPER_POLICIES, *COMPOSITES):
         register(cls)
 
 

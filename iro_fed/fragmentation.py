@@ -1,0 +1,108 @@
+"""GPU fragmentation as the FGD paper defines it (Weng et al., USENIX ATC'23), vectorized.
+
+A node's GPU fragmentation for a task t is the free GPU milli that t cannot use there: all of
+the node's free milli if t cannot run on the node at all (a CPU-only task, a GPU model it does
+not accept, too little CPU, too few cards with enough milli), otherwise the free milli of the
+cards that individually cannot host t. The node's fragmentation is the popularity-weighted
+sum over the workload's *typical tasks*: pods grouped by (cpu, per-card GPU milli, GPU count,
+GPU models), the most frequent groups covering 95 % of pods, popularity renormalized over them
+(shared/spec/fgd-replay.md; the simulator's ``utils.NodeGpuShareFragAmountScore``).
+
+Written as ``frag = free * 1 - sum_t p_t * satisfied_t * usable_t`` so that one pass over the
+distinct per-card thresholds and one vector expression per task score many candidate
+(node, card) variants at once. With ``memory_aware`` a task is also unsatisfied when the node
+lacks its memory (our extension; the paper ignores memory).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from iro_fed.model import Problem
+
+DEFAULT_COVERAGE = 0.95
+
+
+@dataclass(frozen=True)
+class TypicalTasks:
+    """The typical tasks of a workload, as arrays over tasks T (and nodes N for access)."""
+
+    cpu: np.ndarray  # [T] millicores
+    memory: np.ndarray  # [T] MiB (mean over the group's pods)
+    milli: np.ndarray  # [T] milli per card (0 for CPU-only tasks)
+    count: np.ndarray  # [T] cards
+    popularity: np.ndarray  # [T], sums to 1
+    access: np.ndarray  # [T, N] the node's GPU model is allowed
+
+    @property
+    def size(self) -> int:
+        return int(self.cpu.size)
+
+
+def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE, workloads: np.ndarray | None = None) -> TypicalTasks:
+    """Group the workloads (default: all of the problem's) and keep the most frequent groups
+    until they cover ``coverage`` of the pods."""
+    p = problem
+    idx = np.arange(p.num_workloads) if workloads is None else np.asarray(workloads)
+    cpu_col = p.cpu_index
+    mem_col = p.resource_index.get("memory")
+    counts: Counter[tuple] = Counter()
+    mem_sum: dict[tuple, float] = {}
+    for w in idx:
+        k = int(p.wl_gpu_count[w])
+        milli = int(p.wl_gpu_milli[w]) if k > 0 else 0
+        key = (float(p.demand[w, cpu_col]), milli, k if milli else 0, p.workloads[w].gpu_models if milli else ())
+        counts[key] += 1
+        mem_sum[key] = mem_sum.get(key, 0.0) + (float(p.demand[w, mem_col]) if mem_col is not None else 0.0)
+    total = sum(counts.values())
+    # Most frequent first; equal counts in a fixed order so runs are reproducible.
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1], kv[0][2], kv[0][3]))
+    kept: list[tuple[tuple, int]] = []
+    covered = 0
+    for key, n in ordered:
+        if covered >= coverage * total:
+            break
+        kept.append((key, n))
+        covered += n
+    model_index = {m: i for i, m in enumerate(p.gpu_models)}
+    access = np.ones((len(kept), p.num_nodes), dtype=bool)
+    for t, ((_, milli, _, models), _) in enumerate(kept):
+        if milli and models:
+            allowed = [model_index[m] for m in models if m in model_index]
+            access[t] = np.isin(p.node_gpu_model, np.array(allowed, dtype=np.int32))
+    return TypicalTasks(
+        cpu=np.array([k[0] for k, _ in kept], dtype=np.float64),
+        memory=np.array([mem_sum[k] / n for k, n in kept], dtype=np.float64),
+        milli=np.array([k[1] for k, _ in kept], dtype=np.int64),
+        count=np.array([k[2] for k, _ in kept], dtype=np.int64),
+        popularity=np.array([n / covered for _, n in kept], dtype=np.float64) if covered else np.zeros(0),
+        access=access,
+    )
+
+
+def fragmentation(
+    tasks: TypicalTasks,
+    nodes: np.ndarray,
+    cpu_left: np.ndarray,
+    cards: np.ndarray,
+    memory_left: np.ndarray | None = None,
+) -> np.ndarray:
+    """Fragmented GPU milli of each row: node ``nodes[r]`` with ``cpu_left[r]`` millicores and
+    ``cards[r, g]`` free milli per card (-1 for cards it does not have)."""
+    free = np.maximum(cards, 0)
+    total = free.sum(axis=1).astype(np.float64)
+    frag = total * tasks.popularity.sum()
+    gpu_tasks = np.flatnonzero(tasks.milli > 0)
+    for threshold in np.unique(tasks.milli[gpu_tasks]):
+        fits = cards >= threshold
+        n_fit = fits.sum(axis=1)
+        usable = np.where(fits, free, 0).sum(axis=1)
+        for t in gpu_tasks[tasks.milli[gpu_tasks] == threshold]:
+            sat = tasks.access[t, nodes] & (cpu_left >= tasks.cpu[t]) & (n_fit >= tasks.count[t])
+            if memory_left is not None:
+                sat &= memory_left >= tasks.memory[t]
+            frag -= tasks.popularity[t] * np.where(sat, usable, 0)
+    return frag

@@ -1,0 +1,51 @@
+"""Plots for reports (matplotlib is the ``plot`` extra, imported only here, lazily)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError("plotting needs matplotlib: pip install 'iro-fed[plot]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def allocation_plot(
+    curves: Mapping[str, Mapping[str, float | None]],
+    path: str | os.PathLike,
+    title: str = "GPU allocation vs arrived workload",
+    reference: Sequence[tuple[str, float]] = (),
+) -> None:
+    """Allocated GPU % against arrived GPU workload % (the FGD paper's Fig. 9), one line per
+    policy; ``reference`` adds horizontal markers (label, unallocated % at 100 %)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    for label, curve in curves.items():
+        xs = [int(x) for x, v in curve.items() if v is not None]
+        ys = [v for v in curve.values() if v is not None]
+        ax.plot(xs, ys, label=label, linewidth=1.4)
+    ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="ideal")
+    for label, unallocated in reference:
+        ax.axhline(100 - unallocated, linestyle="--", linewidth=0.8, alpha=0.6, label=label)
+    ax.set_xlim(0, 130)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("arrived GPU workload (% of cluster GPU capacity)")
+    ax.set_ylabel("allocated GPU (% of capacity)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, target)

@@ -1,0 +1,205 @@
+"""Online replay of an openb trace with the FGD paper's metric (shared/spec/fgd-replay.md).
+
+Pods arrive in the seeded sequence of :func:`iro_fed.traces.openb.arrival_sequence`; each is
+tried once through the solver contract (``solver.decide`` against an incremental
+:class:`~iro_fed.model.ClusterState`) and dropped when nothing fits. After every arrival the
+replay records the arrived GPU share a (rounded percent of cluster GPU capacity) and the
+allocated GPU share (percent, 2 decimals); ``alloc_gpu_pct[x]`` is the mean allocation over the
+events with a == x (or x-1 <= a <= x+1 when none), for x = 0..130. It also records the FGD
+fragmentation of the cluster (percent of GPU capacity that is free but fragmented for the
+typical tasks) and CPU / memory allocation on the same axis.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from iro_fed.fragmentation import fragmentation, typical_tasks
+from iro_fed.model import ClusterState, Problem
+from iro_fed.traces.openb import OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
+
+MAX_ARRIVED_PCT = 130
+
+
+@dataclass
+class ReplayResult:
+    """One replay (one policy, one seed)."""
+
+    policy: str
+    seed: int
+    arrived_pods: int
+    failed_pods: int
+    alloc_gpu_pct: dict[str, float | None]
+    frag_gpu_pct: dict[str, float | None]
+    alloc_cpu_pct: dict[str, float | None]
+    alloc_mem_pct: dict[str, float | None]
+    failed_gpu_milli: int
+    timing: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def unallocated_gpu_pct_at_100(self) -> float | None:
+        value = self.alloc_gpu_pct.get("100")
+        return None if value is None else round(100.0 - value, 4)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "arrived_pods": self.arrived_pods,
+            "failed_pods": self.failed_pods,
+            "failed_gpu_milli": self.failed_gpu_milli,
+            "unallocated_gpu_pct_at_100": self.unallocated_gpu_pct_at_100,
+            "alloc_gpu_pct": self.alloc_gpu_pct,
+            "frag_gpu_pct": self.frag_gpu_pct,
+            "alloc_cpu_pct": self.alloc_cpu_pct,
+            "alloc_mem_pct": self.alloc_mem_pct,
+            "timing": {k: round(v, 4) for k, v in self.timing.items()},
+        }
+
+
+def curve(arrived_pct: np.ndarray, values: np.ndarray) -> dict[str, float | None]:
+    """Mean of ``values`` per rounded arrival percent x = 0..130 (the spec's neighbour rule)."""
+    out: dict[str, float | None] = {}
+    for x in range(MAX_ARRIVED_PCT + 1):
+        hit = arrived_pct == x
+        if not hit.any():
+            hit = (arrived_pct >= x - 1) & (arrived_pct <= x + 1)
+        out[str(x)] = round(float(values[hit].mean()), 4) if hit.any() else None
+    return out
+
+
+def replay_problem(
+    problem: Problem,
+    solver: Any,
+    seed: int,
+    capacity_milli: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``problem.workloads`` in order through an online ``solver`` (a registered solver
+    with ``decide``); ``capacity_milli`` defaults to the cluster's GPU capacity."""
+    p = problem
+    capacity = float(capacity_milli if capacity_milli is not None else int(p.gpu_count.sum()) * 1000)
+    if capacity <= 0:
+        raise ValueError("the cluster has no GPUs: the GPU allocation metric is undefined")
+    n = p.num_workloads
+    cpu_total = float(p.capacity[:, p.cpu_index].sum())
+    mem_col = p.resource_index.get("memory")
+    mem_total = float(p.capacity[:, mem_col].sum()) if mem_col is not None else 0.0
+    tasks = typical_tasks(p)
+    state = ClusterState(p)
+    solver.reset(p)
+    frag_nodes = fragmentation(tasks, np.arange(p.num_nodes), state.free[:, p.cpu_index], state.gpu_free)
+    frag_total = float(frag_nodes.sum())
+
+    arrived = used = 0
+    cpu_used = mem_used = 0.0
+    failed = failed_milli = 0
+    arrived_pct = np.empty(n, dtype=np.int64)
+    alloc = np.empty(n)
+    frag = np.empty(n)
+    cpu_pct = np.empty(n)
+    mem_pct = np.empty(n)
+    start = time.perf_counter()
+    decide_s = 0.0
+    for w in range(n):
+        t0 = time.perf_counter()
+        decision = solver.decide(state, w)
+        decide_s += time.perf_counter() - t0
+        gpu = int(p.wl_gpu_total[w]) if p.wl_gpu_count[w] > 0 else 0
+        arrived += gpu
+        if decision.node >= 0:
+            node = decision.node
+            state.place(w, node, decision.cards)
+            used += gpu
+            cpu_used += p.demand[w, p.cpu_index]
+            if mem_col is not None:
+                mem_used += p.demand[w, mem_col]
+            new = fragmentation(tasks, np.array([node]), state.free[[node], p.cpu_index], state.gpu_free[[node]])[0]
+            frag_total += new - frag_nodes[node]
+            frag_nodes[node] = new
+        else:
+            failed += 1
+            failed_milli += gpu
+        arrived_pct[w] = round(100.0 * arrived / capacity)
+        alloc[w] = round(100.0 * used / capacity, 2)
+        frag[w] = 100.0 * frag_total / capacity
+        cpu_pct[w] = 100.0 * cpu_used / cpu_total if cpu_total else 0.0
+        mem_pct[w] = 100.0 * mem_used / mem_total if mem_total else 0.0
+        if on_progress is not None:
+            on_progress(w + 1)
+    total_s = time.perf_counter() - start
+    return ReplayResult(
+        policy=getattr(solver, "name", type(solver).__name__),
+        seed=seed,
+        arrived_pods=n,
+        failed_pods=failed,
+        alloc_gpu_pct=curve(arrived_pct, alloc),
+        frag_gpu_pct=curve(arrived_pct, frag),
+        alloc_cpu_pct=curve(arrived_pct, cpu_pct),
+        alloc_mem_pct=curve(arrived_pct, mem_pct),
+        failed_gpu_milli=failed_milli,
+        timing={"replay_s": total_s, "decide_s": decide_s, "decisions_per_s": n / decide_s if decide_s > 0 else 0.0},
+    )
+
+
+def replay_trace(
+    nodes: list[OpenbNode],
+    pods: list[OpenbPod],
+    policy: str,
+    seed: int,
+    policy_params: dict[str, Any] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Build the seed's arrival sequence and replay it with the registered solver ``policy``."""
+    import solvers
+
+    capacity = gpu_capacity(nodes)
+    sequence = arrival_sequence(pods, seed, capacity)
+    solver = solvers.make(policy, **{"seed": seed, **(policy_params or {})})
+    if not isinstance(solver, solvers.OnlineSolver):
+        raise solvers.InvalidSettingError(f"policy {policy!r} is not an online solver: replay places pods one at a time")
+    return replay_problem(build_problem(nodes, sequence), solver, seed, capacity, on_progress)
+
+
+def median_unallocated(results: list[ReplayResult]) -> float | None:
+    values = [r.unallocated_gpu_pct_at_100 for r in results if r.unallocated_gpu_pct_at_100 is not None]
+    return round(float(np.median(values)), 4) if values else None
+
+
+def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv: str | os.PathLike) -> dict[str, Any]:
+    """The replay JSON document: one seed, or several with per-seed results and medians."""
+    if len(results) == 1:
+        doc = results[0].to_dict()
+        doc.update(pods_csv=str(pods_csv), nodes_csv=str(nodes_csv))
+        return doc
+    first = results[0]
+    return {
+        "policy": first.policy,
+        "seeds": [r.seed for r in results],
+        "pods_csv": str(pods_csv),
+        "nodes_csv": str(nodes_csv),
+        "arrived_pods": [r.arrived_pods for r in results],
+        "failed_pods": [r.failed_pods for r in results],
+        "unallocated_gpu_pct_at_100": median_unallocated(results),
+        "unallocated_gpu_pct_at_100_per_seed": [r.unallocated_gpu_pct_at_100 for r in results],
+        "alloc_gpu_pct": _mean_curves([r.alloc_gpu_pct for r in results]),
+        "frag_gpu_pct": _mean_curves([r.frag_gpu_pct for r in results]),
+        "alloc_cpu_pct": _mean_curves([r.alloc_cpu_pct for r in results]),
+        "alloc_mem_pct": _mean_curves([r.alloc_mem_pct for r in results]),
+        "timing": {"replay_s": round(sum(r.timing.get("replay_s", 0.0) for r in results), 4)},
+        "runs": [r.to_dict() for r in results],
+    }
+
+
+def _mean_curves(curves: list[dict[str, float | None]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in curves[0]:
+        values = [c[key] for c in curves if c.get(key) is not None]
+        out[key] = round(float(np.mean(values)), 4) if values else None
+    return out

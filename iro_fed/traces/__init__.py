@@ -1,0 +1,1 @@
+"""Loaders for public cluster traces (shared/data)."""

@@ -1,0 +1,211 @@
+"""The Alibaba ``cluster-trace-gpu-v2023`` (openb) node and pod lists, and the FGD paper's
+arrival sequence (shared/spec/fgd-replay.md).
+
+Node CSV columns: ``sn, cpu_milli, memory_mib, gpu, model``. Pod CSV columns: ``name,
+cpu_milli, memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed models joined
+by ``|``), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``, ``scheduled_time``.
+A pod with ``num_gpu`` 1 and ``gpu_milli`` < 1000 shares one card; ``num_gpu`` k with 1000 milli
+needs k whole cards; ``gpu_milli`` above 1000 counts as 1000. Malformed rows raise
+:class:`TraceFormatError` naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from iro_fed.model import GPU_MILLI, Domain, Node, Problem, Workload, default_power
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+ARRIVAL_TARGET = 1.3  # tune the workload to 130 % of the cluster's GPU capacity
+TRACE_DOMAIN = "openb"
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read as the openb format."""
+
+
+@dataclass(frozen=True)
+class OpenbNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True)
+class OpenbPod:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int  # cards; 0 for CPU-only pods
+    gpu_milli: int  # per card, 1..1000; 0 for CPU-only pods
+    gpu_spec: tuple[str, ...] = ()
+    creation_time: int = 0
+    deletion_time: int = -1
+
+    @property
+    def gpu_total(self) -> int:
+        """GPU milli requested in total (counts as arrived in the metric)."""
+        return self.gpu_milli * self.num_gpu
+
+
+def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list[tuple[int, dict[str, str]]]]:
+    p = Path(path)
+    try:
+        handle = p.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise TraceFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceFormatError(f"{p}: missing column(s) {', '.join(missing)} (header: {', '.join(header) or 'empty'})")
+        try:
+            rows = [(i + 2, row) for i, row in enumerate(reader)]
+        except csv.Error as exc:
+            raise TraceFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+    return str(p), rows
+
+
+def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int = 0, default: int | None = None) -> int:
+    raw = row.get(column)
+    if raw is None or raw.strip() == "":
+        if default is not None:
+            return default
+        raise TraceFormatError(f"{source} line {line}: {column}: missing value")
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        try:
+            as_float = float(raw.strip())
+        except ValueError:
+            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {raw!r}") from None
+        if not as_float.is_integer():
+            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {raw!r}") from None
+        value = int(as_float)
+    if value < minimum:
+        raise TraceFormatError(f"{source} line {line}: {column}: must be >= {minimum}, got {value}")
+    return value
+
+
+def load_nodes(path: str | os.PathLike) -> list[OpenbNode]:
+    """Read a node list; names must be unique and capacities positive."""
+    source, rows = _rows(path, NODE_COLUMNS)
+    nodes, seen = [], {}
+    for line, row in rows:
+        name = (row.get("sn") or "").strip()
+        if not name:
+            raise TraceFormatError(f"{source} line {line}: sn: missing node name")
+        if name in seen:
+            raise TraceFormatError(f"{source} line {line}: sn: duplicate node {name!r} (also line {seen[name]})")
+        seen[name] = line
+        gpus = _int(source, line, row, "gpu")
+        model = (row.get("model") or "").strip()
+        if gpus > 0 and not model:
+            raise TraceFormatError(f"{source} line {line}: model: a node with {gpus} GPU(s) needs a GPU model")
+        nodes.append(OpenbNode(name, _int(source, line, row, "cpu_milli", 1), _int(source, line, row, "memory_mib", 1), gpus, model))
+    if not nodes:
+        raise TraceFormatError(f"{source}: no nodes")
+    return nodes
+
+
+def load_pods(path: str | os.PathLike) -> list[OpenbPod]:
+    """Read a pod list (see the module docstring for the GPU columns)."""
+    source, rows = _rows(path, POD_COLUMNS)
+    pods, seen = [], {}
+    for line, row in rows:
+        name = (row.get("name") or "").strip()
+        if not name:
+            raise TraceFormatError(f"{source} line {line}: name: missing pod name")
+        if name in seen:
+            raise TraceFormatError(f"{source} line {line}: name: duplicate pod {name!r} (also line {seen[name]})")
+        seen[name] = line
+        num_gpu = _int(source, line, row, "num_gpu")
+        milli = min(_int(source, line, row, "gpu_milli"), GPU_MILLI)
+        if num_gpu == 0 or milli == 0:
+            num_gpu, milli = 0, 0
+        elif num_gpu > 1 and milli < GPU_MILLI:
+            raise TraceFormatError(
+                f"{source} line {line}: gpu_milli: a pod with num_gpu={num_gpu} takes whole cards (1000), got {milli}"
+            )
+        spec = tuple(s for s in (row.get("gpu_spec") or "").strip().split("|") if s) if num_gpu else ()
+        pods.append(
+            OpenbPod(
+                name=name,
+                cpu_milli=_int(source, line, row, "cpu_milli"),
+                memory_mib=_int(source, line, row, "memory_mib"),
+                num_gpu=num_gpu,
+                gpu_milli=milli,
+                gpu_spec=tuple(dict.fromkeys(spec)),
+                creation_time=_int(source, line, row, "creation_time", default=0),
+                deletion_time=_int(source, line, row, "deletion_time", minimum=-1, default=-1),
+            )
+        )
+    if not pods:
+        raise TraceFormatError(f"{source}: no pods")
+    return pods
+
+
+def gpu_capacity(nodes: list[OpenbNode]) -> int:
+    return sum(n.gpus for n in nodes) * GPU_MILLI
+
+
+def arrival_sequence(pods: list[OpenbPod], seed: int, capacity_milli: int, target: float = ARRIVAL_TARGET) -> list[OpenbPod]:
+    """The FGD paper's arrival sequence for one seed.
+
+    Sort by name, shuffle with the seed, then tune to ``target`` x the cluster's GPU capacity:
+    while short, draw a random pod of the name-sorted list and append a copy (stop when the
+    draw's per-card milli would overshoot, as the simulator does); when over, remove random pods.
+    """
+    original = sorted(pods, key=lambda p: p.name)
+    rng = np.random.default_rng(seed)
+    sequence = [original[i] for i in rng.permutation(len(original))]
+    goal = target * capacity_milli
+    total = sum(p.gpu_total for p in sequence)
+    copies = 0
+    if total < goal:
+        while True:
+            pod = original[int(rng.integers(len(original)))]
+            if total + pod.gpu_milli > goal:
+                break
+            copies += 1
+            sequence.append(replace(pod, name=f"{pod.name}#copy{copies}"))
+            total += pod.gpu_total
+    else:
+        while total > goal and sequence:
+            total -= sequence.pop(int(rng.integers(len(sequence)))).gpu_total
+    return sequence
+
+
+def build_problem(nodes: list[OpenbNode], pods: list[OpenbPod]) -> Problem:
+    """The cluster (one domain) with ``pods`` as the workloads, in order."""
+    width = max((n.gpus for n in nodes), default=0)
+    gpu_free = np.full((len(nodes), width), -1, dtype=np.int32)
+    for i, n in enumerate(nodes):
+        gpu_free[i, : n.gpus] = GPU_MILLI
+    power = [default_power(n.cpu_milli, n.gpus) for n in nodes]
+    return Problem(
+        resources=("cpu", "memory"),
+        domains=[Domain(TRACE_DOMAIN, "zone")],
+        nodes=[Node(n.name, TRACE_DOMAIN, {}, (), n.model if n.gpus else "") for n in nodes],
+        workloads=[Workload(p.name, klass="batch", gpu_models=p.gpu_spec) for p in pods],
+        regions=(),
+        latency_ms=np.zeros((0, 1)),
+        capacity=np.array([[n.cpu_milli, n.memory_mib] for n in nodes], dtype=np.float64),
+        allocated=np.zeros((len(nodes), 2)),
+        demand=np.array([[p.cpu_milli, p.memory_mib] for p in pods], dtype=np.float64).reshape(len(pods), 2),
+        gpu_free=gpu_free,
+        gpu_count=np.array([n.gpus for n in nodes], dtype=np.int32),
+        wl_gpu_count=np.array([p.num_gpu for p in pods], dtype=np.int32),
+        wl_gpu_milli=np.array([p.gpu_milli for p in pods], dtype=np.int32),
+        power_idle_w=np.array([pw[0] for pw in power]),
+        power_peak_w=np.array([pw[1] for pw in power]),
+    )
