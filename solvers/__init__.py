@@ -60,9 +60,10 @@ def _register_builtin() -> None:
     from solvers.composite import COMPOSITES
     from solvers.fgd import PAPER_POLICIES
     from solvers.heuristics import HEURISTICS
+    from solvers.iro_frag import IroFrag
     from solvers.kube_default import KubeDefault
 
-    for cls in (*HEURISTICS, KubeDefault, *PAPER_POLICIES, *COMPOSITES):
+    for cls in (*HEURISTICS, KubeDefault, *PAPER_POLICIES, IroFrag, *COMPOSITES):
         register(cls)
 
 

@@ -190,16 +190,17 @@ class Fgd(PaperPolicy):
     name = "fgd"
     properties = SolverProperties("online", False, "FGD: minimize the growth of GPU fragmentation for the typical tasks.")
     memory_aware: ClassVar[bool] = False
+    frag_model: ClassVar[str] = "fgd"
 
     def reset(self, problem: Problem) -> None:
         super().reset(problem)
-        self.tasks: TypicalTasks = typical_tasks(problem)
+        self.tasks: TypicalTasks = typical_tasks(problem, weighting=getattr(self, "weighting", "count"))
         self._best_card: dict[int, int] = {}
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
         p = state.problem
         mem = state.free[nodes, p.resource_index["memory"]] if self.memory_aware and "memory" in p.resource_index else None
-        return fragmentation(self.tasks, nodes, state.free[nodes, p.cpu_index], state.gpu_free[nodes], mem)
+        return fragmentation(self.tasks, nodes, state.free[nodes, p.cpu_index], state.gpu_free[nodes], mem, self.frag_model)
 
     def rebuild_caches(self, state: ClusterState) -> None:
         self.frag = self.node_frag(state, np.arange(state.problem.num_nodes))
@@ -230,13 +231,14 @@ class Fgd(PaperPolicy):
                 np.repeat(cpu_after, g),
                 variants.reshape(c * g, g),
                 None if mem_after is None else np.repeat(mem_after, g),
+                self.frag_model,
             ).reshape(c, g)
             return np.where(fits, frag, np.inf), fits
         if k > 0:
             # The lowest-index fully free cards (which ones does not change fragmentation).
             take = (cards == GPU_MILLI) & (np.cumsum(cards == GPU_MILLI, axis=1) <= k)
             cards = np.where(take, 0, cards)
-        return fragmentation(self.tasks, candidates, cpu_after, cards, mem_after), np.ones(candidates.size, dtype=bool)
+        return fragmentation(self.tasks, candidates, cpu_after, cards, mem_after, self.frag_model), np.ones(candidates.size, dtype=bool)
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         self.sync(state)

@@ -1,0 +1,189 @@
+"""Fragmentation benchmark: every policy on the openb pod lists, median unallocated GPU % at
+100 % arrival over seeds, beside the FGD paper's published medians (shared/spec/fgd-replay.md).
+
+    .venv/bin/python benchmarks/fragmentation.py                 # all policies, 5 lists, seeds 42-51
+    .venv/bin/python benchmarks/fragmentation.py --seeds 42-44 --pod-lists default --policies fgd,iro-frag
+
+Replays run in parallel worker processes (``--workers``, default: all cores). Prints a table
+(ours vs paper, the gap, and our policy against FGD), writes JSON (``--out``) and a plot of the
+median unallocated GPU % per list and policy (``--plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alibaba-openb-2023"
+POD_LISTS = ("default", "gpushare40", "multigpu50", "gpuspec10", "cpu250")
+POLICIES = ("fgd-random", "fgd-dotprod", "fgd-clustering", "fgd-packing", "fgd-bestfit", "fgd", "iro-frag")
+# Median unallocated GPU % at 100 % arrival over 10 seeds, from the paper (shared/spec/fgd-replay.md).
+PAPER = {
+    "default": {"fgd-random": 13.75, "fgd-dotprod": 9.45, "fgd-clustering": 8.42, "fgd-packing": 8.20, "fgd-bestfit": 7.09, "fgd": 4.77},
+    "gpushare40": {"fgd-random": 15.04, "fgd-dotprod": 10.67, "fgd-clustering": 10.18, "fgd-packing": 10.20, "fgd-bestfit": 8.53, "fgd": 6.05},
+    "multigpu50": {"fgd-random": 18.61, "fgd-dotprod": 5.25, "fgd-clustering": 4.36, "fgd-packing": 3.93, "fgd-bestfit": 4.43, "fgd": 2.91},
+    "gpuspec10": {"fgd-random": 13.69, "fgd-dotprod": 9.75, "fgd-clustering": 8.06, "fgd-packing": 7.77, "fgd-bestfit": 6.89, "fgd": 5.30},
+    "cpu250": {"fgd-random": 20.06, "fgd-dotprod": 16.22, "fgd-clustering": 12.48, "fgd-packing": 11.92, "fgd-bestfit": 8.71, "fgd": 6.80},
+}
+FIDELITY_POLICIES = ("fgd-bestfit", "fgd-dotprod", "fgd")
+FIDELITY_TOLERANCE = 0.7
+
+
+def _run(job: tuple[str, str, str, int]) -> dict[str, Any]:
+    from iro_fed.replay import replay_trace
+    from iro_fed.traces.openb import load_nodes, load_pods
+
+    data, pod_list, policy, seed = job
+    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
+    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
+    result = replay_trace(nodes, pods, policy, seed)
+    return {
+        "pod_list": pod_list,
+        "policy": policy,
+        "seed": seed,
+        "unallocated_gpu_pct_at_100": result.unallocated_gpu_pct_at_100,
+        "frag_gpu_pct_at_100": result.frag_gpu_pct.get("100"),
+        "failed_pods": result.failed_pods,
+        "arrived_pods": result.arrived_pods,
+        "replay_s": result.timing["replay_s"],
+        "alloc_gpu_pct": result.alloc_gpu_pct,
+    }
+
+
+def _seeds(text: str) -> list[int]:
+    from iro_fed.cli import parse_seeds
+
+    return parse_seeds(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the openb CSVs")
+    parser.add_argument("--pod-lists", default=",".join(POD_LISTS), help="comma list of pod lists")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma list of online solvers")
+    parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,43")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.png")
+    args = parser.parse_args(argv)
+    console = Console(width=160)
+    if not (args.data / "openb_node_list_gpu_node.csv").exists():
+        console.print(f"[red]openb data not found under {args.data}[/red] (use --data)")
+        return 2
+    pod_lists = [p.strip() for p in args.pod_lists.split(",") if p.strip()]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    seeds = _seeds(args.seeds)
+    jobs = [(str(args.data), pl, pol, s) for pl in pod_lists for pol in policies for s in seeds]
+    console.print(
+        f"{len(jobs)} replays ({len(pod_lists)} pod lists x {len(policies)} policies x {len(seeds)} seeds) on "
+        f"{args.workers} worker(s); {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    start = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for i, run in enumerate(pool.map(_run, jobs), 1):
+            runs.append(run)
+            if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
+                console.print(f"  {i}/{len(jobs)} replays done ({time.perf_counter() - start:.0f} s)", highlight=False)
+    medians: dict[str, dict[str, float]] = {}
+    times: dict[str, float] = {}
+    for pl in pod_lists:
+        for pol in policies:
+            values = [r["unallocated_gpu_pct_at_100"] for r in runs if r["pod_list"] == pl and r["policy"] == pol]
+            medians.setdefault(pl, {})[pol] = round(float(np.median(values)), 3)
+            if pl == "default":
+                times[pol] = round(float(np.median([r["replay_s"] for r in runs if r["pod_list"] == pl and r["policy"] == pol])), 2)
+
+    table = Table(title=f"Median unallocated GPU % at 100 % arrival, seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}): ours / paper (gap)")
+    table.add_column("policy")
+    for pl in pod_lists:
+        table.add_column(pl, justify="right")
+    table.add_column("s / replay (default)", justify="right")
+    fidelity: dict[str, dict[str, float]] = {}
+    for pol in policies:
+        cells = []
+        for pl in pod_lists:
+            ours = medians[pl][pol]
+            paper = PAPER.get(pl, {}).get(pol)
+            if paper is None:
+                cells.append(f"{ours:.2f}")
+                continue
+            gap = ours - paper
+            fidelity.setdefault(pol, {})[pl] = round(gap, 3)
+            flag = "" if pol not in FIDELITY_POLICIES or abs(gap) <= FIDELITY_TOLERANCE else " [red]!![/red]"
+            cells.append(f"{ours:.2f} / {paper:.2f} ({gap:+.2f}){flag}")
+        table.add_row(pol, *cells, f"{times.get(pol, float('nan')):.1f}")
+    console.print(table)
+    verdicts = []
+    for pol in FIDELITY_POLICIES:
+        if pol in fidelity:
+            worst = max(abs(v) for v in fidelity[pol].values())
+            verdicts.append(f"fidelity {pol}: worst gap {worst:.2f} points ({'PASS' if worst <= FIDELITY_TOLERANCE else 'MISS'} <= {FIDELITY_TOLERANCE})")
+    if "iro-frag" in policies and "fgd" in policies:
+        better = [pl for pl in pod_lists if medians[pl]["iro-frag"] < medians[pl]["fgd"]]
+        verdicts.append(
+            f"iro-frag below fgd on {len(better)}/{len(pod_lists)} lists: "
+            + ", ".join(f"{pl} {medians[pl]['iro-frag']:.2f} vs {medians[pl]['fgd']:.2f}" for pl in pod_lists)
+        )
+        if "default" in medians:
+            verdicts.append(f"iro-frag on default: {medians['default']['iro-frag']:.2f} (target <= 4.0)")
+    for v in verdicts:
+        console.print(v)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "seeds": seeds,
+        "pod_lists": pod_lists,
+        "policies": policies,
+        "median_unallocated_gpu_pct_at_100": medians,
+        "paper": {pl: PAPER.get(pl, {}) for pl in pod_lists},
+        "gap_to_paper": fidelity,
+        "median_replay_s_default": times,
+        "verdicts": verdicts,
+        "machine": {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "runs": [{k: v for k, v in r.items() if k != "alloc_gpu_pct"} for r in runs],
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+    if args.plot:
+        _plot(medians, pod_lists, policies, args.plot)
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def _plot(medians: dict[str, dict[str, float]], pod_lists: list[str], policies: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=120)
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(pod_lists))
+    for i, pol in enumerate(policies):
+        ax.bar(x + i * width, [medians[pl][pol] for pl in pod_lists], width, label=pol)
+    ax.set_xticks(x + width * (len(policies) - 1) / 2, pod_lists)
+    ax.set_ylabel("median unallocated GPU % at 100 % arrival")
+    ax.set_title("Fragmentation on the openb pod lists (lower is better)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncols=4)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

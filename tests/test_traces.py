@@ -1,0 +1,140 @@
+"""openb trace loaders and the FGD paper's arrival sequence."""
+
+from __future__ import annotations
+
+import pytest
+
+from iro_fed.traces.openb import (
+    TraceFormatError,
+    arrival_sequence,
+    build_problem,
+    gpu_capacity,
+    load_nodes,
+    load_pods,
+)
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,32000,131072,0,\nn2,96000,393216,8,G2\n"
+PODS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n"
+    "p2,4000,8192,1,500,,LS\n"
+    "p0,12000,16384,1,1000,,LS\n"
+    "p1,2000,4096,0,0,,BE\n"
+    "p3,8000,30000,2,1000,G2|P100,LS\n"
+    "p4,1000,1024,1,1200,T4,LS\n"
+)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_loads_nodes_and_pods(tmp_path):
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES))
+    assert [(n.name, n.gpus, n.model) for n in nodes] == [("n0", 2, "P100"), ("n1", 0, ""), ("n2", 8, "G2")]
+    assert gpu_capacity(nodes) == 10_000
+    pods = {p.name: p for p in load_pods(write(tmp_path, "p.csv", PODS))}
+    assert (pods["p2"].num_gpu, pods["p2"].gpu_milli, pods["p2"].gpu_total) == (1, 500, 500)  # a share
+    assert (pods["p0"].num_gpu, pods["p0"].gpu_milli) == (1, 1000)  # one whole card
+    assert (pods["p1"].num_gpu, pods["p1"].gpu_total) == (0, 0)  # CPU only
+    assert (pods["p3"].gpu_total, pods["p3"].gpu_spec) == (2000, ("G2", "P100"))
+    assert pods["p4"].gpu_milli == 1000  # above 1000 counts as 1000
+
+
+def test_pod_list_without_gpu_spec_column(tmp_path):
+    pods = load_pods(write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,100,1,300\n"))
+    assert pods[0].gpu_spec == () and pods[0].gpu_milli == 300
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu\na,1,1,0\n", "missing column(s) gpu_milli"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,lots,1,0,0\n", "line 2: cpu_milli: expected an integer, got 'lots'"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,0,0\na,1,1,0,0\n", "line 3: name: duplicate pod 'a' (also line 2)"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,2,500\n", "line 2: gpu_milli: a pod with num_gpu=2 takes whole cards"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,-5,1,0,0\n", "line 2: cpu_milli: must be >= 0, got -5"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n,1,1,0,0\n", "line 2: name: missing pod name"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "no pods"),
+    ],
+)
+def test_malformed_pod_rows(tmp_path, text, message):
+    with pytest.raises(TraceFormatError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_pods(write(tmp_path, "bad.csv", text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sn,cpu_milli,memory_mib,gpu\nn,1,1,0\n", "missing column(s) model"),
+        ("sn,cpu_milli,memory_mib,gpu,model\nn,0,1,0,\n", "line 2: cpu_milli: must be >= 1, got 0"),
+        ("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,2,\n", "line 2: model: a node with 2 GPU(s) needs a GPU model"),
+        ("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,0,\nn,1,1,0,\n", "duplicate node 'n'"),
+    ],
+)
+def test_malformed_node_rows(tmp_path, text, message):
+    with pytest.raises(TraceFormatError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_nodes(write(tmp_path, "bad.csv", text))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="cannot read file"):
+        load_pods(tmp_path / "nope.csv")
+
+
+def make_pods(milli_list):
+    from iro_fed.traces.openb import OpenbPod
+
+    return [OpenbPod(f"p{i:02d}", 1000, 1000, 1 if m else 0, m) for i, m in enumerate(milli_list)]
+
+
+def test_sequence_is_a_seeded_shuffle_of_the_name_sorted_pods():
+    pods = make_pods([500] * 10)
+    a = arrival_sequence(list(reversed(pods)), seed=7, capacity_milli=5000, target=1.0)
+    b = arrival_sequence(pods, seed=7, capacity_milli=5000, target=1.0)
+    assert [p.name for p in a] == [p.name for p in b]  # input order does not matter
+    assert sorted(p.name for p in a) == [p.name for p in pods]
+    c = arrival_sequence(pods, seed=8, capacity_milli=5000, target=1.0)
+    assert [p.name for p in a] != [p.name for p in c]
+
+
+def test_sequence_is_tuned_up_with_copies_until_the_next_draw_would_overshoot():
+    pods = make_pods([300, 300, 0])  # 600 milli; target 1.3 x 1000 = 1300
+    seq = arrival_sequence(pods, seed=1, capacity_milli=1000)
+    total = sum(p.gpu_total for p in seq)
+    assert total <= 1300 and total >= 1300 - 300
+    copies = [p for p in seq if "#copy" in p.name]
+    assert copies and [p.name for p in seq[: len(pods)]] != [p.name for p in copies]
+    assert len({p.name for p in seq}) == len(seq)  # copies get unique names
+
+
+def test_sequence_is_tuned_down_by_removing_random_pods():
+    pods = make_pods([1000] * 10)  # 10,000 milli; target 1.3 x 5000 = 6500
+    seq = arrival_sequence(pods, seed=3, capacity_milli=5000)
+    assert sum(p.gpu_total for p in seq) == 6000
+
+
+def test_build_problem_maps_gpus(tmp_path):
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES))
+    pods = load_pods(write(tmp_path, "p.csv", PODS))
+    problem = build_problem(nodes, pods)
+    assert problem.gpu_count.tolist() == [2, 0, 8]
+    assert problem.gpu_free[0].tolist()[:2] == [1000, 1000] and problem.gpu_free[1].tolist() == [-1] * 8
+    assert problem.wl_gpu_count.tolist() == [1, 1, 0, 2, 1]
+    assert problem.wl_gpu_milli.tolist() == [500, 1000, 0, 1000, 1000]
+    assert problem.workloads[3].gpu_models == ("G2", "P100")
+
+
+def test_the_real_trace_builds_the_papers_sequence():
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-openb-2023"
+    if not data.exists():
+        pytest.skip("shared/data not present")
+    nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
+    pods = load_pods(data / "openb_pod_list_default.csv")
+    assert len(nodes) == 1213 and gpu_capacity(nodes) == 6_212_000 and len(pods) == 8152
+    seq = arrival_sequence(pods, 42, gpu_capacity(nodes))
+    assert 10_500 < len(seq) < 11_300  # "about 10,900 arrivals"
+    assert sum(p.gpu_total for p in seq) <= 1.3 * 6_212_000
