@@ -42,12 +42,9 @@ class TypicalTasks:
         return int(self.cpu.size)
 
 
-def typical_tasks(
-    problem: Problem, coverage: float = DEFAULT_COVERAGE, workloads: np.ndarray | None = None, weighting: str = "count"
-) -> TypicalTasks:
+def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE, workloads: np.ndarray | None = None) -> TypicalTasks:
     """Group the workloads (default: all of the problem's) and keep the most frequent groups
-    until they cover ``coverage`` of the pods. ``weighting`` "count" gives each kept group its
-    share of pods (the paper); "gpu" its share of requested GPU milli (CPU-only groups get 0)."""
+    until they cover ``coverage`` of the pods; popularity is each kept group's share of them."""
     p = problem
     idx = np.arange(p.num_workloads) if workloads is None else np.asarray(workloads)
     cpu_col = p.cpu_index
@@ -76,12 +73,7 @@ def typical_tasks(
         if milli and models:
             allowed = [model_index[m] for m in models if m in model_index]
             access[t] = np.isin(p.node_gpu_model, np.array(allowed, dtype=np.int32))
-    if weighting == "gpu":
-        mass = np.array([n * k[1] * max(k[2], 1) if k[1] else 0.0 for k, n in kept], dtype=np.float64)
-    elif weighting == "count":
-        mass = np.array([n for _, n in kept], dtype=np.float64)
-    else:
-        raise ValueError(f"weighting must be 'count' or 'gpu', got {weighting!r}")
+    mass = np.array([n for _, n in kept], dtype=np.float64)
     return TypicalTasks(
         cpu=np.array([k[0] for k, _ in kept], dtype=np.float64),
         memory=np.array([mem_sum[k] / n for k, n in kept], dtype=np.float64),
@@ -106,12 +98,16 @@ def fragmentation(
     ``model`` "fgd" is the paper's definition. "copies" counts as usable for task t only the GPU
     milli that repeated copies of t could take, limited by cards (``floor(left / milli)`` shares
     per card, or ``floor(full cards / k)`` for k-GPU tasks), CPU and (given ``memory_left``)
-    memory: GPUs a node can no longer feed with CPU or memory count as fragmented.
+    memory: GPUs a node can no longer feed with CPU or memory count as fragmented. "blend" is
+    the mean of the two.
     """
+    if model == "blend":
+        fgd = fragmentation(tasks, nodes, cpu_left, cards, memory_left, "fgd")
+        return 0.5 * fgd + 0.5 * _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
     if model == "copies":
         return _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
     if model != "fgd":
-        raise ValueError(f"model must be 'fgd' or 'copies', got {model!r}")
+        raise ValueError(f"model must be 'fgd', 'copies' or 'blend', got {model!r}")
     free = np.maximum(cards, 0)
     total = free.sum(axis=1).astype(np.float64)
     frag = total * tasks.popularity.sum()
@@ -136,17 +132,13 @@ def _fragmentation_copies(
     gpu_tasks = np.flatnonzero(tasks.milli > 0)
     full = (cards >= GPU_MILLI).sum(axis=1)
     for threshold in np.unique(tasks.milli[gpu_tasks]):
-        if threshold >= GPU_MILLI:
-            slots = full
-        else:
-            slots = (free // threshold).sum(axis=1)
+        slots = full if threshold >= GPU_MILLI else (free // threshold).sum(axis=1)
         for t in gpu_tasks[tasks.milli[gpu_tasks] == threshold]:
             k = max(int(tasks.count[t]), 1)
-            copies = slots // k if threshold >= GPU_MILLI else slots
+            copies = (slots // k).astype(np.float64)
             if tasks.cpu[t] > 0:
                 copies = np.minimum(copies, np.floor(np.maximum(cpu_left, 0) / tasks.cpu[t]))
             if memory_left is not None and tasks.memory[t] > 0:
                 copies = np.minimum(copies, np.floor(np.maximum(memory_left, 0) / tasks.memory[t]))
-            usable = np.where(tasks.access[t, nodes], copies * threshold * k, 0.0)
-            frag -= tasks.popularity[t] * usable
+            frag -= tasks.popularity[t] * np.where(tasks.access[t, nodes], copies * threshold * k, 0.0)
     return frag

@@ -194,7 +194,7 @@ class Fgd(PaperPolicy):
 
     def reset(self, problem: Problem) -> None:
         super().reset(problem)
-        self.tasks: TypicalTasks = typical_tasks(problem, weighting=getattr(self, "weighting", "count"))
+        self.tasks: TypicalTasks = typical_tasks(problem)
         self._best_card: dict[int, int] = {}
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:

@@ -1,0 +1,313 @@
+#!/usr/bin/env python
+"""Joint (batch) placement: CP-SAT and QUBO against the online heuristics, from 20 to 1,000 pods.
+
+For each size (pods x nodes) one synthetic problem is built with node and pod shapes from the
+Alibaba openb 2023 trace, by the functions of ``benchmarks/decision_throughput.py`` (imported,
+not copied): nodes over three zones, an edge site and a public cloud, 0-60 % allocated, GPU
+cards partly used; pods with GPU shares, multi-GPU requests, GPU models, user regions and
+latency bounds. Every solver places all pods of the problem at once (online heuristics pod by
+pod in the given order); building the problem is not timed.
+
+Per solver and size: the objective R (``iro_fed.objective.evaluate``), pods left unplaced, wall
+time, whether the placement is valid (``check_placement``), and the gap to CP-SAT's best bound:
+
+    gap = (bound - R) / (bound - R_min),   R_min = -(w_cost + w_carbon + w_unplaced)
+
+R can be negative, so the gap is measured on R shifted by its smallest possible value (every
+term is in [0, 1], so R >= R_min); ``gap|b|`` is the same difference over ``|bound|``, which is
+much larger when R is near 0. The bound is a bound on the true R only when CP-SAT's model was
+exact (no candidate pruning, no utilization surrogate); otherwise it bounds CP-SAT's own model
+and the table says so.
+
+Targets (one process): CP-SAT <= 1 % gap at 500 x 100 within 10 s; QUBO valid and within 5 %
+of CP-SAT's R (on the same shifted scale) at 100 x 20 within 2 s; CP-SAT with candidate pruning
+at 1,000 x 5,000 at least as good as best-fit within 10 s.
+
+    .venv/bin/python benchmarks/joint_solvers.py                      # all sizes (a few minutes)
+    .venv/bin/python benchmarks/joint_solvers.py --quick              # 20x5 and 100x20
+    .venv/bin/python benchmarks/joint_solvers.py --sizes 500x100 --solvers cpsat,best-fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+import iro_fed
+import solvers
+from iro_fed.feasibility import check_placement
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+dt = importlib.import_module("decision_throughput")
+
+REPO = HERE.parent
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "joint_solvers.json"
+SIZES: tuple[tuple[int, int], ...] = ((20, 5), (100, 20), (500, 100), (1000, 500), (1000, 5000))
+QUICK_SIZES: tuple[tuple[int, int], ...] = ((20, 5), (100, 20))
+SOLVERS = ("best-fit", "kube-default", "greedy-objective", "cpsat", "qubo")
+#: CP-SAT's settings: a 10 s wall-clock budget (all of it: hint, model, search, polish), search
+#: workers on every core; candidate pruning where the size says so.
+CPSAT = {"time_limit_s": 10.0, "deterministic": False}
+QUICK_CPSAT = {"time_limit_s": 3.0, "deterministic": False}
+PRUNE = {(1000, 5000): 16}
+QUBO: dict[str, Any] = {}
+
+#: (solver, size) -> what is judged.
+TARGETS: dict[tuple[str, tuple[int, int]], dict[str, float]] = {
+    ("cpsat", (500, 100)): {"max_gap": 0.01, "max_time_s": 10.0},
+    ("qubo", (100, 20)): {"max_below_cpsat": 0.05, "max_time_s": 2.0},
+    ("cpsat", (1000, 5000)): {"at_least_best_fit": 1.0, "max_time_s": 10.0},
+}
+
+
+@dataclass
+class Row:
+    solver: str
+    pods: int
+    nodes: int
+    score: float
+    unplaced: int
+    time_s: float
+    valid: bool
+    status: str
+    gap: float | None = None  # (bound - R) / (bound - R_min)
+    gap_abs_bound: float | None = None  # (bound - R) / |bound|
+    below_cpsat: float | None = None  # (R_cpsat - R) / (R_cpsat - R_min)
+    below_cpsat_abs: float | None = None  # (R_cpsat - R) / |R_cpsat|
+    info: dict[str, Any] = field(default_factory=dict)
+    verdict: str = "n/a"
+    shortfalls: list[str] = field(default_factory=list)
+
+
+def build_problem(node_shapes: Any, pod_shapes: Any, pods: int, nodes: int, seed: int) -> iro_fed.Problem:
+    pod_docs = dt.make_pods(pod_shapes, pods, seed)
+    return iro_fed.problem_from_dict(dt.make_document(dt.make_nodes(node_shapes, nodes, seed), pod_docs))
+
+
+def settings_for(name: str, size: tuple[int, int], quick: bool, seed: int) -> dict[str, Any]:
+    if name == "cpsat":
+        s = dict(QUICK_CPSAT if quick else CPSAT)
+        if size in PRUNE:
+            s["max_candidates"] = PRUNE[size]
+        return {**s, "seed": seed}
+    if name == "qubo":
+        return {**QUBO, "seed": seed}
+    return {"seed": seed}
+
+
+def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a solver's info worth keeping in the report."""
+    if name == "cpsat":
+        keys = ("status", "objective", "best_bound", "exact_model", "pruned", "utilization_model", "num_variables",
+                "num_constraints", "build_s", "deterministic_time", "final_gap", "hint")
+        out = {k: info.get(k) for k in keys}
+        if "lns" in info:
+            out["lns"] = {k: info["lns"].get(k) for k in ("iterations", "improvements", "stopped")}
+        return out
+    if name == "qubo":
+        keys = ("feasible_fraction", "repairs", "energy", "penalty", "capacity", "sampler", "all_batches_feasible")
+        out = {k: info.get(k) for k in keys}
+        out["batches"] = len(info.get("batches", []))
+        out["variables"] = [b.get("variables") for b in info.get("batches", [])]
+        return out
+    return {}
+
+
+def run_size(
+    node_shapes: Any, pod_shapes: Any, size: tuple[int, int], names: Sequence[str], quick: bool, seed: int,
+    console: Console,
+) -> list[Row]:
+    pods, nodes = size
+    t0 = time.perf_counter()
+    problem = build_problem(node_shapes, pod_shapes, pods, nodes, seed)
+    console.print(f"[dim]{pods:,} x {nodes:,}: problem built in {time.perf_counter() - t0:.2f} s (not timed)[/dim]")
+    rows = []
+    for name in names:
+        solver = solvers.make(name, **settings_for(name, size, quick, seed))
+        start = time.perf_counter()
+        placement = solver.solve(problem)
+        elapsed = time.perf_counter() - start
+        valid = check_placement(problem, placement.assignment, placement.gpu_cards) == []
+        rows.append(Row(
+            solver=name, pods=pods, nodes=nodes, score=placement.objective.score, unplaced=placement.objective.unplaced,
+            time_s=elapsed, valid=valid, status=placement.status, info=summary(name, placement.info),
+        ))
+        console.print(f"[dim]  {name:<17} R {placement.objective.score:+.4f}  unplaced {placement.objective.unplaced:>3}  "
+                      f"{elapsed:6.2f} s[/dim]")
+    w = problem.weights
+    lowest = -(w.cost + w.carbon + w.unplaced)
+    cp = next((r for r in rows if r.solver == "cpsat"), None)
+    bound = cp.info.get("best_bound") if cp is not None else None
+    for r in rows:
+        if bound is not None:
+            r.gap = (bound - r.score) / max(bound - lowest, 1e-12)
+            r.gap_abs_bound = (bound - r.score) / max(abs(bound), 1e-12)
+        if cp is not None:
+            r.below_cpsat = (cp.score - r.score) / max(cp.score - lowest, 1e-12)
+            r.below_cpsat_abs = (cp.score - r.score) / max(abs(cp.score), 1e-12)
+    best_fit = next((r for r in rows if r.solver == "best-fit"), None)
+    for r in rows:
+        judge(r, size, best_fit)
+    return rows
+
+
+def judge(r: Row, size: tuple[int, int], best_fit: Row | None) -> None:
+    target = TARGETS.get((r.solver, size))
+    if target is None:
+        return
+    short = []
+    if not r.valid:
+        short.append("invalid placement")
+    if "max_time_s" in target and r.time_s > target["max_time_s"]:
+        short.append(f"{r.time_s:.1f} s > {target['max_time_s']:g} s")
+    if "max_gap" in target and (r.gap is None or r.gap > target["max_gap"]):
+        short.append(f"gap {100 * (r.gap or float('nan')):.2f} % > {100 * target['max_gap']:g} %")
+    if "max_below_cpsat" in target and (r.below_cpsat is None or r.below_cpsat > target["max_below_cpsat"]):
+        short.append(f"{100 * (r.below_cpsat or float('nan')):.2f} % below CP-SAT > {100 * target['max_below_cpsat']:g} %")
+    if "at_least_best_fit" in target and (best_fit is None or r.score < best_fit.score - 1e-12):
+        short.append("worse than best-fit")
+    r.shortfalls = short
+    r.verdict = "SHORT" if short else "PASS"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def results_table(rows: list[Row]) -> Table:
+    t = Table(
+        title="Joint placement: objective R (higher is better), unplaced pods, time and gap to CP-SAT's bound",
+        caption="gap % = (bound - R) / (bound - R_min), R_min = -(w_cost + w_carbon + w_unplaced) = R's lowest value; "
+        "gap|b| % = (bound - R) / |bound|; vs CP-SAT % = (R_cpsat - R) / (R_cpsat - R_min), vs|R| % over |R_cpsat|. "
+        "bound: CP-SAT's best bound, on the true R when the model is exact ('true'), else on its pruned model ('model').",
+    )
+    cols = ("size", "solver", "R", "unplaced", "time s", "valid", "gap %", "gap|b| %", "vs CP-SAT %", "vs|R| %", "bound", "target")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("size", "solver", "target", "bound") else "right")
+    for r in rows:
+        verdict = {"PASS": "[green]PASS[/green]", "SHORT": "[red]SHORT[/red]"}.get(r.verdict, "[dim]n/a[/dim]")
+        if r.shortfalls:
+            verdict += f" ({'; '.join(r.shortfalls)})"
+        bound = ""
+        if r.solver == "cpsat":
+            b = r.info.get("best_bound")
+            kind = "true" if r.info.get("exact_model") else "model"
+            bound = "-" if b is None else f"{b:+.4f} ({kind})"
+        t.add_row(
+            f"{r.pods:,}x{r.nodes:,}", r.solver, f"{r.score:+.4f}", str(r.unplaced), f"{r.time_s:.2f}",
+            "yes" if r.valid else "[red]NO[/red]", pct(r.gap), pct(r.gap_abs_bound), pct(r.below_cpsat),
+            pct(r.below_cpsat_abs), bound, verdict,
+        )
+    return t
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in text.split(","):
+        part = part.strip().replace("_", "").replace(",", "")
+        if not part:
+            continue
+        pods, sep, nodes = part.lower().partition("x")
+        try:
+            size = (int(pods), int(nodes))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected PODSxNODES[,...], got {text!r}") from None
+        if not sep or size[0] <= 0 or size[1] <= 0:
+            raise argparse.ArgumentTypeError(f"expected positive PODSxNODES, got {part!r}")
+        out.append(size)
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected PODSxNODES[,...], got {text!r}")
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="joint_solvers",
+        description="Joint placement with CP-SAT and QUBO against online heuristics on openb-shaped problems.",
+    )
+    ap.add_argument("--sizes", type=parse_sizes, default=None,
+                    help="PODSxNODES, comma-separated (default 20x5,100x20,500x100,1000x500,1000x5000)")
+    ap.add_argument("--solvers", default=None, help=f"solver names, comma-separated (default {','.join(SOLVERS)})")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the problems and the solvers (default 0)")
+    ap.add_argument("--data", type=Path, default=dt.DEFAULT_DATA, help=f"shared data folder (default {dt.DEFAULT_DATA})")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
+    ap.add_argument("--quick", action="store_true", help="20x5 and 100x20 with a 3 s CP-SAT budget, unless --sizes is given")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
+    names = [s.strip() for s in (args.solvers or ",".join(SOLVERS)).split(",") if s.strip()]
+    unknown = [s for s in names if s not in solvers.registered()]
+    if unknown:
+        console.print(f"[red]error:[/red] unknown solver(s) {', '.join(unknown)} (registered: {', '.join(solvers.registered())})")
+        return 2
+    missing = [s for s in names if s not in solvers.available()]
+    if missing:
+        console.print(f"[red]error:[/red] not installed: {', '.join(missing)} (pip install 'iro-fed[cpsat,qubo]')")
+        return 2
+    try:
+        node_shapes, pod_shapes = dt.load_shapes(args.data)
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error:[/red] cannot read the openb trace under {args.data}: {exc}")
+        return 2
+    info = dt.machine()
+    console.print(dt.machine_line(info))
+    rows: list[Row] = []
+    for size in sizes:
+        rows.extend(run_size(node_shapes, pod_shapes, size, names, args.quick, args.seed, console))
+    console.print()
+    console.print(results_table(rows))
+    judged = [r for r in rows if r.verdict != "n/a"]
+    short = [r for r in judged if r.verdict == "SHORT"]
+    if short:
+        console.print(f"[red]{len(short)} of {len(judged)} target checks SHORT[/red]: "
+                      + ", ".join(f"{r.solver}@{r.pods}x{r.nodes}" for r in short))
+    elif judged:
+        console.print(f"[green]all {len(judged)} target checks PASS[/green]")
+    doc = {
+        "benchmark": "joint_solvers",
+        "schema": 1,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+        "machine": info,
+        "settings": {
+            "sizes": [f"{p}x{n}" for p, n in sizes],
+            "solvers": names,
+            "seed": args.seed,
+            "quick": args.quick,
+            "cpsat": QUICK_CPSAT if args.quick else CPSAT,
+            "cpsat_pruning": {f"{p}x{n}": k for (p, n), k in PRUNE.items()},
+            "qubo": QUBO,
+            "data": str(args.data),
+            "gap": "(bound - R) / (bound - R_min), R_min = -(w_cost + w_carbon + w_unplaced)",
+        },
+        "targets": {f"{s}@{p}x{n}": t for (s, (p, n)), t in TARGETS.items()},
+        "results": [asdict(r) for r in rows],
+        "summary": {"judged": len(judged), "short": len(short), "pass": len(judged) - len(short)},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1044 @@
+"""``cpsat``: the joint placement of all pods as one CP-SAT model (OR-Tools).
+
+The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps):
+
+1. **Variables.** One variable per *candidate* (pod, node) pair: the pairs that
+   :func:`~iro_fed.feasibility.feasible_matrix` accepts against the initial cluster (each pod
+   alone), optionally pruned to ``max_candidates`` nodes per pod (step 5). Pods that are
+   identical for the model (same requests, GPU shape and constraints, hence the same terms in
+   R) are interchangeable, so they form a *group* and the variable ``x[g, n]`` counts how many
+   of the group go to node n (a boolean for a pod of its own). ``sum_n x[g, n] <= |g|``; a
+   pod on no node is unplaced and pays the objective's unplaced penalty. Counting instead of
+   naming removes the permutations of identical pods from the search without losing a
+   placement.
+2. **Additive resources.** Per node and resource ``sum_g demand[g, r] x[g, n] <= capacity -
+   allocated``, written only where the candidates' total demand could exceed what is free.
+   Amounts are scaled by a power of ten until integral (exact; a value that is not integral
+   even at 10^6 is rounded conservatively: demands up, free amounts down).
+3. **GPU cards, exactly.** A share pod (``count`` 1, ``milli`` < 1000) takes ``milli`` on one
+   card; a k-GPU pod takes k cards that are fully free (1000 free and no share pod on them).
+   Card variables are created only where the candidates could conflict: if all GPU candidates
+   of a node fit together (k-GPU pods on fully free cards, shares packed best-fit decreasing
+   into the rest), any subset fits too and the node gets no GPU constraint (the packing found
+   gives the cards). If a node has only k-GPU candidates, ``sum k x <= fully free cards`` is
+   exact (the cards are interchangeable). Otherwise ``y[g, n, c]`` counts the share pods of
+   group g on card c (only cards with at least ``milli`` free), ``t[c]`` says fully free card
+   c is taken whole, with ``x[g, n] = sum_c y[g, n, c]``, ``sum_c t[c] = sum k x`` over the
+   k-GPU groups, and per card ``sum milli y + 1000 t <= free``. Cards with equal free milli are
+   interchangeable: their loads are ordered (``load[c] >= load[c']`` for c before c' in such a
+   group), which removes the symmetric copies of each solution and no placement.
+4. **Objective.** The objective module's R, term by term (:mod:`iro_fed.objective`):
+
+   * latency: ``w2 * ref / (ref + latency_ms[region, domain(n)]) / n_with_region`` per placed
+     pod (linear, exact);
+   * unplaced: ``w5 / W`` per placed pod (linear, exact);
+   * carbon, dynamic part: ``w4 * carbon_dynamic[n] / cpu_capacity[n] / max_carbon`` per placed
+     millicore (linear and exact: capacity keeps cpu utilization <= 1, the min() never acts);
+   * cost and idle carbon, paid per powered-on node: nodes already on (existing usage) pay a
+     constant; a node that starts empty gets a boolean ``on[n]``, on exactly when it gets a pod
+     (``x[g, n] <= |g| on[n]`` and ``on[n] => sum_g x[g, n] >= 1``), worth ``-(w3 cost[n] /
+     max_cost + w4 carbon_idle[n] / max_carbon)``;
+   * utilization ``U = mean over valid resources r of A_r / B_r``, ``A_r`` the used amount
+     (initial usage + placed demand, linear), ``B_r`` the capacity of the nodes on. When no
+     node can power on, ``B_r`` and the valid resources are constants and U is linear in x:
+     the model is exact. Otherwise the **exact disjunctive encoding over on-capacity levels**
+     (the parametric "for each value b of B_r, maximize with A_r / b", folded into one model):
+     the values ``B_r`` can take (initial on-capacity plus subset sums of the capacities of the
+     nodes that may power on) are enumerated; ``lvl[r, b]`` is one-hot with ``sum_b b lvl[r, b]
+     = B_r``; the number ``m`` of valid resources (``B_r > 0``; GPU counts only when a GPU node
+     is on) is one-hot ``q[m]``; ``z[r, b, m] <= b lvl[r, b]``, ``z <= A_max q[m]``,
+     ``sum_{b, m} z[r, b, m] <= A_r`` and ``A_r <= B_r``, with objective weight ``w1 / (m b)``
+     per unit of z, so at the optimum ``sum z / (m b) = U`` exactly. It is used while every
+     resource has at most ``exact_levels`` levels. Beyond that a **surrogate**: U is replaced
+     by its tangent at the hint's placement, ``U_ref + sum_r (A_r - A_ref) / (m B_ref) - A_ref
+     (B_r - B_ref) / (m B_ref^2)`` (a reward per placed unit of demand at a fixed denominator,
+     a charge per unit of capacity powered on), and the model is *not* exact: the polish and
+     the acceptance of every search step use the true R.
+
+   **Integer scale.** CP-SAT needs integer objective coefficients: every coefficient (in units
+   of R) is multiplied by ``S`` and rounded, with ``S = 10^k`` the largest power of ten up to
+   :data:`MAX_SCALE` (10^13) such that ``S * sum |coef| * upper bound <= 2^56`` (10^13 up to
+   well beyond the benchmark's sizes: R's coefficients are small). The constant part of R is
+   the objective's offset, so CP-SAT's objective and bound read in units of R. Rounding changes
+   the value of any placement by at most ``scale_error_bound = 0.5 * sum(upper bounds) / S``
+   (about 1e-10 to 1e-9), reported in ``info``.
+
+5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default, polished by
+   single-pod moves) is given to CP-SAT as a complete solution hint (every variable: counts,
+   cards, power-on, utilization levels; the proto's ``solution_hint``, what ``add_hint``
+   writes). With ``max_candidates`` (or automatically above :data:`AUTO_PRUNE_PAIRS` feasible
+   pairs) each pod keeps the hint's node plus its best ``max_candidates`` nodes by the
+   objective's marginal gain against the hint's final cluster with the pod itself taken out
+   (nodes it still fits there first), so the model can move pods to where there is room.
+   The whole-problem model gets half of the budget (all of it with ``lns=False``); CP-SAT runs
+   with every constraint in its LP on models up to :data:`LP2_MAX_VARIABLES` variables and
+   without probing (seconds of presolve on large models for nothing here). When it has not
+   proved optimality, **large-neighbourhood search** uses the rest: a seeded choice of a few
+   nodes (around an unplaced pod, within a domain, or anywhere), their pods and the unplaced
+   pods that fit there are taken out and placed again by the same model built on top of the
+   rest of the solution (exact for that neighbourhood), and the result is kept when the true
+   R improves. With ``deterministic`` both phases run one worker under deterministic time
+   limits (the search is charged CP-SAT's deterministic time plus a fixed amount per step), so
+   the same seed gives the same placement unless the wall-clock limit cuts in first.
+6. **Decode and polish.** The solution is rebuilt as a :class:`~iro_fed.model.ClusterState`;
+   unless CP-SAT proved the exact model optimal it is then locally improved with the *true*
+   objective (:func:`improve`: each pod re-inserted at its best node by
+   :func:`~iro_fed.objective.marginal`, or left out when that is better, until no move gains),
+   and it is never returned worse than the hint. :func:`~iro_fed.objective.evaluate` scores it
+   (the base class), never CP-SAT's own value.
+
+**What is exact.** ``status == "optimal"`` only when the model was exact (no pruning, no
+utilization surrogate) and CP-SAT proved optimality with a zero gap: the placement is then
+optimal for the true R up to ``scale_error_bound``. Otherwise the status is ``feasible``, and
+``info`` says why (``exact_model``, ``pruned``, ``utilization_model``, CP-SAT's ``status``).
+``info`` reports CP-SAT's objective and best bound in units of R (a bound on the true R only
+when ``exact_model`` is true), the gap, wall time and model size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from iro_fed.feasibility import EPS, explain, feasible_matrix, feasible_nodes
+from iro_fed.model import GPU_MILLI, ClusterState, Problem
+from iro_fed.objective import coefficients, evaluate, marginal
+from iro_fed.placement import Placement
+from solvers.base import SEED, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
+
+#: Prune candidates automatically (``max_candidates=None``) above this many feasible pairs.
+AUTO_PRUNE_PAIRS = 200_000
+#: Candidates per pod when pruning automatically.
+AUTO_CANDIDATES = 32
+#: Largest objective scale (integer units per unit of R) and the int64 headroom it keeps.
+MAX_SCALE = 1e13
+SCALE_BUDGET = 2.0**56
+#: Share of the time limits the whole-problem model gets when large-neighbourhood search follows.
+FULL_SHARE = 0.5
+#: Share of the wall-clock limit the hint's polish may take.
+HINT_POLISH_SHARE = 0.2
+#: Wall-clock time kept for decoding and the final polish: a share of the limit, at least MIN_RESERVE_S.
+RESERVE_SHARE = 0.05
+MIN_RESERVE_S = 0.05
+#: Large-neighbourhood search: nodes per neighbourhood at the start, most pods per neighbourhood,
+#: deterministic time per sub-model, and the deterministic time charged per iteration for its
+#: Python work (so that the budget, and with it the result, does not depend on the machine).
+LNS_START_NODES = 8
+LNS_MAX_PODS = 160
+LNS_SUB_DETERMINISTIC_S = 0.1
+LNS_ITERATION_CHARGE = 0.01
+LNS_MAX_STALL = 50
+#: Largest model (variables) solved with every constraint in CP-SAT's LP (linearization level 2).
+LP2_MAX_VARIABLES = 5_000
+#: A move of the polish step must gain more than this (units of R).
+POLISH_TOL = 1e-12
+_BIG = 2**62
+
+
+# --- shared helpers (the qubo solver uses them too) ----------------------------------------
+
+
+def is_share(problem: Problem, w: Any) -> Any:
+    """A pod asking for a share of one card (``count`` 1, 0 < ``milli`` < 1000)."""
+    return (problem.wl_gpu_count[w] == 1) & (problem.wl_gpu_milli[w] > 0) & (problem.wl_gpu_milli[w] < GPU_MILLI)
+
+
+def pack_gpu(problem: Problem, n: int, pods: list[int], free: np.ndarray | None = None) -> list[tuple[int, ...]] | None:
+    """Cards for each of ``pods`` (a list, repeats allowed) all on node n, or None when they do
+    not fit together. k-GPU pods take the lowest fully free cards; share pods are packed
+    best-fit decreasing (largest first, onto the fitting card with the least free milli).
+    ``free`` is the free milli per card of node n (default: the initial cluster)."""
+    row = np.array(problem.gpu_free[n] if free is None else free, dtype=np.int64)
+    out: list[tuple[int, ...]] = [() for _ in pods]
+    full = [int(c) for c in np.flatnonzero(row == GPU_MILLI)]
+    shares: list[int] = []
+    for i, w in enumerate(pods):
+        if problem.wl_gpu_count[w] <= 0:
+            continue
+        if is_share(problem, w):
+            shares.append(i)
+            continue
+        k = int(problem.wl_gpu_count[w])
+        if len(full) < k:
+            return None
+        take, full = full[:k], full[k:]
+        row[take] = 0
+        out[i] = tuple(take)
+    for i in sorted(shares, key=lambda j: (-int(problem.wl_gpu_milli[pods[j]]), j)):
+        milli = int(problem.wl_gpu_milli[pods[i]])
+        fits = np.flatnonzero(row >= milli)
+        if fits.size == 0:
+            return None
+        c = int(fits[np.argmin(row[fits])])
+        row[c] -= milli
+        out[i] = (c,)
+    return out
+
+
+def pod_groups(problem: Problem, pods: np.ndarray | None = None) -> list[np.ndarray]:
+    """``pods`` (default: all) split into groups that are identical for feasibility and the
+    objective (requests, GPU shape and constraints); members in pod order."""
+    pods = np.arange(problem.num_workloads) if pods is None else np.asarray(pods, dtype=np.int64)
+    keys: dict[tuple, list[int]] = {}
+    for w in pods:
+        w = int(w)
+        key = (
+            problem.demand[w].tobytes(), int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]),
+            problem.workloads[w].constraint_key,
+        )
+        keys.setdefault(key, []).append(w)
+    return [np.array(sorted(m), dtype=np.int64) for m in keys.values()]
+
+
+def unplaced_reasons(problem: Problem, state: ClusterState, solver: str) -> dict[int, str]:
+    """Why each unplaced pod of ``state`` is unplaced, in kube-scheduler's words against the
+    final cluster; a pod that would still fit somewhere was left out because placing it lowers R."""
+    reasons: dict[int, str] = {}
+    for w in np.flatnonzero(state.assignment < 0):
+        w = int(w)
+        msg = explain(state, w)
+        if feasible_nodes(state, w).any():
+            msg += f" Left unplaced by {solver}: placing it on a node that fits would lower the objective R."
+        reasons[w] = msg
+    return reasons
+
+
+def improve(problem: Problem, state: ClusterState, deadline: float | None = None, max_rounds: int = 20) -> int:
+    """Local improvement with the true objective, in place: each pod in turn is taken out and
+    put back on its best node by :func:`~iro_fed.objective.marginal` (or left out when every
+    node lowers R), until a round makes no move that gains more than :data:`POLISH_TOL`.
+    Returns the number of moves."""
+    moves = 0
+    for _ in range(max_rounds):
+        moved = 0
+        for w in range(problem.num_workloads):
+            if deadline is not None and time.perf_counter() > deadline:
+                return moves + moved
+            n0 = int(state.assignment[w])
+            cards0 = state.gpu_cards.get(w, ())
+            if n0 >= 0:
+                state.remove(w)
+            cand = np.flatnonzero(feasible_nodes(state, w))
+            if cand.size == 0:
+                if n0 >= 0:  # cannot happen: it fitted where it was
+                    state.place(w, n0, cards0)
+                continue
+            gain = marginal(problem, state, w, cand)
+            best = int(np.argmax(gain))
+            current = float(gain[np.searchsorted(cand, n0)]) if n0 >= 0 else 0.0
+            if gain[best] > max(current, 0.0) + POLISH_TOL:
+                state.place(w, int(cand[best]))
+                moved += 1
+            elif n0 >= 0 and current < -POLISH_TOL:
+                moved += 1  # leaving it out is better than any node
+            elif n0 >= 0:
+                state.place(w, n0, cards0)
+        moves += moved
+        if moved == 0:
+            break
+    return moves
+
+
+def integral_scale(values: np.ndarray) -> tuple[float, bool]:
+    """The smallest power of ten (<= 10^6) that makes ``values`` integral, and whether it did."""
+    for k in range(7):
+        scaled = values * 10.0**k
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))):
+            return 10.0**k, True
+    return 10.0**6, False
+
+
+# --- the model ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Proto:
+    """A CP-SAT model proto under construction and its objective (float, units of R)."""
+
+    proto: Any
+    obj_vars: list[int] = field(default_factory=list)
+    obj_coefs: list[float] = field(default_factory=list)
+    obj_ubs: list[float] = field(default_factory=list)
+
+    def new_vars(self, ubs: Any) -> np.ndarray:
+        start = len(self.proto.variables)
+        for ub in ubs:
+            self.proto.variables.add().domain.extend([0, int(ub)])
+        return np.arange(start, len(self.proto.variables), dtype=np.int64)
+
+    def new_var(self, lo: int, hi: int) -> int:
+        index = len(self.proto.variables)
+        self.proto.variables.add().domain.extend([int(lo), int(hi)])
+        return index
+
+    def linear(self, variables: Any, coefs: Any, lo: float, hi: float, enforce: int | None = None) -> None:
+        c = self.proto.constraints.add()
+        if enforce is not None:
+            c.enforcement_literal.append(int(enforce))
+        c.linear.vars.extend([int(v) for v in variables])
+        c.linear.coeffs.extend([int(k) for k in coefs])
+        c.linear.domain.extend([int(max(lo, -_BIG)), int(min(hi, _BIG))])
+
+    def at_most_one(self, literals: Any) -> None:
+        self.proto.constraints.add().at_most_one.literals.extend([int(v) for v in literals])
+
+    def exactly_one(self, literals: Any) -> None:
+        self.proto.constraints.add().exactly_one.literals.extend([int(v) for v in literals])
+
+    def objective(self, variables: Any, coefs: Any, ubs: Any) -> None:
+        self.obj_vars.extend(int(v) for v in variables)
+        self.obj_coefs.extend(float(c) for c in coefs)
+        self.obj_ubs.extend(float(u) for u in ubs)
+
+
+@dataclass
+class _UtilVars:
+    """Variables of the exact utilization encoding, for the hint: per resource (A var, demand
+    per pair, initial usage, capacity of the switchable nodes, initial on-capacity, levels,
+    level vars) in the resource's integer units, the m one-hot and z[(r, b, m)]."""
+
+    resources: list[tuple[int, np.ndarray, int, np.ndarray, int, list[int], list[int]]] = field(default_factory=list)
+    q: dict[int, int | None] = field(default_factory=dict)
+    z: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """One CP-SAT run on a model: status, the state it decodes to, objective and bound (units of R)."""
+
+    status: str
+    state: ClusterState | None
+    objective: float | None
+    bound: float | None
+    deterministic_time: float
+    wall_time: float
+    proved: bool
+
+
+class PlacementModel:
+    """The CP-SAT model of placing ``pods`` on top of ``base`` (a cluster state holding every
+    other pod), each pod on the nodes where ``cand`` allows it (rows follow ``pods``).
+
+    With ``base`` the empty cluster and every pod, it is the whole problem; with a few nodes'
+    pods taken out of the current solution, it is a large-neighbourhood-search step. The
+    objective is the change of the problem's R from ``base`` (all terms keep the whole
+    problem's normalizers), plus R(base).
+    """
+
+    def __init__(
+        self, problem: Problem, base: ClusterState, pods: np.ndarray, cand: np.ndarray, exact_levels: int,
+        hint: ClusterState | None = None,
+    ) -> None:
+        from ortools.sat.python import cp_model
+
+        self.problem = problem
+        self.base = base
+        self.pods = np.asarray(pods, dtype=np.int64)
+        self.cp = cp_model.CpModel()
+        self.model = _Proto(self.cp.proto)
+        self.exact_levels = exact_levels
+        self.card_plan: dict[int, dict[int, list[tuple[int, ...]]]] = {}
+        self.card_vars: dict[int, tuple[list[tuple[int, int, int]], list[tuple[int, int]]]] = {}
+        self.card_groups: dict[int, list[list[int]]] = {}
+        self.on_var: dict[int, int] = {}
+        self.util: _UtilVars | None = None
+        self.info: dict[str, Any] = {}
+        self._build(cand, hint)
+        if hint is not None:
+            values = self.hint_values(hint)
+            self.model.proto.solution_hint.vars.extend(list(values))
+            self.model.proto.solution_hint.values.extend(list(values.values()))
+
+    @property
+    def num_variables(self) -> int:
+        return len(self.model.proto.variables)
+
+    @property
+    def num_constraints(self) -> int:
+        return len(self.model.proto.constraints)
+
+    # --- building --------------------------------------------------------------------------
+
+    def _build(self, cand: np.ndarray, hint: ClusterState | None) -> None:
+        p, base, model = self.problem, self.base, self.model
+        coef = coefficients(p)
+        wts = p.weights
+        row_of = {int(w): i for i, w in enumerate(self.pods)}
+        self.members = pod_groups(p, self.pods)
+        gfeas = np.zeros((len(self.members), p.num_nodes), dtype=bool)
+        for g, m in enumerate(self.members):
+            gfeas[g] = cand[[row_of[int(w)] for w in m]].any(axis=0)
+        rep = np.array([int(m[0]) for m in self.members], dtype=np.int64)  # a representative per group
+        size = np.array([m.size for m in self.members], dtype=np.int64)
+        pg, pn = np.nonzero(gfeas)  # pairs sorted by group, then node; variable k is pair k
+        pw = rep[pg]
+        self.pg, self.pn = pg, pn
+        free = base.free
+        gpu_free = base.gpu_free
+
+        # 1. Count variables, bounded by the group size and by what fits the node alone.
+        ub = size[pg].astype(np.float64)
+        for r in range(len(p.resources)):
+            d = p.demand[pw, r]
+            ub = np.where(d > 0, np.minimum(ub, np.floor((free[pn, r] + EPS) / np.where(d > 0, d, 1.0))), ub)
+        gpu = p.wl_gpu_count[pw] > 0
+        if gpu.any():
+            share = is_share(p, pw)
+            milli = np.where(share, p.wl_gpu_milli[pw], GPU_MILLI).astype(np.int64)
+            share_fit = (np.maximum(gpu_free[pn], 0) // milli[:, None]).sum(axis=1)
+            whole_fit = (gpu_free[pn] == GPU_MILLI).sum(axis=1) // np.maximum(p.wl_gpu_count[pw], 1)
+            ub = np.where(gpu, np.minimum(ub, np.where(share, share_fit, whole_fit)), ub)
+        ub = np.maximum(ub, 1).astype(np.int64)  # candidate pairs fit at least once
+        self.ub = ub
+        x = model.new_vars(ub)
+        start = evaluate(p, base.assignment)
+        const = start.score
+
+        # At most |g| pods of a group.
+        gb = np.searchsorted(pg, np.arange(len(self.members) + 1))
+        for g in range(len(self.members)):
+            a, b = gb[g], gb[g + 1]
+            if size[g] == 1 and b - a > 1:
+                model.at_most_one(x[a:b])
+            elif ub[a:b].sum() > size[g]:
+                model.linear(x[a:b], np.ones(b - a), 0, int(size[g]))
+
+        # 2. Additive resources, where the candidates could overflow a node.
+        by_node = np.argsort(pn, kind="stable")
+        nb = np.searchsorted(pn[by_node], np.arange(p.num_nodes + 1))
+        for r in range(len(p.resources)):
+            d = p.demand[pw, r]
+            total = np.bincount(pn, weights=d * ub, minlength=p.num_nodes)
+            binding = np.flatnonzero(total > free[:, r] + EPS)
+            if binding.size == 0:
+                continue
+            mult, exact_int = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
+            for n in binding:
+                ks = by_node[nb[n] : nb[n + 1]]
+                ks = ks[d[ks] > 0]
+                if exact_int:
+                    dk, cap = np.round(d[ks] * mult), round(free[n, r] * mult)
+                else:
+                    dk, cap = np.ceil(d[ks] * mult - 1e-6), math.floor(free[n, r] * mult + 1e-6)
+                model.linear(x[ks], dk, 0, cap)
+
+        # 3. GPU cards.
+        for n in np.unique(pn[gpu]):
+            n = int(n)
+            ks = by_node[nb[n] : nb[n + 1]]
+            ks = ks[gpu[ks]]
+            row = gpu_free[n]
+            expanded = [int(k) for k in ks for _ in range(int(ub[k]))]
+            plan = pack_gpu(p, n, [int(pw[k]) for k in expanded], row)
+            if plan is not None:
+                per_group: dict[int, list[tuple[int, ...]]] = {}
+                for k, cards in zip(expanded, plan, strict=True):
+                    per_group.setdefault(int(pg[k]), []).append(cards)
+                self.card_plan[n] = per_group
+                continue
+            share_k = [int(k) for k in ks if is_share(p, int(pw[k]))]
+            whole_k = [int(k) for k in ks if not is_share(p, int(pw[k]))]
+            full_cards = np.flatnonzero(row == GPU_MILLI)
+            if not share_k:
+                model.linear(x[whole_k], p.wl_gpu_count[pw[whole_k]], 0, full_cards.size)
+                continue
+            ys: list[tuple[int, int, int]] = []  # (pair, card, var)
+            ts: list[tuple[int, int]] = []  # (card, var)
+            load: dict[int, tuple[list[int], list[int]]] = {}
+            for k in share_k:
+                mk = int(p.wl_gpu_milli[pw[k]])
+                fits = np.flatnonzero(row >= mk)
+                yv = model.new_vars(np.minimum(ub[k], row[fits] // mk))
+                for c, v in zip(fits, yv, strict=True):
+                    ys.append((k, int(c), int(v)))
+                    lv, lc = load.setdefault(int(c), ([], []))
+                    lv.append(int(v))
+                    lc.append(mk)
+                model.linear([*yv, x[k]], [*([1] * yv.size), -1], 0, 0)  # x = sum_c y
+            if whole_k:
+                tv = model.new_vars(np.ones(full_cards.size))
+                for c, v in zip(full_cards, tv, strict=True):
+                    ts.append((int(c), int(v)))
+                    lv, lc = load.setdefault(int(c), ([], []))
+                    lv.append(int(v))
+                    lc.append(GPU_MILLI)
+                counts = p.wl_gpu_count[pw[whole_k]]
+                model.linear([*tv, *x[whole_k]], [*([1] * tv.size), *(-counts)], 0, 0)
+            for c, (lv, lc) in load.items():
+                model.linear(lv, lc, 0, int(row[c]))
+            # Symmetry: cards with equal free milli are interchangeable; order their loads.
+            self.card_groups[n] = []
+            for value in np.unique(row[row > 0]):
+                group = [int(c) for c in np.flatnonzero(row == value) if int(c) in load]
+                self.card_groups[n].append(group)
+                for c1, c2 in zip(group, group[1:], strict=False):
+                    v1, k1 = load[c1]
+                    v2, k2 = load[c2]
+                    model.linear([*v1, *v2], [*k1, *(-np.asarray(k2))], 0, _BIG)
+            self.card_vars[n] = (ys, ts)
+        self.info["gpu_nodes_with_card_variables"] = len(self.card_vars)
+
+        # 4. Objective, per placed pod: unplaced penalty avoided, latency, dynamic carbon.
+        cx = np.full(pg.size, wts.unplaced / p.num_workloads)
+        region = p.wl_region[pw]
+        has_region = region >= 0
+        if coef.n_with_region:
+            cx[has_region] += coef.latency_weighted[region[has_region], pn[has_region]]
+        cx -= p.demand[pw, p.cpu_index] * coef.carbon_per_milli_weighted[pn]
+
+        # Power-on of the nodes that are off in base (those with candidates can turn on).
+        cand_nodes = np.unique(pn)
+        switchable = cand_nodes[~base.on[cand_nodes]]
+        if switchable.size:
+            ov = model.new_vars(np.ones(switchable.size))
+            for n, v in zip(switchable, ov, strict=True):
+                n, v = int(n), int(v)
+                self.on_var[n] = v
+                ks = by_node[nb[n] : nb[n + 1]]
+                for k in ks:
+                    model.linear([x[k], v], [1, -int(ub[k])], -_BIG, 0)  # x <= ub on
+                model.linear(x[ks], np.ones(ks.size), 1, _BIG, enforce=v)  # on => some pod
+            model.objective(ov, coef.off_gain_base[switchable], np.ones(switchable.size))
+
+        # Utilization: linear, exact levels, or the tangent surrogate.
+        ucap, udem = p.util_capacity, p.util_demand
+        a0 = base.util_used().sum(axis=0)
+        b0 = ucap[base.on].sum(axis=0)
+        mode, levels = self._utilization_mode(ucap, b0, switchable)
+        self.info["utilization_model"] = mode
+        if mode == "linear":
+            valid = b0 > 0
+            if valid.any():
+                cx += wts.utilization / int(valid.sum()) * (udem[pw][:, valid] / b0[valid]).sum(axis=1)
+        elif mode == "levels":
+            const -= wts.utilization * start.terms["utilization"]
+            self.util = self._levels(x, pw, ub, switchable, a0, b0, levels)
+        else:  # tangent of U at the hint (else at base with every candidate node on)
+            a_ref, b_ref = a0, b0 + ucap[switchable].sum(axis=0)
+            if hint is not None and ucap[hint.on].sum() > 0:
+                a_ref, b_ref = hint.util_used().sum(axis=0), ucap[hint.on].sum(axis=0)
+            valid = b_ref > 0
+            m = int(valid.sum())
+            const -= wts.utilization * start.terms["utilization"]
+            inv = np.where(valid, 1.0 / np.where(valid, b_ref, 1.0), 0.0)
+            cx += wts.utilization / m * (udem[pw] * inv).sum(axis=1)
+            const += wts.utilization / m * float((a0 * inv + a_ref * inv - a_ref * b0 * inv**2).sum())
+            charge = wts.utilization / m * (ucap[switchable] * a_ref * inv**2).sum(axis=1)
+            model.objective([self.on_var[int(n)] for n in switchable], -charge, np.ones(switchable.size))
+        model.objective(x, cx, ub)
+
+        # Integer scale S (module docstring). CP-SAT minimizes: minimize -S R (the constant as
+        # the objective's offset) and report the objective with the factor -1/S, in units of R.
+        coefs = np.asarray(model.obj_coefs)
+        ubs = np.asarray(model.obj_ubs)
+        total = float((np.abs(coefs) * ubs).sum())
+        scale = MAX_SCALE
+        if total > 0:
+            scale = min(MAX_SCALE, 10.0 ** math.floor(math.log10(SCALE_BUDGET / total)))
+        obj = model.proto.objective
+        obj.vars.extend(model.obj_vars)
+        obj.coeffs.extend((-np.round(coefs * scale).astype(np.int64)).tolist())
+        obj.offset = -const * scale
+        obj.scaling_factor = -1.0 / scale
+        self.const = const
+        self.error_bound = 0.5 * float(ubs.sum()) / scale
+        self.exact = mode != "surrogate"
+        self.info.update(scale=scale, scale_error_bound=self.error_bound)
+
+    def _utilization_mode(self, ucap: np.ndarray, b0: np.ndarray, switchable: np.ndarray) -> tuple[str, list[list[float]]]:
+        """``linear`` when no node can power on; ``levels`` with the on-capacity values per
+        resource when each has at most ``exact_levels``; else ``surrogate``."""
+        if switchable.size == 0:
+            return "linear", []
+        levels: list[list[float]] = []
+        for r in range(ucap.shape[1]):
+            sums = {0.0}
+            for c in ucap[switchable, r]:
+                if c > 0:
+                    sums |= {s + c for s in sums}
+                if len(sums) > self.exact_levels:
+                    return "surrogate", []
+            levels.append(sorted(float(b0[r] + s) for s in sums))
+        return "levels", levels
+
+    def _levels(
+        self, x: np.ndarray, pw: np.ndarray, ub: np.ndarray, switchable: np.ndarray, a0: np.ndarray, b0: np.ndarray,
+        levels: list[list[float]],
+    ) -> _UtilVars:
+        """The exact disjunctive encoding of U over on-capacity levels (module docstring)."""
+        p, model = self.problem, self.model
+        ucap, udem = p.util_capacity, p.util_demand
+        on = [self.on_var[int(n)] for n in switchable]
+        util = _UtilVars()
+        per_resource = []
+        valid_fixed, valid_varying = 0, []
+        for r in range(ucap.shape[1]):
+            d = udem[pw, r]
+            vals = np.concatenate([d, [a0[r]], ucap[switchable, r], [b0[r]]])
+            mult, _ = integral_scale(vals)
+            ints = np.round(vals * mult).astype(np.int64)
+            g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
+            unit = mult / g  # integer units per resource unit
+            d_i = np.round(d * unit).astype(np.int64)
+            a0_i = int(round(a0[r] * unit))
+            lv = [int(round(b * unit)) for b in levels[r]]
+            top = max(a0_i, min(a0_i + int((d_i * ub).sum()), lv[-1]))
+            # A_r = a0 + sum d x, and A_r <= B_r (usage never exceeds the capacity on).
+            av = model.new_var(a0_i, top)
+            nz = d_i > 0
+            model.linear([av, *x[nz]], [1, *(-d_i[nz])], a0_i, a0_i)
+            yv = [int(v) for v in model.new_vars(np.ones(len(lv)))]
+            model.exactly_one(yv)
+            caps = np.round(ucap[switchable, r] * unit).astype(np.int64)
+            b0_i = int(round(b0[r] * unit))
+            model.linear([*on, *yv], [*caps, *[-(b - b0_i) for b in lv]], 0, 0)
+            model.linear([av, *yv], [1, *(-np.asarray(lv))], -_BIG, 0)
+            if lv[0] > 0:
+                valid_fixed += 1
+            elif len(lv) > 1:
+                valid_varying.append(yv[0])  # valid = 1 - lvl[r, 0]
+            per_resource.append((av, top, lv, yv))
+            util.resources.append((av, d_i, a0_i, caps, b0_i, lv, yv))
+        # The number of valid resources m, one-hot over its possible values.
+        m_values = list(range(valid_fixed, valid_fixed + len(valid_varying) + 1))
+        util.q = {m_values[0]: None}
+        if len(m_values) > 1:
+            qv = [int(v) for v in model.new_vars(np.ones(len(m_values)))]
+            model.exactly_one(qv)
+            rhs = valid_fixed + len(valid_varying)
+            model.linear([*qv, *valid_varying], [*m_values, *([1] * len(valid_varying))], rhs, rhs)
+            util.q = dict(zip(m_values, qv, strict=True))
+        # z[r, b, m] <= b lvl[r, b], <= A_max q[m], sum_{b, m} z <= A_r; worth w1 / (m b) per unit.
+        for r, (av, top, lv, yv) in enumerate(per_resource):
+            zs = []
+            for b, y in zip(lv, yv, strict=True):
+                hi = min(top, b)
+                if b <= 0 or hi <= 0:
+                    continue
+                for m, qv in util.q.items():
+                    if m <= 0:
+                        continue
+                    z = model.new_var(0, hi)
+                    model.linear([z, y], [1, -hi], -_BIG, 0)
+                    if qv is not None:
+                        model.linear([z, qv], [1, -hi], -_BIG, 0)
+                    model.objective([z], [p.weights.utilization / (m * b)], [hi])
+                    zs.append(z)
+                    util.z[(r, b, m)] = z
+            if zs:
+                model.linear([*zs, av], [*([1] * len(zs)), -1], -_BIG, 0)
+        return util
+
+    # --- hint, solve, decode ---------------------------------------------------------------
+
+    def _group_of(self) -> dict[int, int]:
+        return {int(w): g for g, m in enumerate(self.members) for w in m}
+
+    def hint_values(self, state: ClusterState) -> dict[int, int]:
+        """A complete solution (variable -> value) for the model's pods as placed in ``state``
+        (``state`` = base + those pods): counts, cards (moved within groups of interchangeable
+        cards to respect the load order), power-on and the utilization variables."""
+        p = self.problem
+        group_of = self._group_of()
+        counts: dict[tuple[int, int], int] = {}
+        for w in self.pods:
+            n = int(state.assignment[w])
+            if n >= 0:
+                key = (group_of[int(w)], n)
+                counts[key] = counts.get(key, 0) + 1
+        x = np.array([counts.get((int(g), int(n)), 0) for g, n in zip(self.pg, self.pn, strict=True)], dtype=np.int64)
+        x = np.minimum(x, self.ub)
+        values = {k: int(v) for k, v in enumerate(x)}
+        for n, v in self.on_var.items():
+            values[v] = int(state.on[n])
+        pods = set(int(w) for w in self.pods)
+        for n, (ys, ts) in self.card_vars.items():
+            load: dict[int, int] = {}
+            on_card: dict[tuple[int, int], int] = {}  # (group, card) -> share pods
+            whole: set[int] = set()
+            for w in np.flatnonzero(state.assignment == n):
+                w = int(w)
+                if w not in pods:
+                    continue
+                for c in state.gpu_cards.get(w, ()):
+                    if is_share(p, w):
+                        load[c] = load.get(c, 0) + int(p.wl_gpu_milli[w])
+                        on_card[(group_of[w], c)] = on_card.get((group_of[w], c), 0) + 1
+                    else:
+                        load[c] = load.get(c, 0) + GPU_MILLI
+                        whole.add(c)
+            source: dict[int, int] = {}  # card position -> the card whose content it gets
+            for group in self.card_groups.get(n, []):
+                source.update(zip(group, sorted(group, key=lambda c: -load.get(c, 0)), strict=True))
+            for k, c, v in ys:
+                values[v] = on_card.get((int(self.pg[k]), source.get(c, c)), 0)
+            for c, v in ts:
+                values[v] = int(source.get(c, c) in whole)
+        if self.util is not None:
+            u = self.util
+            on = np.array([state.on[n] for n in self.on_var], dtype=np.int64)
+            m, a_b = 0, []
+            for av, d_i, a0_i, caps, b0_i, lv, yv in u.resources:
+                a = a0_i + int((d_i * x).sum())
+                b = b0_i + int((caps * on).sum())
+                values[av] = a
+                for level, v in zip(lv, yv, strict=True):
+                    values[v] = int(level == b)
+                m += b > 0
+                a_b.append((a, b))
+            for mv, qv in u.q.items():
+                if qv is not None:
+                    values[qv] = int(mv == m)
+            for (r, b, mv), z in u.z.items():
+                values[z] = a_b[r][0] if (a_b[r][1] == b and mv == m) else 0
+        return values
+
+    def solve(
+        self, seed: int, wall_limit: float, deterministic_limit: float | None, workers: int = 1, relative_gap: float = 0.0,
+    ) -> Result:
+        """Run CP-SAT; ``deterministic_limit`` None means a wall-clock limit only."""
+        from ortools.sat.python import cp_model
+
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.random_seed = int(seed)
+        prm.relative_gap_limit = float(relative_gap)
+        prm.absolute_gap_limit = 0.0  # the objective is in units of R: prove to the last integer unit
+        # Every constraint in the LP on models up to LP2_MAX_VARIABLES: a much stronger bound there;
+        # above, the default level reaches a good bound sooner.
+        prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
+        prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
+        prm.max_time_in_seconds = max(0.01, wall_limit)
+        if deterministic_limit is not None:
+            prm.max_deterministic_time = max(0.001, deterministic_limit)
+        if workers:
+            prm.num_workers = int(workers)
+        status = solver.solve(self.cp)
+        response = solver.response_proto
+        found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        result = Result(
+            status=solver.status_name(status).lower(), state=None, objective=None, bound=None,
+            deterministic_time=float(response.deterministic_time), wall_time=float(solver.wall_time), proved=False,
+        )
+        if found:
+            result.objective = solver.objective_value
+            result.bound = solver.best_objective_bound
+            result.proved = status == cp_model.OPTIMAL and result.bound - result.objective <= self.error_bound + 1e-12
+            result.state = self.decode(np.asarray(response.solution, dtype=np.int64))
+        return result
+
+    def decode(self, values: np.ndarray) -> ClusterState:
+        """``base`` plus the model's pods as the solution places them (counts to pods, pods to cards)."""
+        p = self.problem
+        counts = values[: self.pg.size]
+        on_node: dict[tuple[int, int], list[int]] = {}  # (group, node) -> pods
+        cursor = [0] * len(self.members)
+        for k in np.flatnonzero(counts > 0):
+            g, n, c = int(self.pg[k]), int(self.pn[k]), int(counts[k])
+            on_node[(g, n)] = [int(w) for w in self.members[g][cursor[g] : cursor[g] + c]]
+            cursor[g] += c
+        cards: dict[int, tuple[int, ...]] = {}
+        whole_only: dict[int, list[int]] = {}
+        for (g, n), pods in on_node.items():
+            if p.wl_gpu_count[pods[0]] <= 0 or n in self.card_vars:
+                continue
+            if n in self.card_plan:
+                cards.update(zip(pods, self.card_plan[n][g], strict=False))
+            else:  # only k-GPU pods compete on this node: fully free cards in order
+                whole_only.setdefault(n, []).extend(pods)
+        for n, pods in whole_only.items():
+            full = [int(c) for c in np.flatnonzero(self.base.gpu_free[n] == GPU_MILLI)]
+            for w in sorted(pods):
+                k = int(p.wl_gpu_count[w])
+                cards[w], full = tuple(full[:k]), full[k:]
+        for n, (ys, ts) in self.card_vars.items():
+            for k, c, v in ys:
+                pods = on_node.get((int(self.pg[k]), n), [])
+                first = sum(1 for w in pods if w in cards)
+                for w in pods[first : first + int(values[v])]:
+                    cards[w] = (c,)
+            taken = [c for c, v in ts if values[v] > 0]
+            for (_, n2), pods in on_node.items():
+                if n2 == n and p.wl_gpu_count[pods[0]] > 0 and not is_share(p, pods[0]):
+                    for w in pods:
+                        k = int(p.wl_gpu_count[w])
+                        cards[w], taken = tuple(taken[:k]), taken[k:]
+        state = self.base.copy()
+        for (_, n), pods in sorted(on_node.items()):
+            for w in pods:
+                state.place(w, n, cards.get(w, ()))
+        return state
+
+
+# --- the solver ---------------------------------------------------------------------------
+
+
+class CpSat(Solver):
+    name = "cpsat"
+    properties = SolverProperties(
+        "batch",
+        True,
+        "All pods jointly as a CP-SAT model (OR-Tools): exact GPU cards, R linearized; proves optimality when exact.",
+        requires=("ortools",),
+        extra="cpsat",
+    )
+    parameters: ClassVar[dict[str, Param]] = {
+        "seed": SEED,
+        "time_limit_s": Param(
+            10.0, float, "Wall-clock budget of the whole solve in seconds (hint, model, search, polish).", minimum=0.001
+        ),
+        "num_workers": Param(
+            0, int, "CP-SAT search workers when deterministic is false (0 = CP-SAT's default, one per core).", minimum=0
+        ),
+        "relative_gap": Param(
+            0.0, float, "Stop when CP-SAT's gap relative to max(1, |R|) is at most this (0 = prove optimality).",
+            minimum=0.0, maximum=1.0,
+        ),
+        "hint": Param("best-fit", str, "Online solver whose placement is CP-SAT's starting hint, or 'none'."),
+        "max_candidates": Param(
+            None, int,
+            f"Candidate nodes per pod in the whole-problem model, plus the hint's node (none: all, or "
+            f"{AUTO_CANDIDATES} above {AUTO_PRUNE_PAIRS:,} feasible pairs).",
+            minimum=1, nullable=True,
+        ),
+        "deterministic": Param(
+            True, bool, "One search worker and deterministic time limits, so the same seed gives the same placement."
+        ),
+        "max_deterministic_time": Param(
+            5.0, float, "Deterministic time budget (CP-SAT's unit, about a second) when deterministic is true.",
+            minimum=0.001,
+        ),
+        "exact_levels": Param(
+            256, int, "Most on-capacity levels per resource for the exact utilization encoding (else a surrogate).",
+            minimum=1,
+        ),
+        "lns": Param(
+            True, bool, "When the whole-problem model is not proved optimal, large-neighbourhood search with the rest "
+            "of the budget (small exact models over a few nodes' pods).",
+        ),
+        "polish": Param(True, bool, "Improve the hint and the result by single-pod moves scored with the true objective."),
+    }
+
+    def _check_settings(self) -> None:
+        import solvers
+
+        if self.hint != "none":
+            cls = solvers.registered().get(self.hint)
+            if cls is None or not issubclass(cls, OnlineSolver):
+                online = sorted(n for n, c in solvers.registered().items() if issubclass(c, OnlineSolver))
+                raise InvalidSettingError(
+                    f"solver {self.name!r} setting 'hint': must be 'none' or an online solver "
+                    f"({', '.join(online)}), got {self.hint!r}"
+                )
+
+    # --- solve -----------------------------------------------------------------------------
+
+    def _solve(self, problem: Problem, deadline: float | None) -> Placement:
+        start = time.perf_counter()
+        end = start + self.time_limit_s if deadline is None else min(start + self.time_limit_s, deadline)
+        reserve = max(MIN_RESERVE_S, RESERVE_SHARE * (end - start))
+        p = problem
+        info: dict[str, Any] = {}
+        if p.num_workloads == 0 or p.num_nodes == 0:
+            state = ClusterState(p)
+            info.update(status="optimal", exact_model=True, num_variables=0)
+            reasons = unplaced_reasons(p, state, self.name)
+            return Placement(assignment=state.assignment.copy(), reasons=reasons, status="optimal", info=info)
+
+        # The hint: an online solver's placement, polished (also the floor of what is returned).
+        hint_state: ClusterState | None = None
+        if self.hint != "none":
+            import solvers
+
+            hint_solver = solvers.make(self.hint, seed=self.seed)
+            assert isinstance(hint_solver, OnlineSolver)
+            hint_state, _, _ = hint_solver.run(p)
+            info["hint"] = {"solver": self.hint, "score": evaluate(p, hint_state.assignment).score}
+            if self.polish:
+                moves = improve(p, hint_state, deadline=start + HINT_POLISH_SHARE * (end - start))
+                info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)
+
+        # The whole-problem model over the candidate pairs.
+        state0 = ClusterState(p)
+        cand = feasible_matrix(p, state0)
+        total_pairs = int(cand.sum())
+        limit = self.max_candidates
+        if limit is None and total_pairs > AUTO_PRUNE_PAIRS:
+            limit = AUTO_CANDIDATES
+        pruned = limit is not None and bool((cand.sum(axis=1) > limit + 1).any())
+        if pruned:
+            assert limit is not None
+            cand = _prune(p, cand, hint_state, limit)
+        full = PlacementModel(p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state)
+        info.update(full.info)
+        info.update(
+            feasible_pairs=total_pairs, groups=len(full.members), pruned=pruned, num_variables=full.num_variables,
+            num_constraints=full.num_constraints, build_s=time.perf_counter() - start,
+        )
+        # With deterministic limits the split between the whole model and the search after it is
+        # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
+        share = FULL_SHARE if self.lns else 1.0
+        det_budget = self.max_deterministic_time if self.deterministic else None
+        wall = end - time.perf_counter() - reserve
+        if det_budget is None:
+            wall *= share
+        workers = 1 if self.deterministic else self.num_workers
+        result = full.solve(
+            self.seed, wall, None if det_budget is None else share * det_budget, workers, self.relative_gap
+        )
+        exact = full.exact and not pruned
+        optimal = exact and result.proved
+        info.update(
+            status=result.status, cpsat_wall_time_s=result.wall_time, deterministic_time=result.deterministic_time,
+            objective=result.objective, best_bound=result.bound, exact_model=exact,
+        )
+        lowest = -(p.weights.cost + p.weights.carbon + p.weights.unplaced)  # R's smallest possible value
+        if result.bound is not None and result.objective is not None:
+            info.update(
+                gap_abs=result.bound - result.objective,
+                gap=(result.bound - result.objective) / max(result.bound - lowest, 1e-12),
+            )
+        candidates = [s for s in (result.state, hint_state) if s is not None]
+        state = max(candidates, key=lambda s: evaluate(p, s.assignment).score) if candidates else state0.copy()
+        info["start"] = "cpsat" if result.state is not None and state is result.state else "hint"
+        state = state.copy()
+
+        # Large-neighbourhood search and polish with the true objective.
+        if self.lns and not optimal:
+            det_left = None if det_budget is None else det_budget - result.deterministic_time
+            state, info["lns"] = self._lns(p, state, end - reserve, det_left)
+        if self.polish and not optimal:
+            info["polish_moves"] = improve(p, state, deadline=end)
+        final = evaluate(p, state.assignment).score
+        info["wall_time_s"] = time.perf_counter() - start
+        if result.bound is not None:
+            info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
+        return Placement(
+            assignment=state.assignment.copy(),
+            gpu_cards=dict(state.gpu_cards),
+            reasons=unplaced_reasons(p, state, self.name),
+            status="optimal" if optimal else "feasible",
+            info=info,
+        )
+
+    # --- large-neighbourhood search ----------------------------------------------------------
+
+    def _lns(
+        self, p: Problem, state: ClusterState, wall_end: float, det_budget: float | None
+    ) -> tuple[ClusterState, dict[str, Any]]:
+        """Improve ``state``: repeatedly take the pods of a few nodes (and unplaced pods
+        that fit there) out and place them again with an exact model over those nodes; keep the
+        result when R improves. Deterministic: a seeded choice of neighbourhoods and a budget in
+        deterministic time (sub-model time plus a fixed charge per iteration)."""
+        rng = np.random.default_rng([self.seed, 7])
+        current = evaluate(p, state.assignment).score
+        k = min(LNS_START_NODES, p.num_nodes)
+        used = 0.0
+        stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget"}
+        stall = 0
+        static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
+        domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
+        while time.perf_counter() < wall_end and (det_budget is None or used < det_budget):
+            stats["iterations"] += 1
+            used += LNS_ITERATION_CHARGE
+            nodes = _neighbourhood(p, state, static, domains, k, rng)
+            mask = np.zeros(p.num_nodes, dtype=bool)
+            mask[nodes] = True
+            on_nodes = np.flatnonzero(mask[np.maximum(state.assignment, 0)] & (state.assignment >= 0))
+            unplaced = np.flatnonzero((state.assignment < 0) & static[:, mask].any(axis=1))
+            room = max(0, LNS_MAX_PODS - on_nodes.size)
+            if unplaced.size > room:
+                unplaced = np.sort(rng.choice(unplaced, size=room, replace=False))
+            pods = np.concatenate([on_nodes, unplaced]).astype(np.int64)
+            if pods.size == 0:
+                continue
+            base = state.copy()
+            for w in on_nodes:
+                base.remove(int(w))
+            cand = np.stack([feasible_nodes(base, int(w)) & mask for w in pods])
+            keep = cand.any(axis=1) | (state.assignment[pods] >= 0)
+            pods, cand = pods[keep], cand[keep]
+            if pods.size == 0:
+                continue
+            sub = PlacementModel(p, base, pods, cand, self.exact_levels, state)
+            wall_left = wall_end - time.perf_counter()
+            det = LNS_SUB_DETERMINISTIC_S if det_budget is None else min(LNS_SUB_DETERMINISTIC_S, det_budget - used)
+            if wall_left <= 0 or det <= 0:
+                break
+            res = sub.solve(int(rng.integers(2**31)), wall_left, det)
+            used += res.deterministic_time
+            stall += 1
+            if res.state is not None:
+                score = evaluate(p, res.state.assignment).score
+                if score > current + POLISH_TOL:
+                    state, current = res.state, score
+                    stats["improvements"] += 1
+                    stall = 0
+            if res.status == "optimal" and sub.exact and k >= p.num_nodes and unplaced.size == np.count_nonzero(
+                (state.assignment < 0) & static.any(axis=1)
+            ):
+                stats["stopped"] = "whole problem solved"  # the last model was the whole problem
+                break
+            if stall >= LNS_MAX_STALL:
+                stats["stopped"] = f"{LNS_MAX_STALL} iterations without improvement"
+                break
+            # Grow the neighbourhood while sub-models are solved to optimality, shrink otherwise.
+            k = min(p.num_nodes, k + 1) if res.status == "optimal" else max(2, k - 1)
+        stats.update(deterministic_time=used, end_score=current, last_nodes=k)
+        return state, stats
+
+
+def _static_mask(p: Problem, w: int) -> np.ndarray:
+    from iro_fed.feasibility import static_filter
+
+    return static_filter(p, w).mask
+
+
+def _neighbourhood(
+    p: Problem, state: ClusterState, static: np.ndarray, domains: list[np.ndarray], k: int, rng: np.random.Generator,
+) -> np.ndarray:
+    """``k`` nodes to re-optimize: around an unplaced pod (nodes it may run on), within one
+    domain, or anywhere, chosen in turn by the seeded generator."""
+    unplaced = np.flatnonzero((state.assignment < 0) & static.any(axis=1))
+    kind = int(rng.integers(3))
+    if kind == 0 and unplaced.size:
+        u = int(rng.choice(unplaced))
+        pool = np.flatnonzero(static[u])
+    elif kind == 1:
+        pool = domains[int(rng.integers(len(domains)))]
+        if pool.size == 0:
+            pool = np.arange(p.num_nodes)
+    else:
+        pool = np.arange(p.num_nodes)
+    return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
+
+
+def _prune(problem: Problem, feas: np.ndarray, hint_state: ClusterState | None, limit: int) -> np.ndarray:
+    """Per pod, the hint's node and the ``limit`` best nodes by the objective's marginal gain
+    against the hint's final cluster with the pod taken out (nodes it still fits there first,
+    then nodes that fit only the initial cluster)."""
+    p = problem
+    st = hint_state.copy() if hint_state is not None else ClusterState(p)
+    out = np.zeros_like(feas)
+    for w in range(p.num_workloads):
+        row = feas[w]
+        if row.sum() <= limit:
+            out[w] = row
+            continue
+        n0 = int(st.assignment[w])
+        cards0 = st.gpu_cards.get(w, ())
+        if n0 >= 0:
+            st.remove(w)
+        score = marginal(p, st, w)
+        score = np.where(feasible_nodes(st, w), score, score - 1e6)
+        score = np.where(row, score, -np.inf)
+        top = np.argpartition(-score, limit - 1)[:limit]
+        out[w, top] = row[top]
+        if n0 >= 0:
+            st.place(w, n0, cards0)
+            out[w, n0] = True
+    return out

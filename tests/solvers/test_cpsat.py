@@ -1,0 +1,264 @@
+"""The ``cpsat`` solver: exact on tiny problems, its encodings, determinism, settings, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ortools")
+
+import solvers
+from iro_fed import problem_from_dict
+from iro_fed.cli import main
+from iro_fed.feasibility import check_placement, feasible_matrix
+from iro_fed.model import ClusterState
+from iro_fed.objective import evaluate
+from iro_fed.testing import brute_force, random_problem
+from solvers import InvalidSettingError
+from solvers.cpsat import PlacementModel, pack_gpu, pod_groups
+
+REPO = Path(__file__).resolve().parents[2]
+BANK = REPO / "examples" / "problems" / "bank-three-zone.json"
+
+# (nodes, pods, seed): random tiny problems with GPU shares, multi-GPU pods, taints, node
+# selectors, allowed domains and latency bounds (iro_fed.testing.random_problem).
+TINY = [(3, pods, seed) for pods in (4, 5, 6) for seed in range(8)] + [(4, 4, seed) for seed in range(8)]
+
+
+def _domains():
+    return [
+        {"name": "edge", "kind": "edge", "carbon_intensity": 300.0, "price_per_hour": {"cpu": 0.05, "memory": 0.006, "gpu": 1.0}},
+        {"name": "az", "kind": "zone", "carbon_intensity": 100.0, "price_per_hour": {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}},
+    ]
+
+
+HAND_MADE = {
+    # Two half-card pods and a whole-card pod on cards [500, 500, 1000]: the shares must go to
+    # the half-free cards so that the whole-card pod finds its fully free card.
+    "gpu-shares-leave-a-full-card": {
+        "domains": _domains(),
+        "nodes": [{"name": "g", "domain": "az", "capacity": {"cpu": 16000, "memory": 65536},
+                   "allocated": {"cpu": 1000, "memory": 1024}, "gpus": 3, "gpu_free_milli": [500, 1000, 500]}],
+        "workloads": [
+            {"name": "share-a", "requests": {"cpu": 500, "memory": 512}, "gpu": {"count": 1, "milli": 500}},
+            {"name": "whole", "requests": {"cpu": 500, "memory": 512}, "gpu": {"count": 1, "milli": 1000}},
+            {"name": "share-b", "requests": {"cpu": 500, "memory": 512}, "gpu": {"count": 1, "milli": 400}},
+        ],
+    },
+    # A 2-GPU pod needs two fully free cards; share pods must pack onto one card to leave them.
+    "multi-gpu-needs-untouched-cards": {
+        "domains": _domains(),
+        "nodes": [{"name": "g", "domain": "az", "capacity": {"cpu": 16000, "memory": 65536},
+                   "allocated": {"cpu": 1000, "memory": 1024}, "gpus": 3}],
+        "workloads": [
+            {"name": "s1", "requests": {"cpu": 100, "memory": 128}, "gpu": {"count": 1, "milli": 300}},
+            {"name": "s2", "requests": {"cpu": 100, "memory": 128}, "gpu": {"count": 1, "milli": 300}},
+            {"name": "s3", "requests": {"cpu": 100, "memory": 128}, "gpu": {"count": 1, "milli": 300}},
+            {"name": "two", "requests": {"cpu": 100, "memory": 128}, "gpu": {"count": 2, "milli": 1000}},
+        ],
+    },
+    # Taints, a node selector and a latency bound decide where each pod may go; the empty edge
+    # node costs power-on, so the utilization ratio changes with the set of nodes on.
+    "taints-latency-and-power-on": {
+        "domains": _domains(),
+        "latency_ms": {"users": {"edge": 2.0, "az": 30.0}},
+        "nodes": [
+            {"name": "edge-1", "domain": "edge", "capacity": {"cpu": 8000, "memory": 16384}},
+            {"name": "az-1", "domain": "az", "capacity": {"cpu": 16000, "memory": 32768},
+             "allocated": {"cpu": 4000, "memory": 8192}, "labels": {"tier": "gold"}},
+            {"name": "az-batch", "domain": "az", "capacity": {"cpu": 16000, "memory": 32768},
+             "allocated": {"cpu": 2000, "memory": 4096},
+             "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
+        ],
+        "workloads": [
+            {"name": "web", "requests": {"cpu": 1000, "memory": 1024}, "user_region": "users", "max_latency_ms": 10},
+            {"name": "api", "requests": {"cpu": 2000, "memory": 2048}, "user_region": "users"},
+            {"name": "gold", "requests": {"cpu": 4000, "memory": 4096}, "node_selector": {"tier": "gold"}},
+            {"name": "batch", "requests": {"cpu": 8000, "memory": 8192}, "class": "batch",
+             "tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+            {"name": "big", "requests": {"cpu": 12000, "memory": 4096}},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize(("nodes", "pods", "seed"), TINY)
+def test_reaches_the_brute_force_optimum_on_tiny_random_problems(nodes, pods, seed):
+    problem = random_problem(500 + seed, nodes=nodes, pods=pods)
+    optimum = brute_force(problem).objective.score
+    placement = solvers.make("cpsat").solve(problem)
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    assert placement.objective.score == pytest.approx(optimum, abs=1e-9)
+    assert placement.status == "optimal"  # the model is exact here and CP-SAT proves it
+
+
+@pytest.mark.parametrize("name", sorted(HAND_MADE))
+def test_reaches_the_brute_force_optimum_on_hand_made_problems(name):
+    problem = problem_from_dict(HAND_MADE[name])
+    optimum = brute_force(problem)
+    placement = solvers.make("cpsat").solve(problem)
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    assert placement.objective.score == pytest.approx(optimum.objective.score, abs=1e-9)
+    assert placement.status == "optimal"
+    if name != "taints-latency-and-power-on":
+        assert placement.num_placed == problem.num_workloads  # every GPU pod fits when packed right
+    else:
+        assert placement.info["utilization_model"] == "levels"  # edge-1 may power on: U is a ratio
+
+
+def test_utilization_levels_are_exact_where_nodes_power_on():
+    """Problems with nodes that start empty use the exact level encoding of U; the surrogate
+    (exact_levels=1) is reported as not exact, and still returns a valid, polished placement."""
+    seen = 0
+    for seed in range(40):
+        problem = random_problem(900 + seed, nodes=3, pods=5)
+        placement = solvers.make("cpsat").solve(problem)
+        if placement.info["utilization_model"] != "levels":
+            continue
+        seen += 1
+        assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-9)
+        surrogate = solvers.make("cpsat", exact_levels=1).solve(problem)
+        assert surrogate.info["utilization_model"] == "surrogate"
+        assert surrogate.status == "feasible" and surrogate.info["exact_model"] is False
+        assert check_placement(problem, surrogate.assignment, surrogate.gpu_cards) == []
+        assert surrogate.objective.score <= placement.objective.score + 1e-9
+    assert seen >= 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_models_objective_is_the_true_objective(seed):
+    """Fix every variable to a complete hint (an online solver's placement): the model is
+    feasible and CP-SAT's objective equals evaluate() up to the integer scale's error bound."""
+    from ortools.sat.python import cp_model
+
+    problem = random_problem(40 + seed, nodes=8, pods=14)
+    hint, _, _ = solvers.make("first-fit").run(problem)
+    state0 = ClusterState(problem)
+    model = PlacementModel(problem, state0, np.arange(problem.num_workloads), feasible_matrix(problem), 256, hint)
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    status = solver.solve(model.cp)
+    assert status == cp_model.OPTIMAL
+    assert solver.objective_value == pytest.approx(evaluate(problem, hint.assignment).score, abs=model.error_bound + 1e-9)
+
+
+def test_pods_of_the_same_shape_are_counted_not_named():
+    doc = HAND_MADE["taints-latency-and-power-on"]
+    doc = {**doc, "workloads": doc["workloads"] + [{**doc["workloads"][1], "name": "api-2"}]}
+    problem = problem_from_dict(doc)
+    groups = pod_groups(problem)
+    assert sorted(len(g) for g in groups) == [1, 1, 1, 1, 2]
+    assert solvers.make("cpsat").solve(problem).objective.score == pytest.approx(
+        brute_force(problem).objective.score, abs=1e-9
+    )
+
+
+def test_gpu_packing_helper():
+    problem = problem_from_dict(HAND_MADE["gpu-shares-leave-a-full-card"])
+    assert pack_gpu(problem, 0, [0, 1, 2]) == [(0,), (1,), (2,)]
+    assert pack_gpu(problem, 0, [1, 1]) is None  # one fully free card only
+
+
+def test_same_seed_deterministic_gives_the_same_placement():
+    # Not provable in the budget: the whole model stops on its deterministic limit and the
+    # large-neighbourhood search runs, both seeded and deterministic.
+    problem = random_problem(102, nodes=25, pods=60)
+    settings = {"seed": 5, "deterministic": True, "max_deterministic_time": 0.6}
+    a = solvers.make("cpsat", **settings).solve(problem)
+    b = solvers.make("cpsat", **settings).solve(problem)
+    assert "lns" in a.info
+    assert np.array_equal(a.assignment, b.assignment) and a.gpu_cards == b.gpu_cards
+
+
+def test_info_reports_the_search():
+    problem = random_problem(11, nodes=6, pods=10)
+    info = solvers.make("cpsat").solve(problem).info
+    for key in ("status", "objective", "best_bound", "gap", "wall_time_s", "num_variables", "num_constraints",
+                "scale", "scale_error_bound", "hint"):
+        assert key in info, key
+    assert info["status"] == "optimal" and info["gap"] == pytest.approx(0.0, abs=1e-9)
+    assert info["hint"]["solver"] == "best-fit"
+
+
+def test_pruned_candidates_stay_valid_and_never_below_the_hint():
+    problem = random_problem(77, nodes=20, pods=40)
+    placement = solvers.make("cpsat", max_candidates=2, max_deterministic_time=0.5).solve(problem)
+    assert placement.info["pruned"] is True
+    assert placement.status == "feasible"  # pruning loses the optimality proof
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    best_fit = solvers.make("best-fit").solve(problem).objective.score
+    assert placement.objective.score >= best_fit - 1e-12
+
+
+def test_a_deadline_caps_the_search():
+    import time
+
+    problem = random_problem(102, nodes=25, pods=60)
+    start = time.perf_counter()
+    placement = solvers.make("cpsat").solve_until(problem, deadline=start + 0.8)
+    assert time.perf_counter() - start < 2.5
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+
+
+def test_no_hint_still_solves():
+    problem = random_problem(3, nodes=3, pods=5)
+    placement = solvers.make("cpsat", hint="none").solve(problem)
+    assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("settings", "name"),
+    [
+        ({"time_limit_s": 0}, "time_limit_s"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"relative_gap": 1.5}, "relative_gap"),
+        ({"hint": "cpsat"}, "hint"),
+        ({"hint": "nope"}, "hint"),
+        ({"max_candidates": 0}, "max_candidates"),
+        ({"deterministic": "maybe"}, "deterministic"),
+        ({"max_deterministic_time": 0}, "max_deterministic_time"),
+        ({"exact_levels": 0}, "exact_levels"),
+        ({"seed": -3}, "seed"),
+    ],
+)
+def test_bad_settings_name_the_setting(settings, name):
+    with pytest.raises(InvalidSettingError, match=f"'{name}'"):
+        solvers.make("cpsat", **settings)
+
+
+def test_cli_solve_with_cpsat(tmp_path, capsys):
+    out = tmp_path / "placement.json"
+    assert main(["solve", str(BANK), "--solver", "cpsat", "--set", "time_limit_s=20", "--out", str(out)]) == 0
+    assert "cpsat" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["solver"] == "cpsat" and doc["status"] == "optimal"
+    assert doc["unplaced"].keys() == {"risk/stress-test-full-book"}
+    assert main(["solve", str(BANK), "--solver", "cpsat", "--set", "hint=nope"]) == 2
+
+
+def test_joint_solvers_benchmark_quick_run_writes_json(tmp_path):
+    import importlib.util
+    import sys
+
+    script = REPO / "benchmarks" / "joint_solvers.py"
+    spec = importlib.util.spec_from_file_location("joint_solvers", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("joint_solvers", module)
+    spec.loader.exec_module(module)
+    if not (module.dt.DEFAULT_DATA / module.dt.OPENB / module.dt.NODE_CSV).is_file():
+        pytest.skip("openb trace not found")
+    out = tmp_path / "joint.json"
+    assert module.main(["--quick", "--sizes", "20x5", "--solvers", "best-fit,cpsat,qubo", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = {r["solver"]: r for r in doc["results"]}
+    assert set(rows) == {"best-fit", "cpsat", "qubo"}
+    assert all(r["valid"] for r in rows.values())
+    assert rows["cpsat"]["gap"] == pytest.approx(0.0, abs=1e-9)  # proved optimal at 20 x 5
+    assert rows["cpsat"]["score"] >= max(r["score"] for r in rows.values()) - 1e-9
+    assert module.main(["--solvers", "nope", "--out", str(tmp_path / "x.json")]) == 2
+    assert not (tmp_path / "x.json").exists()

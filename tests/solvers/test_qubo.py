@@ -1,0 +1,151 @@
+"""The ``qubo`` solver: the BQM, calibration, decode and repair, determinism, settings, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dimod")
+pytest.importorskip("dwave.samplers")
+
+import solvers
+from iro_fed import problem_from_dict
+from iro_fed.cli import main
+from iro_fed.feasibility import check_placement
+from iro_fed.model import ClusterState
+from iro_fed.testing import brute_force, random_problem
+from solvers import InvalidSettingError
+from solvers.qubo import _BatchModel
+
+REPO = Path(__file__).resolve().parents[2]
+BANK = REPO / "examples" / "problems" / "bank-three-zone.json"
+
+
+@pytest.mark.parametrize(("pods", "seed"), [(pods, seed) for pods in (1, 2) for seed in range(10)])
+def test_reaches_the_brute_force_optimum_on_the_smallest_problems(pods, seed):
+    problem = random_problem(500 + seed, nodes=3, pods=pods)
+    placement = solvers.make("qubo", seed=1).solve(problem)
+    assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-9)
+
+
+def test_mostly_optimal_and_always_feasible_on_tiny_problems():
+    hits = total = 0
+    for pods in (3, 4, 5, 6):
+        for seed in range(6):
+            problem = random_problem(700 + seed, nodes=3, pods=pods)
+            placement = solvers.make("qubo", seed=1).solve(problem)
+            assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+            total += 1
+            hits += abs(placement.objective.score - brute_force(problem).objective.score) <= 1e-9
+    assert hits >= 0.75 * total  # not exact (capacity penalty bias, utilization surrogate), but close
+
+
+@pytest.mark.parametrize("settings", [{}, {"capacity": "slack"}, {"sampler": "tabu", "tabu_restarts": 2}])
+def test_always_feasible_after_repair_and_reports_the_sampling(settings):
+    problem = random_problem(101, nodes=25, pods=60)
+    placement = solvers.make("qubo", **settings).solve(problem)
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    info = placement.info
+    for key in ("energy", "feasible_fraction", "penalty", "repairs"):
+        assert key in info, key
+    assert 0.0 <= info["feasible_fraction"] <= 1.0
+    steps = info["batches"][0]["steps"]
+    alphas = [s["alpha"] for s in steps]
+    assert alphas == sorted(alphas) and alphas[0] == pytest.approx(0.5)
+    # Calibration stops at the first penalty whose lowest-energy read is feasible.
+    assert all(not s["lowest_energy_feasible"] for s in steps[:-1])
+
+
+def test_a_tiny_penalty_gives_infeasible_reads_that_repair_fixes():
+    problem = random_problem(101, nodes=25, pods=60)
+    placement = solvers.make("qubo", penalty=0.01, num_reads=4).solve(problem)
+    assert placement.info["feasible_fraction"] == 0.0
+    assert placement.info["repairs"] > 0
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+
+
+def test_bqm_energy_is_minus_the_objective_for_one_hot_samples():
+    """Without binding capacity, the energy of a read that places each pod once is -(its
+    per-pod objective terms) plus w5/W per unplaced pod."""
+    doc = {
+        "domains": [{"name": "a", "carbon_intensity": 100.0, "price_per_hour": {"cpu": 0.03}},
+                    {"name": "b", "carbon_intensity": 400.0, "price_per_hour": {"cpu": 0.03}}],
+        "latency_ms": {"u": {"a": 5.0, "b": 40.0}},
+        "nodes": [{"name": "n-a", "domain": "a", "capacity": {"cpu": 8000, "memory": 8192}, "allocated": {"cpu": 1000}},
+                  {"name": "n-b", "domain": "b", "capacity": {"cpu": 8000, "memory": 8192}, "allocated": {"cpu": 1000}}],
+        "workloads": [{"name": "p", "requests": {"cpu": 1000, "memory": 512}, "user_region": "u"},
+                      {"name": "q", "requests": {"cpu": 500, "memory": 256}}],
+    }
+    problem = problem_from_dict(doc)
+    model = _BatchModel(problem, ClusterState(problem), np.arange(2), 8, "unbalanced")
+    bqm = model.bqm(2.0)
+    sample = np.zeros(model.num_variables, dtype=np.int8)
+    first = {int(model.pw[k]): k for k in range(model.num_pairs)}  # any candidate of each pod
+    for k in first.values():
+        sample[k] = 1
+    energy = bqm.energy({v: int(sample[v]) for v in range(model.num_variables)})
+    assert energy == pytest.approx(-sum(model.cx[k] for k in first.values()), abs=1e-12)
+    sample[list(first.values())[1]] = 0
+    sample[model.u0 + 1] = 1  # pod q unplaced instead
+    energy = bqm.energy({v: int(sample[v]) for v in range(model.num_variables)})
+    assert energy == pytest.approx(-model.cx[first[0]] + model.unplaced_cost, abs=1e-12)
+    sample[model.u0 + 0] = 1  # pod p placed and unplaced: the one-hot penalty applies
+    assert bqm.energy({v: int(sample[v]) for v in range(model.num_variables)}) > energy + model.scale
+
+
+def test_large_problems_are_solved_in_batches():
+    problem = random_problem(55, nodes=10, pods=40)
+    placement = solvers.make("qubo", batch_size=10, num_reads=4).solve(problem)
+    assert len(placement.info["batches"]) == 4
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+
+
+def test_same_seed_gives_the_same_placement():
+    problem = random_problem(21, nodes=8, pods=16)
+    for settings in ({"seed": 4}, {"seed": 4, "sampler": "tabu", "tabu_restarts": 2}):
+        a = solvers.make("qubo", **settings).solve(problem)
+        b = solvers.make("qubo", **settings).solve(problem)
+        assert np.array_equal(a.assignment, b.assignment) and a.gpu_cards == b.gpu_cards
+
+
+def test_beta_range_from_the_command_line_and_python():
+    assert solvers.make("qubo", beta_range="0.1, 5").beta_range == (0.1, 5.0)
+    assert solvers.make("qubo", beta_range=(0.1, 5)).get_params()["beta_range"] == (0.1, 5.0)
+    problem = random_problem(3, nodes=3, pods=4)
+    placement = solvers.make("qubo", beta_range=(0.1, 5.0)).solve(problem)
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "name"),
+    [
+        ({"num_reads": 0}, "num_reads"),
+        ({"num_sweeps": 0}, "num_sweeps"),
+        ({"beta_range": "5,1"}, "beta_range"),
+        ({"beta_range": "x"}, "beta_range"),
+        ({"beta_range": 3}, "beta_range"),
+        ({"sampler": "neal"}, "sampler"),
+        ({"capacity": "soft"}, "capacity"),
+        ({"penalty": -1.0}, "penalty"),
+        ({"penalty_growth": 1.0}, "penalty_growth"),
+        ({"max_candidates": 0}, "max_candidates"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"time_limit_s": 0}, "time_limit_s"),
+    ],
+)
+def test_bad_settings_name_the_setting(settings, name):
+    with pytest.raises(InvalidSettingError, match=f"'{name}'"):
+        solvers.make("qubo", **settings)
+
+
+def test_cli_solve_with_qubo(tmp_path, capsys):
+    out = tmp_path / "placement.json"
+    assert main(["solve", str(BANK), "--solver", "qubo", "--set", "beta_range=0.1,10", "--out", str(out)]) == 0
+    assert "qubo" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["solver"] == "qubo" and doc["status"] == "feasible"
+    assert "risk/stress-test-full-book" in doc["unplaced"]
+    assert main(["solve", str(BANK), "--solver", "qubo", "--set", "beta_range=9,1"]) == 2
