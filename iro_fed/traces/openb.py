@@ -96,17 +96,23 @@ def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int 
     return value
 
 
+def _unique_name(source: str, line: int, row: dict[str, str], column: str, seen: dict[str, int], what: str) -> str:
+    name = (row.get(column) or "").strip()
+    if not name:
+        raise TraceFormatError(f"{source} line {line}: {column}: missing {what} name")
+    if name in seen:
+        raise TraceFormatError(f"{source} line {line}: {column}: duplicate {what} {name!r} (also line {seen[name]})")
+    seen[name] = line
+    return name
+
+
 def load_nodes(path: str | os.PathLike) -> list[OpenbNode]:
     """Read a node list; names must be unique and capacities positive."""
     source, rows = _rows(path, NODE_COLUMNS)
-    nodes, seen = [], {}
+    nodes: list[OpenbNode] = []
+    seen: dict[str, int] = {}
     for line, row in rows:
-        name = (row.get("sn") or "").strip()
-        if not name:
-            raise TraceFormatError(f"{source} line {line}: sn: missing node name")
-        if name in seen:
-            raise TraceFormatError(f"{source} line {line}: sn: duplicate node {name!r} (also line {seen[name]})")
-        seen[name] = line
+        name = _unique_name(source, line, row, "sn", seen, "node")
         gpus = _int(source, line, row, "gpu")
         model = (row.get("model") or "").strip()
         if gpus > 0 and not model:
@@ -120,14 +126,10 @@ def load_nodes(path: str | os.PathLike) -> list[OpenbNode]:
 def load_pods(path: str | os.PathLike) -> list[OpenbPod]:
     """Read a pod list (see the module docstring for the GPU columns)."""
     source, rows = _rows(path, POD_COLUMNS)
-    pods, seen = [], {}
+    pods: list[OpenbPod] = []
+    seen: dict[str, int] = {}
     for line, row in rows:
-        name = (row.get("name") or "").strip()
-        if not name:
-            raise TraceFormatError(f"{source} line {line}: name: missing pod name")
-        if name in seen:
-            raise TraceFormatError(f"{source} line {line}: name: duplicate pod {name!r} (also line {seen[name]})")
-        seen[name] = line
+        name = _unique_name(source, line, row, "name", seen, "pod")
         num_gpu = _int(source, line, row, "num_gpu")
         milli = min(_int(source, line, row, "gpu_milli"), GPU_MILLI)
         if num_gpu == 0 or milli == 0:
