@@ -249,8 +249,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         cls = solvers.registered().get(name)
         if cls is None:
             raise UsageError(f"--policy: unknown solver {name!r} (registered: {', '.join(solvers.registered())})")
-        if not issubclass(cls, solvers.OnlineSolver):
-            raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time")
+        if args.batch_window == 1 and not issubclass(cls, solvers.OnlineSolver):
+            raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time (or give --batch-window)")
+    if args.batch_window < 1:
+        raise UsageError(f"--batch-window: must be >= 1, got {args.batch_window}")
     seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
     settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
     try:
@@ -275,7 +277,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     if done % 200 == 0:
                         progress.update(task, completed=done)
 
-                result = replay_trace(nodes, pods, name, seed, settings.get(name), on_progress=tick)
+                result = replay_trace(nodes, pods, name, seed, settings.get(name), on_progress=tick, batch_window=args.batch_window)
                 progress.remove_task(task)
                 results.append(result)
             all_results[name] = results
@@ -349,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
     p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")
+    p.add_argument("--batch-window", type=int, default=1, metavar="N",
+                   help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = online")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")

@@ -41,6 +41,7 @@ class ReplayResult:
     alloc_mem_pct: dict[str, float | None]
     failed_gpu_milli: int
     timing: dict[str, float] = field(default_factory=dict)
+    batch_window: int = 1
 
     @property
     def unallocated_gpu_pct_at_100(self) -> float | None:
@@ -54,6 +55,7 @@ class ReplayResult:
             "arrived_pods": self.arrived_pods,
             "failed_pods": self.failed_pods,
             "failed_gpu_milli": self.failed_gpu_milli,
+            "batch_window": self.batch_window,
             "unallocated_gpu_pct_at_100": self.unallocated_gpu_pct_at_100,
             "alloc_gpu_pct": self.alloc_gpu_pct,
             "frag_gpu_pct": self.frag_gpu_pct,
@@ -80,57 +82,77 @@ def replay_problem(
     seed: int,
     capacity_milli: int | None = None,
     on_progress: Callable[[int], None] | None = None,
+    batch_window: int = 1,
 ) -> ReplayResult:
-    """Replay ``problem.workloads`` in order through an online ``solver`` (a registered solver
-    with ``decide``); ``capacity_milli`` defaults to the cluster's GPU capacity."""
+    """Replay ``problem.workloads`` in order; ``capacity_milli`` defaults to the cluster's GPU
+    capacity. With ``batch_window`` 1 each pod goes through ``solver.decide`` (an online solver)
+    as it arrives; with N > 1 arriving pods are queued and every N of them (and the rest at the
+    end) are placed jointly by ``solver.solve`` on the current cluster; pods it leaves unplaced
+    are dropped, as in the online replay."""
     p = problem
     capacity = float(capacity_milli if capacity_milli is not None else int(p.gpu_count.sum()) * 1000)
     if capacity <= 0:
         raise ValueError("the cluster has no GPUs: the GPU allocation metric is undefined")
+    if batch_window < 1:
+        raise ValueError(f"batch_window must be >= 1, got {batch_window}")
     n = p.num_workloads
     cpu_total = float(p.capacity[:, p.cpu_index].sum())
     mem_col = p.resource_index.get("memory")
     mem_total = float(p.capacity[:, mem_col].sum()) if mem_col is not None else 0.0
     tasks = typical_tasks(p)
     state = ClusterState(p)
-    solver.reset(p)
+    if batch_window == 1:
+        solver.reset(p)
     frag_nodes = fragmentation(tasks, np.arange(p.num_nodes), state.free[:, p.cpu_index], state.gpu_free)
-    frag_total = float(frag_nodes.sum())
+    totals = {"used": 0, "cpu": 0.0, "mem": 0.0, "frag": float(frag_nodes.sum()), "failed": 0, "failed_milli": 0}
 
-    arrived = used = 0
-    cpu_used = mem_used = 0.0
-    failed = failed_milli = 0
+    def gpu_of(w: int) -> int:
+        return int(p.wl_gpu_total[w]) if p.wl_gpu_count[w] > 0 else 0
+
+    def settle(w: int, node: int, cards: tuple[int, ...] | None) -> None:
+        if node < 0:
+            totals["failed"] += 1
+            totals["failed_milli"] += gpu_of(w)
+            return
+        state.place(w, node, cards)
+        totals["used"] += gpu_of(w)
+        totals["cpu"] += p.demand[w, p.cpu_index]
+        if mem_col is not None:
+            totals["mem"] += p.demand[w, mem_col]
+        new = fragmentation(tasks, np.array([node]), state.free[[node], p.cpu_index], state.gpu_free[[node]])[0]
+        totals["frag"] += new - frag_nodes[node]
+        frag_nodes[node] = new
+
+    def flush(queue: list[int]) -> None:
+        window = p.with_cluster(state.allocated, state.gpu_free).with_workloads(queue)
+        placement = solver.solve(window)
+        for i, w in enumerate(queue):
+            settle(w, int(placement.assignment[i]), placement.gpu_cards.get(i))
+        queue.clear()
+
+    arrived = 0
     arrived_pct = np.empty(n, dtype=np.int64)
-    alloc = np.empty(n)
-    frag = np.empty(n)
-    cpu_pct = np.empty(n)
-    mem_pct = np.empty(n)
+    alloc, frag, cpu_pct, mem_pct = (np.empty(n) for _ in range(4))
+    queue: list[int] = []
     start = time.perf_counter()
     decide_s = 0.0
     for w in range(n):
+        arrived += gpu_of(w)
         t0 = time.perf_counter()
-        decision = solver.decide(state, w)
-        decide_s += time.perf_counter() - t0
-        gpu = int(p.wl_gpu_total[w]) if p.wl_gpu_count[w] > 0 else 0
-        arrived += gpu
-        if decision.node >= 0:
-            node = decision.node
-            state.place(w, node, decision.cards)
-            used += gpu
-            cpu_used += p.demand[w, p.cpu_index]
-            if mem_col is not None:
-                mem_used += p.demand[w, mem_col]
-            new = fragmentation(tasks, np.array([node]), state.free[[node], p.cpu_index], state.gpu_free[[node]])[0]
-            frag_total += new - frag_nodes[node]
-            frag_nodes[node] = new
+        if batch_window == 1:
+            decision = solver.decide(state, w)
+            decide_s += time.perf_counter() - t0
+            settle(w, decision.node, decision.cards)
         else:
-            failed += 1
-            failed_milli += gpu
+            queue.append(w)
+            if len(queue) == batch_window or w == n - 1:
+                flush(queue)
+            decide_s += time.perf_counter() - t0
         arrived_pct[w] = round(100.0 * arrived / capacity)
-        alloc[w] = round(100.0 * used / capacity, 2)
-        frag[w] = 100.0 * frag_total / capacity
-        cpu_pct[w] = 100.0 * cpu_used / cpu_total if cpu_total else 0.0
-        mem_pct[w] = 100.0 * mem_used / mem_total if mem_total else 0.0
+        alloc[w] = round(100.0 * totals["used"] / capacity, 2)
+        frag[w] = 100.0 * totals["frag"] / capacity
+        cpu_pct[w] = 100.0 * totals["cpu"] / cpu_total if cpu_total else 0.0
+        mem_pct[w] = 100.0 * totals["mem"] / mem_total if mem_total else 0.0
         if on_progress is not None:
             on_progress(w + 1)
     total_s = time.perf_counter() - start
@@ -138,13 +160,14 @@ def replay_problem(
         policy=getattr(solver, "name", type(solver).__name__),
         seed=seed,
         arrived_pods=n,
-        failed_pods=failed,
+        failed_pods=int(totals["failed"]),
         alloc_gpu_pct=curve(arrived_pct, alloc),
         frag_gpu_pct=curve(arrived_pct, frag),
         alloc_cpu_pct=curve(arrived_pct, cpu_pct),
         alloc_mem_pct=curve(arrived_pct, mem_pct),
-        failed_gpu_milli=failed_milli,
+        failed_gpu_milli=int(totals["failed_milli"]),
         timing={"replay_s": total_s, "decide_s": decide_s, "decisions_per_s": n / decide_s if decide_s > 0 else 0.0},
+        batch_window=batch_window,
     )
 
 
@@ -155,16 +178,20 @@ def replay_trace(
     seed: int,
     policy_params: dict[str, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    batch_window: int = 1,
 ) -> ReplayResult:
-    """Build the seed's arrival sequence and replay it with the registered solver ``policy``."""
+    """Build the seed's arrival sequence and replay it with the registered solver ``policy``
+    (online, or any solver with ``batch_window`` > 1)."""
     import solvers
 
     capacity = gpu_capacity(nodes)
     sequence = arrival_sequence(pods, seed, capacity)
     solver = solvers.make(policy, **{"seed": seed, **(policy_params or {})})
-    if not isinstance(solver, solvers.OnlineSolver):
-        raise solvers.InvalidSettingError(f"policy {policy!r} is not an online solver: replay places pods one at a time")
-    return replay_problem(build_problem(nodes, sequence), solver, seed, capacity, on_progress)
+    if batch_window == 1 and not isinstance(solver, solvers.OnlineSolver):
+        raise solvers.InvalidSettingError(
+            f"policy {policy!r} is not an online solver: replay places pods one at a time (or use a batch window)"
+        )
+    return replay_problem(build_problem(nodes, sequence), solver, seed, capacity, on_progress, batch_window)
 
 
 def median_unallocated(results: list[ReplayResult]) -> float | None:

@@ -98,3 +98,19 @@ def test_iro_replay_command(real_slice, tmp_path, capsys):
     assert main(["replay", "--nodes", str(pods_csv), "--pods", str(pods_csv), "--policy", "fgd"]) == 2
     assert "missing column(s)" in capsys.readouterr().err
     assert main([*argv, "--seeds", "5-2"]) == 2
+
+
+def test_batch_window_places_queued_pods_jointly():
+    nodes, pods = hand_trace()
+    problem = build_problem(nodes, pods)
+    online = replay_problem(problem, solvers.make("fgd-bestfit"), seed=0)
+    batched = replay_problem(problem, solvers.make("greedy-objective"), seed=0, batch_window=2)
+    assert batched.batch_window == 2 and batched.arrived_pods == 4
+    # After the first window (a, b) both 600-milli shares are placed: 60 % allocated at 60 % arrival.
+    assert batched.alloc_gpu_pct["60"] == 60.0
+    assert batched.alloc_gpu_pct["30"] == 0.0  # a waits in the queue
+    # Second window (c, d): c (500) fits no 400-milli leftover and is dropped, d (400) is placed.
+    assert batched.failed_pods == 1 and batched.alloc_gpu_pct["105"] == 80.0
+    assert online.batch_window == 1
+    with pytest.raises(ValueError, match="batch_window"):
+        replay_problem(problem, solvers.make("greedy-objective"), seed=0, batch_window=0)
