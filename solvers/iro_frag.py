@@ -11,9 +11,10 @@ cards (``floor(left / milli)`` shares per card, ``floor(free cards / k)``), by C
 memory. GPUs a node can no longer feed count as fragmented, so CPU-only and CPU-heavy pods stop
 starving GPU nodes, and leftovers that fit one copy but waste the rest are seen.
 
-Measured on the openb pod lists (benchmarks/fragmentation.py, README): the blend beats FGD
-most where CPU, memory or GPU-model constraints bind (cpu250, gpuspec10), by less on default and
-gpushare40, and is on par on multigpu50. Alternatives kept as settings, each measured worse
+Measured on the openb pod lists (benchmarks/fragmentation.py; medians over seeds 42..51): the
+blend beats FGD most where CPU, memory or GPU-model constraints bind (cpu250 5.30 vs 7.01,
+gpuspec10 4.41 vs 5.39), on default by 0.26 (4.47 vs 4.73), and is level on multigpu50 (2.92 vs
+2.93) and gpushare40 (5.97 vs 5.94). Alternatives kept as settings, each measured worse
 overall: the pure copies model (better on cpu250 / gpuspec10, worse on gpushare40 /
 multigpu50), ranking by the untruncated dF, and best fit among ties.
 
