@@ -178,7 +178,9 @@ def _plot(medians: dict[str, dict[str, float]], pod_lists: list[str], policies: 
     ax.set_ylabel("median unallocated GPU % at 100 % arrival")
     ax.set_title("Fragmentation on the openb pod lists (lower is better)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, ncols=4)
+    top = max(max(medians[pl].values()) for pl in pod_lists)
+    ax.set_ylim(0, top * 1.3)  # headroom for the legend
+    ax.legend(fontsize=8, ncols=4, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
