@@ -37,21 +37,16 @@ class TypicalTasks:
     popularity: np.ndarray  # [T], sums to 1
     access: np.ndarray  # [T, N] the node's GPU model is allowed
 
-    @property
-    def size(self) -> int:
-        return int(self.cpu.size)
 
-
-def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE, workloads: np.ndarray | None = None) -> TypicalTasks:
-    """Group the workloads (default: all of the problem's) and keep the most frequent groups
-    until they cover ``coverage`` of the pods; popularity is each kept group's share of them."""
+def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> TypicalTasks:
+    """Group the problem's workloads and keep the most frequent groups until they cover
+    ``coverage`` of the pods; popularity is each kept group's share of them."""
     p = problem
-    idx = np.arange(p.num_workloads) if workloads is None else np.asarray(workloads)
     cpu_col = p.cpu_index
     mem_col = p.resource_index.get("memory")
     counts: Counter[tuple] = Counter()
     mem_sum: dict[tuple, float] = {}
-    for w in idx:
+    for w in range(p.num_workloads):
         k = int(p.wl_gpu_count[w])
         milli = int(p.wl_gpu_milli[w]) if k > 0 else 0
         key = (float(p.demand[w, cpu_col]), milli, k if milli else 0, p.workloads[w].gpu_models if milli else ())

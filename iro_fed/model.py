@@ -14,7 +14,6 @@ have are -1, so they never fit a request and never count as fully free.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -409,11 +408,6 @@ class ClusterState:
             return self.allocated
         return np.column_stack([self.allocated, self.gpu_used])
 
-    @property
-    def powered_on(self) -> np.ndarray:
-        """A node counts as powered on when anything runs on it."""
-        return self.on
-
     def default_cards(self, w: int, n: int) -> tuple[int, ...]:
         """The card choice of the paper's simulator: a share pod takes the fitting card with
         the least milli left, a k-GPU pod the lowest-index fully free cards."""
@@ -522,6 +516,3 @@ def default_power(cpu_millicores: float, gpus: int) -> tuple[float, float]:
     peak = DEFAULT_PEAK_W_PER_CORE * cpu_millicores / 1000.0 + DEFAULT_PEAK_W_PER_GPU * gpus
     return DEFAULT_IDLE_SHARE * peak, peak
 
-
-def finite_or_none(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)

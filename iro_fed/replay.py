@@ -124,7 +124,7 @@ def replay_problem(
         frag_nodes[node] = new
 
     def flush(queue: list[int]) -> None:
-        window = p.with_cluster(state.allocated, state.gpu_free).with_workloads(queue)
+        window = p.with_workloads(queue).with_cluster(state.allocated, state.gpu_free)
         placement = solver.solve(window)
         for i, w in enumerate(queue):
             settle(w, int(placement.assignment[i]), placement.gpu_cards.get(i))

@@ -61,6 +61,10 @@ class Param:
             if self.nullable:
                 return None
             raise InvalidSettingError(f"{where}: must not be null")
+        return self.check(where, value)
+
+    def check(self, where: str, value: Any) -> Any:
+        """The non-null value, checked and converted; ``where`` names the setting in errors."""
         if isinstance(value, str) and self.kind is not str:
             value = _parse_text(value, self.kind, where)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -103,12 +103,7 @@ MAX_SLACK_BITS = 12
 class RangeParam(Param):
     """A ``(low, high)`` pair of positive floats; from the command line ``"low,high"``."""
 
-    def convert(self, solver: str, name: str, value: Any) -> Any:
-        where = f"solver {solver!r} setting {name!r}"
-        if value is None:
-            if self.nullable:
-                return None
-            raise InvalidSettingError(f"{where}: must not be null")
+    def check(self, where: str, value: Any) -> Any:
         if isinstance(value, str):
             parts = [v.strip() for v in value.split(",")]
         elif isinstance(value, (list, tuple)):
