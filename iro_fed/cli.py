@@ -7,6 +7,7 @@ what is wrong. Tables go to stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,11 @@ from rich.table import Table
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+
+# Subcommands that live beside their integration. Each module exposes ``register(sub)``, which
+# adds its parsers with ``set_defaults(func=...)``; it imports optional dependencies only when a
+# command runs, so ``iro --help`` stays fast and works without the extras.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 class UsageError(Exception):
@@ -358,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")
     p.add_argument("problem", metavar="PROBLEM")
     p.set_defaults(func=cmd_validate)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
     return parser
 
 
