@@ -425,6 +425,12 @@ class PlacementModel:
                 else:
                     dk, cap = np.ceil(d[ks] * mult - 1e-6), math.floor(free[n, r] * mult + 1e-6)
                 model.linear(x[ks], dk, 0, cap)
+                # Large-item cuts: pods over 1/(j+1) of what is free fit at most j at a time.
+                # Implied for integers, but they tighten the LP bound where big pods compete.
+                for j in (1, 2, 3):
+                    big = ks[d[ks] * (j + 1) > free[n, r] + EPS]
+                    if big.size > 1 and ub[big].sum() > j:
+                        model.linear(x[big], np.ones(big.size), 0, j)
 
         # 3. GPU cards.
         for n in np.unique(pn[gpu]):
