@@ -1,0 +1,148 @@
+"""The learner: action selection under the mask, and one Rainbow gradient step.
+
+Observations are dicts of arrays with a leading batch axis: ``candidates[B, K, F]``,
+``context[B, C]`` and ``mask[B, A]`` (A = K, plus the defer action when configured).
+An invalid action is never chosen: masked Q-values are -inf and random exploration draws only
+among valid actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from solvers.dqn.config import DQNConfig
+from solvers.dqn.network import QNetwork
+
+
+def project_distribution(
+    next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor,
+) -> torch.Tensor:
+    """C51's categorical projection of ``r + discount * Z`` back onto the fixed support.
+
+    ``next_probs[B, atoms]``, ``rewards[B]``, ``discounts[B]`` (0 ends the episode) and
+    ``support[atoms]`` (evenly spaced). Each shifted atom's mass is split between its two
+    neighbouring support points in proportion to closeness (Bellemare et al. 2017, Alg. 1).
+    """
+    atoms = support.numel()
+    v_min, v_max = float(support[0]), float(support[-1])
+    delta = (v_max - v_min) / (atoms - 1)
+    tz = (rewards.unsqueeze(1) + discounts.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    b = (tz - v_min) / delta
+    lower, upper = b.floor().long(), b.ceil().long()
+    same = (lower == upper).to(next_probs.dtype)  # b fell exactly on an atom: all mass goes there
+    out = torch.zeros_like(next_probs)
+    out.scatter_add_(1, lower, next_probs * (upper.to(b.dtype) - b + same))
+    out.scatter_add_(1, upper, next_probs * (b - lower.to(b.dtype)))
+    return out
+
+
+def to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        torch.as_tensor(obs["candidates"], dtype=torch.float32, device=device),
+        torch.as_tensor(obs["context"], dtype=torch.float32, device=device),
+        torch.as_tensor(obs["mask"], device=device).bool(),
+    )
+
+
+class DQNAgent:
+    """Online and target Q-networks, the optimizer and the update rule the config switches on."""
+
+    def __init__(self, cfg: DQNConfig, candidate_features: int, context_features: int, seed: int = 0,
+                 device: str = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.online = QNetwork(cfg, candidate_features, context_features).to(self.device)
+        self.target = QNetwork(cfg, candidate_features, context_features).to(self.device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.eval()
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+        self.updates = 0
+
+    # --- acting --------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, np.ndarray], epsilon: float = 0.0, explore: bool = True) -> np.ndarray:
+        """One valid action per row; ``explore`` uses the noisy layers' noise or epsilon."""
+        cand, ctx, mask = to_tensors(obs, self.device)
+        if explore and self.cfg.noisy:
+            self.online.train()
+            self.online.reset_noise()
+        else:
+            self.online.eval()
+        q = self.online.q_values(cand, ctx, mask).cpu().numpy()
+        self.online.train()
+        actions = q.argmax(axis=1)
+        valid = np.asarray(obs["mask"]).astype(bool)
+        if explore and not self.cfg.noisy and epsilon > 0:
+            for i in np.flatnonzero(self.rng.random(len(actions)) < epsilon):
+                choices = np.flatnonzero(valid[i])
+                if choices.size:
+                    actions[i] = self.rng.choice(choices)
+        return actions.astype(np.int64)
+
+    @torch.no_grad()
+    def q_values(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Deterministic Q-values (noise off), invalid actions at -inf."""
+        self.online.eval()
+        try:
+            return self.online.q_values(*to_tensors(obs, self.device)).cpu().numpy()
+        finally:
+            self.online.train()
+
+    # --- learning ------------------------------------------------------------------------------
+
+    def learn(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """One gradient step on a replay batch; returns the loss and per-sample priorities."""
+        cfg, dev = self.cfg, self.device
+        obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs.")}
+        nxt = {k[5:]: v for k, v in batch.items() if k.startswith("next.")}
+        cand, ctx, mask = to_tensors(obs, dev)
+        ncand, nctx, nmask = to_tensors(nxt, dev)
+        actions = torch.as_tensor(batch["action"], dtype=torch.int64, device=dev)
+        rewards = torch.as_tensor(batch["reward"], dtype=torch.float32, device=dev)
+        discounts = torch.as_tensor(batch["discount"], dtype=torch.float32, device=dev)
+        weights = torch.as_tensor(batch["weights"], dtype=torch.float32, device=dev)
+        # A next state without any valid action cannot be bootstrapped from.
+        discounts = torch.where(nmask.any(dim=1), discounts, torch.zeros_like(discounts))
+        rows = torch.arange(actions.numel(), device=dev)
+
+        if cfg.noisy:
+            self.online.reset_noise()
+            self.target.reset_noise()
+        with torch.no_grad():
+            selector = self.online if cfg.double else self.target
+            next_actions = selector.q_values(ncand, nctx, nmask).argmax(dim=1)
+            target_out = self.target(ncand, nctx, nmask)
+        out = self.online(cand, ctx, mask)
+        if cfg.distributional:
+            with torch.no_grad():
+                next_probs = target_out[rows, next_actions].exp()
+                target = project_distribution(next_probs, rewards, discounts, self.online.support)
+            log_p = out[rows, actions]
+            per_sample = -(target * log_p).sum(dim=1)
+        else:
+            with torch.no_grad():
+                target = rewards + discounts * target_out[rows, next_actions]
+            per_sample = F.smooth_l1_loss(out[rows, actions], target, reduction="none")
+        loss = (weights * per_sample).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % cfg.target_update_every == 0:
+            self.sync_target()
+        return {
+            "loss": float(loss.item()),
+            "grad_norm": float(grad_norm.item()),
+            "priorities": per_sample.detach().abs().cpu().numpy(),
+        }
+
+    def sync_target(self) -> None:
+        self.target.load_state_dict(self.online.state_dict())

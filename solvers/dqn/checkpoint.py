@@ -1,0 +1,78 @@
+"""Policy checkpoints: the online network's ``state_dict`` plus JSON metadata, written atomically.
+
+``policy.pt`` holds ``{"format", "state_dict", "metadata_json"}`` and loads with
+``torch.load(weights_only=True)`` (tensors and strings only, no pickled code); ``policy.json``
+beside it repeats the metadata for people and tools that do not load torch. The metadata holds
+the config, the feature layout (names and sizes, checked on load so a policy never silently
+reads features it was not trained on), the scenario, steps, metrics and emissions of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FORMAT = "iro-fed-dqn/1"
+
+
+class CheckpointError(ValueError):
+    """A missing, unreadable or incompatible policy checkpoint; the message names the file."""
+
+
+def metadata_path(path: str | os.PathLike[str]) -> Path:
+    return Path(path).with_suffix(".json")
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], metadata: dict[str, Any]) -> Path:
+    """Write ``path`` (.pt) and its ``.json`` metadata; a reader never sees a partial file."""
+    import torch
+
+    path = Path(path)
+    meta = {"format": FORMAT, **metadata}
+    text = json.dumps(meta, indent=2, sort_keys=True, default=float)
+    payload = {"format": FORMAT, "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+               "metadata_json": text}
+    _atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    _atomic_write(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(state_dict, metadata)`` of a checkpoint, or :class:`CheckpointError` saying what is wrong."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"policy {str(path)!r}: no such file (train one with `iro train`)")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for corrupt or foreign files
+        raise CheckpointError(f"policy {str(path)!r}: not a readable torch checkpoint ({exc})") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(f"policy {str(path)!r}: format {found!r}, expected {FORMAT!r}")
+    try:
+        metadata = json.loads(payload["metadata_json"])
+        state_dict = payload["state_dict"]
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"policy {str(path)!r}: damaged metadata ({exc})") from exc
+    for key in ("config", "candidate_features", "context_features"):
+        if key not in metadata:
+            raise CheckpointError(f"policy {str(path)!r}: metadata lacks {key!r}")
+    return state_dict, metadata

@@ -1,0 +1,128 @@
+"""Hyperparameters of the Rainbow-style placement DQN, one documented field each.
+
+The defaults are the combination that measured best in ``benchmarks/dqn.py`` (ablations there).
+Plain data with no torch import, so the CLI can validate settings without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A DQN setting with a wrong name, type or value; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    # --- action space and features -----------------------------------------------------------
+    top_k: int = 16
+    """Candidate nodes per decision, chosen by feasibility plus a cheap score; the action space."""
+    defer_action: bool = True
+    """Add a "do not place now" action (valid only for deferrable batch pods)."""
+
+    # --- network -----------------------------------------------------------------------------
+    embed_dim: int = 128
+    """Width of each candidate's embedding (the seed's 128-d state design)."""
+    hidden_dim: int = 256
+    """Hidden width of the per-candidate encoder and the heads."""
+    attention: bool = True
+    """Self-attention across the candidates, so a node's value can depend on the alternatives."""
+    attention_heads: int = 4
+    """Heads of the attention layer (``embed_dim`` must be divisible by it)."""
+    dueling: bool = True
+    """Dueling heads: a state value plus per-candidate advantages with the mean advantage removed."""
+    noisy: bool = True
+    """Noisy linear layers (factorized Gaussian) in the heads replace epsilon-greedy exploration."""
+    noisy_sigma0: float = 0.5
+    """Initial noise scale of the noisy layers (Fortunato et al. 2018)."""
+    distributional: bool = True
+    """C51: learn a categorical return distribution over ``atoms`` fixed support points."""
+    atoms: int = 51
+    """Support points of the return distribution (C51)."""
+    v_min: float = -10.0
+    """Lowest return of the C51 support."""
+    v_max: float = 10.0
+    """Highest return of the C51 support."""
+
+    # --- learning ----------------------------------------------------------------------------
+    double: bool = True
+    """Double Q-learning: the online network picks the next action, the target network values it."""
+    gamma: float = 0.99
+    """Discount per decision."""
+    n_step: int = 3
+    """Multi-step returns: rewards of n decisions are summed before bootstrapping."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate."""
+    adam_eps: float = 1.5e-4
+    """Adam epsilon (Rainbow's value)."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    buffer_size: int = 50_000
+    """Replay capacity in transitions; the oldest are overwritten."""
+    learning_starts: int = 500
+    """Transitions collected before the first gradient step."""
+    train_every: int = 1
+    """Environment steps (over all vectorized envs) between gradient steps."""
+    target_update_every: int = 500
+    """Gradient steps between copies of the online network into the target network."""
+    grad_clip: float = 10.0
+    """Max gradient norm."""
+    prioritized: bool = True
+    """Prioritized experience replay (proportional, sum tree)."""
+    priority_alpha: float = 0.5
+    """How strongly priorities skew sampling (0 = uniform)."""
+    priority_beta0: float = 0.4
+    """Initial importance-sampling correction, annealed to 1 over training."""
+    priority_eps: float = 1e-6
+    """Added to every priority so no transition is never sampled."""
+    epsilon_start: float = 1.0
+    """Initial exploration rate (used only when ``noisy`` is off)."""
+    epsilon_end: float = 0.05
+    """Final exploration rate (used only when ``noisy`` is off)."""
+    epsilon_fraction: float = 0.3
+    """Share of the training steps over which epsilon decays linearly."""
+
+    def __post_init__(self) -> None:
+        positive_int = ("top_k", "embed_dim", "hidden_dim", "attention_heads", "atoms", "n_step", "batch_size",
+                        "buffer_size", "train_every", "target_update_every")
+        for name in positive_int:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+        if self.learning_starts < 0:
+            raise ConfigError(f"learning_starts: must be >= 0, got {self.learning_starts!r}")
+        for name in ("gamma", "priority_alpha", "priority_beta0", "epsilon_start", "epsilon_end", "epsilon_fraction"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name}: expected a number in [0, 1], got {value!r}")
+        for name in ("learning_rate", "adam_eps", "grad_clip", "noisy_sigma0", "priority_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"{name}: expected a positive number, got {value!r}")
+        if self.distributional and (self.atoms < 2 or not self.v_min < self.v_max):
+            raise ConfigError(f"atoms/v_min/v_max: need atoms >= 2 and v_min < v_max, got {self.atoms}, "
+                              f"{self.v_min}, {self.v_max}")
+        if self.attention and self.embed_dim % self.attention_heads:
+            raise ConfigError(f"attention_heads: {self.attention_heads} does not divide embed_dim {self.embed_dim}")
+
+    @property
+    def num_actions(self) -> int:
+        """Candidate slots plus the optional defer action (always the last index)."""
+        return self.top_k + (1 if self.defer_action else 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DQNConfig:
+        """A config from a mapping; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown DQN setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> DQNConfig:
+        return self.from_dict({**self.to_dict(), **changes})

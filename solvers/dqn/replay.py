@@ -1,0 +1,197 @@
+"""Experience replay: n-step accumulation, a uniform buffer and proportional prioritized replay.
+
+Numpy only (no torch): the edge agent and tests use it without loading torch. A transition is
+``(obs, action, reward_n, next_obs, done, discount)`` where ``reward_n`` sums up to ``n``
+discounted rewards and ``discount`` is ``gamma**m`` for the ``m`` steps actually summed (0 when
+the episode ended inside the window), so the learner bootstraps with ``discount * Q(next_obs)``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Observation = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Transition:
+    obs: Observation
+    action: int
+    reward: float
+    next_obs: Observation
+    discount: float  # gamma**m, or 0.0 when the episode ended within the n steps
+
+
+class NStepAccumulator:
+    """Turns one environment's 1-step transitions into n-step transitions.
+
+    ``push`` returns the transitions that became complete: normally one per step once ``n``
+    are queued, and every queued one (with shorter windows) when an episode ends.
+    """
+
+    def __init__(self, n: int, gamma: float) -> None:
+        if n < 1:
+            raise ValueError(f"n: expected >= 1, got {n}")
+        self.n, self.gamma = n, gamma
+        self.queue: deque[tuple[Observation, int, float]] = deque()
+
+    def push(self, obs: Observation, action: int, reward: float, next_obs: Observation, terminated: bool,
+             truncated: bool = False) -> list[Transition]:
+        self.queue.append((obs, action, float(reward)))
+        out: list[Transition] = []
+        if terminated or truncated:
+            while self.queue:
+                out.append(self._emit(next_obs, terminated))
+            return out
+        if len(self.queue) == self.n:
+            out.append(self._emit(next_obs, False))
+        return out
+
+    def _emit(self, next_obs: Observation, terminated: bool) -> Transition:
+        total, discount = 0.0, 1.0
+        for _, _, r in self.queue:
+            total += discount * r
+            discount *= self.gamma
+        obs, action, _ = self.queue.popleft()
+        return Transition(obs, action, total, next_obs, 0.0 if terminated else discount)
+
+    def clear(self) -> None:
+        self.queue.clear()
+
+
+class SumTree:
+    """Binary tree of priorities: O(log n) update and prefix-sum search."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        size = 1
+        while size < capacity:
+            size *= 2
+        self.size = size
+        self.tree = np.zeros(2 * size, dtype=np.float64)
+
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        for i, p in zip(np.asarray(indices, dtype=np.int64), np.asarray(priorities, dtype=np.float64), strict=True):
+            j = int(i) + self.size
+            delta = p - self.tree[j]
+            while j >= 1:
+                self.tree[j] += delta
+                j //= 2
+
+    def get(self, indices: np.ndarray) -> np.ndarray:
+        return self.tree[np.asarray(indices, dtype=np.int64) + self.size]
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """Leaf index whose prefix-sum interval holds each value (vectorized descent)."""
+        v = np.asarray(values, dtype=np.float64).copy()
+        j = np.ones(v.shape, dtype=np.int64)
+        while j[0] < self.size:
+            left = 2 * j
+            go_right = v >= self.tree[left]
+            v = np.where(go_right, v - self.tree[left], v)
+            j = np.where(go_right, left + 1, left)
+        return j - self.size
+
+
+class ReplayBuffer:
+    """Fixed-capacity ring buffer of n-step transitions; uniform sampling."""
+
+    prioritized = False
+
+    def __init__(self, capacity: int, seed: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: expected >= 1, got {capacity}")
+        self.capacity = capacity
+        self.rng = np.random.default_rng(seed)
+        self.storage: dict[str, np.ndarray] = {}
+        self.next = 0
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _ensure(self, t: Transition) -> None:
+        if self.storage:
+            return
+        for key, value in t.obs.items():
+            v = np.asarray(value)
+            self.storage[f"obs.{key}"] = np.zeros((self.capacity, *v.shape), dtype=v.dtype)
+            self.storage[f"next.{key}"] = np.zeros((self.capacity, *v.shape), dtype=v.dtype)
+        self.storage["action"] = np.zeros(self.capacity, dtype=np.int64)
+        self.storage["reward"] = np.zeros(self.capacity, dtype=np.float32)
+        self.storage["discount"] = np.zeros(self.capacity, dtype=np.float32)
+
+    def add(self, t: Transition) -> int:
+        self._ensure(t)
+        i = self.next
+        for key, value in t.obs.items():
+            self.storage[f"obs.{key}"][i] = value
+            self.storage[f"next.{key}"][i] = t.next_obs[key]
+        self.storage["action"][i] = t.action
+        self.storage["reward"][i] = t.reward
+        self.storage["discount"][i] = t.discount
+        self.next = (i + 1) % self.capacity
+        self.count = min(self.count + 1, self.capacity)
+        return i
+
+    def batch(self, indices: np.ndarray) -> dict[str, Any]:
+        out: dict[str, Any] = {key: value[indices] for key, value in self.storage.items()}
+        out["indices"] = indices
+        out["weights"] = np.ones(len(indices), dtype=np.float32)
+        return out
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> dict[str, Any]:
+        if self.count == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        return self.batch(self.rng.integers(0, self.count, size=batch_size))
+
+    def update_priorities(self, indices: np.ndarray, errors: np.ndarray) -> None:
+        """Uniform replay ignores priorities."""
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016).
+
+    P(i) = p_i^alpha / sum_j p_j^alpha with p_i = |TD error| + eps; new transitions get the
+    highest priority seen so far so each is replayed at least once soon. Importance weights
+    w_i = (N * P(i))^-beta / max_j w_j correct the bias of non-uniform sampling.
+    """
+
+    prioritized = True
+
+    def __init__(self, capacity: int, alpha: float = 0.5, eps: float = 1e-6, seed: int = 0) -> None:
+        super().__init__(capacity, seed)
+        self.alpha, self.eps = alpha, eps
+        self.tree = SumTree(capacity)
+        self.max_priority = 1.0
+
+    def add(self, t: Transition) -> int:
+        i = super().add(t)
+        self.tree.update(np.array([i]), np.array([self.max_priority ** self.alpha]))
+        return i
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, Any]:
+        if self.count == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        total = self.tree.total()
+        # Stratified: one draw per equal slice of the total priority mass.
+        edges = np.linspace(0.0, total, batch_size + 1)
+        values = self.rng.uniform(edges[:-1], edges[1:])
+        indices = np.minimum(self.tree.find(values), self.count - 1)
+        probs = self.tree.get(indices) / total
+        weights = (self.count * np.maximum(probs, 1e-12)) ** (-beta)
+        out = self.batch(indices)
+        out["weights"] = (weights / weights.max()).astype(np.float32)
+        return out
+
+    def update_priorities(self, indices: np.ndarray, errors: np.ndarray) -> None:
+        priorities = np.abs(np.asarray(errors, dtype=np.float64)) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
+        self.tree.update(indices, priorities ** self.alpha)
