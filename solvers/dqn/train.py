@@ -1,0 +1,246 @@
+"""Training loop: vectorized gymnasium envs, n-step prioritized replay, target network, checkpoints.
+
+Reads top to bottom like CleanRL's ``dqn.py``: seed everything, build the envs and the agent,
+collect with the online network (noisy layers or epsilon), learn from replay, copy into the target
+network, write the checkpoint. The environments must produce dict observations with
+``candidates[K, F]``, ``context[C]`` and ``mask[A]`` (``iro_fed.sim.env.PlacementEnv`` does).
+
+``--resume`` restores the online and target weights, the optimizer's moments and the step
+count; the replay buffer is not saved (it would be far larger than the policy) and refills
+before learning resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solvers.dqn.config import DQNConfig
+from solvers.dqn.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+
+EnvFactory = Callable[[], Any]
+
+
+@dataclass
+class TrainResult:
+    """What a run did; also written into the checkpoint's metadata."""
+
+    steps: int
+    episodes: int
+    updates: int
+    mean_episode_reward: float | None
+    last_loss: float | None
+    wall_s: float
+    steps_per_s: float
+    emissions_kg: float | None
+    path: str | None
+    evaluation: dict[str, Any] = field(default_factory=dict)
+
+
+def _row(obs: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    return {k: np.array(v[i], copy=True) for k, v in obs.items()}
+
+
+def _copy(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.array(v, copy=True) for k, v in obs.items()}
+
+
+def optimizer_path(path: str | Path) -> Path:
+    return Path(path).with_suffix(".optim.pt")
+
+
+class _Emissions:
+    """codecarbon's offline tracker (no network), or nothing when disabled or not installed."""
+
+    def __init__(self, enabled: bool, country: str, output_dir: Path | None) -> None:
+        self.tracker = None
+        if not enabled:
+            return
+        try:
+            import logging
+
+            from codecarbon import OfflineEmissionsTracker
+
+            logging.getLogger("codecarbon").setLevel(logging.ERROR)
+            self.tracker = OfflineEmissionsTracker(
+                country_iso_code=country, save_to_file=False, log_level="error", project_name="iro-train",
+                output_dir=str(output_dir) if output_dir else ".", measure_power_secs=15,
+            )
+            self.tracker.start()
+        except ImportError:
+            self.tracker = None
+
+    def stop(self) -> float | None:
+        if self.tracker is None:
+            return None
+        value = self.tracker.stop()
+        return float(value) if value is not None else None
+
+
+def train(
+    env_fns: Sequence[EnvFactory],
+    cfg: DQNConfig,
+    steps: int,
+    seed: int = 0,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    metadata: dict[str, Any] | None = None,
+    evaluate: Callable[[Any], dict[str, Any]] | None = None,
+    progress: bool = True,
+    track_emissions: bool = True,
+    emissions_country: str = "DEU",
+    console: Any = None,
+) -> tuple[Any, TrainResult]:
+    """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``."""
+    import gymnasium as gym
+    import torch
+
+    from solvers.dqn.agent import DQNAgent
+    from solvers.dqn.checkpoint import load_checkpoint, save_checkpoint
+
+    if steps < 1:
+        raise ValueError(f"steps: expected >= 1, got {steps}")
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    envs = gym.vector.SyncVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    n_envs = envs.num_envs
+    space = envs.single_observation_space
+    cand_f = int(space["candidates"].shape[-1])
+    ctx_f = int(space["context"].shape[-1])
+    if int(space["mask"].shape[0]) != cfg.num_actions or int(space["candidates"].shape[0]) != cfg.top_k:
+        raise ValueError(f"env: {space['candidates'].shape[0]} candidates and {space['mask'].shape[0]} actions, "
+                         f"config: top_k {cfg.top_k} and {cfg.num_actions} actions (defer_action={cfg.defer_action})")
+
+    agent = DQNAgent(cfg, cand_f, ctx_f, seed=seed)
+    start_step = 0
+    if resume is not None:
+        state, meta = load_checkpoint(resume)
+        if (meta["candidate_features"], meta["context_features"]) != (cand_f, ctx_f):
+            raise ValueError(f"--resume {resume}: trained on {meta['candidate_features']}+{meta['context_features']} "
+                             f"features, the env has {cand_f}+{ctx_f}")
+        agent.online.load_state_dict(state)
+        agent.target.load_state_dict(state)
+        opt = optimizer_path(resume)
+        if opt.is_file():
+            agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
+        start_step = int(meta.get("steps", 0))
+
+    buffer: ReplayBuffer = (
+        PrioritizedReplayBuffer(cfg.buffer_size, cfg.priority_alpha, cfg.priority_eps, seed=seed)
+        if cfg.prioritized else ReplayBuffer(cfg.buffer_size, seed=seed)
+    )
+    accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
+    emissions = _Emissions(track_emissions, emissions_country, Path(out).parent if out else None)
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(n_envs)
+    finished: deque[float] = deque(maxlen=50)
+    episodes, last_loss = 0, None
+    total = start_step + steps
+    step = start_step
+    t0 = time.perf_counter()
+
+    bar = _progress(progress, console)
+    task = bar.add_task("training", total=total, completed=start_step, reward="-", loss="-", eps="-") if bar else None
+    try:
+        if bar:
+            bar.start()
+        since_learn = 0
+        while step < total:
+            frac = min(1.0, (step - start_step) / max(1, steps * cfg.epsilon_fraction))
+            epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+            actions = agent.act(obs, epsilon=epsilon)
+            next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+            for i in range(n_envs):
+                done = bool(terminated[i] or truncated[i])
+                after = _copy(infos["final_obs"][i]) if done else _row(next_obs, i)
+                for t in accumulators[i].push(_row(obs, i), int(actions[i]), float(rewards[i]), after,
+                                              bool(terminated[i]), bool(truncated[i])):
+                    buffer.add(t)
+                returns[i] += rewards[i]
+                if done:
+                    finished.append(float(returns[i]))
+                    returns[i] = 0.0
+                    episodes += 1
+            obs = next_obs
+            step += n_envs
+            since_learn += n_envs
+            if len(buffer) >= max(cfg.learning_starts, cfg.batch_size) and since_learn >= cfg.train_every:
+                since_learn = 0
+                beta = cfg.priority_beta0 + (1.0 - cfg.priority_beta0) * min(1.0, (step - start_step) / steps)
+                batch = buffer.sample(cfg.batch_size, beta=beta)
+                stats = agent.learn(batch)
+                buffer.update_priorities(batch["indices"], stats["priorities"])
+                last_loss = stats["loss"]
+            if bar:
+                bar.update(task, completed=min(step, total),
+                           reward=f"{np.mean(finished):.3f}" if finished else "-",
+                           loss=f"{last_loss:.4f}" if last_loss is not None else "-",
+                           eps="noisy" if cfg.noisy else f"{epsilon:.3f}")
+    finally:
+        if bar:
+            bar.stop()
+        emissions_kg = emissions.stop()
+        envs.close()
+
+    wall = time.perf_counter() - t0
+    result = TrainResult(
+        steps=step, episodes=episodes, updates=agent.updates,
+        mean_episode_reward=float(np.mean(finished)) if finished else None, last_loss=last_loss, wall_s=wall,
+        steps_per_s=(step - start_step) / wall if wall > 0 else 0.0, emissions_kg=emissions_kg,
+        path=str(out) if out else None,
+    )
+    if evaluate is not None:
+        result.evaluation = evaluate(agent)
+    if out is not None:
+        meta = {
+            **(metadata or {}), "config": cfg.to_dict(), "candidate_features": cand_f, "context_features": ctx_f,
+            "steps": step, "seed": seed, "envs": n_envs,
+            "metrics": {k: v for k, v in result.__dict__.items() if k not in ("path", "evaluation")},
+            "evaluation": result.evaluation, "emissions_kg": emissions_kg,
+        }
+        json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
+        save_checkpoint(out, agent.online.state_dict(), meta)
+        _save_optimizer(optimizer_path(out), agent.optimizer.state_dict())
+    return agent, result
+
+
+def _save_optimizer(path: Path, state: dict[str, Any]) -> None:
+    import os
+    import tempfile
+
+    import torch
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _progress(enabled: bool, console: Any) -> Any:
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    class _Rate(TextColumn):
+        def render(self, task: Any) -> Any:
+            from rich.text import Text
+
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.0f} steps/s" if speed else "- steps/s")
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(""),
+        TextColumn("reward {task.fields[reward]}"), TextColumn("loss {task.fields[loss]}"),
+        TextColumn("eps {task.fields[eps]}"), TimeElapsedColumn(), console=console, transient=False,
+    )
