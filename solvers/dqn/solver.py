@@ -1,0 +1,158 @@
+"""The ``dqn`` solver: a trained policy scores the top-K candidate nodes of each pod.
+
+Candidates and features come from :mod:`iro_fed.features` (the same code the simulator's env
+used in training). The policy's Q-values rank the candidates; the objective module still
+scores the placement it returns. ``policy`` names a checkpoint written by ``iro train`` (or a
+policy-registry folder, whose ``latest`` version is used); without it the small default
+policy shipped in ``solvers/dqn/policies/`` is used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, candidate_features, context_features, preselect
+from iro_fed.model import ClusterState
+from iro_fed.objective import marginal
+from solvers.base import ORDER, SEED, InvalidSettingError, OnlineSolver, Param, SolverProperties
+
+DEFAULT_POLICY = Path(__file__).parent / "policies" / "default.pt"
+
+
+def resolve_policy(path: str | os.PathLike[str] | None) -> Path:
+    """A checkpoint file from a path: a file as is, a registry folder's ``latest``, or the default."""
+    if path is None:
+        return DEFAULT_POLICY
+    p = Path(path)
+    if p.is_dir():
+        latest = p / "latest"
+        if latest.is_file():
+            target = latest.read_text(encoding="utf-8").strip()
+            return (p / target) if not Path(target).is_absolute() else Path(target)
+        if latest.is_symlink() or latest.exists():
+            return latest.resolve()
+        raise InvalidSettingError(f"solver 'dqn' setting 'policy': folder {str(p)!r} has no 'latest' policy")
+    return p
+
+
+class LoadedPolicy:
+    """A checkpoint's network in eval mode plus its metadata; checked against our features."""
+
+    _cache: ClassVar[dict[tuple[str, float], LoadedPolicy]] = {}
+
+    def __init__(self, path: Path) -> None:
+        from solvers.dqn.agent import DQNAgent
+        from solvers.dqn.checkpoint import CheckpointError, load_checkpoint
+        from solvers.dqn.config import DQNConfig
+
+        state, meta = load_checkpoint(path)
+        names = meta.get("feature_names")
+        expected = {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}
+        if names is not None and names != expected:
+            raise CheckpointError(f"policy {str(path)!r}: trained on other features than this version computes "
+                                  f"({len(names.get('candidates', []))}+{len(names.get('context', []))} vs "
+                                  f"{len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}); retrain it with `iro train`")
+        if (meta["candidate_features"], meta["context_features"]) != (len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)):
+            raise CheckpointError(f"policy {str(path)!r}: {meta['candidate_features']}+{meta['context_features']} "
+                                  f"features, this version computes {len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")
+        self.config = DQNConfig.from_dict(meta["config"])
+        self.metadata = meta
+        self.agent = DQNAgent(self.config, meta["candidate_features"], meta["context_features"], seed=0)
+        try:
+            self.agent.online.load_state_dict(state)
+        except RuntimeError as exc:
+            raise CheckpointError(f"policy {str(path)!r}: weights do not match its config ({exc})") from exc
+        self.agent.online.eval()
+        self.path = path
+
+    @classmethod
+    def load(cls, path: Path) -> LoadedPolicy:
+        from solvers.dqn.checkpoint import CheckpointError
+
+        try:
+            key = (str(path.resolve()), path.stat().st_mtime)
+        except OSError as exc:
+            raise CheckpointError(f"policy {str(path)!r}: no such file (train one with `iro train`)") from exc
+        if key not in cls._cache:
+            cls._cache[key] = cls(path)
+        return cls._cache[key]
+
+    def q_values(self, cand: np.ndarray, ctx: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self.agent.q_values({"candidates": cand[None], "context": ctx[None], "mask": mask[None]})[0]
+
+
+class DQNSolver(OnlineSolver):
+    """Online placement by a trained Rainbow-style DQN over the top-K candidates."""
+
+    name = "dqn"
+    properties = SolverProperties(
+        "online", False, "A trained Rainbow-style DQN ranks each pod's top-K candidate nodes (see `iro train`).",
+        requires=("torch",), extra="dqn",
+    )
+    parameters: ClassVar[dict[str, Param]] = {
+        "seed": SEED,
+        "order": ORDER,
+        "policy": Param(None, str, "Checkpoint from `iro train`, or a policy-registry folder (its latest); "
+                        "default: the shipped default policy.", nullable=True),
+        "top_k": Param(None, int, "Candidates per decision (default: the policy's).", minimum=1, nullable=True),
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._policy: LoadedPolicy | None = None
+
+    @property
+    def loaded(self) -> LoadedPolicy:
+        """The policy, loaded on first use (a missing or incompatible one is a clear error)."""
+        if self._policy is None:
+            from solvers.dqn.checkpoint import CheckpointError
+
+            try:
+                self._policy = LoadedPolicy.load(resolve_policy(self.policy))
+            except CheckpointError as exc:
+                raise InvalidSettingError(f"solver 'dqn' setting 'policy': {exc}") from exc
+        return self._policy
+
+    @property
+    def k(self) -> int:
+        return self.top_k or self.loaded.config.top_k
+
+    def _mask(self, m: int, k: int) -> np.ndarray:
+        extra = 1 if self.loaded.config.defer_action else 0
+        mask = np.zeros(k + extra, dtype=np.int8)
+        mask[:m] = 1  # no "later" in a one-shot solve: the defer action stays masked
+        return mask
+
+    def _q(self, state: ClusterState, w: int, nodes: np.ndarray, gains: np.ndarray, num_feasible: int) -> np.ndarray:
+        k = max(self.k, nodes.size)
+        cand = candidate_features(state, w, nodes, gains, k)
+        ctx = context_features(state, w, num_feasible, nodes.size, k, {"deferrable": 0.0})
+        return self.loaded.q_values(cand, ctx, self._mask(nodes.size, k))[: nodes.size]
+
+    def candidates(self, state: ClusterState, w: int) -> np.ndarray:
+        nodes, _, _ = preselect(state, w, self.k)
+        return nodes
+
+    def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
+        candidates = np.asarray(candidates, dtype=np.int64)
+        if candidates.size == 0:
+            return np.zeros(0)
+        gains = marginal(state.problem, state, w, candidates)
+        order = np.lexsort((candidates, state.free_share[candidates], -np.round(gains, 12)))
+        q = self._q(state, w, candidates[order], gains[order], candidates.size)
+        out = np.empty(candidates.size)
+        out[order] = q
+        return out
+
+    def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
+        self._ensure(state.problem)
+        nodes, gains, num_feasible = preselect(state, w, max(k, self.k))
+        if nodes.size == 0:
+            return []
+        q = self._q(state, w, nodes, gains, num_feasible)
+        top = np.argsort(-q, kind="stable")[:k]
+        return [(int(nodes[i]), float(q[i])) for i in top]

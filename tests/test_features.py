@@ -1,0 +1,91 @@
+"""Decision features: candidate pre-selection and hand-computed feature values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iro_fed import ClusterState, problem_from_dict
+from iro_fed.feasibility import feasible_nodes
+from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, observation, preselect
+from iro_fed.objective import marginal
+from iro_fed.testing import random_problem
+
+C = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}
+X = {name: i for i, name in enumerate(CONTEXT_FEATURES)}
+
+
+def _problem():
+    return problem_from_dict({
+        "resources": ["cpu", "memory"],
+        "domains": [{"name": "edge-1", "kind": "edge", "carbon_intensity": 300.0},
+                    {"name": "cloud", "kind": "cloud", "carbon_intensity": 100.0}],
+        "latency_ms": {"users": {"edge-1": 5.0, "cloud": 40.0}},
+        "nodes": [
+            {"name": "g", "domain": "edge-1", "capacity": {"cpu": 8000, "memory": 16384},
+             "allocated": {"cpu": 2000, "memory": 4096}, "gpus": 2, "gpu_free_milli": [1000, 400]},
+            {"name": "c", "domain": "cloud", "capacity": {"cpu": 16000, "memory": 32768}},
+            {"name": "tiny", "domain": "cloud", "capacity": {"cpu": 500, "memory": 512}},
+        ],
+        "workloads": [
+            {"name": "share", "requests": {"cpu": 1000, "memory": 1024}, "gpu": {"count": 1, "milli": 300},
+             "user_region": "users", "max_latency_ms": 20},
+            {"name": "job", "requests": {"cpu": 4000, "memory": 2048}, "class": "batch", "deadline_s": 3600},
+        ],
+    })
+
+
+def test_share_pod_features_by_hand() -> None:
+    p = _problem()
+    state = ClusterState(p)
+    obs, slots = observation(state, 0, k=4)
+    assert slots.tolist() == [0, -1, -1, -1]  # only the GPU node fits
+    row = obs["candidates"][0]
+    assert row[C["valid"]] == 1.0
+    assert row[C["cpu_free_after"]] == pytest.approx((8000 - 2000 - 1000) / 8000)
+    assert row[C["memory_free_after"]] == pytest.approx((16384 - 4096 - 1024) / 16384)
+    # best-fit card: the 400 one -> cards [1000, 100]
+    assert row[C["gpu_free_after"]] == pytest.approx(1100 / 2000)
+    assert row[C["gpu_full_cards_after"]] == pytest.approx(0.5)
+    assert row[C["gpu_frag_after"]] == pytest.approx(100 / 2000)
+    assert row[C["latency"]] == pytest.approx(5 / 20)
+    assert row[C["latency_slack"]] == pytest.approx(0.75)
+    assert row[C["carbon"]] == pytest.approx(0.3)
+    assert row[C["kind_edge"]] == 1.0 and row[C["kind_cloud"]] == 0.0
+    assert not obs["candidates"][1:].any()  # padding
+    assert obs["mask"].tolist() == [1, 0, 0, 0, 0]  # an online pod cannot be deferred
+    assert obs["context"][X["class_online"]] == 1.0
+    assert obs["context"][X["feasible_share"]] == pytest.approx(1 / 3)
+
+
+def test_batch_job_may_be_deferred_and_candidates_follow_the_objective() -> None:
+    p = _problem()
+    state = ClusterState(p)
+    obs, slots = observation(state, 1, k=2, context={"hour": 6})
+    gains = marginal(p, state, 1, np.array([0, 1]))
+    assert slots.tolist() == [0, 1] if gains[0] >= gains[1] else [1, 0]
+    assert obs["mask"].tolist() == [1, 1, 1]
+    assert obs["context"][X["deferrable"]] == 1.0
+    assert obs["context"][X["hour_sin"]] == pytest.approx(1.0)
+    assert obs["candidates"][:, C["delta_r_rank"]].tolist() == [0.0, 1.0]
+    assert obs["candidates"][0, C["delta_r"]] == pytest.approx(1.0) or gains.max() <= 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_preselect_takes_the_best_feasible_nodes(seed: int) -> None:
+    p = random_problem(seed, nodes=30, pods=10)
+    state = ClusterState(p)
+    for w in range(p.num_workloads):
+        nodes, gains, num_feasible = preselect(state, w, 8)
+        feasible = np.flatnonzero(feasible_nodes(state, w))
+        assert num_feasible == feasible.size and nodes.size == min(8, feasible.size)
+        assert set(nodes.tolist()) <= set(feasible.tolist())
+        if feasible.size:
+            all_gains = marginal(p, state, w, feasible)
+            assert gains[0] == pytest.approx(all_gains.max())
+            assert np.all(np.diff(np.round(gains, 12)) <= 0)
+            obs, slots = observation(state, w, 8)
+            assert obs["candidates"].shape == (8, len(CANDIDATE_FEATURES))
+            assert np.isfinite(obs["candidates"]).all() and np.isfinite(obs["context"]).all()
+            assert obs["mask"][: nodes.size].all() and not obs["mask"][nodes.size : 8].any()
+            state.place(w, int(nodes[0]))
