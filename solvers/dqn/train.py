@@ -97,8 +97,13 @@ def train(
     track_emissions: bool = True,
     emissions_country: str = "DEU",
     console: Any = None,
+    initial_state: dict[str, Any] | None = None,
 ) -> tuple[Any, TrainResult]:
-    """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``."""
+    """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
+
+    ``initial_state`` starts the online and target networks from given weights (a federated
+    round's global policy); ``resume`` does the same from a checkpoint and continues its count.
+    """
     import gymnasium as gym
     import torch
 
@@ -120,6 +125,9 @@ def train(
 
     agent = DQNAgent(cfg, cand_f, ctx_f, seed=seed)
     start_step = 0
+    if initial_state is not None:
+        agent.online.load_state_dict(initial_state)
+        agent.target.load_state_dict(initial_state)
     if resume is not None:
         state, meta = load_checkpoint(resume)
         if (meta["candidate_features"], meta["context_features"]) != (cand_f, ctx_f):
