@@ -66,16 +66,21 @@ CONTEXT_FEATURES: tuple[str, ...] = (
 KINDS = ("edge", "zone", "cloud")
 
 
+def order_candidates(state: ClusterState, w: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, gains)`` sorted best marginal gain of R first; ties to the tighter fit, then index."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if nodes.size == 0:
+        return nodes, np.zeros(0)
+    gains = marginal(state.problem, state, w, nodes)
+    order = np.lexsort((nodes, state.free_share[nodes], -np.round(gains, 12)))
+    return nodes[order], gains[order]
+
+
 def preselect(state: ClusterState, w: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
     """``(nodes, gains, num_feasible)``: up to ``k`` feasible nodes, best marginal gain of R first."""
     feasible = np.flatnonzero(feasible_nodes(state, w))
-    if feasible.size == 0:
-        return feasible, np.zeros(0), 0
-    gains = marginal(state.problem, state, w, feasible)
-    # tighter fit (less free share left) breaks ties, then node index
-    order = np.lexsort((feasible, state.free_share[feasible], -np.round(gains, 12)))
-    chosen = order[:k]
-    return feasible[chosen], gains[chosen], int(feasible.size)
+    nodes, gains = order_candidates(state, w, feasible)
+    return nodes[:k], gains[:k], int(feasible.size)
 
 
 def _gpu_after(state: ClusterState, w: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,1000 @@
+"""The cross-domain simulator: a fixed-step run of a :class:`~iro_fed.sim.model.Scenario`.
+
+Each step (60 s by default) does, in order:
+
+1. **Nodes**: nodes whose boot (power-on or cloud provisioning, ``boot_steps``) is over come on.
+2. **Departures**: service replicas whose time is up leave (scale-down); a replica that never
+   ran is *dropped*. Batch jobs that have done ``duration`` steps of work complete and leave.
+3. **Arrivals**: new replicas and pods arrive. A batch job with a deadline and at least
+   ``min_defer_slack_steps`` of slack is, with ``deferral="carbon"``, held until the start
+   within its slack whose forecast carbon intensity over its run is lowest (the day-ahead
+   persistence forecast of :func:`iro_fed.sim.signals.persistence_forecast`, averaged over the
+   domains the job may run in, weighted by their node count; no deferral when it would save
+   under ``defer_min_saving``). A held job is *deferred*, not pending.
+4. **Decisions**: the pods that are ready and not placed are handed to the solver in one
+   snapshot problem: the powered-on nodes with their current usage as ``allocated``, the pods
+   as workloads (priority order, then readiness), the current carbon intensity per domain.
+   Solvers are built with ``solvers.make`` and called through ``solve`` (online solvers place
+   pod by pod with ``decide``). Every returned node is checked against the live
+   :class:`~iro_fed.model.ClusterState` before it is applied (never a capacity overrun).
+5. **Preemption, make-room, consolidation**: a pending pod that fits nowhere evicts the fewest
+   lower-priority pods of one node (``preemption``, kube-scheduler's default; an evicted batch
+   job restarts); a batch job that fits nowhere gets room by moving service replicas off one
+   node (``make_room``); every ``consolidate_every`` steps the least-used node holding only
+   replicas is drained when the solver places them all elsewhere (``consolidate_below``).
+6. **Autoscaling**: for pods still pending, powered-down nodes they fit (own data centres
+   first) or cloud nodes (``elastic`` pools) are booted, enough to hold their demand.
+   With ``power_down``, a node empty for ``idle_off_steps`` powers down when its domain keeps
+   ``headroom`` of its powered CPU free; elastic nodes empty that long are deprovisioned.
+   Own zones together (and each edge site, and a cloud domain in use) short of ``headroom`` boot
+   more nodes, the greenest domain first; own data centres fully powered and short of headroom
+   burst to the cloud early.
+7. **Metrics**: requests, latency, energy, cost, carbon and the objective (``metrics``).
+
+Service model (online services, per step, monotone in load and utilization):
+
+* A service's traffic ``lambda_s(t)`` (req/s, from its user region) is split evenly over its
+  running replicas: ``lambda_p = lambda_s / k``; a replica's own load ``rho_p = lambda_p / mu``.
+* A node's busy share ``u_n`` = (sum over its online replicas of ``cpu * min(rho_p, 1)`` + sum
+  over its other pods of ``cpu * batch_usage``) / node CPU.
+* Latency of a replica's requests: ``net_ms(region, domain) + service_ms / max(1 - rho,
+  1 / queue_cap)`` with ``rho = min(max(rho_p, u_n), 1)``: an M/M/1-like queue that is as busy as
+  the busier of the replica and its node, capped at ``queue_cap * service_ms``.
+* A request succeeds when its replica's latency is within the service's SLA and the replica is
+  not overloaded; an overloaded replica (``rho_p > 1``) serves ``1 / rho_p`` of its requests and
+  times out the rest; a service with no running replica fails all its requests. Timed-out
+  requests count at the SLA in the latency histogram.
+
+Horizontal autoscaling of a service: ``ceil(lambda / (mu * target_rho))`` replicas clipped to
+``[min_replicas, max_replicas]``, the maximum over the last ``hpa_stabilization_steps`` (the
+HPA's scale-down stabilization) and applied ``hpa_delay_steps`` late. Replica j lives while the
+desired count exceeds j; scale-down removes the highest replicas (a deviation from the
+ReplicaSet, which deletes pending pods first).
+
+Energy: a powered node (on or booting) that holds pods is costed by the objective module
+(``evaluate`` of the step's placement: cost per hour, gCO2 per hour, power); a powered empty
+node adds its idle power, idle carbon and full price from the objective's coefficients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from iro_fed.feasibility import EPS, resource_fit, static_filter
+from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
+from iro_fed.objective import coefficients, evaluate
+from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, weighted_percentile
+from iro_fed.sim.model import Scenario
+from iro_fed.sim.signals import persistence_forecast
+
+FUTURE, DEFERRED, PENDING, RUNNING, COMPLETED, DROPPED = range(6)
+STATUS_NAMES = ("future", "deferred", "pending", "running", "completed", "dropped")
+OFF, BOOTING, ON = 0, 1, 2
+DOMAIN_LABEL = "iro.example/domain"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+class SimConfigError(ValueError):
+    """An unknown or invalid simulator setting (the message names it)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Engine settings (scenario-independent). ``--set KEY=VALUE`` on the command line."""
+
+    deferral: str = "carbon"  # "carbon": hold slack-rich batch jobs for low-carbon hours; "none"
+    power_down: bool = True  # power down empty nodes of own data centres (cloud nodes always scale down)
+    idle_off_steps: int = 10  # steps a node must be empty before it powers down / is deprovisioned
+    headroom: float = 0.15  # powered CPU share a domain keeps free (power-down stops, a node boots)
+    hpa_delay_steps: int = 1
+    hpa_stabilization_steps: int = 5
+    queue_cap: float = 50.0
+    batch_usage: float = 0.85
+    min_defer_slack_steps: int = 30
+    defer_margin_steps: int = 15
+    defer_min_saving: float = 0.05
+    score_every: int = 1
+    consolidate_every: int = 15  # steps between consolidation rounds (0: never move running pods)
+    consolidate_below: float = 0.5  # only nodes with a CPU share below this are drained
+    make_room: bool = True  # move service replicas off a node to start a waiting batch job there
+    preemption: bool = True  # kube-scheduler's default: a pending pod evicts lower-priority pods
+
+    def __post_init__(self) -> None:
+        if self.deferral not in ("carbon", "none"):
+            raise SimConfigError(f"setting 'deferral': must be carbon or none, got {self.deferral!r}")
+        for name in ("consolidate_every", "idle_off_steps", "hpa_delay_steps", "hpa_stabilization_steps", "min_defer_slack_steps", "defer_margin_steps"):
+            if getattr(self, name) < 0:
+                raise SimConfigError(f"setting {name!r}: must be >= 0, got {getattr(self, name)}")
+        if self.score_every < 1:
+            raise SimConfigError(f"setting 'score_every': must be >= 1, got {self.score_every}")
+        if not 0.0 <= self.headroom < 1.0:
+            raise SimConfigError(f"setting 'headroom': must be in [0, 1), got {self.headroom}")
+        if self.queue_cap < 1.0:
+            raise SimConfigError(f"setting 'queue_cap': must be >= 1, got {self.queue_cap}")
+        if not 0.0 <= self.batch_usage <= 1.0:
+            raise SimConfigError(f"setting 'batch_usage': must be in [0, 1], got {self.batch_usage}")
+
+    @classmethod
+    def fields(cls) -> dict[str, type]:
+        return {f.name: type(f.default) for f in dataclasses.fields(cls)}
+
+    def with_settings(self, settings: Mapping[str, Any]) -> SimConfig:
+        """A copy with ``settings`` (values may be command-line strings) applied."""
+        known = self.fields()
+        changes: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key not in known:
+                raise SimConfigError(f"unknown simulator setting {key!r} (known: {', '.join(sorted(known))})")
+            changes[key] = convert_setting(key, value, known[key])
+        return dataclasses.replace(self, **changes)
+
+
+def convert_setting(key: str, value: Any, kind: type) -> Any:
+    """A setting value of type ``kind`` from a Python value or a command-line string."""
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        try:
+            if kind is bool:
+                if text in ("true", "1", "yes", "on"):
+                    return True
+                if text in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError(value)
+            if kind is int:
+                return int(text)
+            if kind is float:
+                return float(text)
+        except ValueError:
+            raise SimConfigError(f"setting {key!r}: cannot read {value!r} as {kind.__name__}") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise SimConfigError(f"setting {key!r}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+@dataclass
+class DecisionRequest:
+    """One pod decision in agent mode (the gymnasium environment answers these)."""
+
+    step: int
+    problem: Problem  # the snapshot problem of this step
+    state: ClusterState  # its state, with this step's earlier decisions applied
+    local: int  # the pod's workload index in ``problem``
+    pod: int  # the pod's index in the simulator
+    candidates: np.ndarray  # feasible node indices of ``problem`` (all of them)
+
+
+@dataclass
+class SimResult:
+    """Totals, time series and per-pod outcome of one run."""
+
+    scenario: str
+    solver: str
+    seed: int
+    totals: dict[str, Any]
+    series: dict[str, list]
+    config: dict[str, Any]
+    timing: dict[str, float] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report (fixed keys first; see ``iro_fed.sim.metrics`` for definitions)."""
+        return {**self.totals, "scenario": self.scenario, "solver": self.solver, "seed": self.seed,
+                "config": self.config, "timing": self.timing, "series": self.series}
+
+
+class Simulator:
+    """One run of a scenario with one solver (or an agent answering :class:`DecisionRequest`)."""
+
+    def __init__(self, scenario: Scenario, solver: Any = None, config: SimConfig | None = None, seed: int = 0) -> None:
+        self.sc = scenario
+        self.solver = solver
+        self.config = config or SimConfig()
+        self.seed = seed
+        self._build_cluster()
+        self._expand_pods()
+        self._build_master()
+
+    # --- set-up --------------------------------------------------------------------------
+
+    def _build_cluster(self) -> None:
+        sc = self.sc
+        names = {d.name for d in sc.domains}
+        nodes, cap, gcount, idle, peak, pool_of, elastic, boot, min_on = [], [], [], [], [], [], [], [], []
+        for pi, pool in enumerate(sc.pools):
+            if pool.domain not in names:
+                raise ValueError(f"pool {pool.name!r}: unknown domain {pool.domain!r}")
+            for i in range(pool.count):
+                labels = {ZONE_LABEL: pool.domain, DOMAIN_LABEL: pool.domain, "iro.example/pool": pool.name, **pool.labels}
+                nodes.append(Node(f"{pool.name}-{i:03d}", pool.domain, labels, tuple(pool.taints), pool.gpu_model if pool.gpus else ""))
+                cap.append([pool.cpu, pool.memory])
+                gcount.append(pool.gpus)
+                idle.append(pool.power_idle_w)
+                peak.append(pool.power_peak_w)
+                pool_of.append(pi)
+                elastic.append(pool.elastic)
+                boot.append(pool.boot_steps)
+                min_on.append(pool.min_on)
+        self.nodes = nodes
+        self.capacity = np.array(cap, dtype=np.float64).reshape(len(nodes), 2)
+        self.gpu_count = np.array(gcount, dtype=np.int32)
+        width = int(self.gpu_count.max()) if len(nodes) else 0
+        self.gpu_free0 = np.full((len(nodes), width), -1, dtype=np.int32)
+        for i, g in enumerate(gcount):
+            self.gpu_free0[i, :g] = GPU_MILLI
+        self.power_idle = np.array(idle, dtype=np.float64)
+        self.power_peak = np.array(peak, dtype=np.float64)
+        self.pool_of = np.array(pool_of, dtype=np.int64)
+        self.elastic = np.array(elastic, dtype=bool)
+        self.boot_steps = np.array(boot, dtype=np.int64)
+        self.pool_min_on = np.array([p.min_on for p in sc.pools], dtype=np.int64)
+        self.domain_index = {d.name: i for i, d in enumerate(sc.domains)}
+        self.node_domain = np.array([self.domain_index[n.domain] for n in nodes], dtype=np.int64)
+        self.domain_is_cloud = np.array([d.kind == "cloud" for d in sc.domains], dtype=bool)
+
+    def _expand_pods(self) -> None:
+        """Service replicas (from the horizontal autoscaler) and the scenario's pods as arrays."""
+        sc, cfg = self.sc, self.config
+        T = sc.steps
+        rows: list[dict[str, Any]] = []
+        for si, svc in enumerate(sc.services):
+            traffic = np.asarray(svc.traffic, dtype=np.float64)
+            if traffic.shape != (T,):
+                raise ValueError(f"service {svc.name!r}: traffic has shape {traffic.shape}, expected ({T},)")
+            want = np.ceil(traffic / (svc.mu * svc.target_rho) - 1e-9).astype(np.int64)
+            want = np.clip(want, svc.min_replicas, svc.max_replicas)
+            win = max(cfg.hpa_stabilization_steps, 1)
+            padded = np.concatenate([np.full(win - 1, want[0]), want])
+            stab = np.lib.stride_tricks.sliding_window_view(padded, win).max(axis=1)
+            d = cfg.hpa_delay_steps
+            desired = np.concatenate([np.full(d, stab[0]), stab[: T - d]]) if d else stab
+            desired[: d + 1] = max(int(want[0]), svc.min_replicas)
+            for j in range(int(desired.max())):
+                alive = np.concatenate([[False], desired > j, [False]]).astype(np.int8)
+                edges = np.diff(alive)
+                starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+                for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
+                    rows.append({
+                        "name": f"{svc.name}-r{j}" + (f"-{k}" if k else ""), "klass": "online", "cpu": svc.cpu, "memory": svc.memory,
+                        "arrival": int(a), "departure": int(b) if b < T else -1, "duration": -1, "deadline": -1, "service": si,
+                        "gpu_count": 0, "gpu_milli": 0, "gpu_models": (), "user_region": svc.user_region,
+                        "allowed_domains": svc.allowed_domains, "tolerations": svc.tolerations, "node_selector": svc.node_selector,
+                        "priority": svc.priority, "max_latency_ms": svc.max_latency_ms,
+                    })
+        for pod in sc.pods:
+            if pod.arrival >= T:
+                continue
+            rows.append({**{f.name: getattr(pod, f.name) for f in dataclasses.fields(pod)}, "service": -1})
+        rows.sort(key=lambda r: (r["arrival"], r["name"]))
+        self.pod_rows = rows
+        P = len(rows)
+        self.P = P
+        self.arrival = np.array([r["arrival"] for r in rows], dtype=np.int64)
+        self.departure = np.array([r["departure"] for r in rows], dtype=np.int64)
+        self.duration = np.array([r["duration"] for r in rows], dtype=np.int64)
+        self.deadline = np.array([r["deadline"] for r in rows], dtype=np.int64)
+        self.service = np.array([r["service"] for r in rows], dtype=np.int64)
+        self.priority = np.array([r["priority"] for r in rows], dtype=np.int64)
+        self.is_batch = np.array([r["klass"] == "batch" for r in rows], dtype=bool)
+        self.demand = np.array([[r["cpu"], r["memory"]] for r in rows], dtype=np.float64).reshape(P, 2)
+        self.wl_gpu_count = np.array([r["gpu_count"] for r in rows], dtype=np.int32)
+        self.wl_gpu_milli = np.array([r["gpu_milli"] for r in rows], dtype=np.int32)
+        self.workloads = [
+            Workload(
+                name=r["name"], klass=r["klass"], user_region=r["user_region"], max_latency_ms=r["max_latency_ms"],
+                node_selector=dict(r["node_selector"]), tolerations=tuple(r["tolerations"]),
+                allowed_domains=tuple(r["allowed_domains"]), priority=int(r["priority"]),
+                gpu_models=tuple(r["gpu_models"]),
+                deadline_s=(r["deadline"] * sc.step_s if r["deadline"] >= 0 else None),
+            )
+            for r in rows
+        ]
+        # Service parameters as arrays for the service model.
+        S = len(sc.services)
+        self.traffic = np.array([s.traffic for s in sc.services], dtype=np.float64).reshape(S, T)
+        self.svc_mu = np.array([s.mu for s in sc.services], dtype=np.float64)
+        self.svc_ms = np.array([s.service_ms for s in sc.services], dtype=np.float64)
+        self.svc_sla = np.array([s.sla_ms for s in sc.services], dtype=np.float64)
+        region_index = {r: i for i, r in enumerate(sc.regions)}
+        self.svc_region = np.array([region_index[s.user_region] for s in sc.services], dtype=np.int64)
+
+    def _domains_at(self, t: int) -> list[Domain]:
+        c = self.sc.carbon_now(t)
+        return [dataclasses.replace(d, carbon_intensity=float(c[i])) for i, d in enumerate(self.sc.domains)]
+
+    def _build_master(self) -> None:
+        sc = self.sc
+        self.master = Problem(
+            resources=sc.resources, domains=self._domains_at(0), nodes=self.nodes, workloads=self.workloads,
+            regions=sc.regions, latency_ms=sc.latency_ms, capacity=self.capacity,
+            allocated=np.zeros_like(self.capacity), demand=self.demand, gpu_free=self.gpu_free0,
+            gpu_count=self.gpu_count, wl_gpu_count=self.wl_gpu_count, wl_gpu_milli=self.wl_gpu_milli,
+            power_idle_w=self.power_idle, power_peak_w=self.power_peak, weights=sc.weights,
+        )
+
+    # --- run -----------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        """Run to the end with the solver; ``progress(step, steps)`` is called every step."""
+        if self.solver is None:
+            raise ValueError("Simulator.run needs a solver (agent mode is driven through iterate())")
+        for _ in self.iterate(progress=progress):
+            raise RuntimeError("unexpected decision request in solver mode")
+        return self.result()
+
+    def iterate(
+        self, agent: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> Generator[DecisionRequest, int, None]:
+        """The step loop as a generator. In agent mode it yields a :class:`DecisionRequest` per
+        pod that has a feasible node and expects the chosen node of the snapshot problem back
+        (``send``); -1 leaves the pod pending."""
+        self._reset_state()
+        sc = self.sc
+        for t in range(sc.steps):
+            self.t = t
+            self._boot_done(t)
+            self._departures(t)
+            self._arrivals(t)
+            if agent:
+                yield from self._decide_agent(t)
+            else:
+                self._decide_solver(t)
+            if self.config.preemption:
+                self._preempt(t)
+            if not agent and self.config.make_room:
+                self._make_room(t)
+            if not agent and cfg_consolidate(self.config, t):
+                self._consolidate(t)
+            self._autoscale(t)
+            self._measure(t)
+            self._batch_progress(t)
+            if progress is not None:
+                progress(t + 1, sc.steps)
+
+    def _reset_state(self) -> None:
+        self.state = ClusterState(self.master)
+        P, N = self.P, len(self.nodes)
+        self.status = np.full(P, FUTURE, dtype=np.int8)
+        self.ready = np.full(P, -1, dtype=np.int64)
+        self.first_placed = np.full(P, -1, dtype=np.int64)
+        self.finished = np.full(P, -1, dtype=np.int64)
+        self.remaining = self.duration.copy()
+        self.release = np.full(P, -1, dtype=np.int64)
+        self.burst = np.zeros(P, dtype=bool)
+        self.node_state = np.where(self.elastic, OFF, ON).astype(np.int8)
+        for pi in np.unique(self.pool_of):
+            members = np.flatnonzero(self.pool_of == pi)
+            if self.elastic[members[0]]:
+                self.node_state[members[: self.pool_min_on[pi]]] = ON
+        self.boot_ready = np.full(N, -1, dtype=np.int64)
+        self.empty_since = np.zeros(N, dtype=np.int64)
+        self.rec = Recorder(self.sc.steps, self.sc.step_s)
+        width = len(self.master.util_resources)
+        self.rec.used_node_steps, self.rec.cap_node_steps = np.zeros(width), np.zeros(width)
+        self.deferred_pods = 0
+        self.new_ready: list[int] = []
+        self.capacity_freed = True
+        self.boots = 0
+        self.moves = 0
+        self.preemptions = 0
+        self._wall = time.perf_counter()
+
+    # --- step phases ---------------------------------------------------------------------
+
+    def _boot_done(self, t: int) -> None:
+        done = (self.node_state == BOOTING) & (self.boot_ready <= t)
+        if done.any():
+            self.node_state[done] = ON
+            self.boot_ready[done] = -1
+            self.capacity_freed = True
+
+    def _remove(self, p: int, t: int, status: int) -> None:
+        if self.state.assignment[p] >= 0:
+            self.state.remove(p)
+            self.capacity_freed = True
+        self.status[p] = status
+        self.finished[p] = t
+
+    def _departures(self, t: int) -> None:
+        for p in np.flatnonzero((self.departure == t) & (self.status != FUTURE)):
+            st = self.status[p]
+            if st == RUNNING:
+                self._remove(p, t, COMPLETED)
+            elif st in (PENDING, DEFERRED):
+                self._remove(p, t, DROPPED)
+        # Pods that arrive and leave in the same step never become ready.
+        gone = (self.departure == t) & (self.status == FUTURE) & (self.arrival <= t)
+        self.status[gone] = DROPPED
+
+    def _arrivals(self, t: int) -> None:
+        arriving = np.flatnonzero((self.arrival == t) & (self.status == FUTURE))
+        for p in arriving:
+            start = self._deferral_start(p, t) if self.is_batch[p] and self.deadline[p] >= 0 else t
+            if start > t:
+                self.status[p] = DEFERRED
+                self.release[p] = start
+                self.deferred_pods += 1
+            else:
+                self._make_ready(p, t)
+        for p in np.flatnonzero((self.status == DEFERRED) & (self.release == t)):
+            self._make_ready(p, t)
+
+    def _make_ready(self, p: int, t: int) -> None:
+        self.status[p] = PENDING
+        self.ready[p] = t
+        self.new_ready.append(int(p))
+
+    def _static_mask(self, p: int) -> np.ndarray:
+        return static_filter(self.master, int(p)).mask
+
+    def _deferral_start(self, p: int, t: int) -> int:
+        cfg, sc = self.config, self.sc
+        if cfg.deferral != "carbon":
+            return t
+        dur = int(self.duration[p])
+        slack = int(self.deadline[p]) - t - dur - cfg.defer_margin_steps
+        if slack < cfg.min_defer_slack_steps:
+            return t
+        mask = self._static_mask(p)
+        doms = self.node_domain[mask]
+        if doms.size == 0:
+            return t
+        weight = np.bincount(doms, minlength=len(sc.domains)).astype(np.float64)
+        steps_per_day = int(round(86400 / sc.step_s))
+        horizon = slack + dur
+        fc = np.zeros(horizon)
+        for d in np.flatnonzero(weight):
+            series = sc.carbon[sc.domains[d].name]
+            fc += weight[d] * persistence_forecast(series, sc.history + t, horizon, steps_per_day)
+        fc /= weight.sum()
+        csum = np.concatenate([[0.0], np.cumsum(fc)])
+        window = max(dur, 1)
+        starts = np.arange(slack + 1)
+        means = (csum[np.minimum(starts + window, horizon)] - csum[starts]) / np.maximum(np.minimum(starts + window, horizon) - starts, 1)
+        best = int(np.argmin(means))
+        if means[best] > means[0] * (1 - cfg.defer_min_saving):
+            return t
+        return t + best
+
+    def _pending_order(self, pods: np.ndarray) -> np.ndarray:
+        order = np.lexsort((pods, self.ready[pods], -self.priority[pods]))
+        return pods[order]
+
+    def _to_decide(self) -> np.ndarray:
+        """Pending pods worth a decision now: all of them when capacity was freed since the last
+        try, else only the pods that became ready since (the others still fit nowhere)."""
+        if self.capacity_freed:
+            pods = np.flatnonzero(self.status == PENDING)
+        else:
+            pods = np.array([p for p in self.new_ready if self.status[p] == PENDING], dtype=np.int64)
+        self.new_ready = []
+        self.capacity_freed = False
+        return self._pending_order(pods) if pods.size else pods
+
+    def _snapshot(self, t: int, pods: np.ndarray) -> tuple[Problem, np.ndarray]:
+        """The scheduler's view: powered-on nodes with their usage, the pods to place."""
+        avail = np.flatnonzero(self.node_state == ON)
+        width = int(self.gpu_count[avail].max()) if avail.size else 0
+        st = self.state
+        sub = self.master.replace(
+            domains=self._domains_at(t), nodes=[self.nodes[i] for i in avail], capacity=self.capacity[avail],
+            allocated=st.allocated[avail], gpu_free=st.gpu_free[avail][:, :width], gpu_count=self.gpu_count[avail],
+            power_idle_w=self.power_idle[avail], power_peak_w=self.power_peak[avail],
+            workloads=[self.workloads[p] for p in pods], demand=self.demand[pods],
+            wl_gpu_count=self.wl_gpu_count[pods], wl_gpu_milli=self.wl_gpu_milli[pods],
+        )
+        return sub, avail
+
+    def _fits(self, p: int, n: int, cards: tuple[int, ...]) -> bool:
+        """The live cluster can take pod p on node n with these cards (never an overrun)."""
+        if self.node_state[n] != ON or not self._static_mask(p)[n]:
+            return False
+        if not resource_fit(self.state, p, np.array([n]))[0]:
+            return False
+        k = int(self.wl_gpu_count[p])
+        if k == 0:
+            return not cards
+        row = self.state.gpu_free[n]
+        if len(cards) != k or len(set(cards)) != k or any(c < 0 or c >= self.gpu_count[n] for c in cards):
+            return False
+        if k == 1 and self.wl_gpu_milli[p] < GPU_MILLI:
+            return bool(row[cards[0]] >= self.wl_gpu_milli[p])
+        return all(row[c] == GPU_MILLI for c in cards)
+
+    def _apply(self, p: int, n: int, cards: tuple[int, ...] | None, t: int) -> bool:
+        cards = tuple(cards) if cards is not None else self.state.default_cards(p, n) if self.wl_gpu_count[p] else ()
+        if not self._fits(p, n, cards):
+            self.rec.rejected += 1
+            return False
+        self.state.place(p, n, cards)
+        self.status[p] = RUNNING
+        if self.first_placed[p] < 0:
+            self.first_placed[p] = t
+        if self.domain_is_cloud[self.node_domain[n]]:
+            self.burst[p] = True
+        return True
+
+    def _decide_solver(self, t: int) -> None:
+        pods = self._to_decide()
+        if pods.size == 0 or not (self.node_state == ON).any():
+            return
+        sub, avail = self._snapshot(t, pods)
+        start = time.perf_counter()
+        placement = self.solver.solve(sub)
+        self.rec.solver_time_s += time.perf_counter() - start
+        self.rec.solver_calls += 1
+        self.rec.decisions += int(pods.size)
+        for i, p in enumerate(pods):
+            local = int(placement.assignment[i])
+            if local >= 0:
+                self._apply(int(p), int(avail[local]), placement.gpu_cards.get(i), t)
+
+    def _consolidate(self, t: int) -> None:
+        """Drain the least-used powered node whose pods are all service replicas, when the solver
+        places every one of them on the other powered nodes and the domain keeps its headroom
+        (Karpenter-style consolidation; the drained node then powers down after idling)."""
+        cfg, st = self.config, self.state
+        on = np.flatnonzero((self.node_state == ON) & (st.pods_on_node > 0))
+        if on.size < 2:
+            return
+        share = st.allocated[on, 0] / np.maximum(self.capacity[on, 0], 1.0)
+        for n in on[np.argsort(share, kind="stable")]:
+            if st.allocated[n, 0] / max(self.capacity[n, 0], 1.0) >= cfg.consolidate_below:
+                return
+            pods = np.flatnonzero(st.assignment == n)
+            if pods.size == 0 or (self.service[pods] < 0).any():
+                continue
+            d = self.node_domain[n]
+            in_d = (self.node_domain == d) & (self.node_state != OFF)
+            in_d[n] = False
+            cap = float(self.capacity[in_d, 0].sum())
+            if cap <= 0 or 1.0 - float(st.allocated[in_d, 0].sum() + st.allocated[n, 0]) / cap < cfg.headroom:
+                continue
+            if self._move_off(t, int(n), pods):
+                return
+
+    def _move_off(self, t: int, n: int, pods: np.ndarray) -> bool:
+        """Re-place ``pods`` (running on node n) on the other powered nodes with the solver; all
+        or nothing (on failure they stay on n). Returns whether they moved."""
+        st = self.state
+        saved = {int(p): st.gpu_cards.get(int(p)) for p in pods}
+        for p in pods:
+            st.remove(int(p))
+        state_n = self.node_state[n]
+        self.node_state[n] = OFF  # hidden from the snapshot while its pods look for a place
+        order = self._pending_order(pods)
+        sub, avail = self._snapshot(t, order)
+        self.node_state[n] = state_n
+        placement = self.solver.solve(sub)
+        self.rec.solver_calls += 1
+        targets = [int(avail[int(a)]) if a >= 0 else -1 for a in placement.assignment]
+        ok = all(a >= 0 for a in targets)
+        if ok:
+            for i, p in enumerate(order):
+                cards = tuple(placement.gpu_cards.get(i, ()))
+                if not self._fits(int(p), targets[i], cards):
+                    ok = False
+                    break
+                st.place(int(p), targets[i], cards)
+        if not ok:
+            for p in pods:
+                if st.assignment[p] >= 0:
+                    st.remove(int(p))
+                st.place(int(p), int(n), saved[int(p)])
+            return False
+        for i, p in enumerate(order):
+            self.moves += 1
+            if self.domain_is_cloud[self.node_domain[targets[i]]]:
+                self.burst[p] = True
+        self.capacity_freed = True
+        return True
+
+    def _preempt(self, t: int) -> None:
+        """kube-scheduler's preemption (PostFilter, simplified): a pending pod that fits nowhere
+        evicts the fewest lower-priority pods from one powered node (lowest priorities first)
+        and takes their place. Evicted batch jobs restart from zero (their Job recreates them)."""
+        st = self.state
+        pending = np.flatnonzero(self.status == PENDING)
+        if pending.size == 0:
+            return
+        for p in self._pending_order(pending)[:20]:
+            if self.status[p] != PENDING or self.wl_gpu_count[p] > 0:
+                continue
+            prio = self.priority[p]
+            cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
+            best: tuple[int, int, np.ndarray] | None = None
+            for n in cand:
+                need = self.demand[p] - st.free[n]
+                if (need <= EPS).all():
+                    continue  # it fits here: the solver left it pending on purpose (or a later step places it)
+                on_n = np.flatnonzero(st.assignment == n)
+                lower = on_n[(self.priority[on_n] < prio) & (self.wl_gpu_count[on_n] == 0)]
+                if lower.size == 0:
+                    continue
+                lower = lower[np.lexsort((-self.first_placed[lower], self.priority[lower]))]
+                freed = np.cumsum(self.demand[lower], axis=0)
+                enough = np.flatnonzero((freed >= need - EPS).all(axis=1))
+                if enough.size == 0:
+                    continue
+                k = int(enough[0]) + 1
+                key = (k, int(self.priority[lower[:k]].max()))
+                if best is None or key < (best[0], best[1]):
+                    best = (key[0], key[1], lower[:k])
+                    best_node = int(n)
+            if best is None:
+                continue
+            for v in best[2]:
+                st.remove(int(v))
+                self.status[v] = PENDING
+                if self.duration[v] >= 0:
+                    self.remaining[v] = self.duration[v]
+                self.preemptions += 1
+                self.new_ready.append(int(v))
+            self._apply(int(p), best_node, None, t)
+
+    def _make_room(self, t: int) -> None:
+        """A batch job (any pod not a service replica) that fits nowhere: move service replicas (which may
+        run elsewhere, e.g. burst to the cloud) off the node where that frees enough for it."""
+        st = self.state
+        waiting = np.flatnonzero((self.status == PENDING) & (self.service < 0))
+        if waiting.size == 0:
+            return
+        for p in self._pending_order(waiting)[:3]:
+            cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
+            best: tuple[int, int, np.ndarray] | None = None
+            for n in cand:
+                need = self.demand[p] - st.free[n]
+                if (need <= EPS).all() or self.wl_gpu_count[p] > 0:
+                    continue
+                on_n = np.flatnonzero(st.assignment == n)
+                movable = on_n[self.service[on_n] >= 0]
+                if movable.size == 0:
+                    continue
+                movable = movable[np.argsort(-self.demand[movable, 0], kind="stable")]
+                freed = np.cumsum(self.demand[movable], axis=0)
+                enough = np.flatnonzero((freed >= need - EPS).all(axis=1))
+                if enough.size == 0:
+                    continue
+                k = int(enough[0]) + 1
+                if best is None or k < best[0]:
+                    best = (k, int(n), movable[:k])
+            if best is None:
+                continue
+            _, n, pods = best
+            if self._move_off(t, n, pods):
+                self._apply(int(p), n, None, t)
+
+    def _decide_agent(self, t: int) -> Generator[DecisionRequest, int, None]:
+        from iro_fed.feasibility import feasible_nodes
+
+        pods = self._to_decide()
+        if pods.size == 0 or not (self.node_state == ON).any():
+            return
+        sub, avail = self._snapshot(t, pods)
+        sub_state = ClusterState(sub)
+        for i, p in enumerate(pods):
+            cand = np.flatnonzero(feasible_nodes(sub_state, i))
+            if cand.size == 0:
+                continue
+            self.rec.decisions += 1
+            node = yield DecisionRequest(t, sub, sub_state, i, int(p), cand)
+            if node is None or node < 0:
+                continue
+            if node not in cand:
+                raise ValueError(f"agent chose node {node}, not a feasible candidate of pod {self.workloads[p].name!r}")
+            cards = sub_state.place(i, int(node))
+            self._apply(int(p), int(avail[node]), cards, t)
+
+    def _autoscale(self, t: int) -> None:
+        cfg = self.config
+        st = self.state
+        N = len(self.nodes)
+        if N == 0:
+            return
+        # Scale up for pods still pending: wake powered-down own nodes first, then cloud nodes.
+        pending = np.flatnonzero(self.status == PENDING)
+        off = self.node_state == OFF
+        if pending.size and off.any():
+            need: dict[int, np.ndarray] = {}
+            empty_fit_cache: dict[tuple, int] = {}
+            for p in pending[:2000]:
+                key = (self.workloads[p].constraint_key, int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p]), *self.demand[p])
+                pool = empty_fit_cache.get(key)
+                if pool is None:
+                    fit = self._static_mask(p) & (self.capacity >= self.demand[p] - EPS).all(axis=1) & (self.gpu_count >= self.wl_gpu_count[p])
+                    cand = np.flatnonzero(fit & (self.node_state != ON))
+                    if cand.size == 0:
+                        pool = -1
+                    else:
+                        order = np.lexsort((cand, self.elastic[cand]))
+                        pool = int(self.pool_of[cand[order[0]]])
+                    empty_fit_cache[key] = pool
+                if pool >= 0:
+                    need[pool] = need.get(pool, np.zeros(3)) + np.array([*self.demand[p], float(self.wl_gpu_count[p] * GPU_MILLI if self.wl_gpu_milli[p] >= GPU_MILLI else self.wl_gpu_milli[p])])
+            for pool, dem in need.items():
+                members = np.flatnonzero(self.pool_of == pool)
+                spec = self.sc.pools[pool]
+                caps = np.array([spec.cpu, spec.memory, spec.gpus * GPU_MILLI], dtype=np.float64)
+                ratio = np.where(caps > 0, dem / np.where(caps > 0, caps, 1.0), 0.0)
+                nodes_needed = int(math.ceil(ratio.max() - 1e-9))
+                booting = int((self.node_state[members] == BOOTING).sum())
+                candidates = members[self.node_state[members] == OFF]
+                self._boot(candidates[: max(nodes_needed - booting, 0)], t)
+        cpu_alloc = st.allocated[:, 0]
+
+        def free_share(mask: np.ndarray) -> float:
+            cap = float(self.capacity[mask, 0].sum())
+            return 1.0 - float(cpu_alloc[mask].sum()) / cap if cap > 0 else 0.0
+
+        # Headroom: a domain whose powered CPU is nearly taken boots more nodes (edge sites with
+        # power-down, whose pods are often bound to the site; a cloud domain while it is in use).
+        powered = self.node_state != OFF
+        off = self.node_state == OFF
+        own = ~self.domain_is_cloud[self.node_domain]
+        for d in range(len(self.sc.domains)):
+            in_d = self.node_domain == d
+            if self.domain_is_cloud[d]:
+                if not (in_d & powered).any():
+                    continue
+            elif not cfg.power_down or self.sc.domains[d].kind != "edge":
+                continue  # own zones share the all-own-domains rule below
+            # Planned releases of deferred batch jobs within a boot time count as used already.
+            planned = self._planned_release(t, d)
+            mask = in_d & powered
+            cap = float(self.capacity[mask, 0].sum())
+            deficit = cfg.headroom * cap - (cap - float(cpu_alloc[mask].sum()) - planned)
+            if deficit > 0 and (in_d & off).any():
+                spare = np.flatnonzero(in_d & off)
+                count = max(1, int(math.ceil(deficit / max(float(self.capacity[spare[0], 0]), 1.0))))
+                self._boot(spare[:count], t)
+                powered, off = self.node_state != OFF, self.node_state == OFF
+        # The same over all own data centres together (pods that may run in several of them move
+        # between domains): boot in the greenest own domain that has spares right now.
+        carbon_now = self.sc.carbon_now(t)
+        if cfg.power_down and (own & off).any():
+            mask = own & powered
+            cap = float(self.capacity[mask, 0].sum())
+            deficit = cfg.headroom * cap - (cap - float(cpu_alloc[mask].sum()))
+            while deficit > 0 and (own & off).any():
+                doms = [d for d in range(len(self.sc.domains)) if not self.domain_is_cloud[d] and ((self.node_domain == d) & off).any()]
+                d = min(doms, key=lambda d: (carbon_now[d], free_share((self.node_domain == d) & powered), d))
+                n = int(np.flatnonzero((self.node_domain == d) & off)[0])
+                self._boot(np.array([n]), t)
+                deficit -= float(self.capacity[n, 0]) * (1 - cfg.headroom)
+                powered, off = self.node_state != OFF, self.node_state == OFF
+        # Burst early: own data centres fully powered and short of headroom -> cloud nodes for the
+        # shortfall (free powered cloud capacity, booting included, counts against it).
+        if (own & powered).any() and not (own & off).any():
+            mask = own & powered
+            cap = float(self.capacity[mask, 0].sum())
+            cloud = ~own & powered
+            free = cap - float(cpu_alloc[mask].sum()) + float(self.capacity[cloud, 0].sum() - cpu_alloc[cloud].sum())
+            deficit = cfg.headroom * cap - free
+            cloud_off = np.flatnonzero(~own & off)
+            if deficit > 0 and cloud_off.size:
+                count = max(1, int(math.ceil(deficit / max(float(self.capacity[cloud_off[0], 0]), 1.0))))
+                self._boot(cloud_off[:count], t)
+                powered, off = self.node_state != OFF, self.node_state == OFF
+        # Power down / deprovision nodes empty long enough, keeping the domain's headroom (a cloud
+        # domain with nothing left running gives all its idle nodes back).
+        empty = st.pods_on_node == 0
+        self.empty_since = np.where(empty, np.where(self.empty_since < 0, t, self.empty_since), -1)
+        idle_long = empty & (self.node_state == ON) & (t - self.empty_since >= cfg.idle_off_steps)
+        for n in np.flatnonzero(idle_long):
+            pool = self.pool_of[n]
+            members = self.pool_of == pool
+            if int((self.node_state[members] != OFF).sum()) <= self.pool_min_on[pool]:
+                continue
+            if not self.elastic[n] and not cfg.power_down:
+                continue
+            in_d = (self.node_domain == self.node_domain[n]) & (self.node_state != OFF)
+            rest = in_d.copy()
+            rest[n] = False
+            if self.elastic[n] and float(cpu_alloc[in_d].sum()) == 0.0:
+                pass
+            elif not rest.any() or free_share(rest) < cfg.headroom:
+                continue
+            self.node_state[n] = OFF
+            self.empty_since[n] = -1
+
+    def _planned_release(self, t: int, d: int) -> float:
+        """CPU of deferred batch jobs released within the longest boot time that may run in domain d."""
+        horizon = int(self.boot_steps.max()) if self.boot_steps.size else 0
+        soon = np.flatnonzero((self.status == DEFERRED) & (self.release > t) & (self.release <= t + horizon))
+        total = 0.0
+        for p in soon:
+            mask = self._static_mask(int(p))
+            doms = np.unique(self.node_domain[mask])
+            if d in doms:
+                total += float(self.demand[p, 0]) / max(len(doms), 1)
+        return total
+
+    def _boot(self, nodes: np.ndarray, t: int) -> None:
+        for n in nodes:
+            self.node_state[n] = BOOTING
+            self.boot_ready[n] = t + int(self.boot_steps[n])
+            self.boots += 1
+
+    def _score_problem(self, t: int, active: np.ndarray) -> Problem:
+        return self.master.replace(
+            domains=self._domains_at(t), workloads=[self.workloads[p] for p in active], demand=self.demand[active],
+            wl_gpu_count=self.wl_gpu_count[active], wl_gpu_milli=self.wl_gpu_milli[active],
+        )
+
+    def _measure(self, t: int) -> None:
+        cfg, sc, rec, st = self.config, self.sc, self.rec, self.state
+        running = np.flatnonzero(self.status == RUNNING)
+        pending = np.flatnonzero(self.status == PENDING)
+        ser = rec.series
+        ser["pending"][t] = pending.size
+        ser["running"][t] = running.size
+        ser["arrivals"][t] = int((self.arrival == t).sum())
+        powered = self.node_state != OFF
+        ser["powered_nodes"][t] = int(powered.sum())
+        # Utilization of powered nodes (requested share, mean over resources).
+        used = st.util_used()[powered].sum(axis=0)
+        cap = self.master.util_capacity[powered].sum(axis=0)
+        valid = cap > 0
+        ser["utilization_pct"][t] = 100.0 * float((used[valid] / cap[valid]).mean()) if valid.any() else 0.0
+        rec.used_node_steps += used
+        rec.cap_node_steps += cap
+
+        # Service model.
+        self._serve(t, running)
+
+        # Objective of the step's placement, energy, cost, carbon.
+        if t % cfg.score_every == 0 or t == sc.steps - 1:
+            active = np.concatenate([running, pending])
+            active.sort()
+            sub = self._score_problem(t, active)
+            br = evaluate(sub, st.assignment[active])
+            coef = coefficients(sub)
+            empty_on = powered & (st.pods_on_node == 0)
+            self._last = (
+                br.score,
+                br.cost_per_hour + float(coef.node_cost[empty_on].sum()),
+                br.carbon_g_per_hour + float(coef.carbon_idle[empty_on].sum()),
+                br.power_w + float(self.power_idle[empty_on].sum()),
+            )
+        score, cost_h, carbon_h, power = self._last
+        ser["score"][t] = score
+        ser["cost_per_hour"][t] = cost_h
+        ser["carbon_g_per_hour"][t] = carbon_h
+        ser["power_w"][t] = power
+        rec.add_energy(cost_h, carbon_h, power)
+
+    def _serve(self, t: int, running: np.ndarray) -> None:
+        cfg, sc, rec, st = self.config, self.sc, self.rec, self.state
+        ser = rec.series
+        S = len(sc.services)
+        if S == 0:
+            ser["requests_per_s"][t] = 0.0
+            return
+        lam_s = self.traffic[:, t]
+        online = running[self.service[running] >= 0]
+        svc = self.service[online]
+        k = np.bincount(svc, minlength=S)
+        node = st.assignment[online]
+        lam_p = lam_s[svc] / np.maximum(k[svc], 1)
+        rho_p = lam_p / self.svc_mu[svc]
+        other = running[self.service[running] < 0]
+        busy = np.bincount(node, weights=self.demand[online, 0] * np.minimum(rho_p, 1.0), minlength=len(self.nodes))
+        busy += np.bincount(st.assignment[other], weights=self.demand[other, 0] * cfg.batch_usage, minlength=len(self.nodes))
+        u = busy / np.where(self.capacity[:, 0] > 0, self.capacity[:, 0], 1.0)
+        lat, req, served = service_latency(
+            net_ms=self.sc.latency_ms[self.svc_region[svc], self.node_domain[node]], service_ms=self.svc_ms[svc],
+            rho_p=rho_p, node_util=u[node], sla_ms=self.svc_sla[svc], lam_p=lam_p, step_s=sc.step_s, queue_cap=cfg.queue_cap,
+        )
+        # Overloaded replicas time out their excess at the SLA; requests to services without a
+        # running replica all time out.
+        share = np.where(rho_p > 1.0, 1.0 / np.maximum(rho_p, 1e-12), 1.0)
+        orphan = (k == 0) & (lam_s > 0)
+        sla = self.svc_sla[svc]
+        hist_lat = np.concatenate([lat, sla, self.svc_sla[orphan]])
+        hist_req = np.concatenate([req * share, req * (1.0 - share), lam_s[orphan] * sc.step_s])
+        rec.add_requests(hist_lat, hist_req, served)
+        total = float(hist_req.sum())
+        ser["requests_per_s"][t] = total / sc.step_s
+        ser["success_rate_pct"][t] = 100.0 * float(served.sum()) / total if total > 0 else 100.0
+        p99 = weighted_percentile(hist_lat, hist_req, 99.0)
+        ser["p99_latency_ms"][t] = p99 if p99 is not None else np.nan
+
+    def _batch_progress(self, t: int) -> None:
+        run_batch = np.flatnonzero((self.status == RUNNING) & (self.duration >= 0))
+        if run_batch.size == 0:
+            return
+        self.remaining[run_batch] -= 1
+        for p in run_batch[self.remaining[run_batch] <= 0]:
+            self._remove(int(p), t + 1, COMPLETED)
+
+    # --- results -------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Pods by status, and how many arrived (conservation: arrived = the sum of the rest)."""
+        out = {name: int((self.status == i).sum()) for i, name in enumerate(STATUS_NAMES)}
+        out["arrived"] = int(self.P - out.pop("future"))
+        return out
+
+    def result(self) -> SimResult:
+        sc, rec = self.sc, self.rec
+        step_min = sc.step_s / 60.0
+        in_peak = sc.in_peak(np.maximum(self.ready, 0))
+        pend = pending_stats(self.ready, self.first_placed, in_peak, step_min)
+        online = self.service >= 0
+        pend_online = pending_stats(np.where(online, self.ready, -1), self.first_placed, in_peak, step_min)
+        # Batch metrics over the jobs due inside the run (jobs due later are still in flight).
+        jobs = self.is_batch & (self.duration >= 0) & (self.status != FUTURE)
+        due = jobs & (((self.deadline >= 0) & (self.deadline < sc.steps)) | ((self.deadline < 0) & (self.status == COMPLETED)))
+        done = due & (self.finished >= 0) & (self.status == COMPLETED)
+        late = done & (self.deadline >= 0) & (self.finished > self.deadline)
+        unfinished_late = due & (self.status != COMPLETED) & (self.deadline >= 0)
+        ser = rec.series
+        succ = 100.0 * rec.served / rec.requests if rec.requests > 0 else 100.0
+        peak_steps = sc.in_peak(np.arange(sc.steps))
+        totals: dict[str, Any] = {
+            "score": float(np.nanmean(ser["score"])),
+            "pending_pct": pend["pending_pct"],
+            "utilization_pct": rec.node_hour_utilization_pct(),
+            "utilization_time_mean_pct": float(np.nanmean(ser["utilization_pct"])),
+            "cpu_utilization_pct": 100.0 * float(rec.used_node_steps[0] / rec.cap_node_steps[0]) if rec.cap_node_steps[0] > 0 else 0.0,
+            "success_rate_pct": succ,
+            "p99_latency_ms": histogram_percentile(rec.latency_hist, 99.0),
+            "cost": rec.cost,
+            "carbon_kg": rec.carbon_g / 1000.0,
+            "batch_completion_min": float(((self.finished - self.arrival)[done]).mean() * step_min) if done.any() else None,
+            "deadline_misses": int(late.sum() + unfinished_late.sum()),
+            "burst_pods": int(self.burst.sum()),
+            "pending_at_peak_pct": pend["pending_at_peak_pct"],
+            "pending_at_peak_online_pct": pend_online["pending_at_peak_pct"],
+            "mean_pending_min": pend["mean_pending_min"],
+            "pending_pods": pend["pending_pods"],
+            "peak_pending_max": int(np.nanmax(ser["pending"][peak_steps])) if peak_steps.any() else 0,
+            "utilization_at_peak_pct": float(np.nanmean(ser["utilization_pct"][peak_steps])) if peak_steps.any() else None,
+            "energy_kwh": rec.energy_wh / 1000.0,
+            "requests": rec.requests,
+            "failed_requests": max(rec.requests - rec.served, 0.0),
+            "batch_jobs": int(due.sum()),
+            "batch_completed": int(done.sum()),
+            "deferred_pods": self.deferred_pods,
+            "node_boots": self.boots,
+            "pods_moved": self.moves,
+            "preemptions": self.preemptions,
+            "decisions": rec.decisions,
+            "solver_calls": rec.solver_calls,
+            "rejected_decisions": rec.rejected,
+            "pods": self.counts(),
+            "hours": sc.steps * sc.step_s / 3600.0,
+        }
+        series = {"t_min": [round(float(x), 3) for x in np.arange(sc.steps) * step_min]}
+        for name, arr in ser.items():
+            series[name] = [None if not np.isfinite(v) else round(float(v), 4) for v in arr]
+        for d in sc.domains:
+            series[f"carbon_intensity.{d.name}"] = [round(float(v), 2) for v in sc.carbon[d.name][sc.history: sc.history + sc.steps]]
+        solver_name = getattr(self.solver, "name", "agent")
+        return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
+                         {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s})
+
+
+def cfg_consolidate(cfg: SimConfig, t: int) -> bool:
+    """Whether step t runs a consolidation round."""
+    return cfg.consolidate_every > 0 and t > 0 and t % cfg.consolidate_every == 0
+
+
+def service_latency(
+    net_ms: np.ndarray, service_ms: np.ndarray, rho_p: np.ndarray, node_util: np.ndarray, sla_ms: np.ndarray,
+    lam_p: np.ndarray, step_s: float, queue_cap: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per replica: latency ms, requests in the step, requests served within the SLA (module doc)."""
+    rho = np.minimum(np.maximum(rho_p, node_util), 1.0)
+    latency = net_ms + service_ms / np.maximum(1.0 - rho, 1.0 / queue_cap)
+    requests = lam_p * step_s
+    share = np.where(rho_p > 1.0, 1.0 / np.maximum(rho_p, 1e-12), 1.0)
+    served = np.where(latency <= sla_ms, requests * share, 0.0)
+    return latency, requests, served

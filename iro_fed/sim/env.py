@@ -1,0 +1,170 @@
+"""``PlacementEnv``: the simulator as a gymnasium environment, one pod decision per step.
+
+An episode is one simulator run of a scenario (``hours`` long). Whenever the simulator has a
+pending pod with at least one feasible node, the agent picks among the top-``k`` feasible
+candidate nodes, ranked by the objective's marginal change (:func:`iro_fed.features.order_candidates`),
+or action ``k``: leave the pod pending (it is offered again next simulator step), allowed only
+for a deferrable pod (a batch job with a deadline). Pods with no feasible node stay pending
+without a decision.
+
+* **Action**: ``Discrete(k + 1)``. ``obs["mask"]`` (and ``info["action_mask"]``) marks the valid
+  actions. A masked action is treated as leaving the pod pending.
+* **Reward**: the change of the shared objective R (:func:`iro_fed.objective.marginal` on the
+  step's snapshot problem), in units of one unplaced pod (times the snapshot's pods over
+  ``w_unplaced``), with the unplaced-pod penalty charged per decision while a pod waits:
+  placing on node n gives ``(W * dR(n) - w_unplaced) / w_unplaced``, i.e. the change of the
+  utilization, latency, cost and carbon terms (the relief of the pod's own penalty cancels the
+  charge); leaving it pending gives -1. Returns stay within a few units, inside the C51 support.
+* **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
+  :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
+  simulator's clock and the pod's deadline slack as context.
+
+Works with ``gymnasium.vector.SyncVectorEnv`` and passes ``gymnasium.utils.env_checker.check_env``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from iro_fed.features import (
+    CANDIDATE_FEATURES,
+    CONTEXT_FEATURES,
+    candidate_features,
+    context_features,
+    order_candidates,
+)
+from iro_fed.sim.engine import DecisionRequest, SimConfig, Simulator
+from iro_fed.sim.scenarios import build_scenario, split_settings
+
+F = len(CANDIDATE_FEATURES)
+C = len(CONTEXT_FEATURES)
+BOUND = 1e3
+
+
+class PlacementEnv(gym.Env):
+    """One pod decision per step among the top-``k`` candidates (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        scenario: str = "bank",
+        hours: float = 6.0,
+        k: int = 16,
+        seed: int = 0,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.scenario_name = scenario
+        self.hours = float(hours)
+        self.k = int(k)
+        self.base_seed = int(seed)
+        self.scenario_params, engine = split_settings(scenario, dict(settings or {}))
+        self.engine_settings = engine
+        self.action_space = gym.spaces.Discrete(self.k + 1)
+        self.observation_space = gym.spaces.Dict({
+            "candidates": gym.spaces.Box(-BOUND, BOUND, shape=(self.k, F), dtype=np.float32),
+            "context": gym.spaces.Box(-BOUND, BOUND, shape=(C,), dtype=np.float32),
+            "mask": gym.spaces.MultiBinary(self.k + 1),
+        })
+        self._gen = None
+        self._req: DecisionRequest | None = None
+        self._cands = np.zeros(0, dtype=np.int64)
+        self._gains = np.zeros(0)
+        self._episode = 0
+
+    # --- gymnasium API -------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        super().reset(seed=seed)
+        run_seed = seed if seed is not None else self.base_seed + self._episode
+        self._episode += 1
+        sc = build_scenario(self.scenario_name, seed=run_seed, hours=self.hours, **self.scenario_params)
+        config = SimConfig().with_settings({**sc.engine_defaults, **self.engine_settings})
+        self.sim = Simulator(sc, None, config, seed=run_seed)
+        self._gen = self.sim.iterate(agent=True)
+        self._advance(None, first=True)
+        return self._obs(), self._info()
+
+    def step(self, action: int) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        if self._gen is None:
+            raise RuntimeError("call reset() before step()")
+        a = int(action)
+        reward = 0.0
+        node = -1
+        if self._req is not None:
+            req = self._req
+            w_unplaced = float(req.problem.weights.unplaced) or 1.0
+            if 0 <= a < len(self._cands):
+                node = int(self._cands[a])
+                gain = float(self._gains[a]) * req.problem.num_workloads
+                reward = (gain - w_unplaced) / w_unplaced
+            else:  # leave pending (a masked action counts as that too)
+                reward = -1.0
+        self._advance(node)
+        terminated = self._req is None
+        return self._obs(), reward, terminated, False, self._info()
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _advance(self, node: int | None, first: bool = False) -> None:
+        try:
+            self._req = next(self._gen) if first else self._gen.send(node)
+        except StopIteration:
+            self._req = None
+            self._cands = np.zeros(0, dtype=np.int64)
+            self._gains = np.zeros(0)
+            return
+        self._cands = self._rank(self._req)
+
+    def _rank(self, req: DecisionRequest) -> np.ndarray:
+        nodes, gains = order_candidates(req.state, req.local, req.candidates)
+        self._gains = gains[: self.k]
+        return nodes[: self.k]
+
+    def _deferrable(self) -> bool:
+        req = self._req
+        return req is not None and bool(self.sim.is_batch[req.pod] and self.sim.deadline[req.pod] >= 0)
+
+    def action_mask(self) -> np.ndarray:
+        mask = np.zeros(self.k + 1, dtype=bool)
+        mask[: len(self._cands)] = True
+        mask[self.k] = self._deferrable()
+        return mask
+
+    def _info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"action_mask": self.action_mask()}
+        if self._req is not None:
+            info["step"] = self._req.step
+            info["pod"] = self.sim.workloads[self._req.pod].name
+        else:
+            info["totals"] = {k: v for k, v in self.sim.result().totals.items() if isinstance(v, (int, float))}
+        return info
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        mask = self.action_mask().astype(np.int8)
+        req = self._req
+        if req is None:
+            return {"candidates": np.zeros((self.k, F), np.float32), "context": np.zeros(C, np.float32), "mask": mask}
+        sim = self.sim
+        hour = (sim.sc.start_time + req.step * sim.sc.step_s) % 86400 / 3600.0
+        deferrable = self._deferrable()
+        slack_s = max(0.0, float(sim.deadline[req.pod] - req.step - sim.remaining[req.pod]) * sim.sc.step_s) \
+            if deferrable else 0.0
+        context = {"hour": hour, "deferrable": float(deferrable), "slack_s": slack_s}
+        cand = candidate_features(req.state, req.local, self._cands, self._gains, self.k)
+        ctx = context_features(req.state, req.local, int(np.asarray(req.candidates).size), len(self._cands), self.k,
+                               context)
+        return {"candidates": np.clip(cand, -BOUND, BOUND), "context": np.clip(ctx, -BOUND, BOUND), "mask": mask}
+
+
+def greedy_action(info: Mapping[str, Any]) -> int:
+    """The action of the objective's greedy choice: the first candidate, or leave pending."""
+    mask = np.asarray(info["action_mask"])
+    return 0 if mask[0] else len(mask) - 1

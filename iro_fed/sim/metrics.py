@@ -1,0 +1,134 @@
+"""Simulator metrics: per-step time series and run totals, with their definitions.
+
+Definitions (what the report's keys mean):
+
+* ``pending_pct``: pods that were not placed in the step they became ready (arrival, or the
+  start a carbon-aware deferral chose) as a percent of those that became ready;
+  ``pending_at_peak_pct`` the same over pods ready inside the scenario's peak windows;
+  ``pending_at_peak_online_pct`` the same over service replicas only;
+  ``mean_pending_min``: mean minutes from ready to first placement over pods that waited.
+* ``utilization_pct``: requested resource-hours over powered-on resource-hours (nodes booting
+  or running, empty or not; the usual cluster-utilization ratio), per resource, averaged over cpu
+  and memory (and GPU when present); ``utilization_time_mean_pct`` is the plain time mean of
+  the per-step ratio (nights with few powered nodes weigh as much as busy hours).
+* ``success_rate_pct``: requests served within their SLA over all requests of online
+  services (see :mod:`iro_fed.sim.engine` for the service model).
+* ``p99_latency_ms``: the 99th percentile of request latency over all requests of the run
+  (each request takes its replica's latency in its step; 1 ms histogram bins).
+* ``cost``, ``carbon_kg``, ``energy_kwh``: integrals over the run of the objective module's cost
+  per hour, gCO2 per hour and power for non-empty nodes, plus the idle draw, idle carbon and
+  full price of powered-on empty nodes (the objective's own per-node coefficients).
+* ``batch_completion_min``: mean minutes from arrival to completion of finished batch jobs;
+  ``deadline_misses``: batch jobs that finished after their deadline or had not finished when
+  the deadline passed inside the run.
+* ``burst_pods``: pods placed at least once on a node of a ``cloud`` domain.
+* ``score``: mean over steps of the objective R (``iro_fed.objective.evaluate``) of the step's
+  placement of the active pods (running and pending).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+LATENCY_BIN_MS = 1.0
+LATENCY_BINS = 20000
+
+SERIES = (
+    "pending", "running", "arrivals", "powered_nodes", "utilization_pct", "success_rate_pct", "p99_latency_ms",
+    "cost_per_hour", "carbon_g_per_hour", "power_w", "score", "requests_per_s",
+)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """The smallest value v with at least ``q`` percent of the total weight at or below v."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    keep = weights > 0
+    if not keep.any():
+        return None
+    v, w = values[keep], weights[keep]
+    order = np.argsort(v, kind="stable")
+    cum = np.cumsum(w[order])
+    idx = int(np.searchsorted(cum, q / 100.0 * cum[-1] * (1 - 1e-12), side="left"))
+    return float(v[order][min(idx, v.size - 1)])
+
+
+def histogram_percentile(hist: np.ndarray, q: float, bin_ms: float = LATENCY_BIN_MS) -> float | None:
+    """Percentile from a latency histogram (upper edge of the bin holding the q-th percent)."""
+    total = float(hist.sum())
+    if total <= 0:
+        return None
+    cum = np.cumsum(hist)
+    idx = int(np.searchsorted(cum, q / 100.0 * total * (1 - 1e-12), side="left"))
+    return float((idx + 1) * bin_ms)
+
+
+@dataclass
+class Recorder:
+    """Accumulates one run's time series and totals."""
+
+    steps: int
+    step_s: float
+    series: dict[str, np.ndarray] = field(default_factory=dict)
+    latency_hist: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_BINS))
+    requests: float = 0.0
+    served: float = 0.0
+    cost: float = 0.0
+    carbon_g: float = 0.0
+    energy_wh: float = 0.0
+    decisions: int = 0
+    solver_calls: int = 0
+    solver_time_s: float = 0.0
+    rejected: int = 0
+    used_node_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cap_node_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        for name in SERIES:
+            self.series[name] = np.full(self.steps, np.nan)
+
+    def add_requests(self, latency_ms: np.ndarray, requests: np.ndarray, served: np.ndarray) -> None:
+        """Requests of one step: per replica its latency, requests and requests served in SLA."""
+        self.requests += float(requests.sum())
+        self.served += float(served.sum())
+        if latency_ms.size:
+            bins = np.minimum((latency_ms / LATENCY_BIN_MS).astype(np.int64), LATENCY_BINS - 1)
+            self.latency_hist += np.bincount(bins, weights=requests, minlength=LATENCY_BINS)
+
+    def node_hour_utilization_pct(self) -> float:
+        """Requested over powered capacity summed over steps, mean over resources, in percent."""
+        cap = np.asarray(self.cap_node_steps, dtype=np.float64)
+        valid = cap > 0
+        if not valid.any():
+            return 0.0
+        return 100.0 * float((np.asarray(self.used_node_steps)[valid] / cap[valid]).mean())
+
+    def add_energy(self, cost_per_hour: float, carbon_g_per_hour: float, power_w: float) -> None:
+        hours = self.step_s / 3600.0
+        self.cost += cost_per_hour * hours
+        self.carbon_g += carbon_g_per_hour * hours
+        self.energy_wh += power_w * hours
+
+
+def pending_stats(ready: np.ndarray, placed: np.ndarray, in_peak: np.ndarray, step_min: float) -> dict[str, Any]:
+    """Pending metrics over pods that became ready (``ready >= 0``); ``placed`` is the step of
+    the first placement (-1 never)."""
+    r = ready >= 0
+    n = int(r.sum())
+    waited = r & ((placed < 0) | (placed > ready))
+    wait_steps = np.where(placed >= 0, placed - ready, 0)
+    peak = r & in_peak
+    n_peak = int(peak.sum())
+    placed_waited = waited & (placed >= 0)
+    return {
+        "ready_pods": n,
+        "pending_pods": int(waited.sum()),
+        "pending_pct": 100.0 * float(waited.sum()) / n if n else 0.0,
+        "pending_at_peak_pct": 100.0 * float((waited & peak).sum()) / n_peak if n_peak else 0.0,
+        "peak_ready_pods": n_peak,
+        "mean_pending_min": float(wait_steps[placed_waited].mean() * step_min) if placed_waited.any() else 0.0,
+        "never_placed": int((r & (placed < 0)).sum()),
+    }

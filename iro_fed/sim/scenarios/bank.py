@@ -1,0 +1,141 @@
+"""``bank``: the seed's credit-card core system in three zones.
+
+* ``zone-a`` (Frankfurt, primary, grid DE): online transaction services; 12 nodes x 32 cores.
+* ``zone-b`` (Paris, secondary, grid FR): nightly batch (statements, risk, settlement); its
+  nodes carry ``iro.example/batch-zone: PreferNoSchedule``, so online services go there only
+  when the primary is full; 8 nodes x 32 cores.
+* ``burst-london`` (public cloud, GCP europe-west2, grid GB): an autoscaling group of up to 40
+  n2-standard-16 nodes, provisioned in 3 minutes at list price; tainted
+  ``iro.example/burst: PreferNoSchedule``.
+
+Online traffic follows a retail payment day (peak 14:00-16:00 UTC) from three user regions;
+on ``promo_day`` (a day index, -1 for none) a promotion multiplies the peak ``promo_factor``
+times (12x by default), ramping over three hours on each side. Batch: nightly jobs submitted
+20:00-23:00 that must finish by 06:00 (deferrable), and daytime jobs every hour that tolerate
+15 minutes of delay (not deferrable); batch runs in the bank's own zones only. Online and batch
+compete for the same nodes. Latency: GCP round trips between europe-west3/9/2 (5 ms inside a
+region). Carbon: the 2020 DE / FR / GB series of ``shared/data/carbon``. Prices and power as in
+``examples/problems/bank-three-zone.json``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iro_fed.model import Domain, Taint, Toleration, Weights
+from iro_fed.sim.model import NodePool, PodSpec, Scenario, Service
+from iro_fed.sim.scenarios.common import (
+    PAYMENT_PROFILE,
+    bump,
+    carbon_window,
+    daily_curve,
+    hour_windows,
+    latency_between,
+)
+from iro_fed.sim.signals import parse_time
+
+PARAMS = {
+    "w_carbon": 1.0,
+    "w_latency": 1.0,
+    "start": "2020-03-02 00:00:00",
+    "promo_day": 1,
+    "promo_factor": 12.0,
+    "peak_rps": 5000.0,
+    "zone_a_nodes": 12,
+    "zone_b_nodes": 8,
+    "cloud_nodes": 40,
+    "night_jobs": 80,
+    "day_jobs_per_hour": 4,
+    "carbon_de": "DE",
+    "carbon_fr": "FR",
+    "carbon_gb": "GB",
+}
+DEFAULT_HOURS = 48.0
+
+BATCH_TAINT = Taint("iro.example/batch-zone", "true", "PreferNoSchedule")
+BURST_TAINT = Taint("iro.example/burst", "true", "PreferNoSchedule")
+
+# (name, region, traffic share, cpu m, memory MiB, mu req/s, service ms, SLA ms)
+SERVICES = (
+    ("card-auth-de", "users-de", 0.35, 1000, 3072, 120.0, 10.0, 250.0),
+    ("card-auth-fr", "users-fr", 0.15, 1000, 3072, 120.0, 10.0, 250.0),
+    ("card-auth-gb", "users-gb", 0.15, 1000, 3072, 120.0, 10.0, 250.0),
+    ("fraud-scoring", "users-de", 0.20, 2000, 8192, 90.0, 20.0, 400.0),
+    ("api-gateway", "users-de", 0.15, 500, 1024, 180.0, 5.0, 200.0),
+)
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
+    """The bank scenario for ``hours`` from ``start`` (see the module docstring)."""
+    p = {**PARAMS, **params}
+    rng = np.random.default_rng(seed)
+    steps = int(round(hours * 3600 / step_s))
+    history = int(round(86400 / step_s))
+    start_hour = (parse_time(p["start"]) % 86400) / 3600.0
+    domains = [
+        Domain("zone-a", "zone", "DE", 0.0, {"cpu": 0.019, "memory": 0.0026}, 1.4),
+        Domain("zone-b", "zone", "FR", 0.0, {"cpu": 0.017, "memory": 0.0023}, 1.4),
+        Domain("burst-london", "cloud", "GB", 0.0, {"cpu": 0.0388, "memory": 0.0052}, 1.1),
+    ]
+    carbon = {
+        "zone-a": carbon_window(p["carbon_de"], p["start"], history, steps, step_s),
+        "zone-b": carbon_window(p["carbon_fr"], p["start"], history, steps, step_s),
+        "burst-london": carbon_window(p["carbon_gb"], p["start"], history, steps, step_s),
+    }
+    regions = ["users-de", "users-fr", "users-gb"]
+    latency = latency_between(
+        {"users-de": "europe-west3", "users-fr": "europe-west9", "users-gb": "europe-west2"},
+        {"zone-a": "europe-west3", "zone-b": "europe-west9", "burst-london": "europe-west2"},
+    )
+    pools = [
+        NodePool("fra-a", "zone-a", int(p["zone_a_nodes"]), 32000, 131072, power_idle_w=160, power_peak_w=460,
+                 labels={"bank.example/pci": "true"}, min_on=1),
+        NodePool("par-b", "zone-b", int(p["zone_b_nodes"]), 32000, 131072, power_idle_w=160, power_peak_w=460,
+                 taints=(BATCH_TAINT,)),
+        NodePool("lon-burst", "burst-london", int(p["cloud_nodes"]), 16000, 65536, power_idle_w=70, power_peak_w=210,
+                 taints=(BURST_TAINT,), elastic=True, boot_steps=max(1, int(round(180 / step_s)))),
+    ]
+    base = daily_curve(PAYMENT_PROFILE, steps, step_s, start_hour)
+    mult = np.ones(steps)
+    if int(p["promo_day"]) >= 0:
+        mult += (float(p["promo_factor"]) - 1.0) * bump(steps, step_s, int(p["promo_day"]), (14.0, 16.0), 3.0)
+    tolerate_all = (Toleration(operator="Exists"),)
+    services = []
+    for name, region, share, cpu, mem, mu, ms, sla in SERVICES:
+        noise = np.exp(rng.normal(0.0, 0.03, steps))
+        traffic = float(p["peak_rps"]) * share * base * mult * noise
+        services.append(Service(name, region, cpu, mem, mu, ms, sla, traffic, min_replicas=2, max_replicas=600,
+                                target_rho=0.6, tolerations=tolerate_all, priority=1000))
+    pods: list[PodSpec] = []
+    per_h = 3600.0 / step_s
+    batch_domains = ("zone-a", "zone-b")
+    batch_tol = (Toleration("iro.example/batch-zone", "Exists"),)
+    days = int(np.ceil(hours / 24.0)) + 1
+    for day in range(-1, days):
+        # Nightly jobs: submitted 20:00-23:00, due 06:00 the next morning.
+        for j in range(int(p["night_jobs"])):
+            arrival = int(round((24 * day + 20 + 3 * rng.random() - start_hour) * per_h))
+            duration = int(round(rng.uniform(30, 150) * 60 / step_s))
+            deadline = int(round((24 * (day + 1) + 6 - start_hour) * per_h))
+            if arrival < 0 or arrival >= steps:
+                continue
+            cpu = float(rng.choice([4000, 6000, 8000]))
+            pods.append(PodSpec(f"night-d{day}-{j:03d}", "batch", cpu, cpu * 4, arrival, duration=duration,
+                                deadline=deadline, allowed_domains=batch_domains, tolerations=batch_tol, priority=10))
+        # Daytime jobs (reports, settlement): 08:00-20:00, 15 minutes of tolerated delay.
+        for h in range(8, 20):
+            for j in range(int(p["day_jobs_per_hour"])):
+                arrival = int(round((24 * day + h + rng.random() - start_hour) * per_h))
+                if arrival < 0 or arrival >= steps:
+                    continue
+                duration = int(round(rng.uniform(10, 40) * 60 / step_s))
+                cpu = float(rng.choice([2000, 4000]))
+                pods.append(PodSpec(f"day-d{day}-h{h}-{j}", "batch", cpu, cpu * 4, arrival, duration=duration,
+                                    deadline=arrival + duration + int(round(15 * 60 / step_s)),
+                                    allowed_domains=batch_domains, tolerations=batch_tol, priority=50))
+    return Scenario(
+        name="bank", description="Credit-card core system: online transactions, nightly batch, public-cloud burst.",
+        domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,
+        carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
+        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0 - start_hour, 16.0 - start_hour), params=p,
+    )

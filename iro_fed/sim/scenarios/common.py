@@ -1,0 +1,82 @@
+"""Helpers shared by the scenario builders: carbon windows, latency, traffic profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from iro_fed.sim.signals import CarbonSeries, carbon_zone, constant, load_latency_matrix, parse_time
+
+#: Hourly shape of retail payment traffic (share of the daily peak), hour 0..23, UTC.
+PAYMENT_PROFILE = (
+    0.12, 0.08, 0.06, 0.05, 0.06, 0.10, 0.20, 0.35, 0.55, 0.65, 0.70, 0.75,
+    0.80, 0.85, 1.00, 1.00, 0.85, 0.75, 0.70, 0.60, 0.50, 0.40, 0.30, 0.20,
+)
+#: Hourly shape of IoT telemetry (flatter, a daytime hump).
+IOT_PROFILE = (
+    0.45, 0.42, 0.40, 0.40, 0.42, 0.50, 0.65, 0.80, 0.90, 0.95, 1.00, 1.00,
+    1.00, 1.00, 0.98, 0.95, 0.92, 0.90, 0.85, 0.75, 0.65, 0.58, 0.52, 0.48,
+)
+
+_series_cache: dict[str, CarbonSeries] = {}
+
+
+def series_for(source: str) -> CarbonSeries:
+    """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon), ``codecarbon:DEU`` or ``const:120``."""
+    if source.startswith("const:"):
+        return constant(float(source.split(":", 1)[1]), name=source)
+    if source.startswith("codecarbon:"):
+        from iro_fed.sim.signals import codecarbon_country
+
+        return codecarbon_country(source.split(":", 1)[1])
+    if source not in _series_cache:
+        _series_cache[source] = carbon_zone(source)
+    return _series_cache[source]
+
+
+def carbon_window(source: str, start: str, history: int, steps: int, step_s: float) -> np.ndarray:
+    """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start``.
+
+    The 2022 files (ES, NO) are read on the same month, day and time as ``start``, so that one
+    scenario can mix them with the 2020 files.
+    """
+    series = series_for(source)
+    t0 = parse_time(start)
+    if source in ("ES", "NO"):
+        t0 = parse_time("2022" + start.strip()[4:])
+    return series.window(t0 - history * step_s, history + steps, step_s)
+
+
+def latency_between(rows: Mapping[str, str], cols: Mapping[str, str], local_ms: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
+    """[rows, cols] round-trip ms from the GCP matrix; ``rows``/``cols`` map our names to GCP
+    region names; ``local_ms`` overrides pairs (edge sites next to their users)."""
+    matrix = load_latency_matrix()
+    out = matrix.submatrix(list(rows.values()), list(cols.values()))
+    for (r, c), v in (local_ms or {}).items():
+        out[list(rows).index(r), list(cols).index(c)] = v
+    return out
+
+
+def daily_curve(profile: Sequence[float], steps: int, step_s: float, start_hour: float = 0.0) -> np.ndarray:
+    """The hourly profile interpolated to every step (periodic over the day)."""
+    hours = start_hour + np.arange(steps) * step_s / 3600.0
+    xp = np.arange(25, dtype=np.float64)
+    fp = np.array(list(profile) + [profile[0]], dtype=np.float64)
+    return np.interp(hours % 24.0, xp, fp)
+
+
+def bump(steps: int, step_s: float, day: int, plateau: tuple[float, float], ramp_h: float) -> np.ndarray:
+    """0..1: 1 inside ``plateau`` hours of ``day``, linear ramps of ``ramp_h`` hours on both sides."""
+    hours = np.arange(steps) * step_s / 3600.0 - 24.0 * day
+    lo, hi = plateau
+    up = np.clip((hours - (lo - ramp_h)) / ramp_h, 0.0, 1.0)
+    down = np.clip(((hi + ramp_h) - hours) / ramp_h, 0.0, 1.0)
+    return np.minimum(up, down)
+
+
+def hour_windows(steps: int, step_s: float, lo: float, hi: float) -> list[tuple[int, int]]:
+    """Step windows of hours [lo, hi) on every day of the run."""
+    per_h = 3600.0 / step_s
+    days = int(np.ceil(steps * step_s / 86400.0))
+    return [(int(round((24 * d + lo) * per_h)), int(round((24 * d + hi) * per_h))) for d in range(days)]

@@ -1,0 +1,90 @@
+"""``openb``: the Alibaba ``cluster-trace-gpu-v2023`` replayed with its departures.
+
+Nodes: the first ``nodes`` (default 200; 0 = all 1213) of the trace's GPU node list, dealt
+round-robin over three domains with real signals: ``zone-de`` (DE grid, europe-west3),
+``zone-fr`` (FR, europe-west9) and ``cloud-gb`` (GB, europe-west2, a public cloud at list prices
+whose nodes are provisioned on demand). Pods: the production pod list; arrivals keep the order
+and spacing of ``creation_time`` compressed ``time_scale`` times (0, the default: the trace's
+whole creation span fits the run), and each pod lives ``deletion_time - creation_time`` seconds
+(times ``duration_scale``), so departures are the trace's own lifetimes. Own nodes stay powered
+(``power_down`` off, as in the traced cluster). Data: ``shared/data/alibaba-openb-2023`` (loader
+:mod:`iro_fed.traces.openb`).
+"""
+
+from __future__ import annotations
+
+from iro_fed.model import Domain, Weights
+from iro_fed.sim.model import NodePool, PodSpec, Scenario
+from iro_fed.sim.scenarios.common import carbon_window, latency_between
+from iro_fed.sim.signals import data_dir, parse_time
+
+PARAMS = {
+    "w_carbon": 1.0,
+    "w_latency": 1.0,
+    "start": "2020-03-02 00:00:00",
+    "pods_file": "openb_pod_list_default.csv",
+    "nodes_file": "openb_node_list_gpu_node.csv",
+    "nodes": 200,
+    "time_scale": 0.0,
+    "duration_scale": 1.0,
+}
+DEFAULT_HOURS = 24.0
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
+    """The openb replay (see the module docstring); ``seed`` does not change a replay."""
+    from iro_fed.traces.openb import load_nodes, load_pods
+
+    p = {**PARAMS, **params}
+    folder = data_dir() / "alibaba-openb-2023"
+    nodes = load_nodes(folder / p["nodes_file"])
+    if int(p["nodes"]) > 0:
+        nodes = nodes[: int(p["nodes"])]
+    trace = load_pods(folder / p["pods_file"])
+    steps = int(round(hours * 3600 / step_s))
+    history = int(round(86400 / step_s))
+    first = min(pod.creation_time for pod in trace)
+    end = max(pod.creation_time for pod in trace)
+    scale = float(p["time_scale"]) or max((end - first) / (hours * 3600.0), 1e-9)
+    if scale <= 0:
+        raise ValueError(f"time_scale must be >= 0, got {scale}")
+    stretch = float(p["duration_scale"])
+    if stretch <= 0:
+        raise ValueError(f"duration_scale must be > 0, got {stretch}")
+    domains = [
+        Domain("zone-de", "zone", "DE", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.0}, 1.3),
+        Domain("zone-fr", "zone", "FR", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.0}, 1.3),
+        Domain("cloud-gb", "cloud", "GB", 0.0, {"cpu": 0.0388, "memory": 0.0052, "gpu": 2.5}, 1.1),
+    ]
+    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s) for d in domains}
+    # One pool per (domain, node shape) keeps the node list compact; nodes dealt round-robin.
+    shapes: dict[tuple, int] = {}
+    for i, n in enumerate(nodes):
+        key = (domains[i % 3].name, n.cpu_milli, n.memory_mib, n.gpus, n.model)
+        shapes[key] = shapes.get(key, 0) + 1
+    pools = []
+    for k, ((dom, cpu, mem, gpus, model), count) in enumerate(sorted(shapes.items())):
+        peak = 5.0 * cpu / 1000 + 300.0 * gpus
+        pools.append(NodePool(f"{dom}-{model or 'cpu'}-{k}", dom, count, float(cpu), float(mem), gpus=gpus, gpu_model=model,
+                              power_idle_w=0.4 * peak, power_peak_w=peak, elastic=dom == "cloud-gb",
+                              boot_steps=max(1, int(round(180 / step_s)))))
+    pods = []
+    for pod in trace:
+        arrival = int((pod.creation_time - first) / scale / step_s)
+        if arrival >= steps:
+            continue
+        life = (pod.deletion_time - pod.creation_time) * stretch if pod.deletion_time >= 0 else -1
+        departure = arrival + max(1, int(round(life / step_s))) if life >= 0 else -1
+        if departure >= steps:
+            departure = -1
+        pods.append(PodSpec(pod.name, "batch", float(pod.cpu_milli), float(pod.memory_mib), arrival, departure=departure,
+                            gpu_count=pod.num_gpu, gpu_milli=pod.gpu_milli, gpu_models=pod.gpu_spec))
+    regions = ["users-de"]
+    latency = latency_between({"users-de": "europe-west3"},
+                              {"zone-de": "europe-west3", "zone-fr": "europe-west9", "cloud-gb": "europe-west2"})
+    return Scenario(
+        name="openb", description="Alibaba openb GPU trace with creation and deletion times over three domains.",
+        domains=domains, regions=regions, latency_ms=latency, pools=pools, services=[], pods=pods, carbon=carbon,
+        history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]), weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])),
+        peak_windows=[(0, steps)], params=p, engine_defaults={"power_down": False}, notes={"time_scale": scale, "nodes": len(nodes)},
+    )

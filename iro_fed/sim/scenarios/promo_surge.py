@@ -1,0 +1,99 @@
+"""``promo-surge``: an e-commerce flash sale of heterogeneous pods that fragments capacity.
+
+Two zones of a private cloud (``zone-de`` grid DE, ``zone-fr`` grid FR), each with GPU nodes
+(64 cores, 256 GiB, 8 cards) and CPU nodes (32 cores, 128 GiB), no cloud burst. From 10:00 a
+surge of long-running pods arrives over two hours, a mix of the shapes an online shop runs in a
+sale: GPU recommendation / vision inference taking a share of a card or whole cards, CPU-heavy
+checkout and search pods, memory-heavy cache pods. Its total demand is close to the cluster's
+capacity (``load`` of the tighter of CPU and GPU), so the outcome turns on how well a scheduler
+packs shapes: spreading leaves many nodes with leftovers that fit no large pod. The sale ends at
+``sale_end_h``, when the surge pods leave. Peak window for the pending metric: the surge. Nodes
+stay powered (``power_down`` off): the scenario measures packing, not power management.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iro_fed.model import Domain, Weights
+from iro_fed.sim.model import NodePool, PodSpec, Scenario
+from iro_fed.sim.scenarios.common import carbon_window, latency_between
+from iro_fed.sim.signals import parse_time
+
+PARAMS = {
+    "w_carbon": 1.0,
+    "w_latency": 1.0,
+    "start": "2020-03-06 00:00:00",
+    "gpu_nodes": 8,
+    "cpu_nodes": 8,
+    "load": 1.0,
+    "surge_start_h": 10.0,
+    "surge_hours": 2.0,
+    "sale_end_h": 18.0,
+}
+DEFAULT_HOURS = 24.0
+
+# (kind, weight, cpu m, memory MiB, gpu count, gpu milli)
+SHAPES = (
+    ("rec-infer-share", 0.25, 2000, 8192, 1, 250),
+    ("vision-share", 0.15, 4000, 16384, 1, 500),
+    ("rec-train-1gpu", 0.10, 8000, 32768, 1, 1000),
+    ("vision-2gpu", 0.06, 12000, 49152, 2, 1000),
+    ("llm-4gpu", 0.03, 16000, 98304, 4, 1000),
+    ("checkout", 0.16, 4000, 8192, 0, 0),
+    ("search", 0.12, 8000, 16384, 0, 0),
+    ("cache", 0.13, 2000, 32768, 0, 0),
+)
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
+    """The promo-surge scenario (see the module docstring)."""
+    p = {**PARAMS, **params}
+    rng = np.random.default_rng(seed)
+    steps = int(round(hours * 3600 / step_s))
+    history = int(round(86400 / step_s))
+    domains = [
+        Domain("zone-de", "zone", "DE", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.2}, 1.3),
+        Domain("zone-fr", "zone", "FR", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.2}, 1.3),
+    ]
+    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s) for d in domains}
+    pools = []
+    for d in domains:
+        pools.append(NodePool(f"{d.name}-gpu", d.name, int(p["gpu_nodes"]) // 2 + int(p["gpu_nodes"]) % 2 * (d.name == "zone-de"),
+                              64000, 262144, gpus=8, gpu_model="A10", power_idle_w=400, power_peak_w=2600))
+        pools.append(NodePool(f"{d.name}-cpu", d.name, int(p["cpu_nodes"]) // 2 + int(p["cpu_nodes"]) % 2 * (d.name == "zone-de"),
+                              32000, 131072, power_idle_w=160, power_peak_w=460))
+    regions = ["shoppers-de", "shoppers-fr"]
+    latency = latency_between({"shoppers-de": "europe-west3", "shoppers-fr": "europe-west9"},
+                              {"zone-de": "europe-west3", "zone-fr": "europe-west9"})
+    cpu_cap = sum(pl.count * pl.cpu for pl in pools)
+    gpu_cap = sum(pl.count * pl.gpus * 1000 for pl in pools)
+    weights = np.array([s[1] for s in SHAPES])
+    weights = weights / weights.sum()
+    per_h = 3600.0 / step_s
+    t0 = int(round(float(p["surge_start_h"]) * per_h))
+    span = max(1, int(round(float(p["surge_hours"]) * per_h)))
+    end = int(round(float(p["sale_end_h"]) * per_h))
+    pods: list[PodSpec] = []
+    cpu_sum = gpu_sum = 0.0
+    i = 0
+    while cpu_sum < float(p["load"]) * cpu_cap and gpu_sum < float(p["load"]) * gpu_cap:
+        kind, _, cpu, mem, gc, gm = SHAPES[int(rng.choice(len(SHAPES), p=weights))]
+        arrival = t0 + int(rng.integers(span))
+        if arrival >= steps:
+            break
+        region = regions[int(rng.integers(2))]
+        pods.append(PodSpec(f"{kind}-{i:04d}", "online", float(cpu), float(mem), arrival,
+                            departure=end if end < steps else -1, gpu_count=gc, gpu_milli=gm if gc else 0,
+                            user_region=region, priority=100))
+        cpu_sum += cpu
+        gpu_sum += gc * gm if gc == 1 else gc * 1000
+        i += 1
+    return Scenario(
+        name="promo-surge", description="E-commerce flash sale of heterogeneous GPU/CPU pods.",
+        domains=domains, regions=regions, latency_ms=latency, pools=pools, services=[], pods=pods,
+        carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
+        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=[(t0, t0 + span)], params=p,
+        engine_defaults={"power_down": False},
+        notes={"cpu_capacity": cpu_cap, "gpu_capacity_milli": gpu_cap, "surge_pods": len(pods)},
+    )

@@ -1,0 +1,307 @@
+"""Signals the simulator reads: grid carbon intensity over time, its forecast, and latency.
+
+Carbon intensity (gCO2/kWh) comes from one of:
+
+* the "Let's Wait Awhile" CSVs in ``shared/data/carbon`` (``ger_ci.csv``, ``gb_ci.csv``,
+  ``fr_ci.csv``): header ``Time,Carbon Intensity``, 15 or 30 min steps, 2019-12-20 .. 2021-01-09;
+* the Electricity Maps hourly CSVs (``ES_2022_hourly.csv``, ``NO_2022_hourly.csv``): header
+  ``Datetime (UTC),...,Carbon Intensity gCO₂eq/kWh (direct),...(LCA),...``; the direct column is
+  read by default (``column="lca"`` for life-cycle values);
+* codecarbon's per-country yearly mean (``codecarbon.input.DataSource``, ISO-3 country code),
+  a constant series;
+* a constant.
+
+:func:`load_carbon_csv` detects the format from the header. Malformed input raises
+:class:`SignalFormatError` naming the file, line and column. A :class:`CarbonSeries` is a step
+function over UTC timestamps; :meth:`CarbonSeries.window` resamples it to the simulator's step
+from a start time, and :func:`persistence_forecast` is the day-ahead forecast the deferral uses
+(each future hour takes the value observed at the same time of day on the last day already seen:
+only the past is used).
+
+Latency: ``shared/data/latency/gcp_latency_matrix.csv`` holds round-trip ms between 34 GCP
+regions keyed by grid-zone code, and ``gcp_dc_zonecode_mapper.json`` maps region names to those
+codes in the same order (two regions, us-east4 and us-east5, share the code US-MIDA-PJM, so the
+matrix is read by position and keyed by region name). :func:`load_latency_matrix` returns a
+:class:`LatencyMatrix` addressable by region name or by grid-zone code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+#: Where the shared data sets live, relative to the repository root (``IRO_DATA_DIR`` overrides).
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+WAIT_AWHILE_COLUMNS = ("Time", "Carbon Intensity")
+EMAPS_TIME = "Datetime (UTC)"
+EMAPS_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
+EMAPS_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
+#: Named series in ``shared/data/carbon`` (grid zone -> file).
+CARBON_FILES = {
+    "DE": "ger_ci.csv",
+    "GB": "gb_ci.csv",
+    "FR": "fr_ci.csv",
+    "ES": "ES_2022_hourly.csv",
+    "NO": "NO_2022_hourly.csv",
+}
+
+
+class SignalFormatError(ValueError):
+    """A signal file that cannot be read; the message names the file, line and column."""
+
+
+def data_dir() -> Path:
+    """The shared data folder: ``$IRO_DATA_DIR`` or ``../shared/data`` beside the repository."""
+    env = os.environ.get("IRO_DATA_DIR")
+    return Path(env) if env else DEFAULT_DATA_DIR
+
+
+@dataclass(frozen=True)
+class CarbonSeries:
+    """Carbon intensity as a step function: ``values[i]`` holds from ``times[i]`` (UTC seconds)."""
+
+    name: str
+    times: np.ndarray  # float64 epoch seconds, strictly increasing
+    values: np.ndarray  # float64 gCO2/kWh
+
+    def __post_init__(self) -> None:
+        if self.times.shape != self.values.shape or self.times.ndim != 1 or self.times.size == 0:
+            raise ValueError(f"carbon series {self.name!r}: times and values must be equal-length, non-empty 1-D arrays")
+
+    @property
+    def start(self) -> float:
+        return float(self.times[0])
+
+    @property
+    def end(self) -> float:
+        """The last timestamp plus one sampling interval (the series' coverage)."""
+        if self.times.size == 1 and not np.isfinite(self.times[0]):
+            return float("inf")  # a constant
+        step = float(np.median(np.diff(self.times))) if self.times.size > 1 else 3600.0
+        return float(self.times[-1]) + step
+
+    def at(self, t: np.ndarray | float) -> np.ndarray:
+        """Intensity at epoch seconds ``t`` (the value of the last sample at or before t)."""
+        t = np.asarray(t, dtype=np.float64)
+        if np.any(t < self.times[0]) or np.any(t >= self.end):
+            lo, hi = _iso(self.times[0]), _iso(self.end)
+            raise ValueError(f"carbon series {self.name!r} covers {lo} .. {hi}; asked for a time outside it")
+        idx = np.searchsorted(self.times, t, side="right") - 1
+        return self.values[idx]
+
+    def window(self, start: float, steps: int, step_s: float) -> np.ndarray:
+        """``steps`` values from epoch ``start`` every ``step_s`` seconds."""
+        return self.at(start + step_s * np.arange(steps))
+
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+
+def constant(value: float, name: str = "constant") -> CarbonSeries:
+    """A constant intensity for every time."""
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"carbon intensity must be finite and >= 0, got {value!r}")
+    return CarbonSeries(name, np.array([-np.inf]), np.array([float(value)]))
+
+
+def codecarbon_country(iso3: str) -> CarbonSeries:
+    """The yearly mean intensity of a country from codecarbon's energy-mix table (constant)."""
+    try:
+        from codecarbon.input import DataSource
+    except ImportError as exc:  # pragma: no cover - codecarbon is in the sim extra
+        raise ImportError("codecarbon_country needs codecarbon: pip install 'iro-fed[sim]'") from exc
+    mix = DataSource().get_global_energy_mix_data()
+    code = iso3.strip().upper()
+    if code not in mix:
+        raise ValueError(f"codecarbon has no energy mix for country {iso3!r} (ISO-3 codes such as DEU, FRA, GBR)")
+    row = mix[code]
+    return constant(float(row["carbon_intensity"]), name=f"codecarbon:{code}:{row.get('year', '')}")
+
+
+def _parse_time(text: str) -> float:
+    text = text.strip()
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    raise ValueError(text)
+
+
+def parse_time(text: str) -> float:
+    """``YYYY-MM-DD HH:MM[:SS]`` (UTC) to epoch seconds; raises ValueError naming the text."""
+    try:
+        return _parse_time(text)
+    except ValueError:
+        raise ValueError(f"expected a UTC time like 2020-03-02 00:00:00, got {text!r}") from None
+
+
+def _iso(t: float) -> str:
+    if not np.isfinite(t):
+        return str(t)
+    return datetime.fromtimestamp(float(t), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str | None = None) -> CarbonSeries:
+    """Read a carbon-intensity CSV in either format of ``shared/data/carbon`` (see module doc).
+
+    Rows must have increasing times and finite, non-negative values; an empty value or a bad
+    time raises :class:`SignalFormatError` with the file, line and column.
+    """
+    p = Path(path)
+    if column not in ("direct", "lca"):
+        raise ValueError(f"column must be 'direct' or 'lca', got {column!r}")
+    try:
+        handle = p.open(newline="", encoding="utf-8-sig")
+    except OSError as exc:
+        raise SignalFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise SignalFormatError(f"{p}: empty file (expected a header)") from None
+        except csv.Error as exc:
+            raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+        if all(c in header for c in WAIT_AWHILE_COLUMNS):
+            tcol, vcol = header.index("Time"), header.index("Carbon Intensity")
+        elif EMAPS_TIME in header and (EMAPS_DIRECT in header or EMAPS_LCA in header):
+            want = EMAPS_DIRECT if column == "direct" else EMAPS_LCA
+            if want not in header:
+                raise SignalFormatError(f"{p}: missing column {want!r}")
+            tcol, vcol = header.index(EMAPS_TIME), header.index(want)
+        else:
+            raise SignalFormatError(
+                f"{p}: unknown header {', '.join(header) or '(empty)'}; expected 'Time,Carbon Intensity' "
+                f"or Electricity Maps columns '{EMAPS_TIME}', '{EMAPS_DIRECT}'"
+            )
+        times: list[float] = []
+        values: list[float] = []
+        try:
+            for line, row in enumerate(reader, start=2):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) <= max(tcol, vcol):
+                    raise SignalFormatError(f"{p} line {line}: expected at least {max(tcol, vcol) + 1} columns, got {len(row)}")
+                try:
+                    t = _parse_time(row[tcol])
+                except ValueError:
+                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: expected a time like 2020-01-01 00:00:00, got {row[tcol]!r}") from None
+                raw = row[vcol].strip()
+                try:
+                    v = float(raw)
+                except ValueError:
+                    raise SignalFormatError(f"{p} line {line}: {header[vcol]}: expected a number, got {raw!r}") from None
+                if not np.isfinite(v) or v < 0:
+                    raise SignalFormatError(f"{p} line {line}: {header[vcol]}: must be finite and >= 0, got {raw!r}")
+                if times and t <= times[-1]:
+                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: times must increase, {row[tcol]!r} is not after the previous row")
+                times.append(t)
+                values.append(v)
+        except csv.Error as exc:
+            raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+    if not times:
+        raise SignalFormatError(f"{p}: no data rows")
+    return CarbonSeries(name or p.stem, np.array(times), np.array(values))
+
+
+def carbon_zone(zone: str, directory: str | os.PathLike | None = None) -> CarbonSeries:
+    """The named series of ``shared/data/carbon`` (``DE``, ``GB``, ``FR``, ``ES``, ``NO``)."""
+    key = zone.strip().upper()
+    if key not in CARBON_FILES:
+        raise ValueError(f"no carbon series for zone {zone!r} (known: {', '.join(CARBON_FILES)})")
+    folder = Path(directory) if directory is not None else data_dir() / "carbon"
+    return load_carbon_csv(folder / CARBON_FILES[key], name=key)
+
+
+def persistence_forecast(actual: np.ndarray, now: int, horizon: int, steps_per_day: int) -> np.ndarray:
+    """Day-ahead persistence: forecast for steps ``now .. now + horizon - 1`` from ``actual``.
+
+    Step ``now`` is observed; a later step ``t`` takes the value at ``t - k * steps_per_day`` for the
+    smallest k that lands at or before ``now``. Before a full day has been seen, the forecast is
+    the value at ``now`` (persistence of the present). ``actual`` must cover ``now``.
+    """
+    t = now + np.arange(horizon)
+    k = np.ceil(np.maximum(t - now, 0) / steps_per_day).astype(np.int64)
+    src = t - k * steps_per_day
+    src = np.where(src < 0, now, src)
+    return actual[np.minimum(src, len(actual) - 1)]
+
+
+@dataclass(frozen=True)
+class LatencyMatrix:
+    """Round-trip ms between cloud regions (symmetric in practice, read as given: row = origin)."""
+
+    regions: tuple[str, ...]  # GCP region names
+    zones: tuple[str, ...]  # grid-zone code of each region
+    rtt_ms: np.ndarray  # [regions, regions]
+
+    def index(self, key: str) -> int:
+        """Row of a region name (``europe-west3``) or a grid-zone code (``DE``, first match)."""
+        if key in self.regions:
+            return self.regions.index(key)
+        if key in self.zones:
+            return self.zones.index(key)
+        raise KeyError(f"unknown region or zone {key!r} in the latency matrix")
+
+    def rtt(self, a: str, b: str) -> float:
+        return float(self.rtt_ms[self.index(a), self.index(b)])
+
+    def submatrix(self, rows: list[str], cols: list[str]) -> np.ndarray:
+        return self.rtt_ms[np.ix_([self.index(r) for r in rows], [self.index(c) for c in cols])].copy()
+
+
+def load_latency_matrix(
+    matrix_path: str | os.PathLike | None = None, mapper_path: str | os.PathLike | None = None
+) -> LatencyMatrix:
+    """Read the GCP latency matrix and its region -> zone mapper (see the module docstring)."""
+    folder = data_dir() / "latency"
+    mpath = Path(matrix_path) if matrix_path is not None else folder / "gcp_latency_matrix.csv"
+    jpath = Path(mapper_path) if mapper_path is not None else folder / "gcp_dc_zonecode_mapper.json"
+    try:
+        mapper = json.loads(jpath.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SignalFormatError(f"{jpath}: cannot read file: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise SignalFormatError(f"{jpath}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    if not isinstance(mapper, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapper.items()):
+        raise SignalFormatError(f"{jpath}: expected an object of region name -> zone code strings")
+    regions, zones = tuple(mapper), tuple(mapper.values())
+    try:
+        handle = mpath.open(newline="", encoding="utf-8-sig")
+    except OSError as exc:
+        raise SignalFormatError(f"{mpath}: cannot read file: {exc.strerror or exc}") from exc
+    with handle:
+        rows = list(csv.reader(handle))
+    if not rows or not rows[0] or rows[0][0].strip() != "origin":
+        raise SignalFormatError(f"{mpath} line 1: expected a header starting with 'origin'")
+    header = [h.strip() for h in rows[0][1:]]
+    if tuple(header) != zones:
+        raise SignalFormatError(f"{mpath} line 1: columns {header} do not match the zone codes of {jpath.name} in order")
+    body = [r for r in rows[1:] if r and any(c.strip() for c in r)]
+    if len(body) != len(zones):
+        raise SignalFormatError(f"{mpath}: expected {len(zones)} rows, got {len(body)}")
+    m = np.zeros((len(zones), len(zones)))
+    for i, row in enumerate(body):
+        line = i + 2
+        if row[0].strip() != zones[i]:
+            raise SignalFormatError(f"{mpath} line {line}: origin: expected {zones[i]!r} (mapper order), got {row[0]!r}")
+        if len(row) != len(zones) + 1:
+            raise SignalFormatError(f"{mpath} line {line}: expected {len(zones) + 1} columns, got {len(row)}")
+        for j, cell in enumerate(row[1:]):
+            try:
+                v = float(cell)
+            except ValueError:
+                raise SignalFormatError(f"{mpath} line {line}: column {header[j]!r}: expected a number, got {cell!r}") from None
+            if not np.isfinite(v) or v < 0:
+                raise SignalFormatError(f"{mpath} line {line}: column {header[j]!r}: must be finite and >= 0, got {cell!r}")
+            m[i, j] = v
+    m.setflags(write=False)
+    return LatencyMatrix(regions, zones, m)
