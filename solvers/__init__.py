@@ -59,13 +59,14 @@ def make(name: str, **params: Any) -> Solver:
 def _register_builtin() -> None:
     from solvers.composite import COMPOSITES
     from solvers.cpsat import CpSat
+    from solvers.dqn.solver import DQNSolver
     from solvers.fgd import PAPER_POLICIES
     from solvers.heuristics import HEURISTICS
     from solvers.iro_frag import IroFrag
     from solvers.kube_default import KubeDefault
     from solvers.qubo import Qubo
 
-    for cls in (*HEURISTICS, KubeDefault, *PAPER_POLICIES, IroFrag, *COMPOSITES, CpSat, Qubo):
+    for cls in (*HEURISTICS, KubeDefault, *PAPER_POLICIES, IroFrag, *COMPOSITES, CpSat, Qubo, DQNSolver):
         register(cls)
 
 

@@ -25,7 +25,7 @@ class DQNConfig:
     # --- network -----------------------------------------------------------------------------
     embed_dim: int = 128
     """Width of each candidate's embedding (the seed's 128-d state design)."""
-    hidden_dim: int = 256
+    hidden_dim: int = 128
     """Hidden width of the per-candidate encoder and the heads."""
     attention: bool = True
     """Self-attention across the candidates, so a node's value can depend on the alternatives."""

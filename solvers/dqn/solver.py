@@ -15,10 +15,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, candidate_features, context_features, preselect
+from iro_fed.feasibility import explain, feasible_nodes
+from iro_fed.features import (
+    CANDIDATE_FEATURES,
+    CONTEXT_FEATURES,
+    candidate_features,
+    context_features,
+    order_candidates,
+    preselect,
+)
 from iro_fed.model import ClusterState
-from iro_fed.objective import marginal
-from solvers.base import ORDER, SEED, InvalidSettingError, OnlineSolver, Param, SolverProperties
+from solvers.base import ORDER, SEED, Decision, InvalidSettingError, OnlineSolver, Param, SolverProperties
 
 DEFAULT_POLICY = Path(__file__).parent / "policies" / "default.pt"
 
@@ -133,26 +140,70 @@ class DQNSolver(OnlineSolver):
         ctx = context_features(state, w, num_feasible, nodes.size, k, {"deferrable": 0.0})
         return self.loaded.q_values(cand, ctx, self._mask(nodes.size, k))[: nodes.size]
 
-    def candidates(self, state: ClusterState, w: int) -> np.ndarray:
-        nodes, _, _ = preselect(state, w, self.k)
-        return nodes
+    def decide(self, state: ClusterState, w: int) -> Decision:
+        self._ensure(state.problem)
+        nodes, gains, num_feasible = preselect(state, w, self.k)
+        if nodes.size == 0:
+            return Decision(-1, (), explain(state, w))
+        q = self._q(state, w, nodes, gains, num_feasible)
+        node = int(nodes[int(np.argmax(q))])
+        return Decision(node, self.choose_cards(state, w, node))
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
+        """Q-values of arbitrary candidates (the policy sees them all at once, best gain first)."""
         candidates = np.asarray(candidates, dtype=np.int64)
         if candidates.size == 0:
             return np.zeros(0)
-        gains = marginal(state.problem, state, w, candidates)
-        order = np.lexsort((candidates, state.free_share[candidates], -np.round(gains, 12)))
-        q = self._q(state, w, candidates[order], gains[order], candidates.size)
-        out = np.empty(candidates.size)
-        out[order] = q
-        return out
+        nodes, gains = order_candidates(state, w, candidates)
+        num_feasible = int(np.count_nonzero(feasible_nodes(state, w)))
+        q = self._q(state, w, nodes, gains, num_feasible)
+        by_node = dict(zip(nodes.tolist(), q.tolist(), strict=True))
+        return np.array([by_node[int(n)] for n in candidates])
 
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
+        """The policy's order of its K candidates (as :meth:`decide` sees them); beyond K, the
+        next candidates by marginal gain, scored below the policy's."""
         self._ensure(state.problem)
         nodes, gains, num_feasible = preselect(state, w, max(k, self.k))
         if nodes.size == 0:
             return []
-        q = self._q(state, w, nodes, gains, num_feasible)
-        top = np.argsort(-q, kind="stable")[:k]
-        return [(int(nodes[i]), float(q[i])) for i in top]
+        head = min(self.k, nodes.size)
+        q = self._q(state, w, nodes[:head], gains[:head], num_feasible)
+        order = np.argsort(-q, kind="stable")
+        ranked = [(int(nodes[i]), float(q[i])) for i in order]
+        floor = float(q.min()) if q.size else 0.0
+        ranked += [(int(n), floor - 1.0 - i) for i, n in enumerate(nodes[head:])]
+        return ranked[:k]
+
+    # --- learning ----------------------------------------------------------------------------
+
+    def fit(
+        self, env_fns: list[Any], steps: int, out: str | os.PathLike[str] | None = None,
+        config: dict[str, Any] | None = None, resume: str | os.PathLike[str] | None = None,
+        metadata: dict[str, Any] | None = None, **train_options: Any,
+    ) -> Any:
+        """Train a policy on gymnasium envs (``iro_fed.sim.env.PlacementEnv``) and use it.
+
+        ``config`` holds :class:`~solvers.dqn.config.DQNConfig` fields (an unknown or invalid one
+        raises :class:`InvalidSettingError` naming it); the checkpoint records the feature
+        layout so a later load can refuse a policy trained on other features. Returns the
+        :class:`~solvers.dqn.train.TrainResult`.
+        """
+        from solvers.dqn.config import ConfigError, DQNConfig
+        from solvers.dqn.train import train
+
+        try:
+            cfg = DQNConfig.from_dict(dict(config or {}))
+        except (ConfigError, TypeError) as exc:
+            raise InvalidSettingError(f"solver 'dqn' training config: {exc}") from exc
+        if self.top_k is not None and self.top_k != cfg.top_k:
+            cfg = cfg.replace(top_k=self.top_k)
+        meta = {**(metadata or {}),
+                "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}}
+        agent, result = train(env_fns, cfg, steps, seed=self.seed, out=out, resume=resume, metadata=meta,
+                              **train_options)
+        if out is not None:
+            self.policy = str(out)
+            self._policy = None
+        self.agent = agent
+        return result

@@ -59,7 +59,7 @@ def optimizer_path(path: str | Path) -> Path:
 class _Emissions:
     """codecarbon's offline tracker (no network), or nothing when disabled or not installed."""
 
-    def __init__(self, enabled: bool, country: str, output_dir: Path | None) -> None:
+    def __init__(self, enabled: bool, country: str) -> None:
         self.tracker = None
         if not enabled:
             return
@@ -71,7 +71,7 @@ class _Emissions:
             logging.getLogger("codecarbon").setLevel(logging.ERROR)
             self.tracker = OfflineEmissionsTracker(
                 country_iso_code=country, save_to_file=False, log_level="error", project_name="iro-train",
-                output_dir=str(output_dir) if output_dir else ".", measure_power_secs=15,
+                measure_power_secs=15,
             )
             self.tracker.start()
         except ImportError:
@@ -98,11 +98,16 @@ def train(
     emissions_country: str = "DEU",
     console: Any = None,
     initial_state: dict[str, Any] | None = None,
+    torch_threads: int = 1,
+    time_limit_s: float | None = None,
 ) -> tuple[Any, TrainResult]:
     """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
 
     ``initial_state`` starts the online and target networks from given weights (a federated
     round's global policy); ``resume`` does the same from a checkpoint and continues its count.
+    ``time_limit_s`` ends training early (at a step boundary) once that much wall time passed.
+    ``torch_threads``: intra-op threads; one is fastest for networks this small (more threads
+    mostly contend with the simulator for the cores).
     """
     import gymnasium as gym
     import torch
@@ -114,6 +119,7 @@ def train(
         raise ValueError(f"steps: expected >= 1, got {steps}")
     np.random.seed(seed)
     torch.manual_seed(seed)
+    torch.set_num_threads(torch_threads)
     envs = gym.vector.SyncVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     n_envs = envs.num_envs
     space = envs.single_observation_space
@@ -145,7 +151,7 @@ def train(
         if cfg.prioritized else ReplayBuffer(cfg.buffer_size, seed=seed)
     )
     accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
-    emissions = _Emissions(track_emissions, emissions_country, Path(out).parent if out else None)
+    emissions = _Emissions(track_emissions, emissions_country)
     obs, _ = envs.reset(seed=seed)
     returns = np.zeros(n_envs)
     finished: deque[float] = deque(maxlen=50)
@@ -161,6 +167,8 @@ def train(
             bar.start()
         since_learn = 0
         while step < total:
+            if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+                break
             frac = min(1.0, (step - start_step) / max(1, steps * cfg.epsilon_fraction))
             epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
             actions = agent.act(obs, epsilon=epsilon)

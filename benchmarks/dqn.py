@@ -1,0 +1,271 @@
+#!/usr/bin/env python
+"""The DQN placement policy against the heuristics: simulator scenarios, larger clusters, latency, ablation.
+
+1. **Scenarios.** Per scenario (``bank``, ``promo-surge``) a policy is trained with ``iro train``'s
+   code path (``solvers.make("dqn").fit`` on ``PlacementEnv``) for at most ``--train-minutes``,
+   then every solver runs the same held-out scenario seeds in the simulator: kube-default,
+   best-fit, greedy-objective, cpsat (batch, short time limit) and dqn. Reported: mean R (the
+   report's ``score``), pending %, utilization, success, carbon kg, cost; R's change vs
+   kube-default and the gap to the best heuristic. Targets: >= 10 % better R than kube-default
+   (relative to |R_kube|), within 5 % of the best heuristic (relative to |R_best|) or better.
+2. **Generalization.** The bank policy (trained on the scenario's 60-node cluster) solves
+   openb-shaped problems of 100, 1,000 and 5,000 nodes (``decision_throughput``'s generator) next
+   to the heuristics: R and unplaced pods.
+3. **Inference.** Per-decision latency of ``dqn.decide`` at 5,000 nodes, candidate pre-selection
+   included (target <= 1 ms), next to greedy-objective's.
+4. **Ablation.** Each Rainbow component off in turn, same short training, held-out env reward.
+
+    .venv/bin/python benchmarks/dqn.py --quick          # minutes: short training, one seed
+    .venv/bin/python benchmarks/dqn.py                  # 10 min training per scenario, 3 seeds
+
+Writes ``benchmarks/results/dqn.json`` and the policies under ``benchmarks/results/dqn/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import solvers  # noqa: E402
+from iro_fed.learning import env_factories, evaluate_policy  # noqa: E402
+from iro_fed.model import ClusterState  # noqa: E402
+from iro_fed.problem_io import write_json_atomic  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HEURISTICS = ("kube-default", "best-fit", "greedy-objective")
+ABLATIONS = {
+    "all on (default)": {},
+    "no double": {"double": False},
+    "no dueling": {"dueling": False},
+    "no noisy (epsilon)": {"noisy": False},
+    "no prioritized": {"prioritized": False},
+    "1-step": {"n_step": 1},
+    "no C51": {"distributional": False},
+    "no attention": {"attention": False},
+}
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
+
+
+def train_policy(scenario: str, out: Path, steps: int, minutes: float, hours: float, seed: int,
+                 config: dict[str, Any] | None = None, console: Console | None = None) -> dict[str, Any]:
+    solver = solvers.make("dqn", seed=seed)
+    fns = env_factories(scenario, 4, seed, hours, 16, {})
+    result = solver.fit(fns, steps, out=out, config=config or {}, metadata={"scenario": scenario, "hours": hours},
+                        time_limit_s=minutes * 60, progress=console is not None, console=console)
+    return {"steps": result.steps, "wall_s": result.wall_s, "steps_per_s": result.steps_per_s,
+            "emissions_g": None if result.emissions_kg is None else result.emissions_kg * 1000,
+            "mean_episode_reward": result.mean_episode_reward}
+
+
+def simulate(scenario: str, solver: str, seed: int, hours: float, settings: dict[str, Any]) -> dict[str, Any]:
+    from iro_fed.sim import simulate as run
+
+    report = run(scenario, solver, seed=seed, hours=hours, solver_settings=settings).report()
+    keys = ("score", "pending_pct", "utilization_pct", "success_rate_pct", "carbon_kg", "cost")
+    return {k: float(report[k]) for k in keys}
+
+
+def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
+    rows = []
+    for scenario in args.scenarios:
+        policy = RESULTS / "dqn" / f"{scenario}.pt"
+        if not args.skip_train or not policy.is_file():
+            console.print(f"[bold]training on {scenario}[/bold] (<= {args.train_minutes:g} min, {args.train_steps:,} steps)")
+            training = train_policy(scenario, policy, args.train_steps, args.train_minutes, args.train_hours, 0,
+                                    console=console)
+        else:
+            training = {"reused": str(policy)}
+        runs = {name: {} for name in (*HEURISTICS, "cpsat", "dqn")}
+        for seed in args.eval_seeds:
+            for name in runs:
+                settings: dict[str, Any] = {}
+                if name == "dqn":
+                    settings = {"policy": str(policy)}
+                elif name == "cpsat":
+                    settings = {"time_limit_s": 1.0, "deterministic": True}
+                t0 = time.perf_counter()
+                runs[name][seed] = simulate(scenario, name, seed, args.hours, settings)
+                console.print(f"  {scenario} seed {seed} {name:17s} R {runs[name][seed]['score']:+.4f}"
+                              f"  ({time.perf_counter() - t0:.1f} s)")
+        means = {name: {k: float(np.mean([r[k] for r in by_seed.values()])) for k in next(iter(by_seed.values()))}
+                 for name, by_seed in runs.items()}
+        kube = means["kube-default"]["score"]
+        best_name = max(HEURISTICS, key=lambda n: means[n]["score"])
+        best = means[best_name]["score"]
+        dqn = means["dqn"]["score"]
+        rows.append({
+            "scenario": scenario, "training": training, "means": means, "seeds": args.eval_seeds,
+            "dqn_vs_kube_pct": 100 * (dqn - kube) / abs(kube) if kube else None,
+            "dqn_gap_to_best_pct": 100 * (best - dqn) / abs(best) if best else None, "best_heuristic": best_name,
+        })
+    return rows
+
+
+def _shapes(dt: Any) -> tuple[Any, Any]:
+    from iro_fed.sim.signals import data_dir
+
+    return dt.load_shapes(data_dir())
+
+
+def generalization_section(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
+    dt = importlib.import_module("decision_throughput")
+    import iro_fed
+
+    node_shapes, pod_shapes = _shapes(dt)
+    policy = RESULTS / "dqn" / f"{args.scenarios[0]}.pt"
+    rows = []
+    for nodes in args.sizes:
+        pods = max(50, nodes // 5)
+        doc = dt.make_document(dt.make_nodes(node_shapes, nodes, 0), dt.make_pods(pod_shapes, pods, 0))
+        problem = iro_fed.problem_from_dict(doc)
+        row: dict[str, Any] = {"nodes": nodes, "pods": pods}
+        for name in (*HEURISTICS, "dqn"):
+            settings = {"policy": str(policy)} if name == "dqn" else {}
+            t0 = time.perf_counter()
+            placement = solvers.make(name, **settings).solve(problem)
+            row[name] = {"R": placement.objective.score, "unplaced": int(placement.objective.unplaced),
+                         "time_s": time.perf_counter() - t0}
+        console.print(f"  {nodes:,} nodes: " + ", ".join(f"{n} {row[n]['R']:+.4f}" for n in (*HEURISTICS, "dqn")))
+        rows.append(row)
+    return rows
+
+
+def latency_section(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    dt = importlib.import_module("decision_throughput")
+    import iro_fed
+
+    node_shapes, pod_shapes = _shapes(dt)
+    nodes = 5000
+    doc = dt.make_document(dt.make_nodes(node_shapes, nodes, 1), dt.make_pods(pod_shapes, args.latency_pods, 1))
+    problem = iro_fed.problem_from_dict(doc)
+    out: dict[str, Any] = {"nodes": nodes, "decisions": args.latency_pods}
+    for name, settings in (("greedy-objective", {}), ("dqn", {"policy": str(RESULTS / "dqn" / f"{args.scenarios[0]}.pt")})):
+        solver = solvers.make(name, **settings)
+        state = ClusterState(problem)
+        solver.decide(state, 0)  # load the policy, warm caches
+        times = []
+        for w in range(problem.num_workloads):
+            t0 = time.perf_counter()
+            d = solver.decide(state, w)
+            times.append(time.perf_counter() - t0)
+            if d.node >= 0:
+                state.place(w, d.node, d.cards)
+        ms = np.array(times) * 1000
+        out[name] = {"mean_ms": float(ms.mean()), "p50_ms": float(np.percentile(ms, 50)),
+                     "p99_ms": float(np.percentile(ms, 99))}
+        console.print(f"  {name}: mean {ms.mean():.3f} ms, p99 {np.percentile(ms, 99):.3f} ms per decision")
+    return out
+
+
+def ablation_section(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
+    rows = []
+    scenario = args.scenarios[0]
+    for label, change in ABLATIONS.items():
+        out = RESULTS / "dqn" / "ablation" / (label.split(" ")[0] + "_" + "_".join(change) + ".pt")
+        solver = solvers.make("dqn", seed=0)
+        result = solver.fit(env_factories(scenario, 4, 0, args.train_hours, 16, {}), args.ablation_steps, out=out,
+                            config=change, progress=False, track_emissions=False)
+        ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, args.train_hours, 16, {})
+        rows.append({"variant": label, "change": change, "policy_reward": ev["policy_reward"],
+                     "greedy_reward": ev["greedy_reward"], "train_s": result.wall_s})
+        console.print(f"  {label:20s} held-out reward {ev['policy_reward']:+.3f} (greedy {ev['greedy_reward']:+.3f})")
+    return rows
+
+
+def print_tables(doc: dict[str, Any], console: Console) -> None:
+    for row in doc["scenarios"]:
+        t = Table(title=f"{row['scenario']}: held-out seeds {row['seeds']} (means)")
+        for col in ("solver", "R", "pending %", "util %", "success %", "carbon kg", "cost"):
+            t.add_column(col, justify="right")
+        for name, m in row["means"].items():
+            t.add_row(name, f"{m['score']:+.4f}", f"{m['pending_pct']:.2f}", f"{m['utilization_pct']:.1f}",
+                      f"{m['success_rate_pct']:.3f}", f"{m['carbon_kg']:.2f}", f"{m['cost']:.1f}")
+        console.print(t)
+        console.print(f"dqn vs kube-default: {row['dqn_vs_kube_pct']:+.1f} % (target >= +10 %); gap to the best "
+                      f"heuristic ({row['best_heuristic']}): {row['dqn_gap_to_best_pct']:.1f} % (target <= 5 %)")
+    if doc.get("generalization"):
+        t = Table(title="Generalization: the policy on larger openb-shaped clusters (R, unplaced)")
+        t.add_column("nodes", justify="right")
+        for name in (*HEURISTICS, "dqn"):
+            t.add_column(name, justify="right")
+        for row in doc["generalization"]:
+            t.add_row(f"{row['nodes']:,}", *[f"{row[n]['R']:+.4f} ({row[n]['unplaced']})" for n in (*HEURISTICS, "dqn")])
+        console.print(t)
+    if doc.get("latency"):
+        lat = doc["latency"]
+        console.print(f"Inference at {lat['nodes']:,} nodes: dqn mean {lat['dqn']['mean_ms']:.3f} ms, p99 "
+                      f"{lat['dqn']['p99_ms']:.3f} ms (target <= 1 ms); greedy-objective mean "
+                      f"{lat['greedy-objective']['mean_ms']:.3f} ms")
+    if doc.get("ablation"):
+        t = Table(title="Ablation: held-out env reward after the same short training")
+        for col in ("variant", "policy reward", "greedy reward", "train s"):
+            t.add_column(col, justify="right")
+        for row in doc["ablation"]:
+            t.add_row(row["variant"], f"{row['policy_reward']:+.3f}", f"{row['greedy_reward']:+.3f}", f"{row['train_s']:.0f}")
+        console.print(t)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short training, one seed, 1,000 nodes, short ablation")
+    ap.add_argument("--scenarios", default="bank,promo-surge")
+    ap.add_argument("--train-steps", type=int, default=200_000)
+    ap.add_argument("--train-minutes", type=float, default=10.0)
+    ap.add_argument("--train-hours", type=float, default=6.0, help="simulated hours per training episode")
+    ap.add_argument("--hours", type=float, default=24.0, help="simulated hours per evaluation run")
+    ap.add_argument("--eval-seeds", default="101,102,103")
+    ap.add_argument("--sizes", default="100,1000,5000")
+    ap.add_argument("--latency-pods", type=int, default=300)
+    ap.add_argument("--ablation-steps", type=int, default=6000)
+    ap.add_argument("--ablation-episodes", type=int, default=3)
+    ap.add_argument("--sections", default="scenarios,generalization,latency,ablation")
+    ap.add_argument("--skip-train", action="store_true", help="reuse policies already under results/dqn/")
+    ap.add_argument("--out", default=str(RESULTS / "dqn.json"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.train_steps, args.train_minutes, args.hours = 3000, 2.0, 6.0
+        args.eval_seeds, args.sizes, args.ablation_steps, args.ablation_episodes = "101", "100,1000", 1500, 1
+        args.latency_pods = 100
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    args.eval_seeds = [int(s) for s in str(args.eval_seeds).split(",") if s]
+    args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
+    args.sections = set(args.sections.split(","))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(stderr=False)
+    doc: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                           "settings": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}}
+    console.print(f"[dim]{doc['machine']}[/dim]")
+    doc["scenarios"] = scenario_section(args, console) if "scenarios" in args.sections else []
+    if "generalization" in args.sections:
+        doc["generalization"] = generalization_section(args, console)
+    if "latency" in args.sections:
+        doc["latency"] = latency_section(args, console)
+    if "ablation" in args.sections:
+        doc["ablation"] = ablation_section(args, console)
+    print_tables(doc, console)
+    write_json_atomic(args.out, doc)
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

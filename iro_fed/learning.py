@@ -1,0 +1,179 @@
+"""``iro train``: train the DQN placement policy on a simulator scenario and judge it.
+
+    iro train --scenario bank --steps 20000 --seed 0 --out policy.pt [--resume policy.pt]
+
+The policy is trained on :class:`iro_fed.sim.env.PlacementEnv` (vectorized, ``--envs``) through
+the ``dqn`` solver's ``fit`` (the registry builds it), then evaluated on held-out seeds of the
+same scenario against the objective's greedy choice (the env's first candidate). The checkpoint
+and its JSON metadata hold the config, the scenario, steps, metrics and the run's emissions.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
+
+
+def register(sub: Any) -> None:
+    """Add ``train`` to the ``iro`` subcommands."""
+    p = sub.add_parser("train", help="train the DQN placement policy on a simulator scenario")
+    p.add_argument("--scenario", required=True, metavar="NAME", help="bank, edge-iot, promo-surge or openb")
+    p.add_argument("--steps", type=int, default=20_000, help="environment steps over all envs (default 20000)")
+    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--out", default="policy.pt", metavar="FILE", help="checkpoint to write (default policy.pt)")
+    p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, optimizer, steps)")
+    p.add_argument("--envs", type=int, default=4, help="vectorized environments (default 4)")
+    p.add_argument("--hours", type=float, default=6.0, help="simulated hours per episode (default 6)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="DQN config field (see solvers/dqn/config.py), e.g. n_step=5; repeat for several")
+    p.add_argument("--scenario-set", action="append", metavar="KEY=VALUE",
+                   help="scenario parameter or engine setting, as in `iro simulate --set`")
+    p.add_argument("--eval-episodes", type=int, default=3, help="held-out episodes to evaluate on (default 3)")
+    p.add_argument("--no-emissions", action="store_true", help="do not measure emissions with codecarbon")
+    p.set_defaults(func=cmd_train)
+
+
+def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
+    import dataclasses
+
+    from iro_fed.cli import UsageError
+    from solvers.base import _parse_text  # the solvers' own text-to-type conversion
+    from solvers.dqn.config import DQNConfig
+
+    kinds = {f.name: f.type for f in dataclasses.fields(DQNConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+        if key not in kinds:
+            raise UsageError(f"--set {key}: unknown DQN config field (known: {', '.join(sorted(kinds))})")
+        kind = {"int": int, "float": float, "bool": bool}[str(kinds[key])]
+        out[key] = _parse_text(value.strip(), kind, f"--set {key}")
+    return out
+
+
+def env_factories(scenario: str, count: int, seed: int, hours: float, k: int, settings: dict[str, Any]) -> list[Any]:
+    """Zero-argument env constructors for ``gymnasium.vector``, each with its own seed stream."""
+    from iro_fed.sim.env import PlacementEnv
+
+    def make(i: int) -> Any:
+        return lambda: PlacementEnv(scenario, hours=hours, k=k, seed=seed * 1000 + i * 97, settings=settings)
+
+    return [make(i) for i in range(count)]
+
+
+def evaluate_policy(agent: Any, scenario: str, episodes: int, hours: float, k: int, settings: dict[str, Any],
+                    seed: int = EVAL_SEED_OFFSET) -> dict[str, Any]:
+    """Mean episode reward (sum of objective changes) of the greedy policy and of the
+    objective's own greedy choice on the same held-out scenario seeds."""
+    import numpy as np
+
+    from iro_fed.sim.env import PlacementEnv, greedy_action
+
+    policy, baseline = [], []
+    for e in range(episodes):
+        for who, out in (("policy", policy), ("greedy", baseline)):
+            env = PlacementEnv(scenario, hours=hours, k=k, seed=seed + e, settings=settings)
+            obs, info = env.reset(seed=seed + e)
+            total, done = 0.0, False
+            while not done:
+                if who == "policy":
+                    action = int(agent.act({key: v[None] for key, v in obs.items()}, explore=False)[0])
+                else:
+                    action = greedy_action(info)
+                obs, reward, terminated, truncated, info = env.step(action)
+                total += reward
+                done = terminated or truncated
+            out.append(total)
+    return {"episodes": episodes, "policy_reward": float(np.mean(policy)), "greedy_reward": float(np.mean(baseline)),
+            "policy_rewards": policy, "greedy_rewards": baseline}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import solvers
+    from iro_fed.cli import EXIT_OK, UsageError, _console
+    from iro_fed.sim.engine import SimConfigError
+    from iro_fed.sim.scenarios import SCENARIOS, split_settings
+    from solvers.dqn.checkpoint import CheckpointError
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    for flag, value, low in (("--steps", args.steps, 1), ("--envs", args.envs, 1), ("--seed", args.seed, 0),
+                             ("--eval-episodes", args.eval_episodes, 0)):
+        if value < low:
+            raise UsageError(f"{flag}: must be >= {low}, got {value}")
+    if args.hours <= 0:
+        raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
+    config = _config_pairs(args.set)
+    scenario_settings: dict[str, Any] = {}
+    for pair in args.scenario_set or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--scenario-set: expected KEY=VALUE, got {pair!r}")
+        scenario_settings[key.strip().replace("-", "_")] = value.strip()
+    try:
+        split_settings(args.scenario, scenario_settings)
+    except SimConfigError as exc:
+        raise UsageError(f"--scenario-set: {exc}") from exc
+
+    solver = solvers.make("dqn", seed=args.seed)
+    from solvers.dqn.config import DQNConfig
+
+    k = DQNConfig.from_dict(config).top_k if "top_k" in config else DQNConfig().top_k
+    console = _console(stderr=True)
+    fns = env_factories(args.scenario, args.envs, args.seed, args.hours, k, scenario_settings)
+
+    def judge(agent: Any) -> dict[str, Any]:
+        if args.eval_episodes == 0:
+            return {}
+        console.print(f"evaluating on {args.eval_episodes} held-out episode(s) ...")
+        return evaluate_policy(agent, args.scenario, args.eval_episodes, args.hours, k, scenario_settings)
+
+    try:
+        result = solver.fit(
+            fns, args.steps, out=args.out, config=config, resume=args.resume,
+            metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
+                      "command": "iro train " + " ".join(_argv(args))},
+            evaluate=judge, track_emissions=not args.no_emissions, console=console,
+        )
+    except CheckpointError as exc:
+        raise UsageError(f"--resume: {exc}") from exc
+    except ValueError as exc:  # env / config mismatch found by the trainer
+        raise UsageError(str(exc)) from exc
+    _print_result(result, args, _console())
+    return EXIT_OK
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    out = [f"--scenario {args.scenario}", f"--steps {args.steps}", f"--seed {args.seed}", f"--envs {args.envs}",
+           f"--hours {args.hours:g}"]
+    out += [f"--set {s}" for s in args.set or []]
+    out += [f"--scenario-set {s}" for s in args.scenario_set or []]
+    return out
+
+
+def _print_result(result: Any, args: argparse.Namespace, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"iro train: {args.scenario}, seed {args.seed}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("steps", f"{result.steps:,}"), ("episodes", f"{result.episodes:,}"), ("gradient steps", f"{result.updates:,}"),
+        ("steps/s", f"{result.steps_per_s:,.0f}"), ("wall s", f"{result.wall_s:.1f}"),
+        ("mean episode reward (last 50)", "-" if result.mean_episode_reward is None else f"{result.mean_episode_reward:.3f}"),
+        ("last loss", "-" if result.last_loss is None else f"{result.last_loss:.4f}"),
+        ("emissions g CO2eq", "-" if result.emissions_kg is None else f"{result.emissions_kg * 1000:.3f}"),
+    ]
+    ev = result.evaluation
+    if ev:
+        rows += [("held-out reward: policy", f"{ev['policy_reward']:.3f}"),
+                 ("held-out reward: objective greedy", f"{ev['greedy_reward']:.3f}")]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    console.print(f"policy written to {args.out} (metadata {args.out.rsplit('.', 1)[0]}.json)")
