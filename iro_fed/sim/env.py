@@ -124,7 +124,7 @@ class PlacementEnv(gym.Env):
         self._cands = self._rank(self._req)
 
     def _rank(self, req: DecisionRequest) -> np.ndarray:
-        nodes, gains = order_candidates(req.state, req.local, req.candidates)
+        nodes, gains = order_candidates(req.state, req.local, req.candidates, self.k)
         self._gains = gains[: self.k]
         return nodes[: self.k]
 
