@@ -1,0 +1,317 @@
+#!/usr/bin/env python
+"""Federated training of the placement policy: quality, robustness, round overhead, emissions.
+
+On ``edge-iot`` with five heterogeneous sites (:data:`iro_fed.federated.task.EDGE_IOT_SITES`;
+sites 0-3 train, site 4 is held out and never trained on), every policy gets the same number
+of environment steps and is evaluated greedily on the held-out site:
+
+1. **Quality**: local-only policies (one per training site, all steps on its own slice), a
+   centrally trained policy (all steps on the four slices pooled: one learner, four envs), and
+   the federated global policy (FedAvg, ``rounds x local_steps`` per site). Reported: held-out
+   return per episode (the objective's change summed over decisions, in units of one unplaced
+   pod: the simulator env's reward) and the simulator's score, plus the objective's greedy
+   choice and a random valid action as references; candidate slots are shuffled at evaluation
+   (see :func:`iro_fed.federated.task.evaluate_policy`). Targets: federated >= 95 % of
+   centralized R, and better than the mean local-only policy.
+2. **Poisoning**: five clients, one sends ``w + 1e6`` every round. FedAvg without the norm
+   check (Flower's plain behaviour) against FedAvg with our update validation, FedMedian, Krum
+   and FedTrimmedAvg (validation off, so the aggregator alone must resist). Target: robust
+   within 5 % of clean R; FedAvg degrades.
+3. **Round overhead** with a real SuperLink and 3 SuperNodes on loopback (``flwr run``):
+   seconds per round with near-zero local work (target <= 5 s after start-up), and start-up.
+4. **Emissions** of the federated training (codecarbon, offline, per site, summed).
+
+Quality and poisoning run the deployed ServerApp loop and ClientApp handlers through the
+in-process grid (:mod:`iro_fed.federated.inprocess`) so that many federations fit in one run;
+the overhead part uses real processes.
+
+    .venv/bin/python benchmarks/federated.py --quick      # a few minutes on 2 cores
+    .venv/bin/python benchmarks/federated.py              # more rounds and steps, 3 evaluation seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "federated.json"
+TRAIN_SITES = (0, 1, 2, 3)
+HELD_OUT = 4
+
+
+def _quiet_flower() -> None:
+    import logging
+
+    from flwr.common.logger import FLOWER_LOGGER  # importing it sets its level; override afterwards
+
+    FLOWER_LOGGER.setLevel(logging.ERROR)
+
+
+def _machine() -> dict[str, Any]:
+    import flwr
+    import torch
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "torch": torch.__version__, "flwr": flwr.__version__, "numpy": np.__version__,
+            "load_avg": os.getloadavg()[0]}
+
+
+def evaluate(weights: dict[str, np.ndarray], cfg: Any, episodes: int) -> dict[str, float]:
+    from iro_fed.federated.task import evaluate_policy
+
+    return evaluate_policy(weights, cfg, HELD_OUT, episodes=episodes)
+
+
+def federate(cfg: Any, node_configs: Sequence[dict[str, Any]], strategy: str, registry: Path,
+             **strategy_overrides: Any) -> dict[str, Any]:
+    """One in-process federation with the deployed ServerApp loop; the final global weights and summary."""
+    from iro_fed.federated.inprocess import InProcessGrid
+    from iro_fed.federated.server_app import run_federation
+    from iro_fed.federated.strategies import make_strategy
+
+    cfg = cfg.replace(strategy=strategy, registry=str(registry), min_nodes=len(node_configs))
+    random.seed(cfg.seed)  # Flower samples nodes with random.sample: the same sample in every federation
+    grid = InProcessGrid(node_configs, cfg.to_run_config())
+    t0 = time.perf_counter()
+    summary = run_federation(grid, cfg, strategy=make_strategy(strategy, cfg, **strategy_overrides))
+    arrays = summary["result"].arrays
+    weights = {k: v.numpy() for k, v in arrays.items()}
+    return {"weights": weights, "rounds": summary["rounds"], "emissions_g": summary["emissions_g"],
+            "wall_s": time.perf_counter() - t0}
+
+
+def quality(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str, Any]:
+    import torch
+
+    from iro_fed.federated.task import (
+        build_agent,
+        full_state_dict,
+        get_weights,
+        greedy_choice,
+        make_site_env,
+        random_choice,
+        run_episodes,
+    )
+    from solvers.dqn.train import train
+
+    torch.set_num_threads(1)
+    budget = cfg.num_server_rounds * cfg.local_steps  # steps per site
+    initial = get_weights(build_agent(cfg).online)
+    out: dict[str, Any] = {"steps_per_site": budget, "total_steps": budget * len(TRAIN_SITES)}
+    out["greedy"] = run_episodes(greedy_choice, cfg, HELD_OUT, episodes, 10_000)
+    out["random"] = run_episodes(random_choice(1), cfg, HELD_OUT, episodes, 10_000)
+    out["initial"] = evaluate(initial, cfg, episodes)
+
+    console.print(f"[bold]quality[/bold]: local-only on sites {list(TRAIN_SITES)} ({budget} steps each)")
+    local = {}
+    for site in TRAIN_SITES:
+        agent, _ = train([lambda s=site: make_site_env(cfg.scenario, s, 500 + s, cfg.hours, cfg.top_k)],
+                         cfg.dqn_config(), steps=budget, seed=500 + site, progress=False, track_emissions=False,
+                         initial_state=full_state_dict(cfg, initial))
+        local[site] = evaluate(get_weights(agent.online), cfg, episodes)
+    out["local"] = local
+
+    console.print(f"[bold]quality[/bold]: centralized on the pooled sites ({budget * len(TRAIN_SITES)} steps)")
+    t0 = time.perf_counter()
+    agent, res = train([lambda s=site: make_site_env(cfg.scenario, s, 700 + s, cfg.hours, cfg.top_k)
+                        for site in TRAIN_SITES], cfg.dqn_config(), steps=budget * len(TRAIN_SITES), seed=700,
+                       progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, initial))
+    out["centralized"] = {**evaluate(get_weights(agent.online), cfg, episodes),
+                          "emissions_g": 1000.0 * float(res.emissions_kg or 0.0), "wall_s": time.perf_counter() - t0}
+
+    console.print(f"[bold]quality[/bold]: federated FedAvg, {cfg.num_server_rounds} rounds x {cfg.local_steps} steps")
+    fed = federate(cfg, [{"site": s} for s in TRAIN_SITES], "fedavg", work / "quality")
+    out["federated"] = {**evaluate(fed["weights"], cfg, episodes), "emissions_g": fed["emissions_g"],
+                        "wall_s": fed["wall_s"], "per_round": [r["eval-reward"] for r in fed["rounds"]]}
+    return out
+
+
+def poisoning(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str, Any]:
+    nodes = [{"site": s} for s in TRAIN_SITES] + [{"site": 0, "attack": "scale"}]
+    clean_nodes = [{"site": s} for s in TRAIN_SITES]
+    runs: dict[str, Any] = {}
+    plan = [
+        ("fedavg (clean, 4 honest)", "fedavg", clean_nodes, {}),
+        ("fedavg, no validation", "fedavg", nodes, {"norm_factor": math.inf}),
+        ("fedavg + update validation", "fedavg", nodes, {}),
+        ("fedmedian, no validation", "fedmedian", nodes, {"norm_factor": math.inf}),
+        ("krum, no validation", "krum", nodes, {"norm_factor": math.inf}),
+        ("fedtrimmedavg, no validation", "fedtrimmedavg", nodes, {"norm_factor": math.inf}),
+    ]
+    for label, strategy, node_configs, overrides in plan:
+        console.print(f"[bold]poisoning[/bold]: {label}")
+        fed = federate(cfg, node_configs, strategy, work / label.split()[0], **overrides)
+        finite = all(np.isfinite(v).all() for v in fed["weights"].values())
+        max_abs = max(float(np.abs(v).max()) for v in fed["weights"].values())
+        runs[label] = {**evaluate(fed["weights"], cfg, episodes), "max_abs_weight": max_abs, "finite": finite,
+                       "dropped": sum(r["dropped"] for r in fed["rounds"])}
+    return runs
+
+
+def overhead(nodes: int, rounds: int, console: Console) -> dict[str, Any]:
+    from iro_fed.federated.local import LocalFederation
+
+    console.print(f"[bold]overhead[/bold]: real SuperLink + {nodes} SuperNodes on loopback, {rounds} rounds, "
+                  "1 local step per site")
+    stamps: list[float] = []
+    rows: list[dict[str, Any]] = []
+
+    def on_line(line: str) -> None:
+        if "IRO-FED-ROUND" in line:
+            stamps.append(time.perf_counter())
+            try:
+                rows.append(json.loads(line.split("IRO-FED-ROUND", 1)[1].strip()))
+            except json.JSONDecodeError:
+                pass
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="iro-fed-bench-") as tmp:
+        fed = LocalFederation(nodes, workdir=Path(tmp) / "work")
+        with fed:
+            started = time.perf_counter()
+            result = fed.run({"num-server-rounds": rounds, "local-steps": 1, "hours": 1.0, "track-emissions": False,
+                              "min-nodes": nodes, "registry": str(Path(tmp) / "reg")},
+                             on_line=on_line, timeout=900)
+    total = time.perf_counter() - t0
+    per_round = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return {"nodes": nodes, "rounds": len(result["rounds"]), "processes_start_s": started - t0,
+            "first_round_s": stamps[0] - started if stamps else None, "per_round_s": per_round,
+            "mean_round_s": float(np.mean(per_round)) if per_round else None, "total_s": total,
+            "server_round_s": [r.get("round_s") for r in rows], "replies_s": [r.get("replies_s") for r in rows],
+            "client_handler_s": [r.get("client_handler_s") for r in rows]}
+
+
+def _table(title: str, cols: Sequence[str]) -> Table:
+    t = Table(title=title)
+    for i, c in enumerate(cols):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    return t
+
+
+def report(res: dict[str, Any], console: Console) -> None:
+    q = res.get("quality")
+    if q:
+        t = _table(f"held-out site {HELD_OUT}: greedy evaluation ({res['episodes']} episode(s)), "
+                   f"{q['steps_per_site']} steps per site", ["policy", "R per episode", "% of centralized",
+                                                            "sim score", "carbon kg", "train gCO2"])
+        cen = q["centralized"]["eval-reward"]
+
+        def row(name: str, m: dict[str, Any]) -> None:
+            t.add_row(name, f"{m['eval-reward']:.2f}", f"{100 * m['eval-reward'] / cen:.1f}",
+                      f"{m['eval-score']:.4f}", f"{m['eval-carbon-kg']:.3f}",
+                      f"{m['emissions_g']:.3f}" if "emissions_g" in m else "-")
+
+        row("objective greedy (reference)", q["greedy"])
+        row("random valid action (reference)", q["random"])
+        row("initial policy", q["initial"])
+        for site, m in q["local"].items():
+            row(f"local-only site {site}", m)
+        row("local-only mean", q["local_mean"])
+        row("centralized (pooled)", q["centralized"])
+        row("federated FedAvg", q["federated"])
+        console.print(t)
+        console.print(f"federated / centralized R: {100 * q['fed_vs_central']:.1f} % (target >= 95 %); gain over "
+                      f"random, federated / centralized: {100 * q['fed_vs_central_gain']:.1f} %; federated - mean "
+                      f"local-only R: {q['fed_minus_local']:+.2f} (target > 0)")
+    p = res.get("poisoning")
+    if p:
+        t = _table("poisoning: 1 of 5 clients sends w + 1e6 every round", ["strategy", "R per episode",
+                                                                          "% of clean", "sim score", "max |w|",
+                                                                          "dropped"])
+        clean = p["fedavg (clean, 4 honest)"]["eval-reward"]
+        for name, m in p.items():
+            t.add_row(name, f"{m['eval-reward']:.2f}", f"{100 * m['eval-reward'] / clean:.1f}",
+                      f"{m['eval-score']:.4f}", f"{m['max_abs_weight']:.3g}", str(m["dropped"]))
+        console.print(t)
+    o = res.get("overhead")
+    if o:
+        t = _table(f"round overhead: real SuperLink + {o['nodes']} SuperNodes (loopback)",
+                   ["measure", "seconds"])
+        t.add_row("start-up (processes)", f"{o['processes_start_s']:.1f}")
+        t.add_row("flwr run -> first round done", f"{o['first_round_s']:.1f}" if o["first_round_s"] else "-")
+        for i, s in enumerate(o["per_round_s"], start=2):
+            t.add_row(f"round {i}", f"{s:.2f}")
+        for i, (a, b, c) in enumerate(zip(o["server_round_s"], o["replies_s"], o["client_handler_s"], strict=False), 1):
+            t.add_row(f"  round {i}: server round / wait for replies / slowest ClientApp handler",
+                      f"{a:.1f} / {b:.1f} / {c:.1f}")
+        t.add_row("mean per round after the first (target <= 5)",
+                  f"{o['mean_round_s']:.2f}" if o["mean_round_s"] is not None else "-")
+        t.add_row("total incl. shutdown", f"{o['total_s']:.1f}")
+        console.print(t)
+    if q:
+        console.print(f"emissions (codecarbon, offline, DEU grid): federated training "
+                      f"{q['federated']['emissions_g']:.3f} gCO2eq over {len(TRAIN_SITES)} sites; centralized "
+                      f"{q['centralized']['emissions_g']:.3f} gCO2eq")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="few rounds and steps (a few minutes on 2 cores)")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--local-steps", type=int, default=None)
+    ap.add_argument("--episodes", type=int, default=None, help="evaluation episodes on the held-out site")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,poisoning,overhead")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file")
+    args = ap.parse_args(argv)
+
+    _quiet_flower()
+    from iro_fed.federated.task import FedConfig
+
+    rounds = args.rounds or (3 if args.quick else 8)
+    steps = args.local_steps or (150 if args.quick else 500)
+    episodes = args.episodes or (2 if args.quick else 3)
+    cfg = FedConfig(num_server_rounds=rounds, local_steps=steps, hours=2.0 if args.quick else 4.0,
+                    learning_starts=64, eval_episodes=episodes, track_emissions=True)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    console = Console(width=160)
+    res: dict[str, Any] = {"machine": _machine(), "started": datetime.now(UTC).isoformat(), "quick": args.quick,
+                           "episodes": episodes, "config": cfg.to_run_config()}
+    console.print(f"machine: {res['machine']}")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="iro-fed-bench-") as tmp:
+        work = Path(tmp)
+        if "quality" not in skip:
+            q = quality(cfg, episodes, work, console)
+            local_mean = {k: float(np.mean([m[k] for m in q["local"].values()]))
+                          for k in ("eval-reward", "eval-score", "eval-carbon-kg")}
+            q["local_mean"] = local_mean
+            q["fed_vs_central"] = q["federated"]["eval-reward"] / q["centralized"]["eval-reward"]
+            q["fed_minus_local"] = q["federated"]["eval-reward"] - local_mean["eval-reward"]
+            base = q["random"]["eval-reward"]
+            span = q["centralized"]["eval-reward"] - base
+            q["fed_vs_central_gain"] = (q["federated"]["eval-reward"] - base) / span if span else math.nan
+            res["quality"] = q
+        if "poisoning" not in skip:
+            pcfg = cfg.replace(num_server_rounds=max(2, rounds - 1), track_emissions=False)
+            res["poisoning"] = poisoning(pcfg, episodes, work, console)
+        if "overhead" not in skip:
+            res["overhead"] = overhead(3, 4 if args.quick else 6, console)
+    res["wall_s"] = time.perf_counter() - t0
+    report(res, console)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=float) + "\n")
+    console.print(f"wrote {out} ({res['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Certificates and keys for a TLS federation, made with ``cryptography`` (no openssl needed).
+
+* :func:`make_tls` writes a private CA (``ca.crt``/``ca.key``) and a SuperLink server
+  certificate (``server.crt``/``server.key``) valid for the given host names and IP addresses;
+  the SuperLink serves with the server pair, SuperNodes and ``flwr`` trust ``ca.crt``.
+* :func:`make_node_key` writes a SuperNode's authentication key pair in OpenSSH format
+  (ECDSA P-384, as Flower's docs make with ``ssh-keygen``): the private key stays on the node
+  (``--auth-supernode-private-key``), the ``.pub`` is registered with ``flwr supernode register``.
+
+For production, certificates from your own PKI work the same way; these are for tests, labs
+and first deployments. Private keys are written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def make_tls(out: str | os.PathLike[str], hosts: Sequence[str] = ("localhost", "127.0.0.1"),
+             days: int = 365) -> dict[str, Path]:
+    """A CA and a server certificate for ``hosts`` (DNS names or IPs) in ``out``; returns the paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    if not hosts:
+        raise ValueError("hosts: give at least one DNS name or IP address for the server certificate")
+    out = Path(out)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "iro-fed federation CA")])
+    ca_cert = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    key = ec.generate_private_key(ec.SECP384R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    none = serialization.NoEncryption()
+    paths = {"ca": out / "ca.crt", "ca_key": out / "ca.key", "cert": out / "server.crt", "key": out / "server.key"}
+    _write(paths["ca"], ca_cert.public_bytes(pem))
+    _write(paths["ca_key"], ca_key.private_bytes(pem, pkcs8, none), private=True)
+    _write(paths["cert"], cert.public_bytes(pem))
+    _write(paths["key"], key.private_bytes(pem, pkcs8, none), private=True)
+    return paths
+
+
+def make_node_key(out: str | os.PathLike[str], name: str = "supernode") -> dict[str, Path]:
+    """An OpenSSH ECDSA P-384 key pair ``name`` / ``name.pub`` for SuperNode authentication."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    out = Path(out)
+    key = ec.generate_private_key(ec.SECP384R1())
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    paths = {"private": out / name, "public": out / f"{name}.pub"}
+    _write(paths["private"], private, private=True)
+    _write(paths["public"], public + f" {name}\n".encode())
+    return paths

@@ -1,0 +1,346 @@
+"""``iro fed``: federated training of the placement policy with Flower.
+
+    iro fed local --nodes 3 --rounds 5 [--registry DIR]     # SuperLink + N SuperNodes on 127.0.0.1
+    iro fed server --ssl-ca-certfile ca.crt --ssl-certfile server.crt --ssl-keyfile server.key
+    iro fed node --superlink HOST:PORT --site 0 --root-certificates ca.crt [--auth-key KEY]
+    iro fed certs --out DIR --host superlink.example.org [--node-keys 3]
+
+flwr is imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from iro_fed.cli import EXIT_OK, UsageError, _console
+
+
+def register(sub: Any) -> None:
+    fed = sub.add_parser("fed", help="federated training of the placement policy (Flower)",
+                         description="Federated DQN training: edge sites train locally, a Flower server aggregates.")
+    fsub = fed.add_subparsers(dest="fed_command", metavar="{local,server,node,certs}")
+    fsub.required = True
+
+    p = fsub.add_parser("local", help="run a real SuperLink and N SuperNodes on 127.0.0.1 and train",
+                        description="Start flower-superlink and N flower-supernode processes on loopback (one "
+                                    "edge-iot site each), run the app with `flwr run`, stop them all, print a table.")
+    p.add_argument("--nodes", type=int, default=3, help="SuperNodes (sites) to start (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="federated rounds (default 3)")
+    p.add_argument("--registry", default="policies", help="policy-registry folder (default ./policies)")
+    p.add_argument("--strategy", default=None, help="fedavg (default), fedprox, fedmedian, fedtrimmedavg, krum, bulyan")
+    p.add_argument("--local-steps", type=int, default=None, help="local training steps per site and round")
+    p.add_argument("--carbon-aware", action="store_true", help="prefer sites in low-carbon hours")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
+    p.add_argument("--tls", action="store_true", help="serve the SuperLink with TLS (certificates made on the fly)")
+    p.add_argument("--supernode-auth", action="store_true",
+                   help="with --tls: SuperNode authentication (keys made and registered with `flwr supernode register`)")
+    p.add_argument("--workdir", default=None, help="keep FLWR_HOME and the process logs here (default: a temp dir)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is abandoned (default 3600)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="FILE", help="write the per-round summary as JSON")
+    p.add_argument("--verbose", action="store_true", help="show Flower's whole log stream")
+    p.set_defaults(func=cmd_local)
+
+    s = fsub.add_parser("server", help="run the SuperLink of a multi-machine federation (TLS)",
+                        description="Run flower-superlink for a real deployment. TLS is required unless --insecure.")
+    s.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    s.add_argument("--port", type=int, default=8000, help="Fleet/Control/Runtime HTTP API port (default 8000)")
+    s.add_argument("--ssl-ca-certfile", default=None, help="CA certificate (PEM)")
+    s.add_argument("--ssl-certfile", default=None, help="server certificate (PEM)")
+    s.add_argument("--ssl-keyfile", default=None, help="server private key (PEM)")
+    s.add_argument("--enable-supernode-auth", action="store_true",
+                   help="only SuperNodes whose public key was registered (`flwr supernode register`) may join")
+    s.add_argument("--database", default=None, help="SuperLink state database file (default: in memory)")
+    s.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
+    s.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    s.set_defaults(func=cmd_server)
+
+    n = fsub.add_parser("node", help="run one site's SuperNode of a multi-machine federation (TLS)",
+                        description="Run flower-supernode for one edge site. TLS is required unless --insecure.")
+    n.add_argument("--superlink", required=True, help="SuperLink address HOST:PORT")
+    n.add_argument("--site", type=int, required=True, help="site index of the scenario (edge-iot: 0..4)")
+    n.add_argument("--root-certificates", default=None, help="CA certificate that signed the SuperLink's (PEM)")
+    n.add_argument("--auth-key", default=None, help="this node's private key (OpenSSH) for SuperNode authentication")
+    n.add_argument("--port", type=int, default=9094, help="local ClientApp runtime port (default 9094)")
+    n.add_argument("--node-config", default="", help="extra node settings 'key=value ...'")
+    n.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
+    n.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    n.set_defaults(func=cmd_node)
+
+    c = fsub.add_parser("certs", help="make a CA, a SuperLink certificate and SuperNode auth keys",
+                        description="Write ca.crt/ca.key, server.crt/server.key and nodeN/nodeN.pub into --out.")
+    c.add_argument("--out", required=True, help="folder to write into")
+    c.add_argument("--host", action="append", default=[], help="SuperLink DNS name or IP (repeatable; default "
+                                                                 "localhost and 127.0.0.1)")
+    c.add_argument("--node-keys", type=int, default=0, help="SuperNode authentication key pairs to make")
+    c.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    c.set_defaults(func=cmd_certs)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _pyproject_config() -> dict[str, Any]:
+    import tomllib
+
+    from iro_fed.federated.local import app_dir
+
+    with open(app_dir() / "pyproject.toml", "rb") as fh:
+        return dict(tomllib.load(fh)["tool"]["flwr"]["app"].get("config", {}))
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, Any]:
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("_", "-")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = value.strip()  # a bare word is a string
+    return out
+
+
+def _need_file(flag: str, path: str | None) -> str | None:
+    if path is not None and not Path(path).is_file():
+        raise UsageError(f"{flag}: no such file {path!r}")
+    return str(Path(path).resolve()) if path else None
+
+
+def _run_foreground(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Run a Flower daemon in the foreground; Ctrl-C / SIGTERM stop it (and what it started)."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+
+    def forward(signum: int, _frame: Any) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    old = signal.signal(signal.SIGTERM, forward)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        forward(signal.SIGINT, None)
+        try:
+            return proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _daemon_env() -> dict[str, str]:
+    from iro_fed.federated.local import flower_bin, shared_data_dir
+
+    env = dict(os.environ)
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    env.setdefault("IRO_DATA_DIR", str(shared_data_dir()))
+    env["PATH"] = os.pathsep.join([str(Path(flower_bin("flwr")).parent), env.get("PATH", "")])
+    return env
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from iro_fed.federated.task import FedConfig, FedConfigError
+
+    if args.nodes < 1:
+        raise UsageError(f"--nodes: expected >= 1, got {args.nodes}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
+    try:
+        from iro_fed.federated.local import FederationError, LocalFederation, TLSFiles
+    except ImportError as exc:
+        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
+    registry = Path(args.registry).expanduser().resolve()
+    overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "registry": str(registry),
+                                 "min-nodes": args.nodes}
+    if args.strategy is not None:
+        overrides["strategy"] = args.strategy
+    if args.local_steps is not None:
+        overrides["local-steps"] = args.local_steps
+    if args.carbon_aware:
+        overrides["carbon-aware"] = True
+    overrides.update(_parse_sets(args.set))
+    try:
+        cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
+    except FedConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.supernode_auth and not args.tls:
+        raise UsageError("--supernode-auth needs --tls")
+    if registry.exists() and not registry.is_dir():
+        raise UsageError(f"--registry: {str(registry)!r} exists and is not a folder")
+    try:
+        registry.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--registry: cannot create {str(registry)!r}: {exc.strerror or exc}") from exc
+
+    err = _console(stderr=True)
+    out = _console()
+    workdir = Path(args.workdir).resolve() if args.workdir else None
+    fed = LocalFederation(args.nodes, workdir=workdir, supernode_auth=False,
+                          log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    if args.tls:
+        from iro_fed.federated.certs import make_tls
+
+        paths = make_tls(fed.workdir / "certs")
+        fed.tls = TLSFiles(paths["ca"], paths["cert"], paths["key"])
+        fed.supernode_auth = args.supernode_auth
+    rounds: list[dict[str, Any]] = []
+
+    def on_line(line: str) -> None:
+        from iro_fed.federated.server_app import ROUND_TAG
+
+        if args.verbose:
+            err.print(line, markup=False, highlight=False)
+        if ROUND_TAG in line:
+            try:
+                row = json.loads(line.split(ROUND_TAG, 1)[1].strip())
+            except json.JSONDecodeError:
+                return
+            err.print(f"round {row['round']}/{cfg.num_server_rounds}: {row['nodes']} site(s), "
+                      f"{row['dropped']} dropped, held-out R {row['eval-reward']:.2f}, saved v{row['version']:04d}")
+        elif "ERROR" in line or "Traceback" in line:
+            err.print(line, markup=False, highlight=False)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # unwinds through `with fed`, which stops every process it started
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with err.status(f"federated training: {args.nodes} SuperNode(s), {cfg.num_server_rounds} round(s), "
+                        f"strategy {cfg.strategy}") as status:
+            with fed:
+                status.update(f"running `flwr run` ({cfg.num_server_rounds} rounds, {args.nodes} sites)")
+                result = fed.run(overrides, on_line=on_line, timeout=args.timeout)
+                rounds = result["rounds"]
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: every Flower process was stopped[/yellow]")
+        return 130
+    except FederationError as exc:
+        err.print(f"[red]federated run failed[/red] (logs in {fed.workdir}):")
+        err.print(str(exc), markup=False, highlight=False)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+    table = Table(title=f"iro fed local: {args.nodes} sites, strategy {cfg.strategy}, held-out site {cfg.eval_site}")
+    for col in ("round", "version", "sites", "dropped", "held-out R", "sim score", "carbon kg", "train gCO2"):
+        table.add_column(col, justify="right")
+    for r in rounds:
+        table.add_row(str(r["round"]), f"v{r['version']:04d}", str(r["nodes"]), str(r["dropped"]),
+                      f"{r['eval-reward']:.2f}", f"{r['eval-score']:.4f}", f"{r['eval-carbon-kg']:.3f}",
+                      f"{r['emissions_g']:.3f}")
+    out.print(table)
+    out.print(f"registry: {registry} (latest -> {(registry / 'latest').read_text().strip() if rounds else '-'}); "
+              f"wall {result['wall_s']:.1f} s")
+    if args.json_out:
+        from iro_fed.problem_io import write_json_atomic
+
+        write_json_atomic(args.json_out, {"nodes": args.nodes, "strategy": cfg.strategy, "registry": str(registry),
+                                          "rounds": rounds, "wall_s": result["wall_s"]})
+    if len(rounds) != cfg.num_server_rounds:
+        err.print(f"[red]expected {cfg.num_server_rounds} rounds, the server reported {len(rounds)}; logs in "
+                  f"{fed.workdir}[/red]")
+        return 1
+    if workdir is None:  # a temporary FLWR_HOME and logs: kept only when something failed
+        import shutil
+
+        shutil.rmtree(fed.workdir, ignore_errors=True)
+    return EXIT_OK
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from iro_fed.federated.local import flower_bin
+
+    files = [args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile]
+    if any(files) and not all(files):
+        raise UsageError("--ssl-ca-certfile, --ssl-certfile and --ssl-keyfile go together")
+    if not all(files) and not args.insecure:
+        raise UsageError("TLS needs --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile (make them with "
+                         "`iro fed certs`); pass --insecure to run without TLS on a lab network")
+    if args.enable_supernode_auth and not all(files):
+        raise UsageError("--enable-supernode-auth needs TLS (--ssl-* files)")
+    if args.insecure and all(files):
+        raise UsageError("--insecure and --ssl-* files contradict each other")
+    argv = [flower_bin("flower-superlink"), "--host", args.host, "--port", str(args.port),
+            "--disable-runtime-dependency-installation"]
+    if all(files):
+        argv += ["--ssl-ca-certfile", _need_file("--ssl-ca-certfile", args.ssl_ca_certfile),
+                 "--ssl-certfile", _need_file("--ssl-certfile", args.ssl_certfile),
+                 "--ssl-keyfile", _need_file("--ssl-keyfile", args.ssl_keyfile)]
+    else:
+        argv += ["--insecure"]
+    if args.enable_supernode_auth:
+        argv += ["--enable-supernode-auth"]
+    if args.database:
+        argv += ["--database", str(Path(args.database).resolve())]
+    if args.dry_run:
+        print(" ".join(argv))
+        return EXIT_OK
+    return _run_foreground(argv, _daemon_env())
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from iro_fed.federated.local import flower_bin, run_config_arg
+    from iro_fed.federated.task import FedConfig, FedConfigError, site_profile
+
+    host, sep, port = args.superlink.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--superlink: expected HOST:PORT, got {args.superlink!r}")
+    try:
+        site_profile(FedConfig().scenario, args.site)
+    except FedConfigError as exc:
+        raise UsageError(f"--site: {exc}") from exc
+    if not args.root_certificates and not args.insecure:
+        raise UsageError("TLS needs --root-certificates (the CA that signed the SuperLink's certificate); "
+                         "pass --insecure to connect without TLS on a lab network")
+    if args.insecure and (args.root_certificates or args.auth_key):
+        raise UsageError("--insecure cannot be combined with --root-certificates or --auth-key")
+    extra = args.node_config.strip()
+    config = run_config_arg({"site": args.site}) + (f" {extra}" if extra else "")
+    argv = [flower_bin("flower-supernode"), "--superlink", args.superlink, "--port", str(args.port),
+            "--node-config", config]
+    if args.root_certificates:
+        argv += ["--root-certificates", _need_file("--root-certificates", args.root_certificates)]
+    else:
+        argv += ["--insecure"]
+    if args.auth_key:
+        argv += ["--auth-supernode-private-key", _need_file("--auth-key", args.auth_key)]
+    if args.dry_run:
+        print(" ".join(argv))
+        return EXIT_OK
+    return _run_foreground(argv, _daemon_env())
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from iro_fed.federated.certs import make_node_key, make_tls
+
+    if args.node_keys < 0:
+        raise UsageError(f"--node-keys: expected >= 0, got {args.node_keys}")
+    if args.days < 1:
+        raise UsageError(f"--days: expected >= 1, got {args.days}")
+    hosts = args.host or ["localhost", "127.0.0.1"]
+    paths = make_tls(args.out, hosts, days=args.days)
+    for i in range(args.node_keys):
+        paths.update({f"node{i}_{k}": v for k, v in make_node_key(args.out, f"node{i}").items()})
+    for name, path in paths.items():
+        print(f"{name:>14}  {path}")
+    print(f"server certificate valid for: {', '.join(hosts)}", file=sys.stderr)
+    return EXIT_OK

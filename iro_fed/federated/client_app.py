@@ -1,0 +1,106 @@
+"""The ClientApp: an edge site trains the global policy on its own simulator slice and replies.
+
+Node settings (``flower-supernode --node-config``): ``site`` (index into the scenario's sites;
+``partition-id`` is accepted as its alias) and, for robustness experiments only, ``attack``:
+``scale`` (reply ``w + 1e6``), ``nan`` or ``shape`` (a truncated array). Run settings come from
+``[tool.flwr.app.config]`` through :class:`~iro_fed.federated.task.FedConfig`.
+
+A train reply holds ``arrays`` (the online network's ``state_dict``) and ``metrics``:
+``num-examples`` (env steps), ``mean-reward`` (per episode, objective units), ``loss``,
+``emissions-g`` (codecarbon, local training), ``carbon-intensity`` (the site's grid now,
+gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole handler) and
+``since-import-s`` (since this ClientApp process imported the app).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from iro_fed.federated.task import FedConfig, evaluate_policy, local_train, site_carbon
+
+app = ClientApp()
+_LOADED = time.time()  # Flower starts a ClientApp process per message: its start-up is part of a round
+
+ATTACKS = ("none", "scale", "nan", "shape")
+
+
+def node_site(context: Context) -> int:
+    """The site this node trains on, from ``site`` or ``partition-id`` in its node config."""
+    node = context.node_config
+    value = node.get("site", node.get("partition-id", 0))
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node-config site: expected an integer, got {value!r}") from exc
+
+
+def _weights(msg: Message) -> dict[str, np.ndarray]:
+    record = msg.content.array_records["arrays"]
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def _record(weights: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in weights.items()})
+
+
+def poison(weights: dict[str, np.ndarray], attack: str) -> dict[str, np.ndarray]:
+    """What a malicious or broken site would send (used by tests and the benchmark)."""
+    if attack == "scale":
+        return {k: v + np.float32(1e6) for k, v in weights.items()}
+    if attack == "nan":
+        out = dict(weights)
+        first = next(iter(out))
+        out[first] = np.full_like(out[first], np.nan)
+        return out
+    if attack == "shape":
+        out = dict(weights)
+        first = next(iter(out))
+        out[first] = out[first].reshape(-1)[:-1].copy()
+        return out
+    return weights
+
+
+def train_reply(msg: Message, context: Context) -> Message:
+    """Local training on this site from the global weights in ``msg`` (the ``@app.train`` body)."""
+    started = time.time()
+    cfg = FedConfig.from_run_config(context.run_config)
+    site = node_site(context)
+    config = msg.content.config_records.get("config")
+    server_round = int(config.get("server-round", 1)) if config is not None else 1
+    mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
+    result = local_train(_weights(msg), cfg, site, server_round, proximal_mu=mu)
+    attack = str(context.node_config.get("attack", "none"))
+    if attack not in ATTACKS:
+        raise ValueError(f"node-config attack: unknown {attack!r} (known: {', '.join(ATTACKS)})")
+    metrics: dict[str, Any] = {
+        "num-examples": result.num_examples, "mean-reward": result.mean_reward, "loss": result.loss,
+        "emissions-g": result.emissions_g, "carbon-intensity": site_carbon(cfg, site, server_round),
+        "site": site, "train-s": result.wall_s, "handler-s": time.time() - started,
+        "since-import-s": time.time() - _LOADED,
+    }
+    content = RecordDict({"arrays": _record(poison(result.weights, attack)), "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
+
+
+def evaluate_reply(msg: Message, context: Context) -> Message:
+    """Greedy evaluation of the global weights on this site (the ``@app.evaluate`` body)."""
+    cfg = FedConfig.from_run_config(context.run_config)
+    site = node_site(context)
+    metrics = evaluate_policy(_weights(msg), cfg, site)
+    return Message(content=RecordDict({"metrics": MetricRecord({**metrics, "num-examples": 1, "site": site})}),
+                   reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return train_reply(msg, context)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return evaluate_reply(msg, context)

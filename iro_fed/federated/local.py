@@ -1,0 +1,348 @@
+"""Real Flower processes on one machine: a SuperLink, N SuperNodes and ``flwr run``.
+
+:class:`LocalFederation` is what ``iro fed local``, the loopback tests and the benchmark use:
+
+* ``flower-superlink`` on 127.0.0.1 and a free port, state in memory;
+* one ``flower-supernode`` per site, each with its own free port and ``--node-config "site=i"``;
+* a private ``FLWR_HOME`` whose ``config.toml`` names that SuperLink, ``FLWR_TELEMETRY_ENABLED=0``;
+* ``flwr run <app> local --stream --run-config ...``, its output read line by line;
+* on exit (normal, error or Ctrl-C) every process it started is stopped: each was started in
+  its own session, so its process group (with the ServerApp / ClientApp subprocesses Flower
+  spawns) is sent SIGTERM, then SIGKILL after a grace period.
+
+TLS: give ``tls=TLSFiles(ca, cert, key)`` and the SuperLink serves HTTPS with them, SuperNodes
+and ``flwr`` verify it with the CA (``--root-certificates`` / ``root-certificates``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iro_fed.federated.server_app import ROUND_TAG
+
+#: Lines of `flwr run --stream` that mean the ServerApp failed (flwr run itself may still exit 0).
+APP_FAILURES = ("An unhandled exception occurred in the ServerApp", "Exit Code: ")
+
+
+class FederationError(RuntimeError):
+    """A Flower process that did not start, or a run that failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of a TLS SuperLink: the CA that signed it, its certificate and its key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def app_dir() -> Path:
+    """The Flower app folder: the repository root holding ``pyproject.toml`` with ``[tool.flwr.app]``."""
+    root = Path(__file__).resolve().parents[2]
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file() or "[tool.flwr.app]" not in pyproject.read_text(encoding="utf-8"):
+        raise FederationError(f"no Flower app at {root} (pyproject.toml with [tool.flwr.app]); run from a source "
+                              "checkout of iro-fed (pip install -e .)")
+    return root
+
+
+def shared_data_dir() -> Path:
+    """The simulator's data folder as this process resolves it (``$IRO_DATA_DIR`` or beside the repo)."""
+    from iro_fed.sim.signals import data_dir
+
+    return Path(data_dir()).resolve()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flower_bin(name: str) -> str:
+    """A Flower executable beside this interpreter (the venv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.is_file():
+        return str(here)
+    found = shutil.which(name)
+    if not found:
+        raise FederationError(f"{name}: not found; install the 'fed' extra (pip install 'iro-fed[fed]')")
+    return found
+
+
+def toml_value(value: Any) -> str:
+    """One ``--run-config`` value in TOML syntax."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def run_config_arg(overrides: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+
+
+@dataclass
+class LocalFederation:
+    """A SuperLink and ``nodes`` SuperNodes on loopback; use as a context manager."""
+
+    nodes: int
+    workdir: Path | None = None
+    tls: TLSFiles | None = None
+    node_configs: Sequence[Mapping[str, Any]] | None = None
+    supernode_auth: bool = False
+    start_timeout: float = 60.0
+    log: Callable[[str], None] | None = None
+    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes: expected >= 1, got {self.nodes}")
+        if self.supernode_auth and self.tls is None:
+            raise ValueError("supernode_auth: SuperNode authentication needs TLS")
+        self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="iro-fed-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.flwr_home = self.workdir / "flwr-home"
+        self.flwr_home.mkdir(exist_ok=True)
+        self.port = 0
+
+    # -- environment ------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"FLWR_HOME": str(self.flwr_home), "FLWR_TELEMETRY_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+                    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        # The apps run from a copy of the code under FLWR_HOME/apps: point them at the data sets.
+        env.setdefault("IRO_DATA_DIR", str(shared_data_dir()))
+        # SuperExec's task poll (default 1 s) adds to every round; SuperNode / Grid polls are fixed 3 s.
+        env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+        # Flower starts helpers (flower-superexec, flwr-serverapp, flwr-clientapp) by name from PATH.
+        env["PATH"] = os.pathsep.join([str(Path(flower_bin("flwr")).parent), env.get("PATH", "")])
+        return env
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        logf = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process's life
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self.env(), cwd=str(self.workdir), start_new_session=True)
+        logf.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def _tail(self, name: str, lines: int = 15) -> str:
+        path = self.workdir / f"{name}.log"
+        if not path.is_file():
+            return ""
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+    # -- start / stop -------------------------------------------------------------------------
+
+    def start(self) -> LocalFederation:
+        """Start the SuperLink, wait until it accepts connections, then the SuperNodes."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.port = free_port()
+        argv = [flower_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
+                "--disable-runtime-dependency-installation"]
+        argv += (["--ssl-ca-certfile", str(self.tls.ca), "--ssl-certfile", str(self.tls.cert),
+                  "--ssl-keyfile", str(self.tls.key)] if self.tls else ["--insecure"])
+        if self.supernode_auth:
+            argv.append("--enable-supernode-auth")
+        link = self._spawn("superlink", argv)
+        self._wait_port(self.port, link, "superlink")
+        self._write_connection()
+        keys = self._register_node_keys() if self.supernode_auth else []
+        for i in range(self.nodes):
+            config = {"site": i, **(dict(self.node_configs[i]) if self.node_configs else {})}
+            node_argv = [flower_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+                         "--port", str(free_port()), "--node-config", run_config_arg(config)]
+            node_argv += ["--root-certificates", str(self.tls.ca)] if self.tls else ["--insecure"]
+            if keys:
+                node_argv += ["--auth-supernode-private-key", str(keys[i])]
+            self._spawn(f"supernode-{i}", node_argv)
+        if self.log:
+            self.log(f"SuperLink on 127.0.0.1:{self.port} ({'TLS' if self.tls else 'insecure'}), "
+                     f"{self.nodes} SuperNode(s), logs in {self.workdir}")
+
+    def _register_node_keys(self) -> list[Path]:
+        """Make one key pair per SuperNode and register each public key with ``flwr supernode register``."""
+        from iro_fed.federated.certs import make_node_key
+
+        keys = []
+        for i in range(self.nodes):
+            pair = make_node_key(self.workdir / "node-keys", f"node{i}")
+            done = subprocess.run([flower_bin("flwr"), "supernode", "register", str(pair["public"]), "local"],
+                                  env=self.env(), cwd=str(self.workdir), capture_output=True, text=True,
+                                  timeout=self.start_timeout)
+            if done.returncode != 0:
+                raise FederationError(f"flwr supernode register node{i} failed ({done.returncode}):\n"
+                                      f"{done.stdout}{done.stderr}")
+            keys.append(pair["private"])
+        return keys
+
+    def _wait_port(self, port: int, proc: subprocess.Popen, name: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise FederationError(f"{name} exited with status {proc.returncode}:\n{self._tail(name)}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise FederationError(f"{name} did not listen on 127.0.0.1:{port} within {self.start_timeout:.0f} s:\n"
+                              f"{self._tail(name)}")
+
+    def _write_connection(self) -> None:
+        lines = ["[superlink]", 'default = "local"', "", "[superlink.local]", f'address = "127.0.0.1:{self.port}"']
+        lines += [f"root-certificates = {json.dumps(str(self.tls.ca))}"] if self.tls else ["insecure = true"]
+        (self.flwr_home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                raise FederationError(f"{name} exited with status {proc.returncode}:\n{self._tail(name)}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every process this object started and their descendants, then forget them.
+
+        Flower detaches some helpers (``flower-superexec`` runs in a new session), so besides each
+        process group, every descendant found in /proc before signalling is stopped too.
+        """
+        descendants = _descendants([p.pid for _, p in self.procs])
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+        for pid in descendants:
+            _signal_pid(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(process_alive(pid) for pid in descendants):
+            time.sleep(0.1)
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for _, proc in self.procs:
+            _signal_group(proc, signal.SIGKILL)  # also children left in the group after the leader exited
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in descendants:
+            if process_alive(pid):
+                _signal_pid(pid, signal.SIGKILL)
+        self.pids = [p.pid for _, p in self.procs] + descendants
+        self.procs = []
+
+    def __enter__(self) -> LocalFederation:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- running the app ----------------------------------------------------------------------
+
+    def run(self, overrides: Mapping[str, Any], on_line: Callable[[str], None] | None = None,
+            timeout: float = 1800.0) -> dict[str, Any]:
+        """``flwr run`` the app with ``overrides`` (kebab-case keys); returns rounds and the output tail."""
+        argv = [flower_bin("flwr"), "run", str(app_dir()), "local", "--stream"]
+        if overrides:
+            argv += ["--run-config", run_config_arg(overrides)]
+        rounds: list[dict[str, Any]] = []
+        tail: list[str] = []
+        crashed = False
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self.env(), cwd=str(self.workdir), start_new_session=True, text=True, bufsize=1)
+        self.procs.append(("flwr-run", proc))
+        started = time.monotonic()
+        try:
+            for line in _lines(proc, started + timeout):
+                tail = (tail + [line])[-40:]
+                crashed = crashed or any(marker in line for marker in APP_FAILURES)
+                if ROUND_TAG in line:
+                    try:
+                        rounds.append(json.loads(line.split(ROUND_TAG, 1)[1].strip()))
+                    except json.JSONDecodeError:
+                        pass
+                if on_line is not None:
+                    on_line(line)
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired as exc:
+            raise FederationError("flwr run did not exit after its output ended") from exc
+        text = "\n".join(tail)
+        if code != 0 or crashed:
+            raise FederationError(f"flwr run failed (status {code}):\n{text}\n--- superlink ---\n{self._tail('superlink')}")
+        return {"rounds": rounds, "status": code, "wall_s": time.monotonic() - started, "output": text}
+
+
+def _lines(proc: subprocess.Popen, deadline: float) -> Iterator[str]:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        yield line.rstrip("\n")
+        if time.monotonic() > deadline:
+            _signal_group(proc, signal.SIGTERM)
+            raise FederationError("flwr run: timed out")
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the group we created with start_new_session=True
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _descendants(roots: Sequence[int]) -> list[int]:
+    """Live descendants of ``roots`` (children, grandchildren ...) from /proc, deepest last."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().split(")")[-1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: list[int] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process id still runs (zombies count as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,266 @@
+"""Flower's strategies by name, with update validation and carbon-aware participation added.
+
+Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
+:class:`ValidatedStrategy` placed before it in the MRO, which calls ``super()`` after it has:
+
+* **validated** every train reply against the global arrays it was sent: no ``arrays`` record,
+  other array names, a shape that differs, NaN or Inf, a bad ``num-examples``, or an update
+  norm ``||w - w_global||`` above ``norm_factor`` times the cohort's (lower) median norm: such a
+  reply is dropped and logged with its node id and reason, and the round continues with the rest;
+* (optionally) **preferred low-carbon sites**: every site reports its grid's current carbon
+  intensity with its reply; the next round trains only the sites at or below the median of the
+  last reports, but never fewer than ``carbon_min_fraction`` of the sampled ones (nor
+  ``min_train_nodes``), and replies are down-weighted by ``min(1, median / intensity)``.
+
+What happened in each round (participants, dropped replies and why, emissions) is kept in
+``strategy.rounds[server_round]`` for the ServerApp's registry metadata.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+
+# flwr is an optional dependency: this module is imported only by the Flower apps, the
+# federated CLI commands and the benchmark, never by core modules.
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp import strategy as fl
+
+from iro_fed.federated.task import STRATEGIES, FedConfig
+
+
+def _arrays(msg: Message) -> ArrayRecord | None:
+    if msg.has_error() or "arrays" not in msg.content.array_records:
+        return None
+    return msg.content.array_records["arrays"]
+
+
+def check_reply(msg: Message, reference: dict[str, np.ndarray]) -> tuple[str | None, float]:
+    """``(reason or None, update norm)`` for one train reply against the global arrays."""
+    if msg.has_error():
+        return None, 0.0  # Flower's own check logs and skips replies that carry an error
+    record = _arrays(msg)
+    if record is None:
+        return "no 'arrays' record", math.nan
+    keys = list(record.keys())
+    if set(keys) != set(reference):
+        missing, extra = sorted(set(reference) - set(keys)), sorted(set(keys) - set(reference))
+        return f"array names differ (missing {missing[:3]}, unexpected {extra[:3]})", math.nan
+    metrics = msg.content.metric_records.get("metrics")
+    n = metrics.get("num-examples") if metrics is not None else None
+    if not isinstance(n, int | float) or not math.isfinite(float(n)) or n <= 0:
+        return f"num-examples {n!r} is not a positive number", math.nan
+    sq = 0.0
+    for key in keys:
+        arr = record[key].numpy()
+        ref = reference[key]
+        if tuple(arr.shape) != tuple(ref.shape):
+            return f"shape of {key!r} is {tuple(arr.shape)}, expected {tuple(ref.shape)}", math.nan
+        if not np.all(np.isfinite(arr)):
+            return f"non-finite values (NaN/Inf) in {key!r}", math.nan
+        sq += float(np.sum((arr.astype(np.float64) - ref.astype(np.float64)) ** 2))
+    norm = math.sqrt(sq)
+    if not math.isfinite(norm):
+        return "update norm overflows", math.nan
+    return None, norm
+
+
+def validate_replies(
+    replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
+) -> tuple[list[Message], list[dict[str, Any]]]:
+    """Replies that pass :func:`check_reply` and the cohort norm test; the dropped ones with reasons."""
+    replies = list(replies)
+    kept: list[tuple[Message, float]] = []
+    dropped: list[dict[str, Any]] = []
+    for msg in replies:
+        reason, norm = check_reply(msg, reference)
+        if reason is None:
+            kept.append((msg, norm))
+        else:
+            dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
+    norms = sorted(n for m, n in kept if not m.has_error())
+    if len(norms) >= 2:
+        median = norms[(len(norms) - 1) // 2]  # the lower median: with two replies, the smaller one
+        scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
+        limit = norm_factor * max(median, 1e-6 * scale, 1e-8)
+        survivors = []
+        for msg, norm in kept:
+            if not msg.has_error() and norm > limit:
+                dropped.append({"node": int(msg.metadata.src_node_id),
+                                "reason": f"update norm {norm:.4g} > {norm_factor:g} x cohort median {median:.4g}"})
+            else:
+                survivors.append((msg, norm))
+        kept = survivors
+    return [m for m, _ in kept], dropped
+
+
+class ValidatedStrategy:
+    """Mixin placed before a Flower strategy: validation and carbon-aware participation, then ``super()``."""
+
+    def __init__(self, *args: Any, norm_factor: float = 10.0, carbon_aware: bool = False,
+                 carbon_min_fraction: float = 0.5, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.norm_factor = float(norm_factor)
+        self.carbon_aware = bool(carbon_aware)
+        self.carbon_min_fraction = float(carbon_min_fraction)
+        self.carbon: dict[int, float] = {}
+        self.sites: dict[int, Any] = {}
+        self.rounds: dict[int, dict[str, Any]] = {}
+        self._reference: dict[str, np.ndarray] = {}
+
+    # -- participation ------------------------------------------------------------------------
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self._reference = {k: v.numpy() for k, v in arrays.items()}
+        self.rounds.setdefault(server_round, {})["started"] = time.time()
+        messages = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
+        info = self.rounds.setdefault(server_round, {})
+        info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
+        info["skipped_high_carbon"] = []
+        if not self.carbon_aware or len(messages) < 2:
+            return messages
+        known = {m.metadata.dst_node_id: self.carbon[m.metadata.dst_node_id] for m in messages
+                 if m.metadata.dst_node_id in self.carbon}
+        if not known:
+            return messages
+        median = float(np.median(list(known.values())))
+        need = max(int(getattr(self, "min_train_nodes", 1)), math.ceil(self.carbon_min_fraction * len(messages)))
+        order = sorted(messages, key=lambda m: known.get(m.metadata.dst_node_id, -math.inf))
+        chosen = [m for m in order if known.get(m.metadata.dst_node_id, -math.inf) <= median]
+        for m in order:  # fill up to the minimum participation with the next-lowest intensities
+            if len(chosen) >= need:
+                break
+            if all(m is not c for c in chosen):
+                chosen.append(m)
+        kept_ids = {id(m) for m in chosen}
+        skipped = [int(m.metadata.dst_node_id) for m in messages if id(m) not in kept_ids]
+        info["skipped_high_carbon"] = skipped
+        if skipped:
+            log(INFO, "carbon-aware: round %d skips %d high-carbon site(s) %s (median %.0f gCO2/kWh)",
+                server_round, len(skipped), skipped, median)
+        return chosen
+
+    # -- aggregation ----------------------------------------------------------------------------
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        for msg in replies:  # remember what every site reported, valid update or not
+            metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
+            if metrics is not None:
+                node = int(msg.metadata.src_node_id)
+                if isinstance(metrics.get("carbon-intensity"), int | float):
+                    self.carbon[node] = float(metrics["carbon-intensity"])
+                if "site" in metrics:
+                    self.sites[node] = metrics["site"]
+        reference = self._reference or _first_reference(replies)
+        kept, dropped = validate_replies(replies, reference, self.norm_factor)
+        # Arrival order is random (nodes are sampled with random.sample); a fixed order makes the
+        # aggregate of the same replies bit-identical, whatever else was sampled or dropped.
+        kept.sort(key=lambda m: int(m.metadata.src_node_id))
+        for d in dropped:
+            log(WARNING, "round %d: dropped the update of node %d: %s", server_round, d["node"], d["reason"])
+        if self.carbon_aware and kept:
+            self._carbon_weights(kept)
+        info = self.rounds.setdefault(server_round, {})
+        ok = [m for m in kept if not m.has_error()]
+        info.update({
+            "nodes": [int(m.metadata.src_node_id) for m in ok],
+            "sites": [self.sites.get(int(m.metadata.src_node_id)) for m in ok],
+            "dropped": dropped,
+            "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
+            "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
+            "replies_s": time.time() - info.get("started", time.time()),
+            "client_handler_s": max((_metric(m, "handler-s") for m in replies if not m.has_error()), default=0.0),
+        })
+        arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
+        if arrays is None and ok:
+            log(WARNING, "round %d: %s aggregated nothing from %d valid update(s); the global policy is unchanged",
+                server_round, type(self).__name__, len(ok))
+        info["aggregated"] = arrays is not None
+        return arrays, metrics
+
+    def _carbon_weights(self, kept: list[Message]) -> None:
+        values = [self.carbon[int(m.metadata.src_node_id)] for m in kept if int(m.metadata.src_node_id) in self.carbon]
+        if not values:
+            return
+        median = float(np.median(values))
+        for m in kept:
+            c = self.carbon.get(int(m.metadata.src_node_id))
+            if m.has_error() or c is None or c <= median or c <= 0:
+                continue
+            metrics = m.content.metric_records["metrics"]
+            metrics["num-examples"] = float(metrics["num-examples"]) * max(0.1, median / c)
+
+
+def _metric(msg: Message, key: str) -> float:
+    metrics = msg.content.metric_records.get("metrics")
+    value = metrics.get(key) if metrics is not None else None
+    return float(value) if isinstance(value, int | float) and math.isfinite(float(value)) else 0.0
+
+
+def _first_reference(replies: list[Message]) -> dict[str, np.ndarray]:
+    """Without the sent arrays (aggregate called directly): the first valid reply as the shape reference."""
+    for msg in replies:
+        record = _arrays(msg)
+        if record is not None:
+            return {k: np.zeros_like(v.numpy()) for k, v in record.items()}
+    return {}
+
+
+class FedAvg(ValidatedStrategy, fl.FedAvg):
+    """Flower's FedAvg with update validation."""
+
+
+class FedProx(ValidatedStrategy, fl.FedProx):
+    """Flower's FedProx (``proximal-mu`` sent to the sites) with update validation."""
+
+
+class FedMedian(ValidatedStrategy, fl.FedMedian):
+    """Flower's coordinate-wise median with update validation."""
+
+
+class FedTrimmedAvg(ValidatedStrategy, fl.FedTrimmedAvg):
+    """Flower's trimmed mean with update validation."""
+
+
+class Krum(ValidatedStrategy, fl.Krum):
+    """Flower's Krum with update validation."""
+
+
+class Bulyan(ValidatedStrategy, fl.Bulyan):
+    """Flower's Bulyan (needs ``4 * num_malicious + 3`` replies) with update validation."""
+
+
+CLASSES: dict[str, type] = {"fedavg": FedAvg, "fedprox": FedProx, "fedmedian": FedMedian,
+                            "fedtrimmedavg": FedTrimmedAvg, "krum": Krum, "bulyan": Bulyan}
+assert tuple(CLASSES) == STRATEGIES
+
+
+def make_strategy(name: str, cfg: FedConfig | None = None, **overrides: Any) -> Any:
+    """The named strategy configured from ``cfg``; ``overrides`` go to its constructor."""
+    cfg = cfg or FedConfig(strategy=name)
+    cls = CLASSES.get(name)
+    if cls is None:
+        raise ValueError(f"strategy: unknown {name!r} (known: {', '.join(CLASSES)})")
+    kwargs: dict[str, Any] = {
+        "fraction_train": cfg.fraction_train, "fraction_evaluate": 0.0, "min_train_nodes": cfg.min_nodes,
+        "min_available_nodes": cfg.min_nodes, "norm_factor": cfg.norm_factor, "carbon_aware": cfg.carbon_aware,
+        "carbon_min_fraction": cfg.carbon_min_fraction,
+    }
+    if name == "fedprox":
+        kwargs["proximal_mu"] = cfg.proximal_mu
+    elif name == "fedtrimmedavg":
+        kwargs["beta"] = cfg.trim_beta
+    elif name in ("krum", "bulyan"):
+        kwargs["num_malicious_nodes"] = cfg.num_malicious
+    kwargs.update(overrides)
+    return cls(**kwargs)

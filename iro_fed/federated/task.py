@@ -1,0 +1,391 @@
+"""What one federated round computes: the typed run config, the site envs, local training, evaluation.
+
+Everything the ClientApp and the ServerApp share lives here (Flower's ``task.py`` split):
+
+* :class:`FedConfig`: the app's settings, declared in ``pyproject.toml`` under
+  ``[tool.flwr.app.config]`` with kebab-case keys and converted here, at the app boundary, into
+  one typed, validated object (unknown keys and wrong types are errors that name the key);
+* :func:`make_site_env`: THE one place that builds a site's gymnasium env (the simulator's
+  :class:`iro_fed.sim.env.PlacementEnv` on one site's slice of the scenario, whose observations
+  are :mod:`iro_fed.features`, so a federated policy reads exactly what the ``dqn`` solver feeds it);
+* :func:`get_weights` / :func:`set_weights`: the online Q-network's learned ``state_dict``
+  entries as numpy arrays (the target network and the optimizer stay on the site);
+* :func:`local_train` (a few hundred steps of :func:`solvers.dqn.train.train` starting from the
+  global weights) and :func:`evaluate_policy` (greedy episodes on a site: the return, i.e. the
+  change of R in units of one unplaced pod, plus the simulator's totals).
+
+torch, gymnasium and the simulator are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Strategy names accepted by ``strategy`` (Flower's own implementations).
+STRATEGIES: tuple[str, ...] = ("fedavg", "fedprox", "fedmedian", "fedtrimmedavg", "krum", "bulyan")
+
+#: Heterogeneous slices of the ``edge-iot`` scenario, one per federated site: the site's own
+#: edge domain (whose users, services and carbon intensity it represents), a season (grid
+#: carbon differs a lot between January and June), sensor load, analytics rate and site size.
+#: Site 4 is the held-out site of the benchmark and of the server's evaluation by default.
+EDGE_IOT_SITES: tuple[dict[str, Any], ...] = (
+    {"name": "madrid", "domain": "edge-madrid",
+     "params": {"start": "2020-03-02 00:00:00", "sensor_rps": 1500.0, "jobs_per_hour": 6, "edge_nodes": 4}},
+    {"name": "oslo", "domain": "edge-oslo",
+     "params": {"start": "2020-06-15 00:00:00", "sensor_rps": 800.0, "jobs_per_hour": 10, "edge_nodes": 3}},
+    {"name": "frankfurt", "domain": "edge-frankfurt",
+     "params": {"start": "2020-01-13 00:00:00", "sensor_rps": 2200.0, "jobs_per_hour": 4, "edge_nodes": 5}},
+    {"name": "london", "domain": "edge-london",
+     "params": {"start": "2020-09-07 00:00:00", "sensor_rps": 1200.0, "jobs_per_hour": 8, "edge_nodes": 4}},
+    {"name": "madrid-winter", "domain": "edge-madrid",
+     "params": {"start": "2020-11-16 00:00:00", "sensor_rps": 1800.0, "jobs_per_hour": 7, "edge_nodes": 4}},
+)
+
+class FedConfigError(ValueError):
+    """A federated setting with a wrong name, type or value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class FedConfig:
+    """The app's run settings; ``[tool.flwr.app.config]`` spells each field in kebab-case."""
+
+    num_server_rounds: int = 3
+    """Federated rounds (each: local training on every sampled site, aggregation, evaluation)."""
+    local_steps: int = 400
+    """Environment steps of local DQN training per site and round."""
+    strategy: str = "fedavg"
+    """Aggregation: fedavg, fedprox, fedmedian, fedtrimmedavg, krum or bulyan."""
+    scenario: str = "edge-iot"
+    """Simulator scenario the sites are slices of."""
+    hours: float = 4.0
+    """Simulated hours per training / evaluation episode."""
+    top_k: int = 8
+    """Candidate nodes per decision (the policy's action space, plus the defer action)."""
+    seed: int = 0
+    """Seed of the initial global policy; sites add their id and the round."""
+    fraction_train: float = 1.0
+    """Share of connected sites sampled per round."""
+    min_nodes: int = 2
+    """Sites that must be connected before a round starts, and the least that train per round."""
+    eval_site: int = 4
+    """Held-out site (index into the scenario's site list) the server evaluates the global policy on."""
+    eval_episodes: int = 1
+    """Greedy episodes per evaluation (different seeds)."""
+    registry: str = "policies"
+    """Policy-registry folder the server writes each round's global policy into."""
+    carbon_aware: bool = False
+    """Prefer sites in low-carbon hours (and down-weight high-carbon ones) within ``carbon_min_fraction``."""
+    carbon_min_fraction: float = 0.5
+    """Least share of the sampled sites that trains when ``carbon_aware`` drops high-carbon ones."""
+    norm_factor: float = 10.0
+    """Update validation: a reply whose update norm exceeds this times the cohort median is dropped."""
+    proximal_mu: float = 0.01
+    """FedProx proximal term sent to the sites (they add ``mu/2 * ||w - w_global||^2`` to the loss)."""
+    trim_beta: float = 0.2
+    """FedTrimmedAvg: share cut from each tail per coordinate."""
+    num_malicious: int = 1
+    """Krum / Bulyan: malicious sites to tolerate."""
+    embed_dim: int = 32
+    hidden_dim: int = 64
+    attention_heads: int = 2
+    learning_rate: float = 1e-3
+    batch_size: int = 32
+    buffer_size: int = 5000
+    learning_starts: int = 100
+    target_update_every: int = 100
+    gamma: float = 0.9
+    track_emissions: bool = True
+    """Measure each site's local training with codecarbon (offline, no network)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = {"int": int, "float": float, "str": str, "bool": bool}[str(f.type)]
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+                ok = True
+            if not ok:
+                raise FedConfigError(f"{_kebab(f.name)}: expected {kind.__name__}, got {value!r}")
+        if self.strategy not in STRATEGIES:
+            raise FedConfigError(f"strategy: unknown {self.strategy!r} (known: {', '.join(STRATEGIES)})")
+        for name in ("num_server_rounds", "local_steps", "top_k", "min_nodes", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise FedConfigError(f"{_kebab(name)}: expected >= 1, got {getattr(self, name)!r}")
+        for name in ("fraction_train", "carbon_min_fraction"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise FedConfigError(f"{_kebab(name)}: expected a number in (0, 1], got {getattr(self, name)!r}")
+        if not 0.0 <= self.trim_beta < 0.5:
+            raise FedConfigError(f"trim-beta: expected a number in [0, 0.5), got {self.trim_beta!r}")
+        if not self.norm_factor > 1.0:
+            raise FedConfigError(f"norm-factor: expected > 1, got {self.norm_factor!r}")
+        if self.hours <= 0:
+            raise FedConfigError(f"hours: expected > 0, got {self.hours!r}")
+        if self.eval_site < 0:
+            raise FedConfigError(f"eval-site: expected >= 0, got {self.eval_site!r}")
+        self.dqn_config()  # DQN settings (dimensions, rates) are validated by DQNConfig itself
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> FedConfig:
+        """Typed settings from Flower's ``context.run_config`` (kebab-case keys); unknown keys raise."""
+        known = {_kebab(f.name): f.name for f in fields(cls)}
+        unknown = sorted(set(run_config) - set(known))
+        if unknown:
+            raise FedConfigError(f"unknown federated setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return cls(**{known[k]: v for k, v in run_config.items()})
+
+    def to_run_config(self) -> dict[str, Any]:
+        """The kebab-case mapping (what ``[tool.flwr.app.config]`` and ``--run-config`` hold)."""
+        return {_kebab(k): v for k, v in dataclasses.asdict(self).items()}
+
+    def replace(self, **changes: Any) -> FedConfig:
+        return dataclasses.replace(self, **changes)
+
+    def dqn_config(self) -> Any:
+        """The local learner's :class:`DQNConfig` (small network; Rainbow parts as the DQN's defaults)."""
+        from solvers.dqn.config import ConfigError, DQNConfig
+
+        try:
+            return DQNConfig(
+                top_k=self.top_k, defer_action=True, embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,
+                attention_heads=self.attention_heads, learning_rate=self.learning_rate, batch_size=self.batch_size,
+                buffer_size=self.buffer_size, learning_starts=self.learning_starts,
+                target_update_every=self.target_update_every, gamma=self.gamma, atoms=21,
+            )
+        except ConfigError as exc:
+            raise FedConfigError(f"DQN setting: {exc}") from exc
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+# --- sites and their envs ----------------------------------------------------------------------
+
+
+def sites(scenario: str) -> tuple[dict[str, Any], ...]:
+    """The federated sites of a scenario (``edge-iot`` only so far)."""
+    if scenario != "edge-iot":
+        raise FedConfigError(f"scenario: federated sites are defined for 'edge-iot', got {scenario!r}")
+    return EDGE_IOT_SITES
+
+
+def site_profile(scenario: str, site: int) -> dict[str, Any]:
+    """One site's slice of the scenario; ``site`` wraps around the list for larger federations."""
+    table = sites(scenario)
+    if not isinstance(site, int) or site < 0:
+        raise FedConfigError(f"site: expected an index >= 0, got {site!r}")
+    return table[site % len(table)]
+
+
+def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: int = 8) -> Any:
+    """The gymnasium env of one site: dict observations ``candidates[k, F]``, ``context[C]``, ``mask[k+1]``.
+
+    This is the only function that builds an env; adapting to a change of the simulator's env
+    is a change here. It is the simulator's :class:`~iro_fed.sim.env.PlacementEnv` on the
+    site's slice of the scenario; its observations are :mod:`iro_fed.features` (what the
+    ``dqn`` solver computes) and its reward is the change of R in units of one unplaced pod.
+    """
+    import gymnasium as gym
+
+    from iro_fed.sim.env import PlacementEnv
+
+    profile = site_profile(scenario, site)
+    env = PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=profile["params"])
+    space = env.observation_space
+    if not (isinstance(space, gym.spaces.Dict) and {"candidates", "context", "mask"} <= set(space.spaces)):
+        raise TypeError(f"PlacementEnv observations are {space}, expected a Dict of candidates, context and mask")
+    return env
+
+
+def feature_sizes() -> tuple[int, int]:
+    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+
+    return len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)
+
+
+# --- weights ------------------------------------------------------------------------------------
+
+
+def build_agent(cfg: FedConfig, seed: int | None = None) -> Any:
+    """A fresh :class:`DQNAgent` of the federation's architecture (the initial global policy)."""
+    from solvers.dqn.agent import DQNAgent
+
+    cand_f, ctx_f = feature_sizes()
+    return DQNAgent(cfg.dqn_config(), cand_f, ctx_f, seed=cfg.seed if seed is None else seed)
+
+
+#: State entries that are not learned: the noisy layers' current noise samples (redrawn before use).
+NOISE_BUFFERS = (".eps_in", ".eps_out")
+
+
+def _shared(key: str) -> bool:
+    return not key.endswith(NOISE_BUFFERS)
+
+
+def get_weights(module: Any) -> dict[str, np.ndarray]:
+    """The module's learned ``state_dict`` entries as float32 numpy arrays (copies), in its key order.
+
+    The noisy layers' noise samples are left out: they are random per site, not learned, and
+    would only add noise to the aggregate and to the robust strategies' distances.
+    """
+    return {k: v.detach().cpu().numpy().astype(np.float32, copy=True)
+            for k, v in module.state_dict().items() if _shared(k)}
+
+
+def set_weights(module: Any, weights: Mapping[str, np.ndarray]) -> None:
+    """Load numpy arrays into the module; missing, extra or mis-shaped arrays raise ``ValueError``."""
+    import torch
+
+    expected = {k: v for k, v in module.state_dict().items() if _shared(k)}
+    missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    if missing or extra:
+        raise ValueError(f"weights: missing {missing[:5]} / unexpected {extra[:5]}")
+    state = {}
+    for key, ref in expected.items():
+        arr = np.asarray(weights[key])
+        if tuple(arr.shape) != tuple(ref.shape):
+            raise ValueError(f"weights[{key!r}]: shape {arr.shape}, the network has {tuple(ref.shape)}")
+        state[key] = torch.as_tensor(arr, dtype=ref.dtype)
+    module.load_state_dict(state, strict=False)
+
+
+def full_state_dict(cfg: FedConfig, weights: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """A complete online-network ``state_dict`` (noise buffers included) from exchanged weights."""
+    agent = build_agent(cfg)
+    set_weights(agent.online, weights)
+    return {k: v.detach().clone() for k, v in agent.online.state_dict().items()}
+
+
+# --- local training and evaluation --------------------------------------------------------------
+
+
+@dataclass
+class LocalResult:
+    """One site's round: new weights and what it reports to the server."""
+
+    weights: dict[str, np.ndarray]
+    num_examples: int
+    mean_reward: float
+    loss: float
+    emissions_g: float
+    wall_s: float
+
+
+def local_train(
+    weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, server_round: int, steps: int | None = None,
+    proximal_mu: float = 0.0,
+) -> LocalResult:
+    """Train the global policy on the site's own simulator slice for ``steps`` env steps.
+
+    ``proximal_mu > 0`` (FedProx) pulls the result towards the global weights with the
+    proximal operator of ``mu/2 * ||w - w_global||^2``: ``w = (w_local + mu * w_global) / (1 + mu)``.
+    The DQN loop has no loss hook, so this is applied once after local training rather than in
+    every gradient step (a documented approximation of FedProx's local objective).
+    """
+    import torch
+
+    from solvers.dqn.train import train
+
+    torch.set_num_threads(1)
+    seed = cfg.seed * 1000 + site * 97 + server_round
+    n = int(steps or cfg.local_steps)
+    agent, result = train(
+        [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k)], cfg.dqn_config(), steps=n, seed=seed,
+        progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
+    )
+    new = get_weights(agent.online)
+    if proximal_mu > 0:
+        new = {k: (v + proximal_mu * np.asarray(weights[k], np.float32)) / (1.0 + proximal_mu) for k, v in new.items()}
+    return LocalResult(
+        weights=new, num_examples=int(result.steps),
+        mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,
+        loss=float(result.last_loss) if result.last_loss is not None else 0.0,
+        emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s),
+    )
+
+
+def evaluate_policy(weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, episodes: int | None = None,
+                    seed: int = 10_000, shuffle: bool = True) -> dict[str, float]:
+    """Greedy episodes of the policy on ``site``: mean return (see :func:`run_episodes`) and simulator totals.
+
+    ``shuffle`` presents the candidate slots in a random order at every decision. The env lists
+    candidates best-marginal-R first, so a degenerate network (e.g. constant Q-values after a
+    poisoned aggregate) would otherwise inherit the objective's greedy choice from slot 0 via
+    argmax's tie-break; a trained policy reads its features and is unaffected (the network is
+    permutation-equivariant over candidates).
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    agent = build_agent(cfg)
+    set_weights(agent.online, weights)
+    rng = np.random.default_rng(seed)
+    k = cfg.top_k
+
+    def choose(obs: Mapping[str, np.ndarray]) -> int:
+        perm = rng.permutation(k) if shuffle else np.arange(k)
+        mask = np.array(obs["mask"], copy=True)
+        mask[:k] = obs["mask"][:k][perm]
+        batch = {"candidates": obs["candidates"][perm][None], "context": obs["context"][None], "mask": mask[None]}
+        a = int(agent.act(batch, explore=False)[0])
+        return int(perm[a]) if a < k else a
+
+    return run_episodes(choose, cfg, site, episodes or cfg.eval_episodes, seed)
+
+
+def run_episodes(choose: Any, cfg: FedConfig, site: int, episodes: int, seed: int) -> dict[str, float]:
+    """Mean episode return (change of R in units of one unplaced pod), simulator score, carbon and
+    pending share of a decision function on a site."""
+    rewards, scores, carbon, pending = [], [], [], []
+    for e in range(episodes):
+        env = make_site_env(cfg.scenario, site, seed + e, cfg.hours, cfg.top_k)
+        obs, info = env.reset(seed=seed + e)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, info = env.step(choose(obs))
+            total += float(r)
+            done = bool(term or trunc)
+        totals = info.get("totals", {})
+        rewards.append(total)
+        scores.append(float(totals.get("score", math.nan)))
+        carbon.append(float(totals.get("carbon_kg", math.nan)))
+        pending.append(float(totals.get("pending_pct", math.nan)))
+        env.close()
+    return {"eval-reward": float(np.mean(rewards)), "eval-score": float(np.mean(scores)),
+            "eval-carbon-kg": float(np.mean(carbon)), "eval-pending-pct": float(np.mean(pending))}
+
+
+def random_choice(seed: int) -> Any:
+    """A decision function picking uniformly among the valid actions (the lower reference)."""
+    rng = np.random.default_rng(seed)
+    return lambda obs: int(rng.choice(np.flatnonzero(obs["mask"])))
+
+
+def greedy_choice(obs: Mapping[str, np.ndarray]) -> int:
+    """The objective's greedy decision (best marginal R candidate): the reference policy."""
+    mask = np.asarray(obs["mask"])
+    return 0 if mask[0] else len(mask) - 1
+
+
+def site_carbon(cfg: FedConfig, site: int, server_round: int) -> float:
+    """The site's grid carbon intensity (gCO2/kWh) at the round's simulated hour (one round = one hour)."""
+    from iro_fed.sim.scenarios import build_scenario
+
+    profile = site_profile(cfg.scenario, site)
+    sc = build_scenario(cfg.scenario, seed=cfg.seed, hours=1.0, **profile["params"])
+    series = np.asarray(sc.carbon[profile["domain"]])  # the day before the start, then the run
+    per_h = int(round(3600.0 / sc.step_s))
+    idx = min(((server_round - 1) % 24) * per_h, len(series) - 1)
+    return float(series[idx])
+
+
+def default_registry(cfg: FedConfig) -> Path:
+    return Path(cfg.registry).expanduser()

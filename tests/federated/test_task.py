@@ -1,0 +1,131 @@
+"""The typed run config, the site envs, weight exchange, the policy registry and the in-process server loop."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+
+from iro_fed.federated.registry import PolicyRegistry, RegistryError  # noqa: E402
+from iro_fed.federated.task import (  # noqa: E402
+    FedConfig,
+    FedConfigError,
+    build_agent,
+    get_weights,
+    make_site_env,
+    set_weights,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = dict(local_steps=80, hours=1.0, learning_starts=32, batch_size=16, track_emissions=False, min_nodes=2,
+            embed_dim=16, hidden_dim=32)
+
+
+def test_pyproject_config_is_the_typed_default() -> None:
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        app = tomllib.load(fh)["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": "iro_fed.federated.server_app:app",
+                                 "clientapp": "iro_fed.federated.client_app:app"}
+    cfg = FedConfig.from_run_config(app["config"])
+    assert cfg == FedConfig()
+    assert all("_" not in k for k in app["config"])  # kebab-case keys
+
+
+def test_run_config_errors_name_the_key() -> None:
+    with pytest.raises(FedConfigError, match="unknown federated setting.*local_steps"):
+        FedConfig.from_run_config({"local_steps": 10})
+    with pytest.raises(FedConfigError, match="local-steps: expected int"):
+        FedConfig.from_run_config({"local-steps": "ten"})
+    with pytest.raises(FedConfigError, match="strategy: unknown 'median'"):
+        FedConfig.from_run_config({"strategy": "median"})
+    with pytest.raises(FedConfigError, match="trim-beta"):
+        FedConfig.from_run_config({"trim-beta": 0.7})
+    with pytest.raises(FedConfigError, match="DQN setting: attention_heads"):
+        FedConfig.from_run_config({"embed-dim": 30, "attention-heads": 4})
+    assert FedConfig.from_run_config({"hours": 2}).hours == 2.0  # TOML ints are fine for float keys
+
+
+def test_site_env_gives_the_dqn_dict_observation() -> None:
+    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+
+    env = make_site_env("edge-iot", 1, seed=3, hours=1.0, k=8)
+    obs, _ = env.reset(seed=3)
+    assert obs["candidates"].shape == (8, len(CANDIDATE_FEATURES))
+    assert obs["context"].shape == (len(CONTEXT_FEATURES),)
+    assert obs["mask"].shape == (9,) and obs["mask"][:8].any()
+    assert env.observation_space.contains(obs)
+    steps, total = 0, 0.0
+    done = False
+    while not done:
+        valid = np.flatnonzero(obs["mask"])
+        obs, r, term, trunc, info = env.step(int(valid[0]))
+        total += r
+        steps += 1
+        done = term or trunc
+    assert steps > 5 and np.isfinite(total) and "totals" in info
+    with pytest.raises(FedConfigError, match="scenario"):
+        make_site_env("bank", 0, 0)
+
+
+def test_weights_round_trip_and_shape_errors() -> None:
+    cfg = FedConfig(**TINY)
+    a, b = build_agent(cfg, seed=1), build_agent(cfg, seed=2)
+    wa = get_weights(a.online)
+    assert not any(k.endswith(("eps_in", "eps_out")) for k in wa)  # noise samples are not exchanged
+    set_weights(b.online, wa)
+    for k, v in get_weights(b.online).items():
+        np.testing.assert_array_equal(v, wa[k])
+    bad = dict(wa)
+    key = next(k for k, v in bad.items() if v.ndim >= 2)
+    bad[key] = bad[key].reshape(-1)
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        set_weights(b.online, bad)
+    with pytest.raises(ValueError, match="missing"):
+        set_weights(b.online, {k: v for k, v in wa.items() if k != key})
+
+
+def test_registry_layout_is_what_the_dqn_solver_loads(tmp_path) -> None:
+    from iro_fed.problem_io import load_problem
+    from solvers.dqn.solver import DQNSolver, resolve_policy
+
+    pytest.importorskip("flwr")
+    from iro_fed.federated.inprocess import InProcessGrid
+    from iro_fed.federated.server_app import run_federation
+
+    reg = tmp_path / "policies"
+    cfg = FedConfig(num_server_rounds=2, registry=str(reg), **TINY)
+    grid = InProcessGrid([{"site": 0}, {"site": 2}], cfg.to_run_config())
+    summary = run_federation(grid, cfg)
+    assert [r["version"] for r in summary["rounds"]] == [1, 2]
+    registry = PolicyRegistry(reg)
+    assert registry.versions() == [1, 2] and registry.latest_version() == 2
+    assert (reg / "latest").read_text().strip() == "v0002/policy.pt"
+    meta = json.loads((reg / "v0002" / "policy.json").read_text())
+    assert meta["version"] == 2 and meta["round"] == 2 and meta["strategy"] == "fedavg"
+    assert len(meta["nodes"]) == 2 and sorted(meta["sites"]) == [0, 2]
+    assert np.isfinite(meta["evaluation"]["eval-reward"]) and "emissions_g_total" in meta
+    solver_meta = json.loads((reg / "v0002" / "metadata.json").read_text())
+    assert solver_meta["version"] == "v0002" and solver_meta["solver"] == "dqn"
+    assert solver_meta["params"] == {"policy": "{version_dir}/policy.pt"}
+    initial = get_weights(build_agent(cfg).online)
+    state, _ = registry.load()
+    assert any(not np.allclose(state[k].numpy(), v) for k, v in initial.items())
+    # the dqn solver reads the folder's latest version and places pods with it
+    assert resolve_policy(reg) == reg / "v0002" / "policy.pt"
+    placement = DQNSolver(policy=str(reg)).solve(load_problem(ROOT / "examples/problems/bank-three-zone.json"))
+    assert placement.status in ("feasible", "optimal") and placement.objective.placed > 0
+
+
+def test_registry_refuses_incomplete_metadata(tmp_path) -> None:
+    with pytest.raises(RegistryError, match="lacks 'config'"):
+        PolicyRegistry(tmp_path).publish({}, {"candidate_features": 1, "context_features": 1})
+    assert not (tmp_path / "latest").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RegistryError, match="not a folder"):
+        PolicyRegistry(tmp_path / "file")
