@@ -23,7 +23,7 @@ EXIT_BAD_INPUT = 2
 # Subcommands that live beside their integration. Each module exposes ``register(sub)``, which
 # adds its parsers with ``set_defaults(func=...)``; it imports optional dependencies only when a
 # command runs, so ``iro --help`` stays fast and works without the extras.
-COMMAND_MODULES: tuple[str, ...] = ("iro_fed.sim.cli", "iro_fed.learning", "iro_fed.federated.cli")
+COMMAND_MODULES: tuple[str, ...] = ("iro_fed.sim.cli", "iro_fed.learning", "iro_fed.k8s.cli", "iro_fed.federated.cli")
 
 
 class UsageError(Exception):

@@ -1,0 +1,476 @@
+"""The edge agent: HTTP endpoints, background loops, and an orderly start and stop.
+
+Threads:
+
+* the HTTP server (stdlib ``ThreadingHTTPServer``, one thread per request, bounded body size
+  and socket timeout);
+* ``collect``: psutil readings of the node every ``collect.interval_s`` into the gauges;
+* ``perception`` (with ``prometheus.url``): a cluster snapshot every ``refresh_interval_s``;
+  with ``prometheus.scoring`` ``usage`` / ``max`` the site's ``allocated`` follows observed usage
+  (:func:`iro_fed.metrics.load_aware_problem`). When Prometheus fails the agent goes back to
+  request-based scoring, says so in ``/readyz`` and ``iro_agent_dependency_up``, and retries
+  with exponential backoff;
+* ``policy`` (with ``policy.registry``): follows the registry's ``latest`` pointer, keeps the last
+  good policy, retries with backoff when the registry is missing or a version is broken.
+
+:meth:`Agent.stop` (on SIGTERM / SIGINT) stops accepting connections, lets in-flight requests
+finish (each is bounded by ``listen.request_timeout_s``), stops the loops and flushes the
+experience store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import solvers
+from edge_agent.backoff import Backoff
+from edge_agent.config import AgentConfig
+from edge_agent.logs import LOGGER_NAME, event
+from edge_agent.metrics import HANDLERS, AgentMetrics
+from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
+from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
+from edge_agent.store import ExperienceStore, Outcome, Transition
+from edge_agent.workload import BadRequest
+from iro_fed.metrics.prometheus import PrometheusClient
+from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
+from iro_fed.model import Problem
+
+
+@dataclass(frozen=True)
+class SiteView:
+    """The site's nodes (``site``, requests) and what /recommend ranks against (``cluster``:
+    the same, or with observed usage when ``load_aware``); ``discovered`` nodes came from Prometheus."""
+
+    site: Problem
+    cluster: Problem
+    load_aware: bool
+    discovered: int
+
+
+class Agent:
+    """One edge agent (see the module docstring). ``start()``, then ``stop()``."""
+
+    def __init__(self, cfg: AgentConfig, logger: logging.Logger | None = None) -> None:
+        self.cfg = cfg
+        self.log = logger or logging.getLogger(LOGGER_NAME)
+        discover = cfg.prometheus.discover_nodes
+        self.base_site: Problem = (
+            load_site(cfg.problem, cfg.site, allow_empty=discover) if cfg.problem else empty_site(cfg.site)
+        )
+        self.discover_domain = cfg.site or (self.base_site.domains[0].name if self.base_site.domains else "")
+        self._discovered: tuple = ()
+        # What /recommend ranks against, swapped as a whole by the perception loop.
+        self.view = SiteView(self.base_site, self.base_site, False, 0)
+        self.recommender = Recommender(self.base_site, cfg.recommend.k)
+        self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all")
+        self.store = ExperienceStore(cfg.store.path, cfg.store.max_rows) if cfg.store.path else None
+        self.fallback = Ranker(solvers.make(cfg.recommend.fallback), "heuristic")
+        self.solver = (
+            Ranker(solvers.make(cfg.recommend.solver, **cfg.recommend.solver_params), "solver")
+            if cfg.recommend.solver
+            else None
+        )
+        self.policy = RegistryPolicySource(cfg.policy.registry) if cfg.policy.registry else None
+        self.prometheus = PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s) if cfg.prometheus.url else None
+        self.snapshot: ClusterSnapshot | None = None
+        self.prometheus_state: dict[str, Any] = {"up": None, "last_error": None, "last_success": None}
+        self.load_aware_nodes = 0
+        self.local = None
+        self.stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: ThreadingHTTPServer | None = None
+        self.started_at = time.time()
+
+    # --- ranking -------------------------------------------------------------------------------
+
+    def current_ranker(self) -> tuple[Ranker, dict[str, Any]]:
+        """The policy if one is loaded, else the configured solver, else the fallback (with why)."""
+        note: dict[str, Any] = {}
+        if self.policy is not None:
+            current = self.policy.current
+            if current is not None:
+                return current, note
+            note["fallback_reason"] = f"no global policy loaded: {self.policy.last_error or 'registry not read yet'}"
+        if self.solver is not None:
+            return self.solver, note
+        if self.policy is None:
+            note["fallback_reason"] = "no policy registry or solver configured"
+        return self.fallback, note
+
+    def recommend(self, body: Any) -> dict[str, Any]:
+        ranker, note = self.current_ranker()
+        view = self.view
+        cluster = view.cluster
+        note["scoring"] = "usage" if view.load_aware else "requests"
+        if self.cfg.prometheus.scoring != "requests" and not view.load_aware:
+            why = ("the snapshot has no usage of the site's nodes" if self.prometheus_state["up"]
+                   else "no usable snapshot (Prometheus unreachable)")
+            note["scoring_note"] = f"prometheus.scoring={self.cfg.prometheus.scoring} but {why}: scoring with requests"
+        start = time.perf_counter()
+        rec = self.recommender.recommend(body, cluster, ranker, note)
+        elapsed = time.perf_counter() - start
+        self.metrics.decision_latency.labels(ranker.source).observe(elapsed)
+        self.metrics.decisions.labels(ranker.source, "ranked" if rec.top else "no_fit").inc()
+        if self.store is not None and self.cfg.recommend.record and rec.top:
+            t = Transition(
+                workload=rec.doc["workload"],
+                source=ranker.source,
+                state=features(rec, rec.doc["k"]),
+                action=0,
+                candidates=[e["node"] for e in rec.doc["nodes"]],
+                reward=float(rec.deltas[0]),
+                policy_version=ranker.version,
+                info={"scoring": note["scoring"], "solver": ranker.solver.name},
+            )
+            self.store.record(t)
+            rec.doc["decision_id"] = t.decision_id
+        return rec.doc
+
+    def record_outcome(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise BadRequest("body", "expected a JSON object")
+        did = body.get("decision_id")
+        if not isinstance(did, str) or not did:
+            raise BadRequest("decision_id", "required: the decision_id of a /recommend reply")
+        observed = body.get("observed", {})
+        if not isinstance(observed, dict):
+            raise BadRequest("observed", f"expected an object, got {type(observed).__name__}")
+        node = body.get("node")
+        if node is not None and not isinstance(node, str):
+            raise BadRequest("node", f"expected a node name, got {type(node).__name__}")
+        if self.store is None:
+            raise BadRequest("", "this agent has no experience store (store.path is not set)")
+        self.store.record(outcome=Outcome(did, observed, node))
+        return {"recorded": True, "decision_id": did}
+
+    # --- readiness -----------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        ranker, note = self.current_ranker()
+        view = self.view
+        ready = not self.stopping.is_set() and view.site.num_nodes > 0
+        degraded = []
+        if view.site.num_nodes == 0:
+            degraded.append("the site has no nodes yet (waiting for Prometheus to report some)")
+        prom: dict[str, Any] = {"configured": self.prometheus is not None}
+        if self.prometheus is not None:
+            prom.update(self.prometheus_state)
+            prom["url"] = self.prometheus.base_url
+            if self.prometheus_state["up"] is None:
+                degraded.append("prometheus not read yet: scoring with requests")
+            elif self.prometheus_state["up"] is False:
+                degraded.append("prometheus unreachable: scoring with requests")
+        if note.get("fallback_reason"):
+            degraded.append(note["fallback_reason"])
+        doc = {
+            "ready": ready,
+            "status": "stopping" if self.stopping.is_set() else ("degraded" if degraded else "ok"),
+            "degraded": degraded,
+            "site": self.cfg.site or None,
+            "node": self.cfg.node_name,
+            "nodes": view.site.num_nodes,
+            "discovered_nodes": view.discovered,
+            "scoring": "usage" if view.load_aware else "requests",
+            "scoring_setting": self.cfg.prometheus.scoring,
+            "load_aware_nodes": self.load_aware_nodes,
+            "prometheus": prom,
+            "ranking": {"source": ranker.source, "solver": ranker.solver.name, "version": ranker.version},
+            "policy_registry": None
+            if self.policy is None
+            else {"path": str(self.policy.registry), "last_error": self.policy.last_error, "last_check": self.policy.last_check},
+            "store": None
+            if self.store is None
+            else {"path": str(self.store.path), "written": self.store.written, "last_error": self.store.last_error},
+        }
+        return ready, doc
+
+    # --- loops ---------------------------------------------------------------------------------
+
+    def _loop(self, name: str, interval: float, step: Callable[[], None], first_delay: float = 0.0) -> None:
+        """Run ``step`` every ``interval`` s; after a failure wait with exponential backoff."""
+        backoff = Backoff(self.cfg.backoff.initial_s, self.cfg.backoff.max_s)
+        delay = first_delay
+        while not self.stopping.wait(delay):
+            try:
+                step()
+            except Exception as exc:  # every failure of a dependency: log, count, back off
+                delay = backoff.next_delay()
+                self.metrics.dependency_up.labels(name).set(0)
+                self.metrics.dependency_failures.labels(name).inc()
+                event(self.log, logging.WARNING, f"{name} failed", dependency=name, error=f"{type(exc).__name__}: {exc}",
+                      retry_in_s=round(delay, 3), failures=backoff.failures)
+                continue
+            if backoff.failures:
+                event(self.log, logging.INFO, f"{name} recovered", dependency=name, after_failures=backoff.failures)
+            backoff.reset()
+            self.metrics.dependency_up.labels(name).set(1)
+            delay = interval
+
+    def _collect_step(self) -> None:
+        assert self.local is not None
+        self.metrics.set_local(self.local.collect())
+        if self.store is not None:
+            self.metrics.experience_rows.set(self.store.written)
+
+    def _perception_step(self) -> None:
+        assert self.prometheus is not None
+        try:
+            snap = build_snapshot(self.prometheus, self.cfg.prometheus.queries)
+        except Exception as exc:
+            view = self.view
+            if view.load_aware:
+                event(self.log, logging.WARNING, "prometheus failed: back to request-based scoring", error=str(exc))
+            # Discovered nodes stay (with nothing allocated): their requests are unknown.
+            self.view = SiteView(view.site, view.site, False, view.discovered)
+            self.load_aware_nodes = 0
+            self.metrics.load_aware.set(0)
+            self.prometheus_state.update(up=False, last_error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.snapshot = snap
+        site = self.view.site
+        if self.cfg.prometheus.discover_nodes:
+            site, key = add_discovered_nodes(self.base_site, snap, self.discover_domain)
+            if key == self._discovered:
+                site = self.view.site  # unchanged: keep the problem (and its caches)
+            else:
+                event(self.log, logging.INFO, "site nodes from Prometheus", discovered=[k[0] for k in key][:50],
+                      count=len(key))
+                self._discovered = key
+        cluster, used = load_aware_problem(site, snap, self.cfg.prometheus.scoring)
+        self.view = SiteView(site, cluster, cluster is not site, len(self._discovered))
+        self.load_aware_nodes = used
+        self.metrics.load_aware.set(1 if cluster is not site else 0)
+        self.prometheus_state.update(up=True, last_error=None, last_success=snap.taken_at)
+
+    def _policy_step(self) -> None:
+        assert self.policy is not None
+        try:
+            changed = self.policy.poll()
+        except PolicyLoadError:
+            self._set_policy_info()
+            raise
+        if changed:
+            current = self.policy.current
+            event(self.log, logging.INFO, "policy loaded", version=current.version if current else None)
+        self._set_policy_info()
+
+    def _set_policy_info(self) -> None:
+        ranker, _ = self.current_ranker()
+        self.metrics.policy_info.clear()
+        self.metrics.policy_info.labels(ranker.source, ranker.version or "").set(1)
+
+    # --- start / stop --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.cfg
+        self.server = _Server((cfg.listen.host, cfg.listen.port), _Handler)
+        self.server.max_connections = cfg.listen.max_connections
+        self.server.agent = self  # type: ignore[attr-defined]
+        self._set_policy_info()
+        from iro_fed.metrics.local import LocalCollector
+
+        self.local = LocalCollector()  # primes the CPU reading; the first sample comes after first_delay
+        loops = [("local_metrics", cfg.collect.interval_s, self._collect_step, min(0.5, cfg.collect.interval_s))]
+        if self.prometheus is not None:
+            self.metrics.dependency_up.labels("prometheus").set(0)
+            loops.append(("prometheus", cfg.prometheus.refresh_interval_s, self._perception_step, 0.0))
+        if self.policy is not None:
+            self.metrics.dependency_up.labels("policy_registry").set(0)
+            loops.append(("policy_registry", cfg.policy.poll_interval_s, self._policy_step, 0.0))
+        for name, interval, step, first in loops:
+            t = threading.Thread(target=self._loop, args=(name, interval, step, first), name=f"loop-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True)
+        t.start()
+        self._http_thread = t
+        event(self.log, logging.INFO, "edge agent started", host=cfg.listen.host, port=self.port, site=cfg.site or None,
+              node=cfg.node_name, nodes=self.base_site.num_nodes, prometheus=cfg.prometheus.url or None,
+              registry=str(cfg.policy.registry) if cfg.policy.registry else None, solver=cfg.recommend.solver or None)
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.server_address[1])
+
+    def stop(self) -> None:
+        """Stop serving, finish in-flight requests, stop the loops, flush the store."""
+        if self.stopping.is_set() and self.server is None:
+            return
+        self.stopping.set()
+        event(self.log, logging.INFO, "edge agent stopping")
+        if self.server is not None:
+            self.server.shutdown()  # no new connections
+            self.server.close_idle_reads()  # no new requests on open ones
+            self.server.server_close()  # joins the request threads still running
+            self._http_thread.join(self.cfg.shutdown_timeout_s)
+            self.server = None
+        for t in self._threads:
+            t.join(self.cfg.shutdown_timeout_s)
+        if self.store is not None:
+            self.store.close(self.cfg.shutdown_timeout_s)
+        event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() waits for in-flight requests
+    block_on_close = True
+    allow_reuse_address = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connections: set[socket.socket] = set()
+        self._conn_lock = threading.Lock()
+
+    max_connections = 64
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            full = len(self._connections) >= self.max_connections
+            if not full:
+                self._connections.add(request)
+        if full:  # bounded threads: refuse at once instead of queueing without limit
+            body = b'{"error":"too many connections (listen.max_connections)","field":null}\n'
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Connection: close\r\nRetry-After: 1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            except OSError:
+                pass
+            super().shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conn_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_idle_reads(self) -> None:
+        """End the read side of every open connection: a request being handled still gets its
+        reply, an idle keep-alive connection (a Prometheus scraper) closes at once."""
+        with self._conn_lock:
+            conns = list(self._connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "iro-edge-agent/0.1"
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once (no 40 ms delayed-ACK stall)
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.agent.cfg.listen.request_timeout_s)
+
+    @property
+    def agent(self) -> Agent:
+        return self.server.agent  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        event(self.agent.log, logging.DEBUG, "http", client=self.client_address[0], request=format % args)
+
+    def _reply(self, code: int, doc: Any, handler: str, content_type: str = "application/json", body: bytes | None = None) -> None:
+        data = body if body is not None else (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+        # Count before the reply goes out, so a client that has its answer sees it in /metrics.
+        metrics = self.agent.metrics
+        metrics.request_duration.labels(handler).observe(time.perf_counter() - self._t0)
+        metrics.requests.labels(handler, str(code)).inc()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if (code >= 400 and code != 404) or self.agent.stopping.is_set():
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _route(self) -> str:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        name = path.lstrip("/")
+        return name if name in HANDLERS else "other"
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._t0 = time.perf_counter()
+        handler = self._route()
+        if handler == "metrics":
+            body, ctype = self.agent.metrics.exposition()
+            self._reply(200, None, handler, ctype, body)
+        elif handler == "healthz":
+            self._reply(200, {"status": "ok", "uptime_s": round(time.time() - self.agent.started_at, 3)}, handler)
+        elif handler == "readyz":
+            ready, doc = self.agent.readiness()
+            self._reply(200 if ready else 503, doc, handler)
+        elif handler == "snapshot":
+            snap = self.agent.snapshot
+            doc = {"snapshot": None if snap is None else snap.to_dict(self.agent.view.site)}
+            self._reply(200, doc, handler)
+        elif handler in ("recommend", "outcome"):
+            self._reply(405, {"error": f"use POST for /{handler}", "field": None}, handler)
+        else:
+            self._reply(404, {"error": f"no such endpoint: {self.path[:100]}", "field": None}, "other")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._t0 = time.perf_counter()
+        handler = self._route()
+        if handler not in ("recommend", "outcome"):
+            code = 404 if handler == "other" else 405
+            self._reply(code, {"error": f"POST is not served on {self.path[:100]}", "field": None}, handler)
+            return
+        try:
+            body = self._read_json()
+            doc = self.agent.recommend(body) if handler == "recommend" else self.agent.record_outcome(body)
+        except _HttpError as exc:
+            self._reply(exc.code, {"error": str(exc), "field": exc.field}, handler)
+            return
+        except BadRequest as exc:
+            self._reply(400, {"error": str(exc), "field": exc.field}, handler)
+            return
+        except Exception as exc:  # never crash on input; log what went wrong
+            event(self.agent.log, logging.ERROR, "request failed", handler=handler, error=f"{type(exc).__name__}: {exc}")
+            self._reply(500, {"error": f"internal error: {type(exc).__name__}", "field": None}, handler)
+            return
+        self._reply(200 if handler == "recommend" else 202, doc, handler)
+
+    def _read_json(self) -> Any:
+        limit = self.agent.cfg.listen.max_body_bytes
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raise _HttpError(411, "Content-Length", "chunked bodies are not accepted: send Content-Length")
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            raise _HttpError(411, "Content-Length", "required")
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise _HttpError(400, "Content-Length", f"not an integer: {length_text[:50]!r}") from None
+        if length < 0:
+            raise _HttpError(400, "Content-Length", "must be >= 0")
+        if length > limit:
+            raise _HttpError(413, "body", f"{length} bytes is over the limit of {limit} (listen.max_body_bytes)")
+        raw = self.rfile.read(length)
+        if len(raw) < length:
+            raise _HttpError(400, "body", f"ended after {len(raw)} of {length} bytes")
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _HttpError(400, "body", f"not valid JSON: {exc}") from None
+        except RecursionError:
+            raise _HttpError(400, "body", "JSON nested too deeply") from None
+
+
+class _HttpError(Exception):
+    def __init__(self, code: int, field: str | None, message: str) -> None:
+        self.code, self.field = code, field
+        super().__init__(f"{field}: {message}" if field else message)

@@ -1,0 +1,123 @@
+"""The ``edge-agent`` command (also ``python -m edge_agent``).
+
+``edge-agent run --config agent.yaml [--port P]`` serves until SIGTERM or SIGINT, then stops
+cleanly (exit 0). Bad settings exit 2 with every error naming its key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-agent", description="IRO-Fed edge agent: node metrics, recommendations, local experience.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("run", help="serve /metrics, /healthz, /readyz and POST /recommend until SIGTERM")
+    p.add_argument("--config", metavar="FILE", help="agent settings (YAML); environment variables IRO_AGENT_* override it")
+    p.add_argument("--port", type=int, metavar="P", help="listen port (overrides listen.port; 0 picks a free port)")
+    p = sub.add_parser("bench", help="measure /recommend latency over real HTTP at a given site size")
+    p.add_argument("--nodes", type=int, default=1000, help="nodes in the generated site (default 1000)")
+    p.add_argument("--requests", type=int, default=1000, help="pods to recommend for (default 1000)")
+    p.add_argument("--clients", type=int, default=1, help="concurrent keep-alive clients (default 1)")
+    p.add_argument("--solvers", default="kube-default,greedy-objective,best-fit", metavar="A,B", help="solvers to measure")
+    p.add_argument("--k", type=int, default=5, help="top-K per reply (default 5)")
+    p.add_argument("--out", metavar="FILE", help="write the results as JSON")
+    p = sub.add_parser("check", help="validate the settings and the site, print them as JSON, exit")
+    p.add_argument("--config", metavar="FILE")
+    p.add_argument("--port", type=int, metavar="P")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from edge_agent.config import ConfigError, load_config
+    from edge_agent.logs import setup_logging
+    from edge_agent.recommend import SiteError
+    from iro_fed.problem_io import ProblemValidationError
+
+    args = build_parser().parse_args(argv)
+    if args.command == "bench":
+        return _bench(args)
+    try:
+        cfg = load_config(args.config, port=args.port)
+        logger = setup_logging(cfg.log_level)
+        from edge_agent.agent import Agent
+
+        store_path = cfg.store.path
+        if args.command == "check":
+            cfg.store.path = None  # a check writes nothing
+        agent = Agent(cfg, logger)
+    except (ConfigError, ProblemValidationError, SiteError) as exc:
+        print(f"edge-agent {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.command == "check":
+        print(json.dumps({"settings_ok": True, "site_nodes": agent.view.site.num_nodes, "node": cfg.node_name,
+                          "listen": f"{cfg.listen.host}:{cfg.listen.port}",
+                          "store": str(store_path) if store_path else None,
+                          "prometheus": cfg.prometheus.url or None, "scoring": cfg.prometheus.scoring,
+                          "policy_registry": str(cfg.policy.registry) if cfg.policy.registry else None}, indent=2))
+        return EXIT_OK
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        agent.start()
+    except OSError as exc:  # port in use, cannot bind
+        print(f"edge-agent run: error: listen {cfg.listen.host}:{cfg.listen.port}: {exc.strerror or exc}", file=sys.stderr)
+        agent.stop()
+        return EXIT_BAD_INPUT
+    while not stop.wait(0.5):
+        pass
+    agent.stop()
+    return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import solvers
+    from edge_agent.bench import machine, run_bench
+    from iro_fed.problem_io import write_json_atomic
+
+    for name, value, low in (("--nodes", args.nodes, 1), ("--requests", args.requests, 10), ("--clients", args.clients, 1),
+                             ("--k", args.k, 1)):
+        if value < low:
+            print(f"edge-agent bench: error: {name}: must be >= {low}, got {value}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    names = [s.strip() for s in args.solvers.split(",") if s.strip()]
+    unknown = [n for n in names if n not in solvers.registered()]
+    if not names or unknown:
+        print(f"edge-agent bench: error: --solvers: unknown solver(s) {', '.join(unknown) or '(none given)'}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    results = []
+    for name in names:
+        with console.status(f"{name}: {args.requests} requests at {args.nodes} nodes"):
+            results.append(run_bench(args.nodes, args.requests, args.clients, name, args.k))
+    table = Table(title=f"/recommend latency, {args.nodes} nodes per site, {args.clients} client(s) - {machine()}")
+    for col in ("solver", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s"):
+        table.add_column(col, justify="left" if col == "solver" else "right")
+    for r in results:
+        table.add_row(r["solver"], str(r["requests"]), f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{r['p99_ms']:.2f}",
+                      f"{r['max_ms']:.2f}", f"{r['throughput_rps']:.0f}")
+    Console().print(table)
+    if args.out:
+        write_json_atomic(args.out, {"machine": machine(), "results": results})
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

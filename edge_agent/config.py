@@ -1,0 +1,349 @@
+"""Agent settings: defaults, then the YAML file, then environment variables, then ``--port``.
+
+Every error names the key (``listen.port``) and, for an environment variable, the variable
+(``IRO_AGENT_PORT``); :class:`ConfigError` holds them all and the command exits with status 2.
+Relative paths in the file are relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """Invalid agent settings; ``errors`` holds (key, message) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]], source: str = "") -> None:
+        self.errors = errors
+        head = f"{source}: " if source else ""
+        lines = [f"{k}: {m}" if k else m for k, m in errors]
+        super().__init__(head + f"{len(errors)} error(s) in agent settings\n  " + "\n  ".join(lines))
+
+
+@dataclass
+class ListenConfig:
+    host: str = "127.0.0.1"
+    port: int = 9464
+    max_body_bytes: int = 1 << 20
+    request_timeout_s: float = 10.0
+    max_connections: int = 64
+
+
+@dataclass
+class RecommendConfig:
+    k: int = 5
+    solver: str = ""  # empty: only a registry policy (or the fallback) ranks
+    solver_params: dict[str, Any] = field(default_factory=dict)
+    fallback: str = "greedy-objective"
+    record: bool = True  # write each decision to the experience store
+
+
+@dataclass
+class PolicyConfig:
+    registry: Path | None = None
+    poll_interval_s: float = 30.0
+
+
+@dataclass
+class PrometheusConfig:
+    url: str = ""
+    timeout_s: float = 2.0
+    refresh_interval_s: float = 15.0
+    scoring: str = "requests"
+    discover_nodes: bool = False  # add nodes that Prometheus reports and the problem file lacks
+    queries: SnapshotQueries = field(default_factory=SnapshotQueries)
+
+
+@dataclass
+class CollectConfig:
+    interval_s: float = 10.0
+
+
+@dataclass
+class StoreConfig:
+    path: Path | None = None  # None: no experience store
+    max_rows: int = 100_000
+
+
+@dataclass
+class BackoffConfig:
+    initial_s: float = 1.0
+    max_s: float = 60.0
+
+
+@dataclass
+class AgentConfig:
+    """Everything ``edge-agent run`` needs; see ``examples/agent.yaml`` for a commented file."""
+
+    problem: Path | None = None
+    site: str = ""  # the domain whose nodes the agent ranks; empty: every node of the problem
+    node_name: str = ""
+    listen: ListenConfig = field(default_factory=ListenConfig)
+    recommend: RecommendConfig = field(default_factory=RecommendConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    log_level: str = "info"
+    shutdown_timeout_s: float = 10.0
+
+
+#: Environment variables and the keys they set (they win over the file).
+ENV_VARS: dict[str, str] = {
+    "IRO_AGENT_PROBLEM": "problem",
+    "IRO_AGENT_SITE": "site",
+    "IRO_AGENT_NODE_NAME": "node_name",
+    "IRO_AGENT_HOST": "listen.host",
+    "IRO_AGENT_PORT": "listen.port",
+    "IRO_AGENT_MAX_BODY_BYTES": "listen.max_body_bytes",
+    "IRO_AGENT_K": "recommend.k",
+    "IRO_AGENT_SOLVER": "recommend.solver",
+    "IRO_AGENT_POLICY_REGISTRY": "policy.registry",
+    "IRO_AGENT_PROMETHEUS_URL": "prometheus.url",
+    "IRO_AGENT_PROMETHEUS_TIMEOUT_S": "prometheus.timeout_s",
+    "IRO_AGENT_SCORING": "prometheus.scoring",
+    "IRO_AGENT_DISCOVER_NODES": "prometheus.discover_nodes",
+    "IRO_AGENT_COLLECT_INTERVAL_S": "collect.interval_s",
+    "IRO_AGENT_STORE_PATH": "store.path",
+    "IRO_AGENT_STORE_MAX_ROWS": "store.max_rows",
+    "IRO_AGENT_LOG_LEVEL": "log_level",
+}
+
+# key -> (kind, check); kinds: str, int, float, bool, path, dict, queries
+_SCHEMA: dict[str, tuple[str, Any]] = {
+    "problem": ("path", None),
+    "site": ("str", None),
+    "node_name": ("str", None),
+    "listen.host": ("str", "nonempty"),
+    "listen.port": ("int", (0, 65535)),
+    "listen.max_body_bytes": ("int", (1, 1 << 30)),
+    "listen.request_timeout_s": ("float", (0.001, None)),
+    "listen.max_connections": ("int", (1, 10_000)),
+    "recommend.k": ("int", (1, 10_000)),
+    "recommend.solver": ("str", None),
+    "recommend.solver_params": ("dict", None),
+    "recommend.fallback": ("str", "nonempty"),
+    "recommend.record": ("bool", None),
+    "policy.registry": ("path", None),
+    "policy.poll_interval_s": ("float", (0.01, None)),
+    "prometheus.url": ("str", None),
+    "prometheus.timeout_s": ("float", (0.001, 300)),
+    "prometheus.refresh_interval_s": ("float", (0.01, None)),
+    "prometheus.scoring": ("str", SCORING_MODES),
+    "prometheus.discover_nodes": ("bool", None),
+    "prometheus.queries": ("queries", None),
+    "collect.interval_s": ("float", (0.01, None)),
+    "store.path": ("path", None),
+    "store.max_rows": ("int", (1, None)),
+    "backoff.initial_s": ("float", (0.001, None)),
+    "backoff.max_s": ("float", (0.001, None)),
+    "log_level": ("str", LOG_LEVELS),
+    "shutdown_timeout_s": ("float", (0.0, None)),
+}
+_SECTIONS = {"listen", "recommend", "policy", "prometheus", "collect", "store", "backoff"}
+
+
+def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text: bool) -> Any:
+    """The typed value, or raise ValueError with the message (the caller adds the key)."""
+    if value is None:
+        if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name"):
+            return None if kind == "path" else ""
+        raise ValueError("must not be null")
+    if kind in ("int", "float"):
+        if from_text:
+            try:
+                value = int(value) if kind == "int" else float(value)
+            except ValueError:
+                raise ValueError(f"expected {'an integer' if kind == 'int' else 'a number'}, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected {'an integer' if kind == 'int' else 'a number'}, got {type(value).__name__} {value!r}")
+        if kind == "int":
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError(f"expected an integer, got {value!r}")
+                value = int(value)
+        else:
+            value = float(value)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"must be finite, got {value!r}")
+        lo, hi = check
+        if lo is not None and value < lo:
+            raise ValueError(f"must be >= {lo}, got {value!r}")
+        if hi is not None and value > hi:
+            raise ValueError(f"must be <= {hi}, got {value!r}")
+        return value
+    if kind == "bool":
+        if from_text:
+            low = str(value).strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"expected true or false, got {value!r}")
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {type(value).__name__} {value!r}")
+        return value
+    if kind in ("str", "path"):
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {type(value).__name__} {value!r}")
+        if kind == "path":
+            if not value:
+                return None
+            p = Path(value).expanduser()
+            return p if p.is_absolute() else (base / p)
+        if check == "nonempty" and not value:
+            raise ValueError("must not be empty")
+        if isinstance(check, tuple) and value not in check:
+            raise ValueError(f"must be one of {', '.join(check)}, got {value!r}")
+        return value
+    if kind == "dict":
+        if from_text:
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ValueError(f"expected a JSON object, got {value!r}") from None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if kind == "queries":
+        if not isinstance(value, Mapping):
+            raise ValueError(f"expected a mapping of query name -> PromQL, got {type(value).__name__}")
+        try:
+            return SnapshotQueries.from_dict(dict(value), path=key)
+        except ValueError as exc:
+            # from_dict names the sub-key itself; strip our key so it is not repeated.
+            raise ValueError(str(exc).removeprefix(f"{key}.")) from None
+    raise AssertionError(kind)
+
+
+def _assign(cfg: AgentConfig, key: str, value: Any) -> None:
+    if "." in key:
+        section, name = key.split(".", 1)
+        setattr(getattr(cfg, section), name, value)
+    else:
+        setattr(cfg, key, value)
+
+
+def load_config(
+    path: str | os.PathLike | None,
+    env: Mapping[str, str] | None = None,
+    port: int | None = None,
+) -> AgentConfig:
+    """Read, merge and validate the settings; raises :class:`ConfigError` listing every error."""
+    env = os.environ if env is None else env
+    errors: list[tuple[str, str]] = []
+    cfg = AgentConfig()
+    base = Path.cwd()
+    source = ""
+    if path is not None:
+        source = str(path)
+        p = Path(path)
+        base = p.resolve().parent
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError([("", f"cannot read the config file: {exc.strerror or exc}")], source) from exc
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError([("", f"not valid YAML: {exc}")], source) from exc
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, Mapping):
+            raise ConfigError([("", f"the config must be a mapping, got {type(doc).__name__}")], source)
+        for top, value in doc.items():
+            top = str(top)
+            if top in _SECTIONS:
+                if value is None:
+                    continue
+                if not isinstance(value, Mapping):
+                    errors.append((top, f"expected a mapping, got {type(value).__name__}"))
+                    continue
+                for sub, v in value.items():
+                    key = f"{top}.{sub}"
+                    _set(cfg, key, v, base, False, errors, key)
+            else:
+                _set(cfg, top, value, base, False, errors, top)
+    for var, key in ENV_VARS.items():
+        if var in env:
+            _set(cfg, key, env[var], Path.cwd(), True, errors, f"{key} (from {var})")
+    if port is not None:
+        _set(cfg, "listen.port", port, base, False, errors, "listen.port (from --port)")
+
+    # Cross-field checks.
+    if cfg.backoff.max_s < cfg.backoff.initial_s:
+        errors.append(("backoff.max_s", f"must be >= backoff.initial_s ({cfg.backoff.initial_s}), got {cfg.backoff.max_s}"))
+    if cfg.prometheus.url:
+        from urllib.parse import urlparse
+
+        u = urlparse(cfg.prometheus.url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            errors.append(("prometheus.url", f"expected http(s)://host:port, got {cfg.prometheus.url!r}"))
+    if cfg.prometheus.scoring != "requests" and not cfg.prometheus.url:
+        errors.append(("prometheus.scoring", f"{cfg.prometheus.scoring!r} needs prometheus.url (observed usage comes from Prometheus)"))
+    if cfg.prometheus.discover_nodes and not cfg.prometheus.url:
+        errors.append(("prometheus.discover_nodes", "needs prometheus.url (the nodes come from Prometheus)"))
+    if cfg.problem is None:
+        if not cfg.prometheus.discover_nodes:
+            errors.append(("problem", "required: the problem file that lists the site's nodes "
+                                      "(or prometheus.discover_nodes with prometheus.url)"))
+        elif not cfg.site:
+            errors.append(("site", "required without a problem file: the domain name of the discovered nodes"))
+    elif not cfg.problem.is_file():
+        errors.append(("problem", f"no such file: {cfg.problem}"))
+    _check_solvers(cfg, errors)
+    if errors:
+        raise ConfigError(errors, source)
+    if not cfg.node_name:
+        cfg.node_name = env.get("NODE_NAME") or socket.gethostname()
+    return cfg
+
+
+def _set(cfg: AgentConfig, key: str, value: Any, base: Path, from_text: bool, errors: list, label: str) -> None:
+    spec = _SCHEMA.get(key)
+    if spec is None:
+        section = key.split(".", 1)[0]
+        known = sorted(k for k in _SCHEMA if k.startswith(section + ".")) if "." in key else sorted(
+            {k.split(".", 1)[0] for k in _SCHEMA}
+        )
+        errors.append((label, f"unknown setting (known: {', '.join(known)})"))
+        return
+    kind, check = spec
+    try:
+        _assign(cfg, key, _convert(key, kind, check, value, base, from_text))
+    except ValueError as exc:
+        errors.append((label, str(exc)))
+
+
+def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
+    """The configured solver and the fallback must exist, be installed and rank (online)."""
+    import solvers
+    from solvers.base import OnlineSolver, SolverError
+
+    for key, name, params in (
+        ("recommend.solver", cfg.recommend.solver, cfg.recommend.solver_params),
+        ("recommend.fallback", cfg.recommend.fallback, {}),
+    ):
+        if not name:
+            continue
+        try:
+            solver = solvers.make(name, **params)
+        except SolverError as exc:  # InvalidSettingError is a SolverError
+            errors.append((key if "setting" not in str(exc) else "recommend.solver_params", str(exc)))
+            continue
+        if not isinstance(solver, OnlineSolver):
+            errors.append((key, f"solver {name!r} is a batch solver; /recommend needs an online solver (one with rank)"))

@@ -1,0 +1,285 @@
+"""Local experience store: decisions (transitions) and observed outcomes in sqlite.
+
+* WAL journal with ``synchronous=NORMAL``: a committed transaction survives the process being
+  killed (``kill -9``) and the file is never corrupted by it; a power loss may lose the last
+  commits but not the database (sqlite's WAL guarantees).
+* One writer thread owns the write connection; :meth:`ExperienceStore.record` only queues, so
+  ``/recommend`` never waits on the disk. A transition and its outcome queued together are
+  committed in one transaction (all or nothing).
+* Bounded: each table keeps at most ``max_rows`` rows; the oldest are evicted after each batch.
+* Readers (the federated ClientApp, tests) open their own connection:
+  :meth:`transitions`, :meth:`sample`, :meth:`counts` work from any thread or process.
+
+A transition is one decision as a one-step (contextual bandit) sample: ``state`` is a float32
+feature vector, ``action`` the index of the chosen candidate, ``reward`` the change of the
+objective R it brings (``iro_fed.objective.marginal``), ``done`` 1. ``next_state`` is left
+for learners that build multi-step transitions.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS transitions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    decision_id TEXT NOT NULL UNIQUE,
+    workload TEXT NOT NULL,
+    source TEXT NOT NULL,
+    policy_version TEXT,
+    state BLOB NOT NULL,
+    state_dim INTEGER NOT NULL,
+    action INTEGER NOT NULL,
+    candidates TEXT NOT NULL,
+    reward REAL NOT NULL,
+    next_state BLOB,
+    done INTEGER NOT NULL DEFAULT 1,
+    info TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS outcomes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    decision_id TEXT NOT NULL,
+    node TEXT,
+    observed TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outcomes_decision ON outcomes (decision_id);
+"""
+
+
+@dataclass
+class Transition:
+    """One decision of the agent (see the module docstring)."""
+
+    workload: str
+    source: str
+    state: np.ndarray
+    action: int
+    candidates: list[str]
+    reward: float
+    policy_version: str | None = None
+    next_state: np.ndarray | None = None
+    done: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+    decision_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ts: float = field(default_factory=time.time)
+
+
+@dataclass
+class Outcome:
+    """What was observed after a decision: where the pod went and how it did."""
+
+    decision_id: str
+    observed: dict[str, Any]
+    node: str | None = None
+    ts: float = field(default_factory=time.time)
+
+
+def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
+class ExperienceStore:
+    """The agent's sqlite store (see the module docstring)."""
+
+    def __init__(self, path: str | Path, max_rows: int = 100_000, batch_s: float = 0.05) -> None:
+        if max_rows < 1:
+            raise ValueError(f"store.max_rows: must be >= 1, got {max_rows}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.max_rows = int(max_rows)
+        self.batch_s = batch_s
+        self._conn = _connect(self.path)
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._closed = False
+        self.written = 0
+        self.failed = 0  # records in batches that could not be committed (rolled back)
+        self.evicted = 0
+        self.last_error: str | None = None
+        self._writer = threading.Thread(target=self._run, name="experience-writer", daemon=True)
+        self._writer.start()
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def record(self, transition: Transition | None = None, outcome: Outcome | None = None) -> None:
+        """Queue a transition and/or an outcome; both are committed in one transaction."""
+        if self._closed:
+            raise RuntimeError("experience store is closed")
+        if transition is None and outcome is None:
+            return
+        self._queue.put((transition, outcome))
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until everything queued so far is committed; False on timeout."""
+        if self._closed:
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what is queued, checkpoint the WAL into the database file and close."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._writer.join(timeout)
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._conn.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            deadline = time.monotonic() + self.batch_s
+            while item is not None and len(batch) < 512:
+                try:
+                    item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except queue.Empty:
+                    break
+                batch.append(item)
+            rows = [b for b in batch if isinstance(b, tuple)]
+            if rows:
+                try:
+                    self._write(rows)
+                except Exception as exc:  # disk full, read-only, a bad record...: keep serving, say why
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    self.failed += len(rows)
+            for b in batch:
+                if isinstance(b, threading.Event):
+                    b.set()
+            if any(b is None for b in batch):
+                return
+
+    def _write(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            for t, o in rows:
+                if t is not None:
+                    state = np.ascontiguousarray(t.state, dtype=np.float32)
+                    nxt = None if t.next_state is None else np.ascontiguousarray(t.next_state, dtype=np.float32).tobytes()
+                    c.execute(
+                        "INSERT INTO transitions (ts, decision_id, workload, source, policy_version, state, state_dim,"
+                        " action, candidates, reward, next_state, done, info) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            t.ts, t.decision_id, t.workload, t.source, t.policy_version, state.tobytes(), int(state.size),
+                            int(t.action), json.dumps(t.candidates), float(t.reward), nxt, int(t.done),
+                            json.dumps(t.info, default=str),
+                        ),
+                    )
+                if o is not None:
+                    c.execute(
+                        "INSERT INTO outcomes (ts, decision_id, node, observed) VALUES (?,?,?,?)",
+                        (o.ts, o.decision_id, o.node, json.dumps(o.observed, default=str)),
+                    )
+            for table in ("transitions", "outcomes"):
+                cur = c.execute(
+                    f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (self.max_rows,)  # noqa: S608
+                )
+                self.evicted += max(cur.rowcount, 0)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        self.written += len(rows)
+        self.last_error = None
+
+    # --- reading (own connection, any thread or process) --------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        return _connect(self.path, readonly=True)
+
+    def counts(self) -> dict[str, int]:
+        conn = self._reader()
+        try:
+            return {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("transitions", "outcomes")}  # noqa: S608
+        finally:
+            conn.close()
+
+    def transitions(self, limit: int = 1000, after_id: int = 0) -> list[dict[str, Any]]:
+        """Transitions with ``id > after_id``, oldest first (state decoded to float32 arrays)."""
+        return read_transitions(self.path, limit=limit, after_id=after_id)
+
+    def sample(self, n: int, seed: int | None = None) -> list[dict[str, Any]]:
+        """``n`` transitions drawn uniformly without replacement (all of them when fewer), oldest first."""
+        conn = self._reader()
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM transitions")]
+        finally:
+            conn.close()
+        if not ids or n <= 0:
+            return []
+        rng = np.random.default_rng(seed)
+        chosen = [int(i) for i in rng.choice(ids, size=min(n, len(ids)), replace=False)]
+        return read_transitions(self.path, ids=chosen)
+
+
+def read_transitions(
+    path: str | Path, limit: int = 1000, after_id: int = 0, ids: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """Read transitions (``id > after_id``, or exactly ``ids``) from a store file, oldest first,
+    without opening it for writing."""
+    columns = (
+        "SELECT id, ts, decision_id, workload, source, policy_version, state, state_dim, action, candidates,"
+        " reward, next_state, done, info FROM transitions"
+    )
+    conn = _connect(Path(path), readonly=True)
+    try:
+        if ids is not None:
+            rows = []
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows += conn.execute(f"{columns} WHERE id IN ({marks})", chunk).fetchall()  # noqa: S608
+            rows.sort(key=lambda r: r[0])
+        else:
+            rows = conn.execute(f"{columns} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)).fetchall()  # noqa: S608
+    finally:
+        conn.close()
+    out = []
+    for r in rows:
+        out.append(
+            {
+                "id": r[0], "ts": r[1], "decision_id": r[2], "workload": r[3], "source": r[4], "policy_version": r[5],
+                "state": np.frombuffer(r[6], dtype=np.float32, count=r[7]), "action": r[8],
+                "candidates": json.loads(r[9]), "reward": r[10],
+                "next_state": None if r[11] is None else np.frombuffer(r[11], dtype=np.float32),
+                "done": bool(r[12]), "info": json.loads(r[13]),
+            }
+        )
+    return out
+
+
+def integrity_check(path: str | Path) -> str:
+    """sqlite's ``PRAGMA integrity_check`` of a store file ('ok' when sound)."""
+    conn = sqlite3.connect(str(path), timeout=10.0)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()

@@ -1,0 +1,235 @@
+"""The body of ``POST /recommend``: a workload object of the problem file, or a Kubernetes Pod.
+
+A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload object:
+
+* ``name``: ``namespace/name`` (``metadata.generateName`` when the name is not set yet);
+* ``requests``: summed over ``spec.containers``, then the max with each init container (the
+  effective request kube-scheduler uses; sidecars, i.e. init containers with
+  ``restartPolicy: Always``, run next to the app) plus ``overhead``, for every resource of the
+  problem; a container without requests but with limits requests its limits (as the API server
+  defaults it); quantities parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``,
+  ``512Mi``, ``1G``, ``1e3``), CPU rounded up to whole millicores as Kubernetes does;
+* GPUs from ``nvidia.com/gpu``; annotations ``iro-fed.io/gpu-milli`` (a share of one card)
+  and ``iro-fed.io/gpu-models`` (comma list);
+* ``nodeSelector``, ``tolerations``, ``priority``; annotations ``iro-fed.io/class``,
+  ``iro-fed.io/user-region``, ``iro-fed.io/max-latency-ms``, ``iro-fed.io/allowed-domains``.
+
+Errors raise :class:`BadRequest` with the field path (``pod.spec.containers[0].resources.requests.cpu``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+ANNOTATION_PREFIX = "iro-fed.io/"
+
+
+class BadRequest(ValueError):
+    """A request body that cannot be read; ``field`` is the path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+def parse_quantity(text: Any, field: str) -> Decimal:
+    """A non-negative Kubernetes quantity as an exact decimal (``500m`` -> 0.5, ``1Ki`` -> 1024),
+    read by :mod:`iro_fed.k8s.quantity` (the parser the Kubernetes integration uses)."""
+    from iro_fed.k8s.quantity import QuantityError
+    from iro_fed.k8s.quantity import parse_quantity as k8s_parse
+
+    try:
+        value = k8s_parse(text, field)
+    except QuantityError as exc:
+        raise BadRequest(field, str(exc).removeprefix(f"{field}: ")) from None
+    if value < 0:
+        raise BadRequest(field, f"must be >= 0, got {text!r}")
+    return value
+
+
+def amount(resource: str, text: Any, field: str) -> float:
+    """A request in the problem's units, rounded as Kubernetes rounds: cpu in whole millicores
+    (rounded up), memory in MiB of whole bytes, GPUs as a whole count, others as they are."""
+    from iro_fed.k8s.quantity import QuantityError, count, cpu_millicores, memory_mib, plain
+
+    parse_quantity(text, field)  # the same errors as everywhere (negative, not a quantity)
+    convert = {"cpu": cpu_millicores, "memory": memory_mib, GPU_RESOURCE: count}.get(resource, plain)
+    try:
+        return float(convert(text, field))
+    except QuantityError as exc:
+        raise BadRequest(field, str(exc).removeprefix(f"{field}: ")) from None
+
+
+def is_pod(doc: Mapping[str, Any]) -> bool:
+    spec = doc.get("spec")
+    return doc.get("kind") == "Pod" or (isinstance(spec, Mapping) and "containers" in spec)
+
+
+def _mapping(obj: Any, field: str, required: bool = False) -> Mapping[str, Any]:
+    if obj is None:
+        if required:
+            raise BadRequest(field, "required field is missing")
+        return {}
+    if not isinstance(obj, Mapping):
+        raise BadRequest(field, f"expected an object, got {type(obj).__name__}")
+    return obj
+
+
+def _list(obj: Any, field: str) -> list[Any]:
+    if obj is None:
+        return []
+    if not isinstance(obj, list):
+        raise BadRequest(field, f"expected a list, got {type(obj).__name__}")
+    return obj
+
+
+def _container_requests(c: Any, field: str, resources: tuple[str, ...]) -> dict[str, float]:
+    c = _mapping(c, field)
+    res = _mapping(c.get("resources"), f"{field}.resources")
+    req = _mapping(res.get("requests"), f"{field}.resources.requests")
+    lim = _mapping(res.get("limits"), f"{field}.resources.limits")
+    out: dict[str, float] = {}
+    for name in (*resources, GPU_RESOURCE):
+        if name in req:
+            out[name] = amount(name, req[name], f"{field}.resources.requests.{name}")
+        elif name in lim:  # API defaulting: a limit without a request requests the limit
+            out[name] = amount(name, lim[name], f"{field}.resources.limits.{name}")
+    return out
+
+
+def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
+
+
+def _max(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: max(a.get(k, 0.0), b.get(k, 0.0)) for k in {*a, *b}}
+
+
+def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
+    """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
+    meta = _mapping(pod.get("metadata"), "pod.metadata")
+    spec = _mapping(pod.get("spec"), "pod.spec", required=True)
+    name = meta.get("name") or meta.get("generateName")
+    if not isinstance(name, str) or not name:
+        raise BadRequest("pod.metadata.name", "required: a name (or generateName)")
+    ns = meta.get("namespace") or "default"
+    if not isinstance(ns, str):
+        raise BadRequest("pod.metadata.namespace", f"expected a string, got {type(ns).__name__}")
+    annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
+
+    containers = _list(spec.get("containers"), "pod.spec.containers")
+    if not containers:
+        raise BadRequest("pod.spec.containers", "a pod needs at least one container")
+    total: dict[str, float] = {}
+    for i, c in enumerate(containers):
+        total = _add(total, _container_requests(c, f"pod.spec.containers[{i}]", resources))
+    # kube's PodRequests: max(containers + sidecars, each init container + the sidecars started before it) + overhead
+    init_max: dict[str, float] = {}
+    sidecars: dict[str, float] = {}
+    for i, c in enumerate(_list(spec.get("initContainers"), "pod.spec.initContainers")):
+        req = _container_requests(c, f"pod.spec.initContainers[{i}]", resources)
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            sidecars = _add(sidecars, req)
+            init_max = _max(init_max, sidecars)
+        else:
+            init_max = _max(init_max, _add(sidecars, req))
+    total = _max(_add(total, sidecars), init_max)
+    overhead = _mapping(spec.get("overhead"), "pod.spec.overhead")
+    for k in resources:
+        if k in overhead:
+            total[k] = total.get(k, 0.0) + amount(k, overhead[k], f"pod.spec.overhead.{k}")
+
+    wl: dict[str, Any] = {
+        "name": f"{ns}/{name}",
+        "requests": {r: total[r] for r in resources if r in total},
+    }
+    gpus = int(total.get(GPU_RESOURCE, 0))
+    if gpus > 0:
+        gpu: dict[str, Any] = {"count": gpus}
+        milli = annotations.get(ANNOTATION_PREFIX + "gpu-milli")
+        if milli is not None:
+            try:
+                gpu["milli"] = int(str(milli))
+            except ValueError:
+                raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}gpu-milli", f"expected an integer, got {milli!r}") from None
+        models = annotations.get(ANNOTATION_PREFIX + "gpu-models")
+        if models:
+            gpu["models"] = [m.strip() for m in str(models).split(",") if m.strip()]
+        wl["gpu"] = gpu
+    selector = spec.get("nodeSelector")
+    if selector is not None:
+        wl["node_selector"] = selector
+    tols = []
+    for j, t in enumerate(_list(spec.get("tolerations"), "pod.spec.tolerations")):
+        t = _mapping(t, f"pod.spec.tolerations[{j}]")
+        tol = {k: t[k] for k in ("key", "operator", "value", "effect") if t.get(k) is not None}
+        tols.append(tol)
+    if tols:
+        wl["tolerations"] = tols
+    if spec.get("priority") is not None:
+        wl["priority"] = spec["priority"]
+    for ann, key, conv in (
+        ("class", "class", str),
+        ("user-region", "user_region", str),
+        ("max-latency-ms", "max_latency_ms", float),
+    ):
+        value = annotations.get(ANNOTATION_PREFIX + ann)
+        if value is None:
+            continue
+        try:
+            wl[key] = conv(value)
+        except (TypeError, ValueError):
+            raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", f"cannot read {value!r}") from None
+    allowed = annotations.get(ANNOTATION_PREFIX + "allowed-domains")
+    if allowed:
+        wl["allowed_domains"] = [d.strip() for d in str(allowed).split(",") if d.strip()]
+    return wl
+
+
+def request_to_workload(body: Any, resources: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    """The workload object of a request body and its kind (``workload`` or ``pod``).
+
+    Accepts the workload object itself, a Pod, or ``{"workload": {...}}`` / ``{"pod": {...}}``
+    (the wrapper may also carry ``k``, read by the caller).
+    """
+    if not isinstance(body, Mapping):
+        raise BadRequest("body", f"expected a JSON object, got {type(body).__name__}")
+    if "pod" in body:
+        pod = _mapping(body["pod"], "pod", required=True)
+        return pod_to_workload(pod, resources), "pod"
+    if "workload" in body:
+        return dict(_mapping(body["workload"], "workload", required=True)), "workload"
+    if is_pod(body):
+        return pod_to_workload(body, resources), "pod"
+    wl = {k: v for k, v in body.items() if k != "k"}
+    return wl, "workload"
+
+
+#: Pod scheduling constraints that /recommend does not evaluate (a reply warns about them).
+_NOT_EVALUATED = (
+    (("affinity", "nodeAffinity"), "spec.affinity.nodeAffinity (node affinity terms are not evaluated; nodeSelector is)"),
+    (("affinity", "podAffinity"), "spec.affinity.podAffinity (inter-pod affinity is not evaluated)"),
+    (("affinity", "podAntiAffinity"), "spec.affinity.podAntiAffinity (inter-pod anti-affinity is not evaluated)"),
+    (("topologySpreadConstraints",), "spec.topologySpreadConstraints (not evaluated)"),
+)
+
+
+def pod_warnings(body: Any) -> list[str]:
+    """What a Pod in ``body`` asks for that the ranking does not take into account."""
+    if not isinstance(body, Mapping):
+        return []
+    pod = body.get("pod") if isinstance(body.get("pod"), Mapping) else (body if is_pod(body) else None)
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return []
+    out = []
+    for path, message in _NOT_EVALUATED:
+        node: Any = spec
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node:
+            out.append(message)
+    return out

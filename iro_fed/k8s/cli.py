@@ -1,0 +1,304 @@
+"""``iro extender``, ``iro webhook``, ``iro scheduler``: the Kubernetes servers.
+
+Each prints a table of what it serves, then runs until SIGINT / SIGTERM. Bad arguments (an
+unreadable certificate, an unknown solver, a port out of range) exit with status 2 before
+anything listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {port}")
+    return port
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _file(path: str | None, option: str) -> str | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise UsageError(f"{option}: no such file {path!r}")
+    return path
+
+
+def _config(path: str | None) -> Any:
+    from iro_fed.k8s.snapshot import load_config
+
+    return load_config(_file(path, "--cluster-config"))
+
+
+def _kube(kubeconfig: str | None, user_agent: str) -> Any:
+    from iro_fed.k8s.client import Kube
+
+    if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise UsageError("--kubeconfig: required when not running inside a cluster (no in-cluster service account found)")
+    try:
+        return Kube.from_kubeconfig(_file(kubeconfig, "--kubeconfig"), user_agent=user_agent)
+    except UsageError:
+        raise
+    except Exception as exc:  # kubernetes.config.ConfigException and friends
+        raise UsageError(f"--kubeconfig: cannot load {kubeconfig!r}: {exc}") from exc
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
+    table = Table(title=title)
+    table.add_column("setting")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, v)
+    _console().print(table)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# --- extender ---------------------------------------------------------------------------------
+
+
+def cmd_extender(args: argparse.Namespace) -> int:
+    from iro_fed.k8s.client import ClusterCache
+    from iro_fed.k8s.extender import Extender, ExtenderServer
+
+    _logging(args.verbose)
+    settings = _parse_settings(args.set or [], args.solver)
+    config = _config(args.cluster_config)
+    if not 0.0 <= args.solver_weight <= 1.0:
+        raise UsageError(f"--solver-weight: must be in [0, 1], got {args.solver_weight}")
+    kube = cache = None
+    if args.kubeconfig or args.watch:
+        kube = _kube(args.kubeconfig, "iro-extender")
+        cache = ClusterCache(kube, config).start()
+    ext = Extender(args.solver, settings, cache=cache, kube=kube, config=config, solver_weight=args.solver_weight)
+    try:
+        server = ExtenderServer(ext, args.host, args.port, args.url_prefix)
+    except OSError as exc:
+        raise UsageError(f"--port: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+    _settings_table("iro extender", [
+        ("url", server.url),
+        ("verbs", "filter, prioritize, bind, preempt"),
+        ("mode", "nodeCacheCapable: true (node cache from a watch)" if cache else "nodeCacheCapable: false (stateless NodeList)"),
+        ("solver", f"{args.solver} {settings or ''}".strip()),
+        ("solver weight", f"{args.solver_weight:g} (objective {1 - args.solver_weight:g})"),
+    ])
+    server.serve_in_thread()
+    if args.ready_file:
+        Path(args.ready_file).write_text(server.url + "\n")
+    try:
+        _wait_for_signal()
+    finally:
+        server.shutdown()
+        server.server_close()
+        if cache is not None:
+            cache.stop()
+    return EXIT_OK
+
+
+# --- webhook ----------------------------------------------------------------------------------
+
+
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from iro_fed.k8s.client import ClusterCache
+    from iro_fed.k8s.webhook import Webhook, WebhookServer, parse_selector
+
+    _logging(args.verbose)
+    cert = _file(args.tls_cert, "--tls-cert")
+    key = _file(args.tls_key, "--tls-key")
+    try:
+        selector = parse_selector(args.selector)
+    except ValueError as exc:
+        raise UsageError(f"--selector: {exc}") from exc
+    namespaces = [n.strip() for n in (args.namespaces or "").split(",") if n.strip()]
+    settings = _parse_settings(args.set or [], args.solver)
+    if args.budget_s <= 0:
+        raise UsageError(f"--budget-s: must be > 0, got {args.budget_s}")
+    if args.top_k < 1:
+        raise UsageError(f"--top-k: must be >= 1, got {args.top_k}")
+    cache = None
+    if args.mode == "affinity":
+        if not args.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
+        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), _config(args.cluster_config)).start()
+    hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
+                   args.budget_s, _config(args.cluster_config))
+    try:
+        server = WebhookServer(hook, cert, key, args.host, args.port)
+    except OSError as exc:  # ssl.SSLError is an OSError
+        raise UsageError(f"cannot serve HTTPS on {args.host}:{args.port} with --tls-cert/--tls-key: {exc}") from exc
+    _settings_table("iro webhook", [
+        ("url", server.url + "/mutate"),
+        ("mode", args.mode),
+        ("scheduler name" if args.mode == "scheduler-name" else "top-K", args.scheduler_name if args.mode == "scheduler-name" else str(args.top_k)),
+        ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
+        ("answer budget", f"{args.budget_s:g} s"),
+    ])
+    server.serve_in_thread()
+    if args.ready_file:
+        Path(args.ready_file).write_text(server.url + "\n")
+    try:
+        _wait_for_signal()
+    finally:
+        server.shutdown()
+        server.server_close()
+        if cache is not None:
+            cache.stop()
+    return EXIT_OK
+
+
+# --- scheduler --------------------------------------------------------------------------------
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from iro_fed.k8s.scheduler import IroScheduler
+
+    _logging(args.verbose)
+    settings = _parse_settings(args.set or [], args.solver)
+    import solvers
+
+    if args.fallback not in solvers.registered():
+        raise UsageError(f"--fallback: unknown solver {args.fallback!r}")
+    kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}")
+    feedback, registry = None, None
+    if args.metrics_port is not None:
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError as exc:
+            raise UsageError("--metrics-port: needs prometheus-client (pip install 'iro-fed[agent]')") from exc
+        registry = CollectorRegistry()
+    if args.feedback_threshold is not None:
+        from iro_fed.k8s.feedback import FeedbackLoop
+
+        if args.feedback_threshold <= 0:
+            raise UsageError(f"--feedback-threshold: must be > 0, got {args.feedback_threshold}")
+
+        def on_drift(signal: Any) -> None:
+            logging.getLogger("iro_fed.k8s.feedback").warning(
+                "drift: moving error %.3f > %.3f; usage factor refitted %.3f -> %.3f (error now %.3f)",
+                signal.moving_error, signal.threshold, signal.factor_before, signal.factor_after, signal.error_after)
+
+        feedback = FeedbackLoop(threshold=args.feedback_threshold, on_drift=on_drift, registry=registry)
+    try:
+        sched = IroScheduler(kube, name=args.name, solver=args.solver, solver_params=settings, fallback=args.fallback,
+                             time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
+                             config=_config(args.cluster_config), lease_namespace=args.lease_namespace,
+                             leader_election=not args.no_leader_elect, feedback=feedback,
+                             metrics_poll_s=args.metrics_poll_s if feedback is not None else None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if registry is not None:
+        try:
+            start_http_server(args.metrics_port, registry=registry)
+        except OSError as exc:
+            raise UsageError(f"--metrics-port: cannot listen on {args.metrics_port}: {exc.strerror or exc}") from exc
+    _settings_table("iro scheduler", [
+        ("scheduler name", args.name),
+        ("identity", sched.identity),
+        ("solver", f"{args.solver} {settings or ''}".strip() + f" (fallback {args.fallback} after {args.time_limit_s:g} s)"),
+        ("batch window", f"{args.window_s:g} s, at most {args.max_batch} pods"),
+        ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
+        ("feedback", "off" if feedback is None else
+         f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"),
+        ("metrics", "off" if registry is None else f":{args.metrics_port}/metrics"),
+    ])
+    sched.start()
+    try:
+        _wait_for_signal()
+    finally:
+        sched.stop(release=True)
+    return EXIT_OK
+
+
+# --- registration -----------------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    """Add ``extender``, ``webhook`` and ``scheduler`` to the ``iro`` command."""
+    p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter, prioritize, bind, preempt)")
+    p.add_argument("--port", type=_port, required=True, help="TCP port (0 = any free port)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--url-prefix", default="", metavar="X", help="path prefix of the verbs, e.g. /iro (default none)")
+    p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver whose ranking scores nodes (default greedy-objective)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
+    p.add_argument("--solver-weight", type=float, default=0.5, metavar="A",
+                   help="share of the solver's ranking in the score; the objective's marginal gets 1-A (default 0.5)")
+    p.add_argument("--kubeconfig", metavar="F", help="watch nodes and pods (nodeCacheCapable: true) and enable bind")
+    p.add_argument("--watch", action="store_true",
+                   help="same as --kubeconfig with the in-cluster service account (inside a pod)")
+    p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_extender)
+
+    p = sub.add_parser("webhook", help="serve the mutating admission webhook (HTTPS)")
+    p.add_argument("--port", type=_port, required=True, help="TCP port (0 = any free port)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--tls-cert", required=True, metavar="F", help="PEM certificate (chain) served to the API server")
+    p.add_argument("--tls-key", required=True, metavar="F", help="PEM private key of the certificate")
+    p.add_argument("--mode", choices=("scheduler-name", "affinity"), default="scheduler-name",
+                   help="set spec.schedulerName, or add preferred node affinity for the top-K nodes (default scheduler-name)")
+    p.add_argument("--scheduler-name", default="iro", help="schedulerName to set (default iro)")
+    p.add_argument("--selector", metavar="K=V,...", help="mutate only pods with these labels")
+    p.add_argument("--namespaces", metavar="A,B", help="mutate every pod in these namespaces")
+    p.add_argument("--top-k", type=int, default=3, metavar="K", help="nodes to prefer in affinity mode (default 3)")
+    p.add_argument("--budget-s", type=float, default=2.0, metavar="S",
+                   help="answer within S seconds, unchanged if the recommendation is late (default 2; keep below timeoutSeconds)")
+    p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for affinity mode (default greedy-objective)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
+    p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode")
+    p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_webhook)
+
+    p = sub.add_parser("scheduler", help="run IRO as a secondary scheduler (batches, leader election, events)")
+    p.add_argument("--name", default="iro", help="spec.schedulerName this scheduler serves (default iro)")
+    p.add_argument("--kubeconfig", metavar="F", help="cluster access (default: in-cluster service account)")
+    p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for each batch (default greedy-objective)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
+    p.add_argument("--fallback", default="kube-default", metavar="NAME", help="heuristic on solver error or timeout (default kube-default)")
+    p.add_argument("--time-limit-s", type=_positive, default=5.0, metavar="S", help="time the solver may take per batch (default 5)")
+    p.add_argument("--window-s", type=_positive, default=1.0, metavar="S", help="gather pending pods this long before solving (default 1)")
+    p.add_argument("--max-batch", type=int, default=500, metavar="N", help="pods per batch at most (default 500)")
+    p.add_argument("--lease-namespace", default="iro-system", metavar="NS", help="namespace of the leader-election Lease")
+    p.add_argument("--no-leader-elect", action="store_true", help="run without leader election (one replica only)")
+    p.add_argument("--feedback-threshold", type=float, metavar="E",
+                   help="track predicted vs measured node CPU utilization (metrics-server) and refit on drift above E")
+    p.add_argument("--metrics-poll-s", type=_positive, default=30.0, metavar="S", help="NodeMetrics poll period (default 30)")
+    p.add_argument("--metrics-port", type=_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
+    p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_scheduler)

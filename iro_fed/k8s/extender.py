@@ -1,0 +1,508 @@
+"""kube-scheduler extender: ``POST {prefix}/filter``, ``/prioritize``, ``/bind``, ``/preempt``.
+
+The protocol (``k8s.io/kube-scheduler/extender/v1/types.go``, ``pkg/scheduler/extender.go``): JSON
+with the Go field names as keys (no json tags), every reply HTTP 200 unless the request itself is
+malformed (then 400 with a message).
+
+* filter: ``ExtenderArgs {Pod, Nodes, NodeNames}`` -> ``ExtenderFilterResult {Nodes, NodeNames,
+  FailedNodes, FailedAndUnresolvableNodes, Error}``. ``Nodes`` (a NodeList) arrives when the
+  extender is configured ``nodeCacheCapable: false`` and is answered with the passing Node
+  objects; ``NodeNames`` arrives with ``nodeCacheCapable: true`` and is answered with names
+  (never one that was not asked about). Each failed node gets kube's reason; a node that fails a
+  static constraint (taints, affinity, domain, latency, GPU model or card count) is
+  unresolvable (preemption cannot help), a resource shortage is not.
+* prioritize: same args -> ``[{"Host": name, "Score": 0..10}]`` (``MaxExtenderPriority``). The
+  score mixes the configured solver's ranking (its ``score`` of the candidate nodes, the order
+  ``rank`` gives, for online solvers; the node a batch solver picks for the pod) and the objective's marginal change of R
+  (:func:`iro_fed.objective.marginal`), each min-max normalized over the feasible candidates.
+  If the solver fails, the kube-default ranking is used instead: no error reaches kube.
+* bind: ``ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}`` -> ``{"Error": ""}``; the
+  Binding is created once with ``_preload_content=False``, never retried.
+* preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
+  ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
+  IRO's constraints once the proposed victims are gone, with the same victims (an extender may
+  drop nodes; it never invents victims here).
+
+Without a kubeconfig the extender is stateless (NodeList mode): it knows what the Node objects in
+the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation). With one,
+it keeps nodes and bound pods from a watch (:class:`~iro_fed.k8s.client.ClusterCache`) and serves
+``NodeNames`` requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from iro_fed.feasibility import EPS, resource_fit, static_filter
+from iro_fed.k8s.quantity import QuantityError
+from iro_fed.k8s.snapshot import (
+    ClusterConfig,
+    ClusterModel,
+    PodSpecError,
+    Snapshot,
+    obj_key,
+)
+from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.objective import marginal
+from iro_fed.problem_io import ProblemValidationError
+
+log = logging.getLogger("iro_fed.k8s.extender")
+
+MAX_EXTENDER_PRIORITY = 10
+MAX_BODY_BYTES = 256 * 1024 * 1024
+# kube-scheduler's reasons (pkg/scheduler/framework/plugins/*) for the model's static filters,
+# indexed like iro_fed.feasibility._FILTERS (taints are handled separately).
+_STATIC_REASONS = {
+    0: "node(s) were not in the pod's allowed domains",
+    2: "node(s) didn't match Pod's node affinity/selector",
+    3: "node(s) exceeded the pod's max latency",
+    4: "node(s) didn't have an allowed GPU model",
+    5: "Insufficient nvidia.com/gpu",
+}
+
+
+class BadRequest(ValueError):
+    """A malformed request: HTTP 400 with this message."""
+
+
+def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
+    pod = args.get("Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("Pod: expected a v1.Pod object")
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise BadRequest("Pod.metadata.name: required")
+    if not isinstance(pod.get("spec", {}), dict):
+        raise BadRequest("Pod.spec: expected an object")
+    return pod
+
+
+def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, list[str] | None]:
+    nodes = args.get("Nodes")
+    names = args.get("NodeNames")
+    if nodes is not None:
+        if not isinstance(nodes, dict) or not isinstance(nodes.get("items", []), list):
+            raise BadRequest("Nodes: expected a v1.NodeList object with items")
+        items = nodes.get("items") or []
+        for i, n in enumerate(items):
+            if not isinstance(n, dict) or not isinstance((n.get("metadata") or {}).get("name"), str):
+                raise BadRequest(f"Nodes.items[{i}]: expected a v1.Node with metadata.name")
+        return items, None
+    if names is not None:
+        if not isinstance(names, list) or any(type(x) is not str for x in names):
+            raise BadRequest("NodeNames: expected a list of node names")
+        return None, names
+    raise BadRequest("one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
+
+
+def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tuple[str, bool]]:
+    """For each of ``nodes`` (indices) where workload ``w`` does not fit: (kube's reason,
+    unresolvable). Static constraints are unresolvable; resource shortages are not."""
+    p = state.problem
+    sf = static_filter(p, w)
+    fit = resource_fit(state, w, nodes)
+    out: dict[int, tuple[str, bool]] = {}
+    wl = p.workloads[w]
+    first = sf.first_fail[nodes]
+    for j in np.flatnonzero((first >= 0) | ~fit):  # only the failing nodes are visited in Python
+        n = int(nodes[j])
+        code = int(first[j])
+        if code == 1:
+            out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
+        elif code == 3:
+            out[n] = (f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}", True)
+        elif code >= 0:
+            out[n] = (_STATIC_REASONS[code], True)
+        else:
+            parts = [f"Insufficient {p.resources[r]}" for r in np.flatnonzero(p.demand[w] > 0)
+                     if state.free[n, r] < p.demand[w, r] - EPS]
+            count = int(p.wl_gpu_count[w])
+            if count:
+                short = (state.gpu_max_free[n] < p.wl_gpu_milli[w]) if (count == 1 and p.wl_gpu_milli[w] < GPU_MILLI) \
+                    else (state.gpu_full[n] < count)
+                if short:
+                    parts.append("Insufficient nvidia.com/gpu")
+            out[n] = (", ".join(parts) or "Insufficient resources", False)
+    return out
+
+
+def normalize(values: np.ndarray) -> np.ndarray:
+    """Min-max to [0, 1]; all equal -> all 1 (no preference among them)."""
+    if values.size == 0:
+        return values
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo <= 1e-12:
+        return np.ones_like(values, dtype=np.float64)
+    return (values - lo) / (hi - lo)
+
+
+def _shape_key(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("iro-fed.io/")}
+    keep = {k: spec.get(k) for k in ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations", "priority")}
+    for k in ("containers", "initContainers"):
+        keep[k] = [{"resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")} for c in keep[k] or [] if isinstance(c, dict)]
+    return json.dumps([keep, ann], sort_keys=True, default=str)
+
+
+class Extender:
+    """The extender's logic, independent of HTTP (the server and the tests call it)."""
+
+    def __init__(self, solver: str = "greedy-objective", solver_params: dict[str, Any] | None = None,
+                 cache: Any = None, kube: Any = None, config: ClusterConfig | None = None,
+                 solver_weight: float = 0.5, fallback_solver: str = "kube-default") -> None:
+        import solvers
+
+        if not 0.0 <= solver_weight <= 1.0:
+            raise ValueError(f"solver_weight: must be in [0, 1], got {solver_weight}")
+        self.solver_name = solver
+        self.solver = solvers.make(solver, **(solver_params or {}))
+        self.fallback = solvers.make(fallback_solver)
+        self.cache = cache
+        self.kube = kube
+        self.config = config or ClusterConfig()
+        self.solver_weight = solver_weight
+        self._solver_lock = threading.Lock()
+        self._sessions: dict[int, Any] = {}
+        self._states: dict[int, ClusterState] = {}
+        self._node_docs: dict[tuple, dict[str, Any]] = {}
+        self._snap_lock = threading.Lock()
+        self._snapshots: OrderedDict[tuple, Snapshot] = OrderedDict()
+        self._nodelist_models: OrderedDict[tuple, ClusterModel] = OrderedDict()
+        self.stats: dict[str, int] = {"filter": 0, "prioritize": 0, "bind": 0, "preempt": 0, "solver_fallbacks": 0,
+                                      "bad_requests": 0, "errors": 0}
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def _model(self, nodes: list[dict[str, Any]] | None) -> ClusterModel:
+        if nodes is not None and self.cache is not None and self.cache.synced:
+            # NodeList requests to an extender that watches: its cache knows the usage too.
+            return self.cache.model()
+        if nodes is None:
+            if self.cache is None:
+                raise PodSpecError("NodeNames given but this extender has no node cache (started without --kubeconfig): "
+                                   "configure it with nodeCacheCapable: false")
+            if not self.cache.synced:
+                raise PodSpecError("the extender's node cache has not synced with the API server yet")
+            return self.cache.model()
+        key = tuple(((n.get("metadata") or {}).get("name"), (n.get("metadata") or {}).get("resourceVersion"),
+                     (n.get("metadata") or {}).get("uid")) for n in nodes)
+        if all(k[1] for k in key):
+            with self._snap_lock:
+                model = self._nodelist_models.get(key)
+                if model is not None:
+                    self._nodelist_models.move_to_end(key)
+                    return model
+        model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs)
+        if all(k[1] for k in key):
+            with self._snap_lock:
+                self._nodelist_models[key] = model
+                while len(self._nodelist_models) > 4:
+                    self._nodelist_models.popitem(last=False)
+        return model
+
+    def snapshot(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None) -> Snapshot:
+        """The pod as the one workload on the cluster (cached per cluster version and pod shape)."""
+        model = self._model(nodes)
+        key = (id(model), _shape_key(pod))
+        with self._snap_lock:
+            snap = self._snapshots.get(key)
+            if snap is not None and snap.node_objects is model.node_objects:
+                self._snapshots.move_to_end(key)
+                return snap
+        snap = model.with_pods([pod])
+        with self._snap_lock:
+            self._snapshots[key] = snap
+            while len(self._snapshots) > 512:
+                self._snapshots.popitem(last=False)
+        return snap
+
+    def state(self, snap: Snapshot) -> ClusterState:
+        """The snapshot's cluster state, built once per cached snapshot. Filter and prioritize only
+        read it (feasibility, marginal, solver scores); anything that places pods copies it."""
+        with self._snap_lock:
+            state = self._states.get(id(snap))
+            if state is None or state.problem is not snap.problem:
+                state = ClusterState(snap.problem)
+                self._states[id(snap)] = state
+                while len(self._states) > 512:
+                    self._states.pop(next(iter(self._states)))
+            return state
+
+    # --- verbs -------------------------------------------------------------------------------
+
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.stats["filter"] += 1
+        pod = _pod(args)
+        nodes, names = _node_args(args)
+        asked = [(n.get("metadata") or {})["name"] for n in nodes] if nodes is not None else list(names or [])
+        try:
+            snap = self.snapshot(pod, nodes)
+        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
+            return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
+        p = snap.problem
+        state = self.state(snap)
+        idx = np.array([p.node_index.get(n, -1) for n in asked], dtype=np.int64)
+        known = idx >= 0
+        reasons = node_reasons(state, 0, idx[known])
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        passed: list[int] = []
+        for j, name in enumerate(asked):
+            i = int(idx[j])
+            if i < 0:
+                failed[name] = "node is not in the extender's node cache yet"
+                continue
+            r = reasons.get(i)
+            if r is None:
+                passed.append(j)
+            elif r[1]:
+                unresolvable[name] = r[0]
+            else:
+                failed[name] = r[0]
+        result: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": failed,
+                                  "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        if nodes is not None:
+            result["Nodes"] = {"metadata": {}, "items": [nodes[j] for j in passed]}
+        else:
+            result["NodeNames"] = [asked[j] for j in passed]
+        return result
+
+    def scores(self, snap: Snapshot, names: list[str]) -> tuple[dict[str, int], str | None]:
+        """0..10 per asked node name, and the fallback reason when the solver failed."""
+        p = snap.problem
+        state = self.state(snap)
+        idx = np.array([p.node_index.get(n, -1) for n in names], dtype=np.int64)
+        known = idx >= 0
+        bad = node_reasons(state, 0, idx[known])
+        ok = known.copy()
+        if bad:
+            ok[known] = ~np.isin(idx[known], np.fromiter(bad, dtype=np.int64, count=len(bad)))
+        cand = idx[ok]
+        if cand.size == 0:
+            return dict.fromkeys(names, 0), None
+        fallback_reason = None
+        try:
+            solver_scores = self._solver_scores(state, cand, self.solver)
+        except Exception as exc:  # a failing solver must not fail scheduling
+            fallback_reason = f"{self.solver_name} failed: {type(exc).__name__}: {exc}"
+            self.stats["solver_fallbacks"] += 1
+            log.warning("prioritize: %s; using the kube-default ranking", fallback_reason)
+            solver_scores = self._solver_scores(state, cand, self.fallback)
+        delta = marginal(p, state, 0, cand)
+        a = 1.0 if fallback_reason else self.solver_weight
+        mixed = a * normalize(solver_scores) + (1.0 - a) * normalize(delta)
+        final = np.zeros(len(names), dtype=np.int64)
+        final[ok] = np.rint(MAX_EXTENDER_PRIORITY * mixed).astype(np.int64)
+        return dict(zip(names, final.tolist(), strict=True)), fallback_reason
+
+    def _solver_scores(self, state: ClusterState, cand: np.ndarray, solver: Any) -> np.ndarray:
+        """The solver's ranking scores of the candidate nodes (higher is better).
+
+        An online solver's ``rank`` sorts its ``score`` over the feasible nodes; here only the
+        nodes kube-scheduler asked about are scored (what ``rank`` would order among them), which
+        keeps a request O(candidates) on large clusters. A batch solver places the pod; its node
+        scores 1, the others 0.
+        """
+        from solvers import OnlineSolver
+
+        problem = state.problem
+        with self._solver_lock:
+            if isinstance(solver, OnlineSolver):
+                if self._sessions.get(id(solver)) is not problem:
+                    solver.reset(problem)  # once per problem: per-run caches stay warm across requests
+                    self._sessions[id(solver)] = problem
+                return np.asarray(solver.score(state, 0, cand), dtype=np.float64)
+            placement = solver.solve(problem)
+            chosen = int(placement.assignment[0])
+            return (cand == chosen).astype(np.float64)
+
+    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        self.stats["prioritize"] += 1
+        pod = _pod(args)
+        nodes, names = _node_args(args)
+        asked = [(n.get("metadata") or {})["name"] for n in nodes] if nodes is not None else list(names or [])
+        try:
+            snap = self.snapshot(pod, nodes)
+        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
+            raise BadRequest(str(exc)) from exc
+        scores, _ = self.scores(snap, asked)
+        return [{"Host": n, "Score": scores[n]} for n in asked]
+
+    def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
+        self.stats["bind"] += 1
+        missing = [k for k in ("PodName", "PodNamespace", "Node") if not isinstance(args.get(k), str) or not args.get(k)]
+        if missing:
+            raise BadRequest(f"ExtenderBindingArgs: {', '.join(missing)} required")
+        if self.kube is None:
+            return {"Error": "this extender cannot bind: it was started without --kubeconfig"}
+        uid = args.get("PodUID") if isinstance(args.get("PodUID"), str) and args.get("PodUID") else None
+        result = self.kube.bind(args["PodNamespace"], args["PodName"], args["Node"], uid=uid)
+        if result.ok:
+            return {"Error": ""}
+        return {"Error": f"binding {args['PodNamespace']}/{args['PodName']} to {args['Node']} failed "
+                         f"(HTTP {result.status}): {result.message}"}
+
+    def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.stats["preempt"] += 1
+        pod = _pod(args)
+        full = args.get("NodeNameToVictims")
+        meta = args.get("NodeNameToMetaVictims")
+        if full is None and meta is None:
+            raise BadRequest("one of NodeNameToVictims or NodeNameToMetaVictims is required")
+        proposals = full if full is not None else meta
+        if not isinstance(proposals, dict):
+            raise BadRequest("NodeNameToVictims / NodeNameToMetaVictims: expected an object node -> victims")
+        if self.cache is None or not self.cache.synced:
+            # Without a cache the extender cannot tell what the victims free: keep kube's proposal.
+            return {"NodeNameToMetaVictims": {n: _meta_victims(v) for n, v in proposals.items()}}
+        model = self.cache.model()
+        try:
+            base = model.with_pods([pod])
+        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
+            raise BadRequest(str(exc)) from exc
+        keep: dict[str, Any] = {}
+        bound = {((p.get("metadata") or {}).get("uid")): p for p in self.cache.pods.items()}
+        for node, victims in proposals.items():
+            i = base.problem.node_index.get(node)
+            if i is None or not isinstance(victims, dict):
+                continue
+            state = ClusterState(base.problem)
+            for v in victims.get("Pods") or []:
+                uid = (v.get("metadata") or {}).get("uid") if "metadata" in v else v.get("UID")
+                vpod = bound.get(uid)
+                if vpod is None:
+                    continue
+                try:
+                    d = model_pod_demand(vpod, self.config.resources)
+                except (PodSpecError, QuantityError):
+                    continue
+                for r, amount in d.items():
+                    ri = base.problem.resource_index[r]
+                    state.allocated[i, ri] -= amount
+                    state.free[i, ri] += amount
+            if not node_reasons(state, 0, np.array([i])):
+                keep[node] = _meta_victims(victims)
+        return {"NodeNameToMetaVictims": keep}
+
+
+def model_pod_demand(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, float]:
+    from iro_fed.k8s.snapshot import pod_demand
+
+    return pod_demand(pod, resources).requests
+
+
+def _meta_victims(victims: Any) -> dict[str, Any]:
+    if not isinstance(victims, dict):
+        raise BadRequest("victims: expected an object with Pods and NumPDBViolations")
+    pods = []
+    for v in victims.get("Pods") or []:
+        if not isinstance(v, dict):
+            raise BadRequest("victims.Pods: expected objects")
+        uid = (v.get("metadata") or {}).get("uid") if "metadata" in v else v.get("UID")
+        pods.append({"UID": uid or ""})
+    return {"Pods": pods, "NumPDBViolations": int(victims.get("NumPDBViolations") or 0)}
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+
+class ExtenderServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` serving an :class:`Extender` under ``url_prefix``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
+        self.extender = extender
+        self.url_prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
+        super().__init__((host, port), _ExtenderHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}{self.url_prefix}"
+
+    def serve_in_thread(self) -> threading.Thread:
+        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="iro-extender", daemon=True)
+        t.start()
+        return t
+
+
+class _ExtenderHandler(BaseHTTPRequestHandler):
+    server: ExtenderServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - " + format, self.address_string(), *args)
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path in ("/healthz", "/readyz"):
+            ext = self.server.extender
+            ready = self.path == "/healthz" or ext.cache is None or ext.cache.synced
+            return self._send(200 if ready else 503, {"ok": ready, "stats": dict(ext.stats)})
+        self._send(404, {"Error": f"unknown path {self.path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        ext = self.server.extender
+        prefix = self.server.url_prefix
+        path = self.path.split("?", 1)[0]
+        verb = path[len(prefix) + 1:] if path.startswith(prefix + "/") else ""
+        handler = {"filter": ext.filter, "prioritize": ext.prioritize, "bind": ext.bind, "preempt": ext.preempt}.get(verb)
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            ext.stats["bad_requests"] += 1
+            return self._send(400 if length < 0 else 413, {"Error": "a JSON body with Content-Length is required"
+                                                           if length < 0 else "request body too large"})
+        raw = self.rfile.read(length)
+        if handler is None:
+            return self._send(404, {"Error": f"unknown verb {path!r} (expected {prefix}/filter, /prioritize, /bind, /preempt)"})
+        try:
+            args = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            ext.stats["bad_requests"] += 1
+            return self._send(400, {"Error": f"request body is not valid JSON: {exc}"})
+        if not isinstance(args, dict):
+            ext.stats["bad_requests"] += 1
+            return self._send(400, {"Error": f"request body must be a JSON object, got {type(args).__name__}"})
+        start = time.perf_counter()
+        try:
+            result = handler(args)
+        except BadRequest as exc:
+            ext.stats["bad_requests"] += 1
+            return self._send(400, {"Error": str(exc)})
+        except Exception as exc:  # never let one request take the server down
+            ext.stats["errors"] += 1
+            log.exception("%s failed", verb)
+            message = f"internal error in {verb}: {type(exc).__name__}: {exc}"
+            if verb == "filter":
+                return self._send(200, {"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                         "FailedAndUnresolvableNodes": {}, "Error": message})
+            return self._send(500, {"Error": message})
+        log.debug("%s %s in %.2f ms", verb, obj_key(args.get("Pod") or {}) if isinstance(args.get("Pod"), dict) else "",
+                  1000 * (time.perf_counter() - start))
+        self._send(200, result)
+

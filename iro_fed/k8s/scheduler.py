@@ -1,0 +1,372 @@
+"""``iro scheduler``: a secondary Kubernetes scheduler that places pods in batches with IRO's solvers.
+
+Loop (leader only):
+
+1. pending pods of this scheduler come from a watch with
+   ``fieldSelector=spec.schedulerName=NAME,spec.nodeName=``; nodes and bound pods from a second
+   pair of watches (:class:`~iro_fed.k8s.client.ClusterCache`);
+2. pods are gathered for ``window_s`` after the first one arrives, then the batch is solved
+   jointly: ``solvers.make("fallback", primary=SOLVER, fallback=FALLBACK, time_limit_s=...)``, so
+   an error, a timeout or an invalid placement of the configured solver falls back to a heuristic;
+3. every placed pod is bound once (``pods/binding`` with ``_preload_content=False``, never
+   retried; the chosen GPU cards go in the Binding's ``iro-fed.io/gpu-cards`` annotation) and
+   gets an Event that explains the decision: its change of R and of each objective term
+   (from :func:`iro_fed.objective.evaluate` with and without the pod), the runner-up node and the
+   gap (from :func:`iro_fed.objective.marginal`);
+4. a pod that fits nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with kube's
+   message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it is tried
+   again when the cluster changes.
+
+Bound pods are *assumed* (counted on their node) until the watch shows them, as kube-scheduler's
+cache does, so the next batch never double-books a node. Two replicas use a Lease
+(:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader binds, and it checks its
+leadership right before every Binding POST.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from iro_fed.feasibility import feasible_nodes
+from iro_fed.k8s.client import ClusterCache, Kube, Reflector
+from iro_fed.k8s.quantity import QuantityError
+from iro_fed.k8s.snapshot import ANN_GPU_CARDS, ClusterConfig, ClusterModel, PodSpecError, Snapshot, obj_key
+from iro_fed.model import ClusterState
+from iro_fed.objective import TERMS, evaluate, marginal
+from iro_fed.problem_io import ProblemValidationError
+
+log = logging.getLogger("iro_fed.k8s.scheduler")
+
+
+@dataclass
+class PodOutcome:
+    """What happened to one pod of a batch."""
+
+    key: str
+    node: str | None
+    status: str  # bound, unschedulable, conflict, bind-error, invalid, not-leader
+    message: str
+    delta_r: float | None = None
+    terms: dict[str, float] = field(default_factory=dict)
+    runner_up: str | None = None
+    gap: float | None = None
+
+
+@dataclass
+class BatchResult:
+    pods: list[PodOutcome]
+    solver: str
+    solved_by: str
+    fallback_reason: str | None
+    score: float | None
+    solve_s: float
+
+
+def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray, w: int) -> tuple[float, dict[str, float], str | None, float | None]:
+    """For placed workload ``w``: its change of R and of each weighted term (R with the pod minus
+    R without it, both from :func:`evaluate`), and the best other feasible node with the gap in
+    R (from :func:`marginal` on the state without the pod)."""
+    n = int(assignment[w])
+    with_pod = evaluate(problem, assignment)
+    without = assignment.copy()
+    without[w] = -1
+    without_pod = evaluate(problem, without)
+    terms = {t: with_pod.weighted[t] - without_pod.weighted[t] for t in TERMS}
+    cards = state.gpu_cards.get(w)
+    state.remove(w)
+    try:
+        cand = np.flatnonzero(feasible_nodes(state, w))
+        delta = marginal(problem, state, w, cand)
+        others = cand != n
+        runner, gap = None, None
+        if others.any():
+            j = int(np.argmax(np.where(others, delta, -np.inf)))
+            chosen = delta[cand == n]
+            runner = problem.nodes[int(cand[j])].name
+            gap = float(chosen[0] - delta[j]) if chosen.size else None
+    finally:
+        state.place(w, n, cards)
+    return with_pod.score - without_pod.score, terms, runner, gap
+
+
+class IroScheduler:
+    """The scheduler. ``run()`` blocks until :meth:`stop`; :meth:`schedule_batch` is one step."""
+
+    def __init__(self, kube: Kube, name: str = "iro", solver: str = "greedy-objective",
+                 solver_params: dict[str, Any] | None = None, fallback: str = "kube-default",
+                 time_limit_s: float = 5.0, window_s: float = 1.0, max_batch: int = 500,
+                 config: ClusterConfig | None = None, identity: str | None = None,
+                 lease_name: str | None = None, lease_namespace: str = "iro-system",
+                 lease_duration: int = 15, renew_deadline: float = 10.0, retry_period: float = 2.0,
+                 leader_election: bool = True, feedback: Any = None, metrics_poll_s: float | None = None,
+                 bind_workers: int = 8, watch_timeout_s: int = 60) -> None:
+        import solvers
+
+        if window_s < 0:
+            raise ValueError(f"window_s: must be >= 0, got {window_s}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
+        self.kube = kube
+        self.name = name
+        self.solver_name = solver
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self.identity = identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        # Built once here so a bad solver name or setting fails at start-up, not per batch.
+        self.solver = solvers.make("fallback", primary=solver, primary_params=solver_params or {}, fallback=fallback,
+                                   time_limit_s=time_limit_s)
+        self.config = config or ClusterConfig()
+        self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s)
+        self._wake = threading.Event()
+        self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
+                                 field_selector=f"spec.schedulerName={name},spec.nodeName=",
+                                 on_event=lambda t, o: self._wake.set(), watch_timeout_s=watch_timeout_s)
+        self.elector = None
+        if leader_election:
+            from iro_fed.k8s.leader import LeaderElector
+
+            self.elector = LeaderElector(kube, lease_name or f"{name}-scheduler", lease_namespace, self.identity,
+                                         lease_duration, renew_deadline, retry_period, on_started=self._wake.set)
+        self.feedback = feedback
+        self.metrics_feed = None
+        if feedback is not None and metrics_poll_s:
+            from iro_fed.k8s.feedback import NodeMetricsFeed
+
+            self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s)
+        self._assumed: dict[str, tuple[dict[str, Any], float]] = {}
+        self._unschedulable: dict[str, tuple[int, int]] = {}
+        self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
+        self._lock = threading.Lock()
+        self._node_docs: dict[tuple, dict[str, Any]] = {}
+        self.bind_workers = bind_workers
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(bind_workers, 1), thread_name_prefix="iro-bind")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.batches: list[BatchResult] = []
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> IroScheduler:
+        self.cache.start()
+        self.pending.start()
+        if self.elector is not None:
+            self.elector.start()
+        if self.metrics_feed is not None:
+            self.metrics_feed.start()
+        self._thread = threading.Thread(target=self.run, name=f"iro-scheduler-{self.identity}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, release: bool = True) -> None:
+        """Stop; ``release=False`` leaves the lease to expire (what a crash does)."""
+        self._stop.set()
+        self._wake.set()
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.metrics_feed is not None:
+            self.metrics_feed.stop()
+        self._pool.shutdown(wait=True)
+        self.pending.stop()
+        self.cache.stop()
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def run(self) -> None:
+        while not self._stop.is_set() and not (self.cache.synced and self.pending.synced.is_set()):
+            self.cache.wait_synced(0.1)
+            self.pending.synced.wait(0.1)
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            if not self.is_leader() or not (self.cache.synced and self.pending.synced.is_set()):
+                continue
+            if not self.ready_pods():
+                continue
+            if self.window_s:
+                self._stop.wait(self.window_s)  # gather the rest of the batch
+            pods = self.ready_pods()[: self.max_batch]
+            if pods and self.is_leader():
+                try:
+                    self.batches.append(self.schedule_batch(pods))
+                except Exception:  # keep scheduling; the pods stay pending and are retried
+                    log.exception("batch of %d pods failed", len(pods))
+            if self.ready_pods():
+                self._wake.set()
+
+    # --- queue -----------------------------------------------------------------------------------
+
+    def _cluster_version(self) -> tuple[int, int]:
+        return (self.cache.nodes.version, self.cache.pods.version)
+
+    def ready_pods(self) -> list[dict[str, Any]]:
+        """Pending pods not assumed bound, not backing off after a failed bind and not
+        unschedulable on the unchanged cluster, in kube's queue order (priority, then creation)."""
+        now = time.monotonic()
+        version = self._cluster_version()
+        with self.cache.pods.changed:
+            bound_keys = set(self.cache.pods.store)
+        # An assumed pod counts on its node until the bound-pods watch shows it (it leaves the
+        # pending watch earlier, so that is not the signal), or for 60 s at most.
+        with self._lock:
+            for key, (_, since) in list(self._assumed.items()):
+                if key in bound_keys or now - since > 60:
+                    self._assumed.pop(key, None)
+            for key, (until, _) in list(self._backoff.items()):
+                if until <= now:
+                    self._backoff.pop(key, None)
+            assumed, backoff = set(self._assumed), set(self._backoff)
+        with self.pending.changed:
+            pending = list(self.pending.store.items())
+        pods = []
+        for key, pod in pending:
+            if key in assumed or key in backoff:
+                continue
+            seen = self._unschedulable.get(key)
+            if seen is not None and seen == version:
+                continue
+            pods.append(pod)
+        pods.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
+                                 (p.get("metadata") or {}).get("creationTimestamp") or "", obj_key(p)))
+        return pods
+
+    # --- one batch -------------------------------------------------------------------------------
+
+    def _model(self) -> ClusterModel:
+        bound = self.cache.pods.items()
+        bound_keys = {obj_key(p) for p in bound}
+        with self._lock:
+            extra = [pod for key, (pod, _) in self._assumed.items() if key not in bound_keys]
+        return ClusterModel(self.cache.nodes.items(), bound + extra, self.config, doc_cache=self._node_docs)
+
+    def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
+        """Solve ``pods`` jointly on the current cluster, bind, record events and conditions."""
+        version = self._cluster_version()
+        model = self._model()
+        outcomes: list[PodOutcome] = []
+        try:
+            snap = model.with_pods(pods)
+            good = list(pods)
+        except (PodSpecError, QuantityError, ProblemValidationError):
+            good = []
+            for pod in pods:  # find the pods the model cannot read: they must not block the others
+                try:
+                    model.check_pod(pod)
+                    good.append(pod)
+                except (PodSpecError, QuantityError, ProblemValidationError) as exc:
+                    outcomes.append(self._unschedulable_pod(pod, f"invalid pod spec: {exc}", "SchedulerError", version))
+            if not good:
+                return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
+            snap = model.with_pods(good)
+        problem = snap.problem
+        placement = self.solver.solve(problem)
+        info = placement.info or {}
+        state = ClusterState(problem)
+        for w in np.flatnonzero(placement.assignment >= 0):
+            state.place(int(w), int(placement.assignment[w]), placement.gpu_cards.get(int(w)))
+        to_bind = []
+        for w, pod in enumerate(good):
+            n = int(placement.assignment[w])
+            if n < 0:
+                reason = placement.reasons.get(w) or "no node fits"
+                outcomes.append(self._unschedulable_pod(pod, reason, "Unschedulable", version))
+                continue
+            # Explanations need the state (remove / place back), so they are computed here, in order.
+            to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, placement.assignment, w)))
+        # Bindings and their events go out in parallel, as kube-scheduler binds asynchronously;
+        # each worker checks leadership right before its POST.
+        if len(to_bind) > 1 and self.bind_workers > 1:
+            outcomes.extend(self._pool.map(lambda job: self._bind(*job), to_bind))
+        else:
+            outcomes.extend(self._bind(*job) for job in to_bind)
+        result = BatchResult(outcomes, self.solver_name, str(info.get("solved_by", self.solver_name)),
+                             info.get("fallback_reason"), placement.objective.score if placement.objective else None,
+                             float(placement.timing.get("solve_s", 0.0)))
+        log.info("batch of %d: %d bound, %d unschedulable, solved by %s in %.1f ms", len(pods),
+                 sum(o.status == "bound" for o in outcomes), sum(o.status == "unschedulable" for o in outcomes),
+                 result.solved_by, 1000 * result.solve_s)
+        return result
+
+    def _bind(self, snap: Snapshot, state: ClusterState, placement: Any, w: int, pod: dict[str, Any],
+              explanation: tuple[float, dict[str, float], str | None, float | None]) -> PodOutcome:
+        problem = snap.problem
+        key = obj_key(pod)
+        meta = pod.get("metadata") or {}
+        node = problem.nodes[int(placement.assignment[w])].name
+        delta, terms, runner, gap = explanation
+        if not self.is_leader():
+            return PodOutcome(key, node, "not-leader", "lost leadership before binding; left pending")
+        cards = placement.gpu_cards.get(w)
+        annotations = {ANN_GPU_CARDS: ",".join(str(c) for c in cards)} if cards else None
+        result = self.kube.bind(meta.get("namespace", "default"), meta["name"], node, uid=meta.get("uid"), annotations=annotations)
+        if not result.ok:
+            status = "conflict" if result.status == 409 else "bind-error"
+            # Never retried here: a 409 means the pod is bound already; after any other failure
+            # the pod is still pending in the API and a later batch tries again after a backoff
+            # (if that POST did bind it, the watch removes it first, or that batch gets a 409).
+            with self._lock:
+                if result.status == 409:
+                    self._assumed[key] = (pod, time.monotonic())
+                else:  # try again in a later batch, backing off 1, 2, 4 ... 30 s
+                    delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
+                    self._backoff[key] = (time.monotonic() + delay, delay)
+            log.warning("binding %s to %s: HTTP %s %s", key, node, result.status, result.message)
+            return PodOutcome(key, node, status, result.message, delta, terms, runner, gap)
+        bound = dict(pod, spec=dict(pod.get("spec") or {}, nodeName=node))
+        if annotations:
+            bound["metadata"] = dict(meta, annotations={**(meta.get("annotations") or {}), **annotations})
+        with self._lock:
+            self._assumed[key] = (bound, time.monotonic())
+            self._unschedulable.pop(key, None)
+        parts = ", ".join(f"{t} {v:+.4f}" for t, v in terms.items() if abs(v) > 0)
+        runner_text = f"runner-up {runner}, gap {gap:+.4f}" if runner is not None and gap is not None else "no other feasible node"
+        message = (f"Successfully assigned {key} to {node} by {self.name} ({self.solver_name}): "
+                   f"R {delta:+.4f} ({parts or 'no change'}); {runner_text}")
+        self._event(pod, "Scheduled", message, "Normal", "Binding")
+        if self.feedback is not None:
+            self.feedback.record_placement(key, node, problem, state)
+        return PodOutcome(key, node, "bound", message, delta, terms, runner, gap)
+
+    def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: tuple[int, int]) -> PodOutcome:
+        key = obj_key(pod)
+        meta = pod.get("metadata") or {}
+        self._unschedulable[key] = version
+        if self.is_leader():
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            cond = {"type": "PodScheduled", "status": "False", "reason": kind, "message": reason,
+                    "lastProbeTime": None, "lastTransitionTime": now}
+            self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"], {"status": {"conditions": [cond]}})
+            self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
+        return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason)
+
+    def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> None:
+        meta = pod.get("metadata") or {}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ns = meta.get("namespace", "default")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": meta.get("name"), "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": etype, "action": action,
+            "source": {"component": f"{self.name}-scheduler"},
+            "reportingComponent": f"{self.name}-scheduler", "reportingInstance": self.identity,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        result = self.kube.create_event(ns, event)
+        if not result.ok:
+            log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)

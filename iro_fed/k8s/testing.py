@@ -1,0 +1,917 @@
+"""A loopback Kubernetes API server for tests, demos and the extender benchmark.
+
+No real API server can run on the machines this project is tested on, so the Kubernetes code is
+tested against this one: a real HTTP/1.1 server on 127.0.0.1 that speaks the API's JSON for what
+IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeconfig
+(:meth:`FakeApiServer.write_kubeconfig`). It implements:
+
+* ``/api/v1/nodes`` and ``/api/v1/pods`` (and namespaced pods): list and watch (chunked
+  ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"ERROR", "object": ...}`` lines, ``resourceVersion``,
+  ``timeoutSeconds``, ``fieldSelector`` with ``=``, ``==``, ``!=`` on ``spec.nodeName``,
+  ``spec.schedulerName``, ``metadata.name``, ``metadata.namespace``, ``status.phase``, and
+  ``labelSelector`` equality; objects entering or leaving a field selector are sent as ADDED /
+  DELETED as the API server does; a too old ``resourceVersion`` gets a 410 ``Expired`` ERROR);
+* ``pods/binding`` POST: 201 with a ``v1.Status`` body (as the API server answers), 409 when the
+  pod already has a node, binding annotations copied onto the pod;
+* ``pods/status`` PATCH (strategic merge, with ``status.conditions`` merged by ``type``; JSON
+  merge patch; JSON patch);
+* core ``events`` and ``events.k8s.io/v1`` events POST / GET;
+* ``metrics.k8s.io/v1beta1`` NodeMetrics list (usage set by the test in ``node_metrics``);
+* ``coordination.k8s.io/v1`` leases GET / POST / PUT with optimistic concurrency: a PUT whose
+  ``metadata.resourceVersion`` is stale gets 409 Conflict, a POST of an existing lease 409
+  AlreadyExists.
+
+It is not a conformant API server (no admission, no validation beyond what is listed, no
+authentication); every request is logged in :attr:`FakeApiServer.requests` for assertions.
+
+Also here: :class:`HTTPExtenderClient` and :func:`schedule_with_extenders`, kube-scheduler's side
+of the extender protocol (``pkg/scheduler/extender.go``, ``schedule_one.go``) for replaying its
+extender tests; :func:`make_node` / :func:`make_pod` builders; :func:`self_signed_cert` for the
+webhook; ``python -m iro_fed.k8s.testing`` runs the server with demo nodes for local trials.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+_PATHS = [
+    ("nodes", re.compile(r"^/api/v1/nodes$"), None),
+    ("node", re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$"), None),
+    ("pods", re.compile(r"^/api/v1/pods$"), None),
+    ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$"), None),
+    ("pod", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$"), None),
+    ("binding", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/binding$"), None),
+    ("binding", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/bindings$"), None),
+    ("podstatus", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/status$"), None),
+    ("events", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "v1"),
+    ("events", re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events$"), "events.k8s.io/v1"),
+    ("leases", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases$"), None),
+    ("lease", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases/(?P<name>[^/]+)$"), None),
+    ("nodemetrics", re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/nodes$"), None),
+]
+
+
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Success" if code < 400 else "Failure", "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _get_field(obj: Mapping[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, Mapping) else None
+    return "" if cur is None else str(cur)
+
+
+def parse_field_selector(text: str) -> list[tuple[str, str, str]]:
+    """``a=b,c!=d`` -> [(field, op, value)] (ops ``=`` and ``!=``)."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = re.match(r"^([A-Za-z.]+)\s*(==|!=|=)\s*(.*)$", part)
+        if m is None:
+            raise ValueError(f"invalid field selector {part!r}")
+        out.append((m.group(1), "!=" if m.group(2) == "!=" else "=", m.group(3)))
+    return out
+
+
+def _matches(obj: Mapping[str, Any] | None, fields: list[tuple[str, str, str]], labels: dict[str, str]) -> bool:
+    if obj is None:
+        return False
+    for f, op, v in fields:
+        actual = _get_field(obj, f)
+        if (actual == v) != (op == "="):
+            return False
+    obj_labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(obj_labels.get(k) == v for k, v in labels.items())
+
+
+def strategic_merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A small strategic merge: maps merge recursively, ``null`` deletes, ``conditions`` lists
+    merge by ``type`` (their patch merge key), other lists are replaced."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif k == "conditions" and isinstance(v, list) and isinstance(target.get(k), list):
+            merged = {c.get("type"): c for c in target[k]}
+            for c in v:
+                merged[c.get("type")] = {**merged.get(c.get("type"), {}), **c}
+            target[k] = list(merged.values())
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            strategic_merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target
+
+
+def json_patch(doc: dict[str, Any], ops: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 ``add`` / ``replace`` / ``remove`` (enough for the tests and the webhook)."""
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
+        parent: Any = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        last = parts[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(copy.deepcopy(op["value"]))
+                elif op["op"] == "add":
+                    parent.insert(int(last), copy.deepcopy(op["value"]))
+                else:
+                    parent[int(last)] = copy.deepcopy(op["value"])
+            else:
+                if op["op"] == "replace" and last not in parent:
+                    raise KeyError(f"replace: {op['path']} does not exist")
+                parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        else:
+            raise ValueError(f"unsupported JSON patch op {op['op']!r}")
+    return doc
+
+
+class FakeApiServer:
+    """The loopback API server. Use as a context manager or call :meth:`start` / :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._rv = 100
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in ("nodes", "pods", "events", "leases")}
+        # (rv, kind, type, old object, new object)
+        self._history: list[tuple[int, str, str, dict | None, dict]] = []
+        self._compacted_rv = 0
+        self._watch_generation = 0
+        self._stopping = False
+        self.requests: list[dict[str, Any]] = []
+        #: metrics-server's NodeMetrics: node name -> {"cpu": "1500m", "memory": "2Gi"} (usage).
+        self.node_metrics: dict[str, dict[str, str]] = {}
+        #: Called with (namespace, name, binding body) before a binding is applied; may raise
+        #: :class:`InjectedError` to answer with an error instead.
+        self.binding_hook: Callable[[str, str, dict], None] | None = None
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        server = self
+
+        class Handler(_Handler):
+            api = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def write_kubeconfig(self, path: str | Path, user: str = "iro") -> Path:
+        """A kubeconfig that points the real client at this server."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": user, "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": user}}],
+            "current-context": "fake",
+        }
+        p = Path(path)
+        p.write_text(yaml.safe_dump(doc))
+        return p
+
+    # --- store -------------------------------------------------------------------------
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or ""
+        return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+    def _put(self, kind: str, obj: dict[str, Any], event: str | None = None) -> dict[str, Any]:
+        with self._lock:
+            meta = obj.setdefault("metadata", {})
+            key = self._key(obj)
+            old = self._objects[kind].get(key)
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            rv = self._next_rv()
+            meta["resourceVersion"] = str(rv)
+            stored = copy.deepcopy(obj)
+            self._objects[kind][key] = stored
+            self._history.append((rv, kind, event or ("MODIFIED" if old else "ADDED"), old, stored))
+            self._lock.notify_all()
+            return copy.deepcopy(stored)
+
+    def _delete(self, kind: str, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            old = self._objects[kind].pop(key, None)
+            if old is None:
+                return None
+            gone = copy.deepcopy(old)
+            rv = self._next_rv()
+            gone["metadata"]["resourceVersion"] = str(rv)
+            self._history.append((rv, kind, "DELETED", old, gone))
+            self._lock.notify_all()
+            return gone
+
+    def add_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        return self._put("nodes", copy.deepcopy(node))
+
+    def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        pod = copy.deepcopy(pod)
+        pod.setdefault("metadata", {}).setdefault("namespace", "default")
+        spec = pod.setdefault("spec", {})
+        spec.setdefault("schedulerName", "default-scheduler")
+        pod.setdefault("status", {}).setdefault("phase", "Pending")
+        return self._put("pods", pod)
+
+    def update(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._put(kind, copy.deepcopy(obj))
+
+    def delete(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self._delete(kind, key)
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self._objects[kind].get(key)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._objects[kind].values()]
+
+    def compact(self) -> None:
+        """Forget the watch history: a watch from an older resourceVersion gets 410 Expired."""
+        with self._lock:
+            self._compacted_rv = self._rv
+            self._history.clear()
+
+    def expire_watches(self) -> None:
+        """End every open watch and expire every resourceVersion handed out so far, as when a
+        client was away longer than the API server's watch window: resuming gets 410 Expired and
+        the client must list again."""
+        with self._lock:
+            self._watch_generation += 1
+            self._compacted_rv = self._rv + 1
+            self._history.clear()
+            self._lock.notify_all()
+
+    def requests_to(self, method: str, pattern: str) -> list[dict[str, Any]]:
+        """Logged requests whose method matches the regex ``method`` (``"PUT|POST"``) and whose
+        path matches the regex ``pattern``."""
+        with self._lock:
+            return [r for r in self.requests if re.fullmatch(method, r["method"]) and re.search(pattern, r["path"])]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Wait until ``predicate()`` holds (checked on every change); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.05))
+            return True
+
+    # --- verbs -------------------------------------------------------------------------
+
+    def _list_body(self, kind: str, fields: list, labels: dict) -> dict[str, Any]:
+        with self._lock:
+            items = [copy.deepcopy(o) for o in self._objects[kind].values() if _matches(o, fields, labels)]
+            rv = self._rv
+        list_kind = {"nodes": "NodeList", "pods": "PodList", "events": "EventList", "leases": "LeaseList"}[kind]
+        api = "coordination.k8s.io/v1" if kind == "leases" else "v1"
+        return {"kind": list_kind, "apiVersion": api, "metadata": {"resourceVersion": str(rv)}, "items": items}
+
+    def _bind(self, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.binding_hook is not None:
+            try:
+                self.binding_hook(ns, name, body)
+            except InjectedError as exc:
+                return exc.code, _status(exc.code, exc.reason, str(exc))
+        target = (body.get("target") or {}).get("name")
+        if not target:
+            return 400, _status(400, "BadRequest", "Binding.target.name: Required value")
+        with self._lock:
+            pod = self._objects["pods"].get(f"{ns}/{name}")
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            uid = (body.get("metadata") or {}).get("uid")
+            if uid and uid != pod["metadata"].get("uid"):
+                return 409, _status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata'].get('uid')}")
+            if pod["spec"].get("nodeName"):
+                return 409, _status(
+                    409, "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                    {"name": name, "kind": "pods/binding"})
+            pod = copy.deepcopy(pod)
+            pod["spec"]["nodeName"] = target
+            ann = (body.get("metadata") or {}).get("annotations") or {}
+            if ann:
+                pod["metadata"].setdefault("annotations", {}).update(ann)
+            conds = [c for c in pod.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+            pod["status"]["conditions"] = conds
+            self._put("pods", pod)
+        return 201, _status(201, "", "", None) | {"status": "Success"}
+
+    def _create_lease(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            return 422, _status(422, "Invalid", "metadata.name: Required value")
+        with self._lock:
+            if f"{ns}/{name}" in self._objects["leases"]:
+                return 409, _status(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists')
+            body = copy.deepcopy(body)
+            body["metadata"].update({"namespace": ns, "name": name})
+            body["metadata"].pop("resourceVersion", None)
+            body.setdefault("apiVersion", "coordination.k8s.io/v1")
+            body.setdefault("kind", "Lease")
+            return 201, self._put("leases", body)
+
+    def _replace_lease(self, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            cur = self._objects["leases"].get(f"{ns}/{name}")
+            if cur is None:
+                return 404, _status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != cur["metadata"]["resourceVersion"]:
+                return 409, _status(
+                    409, "Conflict",
+                    f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again")
+            body = copy.deepcopy(body)
+            body.setdefault("metadata", {}).update({"namespace": ns, "name": name, "uid": cur["metadata"]["uid"]})
+            body.setdefault("apiVersion", "coordination.k8s.io/v1")
+            body.setdefault("kind", "Lease")
+            return 200, self._put("leases", body)
+
+    def _patch_status(self, ns: str, name: str, content_type: str, patch: Any) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            cur = self._objects["pods"].get(f"{ns}/{name}")
+            if cur is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            pod = copy.deepcopy(cur)
+            try:
+                if "json-patch" in content_type:
+                    json_patch(pod, patch)
+                elif "strategic-merge-patch" in content_type:
+                    strategic_merge(pod, patch)
+                elif "merge-patch" in content_type:
+                    _merge_patch(pod, patch)
+                else:
+                    return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type}")
+            except (KeyError, IndexError, ValueError, TypeError) as exc:
+                return 422, _status(422, "Invalid", f"cannot apply patch: {exc}")
+            pod["spec"] = cur["spec"]  # the status subresource only changes status
+            return 200, self._put("pods", pod)
+
+
+def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            _merge_patch(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class InjectedError(Exception):
+    """Raised by a test hook to make the fake server answer with an error status."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeApiServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        return json.loads(raw) if raw else {}
+
+    def _route(self) -> tuple[str, dict[str, str], str | None, dict[str, list[str]]]:
+        parts = urlsplit(self.path)
+        for name, rx, extra in _PATHS:
+            m = rx.match(parts.path)
+            if m:
+                return name, m.groupdict(), extra, parse_qs(parts.query)
+        return "", {}, None, {}
+
+    def _log(self, code: int) -> None:
+        with self.api._lock:
+            self.api.requests.append({"method": self.command, "path": urlsplit(self.path).path, "query": urlsplit(self.path).query,
+                                      "status": code, "user_agent": self.headers.get("User-Agent", ""),
+                                      "time": time.monotonic()})
+            self.api._lock.notify_all()
+
+    def _reply(self, code: int, body: Any) -> None:
+        self._log(code)
+        self._send(code, body)
+
+    # --- verbs -----------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        route, args, _, query = self._route()
+        q = {k: v[-1] for k, v in query.items()}
+        try:
+            fields = parse_field_selector(q.get("fieldSelector", ""))
+        except ValueError as exc:
+            return self._reply(400, _status(400, "BadRequest", str(exc)))
+        labels = dict(p.split("=", 1) for p in q.get("labelSelector", "").split(",") if "=" in p)
+        if "ns" in args and route in ("pods", "events", "leases"):
+            fields = [*fields, ("metadata.namespace", "=", args["ns"])]
+        if route == "nodemetrics":
+            with self.api._lock:
+                items = [{"metadata": {"name": n}, "timestamp": _now(), "window": "30s", "usage": dict(u)}
+                         for n, u in self.api.node_metrics.items()]
+            return self._reply(200, {"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items})
+        if route in ("nodes", "pods", "events", "leases"):
+            if q.get("watch") in ("true", "1"):
+                return self._watch(route, fields, labels, q)
+            return self._reply(200, self.api._list_body(route, fields, labels))
+        if route in ("node", "pod", "lease", "podstatus"):
+            kind = {"node": "nodes", "pod": "pods", "lease": "leases", "podstatus": "pods"}[route]
+            key = f"{args['ns']}/{args['name']}" if "ns" in args else args["name"]
+            obj = self.api.get(kind, key)
+            if obj is None:
+                return self._reply(404, _status(404, "NotFound", f'{kind} "{args["name"]}" not found',
+                                                {"name": args["name"], "kind": kind}))
+            return self._reply(200, obj)
+        self._reply(404, _status(404, "NotFound", f"the server could not find the requested resource ({self.path})"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        route, args, extra, _ = self._route()
+        try:
+            body = self._body()
+        except json.JSONDecodeError as exc:
+            return self._reply(400, _status(400, "BadRequest", f"invalid JSON: {exc}"))
+        if route == "binding":
+            name = args.get("name") or (body.get("metadata") or {}).get("name", "")
+            code, out = self.api._bind(args["ns"], name, body)
+            return self._reply(code, out)
+        if route == "events":
+            body.setdefault("metadata", {}).setdefault("namespace", args["ns"])
+            if not body["metadata"].get("name"):
+                body["metadata"]["name"] = (body["metadata"].get("generateName") or "event.") + uuid.uuid4().hex[:10]
+            body.setdefault("apiVersion", extra)
+            body.setdefault("kind", "Event")
+            return self._reply(201, self.api._put("events", body))
+        if route == "leases":
+            code, out = self.api._create_lease(args["ns"], body)
+            return self._reply(code, out)
+        if route == "pods":
+            ns = args.get("ns", "default")
+            body.setdefault("metadata", {})["namespace"] = ns
+            if self.api.get("pods", f"{ns}/{body['metadata'].get('name')}") is not None:
+                return self._reply(409, _status(409, "AlreadyExists", f'pods "{body["metadata"].get("name")}" already exists'))
+            return self._reply(201, self.api.add_pod(body))
+        self._reply(404, _status(404, "NotFound", f"the server could not find the requested resource ({self.path})"))
+
+    def do_PUT(self) -> None:  # noqa: N802
+        route, args, _, _ = self._route()
+        try:
+            body = self._body()
+        except json.JSONDecodeError as exc:
+            return self._reply(400, _status(400, "BadRequest", f"invalid JSON: {exc}"))
+        if route == "lease":
+            code, out = self.api._replace_lease(args["ns"], args["name"], body)
+            return self._reply(code, out)
+        self._reply(405, _status(405, "MethodNotAllowed", f"PUT is not supported on {self.path}"))
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        route, args, _, _ = self._route()
+        try:
+            body = self._body()
+        except json.JSONDecodeError as exc:
+            return self._reply(400, _status(400, "BadRequest", f"invalid JSON: {exc}"))
+        if route == "podstatus":
+            code, out = self.api._patch_status(args["ns"], args["name"], self.headers.get("Content-Type", ""), body)
+            return self._reply(code, out)
+        self._reply(405, _status(405, "MethodNotAllowed", f"PATCH is not supported on {self.path}"))
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        route, args, _, _ = self._route()
+        kind = {"node": "nodes", "pod": "pods", "lease": "leases"}.get(route)
+        if kind is None:
+            return self._reply(405, _status(405, "MethodNotAllowed", f"DELETE is not supported on {self.path}"))
+        key = f"{args['ns']}/{args['name']}" if "ns" in args else args["name"]
+        gone = self.api.delete(kind, key)
+        if gone is None:
+            return self._reply(404, _status(404, "NotFound", f'{kind} "{args["name"]}" not found'))
+        self._reply(200, gone)
+
+    # --- watch -----------------------------------------------------------------------------
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, kind: str, fields: list, labels: dict, q: dict[str, str]) -> None:
+        api = self.api
+        timeout = float(q.get("timeoutSeconds") or 300)
+        deadline = time.monotonic() + timeout
+        rv_text = q.get("resourceVersion") or ""
+        self._log(200)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            expired = None
+            with api._lock:
+                generation = api._watch_generation
+                if rv_text in ("", "0"):
+                    # No version: synthetic ADDED events for the current state, then changes.
+                    initial = [copy.deepcopy(o) for o in api._objects[kind].values() if _matches(o, fields, labels)]
+                    since = api._rv
+                else:
+                    initial = []
+                    since = int(rv_text)
+                    if since < api._compacted_rv:
+                        expired = _status(410, "Expired", f"too old resource version: {since} ({api._compacted_rv})")
+            if expired is not None:
+                self._chunk(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
+                self._chunk(b"")
+                return
+            for obj in initial:
+                self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+            while True:
+                with api._lock:
+                    pending = [h for h in api._history if h[0] > since and h[1] == kind]
+                    if not pending:
+                        left = deadline - time.monotonic()
+                        if left <= 0 or api._stopping or api._watch_generation != generation:
+                            break
+                        api._lock.wait(min(left, 0.5))
+                        continue
+                    since = pending[-1][0]
+                lines = []
+                for _, _, etype, old, new in pending:
+                    was = _matches(old, fields, labels) if etype != "ADDED" else False
+                    now = _matches(new, fields, labels) if etype != "DELETED" else False
+                    if etype == "DELETED":
+                        out = "DELETED" if _matches(old, fields, labels) else None
+                    elif was and now:
+                        out = "MODIFIED"
+                    elif now:
+                        out = "ADDED"
+                    elif was:
+                        out = "DELETED"
+                    else:
+                        out = None
+                    if out:
+                        lines.append(json.dumps({"type": out, "object": new}).encode() + b"\n")
+                for line in lines:
+                    self._chunk(line)
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+
+# --- object builders for tests and demos -------------------------------------------------------
+
+
+def make_node(name: str, cpu: str = "8", memory: str = "32Gi", *, zone: str | None = None, region: str | None = None,
+              gpus: int = 0, gpu_model: str = "", labels: dict[str, str] | None = None,
+              taints: list[dict[str, str]] | None = None, pods: str = "110", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A v1.Node as the API returns it."""
+    lab = {"kubernetes.io/hostname": name, **(labels or {})}
+    if zone:
+        lab["topology.kubernetes.io/zone"] = zone
+    if region:
+        lab["topology.kubernetes.io/region"] = region
+    if gpu_model:
+        lab["nvidia.com/gpu.product"] = gpu_model
+    alloc = {"cpu": cpu, "memory": memory, "pods": pods}
+    if gpus:
+        alloc["nvidia.com/gpu"] = str(gpus)
+    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": lab},
+                            "spec": {}, "status": {"allocatable": alloc, "capacity": dict(alloc),
+                                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+    if annotations:
+        node["metadata"]["annotations"] = dict(annotations)
+    if taints:
+        node["spec"]["taints"] = taints
+    return node
+
+
+def make_pod(name: str, cpu: str | None = "500m", memory: str | None = "512Mi", *, namespace: str = "default",
+             scheduler: str = "default-scheduler", node: str | None = None, gpus: int = 0,
+             labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+             node_selector: dict[str, str] | None = None, tolerations: list[dict[str, str]] | None = None,
+             affinity: dict[str, Any] | None = None, priority: int | None = None) -> dict[str, Any]:
+    """A v1.Pod as the API returns it (one container)."""
+    req: dict[str, str] = {}
+    if cpu is not None:
+        req["cpu"] = cpu
+    if memory is not None:
+        req["memory"] = memory
+    if gpus:
+        req["nvidia.com/gpu"] = str(gpus)
+    container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": req}}
+    if gpus:
+        container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {"containers": [container], "schedulerName": scheduler}
+    if node:
+        spec["nodeName"] = node
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if affinity:
+        spec["affinity"] = affinity
+    if priority is not None:
+        spec["priority"] = priority
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+# --- kube-scheduler's side of the extender protocol -------------------------------------------
+
+
+class ExtenderError(Exception):
+    """What kube-scheduler's ``HTTPExtender`` returns as an error (non-200, ``Error`` set, a bad reply)."""
+
+
+class FitError(Exception):
+    """No node passed the filters (kube's ``FitError``); ``statuses`` maps node -> reasons."""
+
+    def __init__(self, statuses: dict[str, list[str]]) -> None:
+        self.statuses = statuses
+        super().__init__(f"0/{len(statuses)} nodes are available: {statuses}")
+
+
+MAX_NODE_SCORE = 100
+MAX_EXTENDER_PRIORITY = 10
+
+
+class HTTPExtenderClient:
+    """kube-scheduler's ``HTTPExtender`` (``pkg/scheduler/extender.go``) in Python, for tests:
+    sends ``ExtenderArgs`` with ``Nodes`` or ``NodeNames`` by ``node_cache_capable``, checks the
+    reply the way kube does (a name not in the request is an error) and applies ``weight``,
+    ``managedResources`` (``IsInterested``) and ``ignorable``."""
+
+    def __init__(self, url_prefix: str, filter_verb: str = "filter", prioritize_verb: str = "prioritize",
+                 bind_verb: str = "", preempt_verb: str = "", weight: int = 1, node_cache_capable: bool = False,
+                 managed_resources: tuple[str, ...] = (), ignorable: bool = False, timeout_s: float = 5.0) -> None:
+        self.url_prefix = url_prefix.rstrip("/")
+        self.filter_verb, self.prioritize_verb, self.bind_verb, self.preempt_verb = filter_verb, prioritize_verb, bind_verb, preempt_verb
+        self.weight = weight
+        self.node_cache_capable = node_cache_capable
+        self.managed_resources = set(managed_resources)
+        self.ignorable = ignorable
+        self.timeout_s = timeout_s
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(self.url_prefix)
+        self._host, self._port, self._path = parts.hostname, parts.port, parts.path
+        self._local = threading.local()
+
+    def is_interested(self, pod: Mapping[str, Any]) -> bool:
+        if not self.managed_resources:
+            return True
+        spec = pod.get("spec") or {}
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            res = c.get("resources") or {}
+            if self.managed_resources & (set(res.get("requests") or {}) | set(res.get("limits") or {})):
+                return True
+        return False
+
+    def is_binder(self) -> bool:
+        return bool(self.bind_verb)
+
+    def _conn(self) -> Any:
+        import http.client
+
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+            self._local.conn = conn
+        return conn
+
+    def send(self, verb: str, args: Any) -> Any:
+        body = json.dumps(args).encode()
+        for attempt in (0, 1):  # one reconnect when a kept-alive connection was closed by the server
+            conn = self._conn()
+            try:
+                conn.request("POST", f"{self._path}/{verb}", body=body, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (ConnectionError, OSError) as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt:
+                    raise ExtenderError(f"{verb} with extender at URL {self.url_prefix}: {exc}") from exc
+        if resp.status != 200:
+            raise ExtenderError(f"failed {verb} with extender at URL {self.url_prefix}, code {resp.status}")
+        return json.loads(data)
+
+    def _args(self, pod: Mapping[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.node_cache_capable:
+            return {"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]}
+        return {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+
+    def filter(self, pod: Mapping[str, Any], nodes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+        if not self.filter_verb:
+            return nodes, {}, {}
+        result = self.send(self.filter_verb, self._args(pod, nodes))
+        if result.get("Error"):
+            raise ExtenderError(result["Error"])
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        if self.node_cache_capable and result.get("NodeNames") is not None:
+            out = []
+            for name in result["NodeNames"]:
+                if name not in by_name:
+                    raise ExtenderError(f"extender {self.url_prefix!r} claims a filtered node {name!r} which is not found in the input node list")
+                out.append(by_name[name])
+        elif result.get("Nodes") is not None:
+            out = list(result["Nodes"].get("items") or [])
+        else:
+            out = []
+        return out, dict(result.get("FailedNodes") or {}), dict(result.get("FailedAndUnresolvableNodes") or {})
+
+    def prioritize(self, pod: Mapping[str, Any], nodes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        if not self.prioritize_verb:
+            return [{"Host": n["metadata"]["name"], "Score": 0} for n in nodes], 0
+        return self.send(self.prioritize_verb, self._args(pod, nodes)), self.weight
+
+    def bind(self, pod: Mapping[str, Any], node: str) -> None:
+        meta = pod.get("metadata") or {}
+        result = self.send(self.bind_verb, {"PodName": meta.get("name"), "PodNamespace": meta.get("namespace", "default"),
+                                            "PodUID": meta.get("uid", ""), "Node": node})
+        if result.get("Error"):
+            raise ExtenderError(result["Error"])
+
+
+def schedule_with_extenders(pod: Mapping[str, Any], nodes: list[dict[str, Any]], extenders: list[Any],
+                            in_tree_scores: dict[str, int] | None = None) -> str:
+    """kube-scheduler's extender steps for one pod: ``findNodesThatPassExtenders`` (interested
+    extenders in order, an error fails the pod unless the extender is ignorable, failed nodes
+    collected with their reasons), the extender part of ``prioritizeNodes`` (errors ignored,
+    ``score * weight``, scaled by MaxNodeScore / MaxExtenderPriority) and ``selectHost`` (highest
+    total; the first of equals here, where kube picks one of them at random). Then the first
+    interested binder binds. Returns the node."""
+    feasible = list(nodes)
+    statuses: dict[str, list[str]] = {}
+    for ext in extenders:
+        if not feasible:
+            break
+        if not ext.is_interested(pod):
+            continue
+        try:
+            feasible, failed, unresolvable = ext.filter(pod, feasible)
+        except ExtenderError:
+            if ext.ignorable:
+                continue
+            raise
+        for name, msg in unresolvable.items():
+            statuses.setdefault(name, []).append(msg)
+        for name, msg in failed.items():
+            if name not in unresolvable:
+                statuses.setdefault(name, []).append(msg)
+    if not feasible:
+        raise FitError(statuses)
+    totals = {n["metadata"]["name"]: (in_tree_scores or {}).get(n["metadata"]["name"], 0) for n in feasible}
+    for ext in extenders:
+        if not ext.is_interested(pod):
+            continue
+        try:
+            prioritized, weight = ext.prioritize(pod, feasible)
+        except ExtenderError:
+            continue  # prioritization errors are ignored; other extenders decide
+        for hp in prioritized:
+            if hp["Host"] in totals:
+                totals[hp["Host"]] += hp["Score"] * weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+    host = max(totals, key=lambda n: totals[n])
+    for ext in extenders:
+        if ext.is_binder() and ext.is_interested(pod):
+            ext.bind(pod, host)
+            break
+    return host
+
+
+def self_signed_cert(directory: str | Path, names: tuple[str, ...] = ("localhost",)) -> tuple[Path, Path]:
+    """A self-signed certificate and key (PEM) for local webhook runs and tests (needs ``cryptography``).
+    The certificate is its own CA: pass it as ``caBundle`` / ``cafile``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = d / "tls.crt", d / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m iro_fed.k8s.testing [--port P] [--kubeconfig F] [--nodes N]``: run the loopback
+    API server with N demo nodes, for trying the extender, the webhook and the scheduler locally."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m iro_fed.k8s.testing", description=main.__doc__)
+    parser.add_argument("--kubeconfig", default="iro-fake.kubeconfig", help="where to write the kubeconfig")
+    parser.add_argument("--nodes", type=int, default=4, help="demo nodes in two zones (default 4)")
+    args = parser.parse_args(argv)
+    server = FakeApiServer().start()
+    for i in range(args.nodes):
+        server.add_node(make_node(f"node-{i}", cpu="8", memory="32Gi", zone=f"zone-{i % 2}"))
+    path = server.write_kubeconfig(args.kubeconfig)
+    print(f"loopback API server on {server.url}; kubeconfig: {path}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

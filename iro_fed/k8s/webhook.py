@@ -1,0 +1,296 @@
+"""Mutating admission webhook (``admission.k8s.io/v1`` ``AdmissionReview``), HTTPS only.
+
+For a pod CREATE that is selected (its labels match ``selector``, or its namespace is in
+``namespaces``; with neither set every pod is), the webhook either
+
+* ``mode="scheduler-name"``: sets ``spec.schedulerName`` to IRO's scheduler, or
+* ``mode="affinity"``: adds one *preferred* node-affinity term per recommended node (the top-K
+  of the configured solver's ranking on the current cluster, weight 100 for the best, down to 1
+  by the normalized score), so kube-scheduler keeps the final say.
+
+The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
+the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
+base64 RFC 6902 patch. The webhook always answers within ``budget_s`` (keep it below the
+configuration's ``timeoutSeconds``): a recommendation that is late, or any internal error,
+admits the pod unchanged with a ``warnings`` entry (``failurePolicy: Ignore`` covers the webhook
+being down). A request that is not an ``AdmissionReview`` gets HTTP 400.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import copy
+import json
+import logging
+import ssl
+import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from iro_fed.k8s.snapshot import ClusterConfig
+from iro_fed.model import ClusterState
+
+log = logging.getLogger("iro_fed.k8s.webhook")
+MODES = ("scheduler-name", "affinity")
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BadReview(ValueError):
+    """Not an AdmissionReview: HTTP 400."""
+
+
+def parse_selector(text: str | None) -> dict[str, str]:
+    """``a=b,c=d`` -> {"a": "b", "c": "d"} (matchLabels)."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class Webhook:
+    """The admission logic, independent of HTTP."""
+
+    def __init__(self, mode: str = "scheduler-name", scheduler_name: str = "iro", selector: Mapping[str, str] | None = None,
+                 namespaces: list[str] | None = None, cache: Any = None, solver: str = "greedy-objective",
+                 solver_params: dict[str, Any] | None = None, top_k: int = 3, budget_s: float = 2.0,
+                 config: ClusterConfig | None = None) -> None:
+        import solvers
+
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+        if top_k < 1:
+            raise ValueError(f"top_k: must be >= 1, got {top_k}")
+        if budget_s <= 0:
+            raise ValueError(f"budget_s: must be > 0, got {budget_s}")
+        self.mode = mode
+        self.scheduler_name = scheduler_name
+        self.selector = dict(selector or {})
+        self.namespaces = set(namespaces or [])
+        self.cache = cache
+        self.solver = solvers.make(solver, **(solver_params or {})) if mode == "affinity" else None
+        self.solver_name = solver
+        self.top_k = top_k
+        self.budget_s = budget_s
+        self.config = config or ClusterConfig()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iro-webhook")
+        self._solver_lock = threading.Lock()
+        self.stats = {"reviews": 0, "mutated": 0, "skipped": 0, "warnings": 0, "bad_requests": 0}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- selection and patches ---------------------------------------------------------------
+
+    def selected(self, pod: Mapping[str, Any], namespace: str) -> bool:
+        if not self.selector and not self.namespaces:
+            return True
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if self.selector and all(labels.get(k) == v for k, v in self.selector.items()):
+            return True
+        return namespace in self.namespaces
+
+    def scheduler_patch(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+        if (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name:
+            return []
+        return [{"op": "add", "path": "/spec/schedulerName", "value": self.scheduler_name}]
+
+    def recommend(self, pod: Mapping[str, Any], namespace: str) -> list[tuple[str, float]]:
+        """Top-K (node, normalized score in [0, 1]) for the pod on the current cluster."""
+        from solvers import OnlineSolver
+
+        if self.cache is None:
+            raise RuntimeError("affinity mode needs a cluster view: start the webhook with --kubeconfig")
+        if not self.cache.synced:
+            raise RuntimeError("the webhook's cluster cache has not synced yet")
+        pod = copy.deepcopy(dict(pod))
+        meta = pod.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        if not meta.get("name"):
+            meta["name"] = (meta.get("generateName") or "pod-") + "(new)"
+        snap = self.cache.model().with_pods([pod])
+        state = ClusterState(snap.problem)
+        with self._solver_lock:
+            if isinstance(self.solver, OnlineSolver):
+                ranked = self.solver.rank(state, 0, k=self.top_k)
+            else:
+                placement = self.solver.solve(snap.problem)
+                n = int(placement.assignment[0])
+                ranked = [(n, 1.0)] if n >= 0 else []
+        if not ranked:
+            return []
+        scores = np.array([s for _, s in ranked], dtype=np.float64)
+        lo, hi = float(scores.min()), float(scores.max())
+        norm = np.ones_like(scores) if hi - lo <= 1e-12 else (scores - lo) / (hi - lo)
+        return [(snap.problem.nodes[n].name, float(v)) for (n, _), v in zip(ranked, norm, strict=True)]
+
+    def affinity_patch(self, pod: Mapping[str, Any], recommended: list[tuple[str, float]]) -> list[dict[str, Any]]:
+        terms = [{"weight": max(1, int(round(1 + 99 * score))),
+                  "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}}
+                 for node, score in recommended]
+        if not terms:
+            return []
+        spec = pod.get("spec") or {}
+        affinity = spec.get("affinity")
+        if not affinity:
+            return [{"op": "add", "path": "/spec/affinity",
+                     "value": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": terms}}}]
+        node_aff = affinity.get("nodeAffinity")
+        if not node_aff:
+            return [{"op": "add", "path": "/spec/affinity/nodeAffinity",
+                     "value": {"preferredDuringSchedulingIgnoredDuringExecution": terms}}]
+        if not node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"):
+            return [{"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+                     "value": terms}]
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-",
+                 "value": t} for t in terms]
+
+    # --- review --------------------------------------------------------------------------------
+
+    def review(self, doc: Any) -> dict[str, Any]:
+        """The AdmissionReview reply for a request document (raises :class:`BadReview`)."""
+        if not isinstance(doc, dict):
+            raise BadReview(f"expected an AdmissionReview object, got {type(doc).__name__}")
+        if doc.get("kind") != "AdmissionReview":
+            raise BadReview(f"kind: expected AdmissionReview, got {doc.get('kind')!r}")
+        api_version = doc.get("apiVersion")
+        if api_version != "admission.k8s.io/v1":
+            raise BadReview(f"apiVersion: expected admission.k8s.io/v1, got {api_version!r}")
+        request = doc.get("request")
+        if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+            raise BadReview("request.uid: required")
+        self.stats["reviews"] += 1
+        response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+        reply = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+        try:
+            patch, warnings = self._decide(request)
+        except Exception as exc:  # admit unchanged, say why
+            log.exception("admission of %s failed", request.get("uid"))
+            patch, warnings = [], [f"iro-fed webhook: internal error ({type(exc).__name__}: {exc}); pod admitted unchanged"]
+        if patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+            self.stats["mutated"] += 1
+        else:
+            self.stats["skipped"] += 1
+        if warnings:
+            response["warnings"] = warnings
+            self.stats["warnings"] += 1
+        return reply
+
+    def _decide(self, request: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+        kind = (request.get("kind") or {}).get("kind")
+        if kind != "Pod" or request.get("operation") != "CREATE" or request.get("subResource"):
+            return [], []
+        pod = request.get("object")
+        if not isinstance(pod, dict):
+            raise ValueError("request.object: expected the Pod")
+        namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
+        if not self.selected(pod, namespace):
+            return [], []
+        if self.mode == "scheduler-name":
+            return self.scheduler_patch(pod), []
+        future = self._pool.submit(self.recommend, pod, namespace)
+        try:
+            recommended = future.result(timeout=self.budget_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return [], [f"iro-fed webhook: no node recommendation within {self.budget_s:g} s; pod admitted unchanged"]
+        except Exception as exc:
+            return [], [f"iro-fed webhook: no node recommendation ({type(exc).__name__}: {exc}); pod admitted unchanged"]
+        if not recommended:
+            return [], ["iro-fed webhook: no node can run this pod now; pod admitted unchanged"]
+        return self.affinity_patch(pod, recommended), []
+
+
+class WebhookServer(ThreadingHTTPServer):
+    """HTTPS server for a :class:`Webhook` (``POST /mutate``, ``GET /healthz``)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
+        self.webhook = webhook
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert_file, key_file)
+        super().__init__((host, port), _WebhookHandler)
+        # The TLS handshake runs in the request's thread (see _WebhookHandler.setup), so a slow
+        # or plain-HTTP client never blocks accept().
+        self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"https://{host}:{port}"
+
+    def serve_in_thread(self) -> threading.Thread:
+        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="iro-webhook", daemon=True)
+        t.start()
+        return t
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.webhook.close()
+
+
+class _WebhookHandler(BaseHTTPRequestHandler):
+    server: WebhookServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
+    timeout = 10
+
+    def setup(self) -> None:
+        self.request.settimeout(self.timeout)
+        self.request.do_handshake()
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - " + format, self.address_string(), *args)
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path in ("/healthz", "/readyz"):
+            return self._send(200, {"ok": True, "stats": dict(self.server.webhook.stats)})
+        self._send(404, {"message": f"unknown path {self.path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        hook = self.server.webhook
+        if self.path.split("?", 1)[0] not in ("/mutate", "/"):
+            return self._send(404, {"message": f"unknown path {self.path} (POST /mutate)"})
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            hook.stats["bad_requests"] += 1
+            self.close_connection = True
+            return self._send(400, {"message": "a JSON AdmissionReview body with Content-Length is required"})
+        raw = self.rfile.read(length)
+        try:
+            doc = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            hook.stats["bad_requests"] += 1
+            return self._send(400, {"message": f"request body is not valid JSON: {exc}"})
+        try:
+            reply = hook.review(doc)
+        except BadReview as exc:
+            hook.stats["bad_requests"] += 1
+            return self._send(400, {"message": str(exc)})
+        self._send(200, reply)

@@ -1,0 +1,80 @@
+"""The agent keeps serving when Prometheus is down: request-based scoring, said in /readyz and a metric."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prometheus_down_keeps_serving_with_requests(start_agent, http):
+    port = free_port()  # nothing listens there
+    agent, url = start_agent(prometheus={"url": f"http://127.0.0.1:{port}", "scoring": "usage", "timeout_s": 0.5,
+                                         "refresh_interval_s": 0.1})
+    deadline = time.monotonic() + 10
+    while agent.prometheus_state["up"] is not False and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status, ready = http("GET", f"{url}/readyz")
+    assert status == 200 and ready["ready"] is True and ready["status"] == "degraded"
+    assert ready["prometheus"]["up"] is False and "cannot connect" in ready["prometheus"]["last_error"]
+    assert ready["scoring"] == "requests" and "prometheus unreachable: scoring with requests" in ready["degraded"]
+    status, reply = http("POST", f"{url}/recommend", {"name": "w", "requests": {"cpu": 500}})
+    assert status == 200 and reply["scoring"] == "requests" and reply["nodes"]
+    assert "no usable snapshot" in reply["scoring_note"]
+    metrics = http("GET", f"{url}/metrics")[1]
+    assert 'iro_agent_dependency_up{dependency="prometheus"} 0.0' in metrics
+    assert "iro_agent_load_aware_active 0.0" in metrics
+    failures = agent.metrics.dependency_failures.labels("prometheus")._value.get()
+    assert failures >= 1
+
+
+def test_stop_closes_idle_keepalive_and_answers_a_half_sent_request(start_agent):
+    import http.client
+    import threading
+
+    agent, url = start_agent(listen={"request_timeout_s": 60})
+    idle = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
+    idle.request("GET", "/healthz")
+    assert idle.getresponse().read()  # keep-alive connection, now idle (like a Prometheus scraper)
+    half = socket.create_connection(("127.0.0.1", agent.port), timeout=30)
+    body = b'{"name": "w", "requests": {"cpu": 100}}'
+    half.sendall(b"POST /recommend HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
+    time.sleep(0.2)  # let the handler start reading the body
+    stopper = threading.Thread(target=agent.stop)
+    started = time.monotonic()
+    stopper.start()
+    reply = b""
+    while chunk := half.recv(65536):
+        reply += chunk
+    stopper.join(30)
+    assert not stopper.is_alive() and time.monotonic() - started < 30  # not the 60 s socket timeout
+    assert reply.startswith(b"HTTP/1.1 400") and b"ended after 10 of" in reply  # aborted cleanly, with a reply
+    assert agent.store._closed
+    half.close()
+    idle.close()
+
+
+def test_connections_are_bounded(start_agent, http):
+    from http.client import HTTPConnection
+
+    agent, url = start_agent(listen={"max_connections": 2})
+    held = []
+    for _ in range(2):
+        c = HTTPConnection("127.0.0.1", agent.port, timeout=10)
+        c.request("GET", "/healthz")
+        assert c.getresponse().read()
+        held.append(c)  # kept open (keep-alive): both slots taken
+    status, reply = http("GET", f"{url}/healthz")
+    assert status == 503 and "listen.max_connections" in reply["error"]
+    held[0].close()
+    deadline = time.monotonic() + 10
+    while http("GET", f"{url}/healthz")[0] != 200:  # a slot frees once the server sees the close
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    held[1].close()

@@ -1,0 +1,82 @@
+"""Kubernetes quantities and Pod -> workload conversion."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from edge_agent.workload import BadRequest, parse_quantity, pod_to_workload, request_to_workload
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", "0.5"), ("1.5", "1.5"), ("1Gi", str(2**30)), ("512Mi", str(512 * 2**20)), ("1e3", "1000"),
+     ("100k", "100000"), ("1G", "1000000000"), ("0", "0"), (2, "2"), (".5", "0.5"), ("1E-3", "0.001")],
+)
+def test_quantities_are_exact(text, value):
+    assert parse_quantity(text, "q") == Decimal(value)
+
+
+@pytest.mark.parametrize("text", ["", "1.2.3", "5 m", "1mi", "-1", "1Gib", "e3", True, None, [1]])
+def test_bad_quantities_name_the_field(text):
+    with pytest.raises(BadRequest) as info:
+        parse_quantity(text, "pod.x")
+    assert info.value.field == "pod.x"
+
+
+def test_pod_requests_sum_containers_max_init_and_default_from_limits():
+    pod = {
+        "metadata": {"name": "api", "namespace": "shop",
+                     "annotations": {"iro-fed.io/user-region": "users-eu", "iro-fed.io/max-latency-ms": "25",
+                                     "iro-fed.io/class": "online", "iro-fed.io/gpu-milli": "250",
+                                     "iro-fed.io/gpu-models": "T4, A10"}},
+        "spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "250m", "memory": "256Mi", "nvidia.com/gpu": "1"}}},
+                {"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}],
+            "overhead": {"cpu": "100m"},
+            "nodeSelector": {"disk": "ssd"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}],
+            "priority": 100,
+        },
+    }
+    wl = pod_to_workload(pod, ("cpu", "memory"))
+    assert wl["name"] == "shop/api"
+    assert wl["requests"] == {"cpu": 2100.0, "memory": 1280.0}  # max(1250, 2000) + 100 overhead; 256 + 1024
+    assert wl["gpu"] == {"count": 1, "milli": 250, "models": ["T4", "A10"]}
+    assert wl["node_selector"] == {"disk": "ssd"} and wl["priority"] == 100
+    assert wl["user_region"] == "users-eu" and wl["max_latency_ms"] == 25.0 and wl["class"] == "online"
+    assert wl["tolerations"][0]["key"] == "dedicated"
+
+
+def test_sidecars_and_rounding_follow_kubernetes():
+    pod = {"metadata": {"name": "p"}, "spec": {
+        "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},  # sidecar
+            {"resources": {"requests": {"cpu": "3", "memory": "100Mi"}}},  # runs next to the sidecar only
+        ]}}
+    # max(1 + 0.5, 0.5 + 3) cpu = 3.5; max(1024 + 512, 512 + 100) MiB = 1536
+    assert pod_to_workload(pod, ("cpu", "memory"))["requests"] == {"cpu": 3500.0, "memory": 1536.0}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"cpu": "0.0001", "memory": "1"}}}]}}
+    # Kubernetes' MilliValue rounds 0.1m up to 1m; memory is whole bytes
+    assert pod_to_workload(pod, ("cpu", "memory"))["requests"] == {"cpu": 1.0, "memory": 1 / 2**20}
+
+
+def test_request_forms():
+    wl, kind = request_to_workload({"pod": {"metadata": {"generateName": "job-"}, "spec": {"containers": [{}]}}},
+                                   ("cpu",))
+    assert kind == "pod" and wl["name"] == "default/job-" and wl["requests"] == {}
+    wl, kind = request_to_workload({"workload": {"name": "w"}, "k": 2}, ("cpu",))
+    assert kind == "workload" and wl == {"name": "w"}
+    wl, kind = request_to_workload({"name": "w", "k": 2}, ("cpu",))
+    assert kind == "workload" and wl == {"name": "w"}
+    with pytest.raises(BadRequest, match="pod.spec.containers\\[0\\].resources.requests.memory"):
+        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"memory": "lots"}}}]}},
+                        ("cpu", "memory"))
+    with pytest.raises(BadRequest, match="requests.nvidia.com/gpu: invalid quantity '500m': must be a whole number"):
+        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}},
+                        ("cpu",))

@@ -1,0 +1,140 @@
+"""``iro extender`` / ``iro webhook`` / ``iro scheduler`` from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from iro_fed.cli import main
+from iro_fed.k8s.testing import make_node, make_pod
+
+
+def test_help_lists_the_kubernetes_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("extender", "webhook", "scheduler"):
+        assert cmd in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["extender", "--port", "0", "--solver", "nope"], "unknown solver 'nope'"),
+        (["extender", "--port", "0", "--set", "bogus=1"], "--set bogus: unknown setting"),
+        (["extender", "--port", "0", "--solver-weight", "2"], "--solver-weight"),
+        (["extender", "--port", "0", "--kubeconfig", "/no/such/file"], "--kubeconfig: no such file"),
+        (["extender", "--port", "0", "--cluster-config", "/no/such.yaml"], "--cluster-config: no such file"),
+        (["webhook", "--port", "0", "--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"], "--tls-cert: no such file"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__], "cannot serve HTTPS"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--selector", "novalue"], "--selector"),
+        (["scheduler", "--solver", "nope", "--kubeconfig", __file__], "unknown solver 'nope'"),
+        (["scheduler"], "--kubeconfig: required when not running inside a cluster"),
+        (["extender", "--port", "0", "--watch"], "--kubeconfig: required when not running inside a cluster"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--mode", "affinity"], "--mode affinity: needs --kubeconfig"),
+        (["scheduler", "--fallback", "nope", "--kubeconfig", __file__], "--fallback: unknown solver"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(argv, fragment, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_bad_cluster_config_names_the_field(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("domains:\n  edge-1: {kind: moon}\n")
+    assert main(["extender", "--port", "0", "--cluster-config", str(cfg)]) == 2
+    assert "domains[0].kind" in capsys.readouterr().err
+
+
+def test_port_out_of_range_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["extender", "--port", "70000"])
+    assert e.value.code == 2
+    assert "port must be 0..65535" in capsys.readouterr().err
+
+
+def _start(argv: list[str], ready: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv, "--ready-file", str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or not ready.read_text().strip():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode}: {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def test_extender_command_serves_until_sigterm(tmp_path):
+    ready = tmp_path / "ready"
+    proc = _start(["extender", "--host", "127.0.0.1", "--port", "0", "--url-prefix", "/iro", "--solver", "best-fit"], ready)
+    try:
+        url = ready.read_text().strip()
+        body = json.dumps({"Pod": make_pod("p", cpu="1"), "Nodes": {"items": [make_node("n1"), make_node("n2", cpu="500m")]}}).encode()
+        req = urllib.request.Request(url + "/filter", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            res = json.loads(resp.read())
+        assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["n1"]
+        assert res["FailedNodes"] == {"n2": "Insufficient cpu"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert "iro extender" in out and "nodeCacheCapable: false" in out
+
+
+def test_webhook_command_serves_https(tmp_path):
+    pytest.importorskip("cryptography")
+    import base64
+    import ssl
+
+    from iro_fed.k8s.testing import self_signed_cert
+
+    cert, key = self_signed_cert(tmp_path / "tls")
+    ready = tmp_path / "ready"
+    proc = _start(["webhook", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key),
+                   "--namespaces", "apps"], ready)
+    try:
+        port = int(ready.read_text().strip().rsplit(":", 1)[1])
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "u-1", "kind": {"kind": "Pod"}, "operation": "CREATE", "namespace": "apps",
+                              "object": make_pod("p", namespace="apps")}}
+        req = urllib.request.Request(f"https://localhost:{port}/mutate", data=json.dumps(review).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10, context=ssl.create_default_context(cafile=str(cert))) as resp:
+            out = json.loads(resp.read())["response"]
+        assert out["uid"] == "u-1" and out["allowed"] is True
+        assert json.loads(base64.b64decode(out["patch"])) == [{"op": "add", "path": "/spec/schedulerName", "value": "iro"}]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_scheduler_command_binds_against_the_api(tmp_path, api, kubeconfig):
+    api.add_node(make_node("n1", cpu="4"))
+    api.add_pod(make_pod("web", cpu="1", scheduler="iro"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", "scheduler", "--name", "iro", "--kubeconfig", kubeconfig,
+                             "--window-s", "0.1", "--solver", "best-fit", "--no-leader-elect"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert api.wait_for(lambda: api.get("pods", "default/web")["spec"].get("nodeName") == "n1", 60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "iro scheduler" in out
+    assert [e["reason"] for e in api.list("events")] == ["Scheduled"]

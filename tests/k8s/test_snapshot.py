@@ -1,0 +1,195 @@
+"""Cluster snapshot: Kubernetes objects -> iro_fed.model.Problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iro_fed.feasibility import explain, feasible_nodes
+from iro_fed.k8s.snapshot import ClusterConfig, ClusterModel, PodSpecError, build_snapshot, pod_demand
+from iro_fed.k8s.testing import make_node, make_pod
+from iro_fed.model import ClusterState
+from iro_fed.objective import evaluate
+from iro_fed.problem_io import ProblemValidationError
+
+
+def _pod_with(containers, init=(), overhead=None):
+    pod = make_pod("p")
+    pod["spec"]["containers"] = [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
+    if init:
+        pod["spec"]["initContainers"] = [dict({"name": f"i{i}"}, **r) for i, r in enumerate(init)]
+    if overhead:
+        pod["spec"]["overhead"] = overhead
+    return pod
+
+
+def test_requests_sum_containers_and_take_the_largest_init_container():
+    pod = _pod_with(
+        [{"requests": {"cpu": "250m", "memory": "256Mi"}}, {"requests": {"cpu": "0.5", "memory": "1Gi"}}],
+        init=[{"resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}, {"resources": {"requests": {"cpu": "100m", "memory": "2Gi"}}}],
+    )
+    d = pod_demand(pod, ("cpu", "memory"))
+    assert d.requests == {"cpu": 2000.0, "memory": 2048.0}  # init max wins per resource
+
+
+def test_sidecars_add_to_the_app_and_to_later_init_containers():
+    pod = _pod_with(
+        [{"requests": {"cpu": "1"}}],
+        init=[{"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+              {"resources": {"requests": {"cpu": "1200m"}}}],
+        overhead={"cpu": "100m"},
+    )
+    # max(app 1000 + sidecar 500, init 1200 + sidecar 500) + overhead 100
+    assert pod_demand(pod, ("cpu", "memory")).requests["cpu"] == 1800.0
+
+
+def test_limit_without_request_requests_the_limit_and_gpus_are_whole_cards():
+    pod = _pod_with([{"limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "2"}}])
+    d = pod_demand(pod, ("cpu", "memory"))
+    assert d.requests == {"cpu": 2000.0, "memory": 1024.0}
+    assert (d.gpu_count, d.gpu_milli) == (2, 1000)
+
+
+def test_gpu_share_annotation_asks_for_part_of_one_card():
+    pod = make_pod("p", annotations={"iro-fed.io/gpu-milli": "250"})
+    d = pod_demand(pod, ("cpu", "memory"))
+    assert (d.gpu_count, d.gpu_milli) == (1, 250)
+    pod = make_pod("p", gpus=2, annotations={"iro-fed.io/gpu-milli": "250"})
+    with pytest.raises(PodSpecError, match="share of one card"):
+        pod_demand(pod, ("cpu", "memory"))
+    with pytest.raises(PodSpecError, match="1..1000"):
+        pod_demand(make_pod("p", annotations={"iro-fed.io/gpu-milli": "1500"}), ("cpu", "memory"))
+
+
+def test_invalid_quantity_names_pod_and_field():
+    pod = make_pod("web", cpu="1.2.3", namespace="shop")
+    with pytest.raises(ValueError, match=r"pod shop/web: spec.containers\[0\].resources.requests.cpu: invalid quantity '1.2.3'"):
+        build_snapshot([make_node("n1")], [], [pod])
+
+
+def test_nodes_map_to_domains_gpus_taints_and_usage():
+    nodes = [
+        make_node("a1", cpu="16", memory="64Gi", zone="eu-1a", region="eu", gpus=4, gpu_model="A100",
+                  labels={"iro-fed.io/domain-kind": "edge"}),
+        make_node("b1", cpu="8", memory="32Gi", region="us", taints=[{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]),
+        make_node("c1", cpu="4", memory="8Gi"),
+    ]
+    nodes[2]["spec"]["unschedulable"] = True
+    bound = [
+        make_pod("x", cpu="1500m", memory="1Gi", node="a1", gpus=2),
+        make_pod("y", cpu="500m", memory="512Mi", node="a1", annotations={"iro-fed.io/gpu-milli": "300"}),
+        make_pod("z", cpu="1", memory="1Gi", node="a1", annotations={"iro-fed.io/gpu-milli": "400", "iro-fed.io/gpu-cards": "3"}),
+        dict(make_pod("done", cpu="8", node="a1"), status={"phase": "Succeeded"}),
+    ]
+    snap = build_snapshot(nodes, bound, [make_pod("p", cpu="1")])
+    p = snap.problem
+    assert [n.name for n in p.nodes] == ["a1", "b1", "c1"]
+    assert [n.domain for n in p.nodes] == ["eu-1a", "us", "default"]
+    assert p.domains[p.domain_index["eu-1a"]].kind == "edge"
+    assert p.capacity[0].tolist() == [16000.0, 65536.0]
+    assert p.allocated[0].tolist() == [3000.0, 2560.0]  # the Succeeded pod does not count
+    assert p.gpu_count.tolist() == [4, 0, 0]
+    assert p.nodes[0].gpu_model == "A100"
+    # two whole cards (0, 1), a 300 share best-fit on card 2, the annotated 400 on card 3
+    assert p.gpu_free[0].tolist() == [0, 0, 700, 600]
+    state = ClusterState(p)
+    assert feasible_nodes(state, 0).tolist() == [True, False, False]
+    assert "untolerated taint {dedicated: batch}" in explain(state, 0)
+    assert "untolerated taint {node.kubernetes.io/unschedulable: }" in explain(state, 0)
+
+
+def test_node_selector_tolerations_and_required_affinity_operators():
+    nodes = [
+        make_node("n1", labels={"disk": "ssd", "gen": "5"}, taints=[{"key": "gpu", "value": "", "effect": "NoSchedule"}]),
+        make_node("n2", labels={"disk": "hdd", "gen": "3"}),
+        make_node("n3", labels={"disk": "ssd", "gen": "2"}),
+        make_node("n4", labels={"gen": "9"}),
+    ]
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["2"]}, {"key": "disk", "operator": "Exists"}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n4"]}]},
+    ]}}}
+    pods = [
+        make_pod("a", affinity=aff),
+        make_pod("b", affinity=aff, tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        make_pod("c", node_selector={"disk": "ssd"}, tolerations=[{"operator": "Exists"}]),
+        make_pod("d", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "NotIn", "values": ["ssd"]}, {"key": "gen", "operator": "Lt", "values": ["5"]}]}]}}}),
+        make_pod("e", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "DoesNotExist"}]}]}}}),
+    ]
+    snap = build_snapshot(nodes, [], pods)
+    state = ClusterState(snap.problem)
+    got = {w.name: [snap.problem.nodes[i].name for i in np.flatnonzero(feasible_nodes(state, k))]
+           for k, w in enumerate(snap.problem.workloads)}
+    assert got == {
+        "default/a": ["n2", "n4"],        # n1 matches the term but its taint is not tolerated
+        "default/b": ["n1", "n2", "n4"],
+        "default/c": ["n1", "n3"],
+        "default/d": ["n2"],              # NotIn ssd and gen < 5
+        "default/e": ["n4"],
+    }
+    assert "didn't match Pod's node affinity/selector" in explain(state, 0)
+
+
+def test_preferred_affinity_becomes_preferred_terms_on_the_matching_nodes():
+    nodes = [make_node("n1", labels={"disk": "ssd"}), make_node("n2")]
+    pod = make_pod("p", affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 40, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd", "nvme"]}]}}]}})
+    p = build_snapshot(nodes, [], [pod]).problem
+    (term,) = p.workloads[0].preferred
+    assert term.weight == 40
+    (label,) = term.match_labels
+    assert [label in n.labels for n in p.nodes] == [True, False]
+
+
+def test_pod_annotations_carry_the_models_constraints_and_bad_ones_name_the_pod():
+    cfg = ClusterConfig.from_dict({
+        "domains": {"edge-1": {"kind": "edge", "carbon_intensity": 100}, "az-1": {"kind": "zone", "carbon_intensity": 400}},
+        "latency_ms": {"users-eu": {"edge-1": 3, "az-1": 30}},
+        "weights": {"carbon": 2.0},
+    })
+    nodes = [make_node("e1", zone="edge-1"), make_node("z1", zone="az-1")]
+    pod = make_pod("api", annotations={"iro-fed.io/user-region": "users-eu", "iro-fed.io/max-latency-ms": "10",
+                                       "iro-fed.io/class": "online"})
+    snap = build_snapshot(nodes, [], [pod], cfg)
+    state = ClusterState(snap.problem)
+    assert feasible_nodes(state, 0).tolist() == [True, False]
+    assert snap.problem.weights.carbon == 2.0
+    bad = make_pod("api", annotations={"iro-fed.io/user-region": "users-mars"})
+    with pytest.raises(PodSpecError, match=r"pod default/api: user_region: unknown user region 'users-mars'"):
+        build_snapshot(nodes, [], [bad], cfg)
+
+
+def test_cluster_config_errors_name_the_field():
+    with pytest.raises(ProblemValidationError, match=r"domains\[0\].kind"):
+        ClusterConfig.from_dict({"domains": {"x": {"kind": "moon"}}})
+    with pytest.raises(ProblemValidationError, match="unknown field"):
+        ClusterConfig.from_dict({"nodes": []})
+
+
+def test_snapshot_is_scored_by_the_objective_and_with_pods_reuses_the_cluster():
+    nodes = [make_node(f"n{i}", cpu="4", memory="8Gi", zone=f"z{i % 2}") for i in range(4)]
+    model = ClusterModel(nodes, [make_pod("b", cpu="1", node="n0")])
+    s1 = model.with_pods([make_pod("p1", cpu="1")])
+    s2 = model.with_pods([make_pod("p2", cpu="2"), make_pod("p3", cpu="3")])
+    assert np.array_equal(s1.problem.allocated, model.problem.allocated)
+    assert s1.problem.allocated[0].tolist() == [1000.0, 512.0]
+    assert s2.problem.num_workloads == 2
+    b = evaluate(s2.problem, np.array([0, 1]))
+    assert b.placed == 2 and b.powered_on_nodes == 2
+
+
+def test_usage_over_allocatable_is_clamped_with_a_warning():
+    model = ClusterModel([make_node("n1", cpu="1")], [make_pod("a", cpu="2", node="n1")])
+    assert model.problem.allocated[0, 0] == 1000.0
+    assert any("exceeds allocatable" in w for w in model.warnings)
+
+
+def test_nodelist_mode_reads_usage_from_the_node_annotation():
+    node = make_node("n1", cpu="4", annotations={"iro-fed.io/allocated": '{"cpu": "1500m", "memory": "1Gi"}'})
+    model = ClusterModel([node], None)
+    assert model.problem.allocated[0].tolist() == [1500.0, 1024.0]
+    bad = make_node("n2", annotations={"iro-fed.io/allocated": "{not json"})
+    with pytest.raises(PodSpecError, match="node n2: annotation iro-fed.io/allocated"):
+        ClusterModel([bad], None)
