@@ -18,9 +18,12 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# The main story on built-in defaults: every solver on the example problems (the dqn one with its
+# shipped policy), then the bank A/B in the simulator (kube-default vs ours, carbon and cost).
 demo: $(STAMP)
 	$(VENV)/bin/iro solvers
 	$(VENV)/bin/iro compare examples/problems/bank-three-zone.json examples/problems/edge-cloud-gpu.yaml
+	$(PY) examples/bank_case_study.py --short
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
