@@ -86,6 +86,7 @@ def fragmentation(
     cards: np.ndarray,
     memory_left: np.ndarray | None = None,
     model: str = "fgd",
+    copies_weight: float = 0.5,
 ) -> np.ndarray:
     """Fragmented GPU milli of each row: node ``nodes[r]`` with ``cpu_left[r]`` millicores and
     ``cards[r, g]`` free milli per card (-1 for cards it does not have).
@@ -94,11 +95,14 @@ def fragmentation(
     milli that repeated copies of t could take, limited by cards (``floor(left / milli)`` shares
     per card, or ``floor(full cards / k)`` for k-GPU tasks), CPU and (given ``memory_left``)
     memory: GPUs a node can no longer feed with CPU or memory count as fragmented. "blend" is
-    the mean of the two.
+    ``(1 - copies_weight) * fgd + copies_weight * copies`` (the mean by default).
     """
     if model == "blend":
+        if not 0.0 <= copies_weight <= 1.0:
+            raise ValueError(f"copies_weight must be in [0, 1], got {copies_weight!r}")
         fgd = fragmentation(tasks, nodes, cpu_left, cards, memory_left, "fgd")
-        return 0.5 * fgd + 0.5 * _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
+        copies = _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
+        return (1.0 - copies_weight) * fgd + copies_weight * copies
     if model == "copies":
         return _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
     if model != "fgd":

@@ -200,7 +200,11 @@ class Fgd(PaperPolicy):
     def node_frag(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
         p = state.problem
         mem = state.free[nodes, p.resource_index["memory"]] if self.memory_aware and "memory" in p.resource_index else None
-        return fragmentation(self.tasks, nodes, state.free[nodes, p.cpu_index], state.gpu_free[nodes], mem, self.frag_model)
+        return self.fragment(nodes, state.free[nodes, p.cpu_index], state.gpu_free[nodes], mem)
+
+    def fragment(self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None) -> np.ndarray:
+        """Fragmented GPU milli of each row (``iro_fed.fragmentation.fragmentation`` with this policy's model)."""
+        return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model)
 
     def rebuild_caches(self, state: ClusterState) -> None:
         self.frag = self.node_frag(state, np.arange(state.problem.num_nodes))
@@ -225,20 +229,18 @@ class Fgd(PaperPolicy):
             idx = np.arange(g)
             variants[:, idx, idx] -= np.where(fits, milli, 0).astype(variants.dtype)
             rows = np.repeat(candidates, g)
-            frag = fragmentation(
-                self.tasks,
+            frag = self.fragment(
                 rows,
                 np.repeat(cpu_after, g),
                 variants.reshape(c * g, g),
                 None if mem_after is None else np.repeat(mem_after, g),
-                self.frag_model,
             ).reshape(c, g)
             return np.where(fits, frag, np.inf), fits
         if k > 0:
             # The lowest-index fully free cards (which ones does not change fragmentation).
             take = (cards == GPU_MILLI) & (np.cumsum(cards == GPU_MILLI, axis=1) <= k)
             cards = np.where(take, 0, cards)
-        return fragmentation(self.tasks, candidates, cpu_after, cards, mem_after, self.frag_model), np.ones(candidates.size, dtype=bool)
+        return self.fragment(candidates, cpu_after, cards, mem_after), np.ones(candidates.size, dtype=bool)
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         self.sync(state)

@@ -127,6 +127,13 @@ def codecarbon_country(iso3: str) -> CarbonSeries:
 
 def _parse_time(text: str) -> float:
     text = text.strip()
+    if len(text) >= 16:  # the common ISO forms, ~10x faster than strptime (series have 10^5 rows)
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%SZ"):
         try:
             return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
