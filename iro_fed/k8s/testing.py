@@ -158,6 +158,7 @@ class FakeApiServer:
         self._watch_generation = 0
         self._stopping = False
         self.requests: list[dict[str, Any]] = []
+        self._writes_in_flight = 0  # POST/PUT/PATCH/DELETE being handled (see requests_to)
         #: metrics-server's NodeMetrics: node name -> {"cpu": "1500m", "memory": "2Gi"} (usage).
         self.node_metrics: dict[str, dict[str, str]] = {}
         #: Called with (namespace, name, binding body) before a binding is applied; may raise
@@ -297,8 +298,10 @@ class FakeApiServer:
 
     def requests_to(self, method: str, pattern: str) -> list[dict[str, Any]]:
         """Logged requests whose method matches the regex ``method`` (``"PUT|POST"``) and whose
-        path matches the regex ``pattern``."""
+        path matches the regex ``pattern``. Waits (up to 5 s) for writes being handled, so a
+        request whose effect a test already saw is in the log too."""
         with self._lock:
+            self._lock.wait_for(lambda: self._writes_in_flight == 0, timeout=5.0)
             return [r for r in self.requests if re.fullmatch(method, r["method"]) and re.search(pattern, r["path"])]
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -915,3 +918,24 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _tracked(handler: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
+    """Count a write as in flight from its first byte to its logged reply."""
+
+    def run(self: _Handler) -> None:
+        with self.api._lock:
+            self.api._writes_in_flight += 1
+        try:
+            handler(self)
+        finally:
+            with self.api._lock:
+                self.api._writes_in_flight -= 1
+                self.api._lock.notify_all()
+
+    run.__name__ = handler.__name__
+    return run
+
+
+for _verb in ("do_POST", "do_PUT", "do_PATCH", "do_DELETE"):
+    setattr(_Handler, _verb, _tracked(getattr(_Handler, _verb)))

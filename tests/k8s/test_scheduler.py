@@ -176,6 +176,8 @@ def test_two_replicas_never_both_bind_and_the_follower_takes_over(api, kubeconfi
         for i in range(8):
             api.add_pod(make_pod(f"p{i}", cpu="500m", scheduler="iro"))
         assert api.wait_for(lambda: all(node_of(api, f"p{i}") for i in range(8)), 15)
+        # the server logs a request after it has applied it: wait for the log, then count
+        api.wait_for(lambda: len(api.requests_to("POST", "/binding$")) >= 8, 5)
         posts = api.requests_to("POST", "/binding$")
         assert len(posts) == 8 and {r["status"] for r in posts} == {201}  # one Binding per pod, none refused
         # the leader dies without giving the lease up; the other waits it out, then binds
