@@ -34,6 +34,20 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
 
 
+def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` strings of a repeated ``flag`` as ``(key, value)``; keys stripped, with
+    dashes as underscores (or underscores as dashes with ``kebab``); values as given."""
+    out = []
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        key = key.replace("_", "-") if kebab else key.replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"{flag}: expected KEY=VALUE, got {pair!r}")
+        out.append((key, value))
+    return out
+
+
 def _parse_settings(pairs: Sequence[str], solver_name: str) -> dict[str, Any]:
     """``KEY=VALUE`` strings to typed settings, converted by the solver's declared parameters."""
     import solvers
@@ -42,11 +56,7 @@ def _parse_settings(pairs: Sequence[str], solver_name: str) -> dict[str, Any]:
     if cls is None:
         raise UsageError(f"--solver: unknown solver {solver_name!r} (registered: {', '.join(solvers.registered())})")
     settings: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+    for key, value in split_pairs(pairs, "--set"):
         param = cls.parameters.get(key)
         if param is None:
             known = ", ".join(sorted(cls.parameters))

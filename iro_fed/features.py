@@ -12,12 +12,14 @@ the cost of a few vector operations, so a policy trained on 100 nodes runs on 20
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
-from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import marginal
 
 #: Per-candidate features, in column order.
@@ -64,6 +66,34 @@ CONTEXT_FEATURES: tuple[str, ...] = (
 )
 
 KINDS = ("edge", "zone", "cloud")
+_C = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}
+_X = {name: i for i, name in enumerate(CONTEXT_FEATURES)}
+
+
+@dataclass(frozen=True)
+class _Constants:
+    """What the features need of a problem that no decision changes (computed once per problem)."""
+
+    peak_w: float  # the largest peak power
+    kind: np.ndarray  # [D] index into KINDS per domain
+    mean_capacity: np.ndarray  # [R]
+    mean_carbon: float
+
+
+_constants: weakref.WeakKeyDictionary[Problem, _Constants] = weakref.WeakKeyDictionary()
+
+
+def _problem_constants(p: Problem) -> _Constants:
+    c = _constants.get(p)
+    if c is None:
+        c = _Constants(
+            peak_w=float(p.power_peak_w.max()) if p.num_nodes else 1.0,
+            kind=np.array([KINDS.index(d.kind) if d.kind in KINDS else 1 for d in p.domains], dtype=np.int64),
+            mean_capacity=p.capacity.mean(axis=0) if p.num_nodes else np.ones(len(p.resources)),
+            mean_carbon=float(np.mean(p.domain_carbon)) if len(p.domains) else 0.0,
+        )
+        _constants[p] = c
+    return c
 
 
 def order_candidates(
@@ -127,7 +157,7 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     m = nodes.size
     if m == 0:
         return out
-    col = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}
+    col = _C
     d = p.demand[w]
     cap = p.capacity[nodes]
     free_after = state.free[nodes] - d
@@ -154,7 +184,8 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     cpu_cap = p.capacity[nodes, p.cpu_index]
     dynamic = (p.power_peak_w[nodes] - p.power_idle_w[nodes]) * np.where(cpu_cap > 0, d[p.cpu_index] / np.where(cpu_cap > 0, cpu_cap, 1), 0)
     watts = dynamic + np.where(on, 0.0, p.power_idle_w[nodes])
-    peak = float(p.power_peak_w.max()) if p.num_nodes else 1.0
+    const = _problem_constants(p)
+    peak = const.peak_w
     out[:m, col["power_delta"]] = watts / max(peak, 1.0)
     dom = p.node_domain[nodes]
     region = int(p.wl_region[w])
@@ -172,8 +203,7 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     scale = np.abs(gains).max()
     out[:m, col["delta_r"]] = gains / scale if scale > 0 else 0.0
     out[:m, col["delta_r_rank"]] = np.arange(m) / max(m - 1, 1)  # preselect sorts best first
-    kinds = np.array([KINDS.index(p.domains[i].kind) if p.domains[i].kind in KINDS else 1 for i in range(len(p.domains))])
-    out[np.arange(m), col["kind_edge"] + kinds[dom]] = 1.0
+    out[np.arange(m), col["kind_edge"] + const.kind[dom]] = 1.0
     return out
 
 
@@ -186,8 +216,9 @@ def context_features(
     wl = p.workloads[w]
     ctx = dict(context or {})
     out = np.zeros(len(CONTEXT_FEATURES), dtype=np.float32)
-    col = {name: i for i, name in enumerate(CONTEXT_FEATURES)}
-    mean_cap = p.capacity.mean(axis=0) if p.num_nodes else np.ones(len(p.resources))
+    col = _X
+    const = _problem_constants(p)
+    mean_cap = const.mean_capacity
     d = p.demand[w]
     out[col["cpu_demand"]] = d[p.cpu_index] / mean_cap[p.cpu_index] if mean_cap[p.cpu_index] > 0 else 0.0
     if "memory" in p.resource_index:
@@ -208,7 +239,7 @@ def context_features(
     if hour is not None:
         out[col["hour_sin"]] = np.sin(2 * np.pi * float(hour) / 24.0)
         out[col["hour_cos"]] = np.cos(2 * np.pi * float(hour) / 24.0)
-    out[col["carbon_now"]] = float(ctx.get("carbon_now", float(np.mean(p.domain_carbon)) if len(p.domains) else 0.0)) / 1000.0
+    out[col["carbon_now"]] = float(ctx.get("carbon_now", const.mean_carbon)) / 1000.0
     out[col["carbon_forecast_ratio"]] = float(ctx.get("carbon_forecast_ratio", 1.0))
     out[col["slack"]] = min(float(ctx.get("slack_s", 0.0)) / 86400.0, 1.0)
     return out

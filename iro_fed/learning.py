@@ -38,17 +38,13 @@ def register(sub: Any) -> None:
 def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
     import dataclasses
 
-    from iro_fed.cli import UsageError
+    from iro_fed.cli import UsageError, split_pairs
     from solvers.base import _parse_text  # the solvers' own text-to-type conversion
     from solvers.dqn.config import DQNConfig
 
     kinds = {f.name: f.type for f in dataclasses.fields(DQNConfig)}
     out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+    for key, value in split_pairs(pairs, "--set"):
         if key not in kinds:
             raise UsageError(f"--set {key}: unknown DQN config field (known: {', '.join(sorted(kinds))})")
         kind = {"int": int, "float": float, "bool": bool}[str(kinds[key])]
@@ -95,7 +91,7 @@ def evaluate_policy(agent: Any, scenario: str, episodes: int, hours: float, k: i
 
 def cmd_train(args: argparse.Namespace) -> int:
     import solvers
-    from iro_fed.cli import EXIT_OK, UsageError, _console
+    from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.scenarios import SCENARIOS, split_settings
     from solvers.dqn.checkpoint import CheckpointError
@@ -109,12 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.hours <= 0:
         raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
     config = _config_pairs(args.set)
-    scenario_settings: dict[str, Any] = {}
-    for pair in args.scenario_set or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--scenario-set: expected KEY=VALUE, got {pair!r}")
-        scenario_settings[key.strip().replace("-", "_")] = value.strip()
+    scenario_settings: dict[str, Any] = {k: v.strip() for k, v in split_pairs(args.scenario_set, "--scenario-set")}
     try:
         split_settings(args.scenario, scenario_settings)
     except SimConfigError as exc:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from iro_fed.cli import EXIT_OK, UsageError, _console
+from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
 
 
 def register(sub: Any) -> None:
@@ -100,11 +100,7 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
     import tomllib
 
     out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("_", "-")
-        if not sep or not key:
-            raise UsageError(f"--set: expected KEY=VALUE, got {pair!r}")
+    for key, value in split_pairs(pairs, "--set", kebab=True):
         try:
             out[key] = tomllib.loads(f"v = {value.strip()}")["v"]
         except tomllib.TOMLDecodeError:

@@ -115,9 +115,15 @@ def cmd_extender(args: argparse.Namespace) -> int:
         ("solver", f"{args.solver} {settings or ''}".strip()),
         ("solver weight", f"{args.solver_weight:g} (objective {1 - args.solver_weight:g})"),
     ])
+    _serve_until_signal(server, args.ready_file, cache)
+    return EXIT_OK
+
+
+def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> None:
+    """Serve in a thread, announce the URL in ``ready_file``, stop cleanly on SIGTERM / SIGINT."""
     server.serve_in_thread()
-    if args.ready_file:
-        Path(args.ready_file).write_text(server.url + "\n")
+    if ready_file:
+        Path(ready_file).write_text(server.url + "\n")
     try:
         _wait_for_signal()
     finally:
@@ -125,7 +131,6 @@ def cmd_extender(args: argparse.Namespace) -> int:
         server.server_close()
         if cache is not None:
             cache.stop()
-    return EXIT_OK
 
 
 # --- webhook ----------------------------------------------------------------------------------
@@ -166,16 +171,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
     ])
-    server.serve_in_thread()
-    if args.ready_file:
-        Path(args.ready_file).write_text(server.url + "\n")
-    try:
-        _wait_for_signal()
-    finally:
-        server.shutdown()
-        server.server_close()
-        if cache is not None:
-            cache.stop()
+    _serve_until_signal(server, args.ready_file, cache)
     return EXIT_OK
 
 

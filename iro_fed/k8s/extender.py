@@ -37,12 +37,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 
 from iro_fed.feasibility import EPS, resource_fit, static_filter
+from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
@@ -86,7 +87,8 @@ def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, list[str] | None]:
+def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, list[str]]:
+    """``(Node objects or None, the node names asked about)`` of an ExtenderArgs."""
     nodes = args.get("Nodes")
     names = args.get("NodeNames")
     if nodes is not None:
@@ -96,11 +98,11 @@ def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, li
         for i, n in enumerate(items):
             if not isinstance(n, dict) or not isinstance((n.get("metadata") or {}).get("name"), str):
                 raise BadRequest(f"Nodes.items[{i}]: expected a v1.Node with metadata.name")
-        return items, None
+        return items, [n["metadata"]["name"] for n in items]
     if names is not None:
         if not isinstance(names, list) or any(type(x) is not str for x in names):
             raise BadRequest("NodeNames: expected a list of node names")
-        return None, names
+        return None, list(names)
     raise BadRequest("one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
 
 
@@ -244,8 +246,7 @@ class Extender:
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self.stats["filter"] += 1
         pod = _pod(args)
-        nodes, names = _node_args(args)
-        asked = [(n.get("metadata") or {})["name"] for n in nodes] if nodes is not None else list(names or [])
+        nodes, asked = _node_args(args)
         try:
             snap = self.snapshot(pod, nodes)
         except (PodSpecError, QuantityError, ProblemValidationError) as exc:
@@ -330,8 +331,7 @@ class Extender:
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         self.stats["prioritize"] += 1
         pod = _pod(args)
-        nodes, names = _node_args(args)
-        asked = [(n.get("metadata") or {})["name"] for n in nodes] if nodes is not None else list(names or [])
+        nodes, asked = _node_args(args)
         try:
             snap = self.snapshot(pod, nodes)
         except (PodSpecError, QuantityError, ProblemValidationError) as exc:
@@ -434,26 +434,11 @@ class ExtenderServer(ThreadingHTTPServer):
         return f"http://{host}:{port}{self.url_prefix}"
 
     def serve_in_thread(self) -> threading.Thread:
-        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="iro-extender", daemon=True)
-        t.start()
-        return t
+        return serve_in_thread(self, "iro-extender")
 
 
-class _ExtenderHandler(BaseHTTPRequestHandler):
+class _ExtenderHandler(JsonHandler):
     server: ExtenderServer
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s - " + format, self.address_string(), *args)
-
-    def _send(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path in ("/healthz", "/readyz"):

@@ -39,12 +39,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
 
 _PATHS = [
     ("nodes", re.compile(r"^/api/v1/nodes$"), None),
@@ -177,8 +179,7 @@ class FakeApiServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._httpd, "fake-apiserver")
         return self
 
     def stop(self) -> None:
@@ -432,23 +433,13 @@ class InjectedError(Exception):
         self.reason = reason
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     api: FakeApiServer
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     # --- plumbing ------------------------------------------------------------------------
-
-    def _send(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)

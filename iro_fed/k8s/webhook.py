@@ -26,11 +26,12 @@ import logging
 import ssl
 import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 
+from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig
 from iro_fed.model import ClusterState
 
@@ -231,9 +232,7 @@ class WebhookServer(ThreadingHTTPServer):
         return f"https://{host}:{port}"
 
     def serve_in_thread(self) -> threading.Thread:
-        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="iro-webhook", daemon=True)
-        t.start()
-        return t
+        return serve_in_thread(self, "iro-webhook")
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("connection from %s failed", client_address, exc_info=True)
@@ -243,27 +242,14 @@ class WebhookServer(ThreadingHTTPServer):
         self.webhook.close()
 
 
-class _WebhookHandler(BaseHTTPRequestHandler):
+class _WebhookHandler(JsonHandler):
     server: WebhookServer
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out without a 40 ms delayed-ACK stall
     timeout = 10
 
     def setup(self) -> None:
         self.request.settimeout(self.timeout)
         self.request.do_handshake()
         super().setup()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s - " + format, self.address_string(), *args)
-
-    def _send(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path in ("/healthz", "/readyz"):

@@ -36,16 +36,9 @@ def register(sub: Any) -> None:
 
 
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
-    from iro_fed.cli import UsageError
+    from iro_fed.cli import split_pairs
 
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"{flag}: expected KEY=VALUE, got {pair!r}")
-        out[key] = value.strip()
-    return out
+    return {key: value.strip() for key, value in split_pairs(pairs, flag)}
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ def metadata_path(path: str | os.PathLike[str]) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+def atomic_write(path: Path, write: Any) -> None:
+    """``write(tmp)`` into a temporary file beside ``path``, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -48,8 +49,8 @@ def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], me
     text = json.dumps(meta, indent=2, sort_keys=True, default=float)
     payload = {"format": FORMAT, "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
                "metadata_json": text}
-    _atomic_write(path, lambda tmp: torch.save(payload, tmp))
-    _atomic_write(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    atomic_write(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
     return path
 
 

@@ -113,7 +113,7 @@ def train(
     import torch
 
     from solvers.dqn.agent import DQNAgent
-    from solvers.dqn.checkpoint import load_checkpoint, save_checkpoint
+    from solvers.dqn.checkpoint import atomic_write, load_checkpoint, save_checkpoint
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
@@ -223,24 +223,9 @@ def train(
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         save_checkpoint(out, agent.online.state_dict(), meta)
-        _save_optimizer(optimizer_path(out), agent.optimizer.state_dict())
+        optimizer_state = agent.optimizer.state_dict()
+        atomic_write(optimizer_path(out), lambda tmp: torch.save(optimizer_state, tmp))
     return agent, result
-
-
-def _save_optimizer(path: Path, state: dict[str, Any]) -> None:
-    import os
-    import tempfile
-
-    import torch
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _progress(enabled: bool, console: Any) -> Any:
