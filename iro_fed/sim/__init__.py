@@ -8,7 +8,8 @@ Modules: :mod:`~iro_fed.sim.engine` (the step loop and the service model),
 :mod:`~iro_fed.sim.metrics` (definitions), :mod:`~iro_fed.sim.signals` (carbon and latency
 loaders, forecast), :mod:`~iro_fed.sim.scenarios` (``bank``, ``edge-iot``, ``promo-surge``,
 ``openb``), :mod:`~iro_fed.sim.env` (gymnasium ``PlacementEnv``, imports gymnasium),
-:mod:`~iro_fed.sim.cli` (``iro simulate``).
+:mod:`~iro_fed.sim.feedback` (the feedback loop driven by the simulator),
+:mod:`~iro_fed.sim.cli` (``iro simulate``, ``iro feedback-sim``).
 """
 
 from __future__ import annotations

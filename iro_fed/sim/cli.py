@@ -34,6 +34,26 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", metavar="PNG", help="write a timeline plot here")
     p.set_defaults(func=cmd_simulate)
 
+    f = sub.add_parser("feedback-sim", help="run a scenario with the feedback loop (predicted vs observed usage, "
+                                            "drift, fine-tuning) and report its errors and triggers")
+    f.add_argument("--scenario", default="edge-iot", metavar="NAME", help="scenario (default edge-iot)")
+    f.add_argument("--solver", default="greedy-objective", metavar="NAME", help="registered solver (default greedy-objective)")
+    f.add_argument("--seed", type=int, default=0, help="scenario and solver seed (default 0)")
+    f.add_argument("--hours", type=float, default=12.0, help="simulated hours (default 12)")
+    f.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="scenario parameter or engine setting, e.g. usage_noise=0.1, usage_shift_at_h=6, "
+                        "usage_shift_class='ingest-*', usage_shift_factor=1.6; repeat for several")
+    f.add_argument("--feedback-set", action="append", metavar="KEY=VALUE",
+                   help="feedback loop setting (threshold, alpha, calm, min_samples, window, calibration, refit_every, "
+                        "cooldown, settle_every, latency_threshold_ms); repeat for several")
+    f.add_argument("--delay-steps", type=int, default=2, help="steps between a decision and its observation (default 2)")
+    f.add_argument("--dqn-registry", metavar="DIR", help="fine-tune action: train the DQN locally and publish to this registry")
+    f.add_argument("--dqn-policy", metavar="FILE", help="policy to start from while the registry is empty (default: the shipped one)")
+    f.add_argument("--dqn-steps", type=int, default=256, help="decisions of DQN fine-tuning per trigger (default 256)")
+    f.add_argument("--round-request", metavar="DIR", help="fine-tune action: write a federated round request into DIR/requests")
+    f.add_argument("--out", metavar="FILE", help="write the JSON report (fixed keys, then per-step series) here")
+    f.set_defaults(func=cmd_feedback_sim)
+
 
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     from iro_fed.cli import split_pairs
@@ -172,3 +192,143 @@ def timeline_plot(series: dict[str, list], path: str, title: str) -> None:
     import os
 
     os.replace(tmp, path)
+
+
+FEEDBACK_KEYS = (
+    "scenario", "solver", "seed", "hours", "shift_at_h", "decisions", "observations", "calibrations", "fine_tunes",
+    "threshold", "moving_error_before_shift_max", "moving_error_before_shift_mean", "moving_error_after_shift_max",
+    "moving_error_1h_after_last_fine_tune_max", "moving_error_end", "decision_mae_utilization",
+    "decision_mae_latency_ms", "factors", "latency_offset_ms", "triggers", "settings",
+)
+
+
+def feedback_settings(pairs: list[str] | None) -> Any:
+    """``--feedback-set KEY=VALUE`` pairs applied to the simulator's default loop settings."""
+    import dataclasses
+
+    from iro_fed.cli import UsageError
+    from iro_fed.sim.feedback import SIM_FEEDBACK
+
+    kinds = {fl.name: str(fl.type) for fl in dataclasses.fields(SIM_FEEDBACK)}
+    changes: dict[str, Any] = {}
+    for key, value in _pairs(pairs, "--feedback-set").items():
+        if key not in kinds:
+            raise UsageError(f"--feedback-set {key}: unknown setting (known: {', '.join(sorted(kinds))})")
+        kind = kinds[key]
+        try:
+            if "None" in kind and value.lower() in ("none", ""):
+                changes[key] = None
+            elif kind.startswith("int"):
+                changes[key] = int(value)
+            else:
+                changes[key] = float(value)
+        except ValueError:
+            raise UsageError(f"--feedback-set {key}: expected {kind.split()[0]}, got {value!r}") from None
+    try:
+        return dataclasses.replace(SIM_FEEDBACK, **changes)
+    except ValueError as exc:
+        raise UsageError(f"--feedback-set {exc}") from exc
+
+
+def cmd_feedback_sim(args: argparse.Namespace) -> int:
+    import os
+
+    import solvers
+    from iro_fed.cli import EXIT_OK, UsageError, _console
+    from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
+    from iro_fed.problem_io import write_json_atomic
+    from iro_fed.sim.engine import SimConfigError
+    from iro_fed.sim.feedback import run_feedback_sim
+    from iro_fed.sim.scenarios import SCENARIOS
+    from iro_fed.sim.signals import SignalFormatError
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    if args.solver not in solvers.registered():
+        raise UsageError(f"--solver: unknown solver {args.solver!r} (registered: {', '.join(solvers.registered())})")
+    if args.hours <= 0:
+        raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
+    if args.seed < 0:
+        raise UsageError(f"--seed: must be >= 0, got {args.seed}")
+    if args.delay_steps < 0:
+        raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
+    if args.dqn_steps < 1:
+        raise UsageError(f"--dqn-steps: must be >= 1, got {args.dqn_steps}")
+    settings = _pairs(args.set, "--set")
+    config = feedback_settings(args.feedback_set)
+    actions: list[Any] = []
+    try:
+        if args.round_request:
+            actions.append(FederatedRoundRequest(args.round_request, site=args.scenario))
+        if args.dqn_registry:
+            if args.dqn_policy and not os.path.isfile(args.dqn_policy):
+                raise UsageError(f"--dqn-policy: no such file {args.dqn_policy!r}")
+            actions.append(DQNFineTune(registry=args.dqn_registry, policy=args.dqn_policy, scenario=args.scenario, hours=1.0,
+                                       settings={**settings, "usage_shift_at_h": "0"} if "usage_shift_at_h" in settings
+                                       else settings, steps=args.dqn_steps, seed=args.seed))
+    except ValueError as exc:
+        raise UsageError(f"--round-request / --dqn-registry: {exc}") from exc
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=_console(stderr=True), transient=True)
+    with progress:
+        task = progress.add_task(f"{args.scenario} / {args.solver} with feedback", total=None)
+
+        def tick(done: int, total: int) -> None:
+            if done % 30 == 0 or done == total:
+                progress.update(task, completed=done, total=total)
+
+        try:
+            run = run_feedback_sim(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
+                                   config=config, actions=actions, delay_steps=args.delay_steps, progress=tick)
+        except (SimConfigError, SignalFormatError) as exc:
+            raise UsageError(str(exc)) from exc
+    report = run.report()
+    console = _console()
+    console.print(feedback_table(report, f"feedback loop: {args.scenario} with {args.solver}, seed {args.seed}, "
+                                         f"{report['hours']:g} h"))
+    if report["triggers"]:
+        console.print(triggers_table(report["triggers"]))
+    if args.out:
+        write_json_atomic(args.out, {**{k: report[k] for k in FEEDBACK_KEYS}, "series": run.series})
+        console.print(f"report written to {args.out}")
+    return EXIT_OK
+
+
+def feedback_table(report: dict[str, Any], title: str) -> Any:
+    """A rich table of a feedback run's counts and errors."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("decisions / observations", f"{report['decisions']:,} / {report['observations']:,}"),
+        ("usage shift at hour", _fmt(report["shift_at_h"], 1)),
+        ("calibrations / fine-tunes", f"{report['calibrations']} / {report['fine_tunes']}"),
+        ("threshold (moving abs. error of node CPU share)", _fmt(report["threshold"], 3)),
+        ("moving error before the shift: max / mean",
+         f"{_fmt(report['moving_error_before_shift_max'], 3)} / {_fmt(report['moving_error_before_shift_mean'], 3)}"),
+        ("moving error after the shift: max", _fmt(report["moving_error_after_shift_max"], 3)),
+        ("moving error from 1 h after the last fine-tune: max", _fmt(report["moving_error_1h_after_last_fine_tune_max"], 3)),
+        ("moving error at the end", _fmt(report["moving_error_end"], 3)),
+        ("decision error, node CPU share (mean abs.)", _fmt(report["decision_mae_utilization"], 3)),
+        ("decision error, latency ms (mean abs.)", _fmt(report["decision_mae_latency_ms"], 2)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def triggers_table(triggers: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="fine-tunes")
+    for col in ("hour", "moving error", "threshold", "samples", "error after refit", "settled error", "actions"):
+        table.add_column(col, justify="left" if col == "actions" else "right")
+    for t in triggers:
+        actions = "; ".join(f"{k}: {v}" for k, v in t["results"].items()) or "refit usage model"
+        table.add_row(_fmt(t["at_h"]), _fmt(t["moving_error"], 3), _fmt(t["threshold"], 3), str(t["samples"]),
+                      _fmt(t["error_after"], 3), _fmt(t["settled_error"], 3), actions)
+    return table

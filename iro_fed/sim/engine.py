@@ -37,6 +37,14 @@ Service model (online services, per step, monotone in load and utilization):
   running replicas: ``lambda_p = lambda_s / k``; a replica's own load ``rho_p = lambda_p / mu``.
 * A node's busy share ``u_n`` = (sum over its online replicas of ``cpu * min(rho_p, 1)`` + sum
   over its other pods of ``cpu * batch_usage``) / node CPU.
+* Actual vs requested CPU (off by default): with ``usage_noise`` each pod's use above is scaled
+  by its own lognormal factor (mean 1, drawn once from the run seed on a separate stream); from
+  ``usage_shift_at_h`` on, pods whose *usage class* (the service name of a replica, else the
+  pod's class such as ``batch``) matches the glob ``usage_shift_class`` use
+  ``usage_shift_factor`` times as much (a distribution shift: e.g. a release that needs 60 % more
+  CPU). Only the busy share changes (and through it latency and success); the scheduler, the
+  objective and energy still see requests. :meth:`Simulator.node_usage` reads the busy share;
+  ``iro_fed.sim.feedback`` drives the feedback loop with it.
 * Latency of a replica's requests: ``net_ms(region, domain) + service_ms / max(1 - rho,
   1 / queue_cap)`` with ``rho = min(max(rho_p, u_n), 1)``: an M/M/1-like queue that is as busy as
   the busier of the replica and its node, capped at ``queue_cap * service_ms``.
@@ -105,6 +113,11 @@ class SimConfig:
     consolidate_below: float = 0.5  # only nodes with a CPU share below this are drained
     make_room: bool = True  # move service replicas off a node to start a waiting batch job there
     preemption: bool = True  # kube-scheduler's default: a pending pod evicts lower-priority pods
+    # Actual vs requested CPU (the service model's busy share; the objective still sees requests):
+    usage_noise: float = 0.0  # sigma of a per-pod lognormal factor on the CPU a pod really uses (0: none)
+    usage_shift_at_h: float = -1.0  # distribution shift: from this hour on ... (< 0: no shift)
+    usage_shift_class: str = "batch"  # ... pods whose usage class (service name, else pod class) matches this glob ...
+    usage_shift_factor: float = 1.0  # ... use this many times the CPU they used before
 
     def __post_init__(self) -> None:
         if self.deferral not in ("carbon", "none"):
@@ -120,6 +133,17 @@ class SimConfig:
             raise SimConfigError(f"setting 'queue_cap': must be >= 1, got {self.queue_cap}")
         if not 0.0 <= self.batch_usage <= 1.0:
             raise SimConfigError(f"setting 'batch_usage': must be in [0, 1], got {self.batch_usage}")
+        if not 0.0 <= self.usage_noise <= 2.0:
+            raise SimConfigError(f"setting 'usage_noise': must be in [0, 2], got {self.usage_noise}")
+        if not self.usage_shift_factor > 0.0:
+            raise SimConfigError(f"setting 'usage_shift_factor': must be > 0, got {self.usage_shift_factor}")
+        if not self.usage_shift_class.strip():
+            raise SimConfigError("setting 'usage_shift_class': must be a non-empty glob pattern")
+
+    @property
+    def usage_shift_on(self) -> bool:
+        """Whether a usage shift is configured (a start hour >= 0 and a factor other than 1)."""
+        return self.usage_shift_at_h >= 0 and self.usage_shift_factor != 1.0
 
     @classmethod
     def fields(cls) -> dict[str, type]:
@@ -198,6 +222,9 @@ class Simulator:
         self.solver = solver
         self.config = config or SimConfig()
         self.seed = seed
+        #: Optional observer (the feedback loop's simulator harness): ``decided(sim, t, problem,
+        #: nodes, pods, placement)`` after each solver call, ``stepped(sim, t)`` after each step.
+        self.listener: Any = None
         self._build_cluster()
         self._expand_pods()
         self._build_master()
@@ -304,6 +331,19 @@ class Simulator:
         self.svc_sla = np.array([s.sla_ms for s in sc.services], dtype=np.float64)
         region_index = {r: i for i, r in enumerate(sc.regions)}
         self.svc_region = np.array([region_index[s.user_region] for s in sc.services], dtype=np.int64)
+        # Actual vs requested CPU: a pod's usage class, its own usage factor, the shifted classes.
+        self.usage_class = [sc.services[r["service"]].name if r["service"] >= 0 else r["klass"] for r in rows]
+        self.usage_factor = np.ones(P)
+        if cfg.usage_noise > 0:
+            rng = np.random.default_rng([self.seed, 0x05A6E])  # its own stream: other draws stay the same
+            self.usage_factor = rng.lognormal(-0.5 * cfg.usage_noise ** 2, cfg.usage_noise, P)
+        self.usage_shift_step = -1
+        if cfg.usage_shift_on:
+            import fnmatch
+
+            self.usage_shift_step = int(math.ceil(cfg.usage_shift_at_h * 3600.0 / sc.step_s - 1e-9))
+            shifted = np.array([fnmatch.fnmatchcase(c, cfg.usage_shift_class) for c in self.usage_class], dtype=bool)
+            self.usage_shifted = shifted.reshape(P)
 
     def _domains_at(self, t: int) -> list[Domain]:
         c = self.sc.carbon_now(t)
@@ -354,6 +394,8 @@ class Simulator:
                 self._consolidate(t)
             self._autoscale(t)
             self._measure(t)
+            if self.listener is not None:
+                self.listener.stepped(self, t)
             self._batch_progress(t)
             if progress is not None:
                 progress(t + 1, sc.steps)
@@ -380,6 +422,8 @@ class Simulator:
         self.rec.used_node_steps, self.rec.cap_node_steps = np.zeros(width), np.zeros(width)
         self.deferred_pods = 0
         self.new_ready: list[int] = []
+        #: Agent mode: pods a decision round found no feasible node for, in order (the env drains it).
+        self.unplaceable: list[int] = []
         self.capacity_freed = True
         self.boots = 0
         self.moves = 0
@@ -535,6 +579,8 @@ class Simulator:
             local = int(placement.assignment[i])
             if local >= 0:
                 self._apply(int(p), int(avail[local]), placement.gpu_cards.get(i), t)
+        if self.listener is not None:
+            self.listener.decided(self, t, sub, avail, pods, placement)
 
     def _consolidate(self, t: int) -> None:
         """Drain the least-used powered node whose pods are all service replicas, when the solver
@@ -675,13 +721,17 @@ class Simulator:
         from iro_fed.feasibility import feasible_nodes
 
         pods = self._to_decide()
-        if pods.size == 0 or not (self.node_state == ON).any():
+        if pods.size == 0:
+            return
+        if not (self.node_state == ON).any():
+            self.unplaceable.extend(int(p) for p in pods)
             return
         sub, avail = self._snapshot(t, pods)
         sub_state = ClusterState(sub)
         for i, p in enumerate(pods):
             cand = np.flatnonzero(feasible_nodes(sub_state, i))
             if cand.size == 0:
+                self.unplaceable.append(int(p))  # the env charges these to the agent's last decision
                 continue
             self.rec.decisions += 1
             node = yield DecisionRequest(t, sub, sub_state, i, int(p), cand)
@@ -853,7 +903,12 @@ class Simulator:
         if t % cfg.score_every == 0 or t == sc.steps - 1:
             active = np.concatenate([running, pending])
             active.sort()
-            sub = self._score_problem(t, active)
+            # The scored problem depends only on the active pods and the carbon intensities (which
+            # change hourly): reuse it, and its cached objective coefficients, while both stay.
+            key = (active.tobytes(), self.sc.carbon_now(t).tobytes())
+            if getattr(self, "_score_key", None) != key:
+                self._score_key, self._score_sub = key, self._score_problem(t, active)
+            sub = self._score_sub
             br = evaluate(sub, st.assignment[active])
             coef = coefficients(sub)
             empty_on = powered & (st.pods_on_node == 0)
@@ -880,13 +935,8 @@ class Simulator:
         lam_s = self.traffic[:, t]
         online = running[self.service[running] >= 0]
         svc = self.service[online]
-        k = np.bincount(svc, minlength=S)
         node = st.assignment[online]
-        lam_p = lam_s[svc] / np.maximum(k[svc], 1)
-        rho_p = lam_p / self.svc_mu[svc]
-        other = running[self.service[running] < 0]
-        busy = np.bincount(node, weights=self.demand[online, 0] * np.minimum(rho_p, 1.0), minlength=len(self.nodes))
-        busy += np.bincount(st.assignment[other], weights=self.demand[other, 0] * cfg.batch_usage, minlength=len(self.nodes))
+        busy, k, lam_p, rho_p = self._busy(t, running)
         u = busy / np.where(self.capacity[:, 0] > 0, self.capacity[:, 0], 1.0)
         lat, req, served = service_latency(
             net_ms=self.sc.latency_ms[self.svc_region[svc], self.node_domain[node]], service_ms=self.svc_ms[svc],
@@ -900,11 +950,50 @@ class Simulator:
         hist_lat = np.concatenate([lat, sla, self.svc_sla[orphan]])
         hist_req = np.concatenate([req * share, req * (1.0 - share), lam_s[orphan] * sc.step_s])
         rec.add_requests(hist_lat, hist_req, served)
+        if self.listener is not None:
+            self.replica_latency = (online, lat)
         total = float(hist_req.sum())
         ser["requests_per_s"][t] = total / sc.step_s
         ser["success_rate_pct"][t] = 100.0 * float(served.sum()) / total if total > 0 else 100.0
         p99 = weighted_percentile(hist_lat, hist_req, 99.0)
         ser["p99_latency_ms"][t] = p99 if p99 is not None else np.nan
+
+    def _usage_multiplier(self, t: int) -> np.ndarray | None:
+        """Per pod: actual CPU use over the service model's (noise and shift); None when all 1."""
+        shift = self.usage_shift_step >= 0 and t >= self.usage_shift_step
+        if not shift and self.config.usage_noise <= 0:
+            return None
+        if not shift:
+            return self.usage_factor
+        return np.where(self.usage_shifted, self.usage_factor * self.config.usage_shift_factor, self.usage_factor)
+
+    def _busy(self, t: int, running: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """CPU millicores really in use per node at step t (service model), and per online replica
+        of ``running`` its service's replica count, traffic and load ``(busy, k, lambda_p, rho_p)``."""
+        cfg = self.config
+        S = len(self.sc.services)
+        online = running[self.service[running] >= 0]
+        svc = self.service[online]
+        k = np.bincount(svc, minlength=S)
+        node = self.state.assignment[online]
+        lam_p = self.traffic[svc, t] / np.maximum(k[svc], 1) if S else np.zeros(0)
+        rho_p = lam_p / self.svc_mu[svc] if S else np.zeros(0)
+        other = running[self.service[running] < 0]
+        w_online = self.demand[online, 0] * np.minimum(rho_p, 1.0)
+        w_other = self.demand[other, 0] * cfg.batch_usage
+        mult = self._usage_multiplier(t)
+        if mult is not None:
+            w_online = w_online * mult[online]
+            w_other = w_other * mult[other]
+        busy = np.bincount(node, weights=w_online, minlength=len(self.nodes))
+        busy += np.bincount(self.state.assignment[other], weights=w_other, minlength=len(self.nodes))
+        return busy, k, lam_p, rho_p
+
+    def node_usage(self) -> np.ndarray:
+        """CPU share really in use per node now (the service model's busy share, clipped to [0, 1])."""
+        running = np.flatnonzero(self.status == RUNNING)
+        busy = self._busy(self.t, running)[0]
+        return np.clip(busy / np.where(self.capacity[:, 0] > 0, self.capacity[:, 0], 1.0), 0.0, 1.0)
 
     def _batch_progress(self, t: int) -> None:
         run_batch = np.flatnonzero((self.status == RUNNING) & (self.duration >= 0))

@@ -1,0 +1,933 @@
+"""Feedback loop: predicted vs observed outcome of every placement, drift detection, fine-tuning.
+
+For each decision the loop records what the scheduler expected (:class:`Decision`): the change of
+the objective and of each of its terms (from :func:`iro_fed.objective.evaluate`, the only
+scorer), the utilization of the chosen node once the pod runs and the latency its users will
+see. Later an observation arrives (the simulator's service model, metrics-server's NodeMetrics,
+Prometheus through :mod:`iro_fed.metrics`) and the loop stores the error per quantity.
+
+**Usage model** (:class:`UsageModel`). Pods rarely use what they request, and each kind of pod
+differs (a web replica at 60 % load, a batch job at 85 %). The predicted CPU utilization of a
+node is ``min(sum_c factor_c * requested_c / capacity, 1)`` over workload classes ``c`` (a
+service, a priority class, ``batch``: the caller names them). The factors are fitted by
+non-negative least squares (:func:`nnls`, Lawson-Hanson) over a sliding window of observations,
+with a pull towards the previous factors worth ``prior_samples`` typical observations per
+class, so that a refit on a few recent observations, or classes the window cannot tell apart
+(always on the same nodes), keep their values rather than trade them; a one-class model has
+no pull. Observations of saturated nodes (``>= saturated``) are left
+out of the fit when the measurement is capped (``saturated``, ``max_util``; the simulator's is,
+metrics-server's usage over allocatable CPU is not): a node at 100 % says nothing about how
+much more its pods would use.
+Expected latency = the objective's network latency to the user region + a per-class offset
+(queueing and service time), the mean excess observed over the window.
+
+**Drift detection** (:class:`DriftDetector`, one per tracked quantity). An exponentially
+weighted moving average of the absolute error (weight ``alpha`` on the newest). Below the calm
+band (``calm`` x ``threshold``) the loop is calm and refits the model on the window every
+``refit_every`` observations (slow drift is absorbed there, not alarmed; after a fine-tune only
+the experience since its drift began enters these fits). Leaving the band marks
+where the *recent experience* begins (at most the EWMA's span, ``2 / alpha`` observations, back).
+When the moving error passes ``threshold`` with at least ``min_samples`` observations since then,
+one fine-tune fires, then the detector is disarmed:
+it re-arms only when the error is back in the calm band or after ``cooldown`` observations, so a
+shift triggers one fine-tune, not a storm, and a fine-tune that did not help is retried at most
+once per cooldown. During the cooldown the model keeps refitting on the growing post-drift
+experience (every ``settle_every`` observations; once ``min_samples`` came after the trigger,
+on those only), part of the same fine-tune. The first
+``calibration`` observations fit the initial model and are not judged (a calibration is
+recorded separately, it is not a drift); so are observations of a node that holds a class
+never fitted yet (a new kind of pod): after ``min_samples`` of them the class is calibrated.
+
+**Fine-tuning** on a trigger: the usage model is always refitted on the recent experience, then
+each pluggable action runs (:class:`DQNFineTune`: local DQN training on recent simulator
+experience from the current policy, published atomically to a policy registry;
+:class:`FederatedRoundRequest`: a request file for a federated round in the registry folder;
+any callable ``action(loop, trigger) -> str``). Every trigger is recorded (:class:`Trigger`:
+time, moving error, threshold, samples, factors before and after, the actions and their
+results, the error right after and at the end of the cooldown).
+
+Prometheus metrics (``prometheus_client`` imported lazily, when a registry is given):
+``iro_feedback_error{quantity}``, ``iro_feedback_threshold{quantity}``,
+``iro_feedback_observations_total``, ``iro_feedback_drift_total``,
+``iro_feedback_calibrations_total``, ``iro_feedback_usage_factor{workload_class}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("iro_fed.feedback")
+
+DEFAULT_CLASS = "default"
+QUANTITIES = ("utilization", "latency_ms")
+
+
+# --- non-negative least squares ---------------------------------------------------------------
+
+
+def nnls(a: np.ndarray, b: np.ndarray, tol: float | None = None, max_iter: int | None = None) -> np.ndarray:
+    """``argmin ||a x - b||`` subject to ``x >= 0`` (Lawson and Hanson's active-set method).
+
+    Exact for the small systems the usage model solves (a few dozen classes); raises
+    ``ValueError`` on shapes that do not match or non-finite input.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    if a.ndim != 2 or a.shape[0] != b.shape[0]:
+        raise ValueError(f"nnls: a is {a.shape}, b is {b.shape}: need a[m, n] and b[m]")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("nnls: a and b must be finite")
+    m, n = a.shape
+    x = np.zeros(n)
+    if n == 0 or m == 0:
+        return x
+    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n) if tol is None else tol
+    max_iter = 3 * n + 30 if max_iter is None else max_iter
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ x)
+    for _ in range(max_iter):
+        if passive.all() or (w[~passive] <= tol).all():
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                x = z
+                break
+            # Step back towards x until a passive variable hits zero, and drop it.
+            neg = passive & (z <= tol)
+            alpha = float(np.min(x[neg] / np.maximum(x[neg] - z[neg], 1e-300)))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+            if not passive.any():
+                break
+        w = a.T @ (b - a @ x)
+    return np.maximum(x, 0.0)
+
+
+# --- the usage model --------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One observation of a node: its CPU requests by workload class, capacity, measured share."""
+
+    index: int
+    requests: dict[str, float]
+    capacity: float
+    observed: float
+
+
+def _as_requests(requests: Mapping[str, float] | float) -> dict[str, float]:
+    if isinstance(requests, Mapping):
+        return {str(k): float(v) for k, v in requests.items() if float(v) != 0.0}
+    return {DEFAULT_CLASS: float(requests)} if float(requests) else {}
+
+
+@dataclass
+class UsageModel:
+    """Node CPU utilization = ``min(sum_c factor_c * requested_c / capacity, max_util)``.
+
+    ``factors`` per workload class (``default_factor`` for a class not fitted yet);
+    ``latency_offset_ms`` per class: observed latency minus the network latency.
+    """
+
+    factors: dict[str, float] = field(default_factory=dict)
+    default_factor: float = 1.0
+    prior_samples: float = 2.0  # pull towards the previous factors, worth this many typical observations per class
+    saturated: float = math.inf  # observations at or above this share are left out of fits
+    max_util: float = math.inf  # predictions are capped here (1.0 where measurements are capped, as in the simulator)
+    latency_offset_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def factor(self) -> float:
+        """The single factor of a one-class model (the mean factor of a multi-class one)."""
+        if not self.factors:
+            return self.default_factor
+        if DEFAULT_CLASS in self.factors and len(self.factors) == 1:
+            return self.factors[DEFAULT_CLASS]
+        return float(np.mean(list(self.factors.values())))
+
+    def factor_of(self, klass: str) -> float:
+        return self.factors.get(klass, self.default_factor)
+
+    def predict(self, requests: Mapping[str, float] | float, capacity: float) -> float:
+        """Predicted CPU share of a node with these requests (millicores by class) of ``capacity``."""
+        if capacity <= 0:
+            return 0.0
+        req = _as_requests(requests)
+        used = sum(self.factor_of(c) * r for c, r in req.items())
+        return min(used / capacity, self.max_util)
+
+    def predict_latency(self, klass: str, network_ms: float | None) -> float | None:
+        """Expected latency: the network latency plus the class's learned offset."""
+        if network_ms is None or not math.isfinite(network_ms):
+            return None
+        return float(network_ms) + self.latency_offset_ms.get(klass, 0.0)
+
+    def fit(self, samples: Iterable[Sample | tuple[Any, float, float]]) -> dict[str, float]:
+        """Refit the factors of the classes present in ``samples`` by NNLS; returns the factors.
+
+        A sample is a :class:`Sample` or ``(requests, capacity, observed)`` with ``requests`` a
+        number (one class) or a mapping class -> millicores.
+        """
+        rows = [s if isinstance(s, Sample) else Sample(-1, _as_requests(s[0]), float(s[1]), float(s[2]))
+                for s in samples]
+        rows = [s for s in rows if s.capacity > 0 and s.requests and s.observed < self.saturated]
+        if not rows:
+            return dict(self.factors)
+        classes = sorted({c for s in rows for c in s.requests})
+        col = {c: j for j, c in enumerate(classes)}
+        x = np.zeros((len(rows), len(classes)))
+        y = np.array([s.observed for s in rows], dtype=np.float64)
+        for i, s in enumerate(rows):
+            for c, r in s.requests.items():
+                x[i, col[c]] = r / s.capacity
+        prior = np.array([self.factor_of(c) for c in classes])
+        # The pull towards the previous factors (of classes fitted before) only matters when
+        # classes can be confused.
+        known = np.array([c in self.factors for c in classes], dtype=np.float64)
+        typical = (x * x).sum(axis=0) / np.maximum((x > 0).sum(axis=0), 1)  # mean x^2 where the class runs
+        weight = np.sqrt(self.prior_samples * known * typical) if len(classes) > 1 else np.zeros(1)
+        a = np.vstack([x, np.diag(weight)])
+        b = np.concatenate([y, weight * prior])
+        f = nnls(a, b)
+        for c, j in col.items():
+            if (x[:, j] > 0).any():
+                self.factors[c] = float(f[j])
+        return dict(self.factors)
+
+    def fit_latency(self, samples: Iterable[tuple[str, float, float]]) -> dict[str, float]:
+        """Per class: the mean of observed minus network latency over ``(class, network, observed)``."""
+        by: dict[str, list[float]] = {}
+        for klass, net, obs in samples:
+            by.setdefault(klass, []).append(obs - net)
+        for klass, diffs in by.items():
+            self.latency_offset_ms[klass] = float(np.mean(diffs))
+        return dict(self.latency_offset_ms)
+
+    def copy(self) -> UsageModel:
+        return replace(self, factors=dict(self.factors), latency_offset_ms=dict(self.latency_offset_ms))
+
+
+# --- decisions, triggers, configuration -------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    """One placement: what was expected when it was made, and what was seen later."""
+
+    key: str  # the pod
+    node: str
+    klass: str  # the pod's workload class
+    requests: dict[str, float]  # CPU requests (millicores) by class on the node with the pod
+    capacity: float  # the node's CPU (millicores)
+    predicted_util: float
+    at: float = field(default_factory=time.time)
+    delta_r: float | None = None  # change of R, and of each weighted term, from iro_fed.objective
+    terms: dict[str, float] = field(default_factory=dict)
+    network_latency_ms: float | None = None
+    expected_latency_ms: float | None = None
+    observed_util: float | None = None
+    observed_latency_ms: float | None = None
+    observed_at: float | None = None
+    errors: dict[str, float] = field(default_factory=dict)  # observed - predicted, per quantity
+    calibrated: bool = True  # whether the usage model knew every class on the node when it was made
+
+    @property
+    def requested_cpu(self) -> float:
+        return float(sum(self.requests.values()))
+
+    @property
+    def capacity_cpu(self) -> float:
+        return self.capacity
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in out.items():
+            if isinstance(v, float):
+                out[k] = round(v, 6)
+        return out
+
+
+#: Older name of :class:`Decision` (``iro_fed.k8s.feedback`` used it).
+Prediction = Decision
+
+
+@dataclass
+class Trigger:
+    """One fine-tune (or the initial calibration) of the loop and what it did."""
+
+    kind: str  # "fine-tune" or "calibration"
+    at: float
+    observation: int  # the loop's observation count when it fired
+    quantity: str
+    moving_error: float
+    threshold: float
+    samples: int  # observations the refit used (the recent experience)
+    factors_before: dict[str, float]
+    factors_after: dict[str, float]
+    error_after: float  # mean absolute error of the refitted model on those samples
+    actions: list[str] = field(default_factory=list)
+    results: dict[str, str] = field(default_factory=dict)
+    settled_error: float | None = None  # moving error at the end of the cooldown
+    settle_refits: int = 0
+
+    @property
+    def factor_before(self) -> float:
+        return _mean_factor(self.factors_before)
+
+    @property
+    def factor_after(self) -> float:
+        return _mean_factor(self.factors_after)
+
+    @property
+    def action(self) -> str:
+        return ", ".join(["refit usage model", *self.actions])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: Older name of :class:`Trigger`.
+DriftSignal = Trigger
+
+
+def _mean_factor(factors: Mapping[str, float]) -> float:
+    if not factors:
+        return 1.0
+    if len(factors) == 1:
+        return float(next(iter(factors.values())))
+    return float(np.mean(list(factors.values())))
+
+
+@dataclass(frozen=True)
+class FeedbackConfig:
+    """Settings of the loop (see the module docstring for how they work together)."""
+
+    threshold: float = 0.1  # moving absolute error of node CPU share that triggers a fine-tune
+    alpha: float = 0.3  # EWMA weight of the newest error
+    calm: float = 0.5  # calm band = calm x threshold
+    min_samples: int = 5  # observations since leaving the calm band before a trigger may fire
+    window: int = 200  # sliding window of observations the model is fitted on
+    calibration: int | None = None  # first observations that fit the initial model (None: min_samples; 0: none)
+    refit_every: int = 0  # while calm, refit on the window every this many observations (0: never)
+    cooldown: int = 50  # observations after a trigger before the detector re-arms by itself
+    settle_every: int = 10  # during the cooldown, refit on the post-drift experience this often (0: never)
+    latency_threshold_ms: float | None = None  # a second trigger on the latency error (None: tracked only)
+    latency_alpha: float | None = None  # EWMA weight for latency (None: alpha)
+
+    def __post_init__(self) -> None:
+        if not self.threshold > 0:
+            raise ValueError(f"threshold: must be > 0, got {self.threshold}")
+        for name in ("alpha", "latency_alpha"):
+            v = getattr(self, name)
+            if v is not None and not 0 < v <= 1:
+                raise ValueError(f"{name}: must be in (0, 1], got {v}")
+        if not 0 <= self.calm < 1:
+            raise ValueError(f"calm: must be in [0, 1), got {self.calm}")
+        for name in ("min_samples", "window", "refit_every", "cooldown", "settle_every"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {v!r}")
+        if self.window < 1:
+            raise ValueError(f"window: must be >= 1, got {self.window}")
+        if self.calibration is not None and (not isinstance(self.calibration, int) or self.calibration < 0):
+            raise ValueError(f"calibration: must be an integer >= 0 or None, got {self.calibration!r}")
+        if self.latency_threshold_ms is not None and not self.latency_threshold_ms > 0:
+            raise ValueError(f"latency_threshold_ms: must be > 0, got {self.latency_threshold_ms}")
+
+    @property
+    def calibration_samples(self) -> int:
+        return self.min_samples if self.calibration is None else self.calibration
+
+
+class DriftDetector:
+    """EWMA of absolute errors with a calm band, a threshold and re-arming (hysteresis)."""
+
+    def __init__(self, threshold: float | None, alpha: float, calm: float, min_samples: int, cooldown: int) -> None:
+        self.threshold = threshold
+        self.alpha = alpha
+        self.calm = calm
+        self.min_samples = min_samples
+        self.cooldown = cooldown
+        self.value: float | None = None
+        self.count = 0
+        self.drift_start: int | None = None  # observation index where the error left the calm band
+        self._drift_count: int | None = None  # self.count then
+        self.armed = True
+        self._disarmed_count = 0
+
+    @property
+    def calm_level(self) -> float | None:
+        return None if self.threshold is None else self.calm * self.threshold
+
+    def update(self, error: float, index: int) -> bool:
+        """Add one absolute error, made at observation ``index`` of the loop (where a drift
+        starts is kept in those units); True when a fine-tune should fire now."""
+        self.value = error if self.value is None else (1 - self.alpha) * self.value + self.alpha * error
+        self.count += 1
+        if self.threshold is None:
+            self.armed = True
+            return False
+        calm = self.value <= self.calm * self.threshold
+        if calm:
+            self.drift_start, self._drift_count = None, None
+        elif self.drift_start is None:
+            self.drift_start, self._drift_count = index, self.count
+        if not self.armed and (calm or self.count - self._disarmed_count >= self.cooldown):
+            self.armed = True
+            if not calm:  # a retry judges only what came after the last fine-tune
+                self.drift_start, self._drift_count = index, self.count
+        return (self.armed and self._drift_count is not None and self.value > self.threshold
+                and self.count - self._drift_count + 1 >= self.min_samples)
+
+    def disarm(self) -> None:
+        """After a fine-tune: no trigger until calm again or ``cooldown`` more errors."""
+        self.armed = False
+        self._disarmed_count = self.count
+
+    @property
+    def in_cooldown(self) -> bool:
+        return not self.armed
+
+
+FineTuneAction = Callable[["FeedbackLoop", Trigger], Any]
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+
+class FeedbackLoop:
+    """Records decisions and observations, tracks the error, fine-tunes on drift (module doc)."""
+
+    def __init__(self, config: FeedbackConfig | None = None, *, model: UsageModel | None = None,
+                 actions: Sequence[FineTuneAction] = (), on_drift: Callable[[Trigger], Any] | None = None,
+                 registry: Any = None, keep: int = 10_000, clock: Callable[[], float] = time.time,
+                 record_terms: bool = True, **settings: Any) -> None:
+        """``settings`` are :class:`FeedbackConfig` fields overriding ``config`` (``threshold=0.1``).
+        ``record_terms=False`` skips the objective terms in :meth:`record_placement` (two
+        ``evaluate`` calls per decision: about 4 ms at 5,000 nodes)."""
+        known = {f.name for f in fields(FeedbackConfig)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown feedback setting (known: {', '.join(sorted(known))})")
+        self.config = replace(config or FeedbackConfig(), **settings)
+        cfg = self.config
+        self.model = model or UsageModel()
+        self.actions = list(actions)
+        self.on_drift = on_drift
+        self.clock = clock
+        self.record_terms = record_terms
+        self.observations = 0
+        self.experience: deque[Sample] = deque(maxlen=cfg.window)
+        self.latency_experience: deque[tuple[int, str, float, float]] = deque(maxlen=cfg.window)
+        self.latest: dict[str, Decision] = {}
+        self.pending: dict[str, list[Decision]] = {}
+        self.by_key: dict[str, Decision] = {}
+        self.decisions: deque[Decision] = deque(maxlen=keep)
+        self.signals: list[Trigger] = []  # fine-tunes
+        self.calibrations: list[Trigger] = []
+        self.errors: deque[float] = deque(maxlen=keep)  # absolute utilization errors, latest ``keep``
+        self.history: deque[tuple[int, float, float | None]] = deque(maxlen=keep)  # (observation, value, moving error)
+        self.calibrated = cfg.calibration_samples == 0
+        self.detectors = {
+            "utilization": DriftDetector(cfg.threshold, cfg.alpha, cfg.calm, cfg.min_samples, cfg.cooldown),
+            "latency_ms": DriftDetector(cfg.latency_threshold_ms, cfg.latency_alpha or cfg.alpha, cfg.calm,
+                                        cfg.min_samples, cfg.cooldown),
+        }
+        self._since_refit = 0
+        self._active: Trigger | None = None  # the fine-tune whose cooldown is running
+        self._settle_start: int | None = None
+        self._regime_start = 0
+        self._unfitted: dict[str, int] = {}  # classes seen but never fitted: observations so far
+        self._lock = threading.RLock()
+        self._metrics = _metrics(registry) if registry is not None else None
+        if self._metrics:
+            self._metrics["threshold"].labels("utilization").set(cfg.threshold)
+            if cfg.latency_threshold_ms is not None:
+                self._metrics["threshold"].labels("latency_ms").set(cfg.latency_threshold_ms)
+
+    # --- compatibility accessors ----------------------------------------------------------
+
+    @property
+    def threshold(self) -> float:
+        return self.config.threshold
+
+    @property
+    def alpha(self) -> float:
+        return self.config.alpha
+
+    @property
+    def moving_error(self) -> float | None:
+        """Moving absolute error of the predicted node utilization (None before any is judged)."""
+        return self.detectors["utilization"].value
+
+    @property
+    def moving_latency_error(self) -> float | None:
+        return self.detectors["latency_ms"].value
+
+    @property
+    def triggers(self) -> list[Trigger]:
+        return self.signals
+
+    # --- decisions --------------------------------------------------------------------------
+
+    def record_decision(self, key: str, node: str, requests: Mapping[str, float] | float, capacity: float, *,
+                        klass: str = DEFAULT_CLASS, delta_r: float | None = None,
+                        terms: Mapping[str, float] | None = None, network_latency_ms: float | None = None,
+                        at: float | None = None) -> Decision:
+        """A placement was made: ``requests`` are the node's CPU requests by class with the pod."""
+        with self._lock:
+            req = _as_requests(requests)
+            d = Decision(key, node, klass, req, float(capacity), self.model.predict(req, capacity),
+                         self.clock() if at is None else at, delta_r, dict(terms or {}), network_latency_ms,
+                         self.model.predict_latency(klass, network_latency_ms),
+                         calibrated=self.calibrated and all(c in self.model.factors for c in req))
+            if len(self.decisions) == self.decisions.maxlen:  # bounded memory in a long-running scheduler
+                old = self.decisions[0]
+                if self.by_key.get(old.key) is old:
+                    del self.by_key[old.key]
+            self.latest[node] = d
+            waiting = self.pending.setdefault(node, [])
+            waiting.append(d)
+            if len(waiting) > 1000:  # a node never measured: keep only its latest decisions waiting
+                del waiting[:-1000]
+            self.by_key[key] = d
+            self.decisions.append(d)
+            return d
+
+    def predict(self, key: str, node: str, requested_cpu: float, capacity_cpu: float) -> Decision:
+        """One-class form of :meth:`record_decision` (what ``iro scheduler`` records)."""
+        return self.record_decision(key, node, requested_cpu, capacity_cpu)
+
+    def record_placement(self, key: str, node: str, problem: Any, state: Any, klass: str = DEFAULT_CLASS) -> Decision:
+        """After a bind: the node's CPU requests with the pod (one class) and, when the pod is a
+        workload of ``problem``, its change of R and of each term from :func:`placement_terms`."""
+        n = problem.node_index[node]
+        cpu = problem.cpu_index
+        delta, terms, net = None, {}, None
+        w = next((i for i, wl in enumerate(problem.workloads) if wl.name == key), None) if self.record_terms else None
+        if w is not None and int(state.assignment[w]) == n:
+            delta, terms = placement_terms(problem, state.assignment, w)
+            net = network_latency(problem, w, n)
+        return self.record_decision(key, node, {klass: float(state.allocated[n, cpu])}, float(problem.capacity[n, cpu]),
+                                    klass=klass, delta_r=delta, terms=terms, network_latency_ms=net)
+
+    # --- observations -----------------------------------------------------------------------
+
+    def observe(self, node: str, observed_util: float, *, requests: Mapping[str, float] | None = None,
+                capacity: float | None = None, at: float | None = None) -> float | None:
+        """A measured CPU share of ``node``. Completes the node's decisions waiting for it, adds one
+        sample (the node's ``requests`` by class now, else those of its latest decision) and
+        returns the absolute error of the current model on it (None: nothing known of the node)."""
+        if not (isinstance(observed_util, int | float) and math.isfinite(observed_util) and observed_util >= 0):
+            raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, got {observed_util!r}")
+        fired: Trigger | None = None
+        with self._lock:
+            pred = self.latest.get(node)
+            if pred is None and (requests is None or capacity is None):
+                return None
+            req = _as_requests(requests) if requests is not None else dict(pred.requests)
+            cap = float(capacity) if capacity is not None else pred.capacity
+            now = self.clock() if at is None else at
+            for d in self.pending.pop(node, []):
+                d.observed_util = float(observed_util)
+                d.observed_at = now
+                d.errors["utilization"] = float(observed_util) - d.predicted_util
+            predicted = self.model.predict(req, cap)
+            error = abs(float(observed_util) - predicted)
+            index = self.observations
+            self.experience.append(Sample(index, req, cap, float(observed_util)))
+            self.observations += 1
+            self.errors.append(error)
+            unknown = [c for c in req if c not in self.model.factors] if self.calibrated else []
+            if not self.calibrated:
+                if self.observations >= self.config.calibration_samples:
+                    self._calibrate(now)
+            elif unknown:
+                # A class never fitted (a new kind of pod) is calibrated, not judged: the model
+                # never claimed to know it.
+                for c in unknown:
+                    self._unfitted[c] = self._unfitted.get(c, 0) + 1
+                if any(self._unfitted[c] >= max(self.config.min_samples, 1) for c in unknown):
+                    self._calibrate(now, start=self._regime_start)
+            else:
+                fire = self.detectors["utilization"].update(error, index)
+                fired = self._after_update("utilization", fire, index, now)
+            self.history.append((index, float(observed_util), self.moving_error))
+            if self._metrics:
+                self._metrics["observations"].inc()
+                if self.moving_error is not None:
+                    self._metrics["error"].labels("utilization").set(self.moving_error)
+        if fired is not None:
+            self._run_actions(fired)
+        return error
+
+    def observe_latency(self, key: str, latency_ms: float, at: float | None = None) -> float | None:
+        """A measured latency of the requests served by pod ``key``; returns the absolute error
+        against the model's expectation (None: no decision with a user region for it)."""
+        if not (isinstance(latency_ms, int | float) and math.isfinite(latency_ms) and latency_ms >= 0):
+            raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}")
+        fired: Trigger | None = None
+        with self._lock:
+            d = self.by_key.get(key)
+            if d is None or d.network_latency_ms is None:
+                return None
+            expected = self.model.predict_latency(d.klass, d.network_latency_ms)
+            now = self.clock() if at is None else at
+            if d.observed_latency_ms is None:
+                d.observed_latency_ms = float(latency_ms)
+                if d.expected_latency_ms is not None:
+                    d.errors["latency_ms"] = float(latency_ms) - d.expected_latency_ms
+            error = abs(float(latency_ms) - float(expected or 0.0))
+            self.latency_experience.append((self.observations, d.klass, d.network_latency_ms, float(latency_ms)))
+            if self.calibrated:
+                fire = self.detectors["latency_ms"].update(error, self.observations)
+                fired = self._after_update("latency_ms", fire, self.observations, now)
+            if self._metrics and self.moving_latency_error is not None:
+                self._metrics["error"].labels("latency_ms").set(self.moving_latency_error)
+        if fired is not None:
+            self._run_actions(fired)
+        return error
+
+    # --- refits and triggers ----------------------------------------------------------------
+
+    def _refit(self, samples: Sequence[Sample]) -> tuple[dict[str, float], float]:
+        self.model.fit(samples)
+        lat = [(k, n, o) for i, k, n, o in self.latency_experience if not samples or i >= samples[0].index]
+        if lat:
+            self.model.fit_latency(lat)
+        mae = float(np.mean([abs(s.observed - self.model.predict(s.requests, s.capacity)) for s in samples])) \
+            if samples else 0.0
+        self._since_refit = 0
+        if self._metrics:
+            for c, f in self.model.factors.items():
+                self._metrics["factor"].labels(c).set(f)
+        return dict(self.model.factors), mae
+
+    def _calibrate(self, now: float, start: int = 0) -> None:
+        before = dict(self.model.factors)
+        samples = [s for s in self.experience if s.index >= start]
+        after, mae = self._refit(samples)
+        for c in after:
+            self._unfitted.pop(c, None)
+        self.calibrated = True
+        self.calibrations.append(Trigger("calibration", now, self.observations, "utilization", float("nan"),
+                                         self.threshold, len(samples), before, after, mae))
+        if self._metrics:
+            self._metrics["calibrations"].inc()
+
+    def _after_update(self, quantity: str, fire: bool, index: int, now: float) -> Trigger | None:
+        """Periodic refit when calm, settling refits in a cooldown, or a new fine-tune."""
+        cfg = self.config
+        det = self.detectors[quantity]
+        self._since_refit += 1
+        if fire:
+            return self._fine_tune(quantity, det, index, now)
+        if self._active is not None:
+            util = self.detectors["utilization"]
+            if cfg.settle_every and self._since_refit >= cfg.settle_every and self._settle_start is not None:
+                # What came after the trigger is surely the new regime: fit on it once there is enough.
+                after = [s for s in self.experience if s.index >= self._active.observation]
+                if len(after) >= max(cfg.min_samples, 1):
+                    self._regime_start = self._active.observation
+                    self._refit(after)
+                else:
+                    self._refit([s for s in self.experience if s.index >= self._settle_start])
+                self._active.settle_refits += 1
+            if self.detectors[self._active.quantity].armed:
+                self._active.settled_error = util.value
+                self._active = None
+                self._settle_start = None
+            return None
+        calm = all(d.threshold is None or d.value is None or d.value <= d.calm * d.threshold
+                   for d in self.detectors.values())
+        if cfg.refit_every and calm and self._since_refit >= cfg.refit_every:
+            # A fine-tune marks a new regime: what came before it no longer enters a fit.
+            self._refit([s for s in self.experience if s.index >= self._regime_start])
+        return None
+
+    def _fine_tune(self, quantity: str, det: DriftDetector, index: int, now: float) -> Trigger:
+        start = det.drift_start if det.drift_start is not None else index
+        # The recent experience: since the error left the calm band, at most the EWMA's span.
+        span = max(self.config.min_samples, math.ceil(2.0 / det.alpha))
+        start = max(start, index + 1 - span)
+        recent = [s for s in self.experience if s.index >= start]
+        before = dict(self.model.factors)
+        after, mae = self._refit(recent)
+        trigger = Trigger("fine-tune", now, self.observations, quantity, float(det.value or 0.0), float(det.threshold or 0.0),
+                          len(recent), before, after, mae, [getattr(a, "name", type(a).__name__) for a in self.actions])
+        self.signals.append(trigger)
+        if self._active is not None and self._active.settled_error is None:
+            self._active.settled_error = self.detectors["utilization"].value
+        self._active = trigger
+        self._settle_start = start
+        self._regime_start = start
+        for d in self.detectors.values():
+            if d.threshold is not None:
+                d.disarm()
+        if self._metrics:
+            self._metrics["drift"].inc()
+        log.warning("feedback: %s moving error %.4f > %.4f after %d samples; usage model refitted (%s), "
+                    "in-sample error %.4f", quantity, trigger.moving_error, trigger.threshold, len(recent),
+                    ", ".join(f"{c} {f:.3f}" for c, f in sorted(after.items())), mae)
+        return trigger
+
+    def _run_actions(self, trigger: Trigger) -> None:
+        for action in self.actions:
+            name = getattr(action, "name", type(action).__name__)
+            try:
+                trigger.results[name] = str(action(self, trigger))
+            except Exception as exc:  # a failed action must not stop the loop (or the scheduler)
+                log.exception("feedback: fine-tune action %s failed", name)
+                trigger.results[name] = f"failed: {type(exc).__name__}: {exc}"
+        if self.on_drift is not None:
+            self.on_drift(trigger)
+
+    # --- reports ------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """Counts, moving errors, factors, triggers and mean errors per quantity (JSON-ready)."""
+        with self._lock:
+            decisions = list(self.decisions)
+            triggers = [t.to_dict() for t in self.signals]
+        done = [d for d in decisions if d.observed_util is not None and d.calibrated]
+        lat = [d.errors["latency_ms"] for d in decisions if "latency_ms" in d.errors and d.calibrated]
+        return {
+            "decisions": len(decisions),
+            "observations": self.observations,
+            "moving_error": self.moving_error,
+            "moving_latency_error_ms": self.moving_latency_error,
+            "threshold": self.threshold,
+            "fine_tunes": len(self.signals),
+            "calibrations": len(self.calibrations),
+            "factors": dict(sorted(self.model.factors.items())),
+            "latency_offset_ms": dict(sorted(self.model.latency_offset_ms.items())),
+            "decision_mae_utilization": float(np.mean([abs(d.errors["utilization"]) for d in done])) if done else None,
+            "decision_mae_latency_ms": float(np.mean(np.abs(lat))) if lat else None,
+            "triggers": triggers,
+        }
+
+
+# --- observations from the perception layer --------------------------------------------------
+
+
+def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None) -> int:
+    """Feed a perception-layer snapshot (:class:`iro_fed.metrics.ClusterSnapshot`) to ``loop``.
+
+    Every node with a decision and a CPU reading is observed (usage over the snapshot's CPU
+    capacity of the node, else the decision's); a service's P99 latency completes the decisions
+    of that class still waiting for a latency. Returns how many node observations it fed.
+    """
+    fed = 0
+    for name, usage in snapshot.nodes.items():
+        pred = loop.latest.get(name)
+        if pred is None or usage.cpu_millicores is None:
+            continue
+        cap = usage.cpu_capacity_millicores or pred.capacity
+        if not cap or cap <= 0:
+            continue
+        loop.observe(name, float(usage.cpu_millicores) / float(cap), at=at)
+        fed += 1
+    for service, stats in snapshot.services.items():
+        if stats.p99_latency_ms is None:
+            continue
+        with loop._lock:  # the scheduler may record decisions meanwhile
+            waiting = [d for d in loop.decisions if d.klass == service and d.observed_latency_ms is None
+                       and d.network_latency_ms is not None]
+        for d in waiting:
+            loop.observe_latency(d.key, float(stats.p99_latency_ms), at=at)
+    return fed
+
+
+# --- objective terms of a placement ---------------------------------------------------------
+
+
+def placement_terms(problem: Any, assignment: np.ndarray, w: int) -> tuple[float, dict[str, float]]:
+    """Change of R and of each weighted term when workload ``w`` is placed as in ``assignment``
+    (R with the pod minus R without it, both from :func:`iro_fed.objective.evaluate`)."""
+    from iro_fed.objective import TERMS, evaluate
+
+    assignment = np.asarray(assignment, dtype=np.int64)
+    with_pod = evaluate(problem, assignment)
+    without = assignment.copy()
+    without[w] = -1
+    without_pod = evaluate(problem, without)
+    return with_pod.score - without_pod.score, {t: with_pod.weighted[t] - without_pod.weighted[t] for t in TERMS}
+
+
+def network_latency(problem: Any, w: int, n: int) -> float | None:
+    """The objective's latency (ms) from workload ``w``'s user region to node ``n``'s domain."""
+    region = int(problem.wl_region[w])
+    if region < 0:
+        return None
+    ms = float(problem.latency_ms[region, problem.node_domain[n]])
+    return ms if math.isfinite(ms) else None
+
+
+# --- fine-tune actions ----------------------------------------------------------------------
+
+
+class FederatedRoundRequest:
+    """Asks for a federated round: writes ``ROOT/requests/<time>-<site>-<n>.json`` atomically.
+
+    The file (format ``iro-fed/round-request/1``) names the site, the reason and the trigger's
+    numbers; the federated server or an operator acts on it (see docs/feedback.md).
+    """
+
+    name = "federated-round-request"
+    FORMAT = "iro-fed/round-request/1"
+
+    def __init__(self, root: str | Path, site: str = "local") -> None:
+        self.root = Path(root).expanduser()
+        if self.root.exists() and not self.root.is_dir():
+            raise ValueError(f"root: {str(self.root)!r} exists and is not a folder")
+        self.site = site
+        self.written: list[Path] = []
+
+    def __call__(self, loop: FeedbackLoop, trigger: Trigger) -> str:
+        from iro_fed.problem_io import write_json_atomic
+
+        folder = self.root / "requests"
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path = folder / f"{stamp}-{self.site}-{len(self.written) + 1:04d}.json"
+        write_json_atomic(path, {
+            "format": self.FORMAT, "requested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "site": self.site, "reason": f"{trigger.quantity} moving error {trigger.moving_error:.4f} "
+                                         f"> threshold {trigger.threshold:.4f}",
+            "quantity": trigger.quantity, "moving_error": trigger.moving_error, "threshold": trigger.threshold,
+            "samples": trigger.samples, "factors_before": trigger.factors_before,
+            "factors_after": trigger.factors_after, "error_after": trigger.error_after,
+        })
+        self.written.append(path)
+        return str(path)
+
+
+class DQNFineTune:
+    """Local DQN fine-tuning on recent simulator experience, published atomically.
+
+    Starts from the registry's latest version (else ``policy``, a checkpoint, else the shipped default),
+    trains ``steps`` decisions on :class:`iro_fed.sim.env.PlacementEnv` built by ``env_fns``
+    (or from ``scenario``/``hours``/``settings``) with the ``dqn`` solver's ``fit``, and writes
+    the new weights as the next version of the policy registry ``registry`` (``latest`` moves
+    only once the version is complete), or to the checkpoint ``out``.
+    """
+
+    name = "dqn-fine-tune"
+
+    def __init__(self, registry: str | Path | None = None, out: str | Path | None = None, policy: str | None = None,
+                 scenario: str = "edge-iot", hours: float = 1.0, settings: Mapping[str, Any] | None = None,
+                 env_fns: Sequence[Callable[[], Any]] | None = None, steps: int = 256, seed: int = 0,
+                 config: Mapping[str, Any] | None = None, time_limit_s: float | None = None) -> None:
+        if (registry is None) == (out is None):
+            raise ValueError("registry / out: give exactly one place to write the fine-tuned policy")
+        if steps < 1:
+            raise ValueError(f"steps: must be >= 1, got {steps}")
+        self.registry = Path(registry) if registry is not None else None
+        self.out = Path(out) if out is not None else None
+        self.policy = policy
+        self.scenario = scenario
+        self.hours = hours
+        self.settings = dict(settings or {})
+        self.env_fns = list(env_fns) if env_fns is not None else None
+        self.steps = steps
+        self.seed = seed
+        self.config = dict(config or {})
+        self.time_limit_s = time_limit_s
+        self.results: list[dict[str, Any]] = []
+
+    def _start_policy(self) -> str | None:
+        """The registry's latest version, else ``policy``, else None (the shipped default)."""
+        if self.registry is not None and (self.registry / "latest").is_file():
+            return str(self.registry)
+        return self.policy
+
+    def __call__(self, loop: FeedbackLoop | None, trigger: Trigger | None) -> str:
+        import solvers
+        from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+
+        solver = solvers.make("dqn", policy=self._start_policy(), seed=self.seed)
+        start = solver.loaded
+        cfg = {**start.config.to_dict(), **self.config}
+        if "learning_starts" not in self.config:  # a trained policy need not wait long before learning
+            cfg["learning_starts"] = min(int(cfg["learning_starts"]), max(int(cfg["batch_size"]), self.steps // 4))
+        initial = {k: v.detach().clone() for k, v in start.agent.online.state_dict().items()}
+        env_fns = self.env_fns or [self._env_fn(cfg["top_k"])]
+        meta: dict[str, Any] = {"fine_tune": {
+            "from": str(start.metadata.get("version", self._start_policy() or "default")),
+            "trigger": None if trigger is None else {k: v for k, v in trigger.to_dict().items() if k != "results"},
+            "scenario": self.scenario, "hours": self.hours, "settings": self.settings, "steps": self.steps}}
+        result = solver.fit(env_fns, self.steps, out=self.out, config=cfg, metadata=meta, initial_state=initial,
+                            progress=False, track_emissions=False, time_limit_s=self.time_limit_s)
+        state = {k: v.detach().cpu() for k, v in solver.agent.online.state_dict().items()}
+        # Learned parameters only (noisy layers also keep their last noise sample as buffers).
+        learned = [n for n, _ in solver.agent.online.named_parameters()]
+        changed = float(sum(float((state[k].float() - initial[k].float()).abs().sum()) for k in learned))
+        where = str(self.out) if self.out is not None else ""
+        if self.registry is not None:
+            from iro_fed.federated.registry import PolicyRegistry
+
+            version, path = PolicyRegistry(self.registry).publish(state, {
+                **meta, "config": cfg, "candidate_features": len(CANDIDATE_FEATURES),
+                "context_features": len(CONTEXT_FEATURES), "steps": result.steps, "strategy": "local-fine-tune",
+                "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)},
+                "metrics": {"updates": result.updates, "last_loss": result.last_loss, "wall_s": result.wall_s},
+            })
+            where = str(path)
+        record = {"path": where, "steps": result.steps, "updates": result.updates, "last_loss": result.last_loss,
+                  "weight_change_l1": changed, "wall_s": result.wall_s}
+        self.results.append(record)
+        return f"trained {result.steps} steps ({result.updates} updates), wrote {where}"
+
+    def _env_fn(self, k: int) -> Callable[[], Any]:
+        scenario, hours, settings, seed = self.scenario, self.hours, dict(self.settings), self.seed
+
+        def make() -> Any:
+            from iro_fed.sim.env import PlacementEnv
+
+            return PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=settings)
+
+        return make
+
+
+# --- Prometheus ------------------------------------------------------------------------------
+
+
+def _metrics(registry: Any) -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge
+
+    return {
+        "error": Gauge("iro_feedback_error", "Moving absolute error of the prediction (node CPU share; latency ms)",
+                       ["quantity"], registry=registry),
+        "threshold": Gauge("iro_feedback_threshold", "Moving error that triggers a fine-tune", ["quantity"],
+                           registry=registry),
+        "observations": Counter("iro_feedback_observations", "Observed outcomes compared with predictions",
+                                registry=registry),
+        "drift": Counter("iro_feedback_drift", "Fine-tunes triggered by drift", registry=registry),
+        "calibrations": Counter("iro_feedback_calibrations", "Initial calibrations of the usage model",
+                                registry=registry),
+        "factor": Gauge("iro_feedback_usage_factor", "Usage model: CPU used per CPU requested, by workload class",
+                        ["workload_class"], registry=registry),
+    }
+
+
+__all__ = [
+    "DEFAULT_CLASS", "QUANTITIES", "DQNFineTune", "Decision", "DriftDetector", "DriftSignal", "FederatedRoundRequest",
+    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "Prediction", "Sample", "Trigger", "UsageModel",
+    "network_latency", "nnls", "observe_snapshot", "placement_terms",
+]

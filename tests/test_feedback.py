@@ -1,0 +1,335 @@
+"""Feedback loop units: NNLS, the per-class usage model, the moving error with its calm band,
+threshold and re-arming, calibration, the fine-tune actions and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from iro_fed.feedback import (
+    DriftDetector,
+    FederatedRoundRequest,
+    FeedbackConfig,
+    FeedbackLoop,
+    Sample,
+    UsageModel,
+    network_latency,
+    nnls,
+    placement_terms,
+)
+
+# --- NNLS ---------------------------------------------------------------------------------------
+
+
+def test_nnls_recovers_exact_non_negative_coefficients():
+    a = np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0], [1.0, 1.0, 0.0], [2.0, 1.0, 1.0]])
+    x_true = np.array([0.5, 1.5, 0.25])
+    assert nnls(a, a @ x_true) == pytest.approx(x_true, abs=1e-10)
+
+
+def test_nnls_clamps_what_least_squares_would_make_negative():
+    # Unconstrained least squares gives x = (2, -1); with x >= 0 the optimum is (x1 only) 6/5... hand-made:
+    a = np.array([[1.0, 1.0], [1.0, 2.0]])
+    b = np.array([1.0, 0.0])
+    unconstrained = np.linalg.solve(a, b)
+    assert unconstrained[1] < 0
+    x = nnls(a, b)
+    assert x[1] == 0.0
+    # with x2 = 0 the best x1 minimises (x1 - 1)^2 + x1^2 -> 0.5
+    assert x[0] == pytest.approx(0.5)
+    # KKT: the gradient is zero on the free variable and points outwards on the clamped one
+    grad = a.T @ (a @ x - b)
+    assert grad[0] == pytest.approx(0.0, abs=1e-12) and grad[1] >= -1e-12
+
+
+def test_nnls_all_zero_when_every_direction_hurts_and_rejects_bad_input():
+    assert nnls(np.eye(2), np.array([-1.0, -2.0])) == pytest.approx([0.0, 0.0])
+    assert nnls(np.zeros((0, 2)), np.zeros(0)).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="a is"):
+        nnls(np.ones((3, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="finite"):
+        nnls(np.array([[np.nan]]), np.array([1.0]))
+
+
+# --- usage model ----------------------------------------------------------------------------------
+
+
+def test_usage_model_fits_one_factor_per_class_on_hand_made_nodes():
+    # web pods use 0.5 of their request, batch 0.9: four nodes of 8 cores
+    nodes = [({"web": 2000, "batch": 4000}, 8000), ({"web": 4000}, 8000), ({"batch": 2000}, 8000),
+             ({"web": 1000, "batch": 1000}, 8000)]
+    samples = [Sample(i, req, cap, (0.5 * req.get("web", 0) + 0.9 * req.get("batch", 0)) / cap)
+               for i, (req, cap) in enumerate(nodes)]
+    m = UsageModel()
+    factors = m.fit(samples)
+    assert factors == pytest.approx({"web": 0.5, "batch": 0.9}, abs=1e-9)
+    assert m.predict({"web": 4000, "batch": 4000}, 8000) == pytest.approx(0.7)
+    assert m.predict({"new": 800}, 8000) == pytest.approx(0.1)  # an unknown class: default factor 1
+    assert m.predict({"web": 1000}, 0) == 0.0
+
+
+def test_usage_model_single_class_is_least_squares_through_the_origin():
+    m = UsageModel()
+    assert m.fit([(1000, 4000, 0.5), (2000, 4000, 1.0)]) == {"default": pytest.approx(2.0)}
+    assert m.factor == pytest.approx(2.0)
+    assert m.predict(1000, 4000) == pytest.approx(0.5)
+
+
+def test_usage_model_keeps_classes_it_cannot_tell_apart_near_their_previous_factors():
+    # "a" and "b" always run in the same proportion: the data fix only 1*a + 1*b = 1.2.
+    m = UsageModel(factors={"a": 0.6, "b": 0.6})
+    samples = [Sample(i, {"a": 1000.0 * k, "b": 1000.0 * k}, 8000, 1.2 * 1000 * k / 8000) for i, k in enumerate((1, 2, 3))]
+    f = m.fit(samples)
+    assert f["a"] + f["b"] == pytest.approx(1.2, abs=1e-6)
+    assert f["a"] == pytest.approx(0.6, abs=1e-6)  # the pull picks the split closest to before
+
+
+def test_usage_model_capped_measurements_are_left_out_of_the_fit():
+    m = UsageModel(saturated=0.98, max_util=1.0)
+    samples = [Sample(0, {"c": 4000}, 8000, 0.6), Sample(1, {"c": 16000}, 8000, 1.0)]  # the second is capped
+    assert m.fit(samples)["c"] == pytest.approx(1.2)
+    assert m.predict({"c": 16000}, 8000) == 1.0
+
+
+def test_latency_offset_is_the_mean_excess_over_the_network_latency():
+    m = UsageModel()
+    m.fit_latency([("web", 2.0, 7.0), ("web", 2.0, 9.0), ("api", 10.0, 12.0)])
+    assert m.predict_latency("web", 3.0) == pytest.approx(9.0)
+    assert m.predict_latency("api", 10.0) == pytest.approx(12.0)
+    assert m.predict_latency("web", None) is None
+
+
+# --- moving error, calm band, threshold, re-arming --------------------------------------------------
+
+
+def test_drift_detector_ewma_calm_band_threshold_and_min_samples():
+    det = DriftDetector(threshold=0.1, alpha=0.5, calm=0.5, min_samples=3, cooldown=100)
+    assert det.update(0.0, 0) is False and det.value == 0.0
+    assert det.update(0.2, 1) is False and det.value == pytest.approx(0.1)  # left the calm band (> 0.05)
+    assert det.drift_start == 1
+    assert det.update(0.2, 2) is False and det.value == pytest.approx(0.15)  # above 0.1, 2 samples only
+    assert det.update(0.2, 3) is True and det.value == pytest.approx(0.175)  # 3 samples since leaving calm
+    det.disarm()
+    assert det.update(0.4, 4) is False  # disarmed: no storm
+    for i in range(5, 12):
+        det.update(0.0, i)
+    assert det.value <= 0.05 and det.armed and det.drift_start is None  # calm again: re-armed
+
+
+def test_drift_detector_rearms_after_the_cooldown_and_judges_only_what_came_after():
+    det = DriftDetector(threshold=0.1, alpha=1.0, calm=0.5, min_samples=2, cooldown=5)
+    det.update(0.3, 0)
+    assert det.update(0.3, 1) is True
+    det.disarm()
+    fired = [det.update(0.3, i) for i in range(2, 10)]
+    # re-armed at index 6 (5 after the fine-tune), then needs 2 samples: fires at 7, once
+    assert fired == [False, False, False, False, False, True, True, True]
+    assert det.drift_start == 6
+
+
+def _feed(loop: FeedbackLoop, rng: np.random.Generator, web: float, batch: float, n: int) -> list[float]:
+    errors = []
+    for i in range(n):
+        node = f"n{i % 6}"
+        req = {"web": float(rng.choice([1000, 2000, 3000])), "batch": float(rng.choice([0, 2000, 4000]))}
+        loop.record_decision(f"p{i}", node, req, 8000.0, klass="web")
+        observed = (web * req["web"] + batch * req["batch"]) / 8000.0 + float(rng.normal(0, 0.005))
+        errors.append(loop.observe(node, observed, requests=req, capacity=8000.0))
+    return errors
+
+
+def test_loop_calibrates_then_one_shift_gives_one_fine_tune_and_the_error_comes_back():
+    rng = np.random.default_rng(3)
+    fired = []
+    loop = FeedbackLoop(FeedbackConfig(threshold=0.05, alpha=0.2, min_samples=5, calibration=20, cooldown=40,
+                                       refit_every=25, settle_every=5), on_drift=fired.append)
+    _feed(loop, rng, web=0.5, batch=0.9, n=120)
+    assert len(loop.calibrations) == 1 and loop.signals == []
+    assert loop.model.factors == pytest.approx({"web": 0.5, "batch": 0.9}, abs=0.02)
+    assert loop.moving_error < 0.02
+    _feed(loop, rng, web=0.5, batch=1.6, n=120)  # batch now uses 1.6 x its request
+    assert len(loop.signals) == 1 and fired == loop.signals
+    t = loop.signals[0]
+    assert t.kind == "fine-tune" and t.moving_error > t.threshold == 0.05
+    assert t.factors_before["batch"] == pytest.approx(0.9, abs=0.02)
+    assert t.factors_after["batch"] > t.factors_before["batch"] + 0.2 and t.error_after < 0.05
+    assert 5 <= t.samples < 40  # only the recent experience, not the window
+    assert t.settled_error is not None and t.settled_error < t.threshold
+    assert loop.model.factors["batch"] == pytest.approx(1.6, abs=0.03)
+    assert loop.model.factors["web"] == pytest.approx(0.5, abs=0.03)
+    assert loop.moving_error < 0.02
+    # every decision has its observed outcome and its error
+    d = loop.decisions[-1]
+    assert d.observed_util is not None and d.errors["utilization"] == pytest.approx(d.observed_util - d.predicted_util)
+
+
+def test_a_model_that_cannot_fit_retries_once_per_cooldown_not_every_observation():
+    rng = np.random.default_rng(0)
+    loop = FeedbackLoop(threshold=0.05, alpha=0.5, min_samples=3, calibration=0, cooldown=20, settle_every=0)
+    for i in range(100):  # pure noise: no factor explains it
+        loop.record_decision(f"p{i}", "n", {"web": 4000.0}, 8000.0)
+        loop.observe("n", float(rng.uniform(0, 1)))
+    assert 2 <= len(loop.signals) <= 100 // 20 + 1
+
+
+def test_a_new_class_is_calibrated_not_judged():
+    rng = np.random.default_rng(5)
+    loop = FeedbackLoop(threshold=0.05, alpha=0.3, min_samples=5, calibration=10)
+    for i in range(40):
+        req = {"web": float(rng.choice([2000, 4000]))}
+        loop.record_decision(f"w{i}", "n0", req, 8000.0)
+        loop.observe("n0", 0.5 * req["web"] / 8000, requests=req, capacity=8000.0)
+    for i in range(10):  # a new kind of pod that uses 3 x its request: not a drift of the model
+        req = {"web": 2000.0, "gpu-train": 1000.0}
+        loop.record_decision(f"g{i}", "n1", req, 8000.0, klass="gpu-train")
+        loop.observe("n1", (0.5 * 2000 + 3.0 * 1000) / 8000, requests=req, capacity=8000.0)
+    assert loop.signals == [] and len(loop.calibrations) == 2
+    assert loop.model.factors["gpu-train"] == pytest.approx(3.0, abs=0.05)
+
+
+def test_bad_settings_name_the_field():
+    with pytest.raises(ValueError, match="alpha"):
+        FeedbackLoop(alpha=0)
+    with pytest.raises(ValueError, match="threshold"):
+        FeedbackLoop(threshold=0)
+    with pytest.raises(ValueError, match="calm"):
+        FeedbackConfig(calm=1.0)
+    with pytest.raises(ValueError, match="min_sampels: unknown feedback setting"):
+        FeedbackLoop(min_sampels=3)
+    with pytest.raises(ValueError, match="cooldown"):
+        FeedbackConfig(cooldown=-1)
+
+
+def test_observation_of_an_unknown_node_is_ignored_and_a_bad_value_is_refused():
+    assert FeedbackLoop().observe("nowhere", 0.5) is None
+    assert FeedbackLoop().observe_latency("nobody", 5.0) is None
+    loop = FeedbackLoop()
+    loop.record_decision("p", "n", 1000.0, 4000.0)
+    with pytest.raises(ValueError, match="observed_util: expected a finite number >= 0 for node 'n', got nan"):
+        loop.observe("n", float("nan"))
+    with pytest.raises(ValueError, match="latency_ms"):
+        loop.observe_latency("p", -1.0)
+    assert loop.observations == 0 and loop.by_key["p"].observed_util is None  # nothing half-recorded
+
+
+def test_latency_is_predicted_observed_and_tracked():
+    loop = FeedbackLoop(threshold=0.1, calibration=2, min_samples=2)
+    for i in range(6):
+        loop.record_decision(f"p{i}", "n", {"web": 2000.0}, 8000.0, klass="web", network_latency_ms=2.0)
+        loop.observe("n", 0.125, requests={"web": 2000.0}, capacity=8000.0)
+        loop.observe_latency(f"p{i}", 7.0)
+    assert loop.model.latency_offset_ms["web"] == pytest.approx(5.0)
+    last = loop.by_key["p5"]
+    assert last.expected_latency_ms == pytest.approx(7.0) and last.errors["latency_ms"] == pytest.approx(0.0)
+    assert loop.moving_latency_error == pytest.approx(0.0, abs=1e-9)
+    assert loop.summary()["decision_mae_latency_ms"] is not None
+
+
+# --- objective terms ---------------------------------------------------------------------------------
+
+
+def test_placement_terms_come_from_the_objective(small_doc):
+    from iro_fed.objective import evaluate
+    from iro_fed.problem_io import problem_from_dict
+
+    problem = problem_from_dict(small_doc)
+    assignment = np.array([0, 1, 2])
+    delta, terms = placement_terms(problem, assignment, 0)
+    without = assignment.copy()
+    without[0] = -1
+    assert delta == pytest.approx(evaluate(problem, assignment).score - evaluate(problem, without).score)
+    assert sum(terms.values()) == pytest.approx(delta)
+    assert terms["unplaced"] > 0  # placing the pod relieves its penalty
+    assert network_latency(problem, 0, 0) == pytest.approx(3.0)  # users-eu -> edge-1
+    assert network_latency(problem, 1, 1) is None  # the GPU pod has no user region
+    loop = FeedbackLoop()
+    from iro_fed.model import ClusterState
+
+    state = ClusterState(problem)
+    state.place(0, 0)
+    d = loop.record_placement(problem.workloads[0].name, problem.nodes[0].name, problem, state)
+    assert d.delta_r is not None and d.terms and d.network_latency_ms == pytest.approx(3.0)
+
+
+# --- actions ---------------------------------------------------------------------------------------------
+
+
+def _trigger_once(loop: FeedbackLoop) -> None:
+    for i in range(4):
+        loop.record_decision(f"p{i}", "n", 4000.0, 8000.0)
+        loop.observe("n", 0.5)
+    for _ in range(8):
+        loop.observe("n", 0.9)
+
+
+def test_federated_round_request_is_written_atomically(tmp_path):
+    req = FederatedRoundRequest(tmp_path / "registry", site="edge-madrid")
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[req])
+    _trigger_once(loop)
+    assert len(loop.signals) == 1
+    files = sorted((tmp_path / "registry" / "requests").iterdir())
+    assert [f.name for f in files] == [req.written[0].name]  # no temporary file left behind
+    doc = json.loads(files[0].read_text())
+    assert doc["format"] == "iro-fed/round-request/1" and doc["site"] == "edge-madrid"
+    assert doc["moving_error"] == pytest.approx(loop.signals[0].moving_error) and doc["threshold"] == 0.1
+    assert loop.signals[0].results["federated-round-request"] == str(files[0])
+    from iro_fed.federated.registry import PolicyRegistry
+
+    assert PolicyRegistry(tmp_path / "registry").versions() == []  # the registry ignores the requests folder
+
+
+def test_a_failing_action_is_recorded_and_the_loop_goes_on():
+    def broken(loop, trigger):
+        raise RuntimeError("registry offline")
+
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[broken])
+    _trigger_once(loop)
+    assert loop.signals[0].results["function"].startswith("failed: RuntimeError: registry offline")
+    assert loop.observe("n", 0.9) is not None
+
+
+def test_prometheus_metrics_are_exported():
+    prom = pytest.importorskip("prometheus_client")
+    registry = prom.CollectorRegistry()
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, registry=registry)
+    _trigger_once(loop)
+    assert registry.get_sample_value("iro_feedback_drift_total") == 1
+    assert registry.get_sample_value("iro_feedback_calibrations_total") == 1
+    assert registry.get_sample_value("iro_feedback_observations_total") == 12
+    assert registry.get_sample_value("iro_feedback_threshold", {"quantity": "utilization"}) == 0.1
+    assert registry.get_sample_value("iro_feedback_error", {"quantity": "utilization"}) == pytest.approx(loop.moving_error)
+    assert registry.get_sample_value("iro_feedback_usage_factor", {"workload_class": "default"}) == pytest.approx(
+        loop.model.factors["default"])
+
+
+def test_a_perception_snapshot_is_observed():
+    from iro_fed.feedback import observe_snapshot
+    from iro_fed.metrics import ClusterSnapshot, NodeUsage, ServiceStats
+
+    loop = FeedbackLoop(threshold=0.1, calibration=0)
+    loop.record_decision("ns/web-1", "n0", {"web": 4000.0}, 8000.0, klass="web", network_latency_ms=2.0)
+    loop.record_decision("ns/job-1", "n1", {"batch": 2000.0}, 8000.0, klass="batch")
+    snap = ClusterSnapshot(taken_at=0.0, source="test",
+                           nodes={"n0": NodeUsage(cpu_millicores=3000.0, cpu_capacity_millicores=8000.0),
+                                  "n1": NodeUsage(memory_mib=100.0),  # no CPU reading: skipped
+                                  "n9": NodeUsage(cpu_millicores=1.0)},  # no decision there: skipped
+                           services={"web": ServiceStats(p99_latency_ms=12.0)})
+    assert observe_snapshot(loop, snap) == 1
+    web = loop.by_key["ns/web-1"]
+    assert web.observed_util == pytest.approx(0.375) and web.errors["utilization"] == pytest.approx(0.375 - 0.5)
+    assert web.observed_latency_ms == 12.0 and web.errors["latency_ms"] == pytest.approx(10.0)
+    assert loop.by_key["ns/job-1"].observed_util is None
+
+
+def test_a_latency_threshold_triggers_a_fine_tune_of_the_latency_offset():
+    loop = FeedbackLoop(threshold=0.5, latency_threshold_ms=3.0, alpha=0.5, min_samples=3, calibration=3, cooldown=50)
+    for i in range(40):
+        loop.record_decision(f"p{i}", "n", {"web": 2000.0}, 8000.0, klass="web", network_latency_ms=2.0)
+        loop.observe("n", 0.125, requests={"web": 2000.0}, capacity=8000.0)
+        loop.observe_latency(f"p{i}", 7.0 if i < 15 else 17.0)  # the service got 10 ms slower
+    assert [t.quantity for t in loop.signals] == ["latency_ms"]
+    assert loop.signals[0].moving_error > 3.0
+    assert loop.model.latency_offset_ms["web"] == pytest.approx(15.0)
+    assert loop.moving_latency_error < 0.1
