@@ -5,7 +5,9 @@
     .venv/bin/python benchmarks/fragmentation.py --seeds 42-44 --pod-lists default --policies fgd,iro-frag
 
 Replays run in parallel worker processes (``--workers``, default: all cores). Prints a table
-(ours vs paper, the gap, and our policy against FGD), writes JSON (``--out``) and a plot of the
+(ours vs paper, the gap, and our policy against FGD) with a last row that no policy can beat: the
+least free GPU with which the share pods that arrived by 100 % fit onto cards
+(``iro_fed.traces.bound``, an offline bin-packing optimum), writes JSON (``--out``) and a plot of the
 median unallocated GPU % per list and policy (``--plot``).
 """
 
@@ -62,6 +64,19 @@ def _run(job: tuple[str, str, str, int]) -> dict[str, Any]:
     }
 
 
+def _bound(job: tuple[str, str, int]) -> dict[str, Any]:
+    """The offline share-packing lower bound (iro_fed/traces/bound.py) for one list and seed."""
+    from iro_fed.traces.bound import share_packing_bound
+    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
+
+    data, pod_list, seed = job
+    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
+    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
+    capacity = gpu_capacity(nodes)
+    bound = share_packing_bound(arrival_sequence(pods, seed, capacity), capacity)
+    return {"pod_list": pod_list, "seed": seed, "bound_pct": round(bound.unallocated_gpu_pct, 4), "optimal": bound.optimal}
+
+
 def _seeds(text: str) -> list[int]:
     from iro_fed.cli import parse_seeds
 
@@ -75,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma list of online solvers")
     parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,43")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-bound", action="store_true", help="skip the offline share-packing bound (needs OR-Tools)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.png")
     args = parser.parse_args(argv)
@@ -97,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
                 console.print(f"  {i}/{len(jobs)} replays done ({time.perf_counter() - start:.0f} s)", highlight=False)
+        bounds = [] if args.no_bound else list(pool.map(_bound, [(str(args.data), pl, s) for pl in pod_lists for s in seeds]))
+    bound_medians = {pl: round(float(np.median([b["bound_pct"] for b in bounds if b["pod_list"] == pl])), 3) for pl in pod_lists} if bounds else {}
     medians: dict[str, dict[str, float]] = {}
     times: dict[str, float] = {}
     for pl in pod_lists:
@@ -125,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             flag = "" if pol not in FIDELITY_POLICIES or abs(gap) <= FIDELITY_TOLERANCE else " [red]!![/red]"
             cells.append(f"{ours:.2f} / {paper:.2f} ({gap:+.2f}){flag}")
         table.add_row(pol, *cells, f"{times.get(pol, float('nan')):.1f}")
+    if bound_medians:
+        table.add_row("[dim]bound: optimal share packing[/dim]", *(f"[dim]{bound_medians[pl]:.2f}[/dim]" for pl in pod_lists), "")
     console.print(table)
     verdicts = []
     for pol in FIDELITY_POLICIES:
@@ -138,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{pl} {medians[pl]['iro-frag']:.2f} vs {medians[pl]['fgd']:.2f}" for pl in pod_lists)
         )
         if "default" in medians:
-            verdicts.append(f"iro-frag on default: {medians['default']['iro-frag']:.2f} (target <= 4.0)")
+            bound_note = f"; no policy below {bound_medians['default']:.2f}, the share-packing bound" if bound_medians else ""
+            verdicts.append(f"iro-frag on default: {medians['default']['iro-frag']:.2f} (target <= 4.0{bound_note})")
     for v in verdicts:
         console.print(v)
 
@@ -150,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_unallocated_gpu_pct_at_100": medians,
         "paper": {pl: PAPER.get(pl, {}) for pl in pod_lists},
         "gap_to_paper": fidelity,
+        "share_packing_bound": {"median_pct": bound_medians, "runs": bounds},
         "median_replay_s_default": times,
         "verdicts": verdicts,
         "machine": {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},

@@ -1,0 +1,69 @@
+"""The share-packing bound (iro_fed/traces/bound.py) against brute force and hand-made sequences."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from iro_fed.traces.bound import arrived_shares, least_cards
+from iro_fed.traces.openb import OpenbPod
+
+pytest.importorskip("ortools")
+
+
+def brute_force_cards(items: list[int], card: int) -> int:
+    """Fewest cards by trying every assignment of items to at most len(items) cards."""
+    best = len(items)
+    for assignment in itertools.product(range(len(items)), repeat=len(items)):
+        loads = [0] * len(items)
+        for item, c in zip(items, assignment, strict=True):
+            loads[c] += item
+        if max(loads) <= card:
+            best = min(best, sum(1 for load in loads if load))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_least_cards_equals_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    items = [rng.randint(1, 9) for _ in range(rng.randint(1, 6))]
+    sizes: dict[int, int] = {}
+    for item in items:
+        sizes[item] = sizes.get(item, 0) + 1
+    bound = least_cards(sizes, capacity_milli=100, card_milli=10)
+    assert bound.optimal
+    assert bound.cards == bound.cards_found == brute_force_cards(items, 10)
+    assert bound.share_milli == sum(items)
+    assert bound.waste_milli == bound.cards * 10 - sum(items)
+
+
+def test_hand_made_packing() -> None:
+    # 810 + 190 fill a card; 470 + 470 leave 60; a lone 650: 3 cards for 2590 milli -> 410 free.
+    bound = least_cards({810: 1, 190: 1, 470: 2, 650: 1}, capacity_milli=10_000)
+    assert (bound.cards, bound.share_milli, bound.waste_milli) == (3, 2590, 410)
+    assert bound.unallocated_gpu_pct == pytest.approx(4.1)
+    # 650 + 320 fit one card, so two 650s and two 320s need 2 cards, not 3.
+    assert least_cards({650: 2, 320: 2}, capacity_milli=2000).cards == 2
+
+
+def test_empty_and_bad_sizes() -> None:
+    assert least_cards({}, capacity_milli=1000).cards == 0
+    with pytest.raises(ValueError, match="sizes"):
+        least_cards({1200: 1}, capacity_milli=1000)
+    with pytest.raises(ValueError, match="sizes"):
+        least_cards({0: 3}, capacity_milli=1000)
+
+
+def test_arrived_shares_stops_at_the_arrival_limit() -> None:
+    pods = [
+        OpenbPod("a", 1000, 100, 1, 500),  # share, arrives (500)
+        OpenbPod("b", 1000, 100, 2, 1000),  # two whole cards (2500)
+        OpenbPod("c", 1000, 100, 0, 0),  # CPU-only, arrives
+        OpenbPod("d", 1000, 100, 1, 300),  # share (2800)
+        OpenbPod("e", 1000, 100, 1, 300),  # would reach 3100 > 3000: stops here
+        OpenbPod("f", 1000, 100, 1, 100),
+    ]
+    assert arrived_shares(pods, capacity_milli=3000) == {500: 1, 300: 1}
+    assert arrived_shares(pods, capacity_milli=3000, arrived_pct=50.0) == {500: 1}
