@@ -11,7 +11,9 @@ Threads:
   request-based scoring, says so in ``/readyz`` and ``iro_agent_dependency_up``, and retries
   with exponential backoff;
 * ``policy`` (with ``policy.registry``): follows the registry's ``latest`` pointer, keeps the last
-  good policy, retries with backoff when the registry is missing or a version is broken.
+  good policy, retries with backoff when the registry is missing or a version is broken;
+* ``supernode`` (with ``federated.enabled``): runs and restarts the site's Flower SuperNode, or
+  checks an external one (:mod:`edge_agent.federation`); /recommend never waits on it.
 
 :meth:`Agent.stop` (on SIGTERM / SIGINT) stops accepting connections, lets in-flight requests
 finish (each is bounded by ``listen.request_timeout_s``), stops the loops and flushes the
@@ -33,6 +35,7 @@ from typing import Any
 import solvers
 from edge_agent.backoff import Backoff
 from edge_agent.config import AgentConfig
+from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.metrics import HANDLERS, AgentMetrics
 from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
@@ -79,6 +82,12 @@ class Agent:
             else None
         )
         self.policy = RegistryPolicySource(cfg.policy.registry) if cfg.policy.registry else None
+        self.federation: SuperNodeSupervisor | None = None
+        if cfg.federated.enabled:
+            self.metrics.add_federated()
+            self.federation = SuperNodeSupervisor(cfg.federated, self.metrics, cfg.store.path, self.log)
+        # Decisions also recorded in the federated DQN's observation format (for the ClientApp).
+        self.record_policy_samples = cfg.federated.enabled and cfg.federated.experience
         self.prometheus = PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s) if cfg.prometheus.url else None
         self.snapshot: ClusterSnapshot | None = None
         self.prometheus_state: dict[str, Any] = {"up": None, "last_error": None, "last_success": None}
@@ -115,7 +124,21 @@ class Agent:
                    else "no usable snapshot (Prometheus unreachable)")
             note["scoring_note"] = f"prometheus.scoring={self.cfg.prometheus.scoring} but {why}: scoring with requests"
         start = time.perf_counter()
-        rec = self.recommender.recommend(body, cluster, ranker, note)
+        try:
+            rec = self.recommender.recommend(body, cluster, ranker, note)
+        except BadRequest:
+            raise
+        except Exception as exc:
+            if ranker.source != "policy":
+                raise
+            # A global policy that cannot rank this pod (a bug, a feature mismatch) must not cost the
+            # reply: rank with the configured solver or the fallback, and say why.
+            self.metrics.dependency_failures.labels("policy").inc()
+            event(self.log, logging.ERROR, "policy failed to rank: using the fallback", version=ranker.version,
+                  error=f"{type(exc).__name__}: {exc}")
+            note["fallback_reason"] = f"policy {ranker.version} failed to rank: {type(exc).__name__}: {exc}"
+            ranker = self.solver or self.fallback
+            rec = self.recommender.recommend(body, cluster, ranker, note)
         elapsed = time.perf_counter() - start
         self.metrics.decision_latency.labels(ranker.source).observe(elapsed)
         self.metrics.decisions.labels(ranker.source, "ranked" if rec.top else "no_fit").inc()
@@ -129,10 +152,20 @@ class Agent:
                 reward=float(rec.deltas[0]),
                 policy_version=ranker.version,
                 info={"scoring": note["scoring"], "solver": ranker.solver.name},
+                policy_sample=self._policy_sample(rec),
             )
             self.store.record(t)
             rec.doc["decision_id"] = t.decision_id
         return rec.doc
+
+    def _policy_sample(self, rec: Any) -> Any:
+        if not self.record_policy_samples:
+            return None
+        try:
+            return policy_sample(rec, self.cfg.federated.observation_k)
+        except Exception as exc:  # a sample is a bonus: never fail the reply for it
+            event(self.log, logging.WARNING, "no policy sample for the decision", error=f"{type(exc).__name__}: {exc}")
+            return None
 
     def record_outcome(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -170,6 +203,12 @@ class Agent:
                 degraded.append("prometheus unreachable: scoring with requests")
         if note.get("fallback_reason"):
             degraded.append(note["fallback_reason"])
+        federation = None
+        if self.federation is not None:
+            federation = self.federation.status()
+            why = self.federation.degradation()
+            if why:
+                degraded.append(why)
         doc = {
             "ready": ready,
             "status": "stopping" if self.stopping.is_set() else ("degraded" if degraded else "ok"),
@@ -189,8 +228,15 @@ class Agent:
             "store": None
             if self.store is None
             else {"path": str(self.store.path), "written": self.store.written, "last_error": self.store.last_error},
+            "federation": federation,
         }
         return ready, doc
+
+    def federation_status(self) -> dict[str, Any]:
+        """``GET /federation``: the SuperNode's state (``enabled: false`` without ``federated.enabled``)."""
+        if self.federation is None:
+            return {"enabled": False}
+        return {"enabled": True, **self.federation.status()}
 
     # --- loops ---------------------------------------------------------------------------------
 
@@ -292,9 +338,12 @@ class Agent:
         t = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True)
         t.start()
         self._http_thread = t
+        if self.federation is not None:
+            self.federation.start()
         event(self.log, logging.INFO, "edge agent started", host=cfg.listen.host, port=self.port, site=cfg.site or None,
               node=cfg.node_name, nodes=self.base_site.num_nodes, prometheus=cfg.prometheus.url or None,
-              registry=str(cfg.policy.registry) if cfg.policy.registry else None, solver=cfg.recommend.solver or None)
+              registry=str(cfg.policy.registry) if cfg.policy.registry else None, solver=cfg.recommend.solver or None,
+              federated=cfg.federated.mode if cfg.federated.enabled else None)
 
     @property
     def port(self) -> int:
@@ -315,6 +364,8 @@ class Agent:
             self.server = None
         for t in self._threads:
             t.join(self.cfg.shutdown_timeout_s)
+        if self.federation is not None:
+            self.federation.stop()
         if self.store is not None:
             self.store.close(self.cfg.shutdown_timeout_s)
         event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
@@ -409,7 +460,14 @@ class _Handler(BaseHTTPRequestHandler):
             body, ctype = self.agent.metrics.exposition()
             self._reply(200, None, handler, ctype, body)
         elif handler == "healthz":
-            self._reply(200, {"status": "ok", "uptime_s": round(time.time() - self.agent.started_at, 3)}, handler)
+            doc = {"status": "ok", "uptime_s": round(time.time() - self.agent.started_at, 3)}
+            if self.agent.federation is not None:  # the agent is healthy either way; the SuperNode's state is news
+                st = self.agent.federation.status()
+                doc["supernode"] = {k: st.get(k) for k in ("mode", "state", "up", "connected", "node_id", "pid",
+                                                           "restarts")}
+            self._reply(200, doc, handler)
+        elif handler == "federation":
+            self._reply(200, self.agent.federation_status(), handler)
         elif handler == "readyz":
             ready, doc = self.agent.readiness()
             self._reply(200 if ready else 503, doc, handler)

@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "listen": f"{cfg.listen.host}:{cfg.listen.port}",
                           "store": str(store_path) if store_path else None,
                           "prometheus": cfg.prometheus.url or None, "scoring": cfg.prometheus.scoring,
-                          "policy_registry": str(cfg.policy.registry) if cfg.policy.registry else None}, indent=2))
+                          "policy_registry": str(cfg.policy.registry) if cfg.policy.registry else None,
+                          "federated": _federated_summary(cfg, store_path)}, indent=2))
         return EXIT_OK
 
     stop = threading.Event()
@@ -82,6 +83,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     agent.stop()
     return EXIT_OK
+
+
+def _federated_summary(cfg: object, store_path: object) -> dict | None:
+    """What ``edge-agent check`` shows of the federated block (the SuperNode command in mode start)."""
+    fed = cfg.federated  # type: ignore[attr-defined]
+    if not fed.enabled:
+        return None
+    doc = {"mode": fed.mode, "superlink": fed.superlink or None, "site": fed.site,
+           "clientappio_port": fed.clientappio_port}
+    if fed.mode == "start":
+        from edge_agent.federation import supernode_argv
+
+        db = store_path if (store_path is not None and fed.experience) else None
+        doc["command"] = supernode_argv(fed, fed.clientappio_port or 9094, db)
+    return doc
 
 
 def _bench(args: argparse.Namespace) -> int:

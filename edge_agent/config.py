@@ -8,6 +8,7 @@ Relative paths in the file are relative to the file's folder.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,37 @@ class BackoffConfig:
     max_s: float = 60.0
 
 
+FEDERATED_MODES = ("start", "connect")
+
+
+@dataclass
+class FederatedConfig:
+    """Federated participation: the site's Flower SuperNode (see docs/edge_agent.md, "Federated participation").
+
+    ``mode`` ``start``: the agent runs ``flower-supernode`` as its child (restarted with backoff,
+    stopped with the agent); ``connect``: a SuperNode run by someone else, the agent only checks
+    that its ClientAppIo (runtime API) port answers and reports it.
+    """
+
+    enabled: bool = False
+    mode: str = "start"
+    superlink: str = ""  # HOST:PORT of the SuperLink's Fleet API
+    site: int = 0  # the site index of the federation's scenario (node-config ``site``)
+    root_certificates: Path | None = None  # CA that signed the SuperLink's certificate (TLS)
+    auth_key: Path | None = None  # this node's private key for SuperNode authentication
+    insecure: bool = False  # plain HTTP to the SuperLink: only when set explicitly
+    clientappio_port: int = 9094  # the SuperNode's ClientAppIo / runtime API port (0: a free one per start)
+    node_config: dict[str, Any] = field(default_factory=dict)  # extra node-config entries
+    experience: bool = True  # pass the experience store to the ClientApp (node-config experience-db)
+    flwr_home: Path | None = None  # private FLWR_HOME (default: beside the store, else a temp folder)
+    restart_initial_s: float = 1.0
+    restart_max_s: float = 60.0
+    restart_stable_s: float = 30.0  # a SuperNode up this long resets the restart backoff
+    check_interval_s: float = 2.0
+    stop_timeout_s: float = 10.0  # SIGTERM, this long, then SIGKILL
+    observation_k: int = 8  # top-k of the policy observations recorded with each decision (the federation's top-k)
+
+
 @dataclass
 class AgentConfig:
     """Everything ``edge-agent run`` needs; see ``examples/agent.yaml`` for a commented file."""
@@ -94,6 +126,7 @@ class AgentConfig:
     collect: CollectConfig = field(default_factory=CollectConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    federated: FederatedConfig = field(default_factory=FederatedConfig)
     log_level: str = "info"
     shutdown_timeout_s: float = 10.0
 
@@ -117,6 +150,16 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_STORE_PATH": "store.path",
     "IRO_AGENT_STORE_MAX_ROWS": "store.max_rows",
     "IRO_AGENT_LOG_LEVEL": "log_level",
+    "IRO_AGENT_FEDERATED_ENABLED": "federated.enabled",
+    "IRO_AGENT_FEDERATED_MODE": "federated.mode",
+    "IRO_AGENT_SUPERLINK": "federated.superlink",
+    "IRO_AGENT_FEDERATED_SITE": "federated.site",
+    "IRO_AGENT_FEDERATED_ROOT_CERTIFICATES": "federated.root_certificates",
+    "IRO_AGENT_FEDERATED_AUTH_KEY": "federated.auth_key",
+    "IRO_AGENT_FEDERATED_INSECURE": "federated.insecure",
+    "IRO_AGENT_FEDERATED_CLIENTAPPIO_PORT": "federated.clientappio_port",
+    "IRO_AGENT_FEDERATED_NODE_CONFIG": "federated.node_config",
+    "IRO_AGENT_FEDERATED_FLWR_HOME": "federated.flwr_home",
 }
 
 # key -> (kind, check); kinds: str, int, float, bool, path, dict, queries
@@ -147,16 +190,33 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "store.max_rows": ("int", (1, None)),
     "backoff.initial_s": ("float", (0.001, None)),
     "backoff.max_s": ("float", (0.001, None)),
+    "federated.enabled": ("bool", None),
+    "federated.mode": ("str", FEDERATED_MODES),
+    "federated.superlink": ("str", None),
+    "federated.site": ("int", (0, None)),
+    "federated.root_certificates": ("path", None),
+    "federated.auth_key": ("path", None),
+    "federated.insecure": ("bool", None),
+    "federated.clientappio_port": ("int", (0, 65535)),
+    "federated.node_config": ("dict", None),
+    "federated.experience": ("bool", None),
+    "federated.flwr_home": ("path", None),
+    "federated.restart_initial_s": ("float", (0.001, None)),
+    "federated.restart_max_s": ("float", (0.001, None)),
+    "federated.restart_stable_s": ("float", (0.0, None)),
+    "federated.check_interval_s": ("float", (0.01, None)),
+    "federated.stop_timeout_s": ("float", (0.0, 600)),
+    "federated.observation_k": ("int", (1, 1000)),
     "log_level": ("str", LOG_LEVELS),
     "shutdown_timeout_s": ("float", (0.0, None)),
 }
-_SECTIONS = {"listen", "recommend", "policy", "prometheus", "collect", "store", "backoff"}
+_SECTIONS = {"listen", "recommend", "policy", "prometheus", "collect", "store", "backoff", "federated"}
 
 
 def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text: bool) -> Any:
     """The typed value, or raise ValueError with the message (the caller adds the key)."""
     if value is None:
-        if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name"):
+        if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name", "federated.superlink"):
             return None if kind == "path" else ""
         raise ValueError("must not be null")
     if kind in ("int", "float"):
@@ -306,6 +366,7 @@ def load_config(
     elif not cfg.problem.is_file():
         errors.append(("problem", f"no such file: {cfg.problem}"))
     _check_solvers(cfg, errors)
+    _check_federated(cfg.federated, errors)
     if errors:
         raise ConfigError(errors, source)
     if not cfg.node_name:
@@ -347,3 +408,61 @@ def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
             continue
         if not isinstance(solver, OnlineSolver):
             errors.append((key, f"solver {name!r} is a batch solver; /recommend needs an online solver (one with rank)"))
+
+
+#: node-config keys the agent sets itself (from ``federated.site`` and the experience store).
+RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db")
+_NODE_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` (``[v6]:PORT`` too); ValueError says what is wrong."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text):
+        raise ValueError(f"expected HOST:PORT (port 1..65535), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> None:
+    """Cross-field checks of the ``federated`` block; only an enabled block must be complete."""
+    if fed.restart_max_s < fed.restart_initial_s:
+        errors.append(("federated.restart_max_s",
+                       f"must be >= federated.restart_initial_s ({fed.restart_initial_s}), got {fed.restart_max_s}"))
+    for key, value in fed.node_config.items():
+        label = f"federated.node_config.{key}"
+        if not isinstance(key, str) or not _NODE_CONFIG_KEY.match(key):
+            errors.append((label, "a node-config key is letters, digits, '-' and '_'"))
+        elif key in RESERVED_NODE_CONFIG:
+            errors.append((label, "set by the agent (federated.site, the experience store): remove it here"))
+        elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            errors.append((label, f"expected a string, number or true/false, got {type(value).__name__}"))
+        elif isinstance(value, float) and value != value:
+            errors.append((label, "must not be NaN"))
+    if not fed.enabled:
+        return
+    if fed.superlink:
+        try:
+            parse_host_port(fed.superlink)
+        except ValueError as exc:
+            errors.append(("federated.superlink", str(exc)))
+    if fed.mode == "connect":
+        if fed.clientappio_port == 0:
+            errors.append(("federated.clientappio_port", "mode connect: the port of the running SuperNode is needed"))
+        return
+    if not fed.superlink:
+        errors.append(("federated.superlink", "required with federated.mode start: the SuperLink's HOST:PORT"))
+    if fed.insecure and (fed.root_certificates or fed.auth_key):
+        key = "federated.root_certificates" if fed.root_certificates else "federated.auth_key"
+        errors.append((key, "contradicts federated.insecure: true (plain HTTP has no certificates or node keys)"))
+    elif not fed.insecure and fed.root_certificates is None:
+        errors.append(("federated.root_certificates",
+                       "required for TLS to the SuperLink (the CA that signed its certificate); set "
+                       "federated.insecure: true to connect without TLS on a lab network"))
+    for key, path in (("federated.root_certificates", fed.root_certificates), ("federated.auth_key", fed.auth_key)):
+        if path is not None and not path.is_file():
+            errors.append((key, f"no such file: {path}"))
+    from edge_agent.federation import find_flower_bin
+
+    if find_flower_bin("flower-supernode") is None:
+        errors.append(("federated.mode", "start needs flower-supernode (install the 'fed' extra: pip install "
+                                         "'iro-fed[fed]'), or use mode connect with a SuperNode run elsewhere"))

@@ -7,7 +7,7 @@ from typing import Any
 from iro_fed.metrics.local import LocalSample
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-HANDLERS = ("recommend", "outcome", "healthz", "readyz", "metrics", "snapshot", "other")
+HANDLERS = ("recommend", "outcome", "healthz", "readyz", "metrics", "snapshot", "federation", "other")
 
 
 class AgentMetrics:
@@ -57,6 +57,23 @@ class AgentMetrics:
             self.decision_latency.labels(source)
             for outcome in ("ranked", "no_fit"):
                 self.decisions.labels(source, outcome)
+
+    def add_federated(self) -> None:
+        """The SuperNode's series (only with ``federated.enabled``)."""
+        from prometheus_client import Counter, Gauge
+
+        r = self.registry
+        self.supernode_up = Gauge("iro_agent_supernode_up",
+                                  "1 when the site's Flower SuperNode runs and its ClientAppIo port answers.", registry=r)
+        self.supernode_connected = Gauge("iro_agent_supernode_connected",
+                                         "1 when the running SuperNode registered with the SuperLink.", registry=r)
+        self.supernode_restarts = Counter("iro_agent_supernode_restarts",
+                                          "Times the agent restarted its SuperNode after it exited.", registry=r)
+        self.federated_rounds = Counter("iro_agent_federated_client_rounds",
+                                        "Federated training rounds the site's ClientApp finished.", registry=r)
+        self.federated_experience_samples = Gauge(
+            "iro_agent_federated_experience_samples",
+            "Decisions of the experience store the ClientApp trained on in its last round.", registry=r)
 
     def set_local(self, sample: LocalSample) -> None:
         labels = (self.node, self.site)

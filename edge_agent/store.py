@@ -14,6 +14,13 @@ A transition is one decision as a one-step (contextual bandit) sample: ``state``
 feature vector, ``action`` the index of the chosen candidate, ``reward`` the change of the
 objective R it brings (``iro_fed.objective.marginal``), ``done`` 1. ``next_state`` is left
 for learners that build multi-step transitions.
+
+Policy samples (schema 2): a transition may also carry the decision in the federated DQN's own
+observation format (:func:`iro_fed.features.observation`: ``candidates[k, F]``, ``context[C]``,
+``mask[k+1]``), the slot of the chosen node among those candidates and the simulator env's reward
+for it (the change of R in units of one unplaced pod). :func:`read_policy_samples` returns them
+for the ClientApp (``experience-db`` node setting), which trains the global policy on them.
+Older files get the columns added on open.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +67,10 @@ CREATE TABLE IF NOT EXISTS outcomes (
 CREATE INDEX IF NOT EXISTS outcomes_decision ON outcomes (decision_id);
 """
 
+#: Schema 2: the decision as a policy sample (NULL when the agent recorded none).
+_POLICY_COLUMNS = (("obs_k", "INTEGER"), ("obs_candidates", "BLOB"), ("obs_context", "BLOB"), ("obs_mask", "BLOB"),
+                   ("obs_action", "INTEGER"), ("obs_reward", "REAL"))
+
 
 @dataclass
 class Transition:
@@ -77,6 +88,16 @@ class Transition:
     info: dict[str, Any] = field(default_factory=dict)
     decision_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ts: float = field(default_factory=time.time)
+    policy_sample: PolicySample | None = None
+
+
+@dataclass
+class PolicySample:
+    """The decision as the federated DQN sees it: observation, chosen slot, env-scale reward."""
+
+    obs: dict[str, np.ndarray]  # candidates [k, F] float32, context [C] float32, mask [k+1] int8
+    action: int
+    reward: float
 
 
 @dataclass
@@ -112,7 +133,11 @@ class ExperienceStore:
         self.batch_s = batch_s
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
-        self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        have = {r[1] for r in self._conn.execute("PRAGMA table_info(transitions)")}
+        for name, kind in _POLICY_COLUMNS:
+            if name not in have:  # a schema-1 file: add the column (NULL in old rows)
+                self._conn.execute(f"ALTER TABLE transitions ADD COLUMN {name} {kind}")
+        self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self.written = 0
@@ -186,11 +211,12 @@ class ExperienceStore:
                     nxt = None if t.next_state is None else np.ascontiguousarray(t.next_state, dtype=np.float32).tobytes()
                     c.execute(
                         "INSERT INTO transitions (ts, decision_id, workload, source, policy_version, state, state_dim,"
-                        " action, candidates, reward, next_state, done, info) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " action, candidates, reward, next_state, done, info, obs_k, obs_candidates, obs_context,"
+                        " obs_mask, obs_action, obs_reward) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             t.ts, t.decision_id, t.workload, t.source, t.policy_version, state.tobytes(), int(state.size),
                             int(t.action), json.dumps(t.candidates), float(t.reward), nxt, int(t.done),
-                            json.dumps(t.info, default=str),
+                            json.dumps(t.info, default=str), *_policy_columns(t.policy_sample),
                         ),
                     )
                 if o is not None:
@@ -273,6 +299,67 @@ def read_transitions(
                 "done": bool(r[12]), "info": json.loads(r[13]),
             }
         )
+    return out
+
+
+def _policy_columns(sample: PolicySample | None) -> tuple[Any, ...]:
+    if sample is None:
+        return (None,) * len(_POLICY_COLUMNS)
+    cand = np.ascontiguousarray(sample.obs["candidates"], dtype=np.float32)
+    if cand.ndim != 2:
+        raise ValueError(f"policy sample: candidates must be [k, F], got shape {cand.shape}")
+    ctx = np.ascontiguousarray(sample.obs["context"], dtype=np.float32).reshape(-1)
+    mask = np.ascontiguousarray(sample.obs["mask"], dtype=np.int8).reshape(-1)
+    return (int(cand.shape[0]), cand.tobytes(), ctx.tobytes(), mask.tobytes(), int(sample.action), float(sample.reward))
+
+
+@dataclass
+class PolicySamples:
+    """What :func:`read_policy_samples` found: usable samples and why the other rows were left out."""
+
+    samples: list[PolicySample]
+    without_observation: int = 0  # decisions recorded without a policy sample
+    other_shape: int = 0  # samples for another top-k or feature set than asked for
+    invalid: int = 0  # a chosen slot that is masked, or a non-finite value
+
+
+def read_policy_samples(
+    path: str | Path, k: int, candidate_features: int, context_features: int, limit: int = 100_000
+) -> PolicySamples:
+    """The newest ``limit`` decisions of a store file as policy samples for a DQN with ``k``
+    candidate slots (plus the defer slot) and the given feature sizes; read-only."""
+    conn = _connect(Path(path), readonly=True)
+    try:
+        have = {r[1] for r in conn.execute("PRAGMA table_info(transitions)")}
+        if "obs_k" not in have:  # a schema-1 file: no policy samples at all
+            total = int(conn.execute("SELECT COUNT(*) FROM (SELECT id FROM transitions ORDER BY id DESC LIMIT ?)",
+                                     (limit,)).fetchone()[0])
+            return PolicySamples([], without_observation=total)
+        rows = conn.execute(
+            "SELECT obs_k, obs_candidates, obs_context, obs_mask, obs_action, obs_reward FROM transitions"
+            " ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+    finally:
+        conn.close()
+    out = PolicySamples([])
+    for obs_k, cand, ctx, mask, action, reward in reversed(rows):
+        if obs_k is None:
+            out.without_observation += 1
+            continue
+        cand_a = np.frombuffer(cand, dtype=np.float32)
+        ctx_a = np.frombuffer(ctx, dtype=np.float32)
+        mask_a = np.frombuffer(mask, dtype=np.int8)
+        if (obs_k != k or cand_a.size != k * candidate_features or ctx_a.size != context_features
+                or mask_a.size != k + 1):
+            out.other_shape += 1
+            continue
+        if (not 0 <= action < mask_a.size or not mask_a[action] or not np.isfinite(reward)
+                or not np.isfinite(cand_a).all() or not np.isfinite(ctx_a).all()):
+            out.invalid += 1
+            continue
+        obs = {"candidates": cand_a.reshape(k, candidate_features).copy(), "context": ctx_a.copy(),
+               "mask": mask_a.copy()}
+        out.samples.append(PolicySample(obs, int(action), float(reward)))
     return out
 
 

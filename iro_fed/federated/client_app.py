@@ -5,6 +5,13 @@ Node settings (``flower-supernode --node-config``): ``site`` (index into the sce
 ``scale`` (reply ``w + 1e6``), ``nan`` or ``shape`` (a truncated array). Run settings come from
 ``[tool.flwr.app.config]`` through :class:`~iro_fed.federated.task.FedConfig`.
 
+``experience-db`` (a path; the edge agent passes its experience store) makes local training
+also learn from the decisions the site's agent recorded (``experience-updates`` gradient steps,
+default two passes; see :func:`~iro_fed.federated.task.learn_from_experience`); the reply then
+carries ``experience-samples``, ``experience-skipped``, ``experience-updates``, ``experience-loss``,
+``experience-mean-reward`` and ``experience-error``, and the ClientApp prints one
+``IRO-FED-CLIENT {json}`` line that the agent turns into its log and metrics.
+
 A train reply holds ``arrays`` (the online network's ``state_dict``) and ``metrics``:
 ``num-examples`` (env steps), ``mean-reward`` (per episode, objective units), ``loss``,
 ``emissions-g`` (codecarbon, local training), ``carbon-intensity`` (the site's grid now,
@@ -14,6 +21,7 @@ gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole hand
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -65,6 +73,26 @@ def poison(weights: dict[str, np.ndarray], attack: str) -> dict[str, np.ndarray]
     return weights
 
 
+CLIENT_TAG = "IRO-FED-CLIENT"
+
+
+def node_experience(context: Context) -> tuple[str | None, int | None]:
+    """``experience-db`` and ``experience-updates`` of the node config (None when not set)."""
+    node = context.node_config
+    db = node.get("experience-db")
+    if db is not None and (not isinstance(db, str) or not db):
+        raise ValueError(f"node-config experience-db: expected a file path, got {db!r}")
+    updates = node.get("experience-updates")
+    if updates is not None:
+        try:
+            updates = int(updates)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"node-config experience-updates: expected an integer, got {updates!r}") from exc
+        if updates < 0:
+            raise ValueError(f"node-config experience-updates: expected >= 0, got {updates}")
+    return db, updates
+
+
 def train_reply(msg: Message, context: Context) -> Message:
     """Local training on this site from the global weights in ``msg`` (the ``@app.train`` body)."""
     started = time.time()
@@ -73,7 +101,9 @@ def train_reply(msg: Message, context: Context) -> Message:
     config = msg.content.config_records.get("config")
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
-    result = local_train(_weights(msg), cfg, site, server_round, proximal_mu=mu)
+    db, updates = node_experience(context)
+    result = local_train(_weights(msg), cfg, site, server_round, proximal_mu=mu, experience_db=db,
+                         experience_updates=updates)
     attack = str(context.node_config.get("attack", "none"))
     if attack not in ATTACKS:
         raise ValueError(f"node-config attack: unknown {attack!r} (known: {', '.join(ATTACKS)})")
@@ -81,8 +111,12 @@ def train_reply(msg: Message, context: Context) -> Message:
         "num-examples": result.num_examples, "mean-reward": result.mean_reward, "loss": result.loss,
         "emissions-g": result.emissions_g, "carbon-intensity": site_carbon(cfg, site, server_round),
         "site": site, "train-s": result.wall_s, "handler-s": time.time() - started,
-        "since-import-s": time.time() - _LOADED,
+        "since-import-s": time.time() - _LOADED, **result.experience,
     }
+    if db is not None:  # one line for the edge agent that supervises this SuperNode (its log and metrics)
+        summary = {"round": server_round, "site": site, "num-examples": result.num_examples,
+                   "experience-db": db, **result.experience}
+        print(f"{CLIENT_TAG} {json.dumps(summary, sort_keys=True)}", flush=True)
     content = RecordDict({"arrays": _record(poison(result.weights, attack)), "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)
 

@@ -277,11 +277,13 @@ class LocalResult:
     loss: float
     emissions_g: float
     wall_s: float
+    experience: dict[str, float] = dataclasses.field(default_factory=dict)
+    """What the site's experience store added (``experience-*`` metrics); empty without one."""
 
 
 def local_train(
     weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, server_round: int, steps: int | None = None,
-    proximal_mu: float = 0.0,
+    proximal_mu: float = 0.0, experience_db: str | Path | None = None, experience_updates: int | None = None,
 ) -> LocalResult:
     """Train the global policy on the site's own simulator slice for ``steps`` env steps.
 
@@ -289,6 +291,10 @@ def local_train(
     proximal operator of ``mu/2 * ||w - w_global||^2``: ``w = (w_local + mu * w_global) / (1 + mu)``.
     The DQN loop has no loss hook, so this is applied once after local training rather than in
     every gradient step (a documented approximation of FedProx's local objective).
+
+    ``experience_db`` (the edge agent's experience store, node setting ``experience-db``): after
+    the simulator steps, ``experience_updates`` more gradient steps on the site's real decisions
+    (see :func:`learn_from_experience`), before the proximal pull.
     """
     import torch
 
@@ -301,6 +307,9 @@ def local_train(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k)], cfg.dqn_config(), steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
     )
+    experience: dict[str, float] = {}
+    if experience_db is not None:
+        experience = learn_from_experience(agent, experience_db, cfg, n, experience_updates, seed)
     new = get_weights(agent.online)
     if proximal_mu > 0:
         new = {k: (v + proximal_mu * np.asarray(weights[k], np.float32)) / (1.0 + proximal_mu) for k, v in new.items()}
@@ -308,8 +317,56 @@ def local_train(
         weights=new, num_examples=int(result.steps),
         mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,
         loss=float(result.last_loss) if result.last_loss is not None else 0.0,
-        emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s),
+        emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s), experience=experience,
     )
+
+
+def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig, local_steps: int,
+                          updates: int | None = None, seed: int = 0) -> dict[str, float]:
+    """Gradient steps of ``agent`` on the decisions an edge agent recorded in its experience store.
+
+    The agent records each decision in this policy's own observation format (the ``k`` candidates'
+    features, the context, the mask), the slot it chose and the env's reward for it, i.e. a
+    one-step (terminal) transition; rows recorded for another ``top-k`` or feature set, or without
+    an observation, are skipped and counted. They form a replay buffer of their own (the DQN
+    training loop owns the simulator's buffer), sampled uniformly for ``updates`` steps (default:
+    two passes over the samples, at most ``local_steps``). A missing or unreadable store trains
+    nothing and says so in ``experience-error``. Returns the ``experience-*`` metrics.
+    """
+    import sqlite3
+
+    from edge_agent.store import read_policy_samples
+    from solvers.dqn.replay import ReplayBuffer, Transition
+
+    out = {"experience-samples": 0, "experience-skipped": 0, "experience-updates": 0, "experience-loss": 0.0,
+           "experience-mean-reward": 0.0, "experience-error": 0}
+    path = Path(experience_db)
+    cand_f, ctx_f = feature_sizes()
+    try:
+        if not path.is_file():
+            raise FileNotFoundError(f"no experience store at {path}")
+        found = read_policy_samples(path, cfg.top_k, cand_f, ctx_f, limit=cfg.buffer_size)
+    except (OSError, sqlite3.Error) as exc:
+        import logging
+
+        logging.getLogger(__name__).warning("experience-db %s: %s", path, exc)
+        out["experience-error"] = 1
+        return out
+    samples = found.samples
+    out["experience-samples"] = len(samples)
+    out["experience-skipped"] = found.without_observation + found.other_shape + found.invalid
+    if not samples:
+        return out
+    buffer = ReplayBuffer(len(samples), seed=seed)
+    for s in samples:
+        buffer.add(Transition(s.obs, s.action, s.reward, s.obs, 0.0))
+    batch_size = min(cfg.batch_size, len(samples))
+    n = updates if updates is not None else min(2 * math.ceil(len(samples) / batch_size), local_steps)
+    losses = [agent.learn(buffer.sample(batch_size))["loss"] for _ in range(max(0, int(n)))]
+    out["experience-updates"] = len(losses)
+    out["experience-loss"] = float(np.mean(losses)) if losses else 0.0
+    out["experience-mean-reward"] = float(np.mean([s.reward for s in samples]))
+    return out
 
 
 def evaluate_policy(weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, episodes: int | None = None,
