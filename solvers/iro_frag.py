@@ -12,11 +12,18 @@ It keeps FGD's node-order tie rule (solvers/fgd.py) and changes what is minimize
    CPU and by memory. GPUs a node can no longer feed count as fragmented, so CPU-only and
    CPU-heavy pods stop stranding GPU nodes. Whole-GPU, multi-GPU and CPU-only pods are scored
    with FGD's integer score ``100 * sigmoid(-dF / 1000)`` on this F.
-2. Share pods (one card, < 1000 milli) rank (node, card) by the untruncated growth of F plus
-   ``gap_balance`` (0.1) milli per unit of growth of ``sum_g N(g)^2``, N(g) the number of cards
-   in the cluster with g milli left (the Sum-of-Squares rule of Csirik et al. for online bin
-   packing): it keeps the leftover sizes spread, so an arriving share finds a card it fills
-   instead of opening a new leftover size.
+2. Share pods (one card, < 1000 milli) rank (node, card) by the card's *reduced cost* under the
+   card-packing LP of the typical shares (``iro_fed.packing``; ``share_rule="dual"``): the LP
+   prices each share size in cards (y470 = 1/2 when 470s pair up, y810 = 1 when nothing fills an
+   810's rest) and each free amount g by the most the shares fitting in it are worth; a share of
+   s on a card with g free gives up ``value[g] - value[g - s] - y[s]``. Zero keeps the card on a
+   pattern of an optimal packing of the expected shares; FGD's growth breaks ties
+   (``dual_weight`` = 10: the reduced cost counts ten times its milli). This is the dual-price rule
+   of online stochastic bin packing (Gupta and Radovanović, Oper. Res. 2020). FGD instead picks
+   by fragmentation growth, which rounds to the same integer score for cards whose leftovers
+   differ in what they can later take (tests/solvers/test_iro_frag.py has a hand-made case).
+   ``share_rule="fgd"`` with ``gap_balance`` > 0 is the earlier rule: growth plus Csirik et al.'s
+   Sum-of-Squares term.
 
 Measured (median unallocated GPU % at 100 % arrival, seeds 42..51, FGD in brackets;
 benchmarks/README.md): default 4.45 (4.73), gpushare40 5.87 (5.94), multigpu50 2.86 (2.93),
@@ -37,7 +44,8 @@ from typing import ClassVar
 import numpy as np
 
 from iro_fed.fragmentation import fragmentation
-from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.model import GPU_MILLI, ClusterState, Problem
+from iro_fed.packing import CardPrices, card_prices
 from solvers.base import SEED, Param, SolverProperties
 from solvers.fgd import MAX_CPU, MAX_GPU, Fgd, pod_numbers
 
@@ -46,7 +54,9 @@ class IroFrag(Fgd):
     name = "iro-frag"
     properties = SolverProperties(
         "online", False,
-        "FGD's rule on a fragmentation that counts GPUs that CPU, memory or card leftovers strand; shares keep leftovers spread.",
+        "FGD's rule on a fragmentation that counts GPUs that CPU, memory or card leftovers strand; shares follow "
+        "the LP-optimal card patterns of the typical shares.",
+        requires=("ortools",), extra="cpsat",
     )
     parameters: ClassVar[dict[str, Param]] = {
         "seed": SEED,
@@ -62,8 +72,18 @@ class IroFrag(Fgd):
         "scoring": Param(
             "fgd", str, "FGD's integer sigmoid score, or the untruncated fragmentation growth.", choices=("fgd", "continuous")
         ),
+        "share_rule": Param(
+            "dual", str,
+            "Share pods: least LP reduced cost of the card (cutting-stock prices of the typical shares), then least "
+            "fragmentation growth (dual); or the growth plus gap_balance alone (fgd).",
+            choices=("dual", "fgd"),
+        ),
+        "dual_weight": Param(
+            10.0, float, "With share_rule dual: milli of fragmentation growth per thousandth of a card of reduced cost.",
+            minimum=0.0,
+        ),
         "gap_balance": Param(
-            0.1, float,
+            0.0, float,
             "Share pods: add this many milli per unit of growth of the sum over leftover sizes g of (cards with g "
             "milli left)^2 (Csirik et al.'s Sum-of-Squares bin packing) to the untruncated fragmentation growth; 0 = off.",
             minimum=0.0,
@@ -74,13 +94,26 @@ class IroFrag(Fgd):
         ),
     }
 
+    def reset(self, problem: Problem) -> None:
+        super().reset(problem)
+        self.prices: CardPrices | None = None
+        if self.share_rule == "dual":
+            t = self.tasks
+            demand: dict[int, float] = {}
+            for milli, count, weight in zip(t.milli.tolist(), t.count.tolist(), t.popularity.tolist(), strict=True):
+                if count == 1 and 0 < milli < GPU_MILLI:
+                    demand[int(milli)] = demand.get(int(milli), 0.0) + weight
+                elif milli >= GPU_MILLI:
+                    demand[GPU_MILLI] = demand.get(GPU_MILLI, 0.0) + weight * count
+            self.prices = card_prices(demand)
+
     def fragment(self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None) -> np.ndarray:
         return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model, self.copies_weight)
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         _, k, milli, _ = pod_numbers(state.problem, w)
-        if self.gap_balance > 0 and k == 1 and milli < GPU_MILLI:
-            return self._score_gap_balance(state, milli, w, candidates)
+        if k == 1 and milli < GPU_MILLI and (self.prices is not None or self.gap_balance > 0):
+            return self._score_share(state, milli, w, candidates)
         if self.scoring == "fgd":
             return Fgd.score(self, state, w, candidates)
         self.sync(state)
@@ -96,18 +129,23 @@ class IroFrag(Fgd):
         self._best_card = dict(zip(candidates.tolist(), best.tolist(), strict=True))
         return -growth[np.arange(candidates.size), best]
 
-    def _score_gap_balance(self, state: ClusterState, milli: int, w: int, candidates: np.ndarray) -> np.ndarray:
-        """-(fragmentation growth + gap_balance * Sum-of-Squares growth) of the best card per candidate."""
+    def _score_share(self, state: ClusterState, milli: int, w: int, candidates: np.ndarray) -> np.ndarray:
+        """-(fragmentation growth + dual_weight * 1000 * reduced cost + gap_balance * Sum-of-Squares
+        growth) of the best card per candidate."""
         self.sync(state)
         after, fits = self.frag_after(state, w, candidates)
-        growth = after - self.frag[candidates][:, None]
-        cards = state.gpu_free
-        gaps = np.bincount(cards[(cards > 0) & (cards < GPU_MILLI)], minlength=GPU_MILLI + 1).astype(np.float64)
+        cost = np.where(fits, after - self.frag[candidates][:, None], 0.0)
         left = state.gpu_free[candidates]
-        rest = left - milli
-        ss = np.where((left > 0) & (left < GPU_MILLI), 1.0 - 2.0 * gaps[np.clip(left, 0, GPU_MILLI)], 0.0)
-        ss += np.where(rest > 0, 2.0 * gaps[np.clip(rest, 0, GPU_MILLI)] + 1.0, 0.0)
-        key = np.where(fits, -(np.where(fits, growth, 0.0) + self.gap_balance * ss), -np.inf)
+        if self.prices is not None:
+            cost += self.dual_weight * GPU_MILLI * self.prices.reduced_cost(left, milli)
+        if self.gap_balance > 0:
+            cards = state.gpu_free
+            gaps = np.bincount(cards[(cards > 0) & (cards < GPU_MILLI)], minlength=GPU_MILLI + 1).astype(np.float64)
+            rest = left - milli
+            ss = np.where((left > 0) & (left < GPU_MILLI), 1.0 - 2.0 * gaps[np.clip(left, 0, GPU_MILLI)], 0.0)
+            ss += np.where(rest > 0, 2.0 * gaps[np.clip(rest, 0, GPU_MILLI)] + 1.0, 0.0)
+            cost += self.gap_balance * ss
+        key = np.where(fits, -cost, -np.inf)
         best = np.argmax(key, axis=1)
         self._best_card = dict(zip(candidates.tolist(), best.tolist(), strict=True))
         return key[np.arange(candidates.size), best]

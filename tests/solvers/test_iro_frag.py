@@ -99,12 +99,46 @@ def test_gap_balance_prefers_the_card_that_keeps_leftovers_spread_by_hand():
         "workloads": [share] + [dict(WHOLE, name=f"g{i}") for i in range(3)],
     }
     problem = problem_from_dict(doc)
-    solver = solvers.make("iro-frag", seed=0, gap_balance=1e6)
+    solver = solvers.make("iro-frag", seed=0, gap_balance=1e6, share_rule="fgd")
     solver.reset(problem)
     state = ClusterState(problem)
     score = solver.score(state, 0, np.array([0]))[0]
     assert solver.decide(state, 0).cards == (2,)
     assert 1.5e6 < score < 2.5e6  # -(growth + 1e6 * -2) = 2e6 - growth, the growth a few hundred milli
+
+
+def test_dual_rule_scores_shares_by_reduced_cost_then_growth_by_hand():
+    # Typical tasks: a 470 share, a 320 share (1/4 each) and G (1/2). Card-packing LP prices:
+    # 470 pairs with itself (940), 320 three times (960), 470 + 320 = 790 strands the rest, so
+    # y470 = 1/2, y320 = 1/3 (the only optimal dual). A 320 arriving on cards [1000, 530, 680]
+    # gives up value[free] - value[free - 320] - 1/3: card 0: 1 - 2/3 - 1/3 = 0; card 1:
+    # 1/2 - 0 - 1/3 = 1/6 (the 470 it could have taken); card 2: 2/3 - 1/3 - 1/3 = 0.
+    # FGD's F (p * free milli a task cannot use) before: G 1/2 * (530 + 680) = 605; after on card
+    # 0: G 1/2 * 1890 = 945 (+340); on card 2 (360 left): G 445 + 470-task 1/4 * 360 = 535 (-70).
+    # Least reduced cost, then least growth: card 2, score -(-70) = 70.
+    s470 = {"name": "a", "requests": {"cpu": 1000, "memory": 1024}, "gpu": {"count": 1, "milli": 470}}
+    s320 = {"name": "b", "requests": {"cpu": 1000, "memory": 1024}, "gpu": {"count": 1, "milli": 320}}
+    doc = {
+        "domains": [{"name": "az"}],
+        "nodes": [
+            {"name": "n0", "domain": "az", "capacity": {"cpu": 64000, "memory": 262144}, "gpus": 3, "gpu_model": "T4",
+             "gpu_free_milli": [1000, 530, 680]},
+        ],
+        "workloads": [s320, s470] + [dict(WHOLE, name=f"g{i}") for i in range(2)],
+    }
+    problem = problem_from_dict(doc)
+    solver = solvers.make("iro-frag", seed=0, frag_model="fgd", share_rule="dual", dual_weight=1e6)
+    solver.reset(problem)
+    assert solver.prices.price[470] == pytest.approx(0.5) and solver.prices.price[320] == pytest.approx(1 / 3)
+    assert solver.prices.reduced_cost(np.array([1000, 530, 680]), 320) == pytest.approx([0.0, 1 / 6, 0.0])
+    state = ClusterState(problem)
+    assert solver.score(state, 0, np.array([0]))[0] == pytest.approx(70.0)
+    assert solver.decide(state, 0).cards == (2,)
+    # FGD's integer score ties cards 1 (-55) and 2 (-70): 100 * sigmoid(0.055) and sigmoid(0.07)
+    # both truncate to 51, the first card wins, and the 530 card can no longer take a 470.
+    plain = solvers.make("fgd", seed=0)
+    plain.reset(problem)
+    assert plain.decide(ClusterState(problem), 0).cards == (1,)
 
 
 def test_settings_are_checked():
@@ -114,6 +148,8 @@ def test_settings_are_checked():
         solvers.make("iro-frag", gap_balance=-1)
     with pytest.raises(solvers.InvalidSettingError, match="frag_model"):
         solvers.make("iro-frag", frag_model="exact")
+    with pytest.raises(solvers.InvalidSettingError, match="share_rule"):
+        solvers.make("iro-frag", share_rule="lp")
 
 
 @pytest.fixture(scope="module")
