@@ -4,6 +4,10 @@
 
 * ``flower-superlink`` on 127.0.0.1 and a free port, state in memory;
 * one ``flower-supernode`` per site, each with its own free port and ``--node-config "site=i"``;
+* ``executor="warm"`` (default): each SuperNode runs in Flower's ``process`` isolation mode with
+  a warm ClientApp executor beside it (:mod:`iro_fed.federated.executor`: torch, flwr and the
+  other heavy modules imported once, a fresh forked process per message); ``executor="flower"``
+  keeps Flower's default (``subprocess`` isolation: a new ``flwr-clientapp`` process per message);
 * a private ``FLWR_HOME`` whose ``config.toml`` names that SuperLink, ``FLWR_TELEMETRY_ENABLED=0``;
 * ``flwr run <app> local --stream --run-config ...``, its output read line by line;
 * on exit (normal, error or Ctrl-C) every process it started is stopped: each was started in
@@ -30,10 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iro_fed.federated.server_app import ROUND_TAG
+from iro_fed.federated.executor import READY_LINE
+from iro_fed.federated.server_app import POLL_ENV, ROUND_TAG
 
 #: Lines of `flwr run --stream` that mean the ServerApp failed (flwr run itself may still exit 0).
 APP_FAILURES = ("An unhandled exception occurred in the ServerApp", "Exit Code: ")
+
+#: ClientApp executors: ``warm`` (ours, a forked process per message) or ``flower`` (Flower's SuperExec).
+EXECUTORS = ("warm", "flower")
 
 
 class FederationError(RuntimeError):
@@ -107,6 +115,9 @@ class LocalFederation:
     supernode_auth: bool = False
     start_timeout: float = 60.0
     log: Callable[[str], None] | None = None
+    executor: str = "warm"
+    grid_poll_s: float | None = None
+    """Fixed seconds between the ServerApp's reply pulls (``3`` = Flower's own); None: 50 ms backing off to 0.25 s."""
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -114,6 +125,8 @@ class LocalFederation:
             raise ValueError(f"nodes: expected >= 1, got {self.nodes}")
         if self.supernode_auth and self.tls is None:
             raise ValueError("supernode_auth: SuperNode authentication needs TLS")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor: expected one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="iro-fed-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.flwr_home = self.workdir / "flwr-home"
@@ -128,16 +141,19 @@ class LocalFederation:
                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         # The apps run from a copy of the code under FLWR_HOME/apps: point them at the data sets.
         env.setdefault("IRO_DATA_DIR", str(shared_data_dir()))
-        # SuperExec's task poll (default 1 s) adds to every round; SuperNode / Grid polls are fixed 3 s.
+        # SuperExec's task poll (default 1 s) adds to every round (the ServerApp's and, with executor="flower",
+        # the ClientApps'); the SuperNode's own poll of the SuperLink is fixed at 3 s in flwr 1.42.
         env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+        if self.grid_poll_s is not None:
+            env[POLL_ENV] = repr(float(self.grid_poll_s))
         # Flower starts helpers (flower-superexec, flwr-serverapp, flwr-clientapp) by name from PATH.
         env["PATH"] = os.pathsep.join([str(Path(flower_bin("flwr")).parent), env.get("PATH", "")])
         return env
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], extra_env: Mapping[str, str] | None = None) -> subprocess.Popen:
         logf = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process's life
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self.env(), cwd=str(self.workdir), start_new_session=True)
+                                env={**self.env(), **(extra_env or {})}, cwd=str(self.workdir), start_new_session=True)
         logf.close()
         self.procs.append((name, proc))
         return proc
@@ -171,17 +187,48 @@ class LocalFederation:
         self._wait_port(self.port, link, "superlink")
         self._write_connection()
         keys = self._register_node_keys() if self.supernode_auth else []
+        warm = self.executor == "warm"
+        runtime_ports: list[tuple[int, subprocess.Popen]] = []
         for i in range(self.nodes):
             config = {"site": i, **(dict(self.node_configs[i]) if self.node_configs else {})}
+            runtime_port = free_port()
             node_argv = [flower_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
-                         "--port", str(free_port()), "--node-config", run_config_arg(config)]
+                         "--port", str(runtime_port), "--node-config", run_config_arg(config)]
             node_argv += ["--root-certificates", str(self.tls.ca)] if self.tls else ["--insecure"]
             if keys:
                 node_argv += ["--auth-supernode-private-key", str(keys[i])]
-            self._spawn(f"supernode-{i}", node_argv)
+            if warm:
+                node_argv += ["--isolation", "process"]
+            runtime_ports.append((runtime_port, self._spawn(f"supernode-{i}", node_argv)))
+        if warm:
+            self._start_executors(runtime_ports)
         if self.log:
             self.log(f"SuperLink on 127.0.0.1:{self.port} ({'TLS' if self.tls else 'insecure'}), "
-                     f"{self.nodes} SuperNode(s), logs in {self.workdir}")
+                     f"{self.nodes} SuperNode(s) ({self.executor} ClientApp executor), logs in {self.workdir}")
+
+    @staticmethod
+    def _app_path() -> dict[str, str]:
+        """``PYTHONPATH`` with this checkout first, for our own entry points (installed or not)."""
+        return {"PYTHONPATH": os.pathsep.join(p for p in (str(app_dir()), os.environ.get("PYTHONPATH", "")) if p)}
+
+    def _start_executors(self, nodes: Sequence[tuple[int, subprocess.Popen]]) -> None:
+        """One warm ClientApp executor per SuperNode, on its Runtime API (plain HTTP on loopback, as
+        Flower's own SuperExec uses it); returns once every executor has preloaded its modules."""
+        for i, (runtime_port, node) in enumerate(nodes):
+            self._wait_port(runtime_port, node, f"supernode-{i}")
+            argv = [sys.executable, "-m", "iro_fed.federated.executor", "--runtime-api-address",
+                    f"127.0.0.1:{runtime_port}", "--insecure", "--parent-pid", str(node.pid)]
+            self._spawn(f"executor-{i}", argv, self._app_path())
+        deadline = time.monotonic() + max(self.start_timeout, 120.0)  # preloading torch on a busy machine
+        for i in range(len(nodes)):
+            name = f"executor-{i}"
+            proc = dict(self.procs)[name]
+            while READY_LINE not in self._tail(name, 200):
+                if proc.poll() is not None:
+                    raise FederationError(f"{name} exited with status {proc.returncode}:\n{self._tail(name)}")
+                if time.monotonic() > deadline:
+                    raise FederationError(f"{name} did not get ready in time:\n{self._tail(name)}")
+                time.sleep(0.1)
 
     def _register_node_keys(self) -> list[Path]:
         """Make one key pair per SuperNode and register each public key with ``flwr supernode register``."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING
 from typing import Any
 
@@ -178,8 +178,7 @@ class ValidatedStrategy:
             "dropped": dropped,
             "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
             "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
-            "replies_s": time.time() - info.get("started", time.time()),
-            "client_handler_s": max((_metric(m, "handler-s") for m in replies if not m.has_error()), default=0.0),
+            "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })
         arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
         if arrays is None and ok:
@@ -199,6 +198,39 @@ class ValidatedStrategy:
                 continue
             metrics = m.content.metric_records["metrics"]
             metrics["num-examples"] = float(metrics["num-examples"]) * max(0.1, median / c)
+
+
+def round_timing(replies: Sequence[Message], sent: float, received: float) -> dict[str, float]:
+    """Where a round's time went, on the critical path (the reply created last), in seconds.
+
+    From the reply's ``created_at`` and the ClientApp's ``handler-s`` / ``train-s`` metrics
+    (one machine's clock on loopback; across machines, clock skew moves time between the
+    ``dispatch`` and ``return`` parts):
+
+    * ``replies_s``: configure_train -> every reply pulled by the ServerApp;
+    * ``dispatch_s``: sent -> the ClientApp handler started (SuperNode poll, executor poll,
+      ClientApp process start, imports of flwr and the app, pulling the message);
+    * ``client_setup_s``: handler time that is not training (imports inside the handler,
+      building the network and the site's env);
+    * ``client_train_s``: the local training itself (the only compute on the client);
+    * ``return_s``: reply created -> pulled by the ServerApp (ClientApp push, SuperNode push, ServerApp poll).
+
+    ``client_handler_s`` / ``client_train_s_max`` are the maxima over all replies.
+    """
+    ok = [m for m in replies if not m.has_error() and m.content.metric_records.get("metrics") is not None]
+    out = {"replies_s": received - sent}
+    if not ok:
+        return out
+    last = max(ok, key=lambda m: float(m.metadata.created_at))
+    created = float(last.metadata.created_at)
+    handler, train = _metric(last, "handler-s"), _metric(last, "train-s")
+    out.update({
+        "dispatch_s": max(0.0, created - handler - sent), "client_setup_s": max(0.0, handler - train),
+        "client_train_s": train, "return_s": max(0.0, received - created),
+        "client_handler_s": max(_metric(m, "handler-s") for m in ok),
+        "client_train_s_max": max(_metric(m, "train-s") for m in ok),
+    })
+    return out
 
 
 def _metric(msg: Message, key: str) -> float:

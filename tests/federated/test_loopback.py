@@ -78,15 +78,31 @@ def test_fed_local_two_rounds_over_tls_with_supernode_auth(tmp_path: Path, capsy
     assert link_log.count("[ControlServicer.RegisterNode] Created node_id") == 2  # keys registered by flwr
     assert link_log.count("[Fleet.ActivateNode] Activated node_id") == 2  # and the signed-in nodes joined
 
-    # every process it started (SuperLink, SuperNodes, SuperExecs, Server/ClientApps, flwr run) is gone
+    # the ClientApps ran in the warm executors beside SuperNodes in Flower's `process` isolation mode
+    from iro_fed.federated.executor import WARM_TASK
+    from iro_fed.federated.local import READY_LINE
+
+    for i in range(2):
+        log = (work / f"executor-{i}.log").read_text()
+        assert READY_LINE in log
+        assert log.count("iro-fed warm executor: task ") == 2  # one forked ClientApp per round
+        assert WARM_TASK in log  # the FAB holds this checkout's sources: the warm app modules were used
+    assert summary["rounds"][1]["dispatch_s"] >= 0 and summary["rounds"][1]["client_train_s"] > 0
+
+    # every process it started (SuperLink, SuperNodes, executors and their forked ClientApps,
+    # the SuperLink's SuperExec, the ServerApp, flwr run) is gone
     assert processes_using(work / "flwr-home") == []
 
 
-def test_processes_are_stopped_when_the_caller_fails(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor, names", [
+    ("warm", ["superlink", "supernode-0", "supernode-1", "executor-0", "executor-1"]),
+    ("flower", ["superlink", "supernode-0", "supernode-1"]),  # Flower's SuperExec, started by each SuperNode
+])
+def test_processes_are_stopped_when_the_caller_fails(tmp_path: Path, executor: str, names: list[str]) -> None:
     from iro_fed.federated.local import LocalFederation
 
-    fed = LocalFederation(2, workdir=tmp_path / "work")
+    fed = LocalFederation(2, workdir=tmp_path / "work", executor=executor)
     with pytest.raises(RuntimeError, match="caller failed"), fed:
-        assert len(fed.procs) == 3 and all(p.poll() is None for _, p in fed.procs)
+        assert [n for n, _ in fed.procs] == names and all(p.poll() is None for _, p in fed.procs)
         raise RuntimeError("caller failed")
     assert fed.procs == [] and processes_using(tmp_path / "work" / "flwr-home") == []
