@@ -39,7 +39,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import solvers  # noqa: E402
-from iro_fed.learning import env_factories, evaluate_policy  # noqa: E402
+from iro_fed.learning import TRAIN_CONFIG, env_factories, evaluate_policy, train_hours  # noqa: E402
 from iro_fed.model import ClusterState  # noqa: E402
 from iro_fed.problem_io import write_json_atomic  # noqa: E402
 
@@ -59,6 +59,11 @@ ABLATIONS = {
 
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
+
+
+def hours_for(args: argparse.Namespace, scenario: str) -> float:
+    """Training episode length: ``--train-hours`` or ``iro train``'s default for the scenario."""
+    return args.train_hours if args.train_hours is not None else train_hours(scenario)
 
 
 def train_policy(scenario: str, out: Path, steps: int, minutes: float, hours: float, seed: int,
@@ -86,8 +91,8 @@ def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[st
         policy = RESULTS / "dqn" / f"{scenario}.pt"
         if not args.skip_train or not policy.is_file():
             console.print(f"[bold]training on {scenario}[/bold] (<= {args.train_minutes:g} min, {args.train_steps:,} steps)")
-            training = train_policy(scenario, policy, args.train_steps, args.train_minutes, args.train_hours, 0,
-                                    console=console)
+            training = train_policy(scenario, policy, args.train_steps, args.train_minutes, hours_for(args, scenario), 0,
+                                    config=TRAIN_CONFIG.get(scenario), console=console)
         else:
             training = {"reused": str(policy)}
         runs = {name: {} for name in (*HEURISTICS, "cpsat", "dqn")}
@@ -99,7 +104,7 @@ def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[st
                 elif name == "cpsat":
                     settings = {"time_limit_s": 1.0, "deterministic": True}
                 t0 = time.perf_counter()
-                runs[name][seed] = simulate(scenario, name, seed, args.hours, settings)
+                runs[name][seed] = simulate(scenario, name, seed, args.hours or hours_for(args, scenario), settings)
                 console.print(f"  {scenario} seed {seed} {name:17s} R {runs[name][seed]['score']:+.4f}"
                               f"  ({time.perf_counter() - t0:.1f} s)")
         means = {name: {k: float(np.mean([r[k] for r in by_seed.values()])) for k in next(iter(by_seed.values()))}
@@ -178,9 +183,10 @@ def ablation_section(args: argparse.Namespace, console: Console) -> list[dict[st
     for label, change in ABLATIONS.items():
         out = RESULTS / "dqn" / "ablation" / (label.split(" ")[0] + "_" + "_".join(change) + ".pt")
         solver = solvers.make("dqn", seed=0)
-        result = solver.fit(env_factories(scenario, 4, 0, args.train_hours, 16, {}), args.ablation_steps, out=out,
+        hours = hours_for(args, scenario)
+        result = solver.fit(env_factories(scenario, 4, 0, hours, 16, {}), args.ablation_steps, out=out,
                             config=change, progress=False, track_emissions=False)
-        ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, args.train_hours, 16, {})
+        ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, hours, 16, {})
         rows.append({"variant": label, "change": change, "policy_reward": ev["policy_reward"],
                      "greedy_reward": ev["greedy_reward"], "train_s": result.wall_s})
         console.print(f"  {label:20s} held-out reward {ev['policy_reward']:+.3f} (greedy {ev['greedy_reward']:+.3f})")
@@ -226,8 +232,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scenarios", default="bank,promo-surge")
     ap.add_argument("--train-steps", type=int, default=200_000)
     ap.add_argument("--train-minutes", type=float, default=10.0)
-    ap.add_argument("--train-hours", type=float, default=6.0, help="simulated hours per training episode")
-    ap.add_argument("--hours", type=float, default=24.0, help="simulated hours per evaluation run")
+    ap.add_argument("--train-hours", type=float, default=None,
+                    help="simulated hours per training episode (default: iro train's per scenario, "
+                         "6 for bank, 14 for promo-surge)")
+    ap.add_argument("--hours", type=float, default=24.0,
+                    help="simulated hours per evaluation run (--quick: the training length, 6 h bank, 14 h promo-surge)")
     ap.add_argument("--eval-seeds", default="101,102,103")
     ap.add_argument("--sizes", default="100,1000,5000")
     ap.add_argument("--latency-pods", type=int, default=300)
@@ -238,7 +247,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(RESULTS / "dqn.json"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.train_steps, args.train_minutes, args.hours = 3000, 2.0, 6.0
+        args.train_steps, args.train_minutes, args.hours = 3000, 2.0, None  # evaluate on training-length runs
         args.eval_seeds, args.sizes, args.ablation_steps, args.ablation_episodes = "101", "100,1000", 1500, 1
         args.latency_pods = 100
     args.scenarios = [s for s in args.scenarios.split(",") if s]

@@ -42,6 +42,8 @@ CANDIDATE_FEATURES: tuple[str, ...] = (
     "kind_edge",
     "kind_zone",
     "kind_cloud",
+    "gpu_unfed_after",  # free milli-GPU the node's free CPU/memory can no longer feed, after placement / its GPU milli
+    "gpu_unfed_delta",  # change of gpu_unfed by this placement (> 0: it strands GPU capacity)
 )
 
 #: Pod and cluster features, in order. The last ones come from the caller's context (simulator
@@ -63,6 +65,8 @@ CONTEXT_FEATURES: tuple[str, ...] = (
     "carbon_now",  # mean carbon intensity of the candidates' domains / 1000
     "carbon_forecast_ratio",  # lowest forecast within the pod's slack / now (context; 1 = no gain)
     "slack",  # deadline slack / 24 h, capped at 1 (context)
+    "pressure_cpu",  # CPU requested by the problem's unplaced pods (this one included) / free CPU, capped at 4
+    "pressure_gpu",  # milli-GPU requested by the unplaced pods / free milli-GPU (0 without GPU pods), capped at 4
 )
 
 KINDS = ("edge", "zone", "cloud")
@@ -150,6 +154,16 @@ def _gpu_after(state: ClusterState, w: int, nodes: np.ndarray) -> tuple[np.ndarr
     return free.sum(axis=1).astype(np.float64), full_cards.astype(np.float64), stranded.astype(np.float64)
 
 
+def _gpu_unfed(free_gpu: np.ndarray, gpu_milli: np.ndarray, cpu_share: np.ndarray, mem_share: np.ndarray) -> np.ndarray:
+    """Share of a node's GPU milli that is free but that its free CPU and memory, at the node's own
+    GPU-to-CPU/memory ratio, can no longer feed (0 for nodes without GPUs): what a CPU-heavy pod on
+    a GPU node strands for later GPU pods (the imbalance FGD-style schedulers avoid)."""
+    has = gpu_milli > 0
+    feed = np.clip(np.minimum(cpu_share, mem_share), 0.0, 1.0) * gpu_milli
+    unfed = np.maximum(free_gpu - feed, 0.0)
+    return np.where(has, unfed / np.where(has, gpu_milli, 1.0), 0.0)
+
+
 def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np.ndarray, k: int) -> np.ndarray:
     """``[k, len(CANDIDATE_FEATURES)]`` float32; rows past ``len(nodes)`` are zero padding."""
     p = state.problem
@@ -204,6 +218,16 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     out[:m, col["delta_r"]] = gains / scale if scale > 0 else 0.0
     out[:m, col["delta_r_rank"]] = np.arange(m) / max(m - 1, 1)  # preselect sorts best first
     out[np.arange(m), col["kind_edge"] + const.kind[dom]] = 1.0
+    mem = p.resource_index.get("memory")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share_before = np.where(cap > 0, state.free[nodes] / np.where(cap > 0, cap, 1.0), 0.0)
+    mem_after = share_after[:, mem] if mem is not None else np.ones(m)
+    mem_before = share_before[:, mem] if mem is not None else np.ones(m)
+    unfed_after = _gpu_unfed(g_free, gpu_milli, share_after[:, p.cpu_index], mem_after)
+    gpu_left = state.gpu_left[nodes].astype(np.float64) if p.gpu_free.shape[1] else np.zeros(m)
+    unfed_before = _gpu_unfed(gpu_left, gpu_milli, share_before[:, p.cpu_index], mem_before)
+    out[:m, col["gpu_unfed_after"]] = unfed_after
+    out[:m, col["gpu_unfed_delta"]] = unfed_after - unfed_before
     return out
 
 
@@ -242,6 +266,14 @@ def context_features(
     out[col["carbon_now"]] = float(ctx.get("carbon_now", const.mean_carbon)) / 1000.0
     out[col["carbon_forecast_ratio"]] = float(ctx.get("carbon_forecast_ratio", 1.0))
     out[col["slack"]] = min(float(ctx.get("slack_s", 0.0)) / 86400.0, 1.0)
+    waiting = state.assignment < 0
+    waiting[w] = True
+    cpu_want = float(p.demand[waiting, p.cpu_index].sum())
+    cpu_free = float(np.maximum(state.free[:, p.cpu_index], 0.0).sum())
+    out[col["pressure_cpu"]] = min(cpu_want / cpu_free, 4.0) if cpu_free > 0 else (4.0 if cpu_want > 0 else 0.0)
+    gpu_want = float(p.wl_gpu_total[waiting].sum())
+    gpu_free = float(state.gpu_left.sum()) if p.gpu_free.shape[1] else 0.0
+    out[col["pressure_gpu"]] = min(gpu_want / gpu_free, 4.0) if gpu_free > 0 else (4.0 if gpu_want > 0 else 0.0)
     return out
 
 

@@ -14,6 +14,22 @@ import argparse
 from typing import Any
 
 EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
+#: Episode length per scenario for training: long enough to hold its decisions, no longer.
+TRAIN_HOURS = {"bank": 6.0, "promo-surge": 14.0}
+#: DQN settings per scenario on top of the config defaults (``--set`` overrides them). In
+#: promo-surge the cost of a placement shows up tens of decisions later (a large pod that finds
+#: no node): longer n-step returns and a fresher target network carry it back in a 10-minute run
+#: (measured in benchmarks/README.md); in bank they measure worse, so the defaults stay.
+TRAIN_CONFIG: dict[str, dict[str, Any]] = {"promo-surge": {"n_step": 10, "target_update_every": 100}}
+
+
+def train_hours(scenario: str) -> float:
+    """Default simulated hours per training episode of ``scenario`` (:data:`TRAIN_HOURS`, else its length)."""
+    from iro_fed.sim.scenarios import SCENARIOS
+
+    if scenario in TRAIN_HOURS:
+        return TRAIN_HOURS[scenario]
+    return SCENARIOS[scenario].default_hours
 
 
 def register(sub: Any) -> None:
@@ -25,7 +41,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="policy.pt", metavar="FILE", help="checkpoint to write (default policy.pt)")
     p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, optimizer, steps)")
     p.add_argument("--envs", type=int, default=4, help="vectorized environments (default 4)")
-    p.add_argument("--hours", type=float, default=6.0, help="simulated hours per episode (default 6)")
+    p.add_argument("--hours", type=float, default=None,
+                   help="simulated hours per episode (default: 6 for bank, 14 for promo-surge (its sale starts "
+                        "at 10 h), else the scenario's length)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="DQN config field (see solvers/dqn/config.py), e.g. n_step=5; repeat for several")
     p.add_argument("--scenario-set", action="append", metavar="KEY=VALUE",
@@ -102,9 +120,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                              ("--eval-episodes", args.eval_episodes, 0)):
         if value < low:
             raise UsageError(f"{flag}: must be >= {low}, got {value}")
+    if args.hours is None:
+        args.hours = train_hours(args.scenario)
     if args.hours <= 0:
         raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
-    config = _config_pairs(args.set)
+    config = {**TRAIN_CONFIG.get(args.scenario, {}), **_config_pairs(args.set)}
     scenario_settings: dict[str, Any] = {k: v.strip() for k, v in split_pairs(args.scenario_set, "--scenario-set")}
     try:
         split_settings(args.scenario, scenario_settings)

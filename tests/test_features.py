@@ -89,3 +89,26 @@ def test_preselect_takes_the_best_feasible_nodes(seed: int) -> None:
             assert np.isfinite(obs["candidates"]).all() and np.isfinite(obs["context"]).all()
             assert obs["mask"][: nodes.size].all() and not obs["mask"][nodes.size : 8].any()
             state.place(w, int(nodes[0]))
+
+
+def test_gpu_feeding_and_pressure_features_by_hand() -> None:
+    p = _problem()
+    state = ClusterState(p)
+    obs, slots = observation(state, 1, k=4)  # the CPU-only job: fits g and c
+    rows = {int(n): obs["candidates"][i] for i, n in enumerate(slots) if n >= 0}
+    assert set(rows) == {0, 1}
+    g = rows[0]
+    # After the job, g keeps 2000/8000 CPU and 10240/16384 memory: at its own ratio that feeds
+    # 0.25 * 2000 milli of the 1400 free -> 900 milli stranded; before, 0.75 fed all of it.
+    assert g[C["gpu_unfed_after"]] == pytest.approx(900 / 2000)
+    assert g[C["gpu_unfed_delta"]] == pytest.approx(900 / 2000)
+    assert rows[1][C["gpu_unfed_after"]] == 0.0 and rows[1][C["gpu_unfed_delta"]] == 0.0  # no GPUs on c
+    ctx = obs["context"]
+    # both pods wait: 5000 m CPU of 22500 free, 300 milli-GPU of 1400 free
+    assert ctx[X["pressure_cpu"]] == pytest.approx(5000 / 22500)
+    assert ctx[X["pressure_gpu"]] == pytest.approx(300 / 1400)
+    # the share pod on g: 5000 CPU and 11264 memory stay, which feed all of the 1100 milli left
+    state.place(0, 0)
+    obs, slots = observation(state, 1, k=4)
+    assert obs["context"][X["pressure_cpu"]] == pytest.approx(4000 / 21500)
+    assert obs["context"][X["pressure_gpu"]] == 0.0

@@ -11,13 +11,17 @@ without a decision.
   actions. A masked action is treated as leaving the pod pending.
 * **Reward**: the change of the shared objective R (:func:`iro_fed.objective.marginal` on the
   step's snapshot problem), in units of one unplaced pod (times the snapshot's pods over
-  ``w_unplaced``), with the unplaced-pod penalty charged per decision while a pod waits:
+  ``w_unplaced``), with the unplaced-pod penalty charged per decision round while a pod waits:
   placing on node n gives ``(W * dR(n) - w_unplaced) / w_unplaced``, i.e. the change of the
   utilization, latency, cost and carbon terms (the relief of the pod's own penalty cancels the
-  charge); leaving it pending gives -1. Returns stay within a few units, inside the C51 support.
+  charge); leaving it pending gives -1. A pod that a decision round finds *no* feasible node for
+  (capacity stranded by earlier placements) is charged the same -1, added to the reward of the
+  agent's latest decision (the one whose step led there), so the penalty of stranding reaches
+  the decisions that cause it; ``info["unplaceable"]`` counts them. Returns stay within a few
+  tens of units.
 * **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
   :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
-  simulator's clock and the pod's deadline slack as context.
+  pod's deadline slack as context (no clock: the ``dqn`` solver ranks without one).
 
 Works with ``gymnasium.vector.SyncVectorEnv`` and passes ``gymnasium.utils.env_checker.check_env``.
 """
@@ -78,6 +82,7 @@ class PlacementEnv(gym.Env):
         self._cands = np.zeros(0, dtype=np.int64)
         self._gains = np.zeros(0)
         self._episode = 0
+        self._unplaceable = 0  # pods found with no feasible node during the last advance
 
     # --- gymnasium API -------------------------------------------------------------------
 
@@ -108,6 +113,7 @@ class PlacementEnv(gym.Env):
             else:  # leave pending (a masked action counts as that too)
                 reward = -1.0
         self._advance(node)
+        reward -= float(self._unplaceable)
         terminated = self._req is None
         return self._obs(), reward, terminated, False, self._info()
 
@@ -120,8 +126,11 @@ class PlacementEnv(gym.Env):
             self._req = None
             self._cands = np.zeros(0, dtype=np.int64)
             self._gains = np.zeros(0)
-            return
-        self._cands = self._rank(self._req)
+        else:
+            self._cands = self._rank(self._req)
+        # Pods left without a feasible node since the last decision (none is charged before the first).
+        self._unplaceable = 0 if first else len(self.sim.unplaceable)
+        self.sim.unplaceable.clear()
 
     def _rank(self, req: DecisionRequest) -> np.ndarray:
         nodes, gains = order_candidates(req.state, req.local, req.candidates, self.k)
@@ -139,7 +148,7 @@ class PlacementEnv(gym.Env):
         return mask
 
     def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"action_mask": self.action_mask()}
+        info: dict[str, Any] = {"action_mask": self.action_mask(), "unplaceable": self._unplaceable}
         if self._req is not None:
             info["step"] = self._req.step
             info["pod"] = self.sim.workloads[self._req.pod].name
@@ -153,11 +162,12 @@ class PlacementEnv(gym.Env):
         if req is None:
             return {"candidates": np.zeros((self.k, F), np.float32), "context": np.zeros(C, np.float32), "mask": mask}
         sim = self.sim
-        hour = (sim.sc.start_time + req.step * sim.sc.step_s) % 86400 / 3600.0
         deferrable = self._deferrable()
         slack_s = max(0.0, float(sim.deadline[req.pod] - req.step - sim.remaining[req.pod]) * sim.sc.step_s) \
             if deferrable else 0.0
-        context = {"hour": hour, "deferrable": float(deferrable), "slack_s": slack_s}
+        # No clock: the dqn solver (and the edge agent) rank without one, and a policy must see in
+        # training only what it sees at run time (a learned "surge hour" would not exist there).
+        context = {"deferrable": float(deferrable), "slack_s": slack_s}
         cand = candidate_features(req.state, req.local, self._cands, self._gains, self.k)
         ctx = context_features(req.state, req.local, int(np.asarray(req.candidates).size), len(self._cands), self.k,
                                context)

@@ -153,6 +153,12 @@ def train(
     accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
     emissions = _Emissions(track_emissions, emissions_country)
     obs, _ = envs.reset(seed=seed)
+    idle = [i for i in range(n_envs) if not np.asarray(obs["mask"][i]).any()]
+    if idle:
+        envs.close()
+        emissions.stop()
+        raise ValueError(f"env {idle[0]} offers no decision in its first episode (no pod arrives or none fits in "
+                         "the simulated hours, e.g. promo-surge's sale starts at 10 h): train on longer episodes")
     returns = np.zeros(n_envs)
     finished: deque[float] = deque(maxlen=50)
     episodes, last_loss = 0, None

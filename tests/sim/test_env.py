@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from iro_fed.feasibility import EPS  # noqa: E402
 from iro_fed.objective import marginal  # noqa: E402
+from iro_fed.sim.engine import PENDING  # noqa: E402
 from iro_fed.sim.env import CANDIDATE_FEATURES, CONTEXT_FEATURES, PlacementEnv, greedy_action  # noqa: E402
 
 from .helpers import needs_data  # noqa: E402
@@ -66,7 +67,8 @@ def test_reward_is_the_objective_change_and_greedy_is_best_per_step():
         assert expected[0] == pytest.approx(expected.max())  # slot 0 is the objective's greedy choice
         action = greedy_action(info)
         obs, r, done, _, info = env.step(action)
-        assert r == pytest.approx(expected[0] if action == 0 else -1.0)
+        # pods then found with no feasible node (none in this light hour) cost one unplaced pod each
+        assert r == pytest.approx((expected[0] if action == 0 else -1.0) - info["unplaceable"])
         rewards.append(r)
     assert len(rewards) > 5
     # the terms differ between placements (powering a node on costs, packing gains utilization)
@@ -81,6 +83,29 @@ def test_leaving_a_pod_pending_costs_one_unplaced_pod():
     assert invalid.size
     _, reward, _, _, _ = env.step(int(invalid[0]))
     assert reward == -1.0
+
+
+def test_pods_left_without_a_feasible_node_are_charged_to_the_last_decision():
+    # More surge than capacity: the greedy packer strands pods, which then find no node at all.
+    env = PlacementEnv("promo-surge", hours=11, k=4, seed=1,
+                       settings={"gpu_nodes": 2, "cpu_nodes": 2, "load": 1.6, "surge_hours": 0.5})
+    obs, info = env.reset(seed=1)
+    charged, charged_steps = 0, 0
+    done = False
+    while not done:
+        req = env._req
+        w_u = req.problem.weights.unplaced
+        gain = marginal(req.problem, req.state, req.local, env._cands[:1])[0] * req.problem.num_workloads
+        obs, r, done, _, info = env.step(greedy_action(info))
+        assert r == pytest.approx((gain - w_u) / w_u - info["unplaceable"])
+        charged += info["unplaceable"]
+        charged_steps += info["unplaceable"] > 0
+    # No capacity frees before the sale ends (18 h), so every stranded pod was found once:
+    # the charges add up to the pods still pending at the end, none of which was ever offered.
+    pending = env.sim.status == PENDING
+    assert charged > 0 and charged_steps > 0
+    assert charged == int(pending.sum())
+    assert (env.sim.first_placed[pending] < 0).all()
 
 
 def test_sync_vector_env():

@@ -108,3 +108,22 @@ def test_iro_train_and_solve(tmp_path, capsys) -> None:
     assert main(["train", "--scenario", "bank", "--set", "gama=0.5"]) == 2
     assert main(["train", "--scenario", "bank", "--set", "gamma=2"]) == 2
     assert "gamma" in capsys.readouterr().err
+
+
+def test_iro_train_promo_surge_defaults_cover_the_sale(tmp_path, capsys) -> None:
+    pytest.importorskip("gymnasium")
+    from iro_fed.sim.signals import data_dir
+
+    if not (data_dir() / "carbon").is_dir():
+        pytest.skip("needs ../shared/data")
+    out = tmp_path / "p.pt"
+    # The sale starts at 10 h: 6-hour episodes hold no decision, which is a usage error ...
+    assert main(["train", "--scenario", "promo-surge", "--hours", "6", "--steps", "8", "--envs", "1",
+                 "--eval-episodes", "0", "--no-emissions", "--out", str(out)]) == 2
+    assert "offers no decision" in capsys.readouterr().err and not out.exists()
+    # ... the default length covers it, with the scenario's settings under an explicit --set.
+    assert main(["train", "--scenario", "promo-surge", "--steps", "8", "--envs", "1", "--eval-episodes", "0",
+                 "--no-emissions", "--out", str(out), "--set", "top_k=4", "--set", "target_update_every=7"]) == 0
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["hours"] == 14.0 and meta["steps"] == 8
+    assert meta["config"]["n_step"] == 10 and meta["config"]["target_update_every"] == 7

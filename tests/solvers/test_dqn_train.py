@@ -90,3 +90,19 @@ def test_training_beats_random_and_checkpoints(tmp_path) -> None:
 def test_mismatched_env_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="top_k 16"):
         train([PickBestEnv], DQNConfig(), steps=10, progress=False, track_emissions=False)
+
+
+class NoDecisionEnv(PickBestEnv):
+    """An episode in which nothing is ever placeable (e.g. a scenario cut before its pods arrive)."""
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        obs = super()._obs()
+        obs["mask"][:] = 0
+        return obs
+
+
+def test_env_without_decisions_is_a_clear_error(tmp_path) -> None:
+    out = tmp_path / "policy.pt"
+    with pytest.raises(ValueError, match="offers no decision"):
+        train([PickBestEnv, NoDecisionEnv], CFG, steps=10, out=out, progress=False, track_emissions=False)
+    assert not out.exists()
