@@ -96,8 +96,7 @@ def federate(cfg: Any, node_configs: Sequence[dict[str, Any]], strategy: str, re
     grid = InProcessGrid(node_configs, cfg.to_run_config())
     t0 = time.perf_counter()
     summary = run_federation(grid, cfg, strategy=make_strategy(strategy, cfg, **strategy_overrides))
-    arrays = summary["result"].arrays
-    weights = {k: v.numpy() for k, v in arrays.items()}
+    weights = summary["weights"]  # unpacked from the one flat array the federation exchanges
     return {"weights": weights, "rounds": summary["rounds"], "emissions_g": summary["emissions_g"],
             "wall_s": time.perf_counter() - t0}
 

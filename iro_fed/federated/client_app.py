@@ -12,7 +12,9 @@ carries ``experience-samples``, ``experience-skipped``, ``experience-updates``, 
 ``experience-mean-reward`` and ``experience-error``, and the ClientApp prints one
 ``IRO-FED-CLIENT {json}`` line that the agent turns into its log and metrics.
 
-A train reply holds ``arrays`` (the online network's ``state_dict``) and ``metrics``:
+A train reply holds ``arrays`` (the online network's learned ``state_dict`` entries as ONE flat
+float32 array, see :mod:`iro_fed.federated.wire`), ``config`` (its ``layout``: names, shapes,
+dtypes) and ``metrics``:
 ``num-examples`` (env steps), ``mean-reward`` (per episode, objective units), ``loss``,
 ``emissions-g`` (codecarbon, local training), ``carbon-intensity`` (the site's grid now,
 gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole handler) and
@@ -26,10 +28,11 @@ import time
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from iro_fed.federated.task import FedConfig, evaluate_policy, local_train, site_carbon
+from iro_fed.federated import wire
+from iro_fed.federated.task import FedConfig, WeightLayout, evaluate_policy, local_train, site_carbon
 
 app = ClientApp()
 _LOADED = time.time()  # Flower starts a ClientApp process per message: its start-up is part of a round
@@ -47,13 +50,17 @@ def node_site(context: Context) -> int:
         raise ValueError(f"node-config site: expected an integer, got {value!r}") from exc
 
 
-def _weights(msg: Message) -> dict[str, np.ndarray]:
-    record = msg.content.array_records["arrays"]
-    return {k: v.numpy() for k, v in record.items()}
+def _weights(msg: Message) -> tuple[dict[str, np.ndarray], WeightLayout | None]:
+    """The global weights of a message and the layout they came in (``None``: one array per entry)."""
+    return wire.read_weights(msg.content)
 
 
-def _record(weights: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in weights.items()})
+def _reply_records(weights: dict[str, np.ndarray], flat: bool) -> dict[str, object]:
+    """``arrays`` (+ ``config`` with the layout) of a reply, in the format the server sent."""
+    if not flat:
+        return {"arrays": wire.per_layer_record(weights)}
+    arrays, layout = wire.encode(weights)
+    return {"arrays": arrays, "config": wire.layout_config(layout)}
 
 
 def poison(weights: dict[str, np.ndarray], attack: str) -> dict[str, np.ndarray]:
@@ -102,7 +109,8 @@ def train_reply(msg: Message, context: Context) -> Message:
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
     db, updates = node_experience(context)
-    result = local_train(_weights(msg), cfg, site, server_round, proximal_mu=mu, experience_db=db,
+    weights, layout = _weights(msg)
+    result = local_train(weights, cfg, site, server_round, proximal_mu=mu, experience_db=db,
                          experience_updates=updates)
     attack = str(context.node_config.get("attack", "none"))
     if attack not in ATTACKS:
@@ -117,7 +125,8 @@ def train_reply(msg: Message, context: Context) -> Message:
         summary = {"round": server_round, "site": site, "num-examples": result.num_examples,
                    "experience-db": db, **result.experience}
         print(f"{CLIENT_TAG} {json.dumps(summary, sort_keys=True)}", flush=True)
-    content = RecordDict({"arrays": _record(poison(result.weights, attack)), "metrics": MetricRecord(metrics)})
+    records = _reply_records(poison(result.weights, attack), flat=layout is not None)
+    content = RecordDict({**records, "metrics": MetricRecord(metrics)})  # type: ignore[arg-type]
     return Message(content=content, reply_to=msg)
 
 
@@ -125,7 +134,7 @@ def evaluate_reply(msg: Message, context: Context) -> Message:
     """Greedy evaluation of the global weights on this site (the ``@app.evaluate`` body)."""
     cfg = FedConfig.from_run_config(context.run_config)
     site = node_site(context)
-    metrics = evaluate_policy(_weights(msg), cfg, site)
+    metrics = evaluate_policy(_weights(msg)[0], cfg, site)
     return Message(content=RecordDict({"metrics": MetricRecord({**metrics, "num-examples": 1, "site": site})}),
                    reply_to=msg)
 

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable
 from logging import INFO
 from typing import Any
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from iro_fed.federated import wire
 from iro_fed.federated.registry import PolicyRegistry
 from iro_fed.federated.strategies import make_strategy
 from iro_fed.federated.task import FedConfig, build_agent, evaluate_policy, feature_sizes, full_state_dict, get_weights
@@ -110,7 +111,12 @@ def polling_grid(grid: Grid) -> PollingGrid:
 
 def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
                    on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary (rounds, versions, registry)."""
+    """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary.
+
+    Keys: ``rounds`` (one row per round), ``initial`` (the initial policy's evaluation),
+    ``emissions_g``, ``registry``, ``result`` (Flower's), ``layout`` and ``weights`` (the final
+    global policy's named arrays, unpacked from the one flat array).
+    """
     from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
 
     strategy = strategy or make_strategy(cfg.strategy, cfg)
@@ -118,6 +124,9 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
         grid = polling_grid(grid)
     registry = PolicyRegistry(cfg.registry)
     initial = get_weights(build_agent(cfg).online)
+    # The weights travel as ONE flat array plus this layout (sent in every train/evaluate config):
+    # Flower moves each array as its own objects, one request per object and hop.
+    initial_record, layout = wire.encode(initial)
     cand_f, ctx_f = feature_sizes()
     base_meta = {
         "config": cfg.dqn_config().to_dict(), "candidate_features": cand_f, "context_features": ctx_f,
@@ -130,7 +139,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         eval_started = time.time()
-        weights = {k: v.numpy() for k, v in arrays.items()}
+        weights = wire.decode(arrays, layout)
         metrics = evaluate_policy(weights, cfg, cfg.eval_site)
         if server_round == 0:
             totals["initial"] = metrics
@@ -156,11 +165,12 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
             on_round(row)
         return MetricRecord({**metrics, "version": version})
 
-    initial_record = ArrayRecord({k: Array(v) for k, v in initial.items()})
     result = strategy.start(grid=grid, initial_arrays=initial_record, num_rounds=cfg.num_server_rounds,
-                            train_config=ConfigRecord({}), evaluate_fn=evaluate_fn)
+                            train_config=wire.layout_config(layout), evaluate_config=wire.layout_config(layout),
+                            evaluate_fn=evaluate_fn)
     return {"rounds": rows, "initial": totals.get("initial", {}), "emissions_g": totals["emissions_g"],
-            "registry": str(registry.root), "result": result}
+            "registry": str(registry.root), "result": result, "layout": layout,
+            "weights": wire.decode(result.arrays, layout)}
 
 
 @app.main()

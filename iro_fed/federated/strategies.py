@@ -4,7 +4,9 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
 :class:`ValidatedStrategy` placed before it in the MRO, which calls ``super()`` after it has:
 
 * **validated** every train reply against the global arrays it was sent: no ``arrays`` record,
-  other array names, a shape that differs, NaN or Inf, a bad ``num-examples``, or an update
+  other array names, a shape that differs, a weight layout (names, shapes and dtypes packed into
+  the one flat array, see :mod:`iro_fed.federated.wire`) missing, malformed or different from
+  the one sent, NaN or Inf, a bad ``num-examples``, or an update
   norm ``||w - w_global||`` above ``norm_factor`` times the cohort's (lower) median norm: such a
   reply is dropped and logged with its node id and reason, and the round continues with the rest;
 * (optionally) **preferred low-carbon sites**: every site reports its grid's current carbon
@@ -28,12 +30,13 @@ import numpy as np
 
 # flwr is an optional dependency: this module is imported only by the Flower apps, the
 # federated CLI commands and the benchmark, never by core modules.
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp import strategy as fl
 
-from iro_fed.federated.task import STRATEGIES, FedConfig
+from iro_fed.federated.task import STRATEGIES, FedConfig, WeightLayout
+from iro_fed.federated.wire import layout_of
 
 
 def _arrays(msg: Message) -> ArrayRecord | None:
@@ -42,13 +45,30 @@ def _arrays(msg: Message) -> ArrayRecord | None:
     return msg.content.array_records["arrays"]
 
 
-def check_reply(msg: Message, reference: dict[str, np.ndarray]) -> tuple[str | None, float]:
-    """``(reason or None, update norm)`` for one train reply against the global arrays."""
+def check_reply(msg: Message, reference: dict[str, np.ndarray],
+                layout: WeightLayout | None = None) -> tuple[str | None, float]:
+    """``(reason or None, update norm)`` for one train reply against the global arrays.
+
+    ``reference`` is the ``arrays`` record that was sent (with the flat encoding: the one flat
+    vector) and ``layout`` the layout sent with it; a reply must then carry the same layout, so
+    a reply with the right number of values in another arrangement (e.g. a transposed matrix)
+    is dropped like a wrong shape. NaN/Inf are reported with the name of the array they are in.
+    """
     if msg.has_error():
         return None, 0.0  # Flower's own check logs and skips replies that carry an error
     record = _arrays(msg)
     if record is None:
         return "no 'arrays' record", math.nan
+    if layout is not None:
+        try:
+            theirs = layout_of(msg.content)
+        except ValueError as exc:
+            return f"unreadable {exc}", math.nan
+        if theirs is None:
+            return "no weight layout in the reply's 'config' record", math.nan
+        diff = layout.difference(theirs)
+        if diff is not None:
+            return f"weight layout differs: {diff}", math.nan
     keys = list(record.keys())
     if set(keys) != set(reference):
         missing, extra = sorted(set(reference) - set(keys)), sorted(set(keys) - set(reference))
@@ -63,8 +83,14 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray]) -> tuple[str | N
         ref = reference[key]
         if tuple(arr.shape) != tuple(ref.shape):
             return f"shape of {key!r} is {tuple(arr.shape)}, expected {tuple(ref.shape)}", math.nan
-        if not np.all(np.isfinite(arr)):
-            return f"non-finite values (NaN/Inf) in {key!r}", math.nan
+        if arr.dtype != ref.dtype:
+            return f"dtype of {key!r} is {arr.dtype}, expected {ref.dtype}", math.nan
+        finite = np.isfinite(arr)
+        if not finite.all():
+            where = key
+            if layout is not None and arr.ndim == 1:  # name the layer the first bad value is in
+                where = layout.locate(int(np.flatnonzero(~finite)[0]))
+            return f"non-finite values (NaN/Inf) in {where!r}", math.nan
         sq += float(np.sum((arr.astype(np.float64) - ref.astype(np.float64)) ** 2))
     norm = math.sqrt(sq)
     if not math.isfinite(norm):
@@ -74,13 +100,14 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray]) -> tuple[str | N
 
 def validate_replies(
     replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
+    layout: WeightLayout | None = None,
 ) -> tuple[list[Message], list[dict[str, Any]]]:
     """Replies that pass :func:`check_reply` and the cohort norm test; the dropped ones with reasons."""
     replies = list(replies)
     kept: list[tuple[Message, float]] = []
     dropped: list[dict[str, Any]] = []
     for msg in replies:
-        reason, norm = check_reply(msg, reference)
+        reason, norm = check_reply(msg, reference, layout)
         if reason is None:
             kept.append((msg, norm))
         else:
@@ -114,12 +141,14 @@ class ValidatedStrategy:
         self.sites: dict[int, Any] = {}
         self.rounds: dict[int, dict[str, Any]] = {}
         self._reference: dict[str, np.ndarray] = {}
+        self._layout: WeightLayout | None = None
 
     # -- participation ------------------------------------------------------------------------
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._reference = {k: v.numpy() for k, v in arrays.items()}
+        self._layout = layout_of(RecordDict({"config": config}))  # None: one array per entry (no layout sent)
         self.rounds.setdefault(server_round, {})["started"] = time.time()
         messages = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
         info = self.rounds.setdefault(server_round, {})
@@ -161,8 +190,11 @@ class ValidatedStrategy:
                     self.carbon[node] = float(metrics["carbon-intensity"])
                 if "site" in metrics:
                     self.sites[node] = metrics["site"]
-        reference = self._reference or _first_reference(replies)
-        kept, dropped = validate_replies(replies, reference, self.norm_factor)
+        if self._reference:
+            reference, layout = self._reference, self._layout
+        else:
+            reference, layout = _first_reference(replies)
+        kept, dropped = validate_replies(replies, reference, self.norm_factor, layout)
         # Arrival order is random (nodes are sampled with random.sample); a fixed order makes the
         # aggregate of the same replies bit-identical, whatever else was sampled or dropped.
         kept.sort(key=lambda m: int(m.metadata.src_node_id))
@@ -239,13 +271,17 @@ def _metric(msg: Message, key: str) -> float:
     return float(value) if isinstance(value, int | float) and math.isfinite(float(value)) else 0.0
 
 
-def _first_reference(replies: list[Message]) -> dict[str, np.ndarray]:
-    """Without the sent arrays (aggregate called directly): the first valid reply as the shape reference."""
+def _first_reference(replies: list[Message]) -> tuple[dict[str, np.ndarray], WeightLayout | None]:
+    """Without the sent arrays (aggregate called directly): the first valid reply as the shape and layout reference."""
     for msg in replies:
         record = _arrays(msg)
         if record is not None:
-            return {k: np.zeros_like(v.numpy()) for k, v in record.items()}
-    return {}
+            try:
+                layout = layout_of(msg.content)
+            except ValueError:
+                continue
+            return {k: np.zeros_like(v.numpy()) for k, v in record.items()}, layout
+    return {}, None
 
 
 class FedAvg(ValidatedStrategy, fl.FedAvg):

@@ -10,6 +10,8 @@ Everything the ClientApp and the ServerApp share lives here (Flower's ``task.py`
   are :mod:`iro_fed.features`, so a federated policy reads exactly what the ``dqn`` solver feeds it);
 * :func:`get_weights` / :func:`set_weights`: the online Q-network's learned ``state_dict``
   entries as numpy arrays (the target network and the optimizer stay on the site);
+* :class:`WeightLayout` / :func:`pack_weights`: how those arrays travel in a Flower message,
+  as ONE flat float32 array plus a small JSON layout (names, shapes, dtypes);
 * :func:`local_train` (a few hundred steps of :func:`solvers.dqn.train.train` starting from the
   global weights) and :func:`evaluate_policy` (greedy episodes on a site: the return, i.e. the
   change of R in units of one unplaced pod, plus the simulator's totals).
@@ -20,6 +22,7 @@ torch, gymnasium and the simulator are imported inside the functions that need t
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -262,6 +265,133 @@ def full_state_dict(cfg: FedConfig, weights: Mapping[str, np.ndarray]) -> dict[s
     agent = build_agent(cfg)
     set_weights(agent.online, weights)
     return {k: v.detach().clone() for k, v in agent.online.state_dict().items()}
+
+
+# --- the weights on the wire: one flat array and its layout ------------------------------------
+
+#: The one entry of a message's ``arrays`` record: every exchanged weight, concatenated (float32).
+FLAT_KEY = "weights"
+#: The field of the message's ``config`` record that holds the :class:`WeightLayout` (UTF-8 JSON bytes).
+LAYOUT_FIELD = "layout"
+#: The record (a ``ConfigRecord``) that carries the layout, in both directions.
+CONFIG_RECORD = "config"
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """Names, shapes and dtypes of the weights packed, in order, into one flat float32 vector.
+
+    Flower moves every array of a message as its own objects, each one HTTP request per hop
+    (ServerApp -> SuperLink -> SuperNode -> ClientApp and back); the policy's ~35 arrays made
+    ~60 objects per message. One flat array plus this layout (a short JSON string in the
+    message's ``config`` record) is ~6. The aggregation strategies are coordinate-wise or use
+    distances over all coordinates, so they give the same result on the flat vector.
+    """
+
+    entries: tuple[tuple[str, tuple[int, ...], str], ...]
+
+    @classmethod
+    def of(cls, weights: Mapping[str, np.ndarray]) -> WeightLayout:
+        """The layout of ``weights`` (in its key order)."""
+        return cls(tuple((str(k), tuple(int(d) for d in np.shape(v)), str(np.asarray(v).dtype))
+                         for k, v in weights.items()))
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.entries]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [math.prod(shape) for _, shape, _ in self.entries]
+
+    @property
+    def size(self) -> int:
+        """Length of the flat vector."""
+        return sum(self.sizes)
+
+    def to_json(self) -> str:
+        return json.dumps([[n, list(s), d] for n, s, d in self.entries], separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: Any) -> WeightLayout:
+        """The layout a message carries; anything malformed raises ``ValueError`` saying what."""
+        if isinstance(text, bytes):  # how it travels: Flower's logs print a ConfigRecord's bytes as <bytes>
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"weight layout: not UTF-8 ({exc})") from exc
+        if not isinstance(text, str):
+            raise ValueError(f"weight layout: expected JSON text, got {type(text).__name__}")
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"weight layout: not JSON ({exc})") from exc
+        if not isinstance(raw, list):
+            raise ValueError("weight layout: expected a list of [name, shape, dtype]")
+        entries = []
+        for i, item in enumerate(raw):
+            ok = (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                  and isinstance(item[1], list) and isinstance(item[2], str)
+                  and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in item[1]))
+            if not ok:
+                raise ValueError(f"weight layout: entry {i} is {item!r}, expected [name, [dims >= 0], dtype]")
+            try:
+                np.dtype(item[2])
+            except TypeError as exc:
+                raise ValueError(f"weight layout: entry {item[0]!r} has an unknown dtype {item[2]!r}") from exc
+            entries.append((item[0], tuple(item[1]), item[2]))
+        names = [e[0] for e in entries]
+        if len(set(names)) != len(names):
+            raise ValueError("weight layout: repeated array names")
+        return cls(tuple(entries))
+
+    def difference(self, other: WeightLayout) -> str | None:
+        """``None`` when ``other`` (a reply's layout) equals this one (the sent one), else what differs."""
+        mine, theirs = self.names, other.names
+        if mine != theirs:
+            missing, extra = [n for n in mine if n not in theirs], [n for n in theirs if n not in mine]
+            if missing or extra:
+                return f"array names differ (missing {missing[:3]}, unexpected {extra[:3]})"
+            return "array names are in another order"
+        for (name, shape, dtype), (_, oshape, odtype) in zip(self.entries, other.entries, strict=True):
+            if shape != oshape:
+                return f"shape of {name!r} is {oshape}, expected {shape}"
+            if dtype != odtype:
+                return f"dtype of {name!r} is {odtype}, expected {dtype}"
+        return None
+
+    def locate(self, index: int) -> str:
+        """The array name the flat vector's ``index`` belongs to."""
+        for name, end in zip(self.names, np.cumsum(self.sizes), strict=True):
+            if index < end:
+                return name
+        raise IndexError(f"index {index} is beyond the layout's {self.size} values")
+
+    def flatten(self, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``weights`` (this layout's names and shapes) as one contiguous float32 vector."""
+        diff = self.difference(WeightLayout.of(weights))
+        if diff is not None and not diff.startswith("dtype"):  # every dtype travels as float32
+            raise ValueError(f"weights do not match the layout: {diff}")
+        if not self.entries:
+            return np.zeros(0, np.float32)
+        return np.concatenate([np.asarray(weights[n], np.float32).reshape(-1) for n in self.names])
+
+    def unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """The named arrays (copies, in this layout's dtypes) of a flat vector of :attr:`size` values."""
+        flat = np.asarray(flat)
+        if flat.ndim != 1 or flat.shape[0] != self.size:
+            raise ValueError(f"flat weights: shape {flat.shape}, the layout needs ({self.size},)")
+        out, start = {}, 0
+        for (name, shape, dtype), n in zip(self.entries, self.sizes, strict=True):
+            out[name] = flat[start:start + n].reshape(shape).astype(dtype, copy=True)
+            start += n
+        return out
+
+
+def pack_weights(weights: Mapping[str, np.ndarray]) -> tuple[np.ndarray, WeightLayout]:
+    """``(flat float32 vector, layout)`` of named arrays: what a message carries."""
+    layout = WeightLayout.of(weights)
+    return layout.flatten(weights), layout
 
 
 # --- local training and evaluation --------------------------------------------------------------

@@ -16,9 +16,11 @@ from iro_fed.federated.registry import PolicyRegistry, RegistryError  # noqa: E4
 from iro_fed.federated.task import (  # noqa: E402
     FedConfig,
     FedConfigError,
+    WeightLayout,
     build_agent,
     get_weights,
     make_site_env,
+    pack_weights,
     set_weights,
 )
 
@@ -89,6 +91,62 @@ def test_weights_round_trip_and_shape_errors() -> None:
     with pytest.raises(ValueError, match="missing"):
         set_weights(b.online, {k: v for k, v in wa.items() if k != key})
 
+
+
+def test_flat_weights_round_trip_through_the_layout() -> None:
+    cfg = FedConfig(**TINY)
+    a, b = build_agent(cfg, seed=1), build_agent(cfg, seed=2)
+    wa = get_weights(a.online)
+    flat, layout = pack_weights(wa)
+    assert flat.ndim == 1 and flat.dtype == np.float32 and flat.size == sum(v.size for v in wa.values())
+    again = WeightLayout.from_json(layout.to_json().encode())
+    assert again == layout and again.names == list(wa)
+    set_weights(b.online, again.unflatten(flat))
+    for k, v in get_weights(b.online).items():
+        np.testing.assert_array_equal(v, wa[k])
+    last = layout.names[-1]
+    assert layout.locate(flat.size - 1) == last and layout.locate(0) == layout.names[0]
+    with pytest.raises(ValueError, match=r"layout needs"):
+        layout.unflatten(flat[:-1])
+    key = next(k for k, v in wa.items() if v.ndim >= 2)
+    transposed = {k: (v.T if k == key else v) for k, v in wa.items()}
+    with pytest.raises(ValueError, match=r"shape of '" + key.replace(".", r"\.")):
+        layout.flatten(transposed)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "not JSON"), ("{}", "expected a list"), ('[["a", [2], "float32"], ["a", [1], "float32"]]', "repeated"),
+    ('[["a", [-1], "float32"]]', "entry 0"), ('[["a", [2], "nonsense"]]', "unknown dtype"), (b"\xff", "UTF-8"),
+    (3, "expected JSON text"),
+])
+def test_malformed_layouts_are_errors_saying_what(text, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        WeightLayout.from_json(text)
+
+
+def test_client_replies_in_the_format_it_was_sent() -> None:
+    """Flat in, flat out (the deployed format); one array per layer in, the same out (previous release)."""
+    pytest.importorskip("flwr")
+    from flwr.app import ConfigRecord, RecordDict
+
+    from iro_fed.federated import wire
+    from iro_fed.federated.inprocess import InProcessGrid
+
+    cfg = FedConfig(**{**TINY, "local_steps": 20})
+    weights = get_weights(build_agent(cfg).online)
+    grid = InProcessGrid([{"site": 0}], cfg.to_run_config())
+    flat, layout = wire.encode(weights)
+    for arrays, config in ((flat, wire.layout_config(layout, **{"server-round": 1})),
+                           (wire.per_layer_record(weights), ConfigRecord({"server-round": 1}))):
+        msg = grid.create_message(RecordDict({"arrays": arrays, "config": config}), "train", 1, "1")
+        (reply,) = grid.send_and_receive([msg])
+        assert not reply.has_error(), reply.error
+        got, got_layout = wire.read_weights(reply.content)
+        assert list(got) == list(weights) and all(got[k].shape == v.shape for k, v in weights.items())
+        if config is not None and "layout" in config:
+            assert got_layout == layout and list(reply.content.array_records["arrays"].keys()) == ["weights"]
+        else:
+            assert got_layout is None and len(reply.content.array_records["arrays"]) == len(weights)
 
 def test_registry_layout_is_what_the_dqn_solver_loads(tmp_path) -> None:
     from iro_fed.problem_io import load_problem
