@@ -5,8 +5,8 @@ It keeps FGD's node-order tie rule (solvers/fgd.py) and changes what is minimize
 1. What F measures. FGD calls a node's free GPU usable by a typical task as soon as one copy of
    the task fits, and ignores memory; on the openb trace its failures near 100 % arrival include
    pods for which cards are free but no node with those cards has the CPU or memory left.
-   iro-frag's default ``frag_model="blend"`` mixes FGD's fragmentation (weight 0.7) with a
-   *copies* fragmentation (``iro_fed.fragmentation``, weight ``copies_weight`` = 0.3): for each
+   iro-frag's default ``frag_model="blend"`` mixes FGD's fragmentation (weight 0.85) with a
+   *copies* fragmentation (``iro_fed.fragmentation``, weight ``copies_weight`` = 0.15): for each
    typical task only the GPU milli that whole copies of it can take counts as usable, copies
    limited by the cards (``floor(left / milli)`` shares per card, ``floor(free cards / k)``), by
    CPU and by memory. GPUs a node can no longer feed count as fragmented, so CPU-only and
@@ -25,13 +25,15 @@ It keeps FGD's node-order tie rule (solvers/fgd.py) and changes what is minimize
    ``share_rule="fgd"`` with ``gap_balance`` > 0 is the earlier rule: growth plus Csirik et al.'s
    Sum-of-Squares term.
 
-Measured (median unallocated GPU % at 100 % arrival, seeds 42..51, FGD in brackets;
-benchmarks/README.md): default 4.45 (4.73), gpushare40 5.87 (5.94), multigpu50 2.86 (2.93),
-gpuspec10 4.43 (5.39), cpu250 5.39 (7.01). copies_weight 0.5 without gap_balance gave 4.47 on
-default but 5.97 on gpushare40; 0.7 loses on multigpu50; 0.3 alone reaches 4.39 on default but
-stays level on gpushare40 (5.95), which gap_balance fixes. Alternatives kept as settings, each
-measured worse overall: the pure copies model, ranking every pod by the untruncated dF, and
-best fit among ties.
+Measured (median unallocated GPU % at 100 % arrival, seeds 42..51, FGD in brackets, the
+share-packing bound of ``iro_fed.traces.bound`` after the slash; benchmarks/README.md):
+default 3.97 (4.73) / 3.84, gpushare40 5.49 (5.94) / 5.41, multigpu50 2.60 (2.93) / 2.06,
+gpuspec10 3.99 (5.39) / 3.84, cpu250 5.83 (7.01) / 3.83. The previous rule (Sum-of-Squares,
+copies_weight 0.3) gave 4.45, 5.87, 2.86, 4.43, 5.39. With the prices, copies_weight 0.15 beat
+0.3 on default (seeds 42-43: 4.00 vs 4.17) at some cost on cpu250 (5.83 vs about 5.47); 0 (FGD's
+fragmentation alone) fell to 4.96, 0.5 to 4.20. Alternatives kept as settings, each measured
+worse overall: the pure copies model, ranking every pod by the untruncated dF, and best fit
+among ties.
 
 It is online (one pod at a time, each tried once) and uses only what FGD uses: the current
 cluster and the typical-task distribution of the workload.
@@ -66,7 +68,7 @@ class IroFrag(Fgd):
             choices=("fgd", "copies", "blend"),
         ),
         "copies_weight": Param(
-            0.3, float, "With frag_model blend: the copies model's weight (the rest is FGD's).", minimum=0.0, maximum=1.0
+            0.15, float, "With frag_model blend: the copies model's weight (the rest is FGD's).", minimum=0.0, maximum=1.0
         ),
         "memory_aware": Param(True, bool, "Let memory limit what a typical task can use on a node."),
         "scoring": Param(
