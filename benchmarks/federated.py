@@ -347,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_flower()
     from iro_fed.federated.task import FedConfig
 
-    rounds = args.rounds or (3 if args.quick else 8)
+    rounds = args.rounds or (6 if args.quick else 8)
     steps = args.local_steps or (150 if args.quick else 500)
     episodes = args.episodes or (2 if args.quick else 3)
     cfg = FedConfig(num_server_rounds=rounds, local_steps=steps, hours=2.0 if args.quick else 4.0,
