@@ -212,6 +212,7 @@ def round_overhead(stamps: Sequence[float], rows: Sequence[dict[str, Any]]) -> d
 def overhead_run(nodes: int, rounds: int, mode: str, console: Console) -> dict[str, Any]:
     """One federation on real processes in ``mode`` (see :data:`OVERHEAD_MODES`); timings."""
     from iro_fed.federated.local import LocalFederation
+    from iro_fed.federated.server_app import ROUND_TAG
 
     spec = OVERHEAD_MODES[mode]
     console.print(f"[bold]overhead[/bold] ({mode}: {spec['label']}): real SuperLink + {nodes} SuperNodes on "
@@ -220,9 +221,9 @@ def overhead_run(nodes: int, rounds: int, mode: str, console: Console) -> dict[s
     rows: list[dict[str, Any]] = []
 
     def on_line(line: str) -> None:
-        if "IRO-FED-ROUND" in line:
+        if ROUND_TAG in line:
             try:
-                rows.append(json.loads(line.split("IRO-FED-ROUND", 1)[1].strip()))
+                rows.append(json.loads(line.split(ROUND_TAG, 1)[1].strip()))
                 stamps.append(time.perf_counter())
             except json.JSONDecodeError:
                 pass

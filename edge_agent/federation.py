@@ -89,18 +89,15 @@ def node_config_arg(fed: FederatedConfig, experience_db: Path | None) -> str:
 
 
 def supernode_argv(fed: FederatedConfig, port: int, experience_db: Path | None = None) -> list[str]:
-    """The ``flower-supernode`` command of ``iro fed node`` for these settings (a test checks they agree)."""
+    """The ``flower-supernode`` command of ``iro fed node`` for these settings (built by the same function)."""
     exe = find_flower_bin("flower-supernode")
     if exe is None:
         raise FileNotFoundError("flower-supernode: not found; install the 'fed' extra (pip install 'iro-fed[fed]')")
-    argv = [exe, "--superlink", fed.superlink, "--port", str(port), "--node-config", node_config_arg(fed, experience_db)]
-    if fed.root_certificates is not None:
-        argv += ["--root-certificates", str(Path(fed.root_certificates).resolve())]
-    else:
-        argv += ["--insecure"]
-    if fed.auth_key is not None:
-        argv += ["--auth-supernode-private-key", str(Path(fed.auth_key).resolve())]
-    return argv
+    from iro_fed.federated.cli import supernode_command
+
+    return supernode_command(exe, fed.superlink, port, node_config_arg(fed, experience_db),
+                             None if fed.root_certificates is None else str(Path(fed.root_certificates).resolve()),
+                             None if fed.auth_key is None else str(Path(fed.auth_key).resolve()))
 
 
 def _free_port() -> int:

@@ -18,8 +18,9 @@ Needs OR-Tools (extra ``cpsat``), imported when called.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,28 @@ def arcs(sizes: list[int], card_milli: int = GPU_MILLI, non_increasing: bool = T
             if (size <= allowed[position] or not non_increasing) and position + size <= card_milli:
                 yield position, size
                 allowed[position + size] = max(allowed.get(position + size, 0), size)
+
+
+def arc_flow(
+    sizes: list[int], card_milli: int, new_arc: Callable[[int, int], Any], add: Callable[[Any], Any],
+    non_increasing: bool = True,
+) -> tuple[dict[int, list], list]:
+    """Build the arc-flow model in any solver: ``new_arc(position, size)`` makes an arc's variable,
+    ``add(constraint)`` adds flow conservation at every inner position (a card may end anywhere,
+    so inflow >= outflow). Returns the arcs of each size and the arcs leaving position 0 (their
+    sum is the number of cards)."""
+    inflow: dict[int, list] = {}
+    outflow: dict[int, list] = {}
+    by_size: dict[int, list] = {s: [] for s in sizes}
+    for position, size in arcs(sizes, card_milli, non_increasing):
+        arc = new_arc(position, size)
+        by_size[size].append(arc)
+        outflow.setdefault(position, []).append(arc)
+        inflow.setdefault(position + size, []).append(arc)
+    for position in set(inflow) | set(outflow):
+        if position > 0:
+            add(sum(inflow.get(position, [])) >= sum(outflow.get(position, [])))
+    return by_size, outflow.get(0, [])
 
 
 @dataclass(frozen=True)
@@ -74,21 +97,14 @@ def card_prices(demand: Mapping[int, float], card_milli: int = GPU_MILLI) -> Car
     if not sizes:
         return CardPrices({}, value)
     solver = pywraplp.Solver.CreateSolver("GLOP")
-    inflow: dict[int, list] = {}
-    outflow: dict[int, list] = {}
-    by_size: dict[int, list] = {s: [] for s in sizes}
     # All orders (not the reduced graph): the prices then do not depend on where a size sits on a card.
-    for position, size in arcs(sizes, card_milli, non_increasing=False):
-        arc = solver.NumVar(0.0, solver.infinity(), "")
-        by_size[size].append(arc)
-        outflow.setdefault(position, []).append(arc)
-        inflow.setdefault(position + size, []).append(arc)
-    for position in set(inflow) | set(outflow):
-        if position > 0:
-            solver.Add(sum(inflow.get(position, [])) >= sum(outflow.get(position, [])))
+    by_size, cards = arc_flow(
+        sizes, card_milli, lambda _position, _size: solver.NumVar(0.0, solver.infinity(), ""), solver.Add,
+        non_increasing=False,
+    )
     scale = 1000.0 / max(demand[s] for s in sizes)  # keep the LP well scaled
     rows = {s: solver.Add(sum(by_size[s]) >= scale * demand[s]) for s in sizes}
-    solver.Minimize(sum(outflow[0]))
+    solver.Minimize(sum(cards))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the card-packing LP did not solve")
     price = {s: max(float(rows[s].dual_value()), 0.0) for s in sizes}

@@ -13,9 +13,12 @@ region, a half-GPU pod, a batch pod tolerating the taint).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+OPENB_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-openb-2023"
 
 
 def _small_doc() -> dict[str, Any]:
@@ -59,3 +62,15 @@ def small_doc() -> dict[str, Any]:
 def small_doc_factory() -> Callable[[], dict[str, Any]]:
     """The builder of :func:`small_doc`: each call returns a new dict."""
     return _small_doc
+
+
+@pytest.fixture(scope="session")
+def real_slice():
+    """Every 12th node and pod of the openb default trace: 102 nodes of every shape."""
+    from iro_fed.traces.openb import load_nodes, load_pods
+
+    if not OPENB_DATA.exists():
+        pytest.skip("shared/data not present")
+    nodes = load_nodes(OPENB_DATA / "openb_node_list_gpu_node.csv")[::12]
+    pods = load_pods(OPENB_DATA / "openb_pod_list_default.csv")[::12]
+    return nodes, pods

@@ -11,7 +11,7 @@ import pytest
 import solvers
 from iro_fed.cli import main
 from iro_fed.replay import curve, replay_problem, replay_trace
-from iro_fed.traces.openb import OpenbNode, OpenbPod, build_problem, load_nodes, load_pods
+from iro_fed.traces.openb import OpenbNode, OpenbPod, build_problem
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-openb-2023"
 
@@ -49,15 +49,6 @@ def test_metric_on_a_hand_made_trace():
     # After b both cards hold 400 free: the typical tasks (600, 500, 400 milli shares, popularity
     # 1/2, 1/4, 1/4) cannot use them except the 400 one: fragmentation 0.75 * 800 of 2000 milli.
     assert result.frag_gpu_pct["60"] == pytest.approx(30.0)
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    if not DATA.exists():
-        pytest.skip("shared/data not present")
-    nodes = load_nodes(DATA / "openb_node_list_gpu_node.csv")[::12]  # 102 nodes of every shape
-    pods = load_pods(DATA / "openb_pod_list_default.csv")[::12]
-    return nodes, pods
 
 
 def test_fixed_seed_replay_of_a_real_slice(real_slice):

@@ -114,6 +114,19 @@ def _need_file(flag: str, path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
+def supernode_command(exe: str, superlink: str, port: int, node_config: str, root_certificates: str | None = None,
+                      auth_key: str | None = None) -> list[str]:
+    """The ``flower-supernode`` command of ``iro fed node`` (the edge agent's supervisor runs the same one).
+
+    TLS with ``root_certificates`` (a PEM path), else ``--insecure``; ``auth_key`` adds SuperNode authentication.
+    """
+    argv = [exe, "--superlink", superlink, "--port", str(port), "--node-config", node_config]
+    argv += ["--root-certificates", root_certificates] if root_certificates is not None else ["--insecure"]
+    if auth_key is not None:
+        argv += ["--auth-supernode-private-key", auth_key]
+    return argv
+
+
 def _run_foreground(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run a Flower daemon in the foreground; Ctrl-C / SIGTERM stop it (and what it started)."""
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
@@ -311,14 +324,10 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise UsageError("--insecure cannot be combined with --root-certificates or --auth-key")
     extra = args.node_config.strip()
     config = run_config_arg({"site": args.site}) + (f" {extra}" if extra else "")
-    argv = [flower_bin("flower-supernode"), "--superlink", args.superlink, "--port", str(args.port),
-            "--node-config", config]
-    if args.root_certificates:
-        argv += ["--root-certificates", _need_file("--root-certificates", args.root_certificates)]
-    else:
-        argv += ["--insecure"]
-    if args.auth_key:
-        argv += ["--auth-supernode-private-key", _need_file("--auth-key", args.auth_key)]
+    argv = supernode_command(flower_bin("flower-supernode"), args.superlink, args.port, config,
+                             _need_file("--root-certificates", args.root_certificates) if args.root_certificates
+                             else None,
+                             _need_file("--auth-key", args.auth_key) if args.auth_key else None)
     if args.dry_run:
         print(" ".join(argv))
         return EXIT_OK

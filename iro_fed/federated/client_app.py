@@ -32,7 +32,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
-from iro_fed.federated.task import FedConfig, WeightLayout, evaluate_policy, local_train, site_carbon
+from iro_fed.federated.task import FedConfig, evaluate_policy, local_train, site_carbon
 
 app = ClientApp()
 _LOADED = time.time()  # Flower starts a ClientApp process per message: its start-up is part of a round
@@ -48,11 +48,6 @@ def node_site(context: Context) -> int:
         return int(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"node-config site: expected an integer, got {value!r}") from exc
-
-
-def _weights(msg: Message) -> tuple[dict[str, np.ndarray], WeightLayout | None]:
-    """The global weights of a message and the layout they came in (``None``: one array per entry)."""
-    return wire.read_weights(msg.content)
 
 
 def _reply_records(weights: dict[str, np.ndarray], flat: bool) -> dict[str, object]:
@@ -109,7 +104,7 @@ def train_reply(msg: Message, context: Context) -> Message:
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
     db, updates = node_experience(context)
-    weights, layout = _weights(msg)
+    weights, layout = wire.read_weights(msg.content)  # layout None: one array per entry
     result = local_train(weights, cfg, site, server_round, proximal_mu=mu, experience_db=db,
                          experience_updates=updates)
     attack = str(context.node_config.get("attack", "none"))
@@ -134,7 +129,7 @@ def evaluate_reply(msg: Message, context: Context) -> Message:
     """Greedy evaluation of the global weights on this site (the ``@app.evaluate`` body)."""
     cfg = FedConfig.from_run_config(context.run_config)
     site = node_site(context)
-    metrics = evaluate_policy(_weights(msg)[0], cfg, site)
+    metrics = evaluate_policy(wire.read_weights(msg.content)[0], cfg, site)
     return Message(content=RecordDict({"metrics": MetricRecord({**metrics, "num-examples": 1, "site": site})}),
                    reply_to=msg)
 

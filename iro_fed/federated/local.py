@@ -176,6 +176,8 @@ class LocalFederation:
         return self
 
     def _start(self) -> None:
+        from iro_fed.federated.cli import supernode_command  # the command ``iro fed node`` and the edge agent run
+
         self.port = free_port()
         argv = [flower_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
                 "--disable-runtime-dependency-installation"]
@@ -192,11 +194,9 @@ class LocalFederation:
         for i in range(self.nodes):
             config = {"site": i, **(dict(self.node_configs[i]) if self.node_configs else {})}
             runtime_port = free_port()
-            node_argv = [flower_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
-                         "--port", str(runtime_port), "--node-config", run_config_arg(config)]
-            node_argv += ["--root-certificates", str(self.tls.ca)] if self.tls else ["--insecure"]
-            if keys:
-                node_argv += ["--auth-supernode-private-key", str(keys[i])]
+            node_argv = supernode_command(flower_bin("flower-supernode"), f"127.0.0.1:{self.port}", runtime_port,
+                                          run_config_arg(config), str(self.tls.ca) if self.tls else None,
+                                          str(keys[i]) if keys else None)
             if warm:
                 node_argv += ["--isolation", "process"]
             runtime_ports.append((runtime_port, self._spawn(f"supernode-{i}", node_argv)))
@@ -298,7 +298,6 @@ class LocalFederation:
         for pid in descendants:
             if process_alive(pid):
                 _signal_pid(pid, signal.SIGKILL)
-        self.pids = [p.pid for _, p in self.procs] + descendants
         self.procs = []
 
     def __enter__(self) -> LocalFederation:

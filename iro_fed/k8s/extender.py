@@ -51,6 +51,7 @@ from iro_fed.k8s.snapshot import (
     PodSpecError,
     Snapshot,
     obj_key,
+    pod_demand,
 )
 from iro_fed.model import GPU_MILLI, ClusterState
 from iro_fed.objective import marginal
@@ -285,10 +286,9 @@ class Extender:
         state = self.state(snap)
         idx = np.array([p.node_index.get(n, -1) for n in names], dtype=np.int64)
         known = idx >= 0
-        bad = node_reasons(state, 0, idx[known])
         ok = known.copy()
-        if bad:
-            ok[known] = ~np.isin(idx[known], np.fromiter(bad, dtype=np.int64, count=len(bad)))
+        # The pass/fail mask only: the reasons node_reasons would spell out are not needed here.
+        ok[known] = static_filter(p, 0).mask[idx[known]] & resource_fit(state, 0, idx[known])
         cand = idx[ok]
         if cand.size == 0:
             return dict.fromkeys(names, 0), None
@@ -373,18 +373,19 @@ class Extender:
             raise BadRequest(str(exc)) from exc
         keep: dict[str, Any] = {}
         bound = {((p.get("metadata") or {}).get("uid")): p for p in self.cache.pods.items()}
+        base_state = ClusterState(base.problem)  # built once; each proposal edits its own copy
         for node, victims in proposals.items():
             i = base.problem.node_index.get(node)
             if i is None or not isinstance(victims, dict):
                 continue
-            state = ClusterState(base.problem)
+            state = base_state.copy()
             for v in victims.get("Pods") or []:
                 uid = (v.get("metadata") or {}).get("uid") if "metadata" in v else v.get("UID")
                 vpod = bound.get(uid)
                 if vpod is None:
                     continue
                 try:
-                    d = model_pod_demand(vpod, self.config.resources)
+                    d = pod_demand(vpod, self.config.resources).requests
                 except (PodSpecError, QuantityError):
                     continue
                 for r, amount in d.items():
@@ -394,12 +395,6 @@ class Extender:
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = _meta_victims(victims)
         return {"NodeNameToMetaVictims": keep}
-
-
-def model_pod_demand(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, float]:
-    from iro_fed.k8s.snapshot import pod_demand
-
-    return pod_demand(pod, resources).requests
 
 
 def _meta_victims(victims: Any) -> dict[str, Any]:
@@ -453,10 +448,7 @@ class _ExtenderHandler(JsonHandler):
         path = self.path.split("?", 1)[0]
         verb = path[len(prefix) + 1:] if path.startswith(prefix + "/") else ""
         handler = {"filter": ext.filter, "prioritize": ext.prioritize, "bind": ext.bind, "preempt": ext.preempt}.get(verb)
-        try:
-            length = int(self.headers.get("Content-Length") or -1)
-        except ValueError:
-            length = -1
+        length = self._content_length()
         if length < 0 or length > MAX_BODY_BYTES:
             self.close_connection = True
             ext.stats["bad_requests"] += 1

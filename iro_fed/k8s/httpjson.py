@@ -22,6 +22,13 @@ class JsonHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - " + format, self.address_string(), *args)
 
+    def _content_length(self) -> int:
+        """The request's Content-Length, or -1 when it is missing or not an integer."""
+        try:
+            return int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            return -1
+
     def _send(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)

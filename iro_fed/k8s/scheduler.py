@@ -43,7 +43,7 @@ from iro_fed.k8s.client import ClusterCache, Kube, Reflector
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import ANN_GPU_CARDS, ClusterConfig, ClusterModel, PodSpecError, Snapshot, obj_key
 from iro_fed.model import ClusterState
-from iro_fed.objective import TERMS, evaluate, marginal
+from iro_fed.objective import TERMS, Breakdown, evaluate, marginal
 from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.scheduler")
@@ -73,12 +73,15 @@ class BatchResult:
     solve_s: float
 
 
-def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray, w: int) -> tuple[float, dict[str, float], str | None, float | None]:
+def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray, w: int,
+                      with_pod: Breakdown | None = None) -> tuple[float, dict[str, float], str | None, float | None]:
     """For placed workload ``w``: its change of R and of each weighted term (R with the pod minus
     R without it, both from :func:`evaluate`), and the best other feasible node with the gap in
-    R (from :func:`marginal` on the state without the pod)."""
+    R (from :func:`marginal` on the state without the pod). ``with_pod``: ``evaluate(problem,
+    assignment)`` when the caller already has it (the same for every pod of a batch)."""
     n = int(assignment[w])
-    with_pod = evaluate(problem, assignment)
+    if with_pod is None:
+        with_pod = evaluate(problem, assignment)
     without = assignment.copy()
     without[w] = -1
     without_pod = evaluate(problem, without)
@@ -280,6 +283,7 @@ class IroScheduler:
         for w in np.flatnonzero(placement.assignment >= 0):
             state.place(int(w), int(placement.assignment[w]), placement.gpu_cards.get(int(w)))
         to_bind = []
+        with_all = evaluate(problem, placement.assignment) if (placement.assignment >= 0).any() else None
         for w, pod in enumerate(good):
             n = int(placement.assignment[w])
             if n < 0:
@@ -287,7 +291,7 @@ class IroScheduler:
                 outcomes.append(self._unschedulable_pod(pod, reason, "Unschedulable", version))
                 continue
             # Explanations need the state (remove / place back), so they are computed here, in order.
-            to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, placement.assignment, w)))
+            to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, placement.assignment, w, with_all)))
         # Bindings and their events go out in parallel, as kube-scheduler binds asynchronously;
         # each worker checks leadership right before its POST.
         if len(to_bind) > 1 and self.bind_workers > 1:

@@ -260,10 +260,7 @@ class _WebhookHandler(JsonHandler):
         hook = self.server.webhook
         if self.path.split("?", 1)[0] not in ("/mutate", "/"):
             return self._send(404, {"message": f"unknown path {self.path} (POST /mutate)"})
-        try:
-            length = int(self.headers.get("Content-Length") or -1)
-        except ValueError:
-            length = -1
+        length = self._content_length()
         if length < 0 or length > MAX_BODY_BYTES:
             hook.stats["bad_requests"] += 1
             self.close_connection = True

@@ -39,6 +39,18 @@ def simulate(
     ``settings`` mixes scenario parameters and engine settings (:class:`SimConfig`); the
     scenario's own engine defaults apply underneath them.
     """
+    return build_simulator(scenario, solver, seed, hours, settings, solver_settings).run(progress=progress)
+
+
+def build_simulator(
+    scenario: str,
+    solver: str,
+    seed: int = 0,
+    hours: float | None = None,
+    settings: Mapping[str, Any] | None = None,
+    solver_settings: Mapping[str, Any] | None = None,
+) -> Simulator:
+    """The :class:`Simulator` that :func:`simulate` runs (scenario built, solver made, settings applied)."""
     import solvers
     from iro_fed.sim.scenarios import build_scenario, split_settings
 
@@ -50,8 +62,7 @@ def simulate(
     cls = solvers.registered().get(solver)
     if cls is not None and "seed" in cls.parameters:
         params.setdefault("seed", seed)
-    sim = Simulator(sc, solvers.make(solver, **params), config, seed=seed)
-    return sim.run(progress=progress)
+    return Simulator(sc, solvers.make(solver, **params), config, seed=seed)
 
 
-__all__ = ["PLAIN_KUBERNETES", "SimConfig", "SimConfigError", "SimResult", "Simulator", "simulate"]
+__all__ = ["PLAIN_KUBERNETES", "SimConfig", "SimConfigError", "SimResult", "Simulator", "build_simulator", "simulate"]

@@ -10,6 +10,8 @@ Exit status 2 (with a message naming it) for an unknown scenario, solver or sett
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 REPORT_KEYS = (
@@ -61,14 +63,11 @@ def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return {key: value.strip() for key, value in split_pairs(pairs, flag)}
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
+def _check_run_args(args: argparse.Namespace) -> None:
+    """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours and seed."""
     import solvers
-    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
-    from iro_fed.problem_io import write_json_atomic
-    from iro_fed.sim import simulate
-    from iro_fed.sim.engine import SimConfigError
+    from iro_fed.cli import UsageError
     from iro_fed.sim.scenarios import SCENARIOS
-    from iro_fed.sim.signals import SignalFormatError
 
     if args.scenario not in SCENARIOS:
         raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
@@ -78,23 +77,42 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
     if args.seed < 0:
         raise UsageError(f"--seed: must be >= 0, got {args.seed}")
+
+
+@contextmanager
+def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A transient rich progress bar on stderr; yields the simulator's ``progress(done, total)`` callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from iro_fed.cli import _console
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=_console(stderr=True), transient=True)
+    with progress:
+        task = progress.add_task(description, total=None)
+
+        def tick(done: int, total: int) -> None:
+            if done % 30 == 0 or done == total:
+                progress.update(task, completed=done, total=total)
+
+        yield tick
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
+    from iro_fed.problem_io import write_json_atomic
+    from iro_fed.sim import simulate
+    from iro_fed.sim.engine import SimConfigError
+    from iro_fed.sim.signals import SignalFormatError
+
+    _check_run_args(args)
     settings = _pairs(args.set, "--set")
     if args.plain:
         from iro_fed.sim import PLAIN_KUBERNETES
 
         settings = {**PLAIN_KUBERNETES, **settings}
     solver_settings = _parse_settings(args.solver_set or [], args.solver) if args.solver_set else {}
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=_console(stderr=True), transient=True)
-    with progress:
-        task = progress.add_task(f"{args.scenario} / {args.solver}", total=None)
-
-        def tick(done: int, total: int) -> None:
-            if done % 30 == 0 or done == total:
-                progress.update(task, completed=done, total=total)
-
+    with _progress(f"{args.scenario} / {args.solver}") as tick:
         try:
             result = simulate(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
                               solver_settings=solver_settings, progress=tick)
@@ -233,23 +251,14 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
     import os
 
-    import solvers
     from iro_fed.cli import EXIT_OK, UsageError, _console
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.feedback import run_feedback_sim
-    from iro_fed.sim.scenarios import SCENARIOS
     from iro_fed.sim.signals import SignalFormatError
 
-    if args.scenario not in SCENARIOS:
-        raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
-    if args.solver not in solvers.registered():
-        raise UsageError(f"--solver: unknown solver {args.solver!r} (registered: {', '.join(solvers.registered())})")
-    if args.hours <= 0:
-        raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
-    if args.seed < 0:
-        raise UsageError(f"--seed: must be >= 0, got {args.seed}")
+    _check_run_args(args)
     if args.delay_steps < 0:
         raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
     if args.dqn_steps < 1:
@@ -268,17 +277,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
                                        else settings, steps=args.dqn_steps, seed=args.seed))
     except ValueError as exc:
         raise UsageError(f"--round-request / --dqn-registry: {exc}") from exc
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=_console(stderr=True), transient=True)
-    with progress:
-        task = progress.add_task(f"{args.scenario} / {args.solver} with feedback", total=None)
-
-        def tick(done: int, total: int) -> None:
-            if done % 30 == 0 or done == total:
-                progress.update(task, completed=done, total=total)
-
+    with _progress(f"{args.scenario} / {args.solver} with feedback") as tick:
         try:
             run = run_feedback_sim(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
                                    config=config, actions=actions, delay_steps=args.delay_steps, progress=tick)

@@ -162,21 +162,13 @@ class SimConfig:
 
 def convert_setting(key: str, value: Any, kind: type) -> Any:
     """A setting value of type ``kind`` from a Python value or a command-line string."""
-    if isinstance(value, str) and kind is not str:
-        text = value.strip().lower()
+    if isinstance(value, str) and kind in (bool, int, float):
+        from solvers.base import InvalidSettingError, _parse_text  # the solvers' own text-to-type conversion
+
         try:
-            if kind is bool:
-                if text in ("true", "1", "yes", "on"):
-                    return True
-                if text in ("false", "0", "no", "off"):
-                    return False
-                raise ValueError(value)
-            if kind is int:
-                return int(text)
-            if kind is float:
-                return float(text)
-        except ValueError:
-            raise SimConfigError(f"setting {key!r}: cannot read {value!r} as {kind.__name__}") from None
+            return _parse_text(value, kind, f"setting {key!r}")
+        except InvalidSettingError as exc:
+            raise SimConfigError(str(exc)) from None
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feedback import FeedbackConfig, FeedbackLoop, FineTuneAction, UsageModel, network_latency, placement_terms
-from iro_fed.sim.engine import RUNNING, SimConfig, SimResult, Simulator
+from iro_fed.sim.engine import RUNNING, SimResult, Simulator
 
 #: Loop settings for the simulator: about 30 decisions an hour on edge-iot, so the moving error
 #: averages about 10 of them; calibration on the first 40; a refit every 60 while calm.
@@ -173,24 +173,15 @@ def run_feedback_sim(
     (``usage_noise``, ``usage_shift_at_h``, ``usage_shift_class``, ``usage_shift_factor`` among them).
     Trigger times (``Trigger.at``) are simulator steps.
     """
-    import solvers
-    from iro_fed.sim.scenarios import build_scenario, split_settings
+    from iro_fed.sim import build_simulator
 
-    scen_params, engine = split_settings(scenario, dict(settings or {}))
-    SimConfig().with_settings(engine)
-    sc = build_scenario(scenario, seed=seed, hours=hours, **scen_params)
-    sim_config = SimConfig().with_settings({**sc.engine_defaults, **engine})
-    params = dict(solver_settings or {})
-    cls = solvers.registered().get(solver)
-    if cls is not None and "seed" in cls.parameters:
-        params.setdefault("seed", seed)
-    sim = Simulator(sc, solvers.make(solver, **params), sim_config, seed=seed)
+    sim = build_simulator(scenario, solver, seed, hours, settings, solver_settings)
     loop = FeedbackLoop(config or SIM_FEEDBACK, model=UsageModel(saturated=0.98, max_util=1.0), actions=actions,
                         registry=registry)
     listener = SimFeedback(loop, delay_steps=delay_steps, terms=terms)
     listener.attach(sim)
     result = sim.run(progress=progress)
-    return FeedbackRun(result, loop, listener.series, sc.step_s,
+    return FeedbackRun(result, loop, listener.series, sim.sc.step_s,
                        sim.usage_shift_step if sim.usage_shift_step >= 0 else None,
                        {**dict(settings or {}), "delay_steps": delay_steps})
 

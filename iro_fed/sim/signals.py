@@ -201,13 +201,7 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
                     t = _parse_time(row[tcol])
                 except ValueError:
                     raise SignalFormatError(f"{p} line {line}: {header[tcol]}: expected a time like 2020-01-01 00:00:00, got {row[tcol]!r}") from None
-                raw = row[vcol].strip()
-                try:
-                    v = float(raw)
-                except ValueError:
-                    raise SignalFormatError(f"{p} line {line}: {header[vcol]}: expected a number, got {raw!r}") from None
-                if not np.isfinite(v) or v < 0:
-                    raise SignalFormatError(f"{p} line {line}: {header[vcol]}: must be finite and >= 0, got {raw!r}")
+                v = _non_negative(row[vcol].strip(), f"{p} line {line}: {header[vcol]}")
                 if times and t <= times[-1]:
                     raise SignalFormatError(f"{p} line {line}: {header[tcol]}: times must increase, {row[tcol]!r} is not after the previous row")
                 times.append(t)
@@ -303,12 +297,17 @@ def load_latency_matrix(
         if len(row) != len(zones) + 1:
             raise SignalFormatError(f"{mpath} line {line}: expected {len(zones) + 1} columns, got {len(row)}")
         for j, cell in enumerate(row[1:]):
-            try:
-                v = float(cell)
-            except ValueError:
-                raise SignalFormatError(f"{mpath} line {line}: column {header[j]!r}: expected a number, got {cell!r}") from None
-            if not np.isfinite(v) or v < 0:
-                raise SignalFormatError(f"{mpath} line {line}: column {header[j]!r}: must be finite and >= 0, got {cell!r}")
-            m[i, j] = v
+            m[i, j] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
     m.setflags(write=False)
     return LatencyMatrix(regions, zones, m)
+
+
+def _non_negative(text: str, where: str) -> float:
+    """``text`` as a finite number >= 0; otherwise a :class:`SignalFormatError` starting with ``where``."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise SignalFormatError(f"{where}: expected a number, got {text!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise SignalFormatError(f"{where}: must be finite and >= 0, got {text!r}")
+    return v

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from iro_fed.model import GPU_MILLI
-from iro_fed.packing import arcs
+from iro_fed.packing import arc_flow
 from iro_fed.traces.openb import OpenbPod
 
 
@@ -83,21 +83,11 @@ def least_cards(
     if not items:
         return PackingBound(0, 0, 0, 0, True, capacity_milli, card_milli)
     model = cp_model.CpModel()
-    inflow: dict[int, list] = {}
-    outflow: dict[int, list] = {}
-    by_size: dict[int, list] = {m: [] for m in items}
-    for position, milli in arcs(items, card_milli):
-        arc = model.new_int_var(0, sizes[milli], f"a{position}_{milli}")
-        by_size[milli].append(arc)
-        outflow.setdefault(position, []).append(arc)
-        inflow.setdefault(position + milli, []).append(arc)
+    by_size, leaving = arc_flow(
+        items, card_milli, lambda position, milli: model.new_int_var(0, sizes[milli], f"a{position}_{milli}"), model.add,
+    )
     cards = model.new_int_var(0, count, "cards")
-    for position in set(inflow) | set(outflow):
-        if position == 0:
-            continue
-        # A card may end at any position (the loss arc to the end is implicit).
-        model.add(sum(inflow.get(position, [])) >= sum(outflow.get(position, [])))
-    model.add(sum(outflow[0]) == cards)
+    model.add(sum(leaving) == cards)
     for milli in items:
         model.add(sum(by_size[milli]) == sizes[milli])
     model.minimize(cards)

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
 
 from iro_fed.federated import wire  # noqa: E402
 from iro_fed.federated.inprocess import InProcessGrid  # noqa: E402
@@ -24,9 +24,8 @@ from iro_fed.federated.task import FedConfig, WeightLayout  # noqa: E402
 BASE = {"layer.weight": np.ones((3, 4), np.float32), "layer.bias": np.zeros(4, np.float32)}
 
 
-def _record(weights: dict[str, np.ndarray]) -> ArrayRecord:
-    """One array per layer (the format of messages without a layout)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in weights.items()})
+#: One array per layer (the format of messages without a layout).
+_record = wire.per_layer_record
 
 
 def _flat(weights: dict[str, np.ndarray]) -> dict[str, object]:

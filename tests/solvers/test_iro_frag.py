@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -11,9 +9,6 @@ import solvers
 from iro_fed import ClusterState, problem_from_dict
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.replay import replay_trace
-from iro_fed.traces.openb import load_nodes, load_pods
-
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-openb-2023"
 
 # The workload defines the typical tasks: G (8 cores, one whole card) 3 times, C (8 cores, no GPU)
 # once, so popularity G = 0.75, C = 0.25 (both kept by the 95 % coverage).
@@ -150,15 +145,6 @@ def test_settings_are_checked():
         solvers.make("iro-frag", frag_model="exact")
     with pytest.raises(solvers.InvalidSettingError, match="share_rule"):
         solvers.make("iro-frag", share_rule="lp")
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    if not DATA.exists():
-        pytest.skip("shared/data not present")
-    nodes = load_nodes(DATA / "openb_node_list_gpu_node.csv")[::12]  # 102 nodes of every shape
-    pods = load_pods(DATA / "openb_pod_list_default.csv")[::12]
-    return nodes, pods
 
 
 def test_no_worse_than_fgd_on_a_fixed_seed_slice(real_slice):
