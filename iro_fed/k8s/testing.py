@@ -594,10 +594,12 @@ class _Handler(JsonHandler):
                 self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
             while True:
                 with api._lock:
+                    if api._stopping or api._watch_generation != generation:
+                        break  # expired watches end before sending anything newer than the expiry
                     pending = [h for h in api._history if h[0] > since and h[1] == kind]
                     if not pending:
                         left = deadline - time.monotonic()
-                        if left <= 0 or api._stopping or api._watch_generation != generation:
+                        if left <= 0:
                             break
                         api._lock.wait(min(left, 0.5))
                         continue
