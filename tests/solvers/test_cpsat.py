@@ -258,7 +258,13 @@ def test_joint_solvers_benchmark_quick_run_writes_json(tmp_path):
     rows = {r["solver"]: r for r in doc["results"]}
     assert set(rows) == {"best-fit", "cpsat", "qubo"}
     assert all(r["valid"] for r in rows.values())
-    assert rows["cpsat"]["gap"] == pytest.approx(0.0, abs=1e-9)  # proved optimal at 20 x 5
-    assert rows["cpsat"]["score"] >= max(r["score"] for r in rows.values()) - 1e-9
+    # The benchmark runs on wall-clock limits, so what is proved depends on the machine's load:
+    # assert only what holds at any speed (optimality at this size is tested with deterministic limits).
+    cp = rows["cpsat"]
+    assert cp["gap"] >= -1e-9  # the exact model's bound is a bound on the true R
+    if cp["status"] == "optimal":
+        assert cp["gap"] == pytest.approx(0.0, abs=1e-9)
+        assert cp["score"] >= max(r["score"] for r in rows.values()) - 1e-9
+    assert cp["score"] >= rows["best-fit"]["score"] - 1e-9  # never worse than its hint
     assert module.main(["--solvers", "nope", "--out", str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
