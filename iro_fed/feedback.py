@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import threading
 import time
 from collections import deque
@@ -408,6 +409,11 @@ class DriftDetector:
 FineTuneAction = Callable[["FeedbackLoop", Trigger], Any]
 
 
+def action_name(action: FineTuneAction) -> str:
+    """How a fine-tune action is named in triggers and logs: its ``name``, else the function's name."""
+    return str(getattr(action, "name", None) or getattr(action, "__name__", None) or type(action).__name__)
+
+
 # --- the loop ----------------------------------------------------------------------------------
 
 
@@ -417,10 +423,13 @@ class FeedbackLoop:
     def __init__(self, config: FeedbackConfig | None = None, *, model: UsageModel | None = None,
                  actions: Sequence[FineTuneAction] = (), on_drift: Callable[[Trigger], Any] | None = None,
                  registry: Any = None, keep: int = 10_000, clock: Callable[[], float] = time.time,
-                 record_terms: bool = True, **settings: Any) -> None:
+                 record_terms: bool = True, background_actions: bool = False, **settings: Any) -> None:
         """``settings`` are :class:`FeedbackConfig` fields overriding ``config`` (``threshold=0.1``).
         ``record_terms=False`` skips the objective terms in :meth:`record_placement` (two
-        ``evaluate`` calls per decision: about 4 ms at 5,000 nodes)."""
+        ``evaluate`` calls per decision: about 4 ms at 5,000 nodes). ``background_actions`` runs
+        the fine-tune actions (and ``on_drift``) one trigger at a time on a worker thread, so that
+        a DQN fine-tune of minutes does not hold up the caller of :meth:`observe` (a scheduler's
+        metrics feed); :meth:`wait_actions` waits for them, :meth:`close` stops the worker."""
         known = {f.name for f in fields(FeedbackConfig)}
         unknown = sorted(set(settings) - known)
         if unknown:
@@ -455,6 +464,9 @@ class FeedbackLoop:
         self._regime_start = 0
         self._unfitted: dict[str, int] = {}  # classes seen but never fitted: observations so far
         self._lock = threading.RLock()
+        self.background_actions = background_actions
+        self._queue: queue.Queue[Trigger | None] | None = None
+        self._worker: threading.Thread | None = None
         self._metrics = _metrics(registry) if registry is not None else None
         if self._metrics:
             self._metrics["threshold"].labels("utilization").set(cfg.threshold)
@@ -670,7 +682,7 @@ class FeedbackLoop:
         before = dict(self.model.factors)
         after, mae = self._refit(recent)
         trigger = Trigger("fine-tune", now, self.observations, quantity, float(det.value or 0.0), float(det.threshold or 0.0),
-                          len(recent), before, after, mae, [getattr(a, "name", type(a).__name__) for a in self.actions])
+                          len(recent), before, after, mae, [action_name(a) for a in self.actions])
         self.signals.append(trigger)
         if self._active is not None and self._active.settled_error is None:
             self._active.settled_error = self.detectors["utilization"].value
@@ -688,8 +700,57 @@ class FeedbackLoop:
         return trigger
 
     def _run_actions(self, trigger: Trigger) -> None:
+        if not self.background_actions:
+            self._perform(trigger)
+            return
         for action in self.actions:
-            name = getattr(action, "name", type(action).__name__)
+            trigger.results[action_name(action)] = "queued"
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue.Queue()
+                self._worker = threading.Thread(target=self._work, args=(self._queue,), name="feedback-actions",
+                                                daemon=True)
+                self._worker.start()
+            self._queue.put(trigger)
+
+    def _work(self, jobs: queue.Queue[Trigger | None]) -> None:
+        while True:
+            trigger = jobs.get()
+            try:
+                if trigger is None:
+                    return
+                self._perform(trigger)
+            except Exception:  # on_drift failed: log it, keep serving the next trigger
+                log.exception("feedback: drift callback failed")
+            finally:
+                jobs.task_done()
+
+    def wait_actions(self, timeout: float | None = None) -> bool:
+        """Wait until every queued fine-tune action has run; False if ``timeout`` passed first."""
+        jobs = self._queue
+        if jobs is None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with jobs.all_tasks_done:
+            while jobs.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                jobs.all_tasks_done.wait(left)
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the action worker after the actions already queued (waits up to ``timeout``)."""
+        with self._lock:
+            jobs, worker = self._queue, self._worker
+            self._queue, self._worker = None, None
+        if jobs is not None and worker is not None:
+            jobs.put(None)
+            worker.join(timeout)
+
+    def _perform(self, trigger: Trigger) -> None:
+        for action in self.actions:
+            name = action_name(action)
             try:
                 trigger.results[name] = str(action(self, trigger))
             except Exception as exc:  # a failed action must not stop the loop (or the scheduler)

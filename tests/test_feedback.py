@@ -4,6 +4,7 @@ threshold and re-arming, calibration, the fine-tune actions and the Prometheus m
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -286,8 +287,32 @@ def test_a_failing_action_is_recorded_and_the_loop_goes_on():
 
     loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[broken])
     _trigger_once(loop)
-    assert loop.signals[0].results["function"].startswith("failed: RuntimeError: registry offline")
+    assert loop.signals[0].results["broken"].startswith("failed: RuntimeError: registry offline")
     assert loop.observe("n", 0.9) is not None
+
+
+def test_background_actions_leave_observe_free_and_run_one_trigger_at_a_time():
+    release, started = threading.Event(), threading.Event()
+    runs = []
+
+    def slow_fine_tune(loop, trigger):  # a DQN fine-tune of minutes, here until the test releases it
+        started.set()
+        assert release.wait(30), "observe() waited for the action: it should run on the worker"
+        runs.append(trigger.moving_error)
+        return "trained"
+
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[slow_fine_tune],
+                        background_actions=True)
+    _trigger_once(loop)  # returns although the action blocks until released
+    assert len(loop.signals) == 1 and started.wait(30)
+    assert loop.signals[0].results["slow_fine_tune"] == "queued" and runs == []
+    assert loop.observe("n", 0.9) is not None  # observations go on meanwhile
+    assert not loop.wait_actions(timeout=0.01)
+    release.set()
+    assert loop.wait_actions(timeout=30)
+    assert runs == [loop.signals[0].moving_error] and loop.signals[0].results["slow_fine_tune"] == "trained"
+    loop.close(timeout=30)
+    assert all(t.name != "feedback-actions" for t in threading.enumerate())
 
 
 def test_prometheus_metrics_are_exported():

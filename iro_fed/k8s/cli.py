@@ -187,6 +187,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
     if args.fallback not in solvers.registered():
         raise UsageError(f"--fallback: unknown solver {args.fallback!r}")
+    if (args.fine_tune_registry or args.round_request) and args.feedback_threshold is None:
+        raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
+    actions = _fine_tune_actions(args)
     kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}")
     feedback, registry = None, None
     if args.metrics_port is not None:
@@ -206,7 +209,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 "drift: moving error %.3f > %.3f; usage factor refitted %.3f -> %.3f (error now %.3f)",
                 signal.moving_error, signal.threshold, signal.factor_before, signal.factor_after, signal.error_after)
 
-        feedback = FeedbackLoop(threshold=args.feedback_threshold, on_drift=on_drift, registry=registry)
+        feedback = FeedbackLoop(threshold=args.feedback_threshold, on_drift=on_drift, registry=registry,
+                                actions=actions, background_actions=True)
     try:
         sched = IroScheduler(kube, name=args.name, solver=args.solver, solver_params=settings, fallback=args.fallback,
                              time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
@@ -227,7 +231,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("batch window", f"{args.window_s:g} s, at most {args.max_batch} pods"),
         ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
         ("feedback", "off" if feedback is None else
-         f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"),
+         f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
+         + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
         ("metrics", "off" if registry is None else f":{args.metrics_port}/metrics"),
     ])
     sched.start()
@@ -235,7 +240,32 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         _wait_for_signal()
     finally:
         sched.stop(release=True)
+        if feedback is not None:
+            feedback.close(timeout=5.0)  # a fine-tune still running is abandoned: its version is published atomically or not at all
     return EXIT_OK
+
+
+def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
+    """The fine-tune actions of ``iro scheduler`` on drift (they run on the loop's worker thread)."""
+    from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
+
+    if args.fine_tune_steps < 1:
+        raise UsageError(f"--fine-tune-steps: must be >= 1, got {args.fine_tune_steps}")
+    actions: list[Any] = []
+    try:
+        if args.round_request:
+            actions.append(FederatedRoundRequest(args.round_request, site=args.name))
+        if args.fine_tune_registry:
+            from iro_fed.sim.scenarios import SCENARIOS
+
+            if args.fine_tune_scenario not in SCENARIOS:
+                raise UsageError(f"--fine-tune-scenario: unknown scenario {args.fine_tune_scenario!r} "
+                                 f"(known: {', '.join(sorted(SCENARIOS))})")
+            actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=args.fine_tune_scenario,
+                                       steps=args.fine_tune_steps))
+    except ValueError as exc:
+        raise UsageError(f"--round-request / --fine-tune-registry: {exc}") from exc
+    return actions
 
 
 # --- registration -----------------------------------------------------------------------------
@@ -294,6 +324,14 @@ def register(sub: Any) -> None:
     p.add_argument("--feedback-threshold", type=float, metavar="E",
                    help="track predicted vs measured node CPU utilization (metrics-server) and refit on drift above E")
     p.add_argument("--metrics-poll-s", type=_positive, default=30.0, metavar="S", help="NodeMetrics poll period (default 30)")
+    p.add_argument("--fine-tune-registry", metavar="DIR",
+                   help="on drift, also fine-tune the DQN policy (latest version in DIR, else the shipped one) on "
+                        "--fine-tune-scenario and publish it to the policy registry DIR")
+    p.add_argument("--fine-tune-scenario", default="edge-iot", metavar="NAME",
+                   help="simulator scenario of the DQN fine-tune (default edge-iot)")
+    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help="decisions per DQN fine-tune (default 256)")
+    p.add_argument("--round-request", metavar="DIR",
+                   help="on drift, also write a federated round request into DIR/requests (for iro fed server)")
     p.add_argument("--metrics-port", type=_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -42,6 +42,13 @@ def test_help_lists_the_kubernetes_commands(capsys):
         (["extender", "--port", "0", "--watch"], "--kubeconfig: required when not running inside a cluster"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--mode", "affinity"], "--mode affinity: needs --kubeconfig"),
         (["scheduler", "--fallback", "nope", "--kubeconfig", __file__], "--fallback: unknown solver"),
+        (["scheduler", "--kubeconfig", __file__, "--fine-tune-registry", "/tmp/x"], "need --feedback-threshold"),
+        (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
+          "--fine-tune-scenario", "nope"], "--fine-tune-scenario: unknown scenario 'nope'"),
+        (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
+          "--fine-tune-steps", "0"], "--fine-tune-steps: must be >= 1"),
+        (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request", __file__],
+         "exists and is not a folder"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(argv, fragment, capsys, monkeypatch):
@@ -138,3 +145,17 @@ def test_scheduler_command_binds_against_the_api(tmp_path, api, kubeconfig):
     assert proc.returncode == 0, err
     assert "iro scheduler" in out
     assert [e["reason"] for e in api.list("events")] == ["Scheduled"]
+
+
+def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
+    import argparse
+
+    from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
+    from iro_fed.k8s.cli import _fine_tune_actions
+
+    args = argparse.Namespace(name="iro-edge", fine_tune_registry=str(tmp_path / "reg"), fine_tune_scenario="bank",
+                              fine_tune_steps=64, round_request=str(tmp_path / "reg"))
+    req, tune = _fine_tune_actions(args)
+    assert isinstance(req, FederatedRoundRequest) and req.site == "iro-edge" and req.root == tmp_path / "reg"
+    assert isinstance(tune, DQNFineTune) and tune.scenario == "bank" and tune.steps == 64
+    assert tune.registry == tmp_path / "reg"
