@@ -70,6 +70,10 @@ def register(sub: Any) -> None:
     n.add_argument("--auth-key", default=None, help="this node's private key (OpenSSH) for SuperNode authentication")
     n.add_argument("--port", type=int, default=9094, help="local ClientApp runtime port (default 9094)")
     n.add_argument("--node-config", default="", help="extra node settings 'key=value ...'")
+    n.add_argument("--executor", choices=("warm", "flower"), default="warm",
+                   help="ClientApp executor: warm (default; ours, heavy modules imported once, a forked process per "
+                        "message) or flower (Flower's SuperExec, a new flwr-clientapp process per message: several "
+                        "seconds more per round)")
     n.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     n.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     n.set_defaults(func=cmd_node)
@@ -328,10 +332,98 @@ def cmd_node(args: argparse.Namespace) -> int:
                              _need_file("--root-certificates", args.root_certificates) if args.root_certificates
                              else None,
                              _need_file("--auth-key", args.auth_key) if args.auth_key else None)
+    if args.executor == "flower":
+        if args.dry_run:
+            print(" ".join(argv))
+            return EXIT_OK
+        return _run_foreground(argv, _daemon_env())
+    argv += ["--isolation", "process"]
     if args.dry_run:
         print(" ".join(argv))
+        print(" ".join(executor_command(args.port, "<supernode pid>")))
         return EXIT_OK
-    return _run_foreground(argv, _daemon_env())
+    return _run_node_with_executor(argv, args.port, _daemon_env())
+
+
+def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
+    """The warm ClientApp executor of a SuperNode whose Runtime API listens on ``runtime_port``
+    (:mod:`iro_fed.federated.executor`; loopback, plain HTTP like Flower's own SuperExec)."""
+    return [sys.executable, "-m", "iro_fed.federated.executor", "--runtime-api-address", f"127.0.0.1:{runtime_port}",
+            "--insecure", "--parent-pid", str(parent_pid)]
+
+
+def _run_node_with_executor(node_argv: list[str], runtime_port: int, env: dict[str, str],
+                            start_timeout_s: float = 120.0) -> int:
+    """Run ``flower-supernode --isolation process`` and the warm executor next to it, in the
+    foreground: the executor starts once the SuperNode's Runtime API listens and is restarted (with
+    a growing pause) if it dies while the SuperNode runs; SIGTERM / Ctrl-C stop both. Returns the
+    SuperNode's exit status."""
+    import socket
+    import time
+
+    from iro_fed.federated.local import app_dir
+
+    exec_env = dict(env)
+    exec_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(app_dir()), env.get("PYTHONPATH", "")) if p)
+    node = subprocess.Popen(node_argv, env=env, start_new_session=True)
+    procs: list[subprocess.Popen] = [node]
+    stopping = False
+
+    def stop_all(signum: int = signal.SIGTERM, _frame: Any = None) -> None:
+        nonlocal stopping
+        stopping = True
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    old = signal.signal(signal.SIGTERM, stop_all)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while node.poll() is None and not stopping:
+            try:
+                with socket.create_connection(("127.0.0.1", runtime_port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    print(f"iro fed node: the SuperNode's Runtime API did not listen on 127.0.0.1:{runtime_port} "
+                          f"within {start_timeout_s:.0f} s", file=sys.stderr)
+                    stop_all()
+                    return node.wait(timeout=20)
+                time.sleep(0.2)
+        pause = 1.0
+        while node.poll() is None and not stopping:
+            executor = subprocess.Popen(executor_command(runtime_port, node.pid), env=exec_env, start_new_session=True)
+            procs[1:] = [executor]
+            started = time.monotonic()
+            while node.poll() is None and executor.poll() is None and not stopping:
+                time.sleep(0.5)
+            if node.poll() is None and not stopping:
+                pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
+                print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
+                      f"{pause:.0f} s", file=sys.stderr)
+                time.sleep(pause)
+        return node.wait()
+    except KeyboardInterrupt:
+        stop_all(signal.SIGINT)
+        try:
+            return node.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            for proc in procs:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return 130
+    finally:
+        stop_all()
+        for proc in procs[1:]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        signal.signal(signal.SIGTERM, old)
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -216,8 +216,9 @@ class LocalFederation:
         Flower's own SuperExec uses it); returns once every executor has preloaded its modules."""
         for i, (runtime_port, node) in enumerate(nodes):
             self._wait_port(runtime_port, node, f"supernode-{i}")
-            argv = [sys.executable, "-m", "iro_fed.federated.executor", "--runtime-api-address",
-                    f"127.0.0.1:{runtime_port}", "--insecure", "--parent-pid", str(node.pid)]
+            from iro_fed.federated.cli import executor_command
+
+            argv = executor_command(runtime_port, node.pid)
             self._spawn(f"executor-{i}", argv, self._app_path())
         deadline = time.monotonic() + max(self.start_timeout, 120.0)  # preloading torch on a busy machine
         for i in range(len(nodes)):

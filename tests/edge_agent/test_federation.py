@@ -142,11 +142,11 @@ def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config, ca
     argv = supernode_argv(cfg.federated, 9123)
     assert main(["fed", "node", "--superlink", "link.example.org:9092", "--site", "2", "--port", "9123",
                  "--root-certificates", str(ca), "--auth-key", str(key), "--node-config", 'weight=2 zone="eu"',
-                 "--dry-run"]) == 0
+                 "--executor", "flower", "--dry-run"]) == 0
     assert " ".join(argv) == capsys.readouterr().out.strip()
     cfg = load_config(write_config(federated={"enabled": True, "superlink": "10.1.1.1:9092", "insecure": True}), env={})
     assert main(["fed", "node", "--superlink", "10.1.1.1:9092", "--site", "0", "--port", "9094", "--insecure",
-                 "--dry-run"]) == 0
+                 "--executor", "flower", "--dry-run"]) == 0
     assert " ".join(supernode_argv(cfg.federated, 9094)) == capsys.readouterr().out.strip()
     # the agent adds its experience store to the node config
     assert node_config_arg(cfg.federated, tmp_path / "exp.db") == f'site=0 experience-db="{tmp_path / "exp.db"}"'

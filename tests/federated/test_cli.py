@@ -65,8 +65,57 @@ def test_certs_then_tls_server_and_node_commands(tmp_path, capsys) -> None:
     assert "--ssl-certfile" in cmd and "--enable-supernode-auth" in cmd and "--insecure" not in cmd
     assert main(["fed", "node", "--superlink", "fl.example.org:8000", "--site", "3", "--root-certificates",
                  str(out / "ca.crt"), "--auth-key", str(out / "node0"), "--dry-run"]) == 0
-    cmd = capsys.readouterr().out
-    assert "--root-certificates" in cmd and "--auth-supernode-private-key" in cmd and "site=3" in cmd
-    assert "--insecure" not in cmd
-    assert main(["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--dry-run"]) == 0
-    assert "--insecure" in capsys.readouterr().out
+    node_cmd, exec_cmd = capsys.readouterr().out.splitlines()
+    assert "--root-certificates" in node_cmd and "--auth-supernode-private-key" in node_cmd and "site=3" in node_cmd
+    assert "--insecure" not in node_cmd and "--isolation process" in node_cmd  # the warm executor serves it
+    assert "iro_fed.federated.executor --runtime-api-address 127.0.0.1:9094" in exec_cmd
+    assert main(["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--executor", "flower",
+                 "--dry-run"]) == 0
+    (node_cmd,) = capsys.readouterr().out.splitlines()
+    assert "--insecure" in node_cmd and "--isolation" not in node_cmd
+
+
+def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_path) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    from iro_fed.federated.executor import READY_LINE
+    from iro_fed.federated.local import flower_bin
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_HOME": str(tmp_path / "flwr")}
+    link_port, runtime_port = free_port(), free_port()
+    link = subprocess.Popen([flower_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(link_port),
+                             "--insecure", "--disable-runtime-dependency-installation"], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "node.log"
+    with open(log, "wb") as out:
+        node = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", "fed", "node", "--superlink",
+                                 f"127.0.0.1:{link_port}", "--site", "0", "--insecure", "--port", str(runtime_port)],
+                                env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180  # the executor imports torch and flwr before it says so
+        while READY_LINE not in log.read_text(errors="replace") and node.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert READY_LINE in log.read_text(errors="replace"), log.read_text(errors="replace")[-3000:]
+        children = psutil.Process(node.pid).children(recursive=True)
+        names = " ".join(" ".join(c.cmdline()) for c in children)
+        assert "flower-supernode" in names and "--isolation process" in names and "iro_fed.federated.executor" in names
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=60) is not None
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [" ".join(p.cmdline()) for p in alive]
+    finally:
+        for proc in (node, link):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL) if proc is link else proc.kill()
+                proc.wait(timeout=10)
