@@ -82,6 +82,8 @@ class BackoffConfig:
 
 
 FEDERATED_MODES = ("start", "connect")
+#: ClientApp executors of a started SuperNode: ours (modules preloaded) or Flower's own.
+FEDERATED_EXECUTORS = ("warm", "flower")
 
 
 @dataclass
@@ -101,6 +103,7 @@ class FederatedConfig:
     auth_key: Path | None = None  # this node's private key for SuperNode authentication
     insecure: bool = False  # plain HTTP to the SuperLink: only when set explicitly
     clientappio_port: int = 9094  # the SuperNode's ClientAppIo / runtime API port (0: a free one per start)
+    executor: str = "warm"  # mode start: warm (ours, heavy modules imported once) or flower (a process per message)
     node_config: dict[str, Any] = field(default_factory=dict)  # extra node-config entries
     experience: bool = True  # pass the experience store to the ClientApp (node-config experience-db)
     flwr_home: Path | None = None  # private FLWR_HOME (default: beside the store, else a temp folder)
@@ -152,6 +155,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_LOG_LEVEL": "log_level",
     "IRO_AGENT_FEDERATED_ENABLED": "federated.enabled",
     "IRO_AGENT_FEDERATED_MODE": "federated.mode",
+    "IRO_AGENT_FEDERATED_EXECUTOR": "federated.executor",
     "IRO_AGENT_SUPERLINK": "federated.superlink",
     "IRO_AGENT_FEDERATED_SITE": "federated.site",
     "IRO_AGENT_FEDERATED_ROOT_CERTIFICATES": "federated.root_certificates",
@@ -192,6 +196,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "backoff.max_s": ("float", (0.001, None)),
     "federated.enabled": ("bool", None),
     "federated.mode": ("str", FEDERATED_MODES),
+    "federated.executor": ("str", FEDERATED_EXECUTORS),
     "federated.superlink": ("str", None),
     "federated.site": ("int", (0, None)),
     "federated.root_certificates": ("path", None),

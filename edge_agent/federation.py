@@ -95,9 +95,10 @@ def supernode_argv(fed: FederatedConfig, port: int, experience_db: Path | None =
         raise FileNotFoundError("flower-supernode: not found; install the 'fed' extra (pip install 'iro-fed[fed]')")
     from iro_fed.federated.cli import supernode_command
 
-    return supernode_command(exe, fed.superlink, port, node_config_arg(fed, experience_db),
+    argv = supernode_command(exe, fed.superlink, port, node_config_arg(fed, experience_db),
                              None if fed.root_certificates is None else str(Path(fed.root_certificates).resolve()),
                              None if fed.auth_key is None else str(Path(fed.auth_key).resolve()))
+    return argv + (["--isolation", "process"] if fed.executor == "warm" else [])
 
 
 def _free_port() -> int:
@@ -159,6 +160,8 @@ class SuperNodeSupervisor:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
+        self.executor: subprocess.Popen | None = None  # the warm ClientApp executor beside the SuperNode
+        self.executor_starts = 0
         self._thread: threading.Thread | None = None
         self._reader: threading.Thread | None = None
         self.state = "stopped"
@@ -193,6 +196,9 @@ class SuperNodeSupervisor:
             }
             if self.fed.mode == "start":
                 doc["pid"] = proc.pid if proc is not None and proc.poll() is None else None
+                ex = self.executor
+                doc["executor"] = {"kind": self.fed.executor, "starts": self.executor_starts,
+                                   "pid": ex.pid if ex is not None and ex.poll() is None else None}
                 doc["flwr_home"] = str(self.flwr_home) if self.flwr_home else None
                 doc["restart_in_s"] = (round(max(self.next_start_at - time.monotonic(), 0.0), 3)
                                        if self.next_start_at is not None else None)
@@ -312,6 +318,31 @@ class SuperNodeSupervisor:
               experience_db=str(self.experience_db) if self.experience_db else None)
         return proc
 
+    def _spawn_executor(self, node: subprocess.Popen) -> None:
+        """Start (or restart) the warm ClientApp executor on the SuperNode's Runtime API: the
+        command ``iro fed node`` runs; its ClientApps' output is read like the SuperNode's."""
+        from iro_fed.federated.cli import executor_command
+
+        old = self.executor
+        if old is not None:
+            event(self.log, logging.WARNING, "clientapp executor exited: restarting", exit_code=old.returncode,
+                  pid=old.pid)
+        env = self._env()
+        app_root = str(Path(__file__).resolve().parents[1])  # the checkout holding iro_fed and solvers
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (app_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            ex = subprocess.Popen(executor_command(self.port, node.pid), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(self.flwr_home),
+                                  start_new_session=True)
+        except OSError as exc:
+            event(self.log, logging.WARNING, "could not start the clientapp executor", error=str(exc))
+            return
+        with self._lock:
+            self.executor = ex
+            self.executor_starts += 1
+        threading.Thread(target=self._read_output, args=(ex,), name="executor-output", daemon=True).start()
+        event(self.log, logging.INFO, "clientapp executor started", pid=ex.pid, clientappio=f"127.0.0.1:{self.port}")
+
     def _run_start(self) -> None:
         backoff = Backoff(self.fed.restart_initial_s, self.fed.restart_max_s)
         try:
@@ -330,9 +361,14 @@ class SuperNodeSupervisor:
                 began = time.monotonic()
                 with self._lock:
                     self.started_at = time.time()
+                next_executor = 0.0
                 while proc.poll() is None and not self.stopping.wait(min(self.fed.check_interval_s, 0.2)):
                     if self.state == "starting" and port_open(self.port, timeout=0.2):
                         self._set("running")
+                    if (self.fed.executor == "warm" and self.state in ("running", "connected")
+                            and time.monotonic() >= next_executor and (self.executor is None or self.executor.poll() is not None)):
+                        self._spawn_executor(proc)
+                        next_executor = time.monotonic() + 2.0  # not more often if it keeps dying
                     if self.node_id is not None and self.state == "running":
                         self._set("connected")
                 if self.stopping.is_set():
@@ -362,7 +398,10 @@ class SuperNodeSupervisor:
     def _terminate(self, grace: float) -> None:
         """SIGTERM the child's group and marked processes, wait ``grace`` s, then SIGKILL what is left."""
         with self._lock:
-            proc = self.proc
+            proc, ex = self.proc, self.executor
+            self.executor = None
+        if ex is not None and ex.poll() is None:
+            _kill(ex.pid, signal.SIGTERM, group=True)  # it also carries the marker: the sweep below finds its children
         marked = self._marked()
         if proc is None and not marked:
             return
@@ -384,6 +423,11 @@ class SuperNodeSupervisor:
                 pass
         for pid in self._marked():
             _kill(pid, signal.SIGKILL)
+        if ex is not None:
+            try:
+                ex.wait(timeout=5)  # reaped: no zombie left behind
+            except subprocess.TimeoutExpired:
+                _kill(ex.pid, signal.SIGKILL, group=True)
         if self._reader is not None:
             self._reader.join(2.0)
         if proc is not None and proc.poll() is not None:

@@ -93,6 +93,8 @@ def test_federated_settings_from_file_and_environment(tmp_path, write_config):
     ({"insecure": False, "root_certificates": "agent.yaml", "auth_key": "nokey"}, {}, "federated.auth_key",
      "no such file"),
     ({"mode": "adopt"}, {}, "federated.mode", "must be one of start, connect"),
+    ({"executor": "cold"}, {}, "federated.executor", "must be one of warm, flower"),
+    ({}, {"IRO_AGENT_FEDERATED_EXECUTOR": "x"}, "federated.executor (from IRO_AGENT_FEDERATED_EXECUTOR)", "must be one of"),
     ({"site": -1}, {}, "federated.site", "must be >= 0"),
     ({"site": "madrid"}, {}, "federated.site", "expected an integer"),
     ({"node_config": {"site": 2}}, {}, "federated.node_config.site", "set by the agent"),
@@ -142,9 +144,12 @@ def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config, ca
     argv = supernode_argv(cfg.federated, 9123)
     assert main(["fed", "node", "--superlink", "link.example.org:9092", "--site", "2", "--port", "9123",
                  "--root-certificates", str(ca), "--auth-key", str(key), "--node-config", 'weight=2 zone="eu"',
-                 "--executor", "flower", "--dry-run"]) == 0
-    assert " ".join(argv) == capsys.readouterr().out.strip()
-    cfg = load_config(write_config(federated={"enabled": True, "superlink": "10.1.1.1:9092", "insecure": True}), env={})
+                 "--dry-run"]) == 0
+    node_line, executor_line = capsys.readouterr().out.strip().splitlines()
+    assert " ".join(argv) == node_line and "--isolation process" in node_line  # the warm executor serves it
+    assert "iro_fed.federated.executor --runtime-api-address 127.0.0.1:9123" in executor_line
+    cfg = load_config(write_config(federated={"enabled": True, "superlink": "10.1.1.1:9092", "insecure": True,
+                                              "executor": "flower"}), env={})
     assert main(["fed", "node", "--superlink", "10.1.1.1:9092", "--site", "0", "--port", "9094", "--insecure",
                  "--executor", "flower", "--dry-run"]) == 0
     assert " ".join(supernode_argv(cfg.federated, 9094)) == capsys.readouterr().out.strip()
