@@ -13,10 +13,17 @@
    to the heuristics: R and unplaced pods.
 3. **Inference.** Per-decision latency of ``dqn.decide`` at 5,000 nodes, candidate pre-selection
    included (target <= 1 ms), next to greedy-objective's.
-4. **Ablation.** Each Rainbow component off in turn, same short training, held-out env reward.
+4. **Ablation.** Rainbow variants (each component off in turn, plus named combinations), the
+   same short training per variant and training seed, held-out env reward: per variant the mean,
+   min, max and standard deviation over the training seeds. The row equal to ``DQNConfig``'s
+   defaults is marked. ``--ablation-variants`` picks variants by name (``one-off``, ``combos``,
+   ``all`` or single names from :data:`VARIANTS`) or as inline settings
+   (``noisy=false+n_step=1``); ``--ablation-seeds 0,1,2`` trains each on several seeds.
 
     .venv/bin/python benchmarks/dqn.py --quick          # minutes: short training, one seed
     .venv/bin/python benchmarks/dqn.py                  # 10 min training per scenario, 3 seeds
+    .venv/bin/python benchmarks/dqn.py --sections ablation --scenarios bank \
+        --ablation-variants all-on,dd,dd-c51 --ablation-seeds 0,1,2 --out benchmarks/results/dqn_ablation_bank.json
 
 Writes ``benchmarks/results/dqn.json`` and the policies under ``benchmarks/results/dqn/``.
 """
@@ -45,16 +52,81 @@ from iro_fed.problem_io import write_json_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HEURISTICS = ("kube-default", "best-fit", "greedy-objective")
-ABLATIONS = {
-    "all on (default)": {},
-    "no double": {"double": False},
-    "no dueling": {"dueling": False},
-    "no noisy (epsilon)": {"noisy": False},
-    "no prioritized": {"prioritized": False},
-    "1-step": {"n_step": 1},
-    "no C51": {"distributional": False},
-    "no attention": {"attention": False},
+#: Every Rainbow switch at "on" (n-step 3); the variants below are this with some switched off.
+RAINBOW: dict[str, Any] = {"double": True, "dueling": True, "prioritized": True, "n_step": 3, "noisy": True,
+                           "distributional": True, "attention": True}
+_MINIMAL = {"prioritized": False, "n_step": 1, "noisy": False, "distributional": False, "attention": False}
+#: Named variants: (label, changes to :data:`RAINBOW`). "one-off" turns one component off at a
+#: time (the issue's ablation); "combos" keeps subsets the one-off rows suggested.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "all-on": ("all on", {}),
+    "no-double": ("no double", {"double": False}),
+    "no-dueling": ("no dueling", {"dueling": False}),
+    "no-noisy": ("no noisy (epsilon)", {"noisy": False}),
+    "no-per": ("no prioritized", {"prioritized": False}),
+    "1-step": ("1-step", {"n_step": 1}),
+    "no-c51": ("no C51", {"distributional": False}),
+    "no-attention": ("no attention", {"attention": False}),
+    "dd": ("double+dueling only", _MINIMAL),
+    "dd-c51": ("double+dueling+C51", {**_MINIMAL, "distributional": True}),
+    "dd-attn": ("double+dueling+attention", {**_MINIMAL, "attention": True}),
+    "dd-c51-attn": ("double+dueling+C51+attention", {**_MINIMAL, "distributional": True, "attention": True}),
+    "dd-nstep": ("double+dueling+3-step", {**_MINIMAL, "n_step": 3}),
+    "no-noisy-per": ("all on - noisy - PER", {"noisy": False, "prioritized": False}),
 }
+VARIANT_GROUPS = {
+    "one-off": ("all-on", "no-double", "no-dueling", "no-noisy", "no-per", "1-step", "no-c51", "no-attention"),
+    "combos": ("all-on", "dd", "dd-c51", "dd-attn", "dd-c51-attn", "dd-nstep", "no-noisy-per"),
+}
+VARIANT_GROUPS["all"] = tuple(VARIANTS)
+
+
+def parse_variants(text: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``--ablation-variants``: ``(id, label, changes)`` per comma-separated item, in order, no duplicates.
+
+    An item is a group (``one-off``, ``combos``, ``all``), a name of :data:`VARIANTS`, or inline
+    DQNConfig settings on top of :data:`RAINBOW` joined by ``+`` (``noisy=false+n_step=1``).
+    """
+    import dataclasses
+
+    from solvers.base import _parse_text  # the solvers' own text-to-type conversion
+    from solvers.dqn.config import DQNConfig
+
+    kinds = {f.name: {"int": int, "float": float, "bool": bool}[str(f.type)] for f in dataclasses.fields(DQNConfig)}
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if item in VARIANT_GROUPS:
+            out += [(name, *VARIANTS[name]) for name in VARIANT_GROUPS[item]]
+        elif item in VARIANTS:
+            out.append((item, *VARIANTS[item]))
+        elif "=" in item:
+            changes: dict[str, Any] = {}
+            for pair in item.split("+"):
+                key, _, value = pair.partition("=")
+                key = key.strip()
+                if key not in kinds:
+                    raise SystemExit(f"--ablation-variants {item}: unknown DQN config field {key!r} "
+                                     f"(known: {', '.join(sorted(kinds))})")
+                try:
+                    changes[key] = _parse_text(value.strip(), kinds[key], f"--ablation-variants {key}")
+                except ValueError as exc:
+                    raise SystemExit(str(exc)) from exc
+            out.append((item, item, changes))
+        else:
+            raise SystemExit(f"--ablation-variants: unknown variant {item!r} (groups: {', '.join(VARIANT_GROUPS)}; "
+                             f"names: {', '.join(VARIANTS)}; or inline settings like noisy=false+n_step=1)")
+    seen: set[str] = set()
+    return [v for v in out if not (v[0] in seen or seen.add(v[0]))]
+
+
+def is_default(changes: dict[str, Any]) -> bool:
+    """Whether RAINBOW + ``changes`` is what ``DQNConfig()`` sets for the Rainbow switches."""
+    from solvers.dqn.config import DQNConfig
+
+    defaults = DQNConfig().to_dict()
+    return all(defaults[k] == v for k, v in {**RAINBOW, **changes}.items())
 
 
 def machine() -> str:
@@ -177,19 +249,45 @@ def latency_section(args: argparse.Namespace, console: Console) -> dict[str, Any
     return out
 
 
-def ablation_section(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
-    rows = []
-    scenario = args.scenarios[0]
-    for label, change in ABLATIONS.items():
-        out = RESULTS / "dqn" / "ablation" / (label.split(" ")[0] + "_" + "_".join(change) + ".pt")
-        solver = solvers.make("dqn", seed=0)
+def ablation_section(args: argparse.Namespace, console: Console,
+                     save: Any = None) -> list[dict[str, Any]]:
+    """Train every variant on every ablation seed and scenario; one row per (scenario, variant).
+
+    ``save(rows)`` is called after each training run so a long ablation keeps what it measured.
+    """
+    rows: list[dict[str, Any]] = []
+    for scenario in args.ablation_scenarios:
         hours = hours_for(args, scenario)
-        result = solver.fit(env_factories(scenario, 4, 0, hours, 16, {}), args.ablation_steps, out=out,
-                            config=change, progress=False, track_emissions=False)
-        ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, hours, 16, {})
-        rows.append({"variant": label, "change": change, "policy_reward": ev["policy_reward"],
-                     "greedy_reward": ev["greedy_reward"], "train_s": result.wall_s})
-        console.print(f"  {label:20s} held-out reward {ev['policy_reward']:+.3f} (greedy {ev['greedy_reward']:+.3f})")
+        greedy: float | None = None
+        by_variant: dict[str, dict[str, Any]] = {}
+        for vid, label, change in args.ablation_variants:
+            by_variant[vid] = {"scenario": scenario, "variant": label, "id": vid, "change": change,
+                               "config": {**RAINBOW, **change}, "default": is_default(change),
+                               "steps": args.ablation_steps, "seeds": [], "policy_rewards": [], "train_s": []}
+            rows.append(by_variant[vid])
+        for seed in args.ablation_seeds:  # seed-major: a run cut short has every variant on the same seeds
+            for vid, label, _ in args.ablation_variants:
+                row = by_variant[vid]
+                name = f"{vid.replace('=', '-').replace('+', '_')}_s{seed}.pt"
+                solver = solvers.make("dqn", seed=seed)
+                result = solver.fit(env_factories(scenario, 4, seed, hours, 16, {}), args.ablation_steps,
+                                    out=RESULTS / "dqn" / "ablation" / scenario / name, config=row["config"],
+                                    progress=False, track_emissions=False)
+                ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, hours, 16, {},
+                                     baseline=greedy is None)
+                if greedy is None:
+                    greedy = ev["greedy_reward"]
+                row["seeds"].append(seed)
+                row["policy_rewards"].append(ev["policy_reward"])
+                row["train_s"].append(result.wall_s)
+                values = np.array(row["policy_rewards"])
+                row.update(greedy_reward=greedy, policy_reward=float(values.mean()), min=float(values.min()),
+                           max=float(values.max()), std=float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                           mean_train_s=float(np.mean(row["train_s"])))
+                console.print(f"  {scenario} {label:30s} seed {seed} held-out reward {ev['policy_reward']:+.3f} "
+                              f"(greedy {greedy:+.3f}, {result.wall_s:.0f} s)")
+                if save is not None:
+                    save([r for r in rows if r["seeds"]])
     return rows
 
 
@@ -218,11 +316,15 @@ def print_tables(doc: dict[str, Any], console: Console) -> None:
                       f"{lat['dqn']['p99_ms']:.3f} ms (target <= 1 ms); greedy-objective mean "
                       f"{lat['greedy-objective']['mean_ms']:.3f} ms")
     if doc.get("ablation"):
-        t = Table(title="Ablation: held-out env reward after the same short training")
-        for col in ("variant", "policy reward", "greedy reward", "train s"):
-            t.add_column(col, justify="right")
+        seeds = doc["settings"].get("ablation_seeds", [0])
+        t = Table(title=f"Ablation: held-out env reward after {doc['settings'].get('ablation_steps')} training steps, "
+                        f"training seeds {seeds} (* = DQNConfig defaults)")
+        for col in ("scenario", "variant", "mean", "min", "max", "std", "greedy", "train s"):
+            t.add_column(col, justify="right", no_wrap=col == "variant")
         for row in doc["ablation"]:
-            t.add_row(row["variant"], f"{row['policy_reward']:+.3f}", f"{row['greedy_reward']:+.3f}", f"{row['train_s']:.0f}")
+            t.add_row(row["scenario"], row["variant"] + (" *" if row["default"] else ""), f"{row['policy_reward']:+.3f}",
+                      f"{row['min']:+.3f}", f"{row['max']:+.3f}", f"{row['std']:.3f}", f"{row['greedy_reward']:+.3f}",
+                      f"{row['mean_train_s']:.0f}")
         console.print(t)
 
 
@@ -242,6 +344,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--latency-pods", type=int, default=300)
     ap.add_argument("--ablation-steps", type=int, default=6000)
     ap.add_argument("--ablation-episodes", type=int, default=3)
+    ap.add_argument("--ablation-seeds", default="0", help="training seeds per ablation variant (default 0)")
+    ap.add_argument("--ablation-variants", default="one-off",
+                    help="comma-separated: groups one-off (default), combos, all; names "
+                         f"({', '.join(VARIANTS)}); or inline settings on top of all-on, e.g. noisy=false+n_step=1")
+    ap.add_argument("--ablation-scenarios", default=None,
+                    help="scenarios of the ablation (default: the first of --scenarios)")
     ap.add_argument("--sections", default="scenarios,generalization,latency,ablation")
     ap.add_argument("--skip-train", action="store_true", help="reuse policies already under results/dqn/")
     ap.add_argument("--out", default=str(RESULTS / "dqn.json"))
@@ -254,14 +362,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.eval_seeds = [int(s) for s in str(args.eval_seeds).split(",") if s]
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     args.sections = set(args.sections.split(","))
+    args.ablation_seeds = [int(s) for s in str(args.ablation_seeds).split(",") if s]
+    args.ablation_variants = parse_variants(args.ablation_variants)
+    args.ablation_scenarios = ([s for s in args.ablation_scenarios.split(",") if s] if args.ablation_scenarios
+                               else args.scenarios[:1])
+    for flag, values in (("--ablation-seeds", args.ablation_seeds), ("--ablation-variants", args.ablation_variants),
+                         ("--ablation-scenarios", args.ablation_scenarios)):
+        if "ablation" in args.sections and not values:
+            ap.error(f"{flag}: empty")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(stderr=False)
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)  # files/pipes: tables unclipped
+    settings = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}
+    settings["ablation_variants"] = [vid for vid, _, _ in args.ablation_variants]
     doc: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                           "settings": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}}
+                           "settings": settings}
     console.print(f"[dim]{doc['machine']}[/dim]")
     doc["scenarios"] = scenario_section(args, console) if "scenarios" in args.sections else []
     if "generalization" in args.sections:
@@ -269,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     if "latency" in args.sections:
         doc["latency"] = latency_section(args, console)
     if "ablation" in args.sections:
-        doc["ablation"] = ablation_section(args, console)
+        def save(rows: list[dict[str, Any]]) -> None:
+            write_json_atomic(args.out, {**doc, "ablation": rows, "partial": True})
+
+        doc["ablation"] = ablation_section(args, console, save)
     print_tables(doc, console)
     write_json_atomic(args.out, doc)
     console.print(f"wrote {args.out}")
