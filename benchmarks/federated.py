@@ -12,7 +12,15 @@ of environment steps and is evaluated greedily on the held-out site:
    pod: the simulator env's reward) and the simulator's score, plus the objective's greedy
    choice and a random valid action as references; candidate slots are shuffled at evaluation
    (see :func:`iro_fed.federated.task.evaluate_policy`). Targets: federated >= 95 % of
-   centralized R, and better than the mean local-only policy.
+   centralized R, and better than the mean local-only policy. Training is repeated for
+   ``--seeds`` benchmark seeds (seed ``s``: initial policy and federation seed ``s``, local-only
+   site ``i`` trains with seed ``500 + i + 1000 s``, centralized with ``700 + 1000 s``; seed 0 is
+   the single-seed run of earlier releases); every policy is evaluated on the same ``--episodes``
+   held-out episodes (env seeds ``--eval-seed``, ``+1``, ...). Reported: the mean over seeds with
+   its standard deviation, and per seed the federated minus mean local-only difference. Each
+   federated site keeps its replay buffer from round to round (``keep-replay``, the default),
+   as a local-only site keeps its own over its steps; ``--set keep-replay=false`` starts every
+   round with an empty buffer (the earlier behaviour, for comparison).
 2. **Poisoning**: five clients, one sends ``w + 1e6`` every round. FedAvg without the norm
    check (Flower's plain behaviour) against FedAvg with our update validation, FedMedian, Krum
    and FedTrimmedAvg (validation off, so the aggregator alone must resist). Target: robust
@@ -29,8 +37,8 @@ Quality and poisoning run the deployed ServerApp loop and ClientApp handlers thr
 in-process grid (:mod:`iro_fed.federated.inprocess`) so that many federations fit in one run;
 the overhead part uses real processes.
 
-    .venv/bin/python benchmarks/federated.py --quick      # a few minutes on 2 cores
-    .venv/bin/python benchmarks/federated.py              # more rounds and steps, 3 evaluation seeds
+    .venv/bin/python benchmarks/federated.py --quick      # 3 seeds x 8 episodes, a few minutes on 2 cores
+    .venv/bin/python benchmarks/federated.py              # more rounds and steps, 3 seeds x 10 episodes
 """
 
 from __future__ import annotations
@@ -78,10 +86,16 @@ def _machine() -> dict[str, Any]:
             "load_avg": os.getloadavg()[0]}
 
 
-def evaluate(weights: dict[str, np.ndarray], cfg: Any, episodes: int) -> dict[str, float]:
+#: First env seed of the held-out evaluation episodes (the server's per-round evaluation uses it too).
+EVAL_SEED = 10_000
+#: Greedy episodes of the server's evaluation after every round (the ``per_round`` trace).
+ROUND_EPISODES = 2
+
+
+def evaluate(weights: dict[str, np.ndarray], cfg: Any, episodes: int, seed: int = EVAL_SEED) -> dict[str, float]:
     from iro_fed.federated.task import evaluate_policy
 
-    return evaluate_policy(weights, cfg, HELD_OUT, episodes=episodes)
+    return evaluate_policy(weights, cfg, HELD_OUT, episodes=episodes, seed=seed)
 
 
 def federate(cfg: Any, node_configs: Sequence[dict[str, Any]], strategy: str, registry: Path,
@@ -101,7 +115,9 @@ def federate(cfg: Any, node_configs: Sequence[dict[str, Any]], strategy: str, re
             "wall_s": time.perf_counter() - t0}
 
 
-def quality(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str, Any]:
+def quality(cfg: Any, episodes: int, work: Path, console: Console, seed: int = 0,
+            eval_seed: int = EVAL_SEED) -> dict[str, Any]:
+    """One benchmark seed of the quality part (see the module docstring for the seeds it derives)."""
     import torch
 
     from iro_fed.federated.task import (
@@ -116,38 +132,89 @@ def quality(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str, 
     from solvers.dqn.train import train
 
     torch.set_num_threads(1)
+    cfg = cfg.replace(seed=seed)
     budget = cfg.num_server_rounds * cfg.local_steps  # steps per site
     initial = get_weights(build_agent(cfg).online)
-    out: dict[str, Any] = {"steps_per_site": budget, "total_steps": budget * len(TRAIN_SITES)}
-    out["greedy"] = run_episodes(greedy_choice, cfg, HELD_OUT, episodes, 10_000)
-    out["random"] = run_episodes(random_choice(1), cfg, HELD_OUT, episodes, 10_000)
-    out["initial"] = evaluate(initial, cfg, episodes)
+    out: dict[str, Any] = {"seed": seed, "steps_per_site": budget, "total_steps": budget * len(TRAIN_SITES)}
+    out["greedy"] = run_episodes(greedy_choice, cfg, HELD_OUT, episodes, eval_seed)
+    out["random"] = run_episodes(random_choice(1), cfg, HELD_OUT, episodes, eval_seed)
+    out["initial"] = evaluate(initial, cfg, episodes, eval_seed)
 
-    console.print(f"[bold]quality[/bold]: local-only on sites {list(TRAIN_SITES)} ({budget} steps each)")
+    tag = f"[bold]quality[/bold] (seed {seed})"
+    console.print(f"{tag}: local-only on sites {list(TRAIN_SITES)} ({budget} steps each)")
     local = {}
     for site in TRAIN_SITES:
-        agent, _ = train([lambda s=site: make_site_env(cfg.scenario, s, 500 + s, cfg.hours, cfg.top_k)],
-                         cfg.dqn_config(), steps=budget, seed=500 + site, progress=False, track_emissions=False,
+        s_seed = 500 + site + 1000 * seed
+        agent, _ = train([lambda s=site, e=s_seed: make_site_env(cfg.scenario, s, e, cfg.hours, cfg.top_k)],
+                         cfg.dqn_config(), steps=budget, seed=s_seed, progress=False, track_emissions=False,
                          initial_state=full_state_dict(cfg, initial))
-        local[site] = evaluate(get_weights(agent.online), cfg, episodes)
+        local[site] = evaluate(get_weights(agent.online), cfg, episodes, eval_seed)
     out["local"] = local
 
-    console.print(f"[bold]quality[/bold]: centralized on the pooled sites ({budget * len(TRAIN_SITES)} steps)")
+    console.print(f"{tag}: centralized on the pooled sites ({budget * len(TRAIN_SITES)} steps)")
     t0 = time.perf_counter()
-    agent, res = train([lambda s=site: make_site_env(cfg.scenario, s, 700 + s, cfg.hours, cfg.top_k)
-                        for site in TRAIN_SITES], cfg.dqn_config(), steps=budget * len(TRAIN_SITES), seed=700,
+    c_seed = 700 + 1000 * seed
+    agent, res = train([lambda s=site: make_site_env(cfg.scenario, s, c_seed + s, cfg.hours, cfg.top_k)
+                        for site in TRAIN_SITES], cfg.dqn_config(), steps=budget * len(TRAIN_SITES), seed=c_seed,
                        progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, initial))
-    out["centralized"] = {**evaluate(get_weights(agent.online), cfg, episodes),
+    out["centralized"] = {**evaluate(get_weights(agent.online), cfg, episodes, eval_seed),
                           "emissions_g": 1000.0 * float(res.emissions_kg or 0.0), "wall_s": time.perf_counter() - t0}
 
-    console.print(f"[bold]quality[/bold]: federated FedAvg, {cfg.num_server_rounds} rounds x {cfg.local_steps} steps")
-    fed = federate(cfg, [{"site": s} for s in TRAIN_SITES], "fedavg", work / "quality")
-    out["federated"] = {**evaluate(fed["weights"], cfg, episodes), "emissions_g": fed["emissions_g"],
-                        "wall_s": fed["wall_s"], "per_round": [r["eval-reward"] for r in fed["rounds"]]}
+    console.print(f"{tag}: federated FedAvg, {cfg.num_server_rounds} rounds x {cfg.local_steps} steps")
+    fed = federate(cfg, [{"site": s} for s in TRAIN_SITES], "fedavg", work / f"quality-{seed}")
+    out["federated"] = {**evaluate(fed["weights"], cfg, episodes, eval_seed), "emissions_g": fed["emissions_g"],
+                        "wall_s": fed["wall_s"], "per_round": [r["eval-reward"] for r in fed["rounds"]],
+                        "replay_kept": [r.get("replay_kept", 0) for r in fed["rounds"]]}
     return out
 
 
-def poisoning(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str, Any]:
+ARMS = ("greedy", "random", "initial", "centralized", "federated")
+METRICS = ("eval-reward", "eval-score", "eval-carbon-kg", "eval-pending-pct")
+
+
+def combine_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Means over the benchmark seeds (``*-std``: standard deviation over seeds) in the one-seed layout.
+
+    Each arm keeps the keys of :func:`quality` (means), plus ``eval-reward-std`` and
+    ``eval-reward-seeds``; ``local_mean`` is each seed's mean over the local-only policies,
+    averaged; ``fed_minus_local`` is the mean of the per-seed differences, with its spread and
+    ``fed_beats_local_seeds`` (seeds where federated > that seed's mean local-only policy).
+    """
+    def mean_of(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {k: float(np.mean([r[k] for r in rows])) for k in METRICS if k in rows[0]}
+        rewards = [float(r["eval-reward"]) for r in rows]
+        out["eval-reward-std"] = float(np.std(rewards))
+        out["eval-reward-seeds"] = rewards
+        for k in ("emissions_g", "wall_s"):
+            if k in rows[0]:
+                out[k] = float(np.mean([r[k] for r in rows]))
+        return out
+
+    q: dict[str, Any] = {"seeds": [r["seed"] for r in per_seed], "steps_per_site": per_seed[0]["steps_per_site"],
+                         "total_steps": per_seed[0]["total_steps"]}
+    for arm in ARMS:
+        q[arm] = mean_of([r[arm] for r in per_seed])
+    q["federated"]["per_round"] = [float(np.mean(v)) for v in zip(*(r["federated"]["per_round"] for r in per_seed),
+                                                                  strict=True)]
+    q["local"] = {site: mean_of([r["local"][site] for r in per_seed]) for site in per_seed[0]["local"]}
+    local_means = [{k: float(np.mean([m[k] for m in r["local"].values()])) for k in METRICS} for r in per_seed]
+    q["local_mean"] = mean_of(local_means)
+    diffs = [r["federated"]["eval-reward"] - lm["eval-reward"] for r, lm in zip(per_seed, local_means, strict=True)]
+    ratios = [r["federated"]["eval-reward"] / r["centralized"]["eval-reward"] for r in per_seed]
+    q["fed_minus_local"] = float(np.mean(diffs))
+    q["fed_minus_local_std"] = float(np.std(diffs))
+    q["fed_minus_local_seeds"] = diffs
+    q["fed_beats_local_seeds"] = int(sum(d > 0 for d in diffs))
+    q["fed_vs_central"] = q["federated"]["eval-reward"] / q["centralized"]["eval-reward"]
+    q["fed_vs_central_seeds"] = ratios
+    base = q["random"]["eval-reward"]
+    span = q["centralized"]["eval-reward"] - base
+    q["fed_vs_central_gain"] = (q["federated"]["eval-reward"] - base) / span if span else math.nan
+    q["per_seed"] = list(per_seed)
+    return q
+
+
+def poisoning(cfg: Any, episodes: int, work: Path, console: Console, eval_seed: int = EVAL_SEED) -> dict[str, Any]:
     nodes = [{"site": s} for s in TRAIN_SITES] + [{"site": 0, "attack": "scale"}]
     clean_nodes = [{"site": s} for s in TRAIN_SITES]
     runs: dict[str, Any] = {}
@@ -164,7 +231,7 @@ def poisoning(cfg: Any, episodes: int, work: Path, console: Console) -> dict[str
         fed = federate(cfg, node_configs, strategy, work / label.split()[0], **overrides)
         finite = all(np.isfinite(v).all() for v in fed["weights"].values())
         max_abs = max(float(np.abs(v).max()) for v in fed["weights"].values())
-        runs[label] = {**evaluate(fed["weights"], cfg, episodes), "max_abs_weight": max_abs, "finite": finite,
+        runs[label] = {**evaluate(fed["weights"], cfg, episodes, eval_seed), "max_abs_weight": max_abs, "finite": finite,
                        "dropped": sum(r["dropped"] for r in fed["rounds"])}
     return runs
 
@@ -263,13 +330,14 @@ def report(res: dict[str, Any], console: Console) -> None:
     q = res.get("quality")
     if q:
         t = _table(f"held-out site {HELD_OUT}: greedy evaluation ({res['episodes']} episode(s)), "
-                   f"{q['steps_per_site']} steps per site", ["policy", "R per episode", "% of centralized",
-                                                            "sim score", "carbon kg", "train gCO2"])
+                   f"{q['steps_per_site']} steps per site, mean over {len(q['seeds'])} seed(s) {q['seeds']}",
+                   ["policy", "R per episode", "std over seeds", "% of centralized", "sim score", "carbon kg",
+                    "train gCO2"])
         cen = q["centralized"]["eval-reward"]
 
         def row(name: str, m: dict[str, Any]) -> None:
-            t.add_row(name, f"{m['eval-reward']:.2f}", f"{100 * m['eval-reward'] / cen:.1f}",
-                      f"{m['eval-score']:.4f}", f"{m['eval-carbon-kg']:.3f}",
+            t.add_row(name, f"{m['eval-reward']:.2f}", f"{m.get('eval-reward-std', 0.0):.2f}",
+                      f"{100 * m['eval-reward'] / cen:.1f}", f"{m['eval-score']:.4f}", f"{m['eval-carbon-kg']:.3f}",
                       f"{m['emissions_g']:.3f}" if "emissions_g" in m else "-")
 
         row("objective greedy (reference)", q["greedy"])
@@ -283,7 +351,9 @@ def report(res: dict[str, Any], console: Console) -> None:
         console.print(t)
         console.print(f"federated / centralized R: {100 * q['fed_vs_central']:.1f} % (target >= 95 %); gain over "
                       f"random, federated / centralized: {100 * q['fed_vs_central_gain']:.1f} %; federated - mean "
-                      f"local-only R: {q['fed_minus_local']:+.2f} (target > 0)")
+                      f"local-only R: {q['fed_minus_local']:+.2f} +- {q['fed_minus_local_std']:.2f} over seeds "
+                      f"(per seed {', '.join(f'{d:+.2f}' for d in q['fed_minus_local_seeds'])}; target > 0), "
+                      f"federated ahead in {q['fed_beats_local_seeds']} of {len(q['seeds'])} seed(s)")
     p = res.get("poisoning")
     if p:
         t = _table("poisoning: 1 of 5 clients sends w + 1e6 every round", ["strategy", "R per episode",
@@ -333,6 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--local-steps", type=int, default=None)
     ap.add_argument("--episodes", type=int, default=None, help="evaluation episodes on the held-out site")
+    ap.add_argument("--seeds", type=int, default=3, help="benchmark seeds of the quality part (0, 1, ...)")
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED,
+                    help="first env seed of the held-out evaluation episodes")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="federated setting (kebab-case, e.g. keep-replay=false), applied to every part")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,poisoning,overhead")
     ap.add_argument("--overhead-modes", default="before,after",
                     help="overhead part: which of before (Flower defaults), after (warm executor) to run")
@@ -344,37 +419,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--overhead-modes: expected some of {', '.join(OVERHEAD_MODES)}, got {args.overhead_modes!r}")
     if args.overhead_rounds is not None and args.overhead_rounds < 2:
         ap.error(f"--overhead-rounds: expected >= 2 (round 1 includes start-up), got {args.overhead_rounds}")
+    if args.seeds < 1:
+        ap.error(f"--seeds: expected >= 1, got {args.seeds}")
 
     _quiet_flower()
-    from iro_fed.federated.task import FedConfig
+    from iro_fed.federated.task import FedConfig, FedConfigError
 
     rounds = args.rounds or (6 if args.quick else 8)
     steps = args.local_steps or (150 if args.quick else 500)
-    episodes = args.episodes or (2 if args.quick else 3)
+    episodes = args.episodes or (8 if args.quick else 10)
     cfg = FedConfig(num_server_rounds=rounds, local_steps=steps, hours=2.0 if args.quick else 4.0,
-                    learning_starts=64, eval_episodes=episodes, track_emissions=True)
+                    learning_starts=64, eval_episodes=ROUND_EPISODES, track_emissions=True)
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value
+    try:
+        cfg = FedConfig.from_run_config({**cfg.to_run_config(), **overrides})
+    except FedConfigError as exc:
+        ap.error(f"--set: {exc}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     console = Console(width=160)
     res: dict[str, Any] = {"machine": _machine(), "started": datetime.now(UTC).isoformat(), "quick": args.quick,
-                           "episodes": episodes, "config": cfg.to_run_config()}
+                           "episodes": episodes, "eval_seed": args.eval_seed, "seeds": args.seeds,
+                           "config": cfg.to_run_config()}
     console.print(f"machine: {res['machine']}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="iro-fed-bench-") as tmp:
         work = Path(tmp)
         if "quality" not in skip:
-            q = quality(cfg, episodes, work, console)
-            local_mean = {k: float(np.mean([m[k] for m in q["local"].values()]))
-                          for k in ("eval-reward", "eval-score", "eval-carbon-kg")}
-            q["local_mean"] = local_mean
-            q["fed_vs_central"] = q["federated"]["eval-reward"] / q["centralized"]["eval-reward"]
-            q["fed_minus_local"] = q["federated"]["eval-reward"] - local_mean["eval-reward"]
-            base = q["random"]["eval-reward"]
-            span = q["centralized"]["eval-reward"] - base
-            q["fed_vs_central_gain"] = (q["federated"]["eval-reward"] - base) / span if span else math.nan
-            res["quality"] = q
+            res["quality"] = combine_seeds([quality(cfg, episodes, work, console, seed, args.eval_seed)
+                                            for seed in range(args.seeds)])
         if "poisoning" not in skip:
             pcfg = cfg.replace(num_server_rounds=max(2, rounds - 1), track_emissions=False)
-            res["poisoning"] = poisoning(pcfg, episodes, work, console)
+            res["poisoning"] = poisoning(pcfg, episodes, work, console, args.eval_seed)
         if "overhead" not in skip:
             res["overhead"] = overhead(3, args.overhead_rounds or (4 if args.quick else 6), console, modes)
     res["wall_s"] = time.perf_counter() - t0

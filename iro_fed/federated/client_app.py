@@ -18,21 +18,32 @@ dtypes) and ``metrics``:
 ``num-examples`` (env steps), ``mean-reward`` (per episode, objective units), ``loss``,
 ``emissions-g`` (codecarbon, local training), ``carbon-intensity`` (the site's grid now,
 gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole handler) and
-``since-import-s`` (since this ClientApp process imported the app).
+``since-import-s`` (since this ClientApp process imported the app), ``replay-transitions``
+(the site's replay buffer after the round) and ``replay-kept`` (1 when the round continued the
+buffer of the site's earlier rounds).
+
+**State across rounds** (``keep-replay``, on by default): the site's replay buffer lives in the
+node's ``context.state`` (entries :data:`REPLAY_STATE` and :data:`REPLAY_INFO`), which the
+SuperNode keeps for the run and hands to each round's ClientApp process. A round thus learns from
+its first step on and from the experience of every earlier round, as a site training alone would.
+The weights (online and target network) come from the server every round; the optimizer starts
+fresh. A state that does not fit the run's settings (another buffer size, ``top-k`` or feature
+set) is logged and replaced by an empty buffer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
-from iro_fed.federated.task import FedConfig, evaluate_policy, local_train, site_carbon
+from iro_fed.federated.task import FedConfig, evaluate_policy, feature_sizes, local_train, new_replay, site_carbon
 
 app = ClientApp()
 _LOADED = time.time()  # Flower starts a ClientApp process per message: its start-up is part of a round
@@ -77,6 +88,53 @@ def poison(weights: dict[str, np.ndarray], attack: str) -> dict[str, np.ndarray]
 
 CLIENT_TAG = "IRO-FED-CLIENT"
 
+#: ``context.state`` entry holding the site's replay buffer (its :meth:`state_arrays`).
+REPLAY_STATE = "iro-fed-replay"
+#: ``context.state`` entry (a ``ConfigRecord``) with the settings the buffer was filled under.
+REPLAY_INFO = "iro-fed-replay-info"
+
+_log = logging.getLogger(__name__)
+
+
+def replay_fingerprint(cfg: FedConfig) -> str:
+    """The settings a stored buffer's transitions depend on (shapes, n-step returns, capacity)."""
+    d = cfg.dqn_config()
+    cand_f, ctx_f = feature_sizes()
+    return json.dumps({"scenario": cfg.scenario, "top_k": d.top_k, "defer": d.defer_action, "features": [cand_f, ctx_f],
+                       "buffer_size": d.buffer_size, "prioritized": d.prioritized, "n_step": d.n_step,
+                       "gamma": d.gamma, "hours": cfg.hours}, sort_keys=True)
+
+
+def load_replay(context: Context, cfg: FedConfig, seed: int) -> tuple[Any, bool]:
+    """``(buffer, kept)``: the site's buffer from ``context.state``, or a new empty one (``kept`` False)."""
+    buffer = new_replay(cfg, seed)
+    record, info = context.state.get(REPLAY_STATE), context.state.get(REPLAY_INFO)
+    if record is None:
+        return buffer, False
+    if not isinstance(info, ConfigRecord) or info.get("fingerprint") != replay_fingerprint(cfg):
+        _log.warning("replay buffer in the node state was filled under other settings; starting an empty one")
+        return buffer, False
+    try:
+        buffer.load_state_arrays({k: v.numpy() for k, v in record.items()})
+    except (ValueError, TypeError, AttributeError) as exc:
+        _log.warning("replay buffer in the node state is unusable (%s); starting an empty one", exc)
+        return new_replay(cfg, seed), False
+    return buffer, True
+
+
+def save_replay(context: Context, cfg: FedConfig, buffer: Any) -> None:
+    """Store ``buffer`` in ``context.state`` for the site's next round."""
+    arrays = buffer.state_arrays()
+    context.state[REPLAY_STATE] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    context.state[REPLAY_INFO] = ConfigRecord({"fingerprint": replay_fingerprint(cfg)})
+
+
+def forget_replay(context: Context) -> None:
+    """Drop a stored buffer (``keep-replay=false``: nothing of the site's experience stays in the node state)."""
+    for key in (REPLAY_STATE, REPLAY_INFO):
+        if key in context.state:
+            del context.state[key]
+
 
 def node_experience(context: Context) -> tuple[str | None, int | None]:
     """``experience-db`` and ``experience-updates`` of the node config (None when not set)."""
@@ -105,8 +163,13 @@ def train_reply(msg: Message, context: Context) -> Message:
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
     db, updates = node_experience(context)
     weights, layout = wire.read_weights(msg.content)  # layout None: one array per entry
+    replay, kept = load_replay(context, cfg, server_round) if cfg.keep_replay else (None, False)
     result = local_train(weights, cfg, site, server_round, proximal_mu=mu, experience_db=db,
-                         experience_updates=updates)
+                         experience_updates=updates, replay=replay)
+    if cfg.keep_replay:
+        save_replay(context, cfg, result.replay)
+    else:
+        forget_replay(context)
     attack = str(context.node_config.get("attack", "none"))
     if attack not in ATTACKS:
         raise ValueError(f"node-config attack: unknown {attack!r} (known: {', '.join(ATTACKS)})")
@@ -114,7 +177,8 @@ def train_reply(msg: Message, context: Context) -> Message:
         "num-examples": result.num_examples, "mean-reward": result.mean_reward, "loss": result.loss,
         "emissions-g": result.emissions_g, "carbon-intensity": site_carbon(cfg, site, server_round),
         "site": site, "train-s": result.wall_s, "handler-s": time.time() - started,
-        "since-import-s": time.time() - _LOADED, **result.experience,
+        "since-import-s": time.time() - _LOADED, "replay-transitions": len(result.replay),
+        "replay-kept": int(kept), **result.experience,
     }
     if db is not None:  # one line for the edge agent that supervises this SuperNode (its log and metrics)
         summary = {"round": server_round, "site": site, "num-examples": result.num_examples,

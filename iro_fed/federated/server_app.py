@@ -155,7 +155,8 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
         }
         version, path = registry.publish(full_state_dict(cfg, weights), meta)
         row = {"round": server_round, "version": version, "path": str(path), "nodes": len(meta["nodes"]),
-               "dropped": len(meta["dropped"]), "emissions_g": meta["emissions_g_round"], **metrics,
+               "dropped": len(meta["dropped"]), "emissions_g": meta["emissions_g_round"],
+               "replay_kept": int(info.get("replay_kept", 0)), **metrics,
                **{k: float(v) for k, v in info.get("timing", {}).items()},
                "server_eval_s": time.time() - eval_started,
                "round_s": time.time() - float(info.get("started", time.time()))}

@@ -210,6 +210,7 @@ class ValidatedStrategy:
             "dropped": dropped,
             "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
             "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
+            "replay_kept": int(sum(_metric(m, "replay-kept") for m in ok)),
             "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })
         arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]

@@ -104,6 +104,10 @@ class FedConfig:
     learning_starts: int = 100
     target_update_every: int = 100
     gamma: float = 0.9
+    keep_replay: bool = True
+    """Each site keeps its replay buffer from round to round (in its node's Flower ``context.state``),
+    so every local step after the first ``learning-starts`` learns and the buffer spans the rounds.
+    Off: each round starts with an empty buffer and spends ``learning-starts`` steps only collecting."""
     track_emissions: bool = True
     """Measure each site's local training with codecarbon (offline, no network)."""
 
@@ -409,13 +413,33 @@ class LocalResult:
     wall_s: float
     experience: dict[str, float] = dataclasses.field(default_factory=dict)
     """What the site's experience store added (``experience-*`` metrics); empty without one."""
+    replay: Any = None
+    """The site's replay buffer after this round (the one passed in, filled further, or a new one)."""
+
+
+def new_replay(cfg: FedConfig, seed: int) -> Any:
+    """An empty replay buffer of the kind and capacity the local learner uses."""
+    from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+    d = cfg.dqn_config()
+    if d.prioritized:
+        return PrioritizedReplayBuffer(d.buffer_size, d.priority_alpha, d.priority_eps, seed=seed)
+    return ReplayBuffer(d.buffer_size, seed=seed)
 
 
 def local_train(
     weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, server_round: int, steps: int | None = None,
     proximal_mu: float = 0.0, experience_db: str | Path | None = None, experience_updates: int | None = None,
+    replay: Any = None,
 ) -> LocalResult:
     """Train the global policy on the site's own simulator slice for ``steps`` env steps.
+
+    ``replay`` is the site's buffer from its earlier rounds (see ``keep-replay``; ``None``: a new,
+    empty one): training adds to it and learns from it at once when it holds ``learning-starts``
+    transitions, so a short round does not spend its first steps only refilling a buffer. It
+    comes back in :attr:`LocalResult.replay`. The network (online and target) starts from the
+    global weights and Adam from fresh moments in every round (moments kept from before the
+    aggregation measured worse).
 
     ``proximal_mu > 0`` (FedProx) pulls the result towards the global weights with the
     proximal operator of ``mu/2 * ||w - w_global||^2``: ``w = (w_local + mu * w_global) / (1 + mu)``.
@@ -433,9 +457,14 @@ def local_train(
     torch.set_num_threads(1)
     seed = cfg.seed * 1000 + site * 97 + server_round
     n = int(steps or cfg.local_steps)
+    if replay is None:
+        replay = new_replay(cfg, seed)
+    else:
+        replay.rng = np.random.default_rng(seed)  # this round's sampling, reproducible from the round's seed
     agent, result = train(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k)], cfg.dqn_config(), steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
+        replay=replay,
     )
     experience: dict[str, float] = {}
     if experience_db is not None:
@@ -448,6 +477,7 @@ def local_train(
         mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,
         loss=float(result.last_loss) if result.last_loss is not None else 0.0,
         emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s), experience=experience,
+        replay=replay,
     )
 
 

@@ -16,6 +16,11 @@ import numpy as np
 
 Observation = dict[str, np.ndarray]
 
+#: Entries of :meth:`ReplayBuffer.state_arrays` that are not stored columns.
+META_KEY = "_meta"
+PRIORITY_KEY = "_priorities"
+MAX_PRIORITY_KEY = "_max_priority"
+
 
 @dataclass(frozen=True)
 class Transition:
@@ -155,6 +160,43 @@ class ReplayBuffer:
     def update_priorities(self, indices: np.ndarray, errors: np.ndarray) -> None:
         """Uniform replay ignores priorities."""
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The buffer's content as named arrays (filled rows only), to keep it across processes.
+
+        :meth:`load_state_arrays` on a buffer of the same kind and capacity restores it exactly
+        (ring position included); the sampling generator is not part of it.
+        """
+        out = {k: np.ascontiguousarray(v[:self.count]) for k, v in self.storage.items()}
+        out[META_KEY] = np.array([self.capacity, self.next, self.count, int(self.prioritized)], dtype=np.int64)
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Replace the content with what :meth:`state_arrays` returned; inconsistent arrays raise ``ValueError``."""
+        if META_KEY not in arrays:
+            raise ValueError(f"replay state: no {META_KEY!r} entry")
+        meta = np.asarray(arrays[META_KEY]).reshape(-1)
+        if meta.size != 4:
+            raise ValueError(f"replay state: {META_KEY!r} has {meta.size} values, expected 4")
+        capacity, nxt, count, prioritized = (int(x) for x in meta)
+        if capacity != self.capacity or bool(prioritized) != self.prioritized:
+            raise ValueError(f"replay state: a {'prioritized' if prioritized else 'uniform'} buffer of {capacity}, "
+                             f"this one is {'prioritized' if self.prioritized else 'uniform'} of {self.capacity}")
+        if not (0 <= count <= capacity and 0 <= nxt < capacity and (count == capacity or nxt == count)):
+            raise ValueError(f"replay state: position {nxt} and count {count} do not fit a capacity of {capacity}")
+        storage: dict[str, np.ndarray] = {}
+        for key, value in arrays.items():
+            if key.startswith("_"):
+                continue
+            v = np.asarray(value)
+            if v.ndim < 1 or v.shape[0] != count:
+                raise ValueError(f"replay state: {key!r} has {v.shape[0] if v.ndim else 0} rows, expected {count}")
+            full = np.zeros((capacity, *v.shape[1:]), dtype=v.dtype)
+            full[:count] = v
+            storage[key] = full
+        if count and not {"action", "reward", "discount"} <= set(storage):
+            raise ValueError("replay state: action, reward or discount missing")
+        self.storage, self.next, self.count = storage, nxt, count
+
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     """Proportional prioritized replay (Schaul et al. 2016).
@@ -195,3 +237,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         priorities = np.abs(np.asarray(errors, dtype=np.float64)) + self.eps
         self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
         self.tree.update(indices, priorities ** self.alpha)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """As :meth:`ReplayBuffer.state_arrays`, plus each row's priority and the highest priority seen."""
+        out = super().state_arrays()
+        out[PRIORITY_KEY] = self.tree.get(np.arange(self.count))
+        out[MAX_PRIORITY_KEY] = np.array([self.max_priority], dtype=np.float64)
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        for key in (PRIORITY_KEY, MAX_PRIORITY_KEY):
+            if key not in arrays:
+                raise ValueError(f"replay state: no {key!r} entry (a prioritized buffer's state has one)")
+        super().load_state_arrays(arrays)
+        priorities = np.asarray(arrays[PRIORITY_KEY], dtype=np.float64).reshape(-1)
+        if priorities.size != self.count or not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
+            raise ValueError(f"replay state: expected {self.count} finite priorities >= 0")
+        self.tree = SumTree(self.capacity)
+        self.tree.update(np.arange(self.count), priorities)
+        self.max_priority = float(np.asarray(arrays[MAX_PRIORITY_KEY]).reshape(-1)[0])

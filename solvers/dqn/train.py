@@ -100,6 +100,7 @@ def train(
     initial_state: dict[str, Any] | None = None,
     torch_threads: int = 1,
     time_limit_s: float | None = None,
+    replay: ReplayBuffer | None = None,
 ) -> tuple[Any, TrainResult]:
     """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
 
@@ -108,6 +109,10 @@ def train(
     ``time_limit_s`` ends training early (at a step boundary) once that much wall time passed.
     ``torch_threads``: intra-op threads; one is fastest for networks this small (more threads
     mostly contend with the simulator for the cores).
+
+    ``replay`` continues filling (and learning from) an existing buffer instead of a new empty
+    one, so learning resumes at once when it already holds ``learning_starts`` transitions (a
+    federated site keeps its own experience from round to round); it is filled in place.
     """
     import gymnasium as gym
     import torch
@@ -117,6 +122,9 @@ def train(
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
+    if replay is not None and (replay.capacity != cfg.buffer_size or replay.prioritized != cfg.prioritized):
+        raise ValueError(f"replay: a {'prioritized' if replay.prioritized else 'uniform'} buffer of {replay.capacity}, "
+                         f"the config needs {'prioritized' if cfg.prioritized else 'uniform'} of {cfg.buffer_size}")
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(torch_threads)
@@ -146,7 +154,7 @@ def train(
             agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
         start_step = int(meta.get("steps", 0))
 
-    buffer: ReplayBuffer = (
+    buffer: ReplayBuffer = replay if replay is not None else (
         PrioritizedReplayBuffer(cfg.buffer_size, cfg.priority_alpha, cfg.priority_eps, seed=seed)
         if cfg.prioritized else ReplayBuffer(cfg.buffer_size, seed=seed)
     )

@@ -88,6 +88,8 @@ def test_fed_local_two_rounds_over_tls_with_supernode_auth(tmp_path: Path, capsy
         assert log.count("iro-fed warm executor: task ") == 2  # one forked ClientApp per round
         assert WARM_TASK in log  # the FAB holds this checkout's sources: the warm app modules were used
     assert summary["rounds"][1]["dispatch_s"] >= 0 and summary["rounds"][1]["client_train_s"] > 0
+    # each site's replay buffer came back in round 2 through its SuperNode's context state (keep-replay)
+    assert [r["replay_kept"] for r in summary["rounds"]] == [0, 2]
 
     # every process it started (SuperLink, SuperNodes, executors and their forked ClientApps,
     # the SuperLink's SuperExec, the ServerApp, flwr run) is gone
