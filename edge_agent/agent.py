@@ -206,7 +206,7 @@ class Agent:
         federation = None
         if self.federation is not None:
             federation = self.federation.status()
-            why = self.federation.degradation()
+            why = self.federation.degradation(federation)
             if why:
                 degraded.append(why)
         doc = {

@@ -205,11 +205,12 @@ class SuperNodeSupervisor:
                 doc["up_since"] = self.started_at if self.up else None
         return doc
 
-    def degradation(self) -> str | None:
-        """A line for ``/readyz``'s ``degraded`` list while the SuperNode is not fully there (None when it is)."""
+    def degradation(self, st: dict[str, Any] | None = None) -> str | None:
+        """A line for ``/readyz``'s ``degraded`` list while the SuperNode is not fully there (None when it is);
+        ``st``: a :meth:`status` already taken (the line then matches it)."""
         if self.fed.mode == "connect":
             return None if self.up else f"supernode not reachable on 127.0.0.1:{self.port} (federated.mode connect)"
-        st = self.status()
+        st = st if st is not None else self.status()
         if st["state"] == "connected":
             return None
         if st["state"] == "running":

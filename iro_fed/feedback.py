@@ -156,11 +156,7 @@ class UsageModel:
     @property
     def factor(self) -> float:
         """The single factor of a one-class model (the mean factor of a multi-class one)."""
-        if not self.factors:
-            return self.default_factor
-        if DEFAULT_CLASS in self.factors and len(self.factors) == 1:
-            return self.factors[DEFAULT_CLASS]
-        return float(np.mean(list(self.factors.values())))
+        return _mean_factor(self.factors) if self.factors else self.default_factor
 
     def factor_of(self, klass: str) -> float:
         return self.factors.get(klass, self.default_factor)
@@ -308,11 +304,7 @@ DriftSignal = Trigger
 
 
 def _mean_factor(factors: Mapping[str, float]) -> float:
-    if not factors:
-        return 1.0
-    if len(factors) == 1:
-        return float(next(iter(factors.values())))
-    return float(np.mean(list(factors.values())))
+    return float(np.mean(list(factors.values()))) if factors else 1.0
 
 
 @dataclass(frozen=True)
@@ -526,15 +518,17 @@ class FeedbackLoop:
         """One-class form of :meth:`record_decision` (what ``iro scheduler`` records)."""
         return self.record_decision(key, node, requested_cpu, capacity_cpu)
 
-    def record_placement(self, key: str, node: str, problem: Any, state: Any, klass: str = DEFAULT_CLASS) -> Decision:
+    def record_placement(self, key: str, node: str, problem: Any, state: Any, klass: str = DEFAULT_CLASS, *,
+                         explained: tuple[float, Mapping[str, float]] | None = None) -> Decision:
         """After a bind: the node's CPU requests with the pod (one class) and, when the pod is a
-        workload of ``problem``, its change of R and of each term from :func:`placement_terms`."""
+        workload of ``problem``, its change of R and of each term from :func:`placement_terms`
+        (``explained``: those two when the caller has them already, as the scheduler does)."""
         n = problem.node_index[node]
         cpu = problem.cpu_index
         delta, terms, net = None, {}, None
         w = next((i for i, wl in enumerate(problem.workloads) if wl.name == key), None) if self.record_terms else None
         if w is not None and int(state.assignment[w]) == n:
-            delta, terms = placement_terms(problem, state.assignment, w)
+            delta, terms = explained if explained is not None else placement_terms(problem, state.assignment, w)
             net = network_latency(problem, w, n)
         return self.record_decision(key, node, {klass: float(state.allocated[n, cpu])}, float(problem.capacity[n, cpu]),
                                     klass=klass, delta_r=delta, terms=terms, network_latency_ms=net)
@@ -818,13 +812,17 @@ def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None)
 # --- objective terms of a placement ---------------------------------------------------------
 
 
-def placement_terms(problem: Any, assignment: np.ndarray, w: int) -> tuple[float, dict[str, float]]:
+def placement_terms(problem: Any, assignment: np.ndarray, w: int,
+                    with_pod: Any = None) -> tuple[float, dict[str, float]]:
     """Change of R and of each weighted term when workload ``w`` is placed as in ``assignment``
-    (R with the pod minus R without it, both from :func:`iro_fed.objective.evaluate`)."""
+    (R with the pod minus R without it, both from :func:`iro_fed.objective.evaluate`).
+    ``with_pod``: ``evaluate(problem, assignment)`` when the caller already has it (the same for
+    every pod of one placement)."""
     from iro_fed.objective import TERMS, evaluate
 
     assignment = np.asarray(assignment, dtype=np.int64)
-    with_pod = evaluate(problem, assignment)
+    if with_pod is None:
+        with_pod = evaluate(problem, assignment)
     without = assignment.copy()
     without[w] = -1
     without_pod = evaluate(problem, without)

@@ -3,6 +3,7 @@
 ``small_doc`` is a small, valid problem document (shared/spec/interfaces.md) as a fresh dict
 per test, so a test may mutate it freely (e.g. to break one field and check the loader's error).
 ``small_doc_factory`` returns the builder itself, for tests that need several copies.
+``load_benchmark`` imports a script of ``benchmarks/`` (not a package) as a module.
 
 The document: two domains (an edge site and a zone), one user region, three nodes (a plain
 edge node, a zone node with 2 GPUs of which card 1 is half used, a zone node tainted
@@ -12,13 +13,17 @@ region, a half-GPU pod, a batch pod tolerating the taint).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 OPENB_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-openb-2023"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _small_doc() -> dict[str, Any]:
@@ -74,3 +79,19 @@ def real_slice():
     nodes = load_nodes(OPENB_DATA / "openb_node_list_gpu_node.csv")[::12]
     pods = load_pods(OPENB_DATA / "openb_pod_list_default.csv")[::12]
     return nodes, pods
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> Callable[[str, str], ModuleType]:
+    """``load(script, module_name)``: run ``benchmarks/<script>.py`` as the module ``module_name``
+    (also registered in ``sys.modules`` unless that name is taken, so its dataclasses resolve)."""
+
+    def load(script: str, module_name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(module_name, BENCHMARKS / f"{script}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(module_name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

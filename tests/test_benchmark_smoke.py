@@ -5,24 +5,14 @@ Checks structure and positivity only, never timing values (they depend on the ma
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "decision_throughput.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("decision_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("decision_throughput", module)
-    spec.loader.exec_module(module)
+def bench(load_benchmark):
+    module = load_benchmark("decision_throughput", "decision_throughput")
     if not (module.DEFAULT_DATA / module.OPENB / module.NODE_CSV).is_file():
         pytest.skip(f"openb trace not found under {module.DEFAULT_DATA}")
     return module

@@ -131,27 +131,78 @@ def supernode_command(exe: str, superlink: str, port: int, node_config: str, roo
     return argv
 
 
-def _run_foreground(argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Run a Flower daemon in the foreground; Ctrl-C / SIGTERM stop it (and what it started)."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
-
-    def forward(signum: int, _frame: Any) -> None:
+def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    for proc in procs:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
 
-    old = signal.signal(signal.SIGTERM, forward)
+
+def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int | None = None,
+               start_timeout_s: float = 120.0) -> int:
+    """Run ``argv`` (its own process group) in the foreground until it exits; SIGTERM / Ctrl-C stop
+    it and everything it started. With ``executor_port`` (a SuperNode in ``--isolation process``)
+    the warm ClientApp executor runs beside it: started once the Runtime API on that port listens,
+    restarted (with a growing pause) if it dies while the SuperNode runs. Returns the exit status."""
+    import socket
+    import time
+
+    from iro_fed.federated.local import LocalFederation
+
+    node = subprocess.Popen(argv, env=env, start_new_session=True)
+    procs: list[subprocess.Popen] = [node]
+    stopping = False
+
+    def stop_all(signum: int = signal.SIGTERM, _frame: Any = None) -> None:
+        nonlocal stopping
+        stopping = True
+        _signal_groups(procs, signal.SIGTERM)
+
+    old = signal.signal(signal.SIGTERM, stop_all)
     try:
-        return proc.wait()
+        if executor_port is not None:
+            exec_env = {**(env or os.environ), **LocalFederation._app_path()}
+            deadline = time.monotonic() + start_timeout_s
+            while node.poll() is None and not stopping:
+                try:
+                    with socket.create_connection(("127.0.0.1", executor_port), timeout=0.5):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        print(f"iro fed node: the SuperNode's Runtime API did not listen on 127.0.0.1:{executor_port} "
+                              f"within {start_timeout_s:.0f} s", file=sys.stderr)
+                        stop_all()
+                        return node.wait(timeout=20)
+                    time.sleep(0.2)
+            pause = 1.0
+            while node.poll() is None and not stopping:
+                executor = subprocess.Popen(executor_command(executor_port, node.pid), env=exec_env,
+                                            start_new_session=True)
+                procs[1:] = [executor]
+                started = time.monotonic()
+                while node.poll() is None and executor.poll() is None and not stopping:
+                    time.sleep(0.5)
+                if node.poll() is None and not stopping:
+                    pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
+                    print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
+                          f"{pause:.0f} s", file=sys.stderr)
+                    time.sleep(pause)
+        return node.wait()
     except KeyboardInterrupt:
-        forward(signal.SIGINT, None)
+        stop_all(signal.SIGINT)
         try:
-            return proc.wait(timeout=20)
+            return node.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _signal_groups(procs, signal.SIGKILL)
             return 130
     finally:
+        stop_all()
+        for proc in procs[1:]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _signal_groups([proc], signal.SIGKILL)
         signal.signal(signal.SIGTERM, old)
 
 
@@ -307,7 +358,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(argv))
         return EXIT_OK
-    return _run_foreground(argv, _daemon_env())
+    return _supervise(argv, _daemon_env())
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -336,13 +387,13 @@ def cmd_node(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(" ".join(argv))
             return EXIT_OK
-        return _run_foreground(argv, _daemon_env())
+        return _supervise(argv, _daemon_env())
     argv += ["--isolation", "process"]
     if args.dry_run:
         print(" ".join(argv))
         print(" ".join(executor_command(args.port, "<supernode pid>")))
         return EXIT_OK
-    return _run_node_with_executor(argv, args.port, _daemon_env())
+    return _supervise(argv, _daemon_env(), executor_port=args.port)
 
 
 def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
@@ -350,80 +401,6 @@ def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
     (:mod:`iro_fed.federated.executor`; loopback, plain HTTP like Flower's own SuperExec)."""
     return [sys.executable, "-m", "iro_fed.federated.executor", "--runtime-api-address", f"127.0.0.1:{runtime_port}",
             "--insecure", "--parent-pid", str(parent_pid)]
-
-
-def _run_node_with_executor(node_argv: list[str], runtime_port: int, env: dict[str, str],
-                            start_timeout_s: float = 120.0) -> int:
-    """Run ``flower-supernode --isolation process`` and the warm executor next to it, in the
-    foreground: the executor starts once the SuperNode's Runtime API listens and is restarted (with
-    a growing pause) if it dies while the SuperNode runs; SIGTERM / Ctrl-C stop both. Returns the
-    SuperNode's exit status."""
-    import socket
-    import time
-
-    from iro_fed.federated.local import app_dir
-
-    exec_env = dict(env)
-    exec_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(app_dir()), env.get("PYTHONPATH", "")) if p)
-    node = subprocess.Popen(node_argv, env=env, start_new_session=True)
-    procs: list[subprocess.Popen] = [node]
-    stopping = False
-
-    def stop_all(signum: int = signal.SIGTERM, _frame: Any = None) -> None:
-        nonlocal stopping
-        stopping = True
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    old = signal.signal(signal.SIGTERM, stop_all)
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while node.poll() is None and not stopping:
-            try:
-                with socket.create_connection(("127.0.0.1", runtime_port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    print(f"iro fed node: the SuperNode's Runtime API did not listen on 127.0.0.1:{runtime_port} "
-                          f"within {start_timeout_s:.0f} s", file=sys.stderr)
-                    stop_all()
-                    return node.wait(timeout=20)
-                time.sleep(0.2)
-        pause = 1.0
-        while node.poll() is None and not stopping:
-            executor = subprocess.Popen(executor_command(runtime_port, node.pid), env=exec_env, start_new_session=True)
-            procs[1:] = [executor]
-            started = time.monotonic()
-            while node.poll() is None and executor.poll() is None and not stopping:
-                time.sleep(0.5)
-            if node.poll() is None and not stopping:
-                pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
-                print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
-                      f"{pause:.0f} s", file=sys.stderr)
-                time.sleep(pause)
-        return node.wait()
-    except KeyboardInterrupt:
-        stop_all(signal.SIGINT)
-        try:
-            return node.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            for proc in procs:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return 130
-    finally:
-        stop_all()
-        for proc in procs[1:]:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        signal.signal(signal.SIGTERM, old)
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
@@ -124,8 +124,7 @@ def load_replay(context: Context, cfg: FedConfig, seed: int) -> tuple[Any, bool]
 
 def save_replay(context: Context, cfg: FedConfig, buffer: Any) -> None:
     """Store ``buffer`` in ``context.state`` for the site's next round."""
-    arrays = buffer.state_arrays()
-    context.state[REPLAY_STATE] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    context.state[REPLAY_STATE] = wire.per_layer_record(buffer.state_arrays())
     context.state[REPLAY_INFO] = ConfigRecord({"fingerprint": replay_fingerprint(cfg)})
 
 

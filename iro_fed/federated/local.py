@@ -214,16 +214,15 @@ class LocalFederation:
     def _start_executors(self, nodes: Sequence[tuple[int, subprocess.Popen]]) -> None:
         """One warm ClientApp executor per SuperNode, on its Runtime API (plain HTTP on loopback, as
         Flower's own SuperExec uses it); returns once every executor has preloaded its modules."""
+        from iro_fed.federated.cli import executor_command
+
+        executors = []
         for i, (runtime_port, node) in enumerate(nodes):
             self._wait_port(runtime_port, node, f"supernode-{i}")
-            from iro_fed.federated.cli import executor_command
-
-            argv = executor_command(runtime_port, node.pid)
-            self._spawn(f"executor-{i}", argv, self._app_path())
+            executors.append(self._spawn(f"executor-{i}", executor_command(runtime_port, node.pid), self._app_path()))
         deadline = time.monotonic() + max(self.start_timeout, 120.0)  # preloading torch on a busy machine
-        for i in range(len(nodes)):
+        for i, proc in enumerate(executors):
             name = f"executor-{i}"
-            proc = dict(self.procs)[name]
             while READY_LINE not in self._tail(name, 200):
                 if proc.poll() is not None:
                     raise FederationError(f"{name} exited with status {proc.returncode}:\n{self._tail(name)}")

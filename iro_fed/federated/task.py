@@ -419,12 +419,9 @@ class LocalResult:
 
 def new_replay(cfg: FedConfig, seed: int) -> Any:
     """An empty replay buffer of the kind and capacity the local learner uses."""
-    from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer
+    from solvers.dqn.train import new_buffer
 
-    d = cfg.dqn_config()
-    if d.prioritized:
-        return PrioritizedReplayBuffer(d.buffer_size, d.priority_alpha, d.priority_eps, seed=seed)
-    return ReplayBuffer(d.buffer_size, seed=seed)
+    return new_buffer(cfg.dqn_config(), seed)
 
 
 def local_train(

@@ -39,11 +39,12 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
+from iro_fed.feedback import placement_terms
 from iro_fed.k8s.client import ClusterCache, Kube, Reflector
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import ANN_GPU_CARDS, ClusterConfig, ClusterModel, PodSpecError, Snapshot, obj_key
 from iro_fed.model import ClusterState
-from iro_fed.objective import TERMS, Breakdown, evaluate, marginal
+from iro_fed.objective import Breakdown, evaluate, marginal
 from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.scheduler")
@@ -80,12 +81,7 @@ def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray,
     R (from :func:`marginal` on the state without the pod). ``with_pod``: ``evaluate(problem,
     assignment)`` when the caller already has it (the same for every pod of a batch)."""
     n = int(assignment[w])
-    if with_pod is None:
-        with_pod = evaluate(problem, assignment)
-    without = assignment.copy()
-    without[w] = -1
-    without_pod = evaluate(problem, without)
-    terms = {t: with_pod.weighted[t] - without_pod.weighted[t] for t in TERMS}
+    delta_r, terms = placement_terms(problem, assignment, w, with_pod)
     cards = state.gpu_cards.get(w)
     state.remove(w)
     try:
@@ -100,7 +96,7 @@ def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray,
             gap = float(chosen[0] - delta[j]) if chosen.size else None
     finally:
         state.place(w, n, cards)
-    return with_pod.score - without_pod.score, terms, runner, gap
+    return delta_r, terms, runner, gap
 
 
 class IroScheduler:
@@ -343,7 +339,7 @@ class IroScheduler:
                    f"R {delta:+.4f} ({parts or 'no change'}); {runner_text}")
         self._event(pod, "Scheduled", message, "Normal", "Binding")
         if self.feedback is not None:
-            self.feedback.record_placement(key, node, problem, state)
+            self.feedback.record_placement(key, node, problem, state, explained=(delta, terms))
         return PodOutcome(key, node, "bound", message, delta, terms, runner, gap)
 
     def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: tuple[int, int]) -> PodOutcome:

@@ -335,7 +335,7 @@ class Simulator:
 
             self.usage_shift_step = int(math.ceil(cfg.usage_shift_at_h * 3600.0 / sc.step_s - 1e-9))
             shifted = np.array([fnmatch.fnmatchcase(c, cfg.usage_shift_class) for c in self.usage_class], dtype=bool)
-            self.usage_shifted = shifted.reshape(P)
+            self.usage_shifted = shifted
 
     def _domains_at(self, t: int) -> list[Domain]:
         c = self.sc.carbon_now(t)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feedback import FeedbackConfig, FeedbackLoop, FineTuneAction, UsageModel, network_latency, placement_terms
+from iro_fed.objective import evaluate
 from iro_fed.sim.engine import RUNNING, SimResult, Simulator
 
 #: Loop settings for the simulator: about 30 decisions an hour on edge-iot, so the moving error
@@ -65,6 +66,7 @@ class SimFeedback:
     def decided(self, sim: Simulator, t: int, sub: Any, avail: np.ndarray, pods: np.ndarray, placement: Any) -> None:
         at = float(t)
         by_node: dict[int, dict[str, float]] = {}
+        with_all = None  # evaluate(sub, placement.assignment), the same for every pod: computed once
         for i, p in enumerate(pods):
             local = int(placement.assignment[i])
             if local < 0 or int(sim.state.assignment[p]) != int(avail[local]):
@@ -72,7 +74,11 @@ class SimFeedback:
             n = int(avail[local])
             if n not in by_node:
                 by_node[n] = self.requests(sim, n)
-            delta, terms = placement_terms(sub, placement.assignment, i) if self.terms else (None, {})
+            delta, terms = None, {}
+            if self.terms:
+                if with_all is None:
+                    with_all = evaluate(sub, np.asarray(placement.assignment, dtype=np.int64))
+                delta, terms = placement_terms(sub, placement.assignment, i, with_all)
             self.loop.record_decision(sim.workloads[p].name, sim.nodes[n].name, by_node[n], float(sim.capacity[n, 0]),
                                       klass=sim.usage_class[p], delta_r=delta, terms=terms,
                                       network_latency_ms=network_latency(sub, i, local), at=at)
@@ -82,7 +88,6 @@ class SimFeedback:
         due = self.due.pop(t, [])
         if due:
             usage = sim.node_usage()
-            latency: dict[int, float] = {}
             online, lat = getattr(sim, "replica_latency", (np.zeros(0, dtype=np.int64), np.zeros(0)))
             latency = dict(zip(online.tolist(), lat.tolist(), strict=True))
             seen: set[int] = set()

@@ -84,6 +84,13 @@ class _Emissions:
         return float(value) if value is not None else None
 
 
+def new_buffer(cfg: DQNConfig, seed: int = 0) -> ReplayBuffer:
+    """An empty replay buffer of the kind (uniform or prioritized) and capacity ``cfg`` asks for."""
+    if cfg.prioritized:
+        return PrioritizedReplayBuffer(cfg.buffer_size, cfg.priority_alpha, cfg.priority_eps, seed=seed)
+    return ReplayBuffer(cfg.buffer_size, seed=seed)
+
+
 def train(
     env_fns: Sequence[EnvFactory],
     cfg: DQNConfig,
@@ -154,10 +161,7 @@ def train(
             agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
         start_step = int(meta.get("steps", 0))
 
-    buffer: ReplayBuffer = replay if replay is not None else (
-        PrioritizedReplayBuffer(cfg.buffer_size, cfg.priority_alpha, cfg.priority_eps, seed=seed)
-        if cfg.prioritized else ReplayBuffer(cfg.buffer_size, seed=seed)
-    )
+    buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
     accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
     emissions = _Emissions(track_emissions, emissions_country)
     obs, _ = envs.reset(seed=seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -58,6 +59,22 @@ def _http(method: str, url: str, body: Any = None, raw: bytes | None = None, hea
         return status, json.loads(text)
     except ValueError:
         return status, text
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(predicate, timeout=30.0)``: the predicate's first truthy value, polled; fails after ``timeout`` s."""
+    return _wait_for
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,16 +42,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 # --- settings --------------------------------------------------------------------------------
@@ -276,7 +265,7 @@ def test_clientapp_node_settings_name_the_key():
 # --- mode connect against a real SuperNode; leftovers of a killed agent ------------------------
 
 
-def test_connect_mode_reports_an_external_supernode(start_agent, http, tmp_path):
+def test_connect_mode_reports_an_external_supernode(start_agent, http, tmp_path, wait_for):
     pytest.importorskip("flwr")
     port = free_port()
     agent, url = start_agent(federated={"enabled": True, "mode": "connect", "clientappio_port": port,
@@ -307,7 +296,7 @@ def test_connect_mode_reports_an_external_supernode(start_agent, http, tmp_path)
 
 
 @needs_flower
-def test_processes_left_by_a_killed_agent_are_stopped_before_the_first_start(tmp_path, write_config):
+def test_processes_left_by_a_killed_agent_are_stopped_before_the_first_start(tmp_path, write_config, wait_for):
     """A SuperNode (and what it started) outlives an agent killed with kill -9; the next agent on
     the same FLWR_HOME stops it before starting its own."""
     home = tmp_path / "flwr-home"
@@ -333,7 +322,7 @@ def test_processes_left_by_a_killed_agent_are_stopped_before_the_first_start(tmp
     assert yaml  # the fixtures write YAML
 
 
-def test_a_failing_supernode_is_restarted_with_backoff_while_the_agent_serves(start_agent, http, tmp_path):
+def test_a_failing_supernode_is_restarted_with_backoff_while_the_agent_serves(start_agent, http, tmp_path, wait_for):
     """A real flower-supernode that exits at once (its node key is not a key): the agent restarts
     it with growing delays, says so in /readyz, /federation and the metrics, and keeps serving."""
     pytest.importorskip("flwr")
@@ -414,7 +403,7 @@ def test_check_shows_the_supernode_command(write_config, tmp_path, capsys):
     assert "--insecure" in command
 
 
-def test_a_policy_that_fails_to_rank_costs_no_reply(write_config, http, tmp_path):
+def test_a_policy_that_fails_to_rank_costs_no_reply(write_config, http, tmp_path, wait_for):
     """A global policy that raises while ranking (a bug, a feature mismatch after an upgrade): the
     reply comes from the configured solver, says why, and the failure is counted."""
     import solvers

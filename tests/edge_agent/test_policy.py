@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -81,17 +80,7 @@ def test_version_dir_placeholder_and_custom_loader(tmp_path):
         RegistryPolicySource(reg).poll()
 
 
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def test_agent_serves_fallback_then_policy_then_keeps_it(start_agent, http, tmp_path):
+def test_agent_serves_fallback_then_policy_then_keeps_it(start_agent, http, tmp_path, wait_for):
     reg = tmp_path / "policies"
     agent, url = start_agent(recommend={"solver": ""}, policy={"registry": str(reg), "poll_interval_s": 0.05})
     status, reply = http("POST", f"{url}/recommend", WEB)

@@ -6,7 +6,6 @@ by ``test_loopback.py``; these are the parts that can be checked without startin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -113,11 +112,8 @@ def test_round_timing_follows_the_reply_created_last() -> None:
     assert round_timing([], sent=0.0, received=4.0) == {"replies_s": 4.0}
 
 
-def test_benchmark_overhead_is_wall_time_minus_the_slowest_training() -> None:
-    spec = importlib.util.spec_from_file_location("bench_federated", REPO / "benchmarks" / "federated.py")
-    bench = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(bench)
+def test_benchmark_overhead_is_wall_time_minus_the_slowest_training(load_benchmark) -> None:
+    bench = load_benchmark("federated", "bench_federated")
     rows = [{"round": 1}, {"round": 2, "client_train_s_max": 1.0, "replies_s": 4.0, "server_eval_s": 0.5},
             {"round": 3, "client_train_s_max": 2.0, "replies_s": 6.0, "server_eval_s": 0.5}]
     res = bench.round_overhead([100.0, 105.0, 112.0], rows)

@@ -240,16 +240,8 @@ def test_cli_solve_with_cpsat(tmp_path, capsys):
     assert main(["solve", str(BANK), "--solver", "cpsat", "--set", "hint=nope"]) == 2
 
 
-def test_joint_solvers_benchmark_quick_run_writes_json(tmp_path):
-    import importlib.util
-    import sys
-
-    script = REPO / "benchmarks" / "joint_solvers.py"
-    spec = importlib.util.spec_from_file_location("joint_solvers", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("joint_solvers", module)
-    spec.loader.exec_module(module)
+def test_joint_solvers_benchmark_quick_run_writes_json(tmp_path, load_benchmark):
+    module = load_benchmark("joint_solvers", "joint_solvers")
     if not (module.dt.DEFAULT_DATA / module.dt.OPENB / module.dt.NODE_CSV).is_file():
         pytest.skip("openb trace not found")
     out = tmp_path / "joint.json"
