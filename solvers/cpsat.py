@@ -15,6 +15,15 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    allocated``, written only where the candidates' total demand could exceed what is free.
    Amounts are scaled by a power of ten until integral (exact; a value that is not integral
    even at 10^6 is rounded conservatively: demands up, free amounts down).
+   **Aggregate cardinality cuts** (``cardinality_cuts``): the pods whose candidates all lie in
+   a node set S cannot together ask for more of a resource (cpu, memory, ..., GPU milli, fully
+   free cards for k-GPU pods) than S has free. When they do by ``e``, at least the k largest
+   must stay out, k the least number whose demands sum to ``e``, so at most ``count - k`` of
+   them are placed (a cover cut, valid for every placement). Sets: each group's candidate set
+   (the :data:`MAX_CARDINALITY_SETS` smallest) and all nodes. The LP alone places the missing
+   fraction of the largest pod and pays only that fraction of the unplaced penalty; on the
+   benchmark's 100 x 20 problem (GPU demand 80,930 milli against 80,450 free) the cut moves
+   the bound from -0.515 to -0.595, the best placement being -0.62.
 3. **GPU cards, exactly.** A share pod (``count`` 1, ``milli`` < 1000) takes ``milli`` on one
    card; a k-GPU pod takes k cards that are fully free (1000 free and no share pod on them).
    Card variables are created only where the candidates could conflict: if all GPU candidates
@@ -132,6 +141,8 @@ LNS_MAX_PODS = 160
 LNS_SUB_DETERMINISTIC_S = 0.1
 LNS_ITERATION_CHARGE = 0.01
 LNS_MAX_STALL = 50
+#: Most node sets for the aggregate cardinality cuts (the smallest candidate sets first).
+MAX_CARDINALITY_SETS = 256
 #: Largest model (variables) solved with every constraint in CP-SAT's LP (linearization level 2).
 LP2_MAX_VARIABLES = 5_000
 #: A move of the polish step must gain more than this (units of R).
@@ -331,7 +342,7 @@ class PlacementModel:
 
     def __init__(
         self, problem: Problem, base: ClusterState, pods: np.ndarray, cand: np.ndarray, exact_levels: int,
-        hint: ClusterState | None = None,
+        hint: ClusterState | None = None, cardinality_cuts: bool = True,
     ) -> None:
         from ortools.sat.python import cp_model
 
@@ -341,6 +352,7 @@ class PlacementModel:
         self.cp = cp_model.CpModel()
         self.model = _Proto(self.cp.proto)
         self.exact_levels = exact_levels
+        self.cardinality_cuts = cardinality_cuts
         self.card_plan: dict[int, dict[int, list[tuple[int, ...]]]] = {}
         self.card_vars: dict[int, tuple[list[tuple[int, int, int]], list[tuple[int, int]]]] = {}
         self.card_groups: dict[int, list[list[int]]] = {}
@@ -407,6 +419,8 @@ class PlacementModel:
             elif ub[a:b].sum() > size[g]:
                 model.linear(x[a:b], np.ones(b - a), 0, int(size[g]))
 
+        if self.cardinality_cuts:
+            self._cardinality_cuts(x, gfeas, rep, size, np.searchsorted(pg, np.arange(len(self.members) + 1)))
         # 2. Additive resources, where the candidates could overflow a node.
         by_node = np.argsort(pn, kind="stable")
         nb = np.searchsorted(pn[by_node], np.arange(p.num_nodes + 1))
@@ -554,6 +568,54 @@ class PlacementModel:
         self.error_bound = 0.5 * float(ubs.sum()) / scale
         self.exact = mode != "surrogate"
         self.info.update(scale=scale, scale_error_bound=self.error_bound)
+
+    def _cardinality_cuts(
+        self, x: np.ndarray, gfeas: np.ndarray, rep: np.ndarray, size: np.ndarray, group_pairs: np.ndarray
+    ) -> None:
+        """Aggregate cover cuts (module docstring, step 2): the pods whose candidates all
+        lie in a node set S cannot ask together for more of a resource than S has free; when
+        they do, dropping the k largest is the least that fits, so at most ``count - k`` of
+        them are placed. Sets: every group's candidate set and all nodes."""
+        p, base = self.problem, self.base
+        n_groups = gfeas.shape[0]
+        if n_groups == 0:
+            return
+        sets = np.unique(gfeas, axis=0)
+        if sets.shape[0] > MAX_CARDINALITY_SETS:  # the smallest sets: where pods are most confined
+            sets = sets[np.argsort(sets.sum(axis=1), kind="stable")[:MAX_CARDINALITY_SETS]]
+        sets = np.vstack([sets, gfeas.any(axis=0)])
+        # confined[s, g]: group g has no candidate outside set s.
+        confined = (sets == 0).astype(np.float32) @ gfeas.T.astype(np.float32) == 0
+        gf = base.gpu_free
+        share = is_share(p, rep)
+        gpu = p.wl_gpu_count[rep] > 0
+        # Per group demand and per node supply of each aggregate: additive resources, GPU milli
+        # (a share pod its milli, a k-GPU pod k whole cards) and fully free cards (k-GPU pods).
+        demand = [p.demand[rep, r] for r in range(len(p.resources))]
+        supply = [np.maximum(base.free[:, r], 0.0) for r in range(len(p.resources))]
+        demand.append(np.where(gpu, np.where(share, p.wl_gpu_milli[rep], GPU_MILLI * p.wl_gpu_count[rep]), 0.0))
+        supply.append(np.where(gf > 0, gf, 0).sum(axis=1).astype(np.float64))
+        demand.append(np.where(gpu & ~share, p.wl_gpu_count[rep], 0).astype(np.float64))
+        supply.append((gf == GPU_MILLI).sum(axis=1).astype(np.float64))
+        cuts = 0
+        for s in range(sets.shape[0]):
+            conf = np.flatnonzero(confined[s])
+            if conf.size == 0:
+                continue
+            drop = 0
+            for d_all, f_all in zip(demand, supply, strict=True):
+                d, n = d_all[conf], size[conf]
+                excess = float((d * n).sum()) - float(f_all[sets[s]].sum())
+                if excess <= EPS:
+                    continue
+                order = np.argsort(-d, kind="stable")
+                largest = np.repeat(d[order], n[order])
+                drop = max(drop, int(np.searchsorted(np.cumsum(largest), excess - EPS)) + 1)
+            if drop:
+                ks = np.concatenate([np.arange(group_pairs[g], group_pairs[g + 1]) for g in conf])
+                self.model.linear(x[ks], np.ones(ks.size), 0, int(size[conf].sum()) - drop)
+                cuts += 1
+        self.info["cardinality_cuts"] = cuts
 
     def _utilization_mode(self, ucap: np.ndarray, b0: np.ndarray, switchable: np.ndarray) -> tuple[str, list[list[float]]]:
         """``linear`` when no node can power on; ``levels`` with the on-capacity values per
@@ -822,6 +884,9 @@ class CpSat(Solver):
             256, int, "Most on-capacity levels per resource for the exact utilization encoding (else a surrogate).",
             minimum=1,
         ),
+        "cardinality_cuts": Param(
+            True, bool, "Aggregate cover cuts: pods confined to a node set that cannot all fit there (a tighter bound)."
+        ),
         "lns": Param(
             True, bool, "When the whole-problem model is not proved optimal, large-neighbourhood search with the rest "
             "of the budget (small exact models over a few nodes' pods).",
@@ -879,7 +944,9 @@ class CpSat(Solver):
         if pruned:
             assert limit is not None
             cand = _prune(p, cand, hint_state, limit)
-        full = PlacementModel(p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state)
+        full = PlacementModel(
+            p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state, self.cardinality_cuts
+        )
         info.update(full.info)
         info.update(
             feasible_pairs=total_pairs, groups=len(full.members), pruned=pruned, num_variables=full.num_variables,
@@ -970,7 +1037,7 @@ class CpSat(Solver):
             pods, cand = pods[keep], cand[keep]
             if pods.size == 0:
                 continue
-            sub = PlacementModel(p, base, pods, cand, self.exact_levels, state)
+            sub = PlacementModel(p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts)
             wall_left = wall_end - time.perf_counter()
             det = LNS_SUB_DETERMINISTIC_S if det_budget is None else min(LNS_SUB_DETERMINISTIC_S, det_budget - used)
             if wall_left <= 0 or det <= 0:

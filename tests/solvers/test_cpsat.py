@@ -260,3 +260,40 @@ def test_joint_solvers_benchmark_quick_run_writes_json(tmp_path, load_benchmark)
     assert cp["score"] >= rows["best-fit"]["score"] - 1e-9  # never worse than its hint
     assert module.main(["--solvers", "nope", "--out", str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def _oversubscribed_gpu_problem():
+    """Three 700-milli share pods and two free cards: the LP fits 2.86 pods, a placement 2."""
+    return problem_from_dict({
+        "domains": [{"name": "a", "carbon_intensity": 100.0, "price_per_hour": {"cpu": 0.03, "gpu": 1.0}}],
+        "nodes": [{"name": f"g{i}", "domain": "a", "capacity": {"cpu": 16000, "memory": 65536}, "gpus": 1}
+                  for i in range(2)],
+        "workloads": [{"name": f"s{i}", "requests": {"cpu": 1000, "memory": 1024}, "gpu": {"count": 1, "milli": 700}}
+                      for i in range(3)],
+    })
+
+
+def test_cardinality_cut_caps_the_pods_confined_to_too_small_a_node_set():
+    problem = _oversubscribed_gpu_problem()
+    model = PlacementModel(problem, ClusterState(problem), np.arange(3), feasible_matrix(problem), 256)
+    x_vars = {int(v) for v in range(model.pg.size)}  # the count variables come first
+    caps = [
+        list(c.linear.domain) for c in model.model.proto.constraints
+        if set(c.linear.vars) == x_vars and set(c.linear.coeffs) == {1}
+    ]
+    assert model.info["cardinality_cuts"] >= 1
+    assert [0, 2] in caps  # 2,100 milli asked of 2,000 free: the largest pod stays out
+    off = PlacementModel(problem, ClusterState(problem), np.arange(3), feasible_matrix(problem), 256, cardinality_cuts=False)
+    assert "cardinality_cuts" not in off.info
+    placement = solvers.make("cpsat").solve(problem)
+    assert placement.info["status"] == "optimal" and placement.objective.unplaced == 1
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cardinality_cuts_keep_the_optimum_on_oversubscribed_problems(seed):
+    """Valid cuts: with more pods than fit, the optimum is still the brute-force one."""
+    problem = random_problem(900 + seed, nodes=2, pods=6)
+    placement = solvers.make("cpsat", hint="none").solve(problem)
+    assert placement.info["status"] == "optimal"
+    assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-7)
+    assert placement.info["best_bound"] >= brute_force(problem).objective.score - 1e-7

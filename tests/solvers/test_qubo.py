@@ -149,3 +149,39 @@ def test_cli_solve_with_qubo(tmp_path, capsys):
     assert doc["solver"] == "qubo" and doc["status"] == "feasible"
     assert "risk/stress-test-full-book" in doc["unplaced"]
     assert main(["solve", str(BANK), "--solver", "qubo", "--set", "beta_range=9,1"]) == 2
+
+
+@pytest.mark.parametrize("seed", [101, 102, 103])
+def test_refinement_improves_the_batch_qubo_and_stays_valid(seed):
+    problem = random_problem(seed, nodes=25, pods=60)
+    batch_only = solvers.make("qubo", refine_steps=0).solve(problem)
+    refined = solvers.make("qubo").solve(problem)
+    assert "refine" not in batch_only.info
+    assert check_placement(problem, refined.assignment, refined.gpu_cards) == []
+    info = refined.info["refine"]
+    assert info["accepted"] > 0
+    # Same seed, same batch phase: the refinement's reported gain is the whole difference.
+    assert refined.objective.score == pytest.approx(batch_only.objective.score + info["gain"], abs=1e-9)
+    assert refined.objective.score > batch_only.objective.score + 1e-3
+
+
+def test_refinement_frees_the_node_an_unplaced_pod_needs():
+    """Two small pods sit on the only node where the big pod fits; the other node has room for
+    them. Single-pod moves cannot place the big pod (it needs both moved first); one
+    refinement step around the unplaced pod does."""
+    doc = {
+        "domains": [{"name": "a", "carbon_intensity": 100.0, "price_per_hour": {"cpu": 0.03}}],
+        "nodes": [{"name": "big", "domain": "a", "capacity": {"cpu": 8000, "memory": 8192}},
+                  {"name": "small", "domain": "a", "capacity": {"cpu": 4000, "memory": 8192}}],
+        "workloads": [{"name": "s1", "requests": {"cpu": 2000, "memory": 512}},
+                      {"name": "s2", "requests": {"cpu": 2000, "memory": 512}},
+                      {"name": "large", "requests": {"cpu": 7000, "memory": 512}}],
+    }
+    problem = problem_from_dict(doc)
+    state = ClusterState(problem)
+    state.place(0, 0)
+    state.place(1, 0)
+    solver = solvers.make("qubo", seed=3, refine_steps=4, refine_nodes=1)
+    refined, info = solver._refine(problem, state, float("inf"))
+    assert refined.assignment.tolist() == [1, 1, 0]
+    assert info["accepted"] >= 1 and info["gain"] > 0
