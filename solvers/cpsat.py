@@ -86,7 +86,10 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    nodes (around an unplaced pod, within a domain, or anywhere), their pods and the unplaced
    pods that fit there are taken out and placed again by the same model built on top of the
    rest of the solution (exact for that neighbourhood), and the result is kept when the true
-   R improves. With ``deterministic`` both phases run one worker under deterministic time
+   R improves. A freed pod may also go to its :data:`LNS_EXTRA_TARGETS` best other nodes where
+   it fits (so a neighbourhood can push a pod out to make room, which the chains of moves that
+   place a large pod need; 500 x 100 at deterministic budget 10: R -0.7235 without, -0.7027
+   with). With ``deterministic`` both phases run one worker under deterministic time
    limits (the search is charged CP-SAT's deterministic time plus a fixed amount per step), so
    the same seed gives the same placement unless the wall-clock limit cuts in first.
 6. **Decode and polish.** The solution is rebuilt as a :class:`~iro_fed.model.ClusterState`;
@@ -141,6 +144,8 @@ LNS_MAX_PODS = 160
 LNS_SUB_DETERMINISTIC_S = 0.1
 LNS_ITERATION_CHARGE = 0.01
 LNS_MAX_STALL = 50
+#: Nodes outside the neighbourhood where each freed pod may also go (its best by marginal gain).
+LNS_EXTRA_TARGETS = 16
 #: Most node sets for the aggregate cardinality cuts (the smallest candidate sets first).
 MAX_CARDINALITY_SETS = 256
 #: Largest model (variables) solved with every constraint in CP-SAT's LP (linearization level 2).
@@ -1032,7 +1037,7 @@ class CpSat(Solver):
             base = state.copy()
             for w in on_nodes:
                 base.remove(int(w))
-            cand = np.stack([feasible_nodes(base, int(w)) & mask for w in pods])
+            cand = np.stack([_lns_targets(p, base, int(w), mask, LNS_EXTRA_TARGETS) for w in pods])
             keep = cand.any(axis=1) | (state.assignment[pods] >= 0)
             pods, cand = pods[keep], cand[keep]
             if pods.size == 0:
@@ -1069,6 +1074,20 @@ def _static_mask(p: Problem, w: int) -> np.ndarray:
     from iro_fed.feasibility import static_filter
 
     return static_filter(p, w).mask
+
+
+def _lns_targets(p: Problem, base: ClusterState, w: int, mask: np.ndarray, extra: int) -> np.ndarray:
+    """Where a freed pod may go in a neighbourhood's model: the neighbourhood's nodes, and its
+    ``extra`` best other nodes by marginal gain where it fits now (so that a pod can leave the
+    neighbourhood to make room, a chain of moves that nodes-only neighbourhoods cannot make)."""
+    fits = feasible_nodes(base, w)
+    targets = fits & mask
+    outside = np.flatnonzero(fits & ~mask)
+    if extra > 0 and outside.size:
+        if outside.size > extra:
+            outside = outside[np.argsort(-marginal(p, base, w, outside), kind="stable")[:extra]]
+        targets[outside] = True
+    return targets
 
 
 def _neighbourhood(
