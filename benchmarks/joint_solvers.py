@@ -19,9 +19,10 @@ much larger when R is near 0. The bound is a bound on the true R only when CP-SA
 exact (no candidate pruning, no utilization surrogate); otherwise it bounds CP-SAT's own model
 and the table says so.
 
-Targets (one process): CP-SAT <= 1 % gap at 500 x 100 within 10 s; QUBO valid and within 5 %
-of CP-SAT's R (on the same shifted scale) at 100 x 20 within 2 s; CP-SAT with candidate pruning
-at 1,000 x 5,000 at least as good as best-fit within 10 s.
+Targets (one process), judged on the strict scales: CP-SAT's gap <= 1 % of |bound| at 500 x 100
+within 10 s; QUBO valid and within 5 % of |R_cpsat| below CP-SAT at 100 x 20 within 2 s; CP-SAT
+with candidate pruning at 1,000 x 5,000 at least as good as best-fit within 10 s. Each solver
+first solves a 4 x 2 problem untimed, so that library imports are not charged to the first size.
 
     .venv/bin/python benchmarks/joint_solvers.py                      # all sizes (a few minutes)
     .venv/bin/python benchmarks/joint_solvers.py --quick              # 20x5 and 100x20
@@ -126,6 +127,15 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def warm_up(node_shapes: Any, pod_shapes: Any, names: Sequence[str], seed: int) -> None:
+    """Solve a 4 x 2 problem with each solver, untimed: the first solve in a process imports
+    the solver's libraries (dimod and dwave-samplers, OR-Tools: up to a second), a one-time
+    cost that a long-running scheduler does not pay per batch."""
+    problem = build_problem(node_shapes, pod_shapes, 4, 2, seed)
+    for name in names:
+        solvers.make(name, **settings_for(name, (4, 2), True, seed)).solve(problem)
+
+
 def run_size(
     node_shapes: Any, pod_shapes: Any, size: tuple[int, int], names: Sequence[str], quick: bool, seed: int,
     console: Console,
@@ -173,10 +183,14 @@ def judge(r: Row, size: tuple[int, int], best_fit: Row | None) -> None:
         short.append("invalid placement")
     if "max_time_s" in target and r.time_s > target["max_time_s"]:
         short.append(f"{r.time_s:.1f} s > {target['max_time_s']:g} s")
-    if "max_gap" in target and (r.gap is None or r.gap > target["max_gap"]):
-        short.append(f"gap {100 * (r.gap or float('nan')):.2f} % > {100 * target['max_gap']:g} %")
-    if "max_below_cpsat" in target and (r.below_cpsat is None or r.below_cpsat > target["max_below_cpsat"]):
-        short.append(f"{100 * (r.below_cpsat or float('nan')):.2f} % below CP-SAT > {100 * target['max_below_cpsat']:g} %")
+    # Judged on the strict scales: the gap over |bound| and the distance over |R_cpsat| (the
+    # shifted scale makes every difference look small when R is near 0).
+    if "max_gap" in target and (r.gap_abs_bound is None or r.gap_abs_bound > target["max_gap"]):
+        short.append(f"gap {100 * (r.gap_abs_bound or float('nan')):.2f} % of |bound| > {100 * target['max_gap']:g} %")
+    if "max_below_cpsat" in target and (r.below_cpsat_abs is None or r.below_cpsat_abs > target["max_below_cpsat"]):
+        short.append(
+            f"{100 * (r.below_cpsat_abs or float('nan')):.2f} % of |R| below CP-SAT > {100 * target['max_below_cpsat']:g} %"
+        )
     if "at_least_best_fit" in target and (best_fit is None or r.score < best_fit.score - 1e-12):
         short.append("worse than best-fit")
     r.shortfalls = short
@@ -270,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     info = dt.machine()
     console.print(dt.machine_line(info))
+    warm_up(node_shapes, pod_shapes, names, args.seed)
     rows: list[Row] = []
     for size in sizes:
         rows.extend(run_size(node_shapes, pod_shapes, size, names, args.quick, args.seed, console))

@@ -365,12 +365,35 @@ class Qubo(Solver):
             from dwave.samplers import SimulatedAnnealingSampler
 
             kwargs: dict[str, Any] = {"num_reads": reads, "num_sweeps": self.num_sweeps, "seed": seed}
-            if self.beta_range is not None:
-                kwargs["beta_range"] = list(self.beta_range)
+            kwargs["beta_range"] = list(self.beta_range) if self.beta_range is not None else default_beta_range(bqm)
             ss = SimulatedAnnealingSampler().sample(bqm, **kwargs)
         order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
         samples = np.asarray(ss.record.sample)[:, order]
         return samples, np.asarray(ss.record.energy, dtype=np.float64)
+
+
+def default_beta_range(bqm: Any) -> list[float]:
+    """dwave-samplers' default inverse temperatures for ``bqm`` (``_default_ising_beta_range``:
+    hot from the largest effective field of a spin, cold from the smallest non-zero bias and how
+    many spins share it), computed with numpy: the sampler's own loop over the couplings costs
+    more than sampling a small sub-QUBO."""
+    lin, (rows, cols, vals), _ = bqm.to_numpy_vectors()
+    # The Ising form of a binary model: x = (s + 1) / 2.
+    j = vals / 4.0
+    h = lin / 2.0 + (np.bincount(rows, weights=j, minlength=lin.size) + np.bincount(cols, weights=j, minlength=lin.size))
+    aj = np.abs(j)
+    total = np.abs(h) + np.bincount(rows, weights=aj, minlength=lin.size) + np.bincount(cols, weights=aj, minlength=lin.size)
+    smallest = np.where(h != 0, np.abs(h), np.inf)
+    nz = aj > 0
+    np.minimum.at(smallest, rows[nz], aj[nz])
+    np.minimum.at(smallest, cols[nz], aj[nz])
+    smallest = smallest[np.isfinite(smallest)]
+    if smallest.size == 0:
+        return [0.1, 1.0]
+    hot = math.log(2) / (2 * float(total.max())) if total.max() > 0 else 1.0
+    low = float(smallest.min())
+    cold = math.log(int((smallest == low).sum()) / 0.01) / (2 * low)
+    return [hot, cold]
 
 
 def _greedy(p: Problem, state: ClusterState, pods: np.ndarray) -> int:
