@@ -185,3 +185,28 @@ def test_refinement_frees_the_node_an_unplaced_pod_needs():
     refined, info = solver._refine(problem, state, float("inf"))
     assert refined.assignment.tolist() == [1, 1, 0]
     assert info["accepted"] >= 1 and info["gain"] > 0
+
+
+def test_default_beta_range_matches_dwave_samplers():
+    dimod = pytest.importorskip("dimod")
+    from dwave.samplers.sa.sampler import _default_ising_beta_range
+
+    from solvers.qubo import default_beta_range
+
+    problem = random_problem(101, nodes=25, pods=60)
+    model = _BatchModel(problem, ClusterState(problem), np.arange(60), 8, "unbalanced")
+    for alpha in (0.5, 2.0):
+        bqm = model.bqm(alpha)
+        spin = bqm.change_vartype(dimod.SPIN, inplace=False)
+        assert default_beta_range(bqm) == pytest.approx(list(_default_ising_beta_range(spin.linear, spin.quadratic)), rel=1e-9)
+
+
+def test_calibration_stops_when_a_higher_penalty_stops_paying():
+    problem = random_problem(101, nodes=25, pods=60)
+    runs = {p: solvers.make("qubo", refine_steps=0, penalty_patience=p).solve(problem) for p in (0, 1)}
+    full, patient = runs[0].info["batches"][0]["steps"], runs[1].info["batches"][0]["steps"]
+    assert len(patient) < len(full) and not patient[-1]["lowest_energy_feasible"]  # stopped early
+    scores = [s["best_repaired_score"] for s in patient]
+    assert scores[-1] < max(scores[:-1])
+    # The steps both ran are the same samples: patience only stops earlier.
+    assert [s["energy"] for s in patient] == [s["energy"] for s in full[: len(patient)]]
