@@ -79,7 +79,7 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    pairs) each pod keeps the hint's node plus its best ``max_candidates`` nodes by the
    objective's marginal gain against the hint's final cluster with the pod itself taken out
    (nodes it still fits there first), so the model can move pods to where there is room.
-   The whole-problem model gets half of the budget with one worker, 30 % with several
+   The whole-problem model gets half of the budget with one worker, 40 % with several
    (:data:`FULL_SHARE`, all of it with ``lns=False``); CP-SAT runs
    with every constraint in its LP on models up to :data:`LP2_MAX_VARIABLES` variables and
    without probing (seconds of presolve on large models for nothing here). When it has not
@@ -134,10 +134,10 @@ SCALE_BUDGET = 2.0**56
 #: Share of the time limits the whole-problem model gets when large-neighbourhood search follows:
 #: with one worker, and with several (CP-SAT then solves the LP for the bound on a worker of its
 #: own, so less wall time gives the same bound; 500 x 100 in 10 s on 2 cores: bound -0.643 at
-#: 0.5 and 0.3, R -0.728 to -0.748 at 0.5, -0.711 to -0.713 at 0.3. One worker at 0.3 of a
-#: deterministic budget of 5 leaves the bound trivial).
+#: 0.5 and 0.4, R -0.728 to -0.748 at 0.5, -0.718 at 0.4; at 0.3 the root LP was cut short once
+#: in five runs under load, and one worker at 0.3 of a deterministic budget of 5 always).
 FULL_SHARE = 0.5
-FULL_SHARE_PARALLEL = 0.3
+FULL_SHARE_PARALLEL = 0.4
 #: Share of the wall-clock limit the hint's polish may take.
 HINT_POLISH_SHARE = 0.2
 #: Wall-clock time kept for decoding and the final polish: a share of the limit, at least MIN_RESERVE_S.
