@@ -4,7 +4,8 @@ solver can run them on itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,18 @@ from iro_fed.placement import STATUSES, Placement
 from iro_fed.problem_io import problem_from_dict
 
 GPU_MODELS = ("T4", "V100M32")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> Any:
+    """The first truthy value of ``predicate``, polled every ``interval`` s; an AssertionError
+    naming ``what`` after ``timeout`` s (for tests that wait on servers and processes)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def random_problem_doc(

@@ -432,7 +432,8 @@ class PlacementModel:
                 model.linear(x[a:b], np.ones(b - a), 0, int(size[g]))
 
         if self.cardinality_cuts:
-            self._cardinality_cuts(x, gfeas, rep, size, np.searchsorted(pg, np.arange(len(self.members) + 1)))
+            self._cardinality_cuts(x, gfeas, rep, size, gb)
+
         # 2. Additive resources, where the candidates could overflow a node.
         by_node = np.argsort(pn, kind="stable")
         nb = np.searchsorted(pn[by_node], np.arange(p.num_nodes + 1))
@@ -589,8 +590,7 @@ class PlacementModel:
         they do, dropping the k largest is the least that fits, so at most ``count - k`` of
         them are placed. Sets: every group's candidate set and all nodes."""
         p, base = self.problem, self.base
-        n_groups = gfeas.shape[0]
-        if n_groups == 0:
+        if gfeas.shape[0] == 0:
             return
         sets = np.unique(gfeas, axis=0)
         if sets.shape[0] > MAX_CARDINALITY_SETS:  # the smallest sets: where pods are most confined

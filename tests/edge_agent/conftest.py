@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ import yaml
 
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig, load_config
+from iro_fed.testing import wait_for as wait_for_value
 
 
 def _site_doc() -> dict[str, Any]:
@@ -61,20 +61,10 @@ def _http(method: str, url: str, body: Any = None, raw: bytes | None = None, hea
         return status, text
 
 
-def _wait_for(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture
 def wait_for() -> Callable[..., Any]:
-    """``wait_for(predicate, timeout=30.0)``: the predicate's first truthy value, polled; fails after ``timeout`` s."""
-    return _wait_for
+    """:func:`iro_fed.testing.wait_for`: the predicate's first truthy value, polled; fails after ``timeout`` s."""
+    return wait_for_value
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from iro_fed.metrics import (
     build_snapshot,
 )
 from iro_fed.problem_io import write_json_atomic
+from iro_fed.testing import wait_for
 
 SITE = {
     "resources": ["cpu", "memory"],
@@ -48,16 +49,6 @@ AGENT_SERVICE_QUERIES = {
                            " / sum by (handler) (rate(iro_agent_requests_total[5m]))",
     "service_p99_seconds": "histogram_quantile(0.99, sum by (handler, le) (rate(iro_agent_request_duration_seconds_bucket[5m])))",
 }
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def post(url, body):
