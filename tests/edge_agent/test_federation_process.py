@@ -27,6 +27,7 @@ pytest.importorskip("torch")
 
 from edge_agent.federation import marked_processes  # noqa: E402
 from edge_agent.store import read_policy_samples  # noqa: E402
+from iro_fed.testing import wait_for as wait_for_value  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 #: SuperExec's task poll (default 1 s) adds to the round, as in iro_fed.federated.local (test speed only).
@@ -41,14 +42,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 45.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(what: str, check: Callable[[], Any]) -> Any:
+    return wait_for_value(check, timeout=45.0, what=what, interval=0.2)
 
 
 def alive(pid: int) -> bool:
