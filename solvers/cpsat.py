@@ -72,8 +72,8 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    the value of any placement by at most ``scale_error_bound = 0.5 * sum(upper bounds) / S``
    (about 1e-10 to 1e-9), reported in ``info``.
 
-5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default, polished by
-   single-pod moves) is given to CP-SAT as a complete solution hint (every variable: counts,
+5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default; of several,
+   comma-separated, the one with the best R; polished by single-pod moves) is given to CP-SAT as a complete solution hint (every variable: counts,
    cards, power-on, utilization levels; the proto's ``solution_hint``, what ``add_hint``
    writes). With ``max_candidates`` (or automatically above :data:`AUTO_PRUNE_PAIRS` feasible
    pairs) each pod keeps the hint's node plus its best ``max_candidates`` nodes by the
@@ -878,7 +878,11 @@ class CpSat(Solver):
             0.0, float, "Stop when CP-SAT's gap relative to max(1, |R|) is at most this (0 = prove optimality).",
             minimum=0.0, maximum=1.0,
         ),
-        "hint": Param("best-fit", str, "Online solver whose placement is CP-SAT's starting hint, or 'none'."),
+        "hint": Param(
+            "best-fit", str,
+            "Online solver whose placement is CP-SAT's starting hint, several comma-separated (the one with the best "
+            "R is used), or 'none'.",
+        ),
         "max_candidates": Param(
             None, int,
             f"Candidate nodes per pod in the whole-problem model, plus the hint's node (none: all, or "
@@ -909,14 +913,21 @@ class CpSat(Solver):
     def _check_settings(self) -> None:
         import solvers
 
-        if self.hint != "none":
-            cls = solvers.registered().get(self.hint)
+        if self.hint == "none":
+            return
+        for name in self.hint_solvers:
+            cls = solvers.registered().get(name)
             if cls is None or not issubclass(cls, OnlineSolver):
                 online = sorted(n for n, c in solvers.registered().items() if issubclass(c, OnlineSolver))
                 raise InvalidSettingError(
-                    f"solver {self.name!r} setting 'hint': must be 'none' or an online solver "
-                    f"({', '.join(online)}), got {self.hint!r}"
+                    f"solver {self.name!r} setting 'hint': must be 'none' or online solvers, comma-separated "
+                    f"({', '.join(online)}), got {self.hint!r} ({name!r} is not one)"
                 )
+
+    @property
+    def hint_solvers(self) -> list[str]:
+        """The online solvers of ``hint``, in the order given (none for 'none')."""
+        return [] if self.hint == "none" else [s.strip() for s in self.hint.split(",")]
 
     # --- solve -----------------------------------------------------------------------------
 
@@ -934,13 +945,24 @@ class CpSat(Solver):
 
         # The hint: an online solver's placement, polished (also the floor of what is returned).
         hint_state: ClusterState | None = None
-        if self.hint != "none":
+        if self.hint_solvers:
             import solvers
 
-            hint_solver = solvers.make(self.hint, seed=self.seed)
-            assert isinstance(hint_solver, OnlineSolver)
-            hint_state, _, _ = hint_solver.run(p)
-            info["hint"] = {"solver": self.hint, "score": evaluate(p, hint_state.assignment).score}
+            # Several: the best R wins, the first on a tie (a portfolio of starting points; one
+            # that packs GPU shares tightly can hold pods that R's local moves cannot make room for).
+            tried: dict[str, float] = {}
+            chosen, best = "", -math.inf
+            for name in self.hint_solvers:
+                hint_solver = solvers.make(name, seed=self.seed)
+                assert isinstance(hint_solver, OnlineSolver)
+                candidate, _, _ = hint_solver.run(p)
+                tried[name] = evaluate(p, candidate.assignment).score
+                if tried[name] > best:
+                    hint_state, chosen, best = candidate, name, tried[name]
+            assert hint_state is not None
+            info["hint"] = {"solver": chosen, "score": tried[chosen]}
+            if len(tried) > 1:
+                info["hint"]["tried"] = tried
             if self.polish:
                 moves = improve(p, hint_state, deadline=start + HINT_POLISH_SHARE * (end - start))
                 info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)

@@ -204,6 +204,21 @@ def test_a_deadline_caps_the_search():
     assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
 
 
+def test_several_hints_start_from_the_best_one():
+    problem = random_problem(77, nodes=20, pods=40)
+    names = ("best-fit", "iro-frag", "worst-fit")
+    placement = solvers.make("cpsat", hint=",".join(names), max_deterministic_time=0.5).solve(problem)
+    hint = placement.info["hint"]
+    online = {name: solvers.make(name).solve(problem).objective.score for name in names}
+    assert hint["tried"] == pytest.approx(online)
+    best = max(online.values())
+    assert hint["solver"] == next(name for name in names if online[name] == best)  # the first on a tie
+    assert hint["score"] == pytest.approx(best)
+    assert len(set(online.values())) > 1  # the problem tells them apart
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    assert placement.objective.score >= best - 1e-12  # never below the hint
+
+
 def test_no_hint_still_solves():
     problem = random_problem(3, nodes=3, pods=5)
     placement = solvers.make("cpsat", hint="none").solve(problem)
@@ -218,6 +233,9 @@ def test_no_hint_still_solves():
         ({"relative_gap": 1.5}, "relative_gap"),
         ({"hint": "cpsat"}, "hint"),
         ({"hint": "nope"}, "hint"),
+        ({"hint": "best-fit,nope"}, "hint"),
+        ({"hint": "best-fit,"}, "hint"),
+        ({"hint": "none,best-fit"}, "hint"),
         ({"max_candidates": 0}, "max_candidates"),
         ({"deterministic": "maybe"}, "deterministic"),
         ({"max_deterministic_time": 0}, "max_deterministic_time"),
