@@ -73,9 +73,9 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    (about 1e-10 to 1e-9), reported in ``info``.
 
 5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default; of several,
-   comma-separated, the one with the best R; polished by single-pod moves) is given to CP-SAT as a complete solution hint (every variable: counts,
-   cards, power-on, utilization levels; the proto's ``solution_hint``, what ``add_hint``
-   writes). With ``max_candidates`` (or automatically above :data:`AUTO_PRUNE_PAIRS` feasible
+   comma-separated, the one with the best R; polished by single-pod moves) is given to CP-SAT
+   as a complete solution hint (every variable: counts, cards, power-on, utilization levels;
+   the proto's ``solution_hint``, what ``add_hint`` writes). With ``max_candidates`` (or automatically above :data:`AUTO_PRUNE_PAIRS` feasible
    pairs) each pod keeps the hint's node plus its best ``max_candidates`` nodes by the
    objective's marginal gain against the hint's final cluster with the pod itself taken out
    (nodes it still fits there first), so the model can move pods to where there is room.
@@ -913,8 +913,6 @@ class CpSat(Solver):
     def _check_settings(self) -> None:
         import solvers
 
-        if self.hint == "none":
-            return
         for name in self.hint_solvers:
             cls = solvers.registered().get(name)
             if cls is None or not issubclass(cls, OnlineSolver):
@@ -926,8 +924,8 @@ class CpSat(Solver):
 
     @property
     def hint_solvers(self) -> list[str]:
-        """The online solvers of ``hint``, in the order given (none for 'none')."""
-        return [] if self.hint == "none" else [s.strip() for s in self.hint.split(",")]
+        """The online solvers of ``hint``, in the order given, each once (none for 'none')."""
+        return [] if self.hint == "none" else list(dict.fromkeys(s.strip() for s in self.hint.split(",")))
 
     # --- solve -----------------------------------------------------------------------------
 
@@ -950,16 +948,15 @@ class CpSat(Solver):
 
             # Several: the best R wins, the first on a tie (a portfolio of starting points; one
             # that packs GPU shares tightly can hold pods that R's local moves cannot make room for).
+            starts: dict[str, ClusterState] = {}
             tried: dict[str, float] = {}
-            chosen, best = "", -math.inf
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
                 assert isinstance(hint_solver, OnlineSolver)
-                candidate, _, _ = hint_solver.run(p)
-                tried[name] = evaluate(p, candidate.assignment).score
-                if tried[name] > best:
-                    hint_state, chosen, best = candidate, name, tried[name]
-            assert hint_state is not None
+                starts[name], _, _ = hint_solver.run(p)
+                tried[name] = evaluate(p, starts[name].assignment).score
+            chosen = max(tried, key=tried.__getitem__)  # max keeps the first of equals
+            hint_state = starts[chosen]
             info["hint"] = {"solver": chosen, "score": tried[chosen]}
             if len(tried) > 1:
                 info["hint"]["tried"] = tried
