@@ -32,12 +32,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, separators=(",", ":"))
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (as logging's last-resort
+    handler does), so a caller that swaps stderr for a while (a test's capture, an embedding
+    application) and closes it afterwards does not leave the agent logging into a closed file."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        return sys.stderr
+
+
 def setup_logging(level: str = "info", stream: Any = None) -> logging.Logger:
-    """Send the agent's logs to ``stream`` (stderr) as JSON lines at ``level``."""
+    """Send the agent's logs to ``stream`` (default: the current stderr) as JSON lines at ``level``."""
     logger = logging.getLogger(LOGGER_NAME)
     for h in list(logger.handlers):
         logger.removeHandler(h)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderrHandler()
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
     logger.setLevel(level.upper())

@@ -335,7 +335,7 @@ def test_a_failing_supernode_is_restarted_with_backoff_while_the_agent_serves(st
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
     log = logging.getLogger("edge_agent")
-    saved = log.handlers[:], log.level  # other tests may have set it up (edge_agent.cli.main) on a closed stream
+    saved = log.handlers[:], log.level  # other tests may have set it up (edge_agent.cli.main)
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     try:
