@@ -6,7 +6,8 @@ A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload o
 * ``requests``: summed over ``spec.containers``, then the max with each init container (the
   effective request kube-scheduler uses; sidecars, i.e. init containers with
   ``restartPolicy: Always``, run next to the app) plus ``overhead``, for every resource of the
-  problem; a container without requests but with limits requests its limits (as the API server
+  problem and ``nvidia.com/gpu``, by the formula the snapshot uses
+  (:func:`iro_fed.k8s.snapshot.effective_requests`); a container without requests but with limits requests its limits (as the API server
   defaults it); quantities parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``,
   ``512Mi``, ``1G``, ``1e3``), CPU rounded up to whole millicores as Kubernetes does;
 * GPUs from ``nvidia.com/gpu``; annotations ``iro-fed.io/gpu-milli`` (a share of one card)
@@ -100,14 +101,6 @@ def _container_requests(c: Any, field: str, resources: tuple[str, ...]) -> dict[
     return out
 
 
-def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
-
-
-def _max(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: max(a.get(k, 0.0), b.get(k, 0.0)) for k in {*a, *b}}
-
-
 def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
     """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
     meta = _mapping(pod.get("metadata"), "pod.metadata")
@@ -120,27 +113,18 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         raise BadRequest("pod.metadata.namespace", f"expected a string, got {type(ns).__name__}")
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
+    from iro_fed.k8s.snapshot import effective_requests
+
     containers = _list(spec.get("containers"), "pod.spec.containers")
     if not containers:
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
-    total: dict[str, float] = {}
-    for i, c in enumerate(containers):
-        total = _add(total, _container_requests(c, f"pod.spec.containers[{i}]", resources))
-    # kube's PodRequests: max(containers + sidecars, each init container + the sidecars started before it) + overhead
-    init_max: dict[str, float] = {}
-    sidecars: dict[str, float] = {}
-    for i, c in enumerate(_list(spec.get("initContainers"), "pod.spec.initContainers")):
-        req = _container_requests(c, f"pod.spec.initContainers[{i}]", resources)
-        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            sidecars = _add(sidecars, req)
-            init_max = _max(init_max, sidecars)
-        else:
-            init_max = _max(init_max, _add(sidecars, req))
-    total = _max(_add(total, sidecars), init_max)
+    apps = [_container_requests(c, f"pod.spec.containers[{i}]", resources) for i, c in enumerate(containers)]
+    inits = [(_container_requests(c, f"pod.spec.initContainers[{i}]", resources),
+              isinstance(c, Mapping) and c.get("restartPolicy") == "Always")
+             for i, c in enumerate(_list(spec.get("initContainers"), "pod.spec.initContainers"))]
     overhead = _mapping(spec.get("overhead"), "pod.spec.overhead")
-    for k in resources:
-        if k in overhead:
-            total[k] = total.get(k, 0.0) + amount(k, overhead[k], f"pod.spec.overhead.{k}")
+    extra = {k: amount(k, overhead[k], f"pod.spec.overhead.{k}") for k in (*resources, GPU_RESOURCE) if k in overhead}
+    total = effective_requests(apps, inits, extra)
 
     wl: dict[str, Any] = {
         "name": f"{ns}/{name}",

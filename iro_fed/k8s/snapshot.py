@@ -254,18 +254,41 @@ def _container_requests(c: Mapping[str, Any], resources: Sequence[str], where: s
     return out
 
 
-def _add(a: dict[str, float], b: Mapping[str, float]) -> dict[str, float]:
+def _add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
     out = dict(a)
     for k, v in b.items():
         out[k] = out.get(k, 0.0) + v
     return out
 
 
-def _max(a: dict[str, float], b: Mapping[str, float]) -> dict[str, float]:
+def _max(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
     out = dict(a)
     for k, v in b.items():
         out[k] = max(out.get(k, 0.0), v)
     return out
+
+
+def effective_requests(containers: Iterable[Mapping[str, float]], init_containers: Iterable[tuple[Mapping[str, float], bool]],
+                       overhead: Mapping[str, float]) -> dict[str, float]:
+    """kube's ``resourcehelper.PodRequests`` from parsed requests: ``init_containers`` are
+    ``(requests, is_sidecar)`` in spec order (a sidecar has ``restartPolicy: Always`` and keeps
+    running next to the app).
+
+    ``max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead``.
+    The one place this formula lives: the snapshot and the agent's ``/recommend`` both use it.
+    """
+    total: dict[str, float] = {}
+    for req in containers:
+        total = _add(total, req)
+    init_max: dict[str, float] = {}
+    sidecars: dict[str, float] = {}
+    for req, is_sidecar in init_containers:
+        if is_sidecar:
+            sidecars = _add(sidecars, req)
+            init_max = _max(init_max, sidecars)
+        else:
+            init_max = _max(init_max, _add(sidecars, req))
+    return _add(_max(_add(total, sidecars), init_max), overhead)
 
 
 def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
@@ -275,26 +298,16 @@ def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
     """
     spec = _spec(pod)
     who = f"pod {obj_key(pod)}"
-    total: dict[str, float] = {}
     containers = spec.get("containers") or []
     if not isinstance(containers, list):
         raise PodSpecError(f"{who}: spec.containers: expected a list")
-    for i, c in enumerate(containers):
-        total = _add(total, _container_requests(c, resources, f"{who}: spec.containers[{i}]"))
-    init_max: dict[str, float] = {}
-    sidecars: dict[str, float] = {}
-    for i, c in enumerate(spec.get("initContainers") or []):
-        req = _container_requests(c, resources, f"{who}: spec.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":  # a sidecar keeps running next to the app
-            sidecars = _add(sidecars, req)
-            init_max = _max(init_max, sidecars)
-        else:
-            init_max = _max(init_max, _add(sidecars, req))
-    total = _max(_add(total, sidecars), init_max)
+    apps = [_container_requests(c, resources, f"{who}: spec.containers[{i}]") for i, c in enumerate(containers)]
+    inits = [(_container_requests(c, resources, f"{who}: spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
+             for i, c in enumerate(spec.get("initContainers") or [])]
     overhead = spec.get("overhead") or {}
-    for r, v in (overhead.items() if isinstance(overhead, Mapping) else ()):
-        if r in resources or r == GPU_RESOURCE:
-            total[r] = total.get(r, 0.0) + resource_amount(r, v, f"{who}: spec.overhead.{r}")
+    extra = {r: resource_amount(r, v, f"{who}: spec.overhead.{r}")
+             for r, v in (overhead.items() if isinstance(overhead, Mapping) else ()) if r in resources or r == GPU_RESOURCE}
+    total = effective_requests(apps, inits, extra)
     gpus = int(total.pop(GPU_RESOURCE, 0))
     requests = {r: total.get(r, 0.0) for r in resources}
     if "pods" in resources:

@@ -66,6 +66,28 @@ def test_sidecars_and_rounding_follow_kubernetes():
     assert pod_to_workload(pod, ("cpu", "memory"))["requests"] == {"cpu": 1.0, "memory": 1 / 2**20}
 
 
+def test_recommend_and_the_snapshot_read_the_same_pod_the_same_way():
+    # Sidecars, an init container larger than the app, and overhead on every resource (GPU too):
+    # /recommend and the cluster snapshot share kube's PodRequests formula.
+    from iro_fed.k8s.snapshot import pod_demand
+
+    pod = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {
+        "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}},
+                       {"resources": {"limits": {"cpu": "250m", "memory": "128Mi"}}}],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},
+            {"resources": {"requests": {"cpu": "4", "memory": "64Mi", "nvidia.com/gpu": "2"}}},
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}}},
+        ],
+        "overhead": {"cpu": "50m", "memory": "16Mi", "nvidia.com/gpu": "1"}}}
+    wl = pod_to_workload(pod, ("cpu", "memory"))
+    demand = pod_demand(pod, ("cpu", "memory"))
+    # cpu: max(1 + 0.25 + 0.5 + 0.1, 0.5 + 4) + 0.05; memory: max(1024 + 128 + 512 + 32, 512 + 64) + 16 MiB
+    assert wl["requests"] == demand.requests == {"cpu": 4550.0, "memory": 1712.0}
+    # gpus: max(1, 2) + 1 overhead
+    assert wl["gpu"]["count"] == demand.gpu_count == 3
+
+
 def test_request_forms():
     wl, kind = request_to_workload({"pod": {"metadata": {"generateName": "job-"}, "spec": {"containers": [{}]}}},
                                    ("cpu",))
