@@ -36,7 +36,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import FederatedConfig
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.store import PolicySample
+from iro_fed.federated.procs import find_flower_bin, free_port, signal_process, toml_value
 
 #: Environment variable set on the SuperNode; its value (the FLWR_HOME) is inherited by all it starts.
 MARKER = "IRO_AGENT_SUPERNODE_OF"
@@ -62,30 +62,13 @@ _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARN
            "CRITICAL": logging.CRITICAL}
 
 
-def find_flower_bin(name: str) -> str | None:
-    """A Flower executable beside this interpreter (the venv), else on PATH (as ``iro fed`` finds it)."""
-    here = Path(sys.executable).parent / name
-    if here.is_file():
-        return str(here)
-    return shutil.which(name)
-
-
-def _toml_value(value: Any) -> str:
-    """One node-config value in TOML syntax (as ``iro_fed.federated.local.toml_value``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))
-
-
 def node_config_arg(fed: FederatedConfig, experience_db: Path | None) -> str:
     """The ``--node-config`` text: ``site``, ``experience-db`` (when given), then the extra entries."""
     entries: dict[str, Any] = {"site": fed.site}
     if experience_db is not None:
         entries["experience-db"] = str(experience_db)
     entries.update(fed.node_config)
-    return " ".join(f"{k}={_toml_value(v)}" for k, v in entries.items())
+    return " ".join(f"{k}={toml_value(v)}" for k, v in entries.items())
 
 
 def supernode_argv(fed: FederatedConfig, port: int, experience_db: Path | None = None) -> list[str]:
@@ -99,12 +82,6 @@ def supernode_argv(fed: FederatedConfig, port: int, experience_db: Path | None =
                              None if fed.root_certificates is None else str(Path(fed.root_certificates).resolve()),
                              None if fed.auth_key is None else str(Path(fed.auth_key).resolve()))
     return argv + (["--isolation", "process"] if fed.executor == "warm" else [])
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
@@ -132,13 +109,6 @@ def marked_processes(marker_value: str) -> list[int]:
         if state != "Z":
             found.append(int(entry.name))
     return found
-
-
-def _kill(pid: int, sig: int, group: bool = False) -> None:
-    try:
-        (os.killpg if group else os.kill)(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class SuperNodeSupervisor:
@@ -292,16 +262,16 @@ class SuperNodeSupervisor:
             return
         event(self.log, logging.WARNING, "stopping supernode processes left by an earlier agent", pids=left)
         for pid in left:
-            _kill(pid, signal.SIGTERM)
+            signal_process(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and marked_processes(self.marker):
             time.sleep(0.1)
         for pid in marked_processes(self.marker):
-            _kill(pid, signal.SIGKILL)
+            signal_process(pid, signal.SIGKILL)
         self.reaped_on_start = left
 
     def _spawn(self) -> subprocess.Popen:
-        self.port = self.fed.clientappio_port or _free_port()
+        self.port = self.fed.clientappio_port or free_port()
         argv = supernode_argv(self.fed, self.port, self.experience_db)
         assert self.flwr_home is not None
         self.flwr_home.mkdir(parents=True, exist_ok=True)
@@ -402,14 +372,14 @@ class SuperNodeSupervisor:
             proc, ex = self.proc, self.executor
             self.executor = None
         if ex is not None and ex.poll() is None:
-            _kill(ex.pid, signal.SIGTERM, group=True)  # it also carries the marker: the sweep below finds its children
+            signal_process(ex.pid, signal.SIGTERM, group=True)  # it also carries the marker: the sweep below finds its children
         marked = self._marked()
         if proc is None and not marked:
             return
         if proc is not None:
-            _kill(proc.pid, signal.SIGTERM, group=True)
+            signal_process(proc.pid, signal.SIGTERM, group=True)
         for pid in marked:
-            _kill(pid, signal.SIGTERM)
+            signal_process(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             alive = (proc is not None and proc.poll() is None) or bool(self._marked())
@@ -417,18 +387,18 @@ class SuperNodeSupervisor:
                 break
             time.sleep(0.05)
         if proc is not None:
-            _kill(proc.pid, signal.SIGKILL, group=True)  # also members left after the leader exited
+            signal_process(proc.pid, signal.SIGKILL, group=True)  # also members left after the leader exited
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
         for pid in self._marked():
-            _kill(pid, signal.SIGKILL)
+            signal_process(pid, signal.SIGKILL)
         if ex is not None:
             try:
                 ex.wait(timeout=5)  # reaped: no zombie left behind
             except subprocess.TimeoutExpired:
-                _kill(ex.pid, signal.SIGKILL, group=True)
+                signal_process(ex.pid, signal.SIGKILL, group=True)
         if self._reader is not None:
             self._reader.join(2.0)
         if proc is not None and proc.poll() is not None:

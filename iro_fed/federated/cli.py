@@ -132,11 +132,10 @@ def supernode_command(exe: str, superlink: str, port: int, node_config: str, roo
 
 
 def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    from iro_fed.federated.procs import signal_process
+
     for proc in procs:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        signal_process(proc.pid, sig, group=True)
 
 
 def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int | None = None,

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iro_fed.federated.executor import READY_LINE
+from iro_fed.federated.procs import find_flower_bin, free_port, signal_process, toml_value
 from iro_fed.federated.server_app import POLL_ENV, ROUND_TAG
 
 #: Lines of `flwr run --stream` that mean the ServerApp failed (flwr run itself may still exit 0).
@@ -74,30 +73,12 @@ def shared_data_dir() -> Path:
     return Path(data_dir()).resolve()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def flower_bin(name: str) -> str:
     """A Flower executable beside this interpreter (the venv), else on PATH."""
-    here = Path(sys.executable).parent / name
-    if here.is_file():
-        return str(here)
-    found = shutil.which(name)
+    found = find_flower_bin(name)
     if not found:
         raise FederationError(f"{name}: not found; install the 'fed' extra (pip install 'iro-fed[fed]')")
     return found
-
-
-def toml_value(value: Any) -> str:
-    """One ``--run-config`` value in TOML syntax."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
 def run_config_arg(overrides: Mapping[str, Any]) -> str:
@@ -278,9 +259,9 @@ class LocalFederation:
         descendants = _descendants([p.pid for _, p in self.procs])
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
+                signal_process(proc.pid, signal.SIGTERM, group=True)
         for pid in descendants:
-            _signal_pid(pid, signal.SIGTERM)
+            signal_process(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(process_alive(pid) for pid in descendants):
             time.sleep(0.1)
@@ -290,14 +271,14 @@ class LocalFederation:
             except subprocess.TimeoutExpired:
                 pass
         for _, proc in self.procs:
-            _signal_group(proc, signal.SIGKILL)  # also children left in the group after the leader exited
+            signal_process(proc.pid, signal.SIGKILL, group=True)  # also children left in the group after the leader exited
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
         for pid in descendants:
             if process_alive(pid):
-                _signal_pid(pid, signal.SIGKILL)
+                signal_process(pid, signal.SIGKILL)
         self.procs = []
 
     def __enter__(self) -> LocalFederation:
@@ -346,22 +327,8 @@ def _lines(proc: subprocess.Popen, deadline: float) -> Iterator[str]:
     for line in proc.stdout:
         yield line.rstrip("\n")
         if time.monotonic() > deadline:
-            _signal_group(proc, signal.SIGTERM)
+            signal_process(proc.pid, signal.SIGTERM, group=True)
             raise FederationError("flwr run: timed out")
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)  # the group we created with start_new_session=True
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _descendants(roots: Sequence[int]) -> list[int]:
