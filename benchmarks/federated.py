@@ -430,15 +430,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     episodes = args.episodes or (8 if args.quick else 10)
     cfg = FedConfig(num_server_rounds=rounds, local_steps=steps, hours=2.0 if args.quick else 4.0,
                     learning_starts=64, eval_episodes=ROUND_EPISODES, track_emissions=True)
-    overrides: dict[str, Any] = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            ap.error(f"--set: expected KEY=VALUE, got {item!r}")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = value
+    from iro_fed.cli import UsageError
+    from iro_fed.federated.cli import parse_sets
+
+    try:
+        overrides = parse_sets(args.set)  # read as `iro fed local --set` reads them (TOML values)
+    except UsageError as exc:
+        ap.error(str(exc))
     try:
         cfg = FedConfig.from_run_config({**cfg.to_run_config(), **overrides})
     except FedConfigError as exc:

@@ -100,7 +100,10 @@ def _pyproject_config() -> dict[str, Any]:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"].get("config", {}))
 
 
-def _parse_sets(pairs: list[str]) -> dict[str, Any]:
+def parse_sets(pairs: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` run-config overrides: keys in kebab-case (``keep_replay`` -> ``keep-replay``),
+    values read as TOML (``false``, ``3``, ``0.5``, ``"text"``), a bare word as a string. Raises
+    :class:`UsageError` on a pair without ``=``. Shared by ``iro fed`` and ``benchmarks/federated.py``."""
     import tomllib
 
     out: dict[str, Any] = {}
@@ -240,7 +243,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         overrides["local-steps"] = args.local_steps
     if args.carbon_aware:
         overrides["carbon-aware"] = True
-    overrides.update(_parse_sets(args.set))
+    overrides.update(parse_sets(args.set))
     try:
         cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
     except FedConfigError as exc:

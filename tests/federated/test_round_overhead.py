@@ -208,3 +208,17 @@ def test_warm_app_modules_are_kept_only_for_a_fab_with_the_same_sources(tmp_path
     (installed / "pkg" / "sub" / "c.py").write_text("Z = 3\n")  # a file the warm process does not have
     assert not fab_matches(installed, sources)
     assert not fab_matches(None, sources) and not fab_matches(installed, {})
+
+
+def test_benchmark_reads_set_as_iro_fed_does(load_benchmark, capsys) -> None:
+    from iro_fed.federated.cli import parse_sets
+
+    assert parse_sets(["keep_replay=false", "lr=0.5", "local-steps=32", "scenario=edge-iot", 'note="a b"']) == {
+        "keep-replay": False, "lr": 0.5, "local-steps": 32, "scenario": "edge-iot", "note": "a b"}
+    bench = load_benchmark("federated", "bench_federated")
+    for argv, message in ((["--set", "keep-replay"], "expected KEY=VALUE"),
+                          (["--set", "local-steps=lots"], "local-steps")):
+        with pytest.raises(SystemExit) as info:
+            bench.main([*argv, "--out", "/nonexistent/never-written.json"])
+        assert info.value.code == 2
+        assert message in capsys.readouterr().err
