@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
 def register(sub: Any) -> None:
     fed = sub.add_parser("fed", help="federated training of the placement policy (Flower)",
                          description="Federated DQN training: edge sites train locally, a Flower server aggregates.")
-    fsub = fed.add_subparsers(dest="fed_command", metavar="{local,server,node,certs}")
+    fsub = fed.add_subparsers(dest="fed_command", metavar="{local,server,node,certs,rounds}")
     fsub.required = True
 
     p = fsub.add_parser("local", help="run a real SuperLink and N SuperNodes on 127.0.0.1 and train",
@@ -77,6 +78,28 @@ def register(sub: Any) -> None:
     n.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     n.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     n.set_defaults(func=cmd_node)
+
+    r = fsub.add_parser("rounds", help="run the federated rounds that the feedback loop asks for (--round-request)",
+                        description="Watch the folder that `iro scheduler --round-request DIR` / `iro feedback-sim "
+                                    "--round-request DIR` write into; for the requests waiting there, start one "
+                                    "`flwr run APP FEDERATION` that fine-tunes the registry's latest global policy, "
+                                    "then file them under DIR/rounds/done or DIR/rounds/failed with a record of the run.")
+    r.add_argument("--requests", required=True, metavar="DIR", help="the writers' --round-request folder")
+    r.add_argument("--federation", required=True,
+                   help="SuperLink connection of the operator's FLWR_HOME config.toml (e.g. production)")
+    r.add_argument("--rounds", type=int, default=3, help="federated rounds per run (default 3)")
+    r.add_argument("--registry", default=None,
+                   help="policy registry on the ServerApp's machine (default: the app's `registry` setting)")
+    r.add_argument("--fresh", action="store_true", help="train from a fresh policy, not the registry's latest")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
+    r.add_argument("--once", action="store_true", help="handle the waiting requests, then exit (for cron)")
+    r.add_argument("--poll-s", type=float, default=10.0, help="seconds between looks at the folder (default 10)")
+    r.add_argument("--min-interval-s", type=float, default=0.0,
+                   help="least seconds from the start of one run to the next (default 0)")
+    r.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned (default 3600)")
+    r.add_argument("--app", default=None, help="Flower app folder (default: this checkout)")
+    r.set_defaults(func=cmd_rounds)
 
     c = fsub.add_parser("certs", help="make a CA, a SuperLink certificate and SuperNode auth keys",
                         description="Write ca.crt/ca.key, server.crt/server.key and nodeN/nodeN.pub into --out.")
@@ -403,6 +426,118 @@ def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
     (:mod:`iro_fed.federated.executor`; loopback, plain HTTP like Flower's own SuperExec)."""
     return [sys.executable, "-m", "iro_fed.federated.executor", "--runtime-api-address", f"127.0.0.1:{runtime_port}",
             "--insecure", "--parent-pid", str(parent_pid)]
+
+
+def cmd_rounds(args: argparse.Namespace) -> int:
+    import threading
+    import time
+
+    from iro_fed.federated.round_requests import RoundRequestQueue
+    from iro_fed.federated.task import FedConfig, FedConfigError
+
+    for flag, value, ok, expected in (("--rounds", args.rounds, args.rounds >= 1, ">= 1"),
+                                      ("--poll-s", args.poll_s, args.poll_s > 0, "> 0"),
+                                      ("--min-interval-s", args.min_interval_s, args.min_interval_s >= 0, ">= 0"),
+                                      ("--timeout", args.timeout, args.timeout > 0, "> 0")):
+        if not ok or not math.isfinite(value):
+            raise UsageError(f"{flag}: expected a finite number {expected}, got {value}")
+    if not args.federation.strip():
+        raise UsageError("--federation: expected a connection name of FLWR_HOME's config.toml")
+    overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "resume": not args.fresh}
+    if args.registry is not None:
+        overrides["registry"] = args.registry
+    overrides.update(parse_sets(args.set))
+    try:
+        from iro_fed.federated.local import RUN_STARTED, FederationError, app_dir, flwr_run, flwr_stop
+    except ImportError as exc:
+        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
+    try:
+        rounds = FedConfig.from_run_config({**_pyproject_config(), **overrides}).num_server_rounds  # --set may change it
+    except FedConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    app = Path(args.app).resolve() if args.app else app_dir()
+    if not (app / "pyproject.toml").is_file():
+        raise UsageError(f"--app: no pyproject.toml in {str(app)!r}")
+    try:
+        queue = RoundRequestQueue(args.requests)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--requests: {str(exc).removeprefix('root: ')}") from exc
+
+    err = _console(stderr=True)
+    stop = threading.Event()
+    running: list[subprocess.Popen] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+        for proc in running:  # the run's own session: flwr run and what it started
+            _signal_groups([proc], signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    recovered = queue.recover()
+    if recovered:
+        err.print(f"{len(recovered)} request(s) of an interrupted run put back to wait")
+    failed = 0
+    last_start = -math.inf
+    run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
+
+    def on_line(line: str) -> None:
+        if not run_ids and (m := RUN_STARTED.search(line)):
+            run_ids.append(int(m.group(1)))
+            err.print(f"run {run_ids[0]} started on the SuperLink", highlight=False)
+
+    try:
+        while not stop.is_set():
+            claimed, rejected = queue.claim()
+            for path, why in rejected:
+                err.print(f"[yellow]rejected {path.name}: {why}[/yellow]", highlight=False)
+            if claimed:
+                wait = last_start + args.min_interval_s - time.monotonic()
+                if wait > 0 and stop.wait(wait):
+                    queue.release(claimed)
+                    break
+                last_start = time.monotonic()
+                sites = sorted({req.site for req in claimed})
+                err.print(f"run: {len(claimed)} request(s) from {', '.join(sites)}; {rounds} round(s) on "
+                          f"{args.federation!r}", highlight=False)
+                run_ids.clear()
+                try:
+                    result = flwr_run(app, args.federation, overrides, _daemon_env(), Path.cwd(), on_line=on_line,
+                                      timeout=args.timeout, started=running.append)
+                except FederationError as exc:
+                    if stop.is_set():  # stopped mid-run: stop the run itself too; the requests wait for the next consumer
+                        for run_id in run_ids:
+                            why = flwr_stop(run_id, args.federation, _daemon_env(), Path.cwd())
+                            err.print(f"run {run_id}: " + ("stopped on the SuperLink" if why is None else why),
+                                      highlight=False)
+                        queue.release(claimed)
+                        break
+                    failed += 1
+                    record = queue.finish(claimed, False, {"federation": args.federation, "error": str(exc)[-4000:]})
+                    err.print(f"[red]run failed; requests filed under {record.parent}[/red]\n{exc}", highlight=False)
+                else:
+                    rows = [{k: row.get(k) for k in ("round", "version", "path", "nodes", "eval-reward", "eval-score")}
+                            for row in result["rounds"]]
+                    ok = len(rows) == rounds
+                    record = queue.finish(claimed, ok, {"federation": args.federation, "run_id": result["run_id"],
+                                                        "rounds": rows, "wall_s": round(result["wall_s"], 3),
+                                                        **({} if ok else {"error": f"expected {rounds} rounds, "
+                                                                                   f"the server reported {len(rows)}"})})
+                    failed += 0 if ok else 1
+                    versions = [f"v{r['version']:04d}" for r in rows if r.get("version") is not None]
+                    print(f"{'done' if ok else 'failed'}: {len(claimed)} request(s), {len(rows)} round(s), "
+                          f"versions {', '.join(versions) or '-'}, {result['wall_s']:.0f} s -> {record}", flush=True)
+                finally:
+                    running.clear()
+            if args.once:
+                break
+            stop.wait(args.poll_s)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if stop.is_set():
+        err.print("[yellow]stopped; unfinished requests wait in the requests folder[/yellow]")
+        return 130
+    return 1 if failed else EXIT_OK
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,9 @@ from iro_fed.federated.server_app import POLL_ENV, ROUND_TAG
 
 #: Lines of `flwr run --stream` that mean the ServerApp failed (flwr run itself may still exit 0).
 APP_FAILURES = ("An unhandled exception occurred in the ServerApp", "Exit Code: ")
+
+#: The line of `flwr run` that names the run it started on the SuperLink.
+RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 
 #: ClientApp executors: ``warm`` (ours, a forked process per message) or ``flower`` (Flower's SuperExec).
 EXECUTORS = ("warm", "flower")
@@ -292,34 +296,68 @@ class LocalFederation:
     def run(self, overrides: Mapping[str, Any], on_line: Callable[[str], None] | None = None,
             timeout: float = 1800.0) -> dict[str, Any]:
         """``flwr run`` the app with ``overrides`` (kebab-case keys); returns rounds and the output tail."""
-        argv = [flower_bin("flwr"), "run", str(app_dir()), "local", "--stream"]
-        if overrides:
-            argv += ["--run-config", run_config_arg(overrides)]
-        rounds: list[dict[str, Any]] = []
-        tail: list[str] = []
-        crashed = False
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self.env(), cwd=str(self.workdir), start_new_session=True, text=True, bufsize=1)
-        self.procs.append(("flwr-run", proc))
-        started = time.monotonic()
         try:
-            for line in _lines(proc, started + timeout):
-                tail = (tail + [line])[-40:]
-                crashed = crashed or any(marker in line for marker in APP_FAILURES)
-                if ROUND_TAG in line:
-                    try:
-                        rounds.append(json.loads(line.split(ROUND_TAG, 1)[1].strip()))
-                    except json.JSONDecodeError:
-                        pass
-                if on_line is not None:
-                    on_line(line)
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired as exc:
-            raise FederationError("flwr run did not exit after its output ended") from exc
-        text = "\n".join(tail)
-        if code != 0 or crashed:
-            raise FederationError(f"flwr run failed (status {code}):\n{text}\n--- superlink ---\n{self._tail('superlink')}")
-        return {"rounds": rounds, "status": code, "wall_s": time.monotonic() - started, "output": text}
+            return flwr_run(app_dir(), "local", overrides, self.env(), self.workdir, on_line=on_line, timeout=timeout,
+                            started=lambda proc: self.procs.append(("flwr-run", proc)))
+        except FederationError as exc:
+            raise FederationError(f"{exc}\n--- superlink ---\n{self._tail('superlink')}") from None
+
+
+def flwr_run(app: Path, federation: str, overrides: Mapping[str, Any], env: Mapping[str, str], cwd: Path,
+             on_line: Callable[[str], None] | None = None, timeout: float = 1800.0,
+             started: Callable[[subprocess.Popen], None] | None = None) -> dict[str, Any]:
+    """``flwr run APP FEDERATION --stream`` with ``overrides`` as ``--run-config``, output read line by line.
+
+    Returns ``rounds`` (the ServerApp's per-round summaries), ``status``, ``wall_s`` and the output
+    tail; raises :class:`FederationError` when ``flwr run`` fails, times out or the ServerApp
+    reported a failure (``flwr run`` itself may exit 0 then). ``started`` gets the process (its
+    own session) as soon as it runs, so a caller can stop it.
+    """
+    argv = [flower_bin("flwr"), "run", str(app), federation, "--stream"]
+    if overrides:
+        argv += ["--run-config", run_config_arg(overrides)]
+    rounds: list[dict[str, Any]] = []
+    tail: list[str] = []
+    crashed = False
+    run_id: int | None = None
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=dict(env), cwd=str(cwd), start_new_session=True, text=True, bufsize=1)
+    if started is not None:
+        started(proc)
+    begun = time.monotonic()
+    try:
+        for line in _lines(proc, begun + timeout):
+            tail = (tail + [line])[-40:]
+            crashed = crashed or any(marker in line for marker in APP_FAILURES)
+            if run_id is None and (m := RUN_STARTED.search(line)):
+                run_id = int(m.group(1))
+            if ROUND_TAG in line:
+                try:
+                    rounds.append(json.loads(line.split(ROUND_TAG, 1)[1].strip()))
+                except json.JSONDecodeError:
+                    pass
+            if on_line is not None:
+                on_line(line)
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired as exc:
+        raise FederationError("flwr run did not exit after its output ended") from exc
+    text = "\n".join(tail)
+    if code != 0 or crashed:
+        raise FederationError(f"flwr run failed (status {code}):\n{text}")
+    return {"rounds": rounds, "status": code, "wall_s": time.monotonic() - begun, "output": text, "run_id": run_id}
+
+
+def flwr_stop(run_id: int, federation: str, env: Mapping[str, str], cwd: Path, timeout: float = 60.0) -> str | None:
+    """Ask the SuperLink to stop run ``run_id`` (``flwr stop``): a run goes on on the SuperLink when
+    the ``flwr run`` that started it is stopped. Returns None when it was stopped, else why not."""
+    try:
+        done = subprocess.run([flower_bin("flwr"), "stop", str(run_id), federation], capture_output=True, text=True,
+                              env=dict(env), cwd=str(cwd), timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"flwr stop {run_id}: no answer in {timeout:.0f} s"
+    if done.returncode != 0:
+        return f"flwr stop {run_id} failed (status {done.returncode}): {(done.stdout + done.stderr).strip()[-500:]}"
+    return None
 
 
 def _lines(proc: subprocess.Popen, deadline: float) -> Iterator[str]:

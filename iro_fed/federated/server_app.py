@@ -109,6 +109,21 @@ def polling_grid(grid: Grid) -> PollingGrid:
     return PollingGrid(grid, interval=fixed, max_interval=fixed, backoff=1.0)
 
 
+def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str, Any], int | None]:
+    """The global policy a run starts from and the registry version it came from: with
+    ``resume`` the registry's latest (which must have this run's architecture), else a fresh one."""
+    agent = build_agent(cfg)
+    version = registry.latest_version() if cfg.resume else None
+    if version is not None:
+        state, _ = registry.load(version)
+        try:
+            agent.online.load_state_dict(state)
+        except RuntimeError as exc:  # another architecture (embed-dim, hidden-dim, top-k ...)
+            raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} does not fit this "
+                             f"run's network: {str(exc).splitlines()[0]}") from None
+    return get_weights(agent.online), version
+
+
 def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
                    on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary.
@@ -123,7 +138,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     if not isinstance(grid, PollingGrid):
         grid = polling_grid(grid)
     registry = PolicyRegistry(cfg.registry)
-    initial = get_weights(build_agent(cfg).online)
+    initial, resumed_from = initial_weights(cfg, registry)
     # The weights travel as ONE flat array plus this layout (sent in every train/evaluate config):
     # Flower moves each array as its own objects, one request per object and hop.
     initial_record, layout = wire.encode(initial)
@@ -132,7 +147,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
         "config": cfg.dqn_config().to_dict(), "candidate_features": cand_f, "context_features": ctx_f,
         "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)},
         "scenario": cfg.scenario, "strategy": cfg.strategy, "federation": cfg.to_run_config(),
-        "eval_site": cfg.eval_site, "num_rounds": cfg.num_server_rounds,
+        "eval_site": cfg.eval_site, "num_rounds": cfg.num_server_rounds, "resumed_from": resumed_from,
     }
     rows: list[dict[str, Any]] = []
     totals = {"emissions_g": 0.0}
@@ -170,7 +185,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
                             train_config=wire.layout_config(layout), evaluate_config=wire.layout_config(layout),
                             evaluate_fn=evaluate_fn)
     return {"rounds": rows, "initial": totals.get("initial", {}), "emissions_g": totals["emissions_g"],
-            "registry": str(registry.root), "result": result, "layout": layout,
+            "registry": str(registry.root), "resumed_from": resumed_from, "result": result, "layout": layout,
             "weights": wire.decode(result.arrays, layout)}
 
 

@@ -83,6 +83,9 @@ class FedConfig:
     """Greedy episodes per evaluation (different seeds)."""
     registry: str = "policies"
     """Policy-registry folder the server writes each round's global policy into."""
+    resume: bool = False
+    """Start from the registry's latest global policy (when it has one) instead of a fresh one:
+    a run that fine-tunes, e.g. one asked for by the feedback loop (``iro fed rounds``)."""
     carbon_aware: bool = False
     """Prefer sites in low-carbon hours (and down-weight high-carbon ones) within ``carbon_min_fraction``."""
     carbon_min_fraction: float = 0.5

@@ -331,7 +331,7 @@ def register(sub: Any) -> None:
                    help="simulator scenario of the DQN fine-tune (default edge-iot)")
     p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help="decisions per DQN fine-tune (default 256)")
     p.add_argument("--round-request", metavar="DIR",
-                   help="on drift, also write a federated round request into DIR/requests (for iro fed server)")
+                   help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")

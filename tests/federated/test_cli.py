@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("flwr")
@@ -26,10 +28,21 @@ from iro_fed.cli import main  # noqa: E402
     (["fed", "node", "--superlink", "h:1", "--site", "-1", "--insecure"], "--site"),
     (["fed", "node", "--superlink", "h:1", "--site", "0", "--root-certificates", "/nonexistent/ca.crt"],
      "no such file"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--rounds", "0"], "--rounds"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--poll-s", "0"], "--poll-s"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--min-interval-s", "-1"],
+     "--min-interval-s"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--timeout", "nan"], "--timeout"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", " "], "--federation"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--set", "resume=maybe"],
+     "resume: expected bool"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--app", "/nonexistent/app"], "--app"),
+    (["fed", "rounds", "--requests", __file__, "--federation", "p"], "--requests"),
 ])
 def test_bad_input_exits_2_naming_the_argument(argv, message, capsys) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+    assert not any(Path("/nonexistent").glob("*"))  # nothing written on bad input
 
 
 def test_registry_that_is_a_file_is_refused(tmp_path, capsys) -> None:

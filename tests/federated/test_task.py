@@ -187,3 +187,26 @@ def test_registry_refuses_incomplete_metadata(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(RegistryError, match="not a folder"):
         PolicyRegistry(tmp_path / "file")
+
+
+def test_resume_starts_from_the_registrys_latest_policy(tmp_path) -> None:
+    pytest.importorskip("flwr")
+    from iro_fed.federated.inprocess import InProcessGrid
+    from iro_fed.federated.server_app import run_federation
+
+    reg = tmp_path / "policies"
+    cfg = FedConfig(num_server_rounds=1, registry=str(reg), **TINY)
+    first = run_federation(InProcessGrid([{"site": 0}, {"site": 2}], cfg.to_run_config()), cfg)
+    assert first["resumed_from"] is None
+    v1 = PolicyRegistry(reg).metadata(1)
+
+    resumed = cfg.replace(resume=True)
+    second = run_federation(InProcessGrid([{"site": 0}, {"site": 2}], resumed.to_run_config()), resumed)
+    assert second["resumed_from"] == 1 and [r["version"] for r in second["rounds"]] == [2]
+    # the run started from version 1: its initial evaluation is version 1's, not a fresh policy's
+    assert second["initial"] == v1["evaluation"] != first["initial"]
+    assert PolicyRegistry(reg).metadata(2)["resumed_from"] == 1
+
+    wider = resumed.replace(hidden_dim=2 * resumed.hidden_dim)
+    with pytest.raises(ValueError, match="resume: registry version 2 .* does not fit"):
+        run_federation(InProcessGrid([{"site": 0}, {"site": 2}], wider.to_run_config()), wider)

@@ -1,0 +1,141 @@
+"""The folder of federated round requests that the feedback loop writes, as a work queue.
+
+``iro feedback-sim`` / ``iro scheduler --round-request DIR`` write ``DIR/requests/*.json``
+(format ``iro-fed/round-request/1``, :class:`iro_fed.feedback.FederatedRoundRequest`) when
+predicted and observed outcomes drift apart; ``iro fed rounds`` reads them here and starts a
+federated run for them. One folder per state, files moved by ``os.replace`` (atomic on one file
+system), so a request is always in exactly one place and none is lost:
+
+* ``requests/``: waiting;
+* ``rounds/running/``: claimed by a run in progress (put back into ``requests/`` by
+  :meth:`RoundRequestQueue.recover` when the consumer died, by ``release`` when it was stopped);
+* ``rounds/done/`` and ``rounds/failed/``: the run's outcome, next to a ``<time>-run.json``
+  record that names its requests and holds the run's rounds or error;
+* ``rounds/rejected/``: files that are not round requests, each with a ``<stem>.error`` (JSON)
+  saying why.
+
+The folder may be the policy registry itself (the writers' default), which lists only its
+``vNNNN`` versions.
+
+Flower-free: the queue works (and is tested) without the ``fed`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iro_fed.feedback import FederatedRoundRequest
+from iro_fed.problem_io import write_json_atomic
+
+FORMAT = FederatedRoundRequest.FORMAT
+RUN_FORMAT = "iro-fed/round-run/1"
+STATES = ("requests", "running", "done", "failed", "rejected")
+
+
+class RoundRequestError(ValueError):
+    """A file in ``requests/`` that is not a round request; the message says why."""
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    path: Path  # where it is now
+    site: str
+    reason: str
+    requested_at: str
+
+
+def read_request(path: Path) -> RoundRequest:
+    """A request file as written by :class:`~iro_fed.feedback.FederatedRoundRequest`, checked."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RoundRequestError(f"cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RoundRequestError(f"not JSON: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise RoundRequestError(f"expected a JSON object, got {type(doc).__name__}")
+    if doc.get("format") != FORMAT:
+        raise RoundRequestError(f"format: expected {FORMAT!r}, got {doc.get('format')!r}")
+    for key in ("site", "reason", "requested_at"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise RoundRequestError(f"{key}: expected a non-empty string, got {doc.get(key)!r}")
+    return RoundRequest(path, doc["site"], doc["reason"], doc["requested_at"])
+
+
+class RoundRequestQueue:
+    """The request folder ``root`` (the ``--round-request DIR`` of the writers)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).expanduser()
+        if self.root.exists() and not self.root.is_dir():
+            raise ValueError(f"root: {str(self.root)!r} exists and is not a folder")
+        for state in STATES:
+            self.folder(state).mkdir(parents=True, exist_ok=True)
+
+    def folder(self, state: str) -> Path:
+        """``ROOT/requests`` (waiting, where the writers put them), else ``ROOT/rounds/<state>``."""
+        return self.root / state if state == "requests" else self.root / "rounds" / state
+
+    def _files(self, state: str) -> list[Path]:
+        # Writers rename a hidden temporary file into place: only whole ``*.json`` files count.
+        return sorted(p for p in self.folder(state).glob("*.json") if not p.name.startswith(".") and p.is_file())
+
+    def pending(self) -> list[Path]:
+        return self._files("requests")
+
+    def recover(self) -> list[Path]:
+        """Put requests left in ``running/`` (a consumer that died mid-run) back in ``requests/``."""
+        return [self._move(p, "requests") for p in self._files("running")]
+
+    def claim(self) -> tuple[list[RoundRequest], list[tuple[Path, str]]]:
+        """Move every waiting request into ``running/``; files that are not requests go to
+        ``rejected/`` with the reason. Returns (claimed, rejected)."""
+        claimed: list[RoundRequest] = []
+        rejected: list[tuple[Path, str]] = []
+        for path in self.pending():
+            try:
+                req = read_request(path)
+            except RoundRequestError as exc:
+                moved = self._move(path, "rejected")
+                write_json_atomic(moved.with_name(moved.stem + ".error"), {"file": moved.name, "error": str(exc)})
+                rejected.append((moved, str(exc)))
+                continue
+            try:
+                claimed.append(RoundRequest(self._move(path, "running"), req.site, req.reason, req.requested_at))
+            except FileNotFoundError:  # another consumer took it first
+                continue
+        return claimed, rejected
+
+    def release(self, claimed: Sequence[RoundRequest]) -> None:
+        """Put claimed requests back (the run was stopped before it finished)."""
+        for req in claimed:
+            self._move(req.path, "requests")
+
+    def finish(self, claimed: Sequence[RoundRequest], ok: bool, result: Mapping[str, Any]) -> Path:
+        """Move the requests of a finished run into ``done/`` (``ok``) or ``failed/``, beside a
+        ``<time>-run.json`` record of the run; returns the record's path."""
+        state = "done" if ok else "failed"
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        record = self.folder(state) / f"{stamp}-run.json"
+        n = 1
+        while record.exists():
+            n += 1
+            record = self.folder(state) / f"{stamp}-run-{n}.json"
+        moved = [self._move(req.path, state) for req in claimed]
+        write_json_atomic(record, {
+            "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": ok,
+            "requests": [p.name for p in moved], "sites": sorted({req.site for req in claimed}),
+            "reasons": [req.reason for req in claimed], **result,
+        })
+        return record
+
+    def _move(self, path: Path, state: str) -> Path:
+        target = self.folder(state) / path.name
+        os.replace(path, target)
+        return target

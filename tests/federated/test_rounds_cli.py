@@ -1,0 +1,125 @@
+"""`iro fed rounds` against real Flower processes: the feedback loop's round requests become
+federated runs that fine-tune the registry's latest global policy.
+
+A SuperLink and 2 SuperNodes on 127.0.0.1 (``LocalFederation``, loopback without TLS), the
+operator's FLWR_HOME naming that SuperLink ``local``; local training is kept tiny.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("torch")
+
+from iro_fed.federated.registry import PolicyRegistry  # noqa: E402
+
+TINY = {"local-steps": 48, "hours": 1.0, "learning-starts": 16, "batch-size": 16, "track-emissions": False,
+        "embed-dim": 16, "hidden-dim": 32, "min-nodes": 2}
+
+
+def rounds_argv(reg: Path, *extra: str) -> list[str]:
+    argv = ["fed", "rounds", "--requests", str(reg), "--federation", "local", "--registry", str(reg),
+            "--rounds", "1", "--once", "--timeout", "600", *extra]
+    for k, v in TINY.items():
+        argv += ["--set", f"{k}={json.dumps(v)}"]
+    return argv
+
+
+def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monkeypatch, capsys,
+                                                                  write_round_request) -> None:
+    from iro_fed.cli import main
+    from iro_fed.federated.local import LocalFederation
+
+    reg = tmp_path / "policies"
+    with LocalFederation(2, workdir=tmp_path / "work") as fed:
+        monkeypatch.setenv("FLWR_HOME", str(fed.flwr_home))  # the operator's connection file names "local"
+        monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+
+        assert main(rounds_argv(reg)) == 0  # nothing waiting: nothing runs
+        assert PolicyRegistry(reg).versions() == []
+
+        # two sites drifted: one run for both; the registry is empty, so it starts from a fresh policy
+        write_round_request(reg, "edge-madrid")
+        write_round_request(reg, "edge-oslo")
+        assert main(rounds_argv(reg)) == 0
+        registry = PolicyRegistry(reg)
+        assert registry.versions() == [1] and registry.metadata(1)["resumed_from"] is None
+        (record,) = sorted((reg / "rounds" / "done").glob("*-run.json"))
+        doc = json.loads(record.read_text())
+        assert doc["ok"] is True and doc["sites"] == ["edge-madrid", "edge-oslo"] and len(doc["requests"]) == 2
+        assert [r["version"] for r in doc["rounds"]] == [1] and doc["federation"] == "local"
+        assert isinstance(doc["run_id"], int) and np.isfinite(doc["rounds"][0]["eval-reward"])
+        assert list((reg / "requests").iterdir()) == [] and list((reg / "rounds" / "running").iterdir()) == []
+
+        # a later drift fine-tunes version 1; a file that is no request is set aside, not lost
+        write_round_request(reg, "edge-madrid", error=0.3)
+        (reg / "requests" / "notes.json").write_text('{"hello": 1}')
+        assert main(rounds_argv(reg)) == 0
+        assert registry.versions() == [1, 2]
+        meta = registry.metadata(2)
+        assert meta["resumed_from"] == 1
+        assert meta["initial_evaluation"] == registry.metadata(1)["evaluation"]  # it started from version 1
+        assert (reg / "rounds" / "rejected" / "notes.json").is_file()
+        assert "format" in json.loads((reg / "rounds" / "rejected" / "notes.error").read_text())["error"]
+
+        # a federation that the connection file does not name: the run fails, the request is kept
+        write_round_request(reg, "edge-oslo")
+        argv = rounds_argv(reg)
+        argv[argv.index("local")] = "nowhere"
+        assert main(argv) == 1
+        (failed,) = sorted((reg / "rounds" / "failed").glob("*-run.json"))
+        doc = json.loads(failed.read_text())
+        assert doc["ok"] is False and doc["sites"] == ["edge-oslo"] and "flwr run failed" in doc["error"]
+        assert (reg / "rounds" / "failed" / doc["requests"][0]).is_file()
+        assert registry.versions() == [1, 2]
+
+        # the daemon, stopped mid-run (SIGTERM): the request goes back to wait, exit 130
+        argv = [a for a in rounds_argv(reg) if a != "--once"] + ["--poll-s", "0.2", "--set", "local-steps=20000"]
+        daemon = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in daemon.stdout], daemon=True).start()
+        said = ""
+        try:
+            path = Path(write_round_request(reg, "edge-lisbon"))
+            deadline = time.monotonic() + 120
+            while "started on the SuperLink" not in said and time.monotonic() < deadline:
+                try:
+                    said += lines.get(timeout=1.0)
+                except queue.Empty:
+                    assert daemon.poll() is None, said
+            assert (reg / "rounds" / "running" / path.name).exists(), said
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=120) == 130, said
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+        time.sleep(0.5)  # the reader thread drains the rest
+        while not lines.empty():
+            said += lines.get()
+        assert "stopped on the SuperLink" in said, said
+        # the run itself was stopped, not only the `flwr run` that streamed it
+        from iro_fed.federated.local import flower_bin
+
+        listed = subprocess.run([flower_bin("flwr"), "ls", "local", "--format", "json"], capture_output=True, text=True,
+                                env=fed.env(), timeout=60)
+        runs = json.loads(listed.stdout)["runs"]
+        # two runs done, the stopped one ("nowhere" never reached the SuperLink)
+        assert len(runs) == 3 and all(r["status"].startswith("finished") for r in runs), runs
+        assert sum("stopped" in r["status"] for r in runs) == 1, runs
+        assert [p.name for p in (reg / "requests").iterdir()] == [path.name]
+        assert list((reg / "rounds" / "running").iterdir()) == [] and registry.versions() == [1, 2]
+    out = capsys.readouterr().out
+    assert "done: 2 request(s), 1 round(s), versions v0001" in out and "versions v0002" in out
