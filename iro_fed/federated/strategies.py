@@ -195,9 +195,10 @@ class ValidatedStrategy:
         else:
             reference, layout = _first_reference(replies)
         kept, dropped = validate_replies(replies, reference, self.norm_factor, layout)
-        # Arrival order is random (nodes are sampled with random.sample); a fixed order makes the
-        # aggregate of the same replies bit-identical, whatever else was sampled or dropped.
-        kept.sort(key=lambda m: int(m.metadata.src_node_id))
+        # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
+        # draws them when SuperNodes join): summing in site order makes the aggregate of the same
+        # sites' replies bit-identical from one deployment to the next, whatever else was dropped.
+        kept.sort(key=self._site_order)
         for d in dropped:
             log(WARNING, "round %d: dropped the update of node %d: %s", server_round, d["node"], d["reason"])
         if self.carbon_aware and kept:
@@ -219,6 +220,14 @@ class ValidatedStrategy:
                 server_round, type(self).__name__, len(ok))
         info["aggregated"] = arrays is not None
         return arrays, metrics
+
+    def _site_order(self, msg: Message) -> tuple[int, float, int]:
+        """Sort key: the site the reply reports, then its node id (replies without a site last)."""
+        node = int(msg.metadata.src_node_id)
+        site = self.sites.get(node)
+        if isinstance(site, int | float) and not isinstance(site, bool):
+            return (0, float(site), node)
+        return (1, 0.0, node)
 
     def _carbon_weights(self, kept: list[Message]) -> None:
         values = [self.carbon[int(m.metadata.src_node_id)] for m in kept if int(m.metadata.src_node_id) in self.carbon]

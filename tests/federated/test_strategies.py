@@ -254,3 +254,18 @@ def test_a_message_is_a_handful_of_flower_objects() -> None:
     assert flat <= 8 < 40 <= per_layer, (flat, per_layer)
     layout = WeightLayout.of(weights)
     assert layout.size == sum(v.size for v in weights.values())
+
+
+def test_the_aggregate_does_not_depend_on_which_node_id_each_site_got() -> None:
+    # Flower draws node ids at random when SuperNodes join, so two deployments of the same sites
+    # number them differently. Float sums depend on their order: the replies are summed by site.
+    rng = np.random.default_rng(3)
+    by_site = {s: {k: (v + rng.normal(0, 1e4, v.shape)).astype(np.float32) for k, v in BASE.items()} for s in range(4)}
+    results = []
+    for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):  # the site behind node 1, 2, 3, 4
+        strategy = make_strategy("fedavg", FedConfig(min_nodes=2), norm_factor=math.inf)
+        results.append(_round(strategy, [by_site[s] for s in order], metrics=[{"site": s} for s in order],
+                              examples=[100 + 7 * s for s in order]))
+    for other in results[1:]:
+        for k in BASE:
+            assert np.array_equal(results[0][k], other[k]), k
