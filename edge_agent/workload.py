@@ -7,8 +7,8 @@ A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload o
   effective request kube-scheduler uses; sidecars, i.e. init containers with
   ``restartPolicy: Always``, run next to the app) plus ``overhead``, for every resource of the
   problem and ``nvidia.com/gpu``, by the formula the snapshot uses
-  (:func:`iro_fed.k8s.snapshot.effective_requests`); a container without requests but with limits requests its limits (as the API server
-  defaults it); quantities parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``,
+  (:func:`iro_fed.k8s.snapshot.effective_requests`); a container without requests but with
+  limits requests its limits (as the API server defaults it); quantities parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``,
   ``512Mi``, ``1G``, ``1e3``), CPU rounded up to whole millicores as Kubernetes does;
 * GPUs from ``nvidia.com/gpu``; annotations ``iro-fed.io/gpu-milli`` (a share of one card)
   and ``iro-fed.io/gpu-models`` (comma list);

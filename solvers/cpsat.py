@@ -75,10 +75,11 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
 5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default; of several,
    comma-separated, the one with the best R; polished by single-pod moves) is given to CP-SAT
    as a complete solution hint (every variable: counts, cards, power-on, utilization levels;
-   the proto's ``solution_hint``, what ``add_hint`` writes). With ``max_candidates`` (or automatically above :data:`AUTO_PRUNE_PAIRS` feasible
-   pairs) each pod keeps the hint's node plus its best ``max_candidates`` nodes by the
-   objective's marginal gain against the hint's final cluster with the pod itself taken out
-   (nodes it still fits there first), so the model can move pods to where there is room.
+   the proto's ``solution_hint``, what ``add_hint`` writes). With ``max_candidates`` (or
+   automatically above :data:`AUTO_PRUNE_PAIRS` feasible pairs) each pod keeps the hint's node
+   plus its best ``max_candidates`` nodes by the objective's marginal gain against the hint's
+   final cluster with the pod itself taken out (nodes it still fits there first), so the model
+   can move pods to where there is room.
    The whole-problem model gets half of the budget with one worker, 40 % with several
    (:data:`FULL_SHARE`, all of it with ``lns=False``); CP-SAT runs
    with every constraint in its LP on models up to :data:`LP2_MAX_VARIABLES` variables and

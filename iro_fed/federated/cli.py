@@ -448,7 +448,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         overrides["registry"] = args.registry
     overrides.update(parse_sets(args.set))
     try:
-        from iro_fed.federated.local import RUN_STARTED, FederationError, app_dir, flwr_run, flwr_stop
+        from iro_fed.federated.local import FederationError, app_dir, flwr_run, flwr_stop
     except ImportError as exc:
         raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
     try:
@@ -469,8 +469,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
-        for proc in running:  # the run's own session: flwr run and what it started
-            _signal_groups([proc], signal.SIGTERM)
+        _signal_groups(running, signal.SIGTERM)  # the run's own session: flwr run and what it started
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     recovered = queue.recover()
@@ -480,10 +479,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     last_start = -math.inf
     run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
 
-    def on_line(line: str) -> None:
-        if not run_ids and (m := RUN_STARTED.search(line)):
-            run_ids.append(int(m.group(1)))
-            err.print(f"run {run_ids[0]} started on the SuperLink", highlight=False)
+    def on_run_id(run_id: int) -> None:
+        run_ids.append(run_id)
+        err.print(f"run {run_id} started on the SuperLink", highlight=False)
 
     try:
         while not stop.is_set():
@@ -500,13 +498,14 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                 err.print(f"run: {len(claimed)} request(s) from {', '.join(sites)}; {rounds} round(s) on "
                           f"{args.federation!r}", highlight=False)
                 run_ids.clear()
+                env = _daemon_env()
                 try:
-                    result = flwr_run(app, args.federation, overrides, _daemon_env(), Path.cwd(), on_line=on_line,
-                                      timeout=args.timeout, started=running.append)
+                    result = flwr_run(app, args.federation, overrides, env, Path.cwd(), timeout=args.timeout,
+                                      started=running.append, on_run_id=on_run_id)
                 except FederationError as exc:
                     if stop.is_set():  # stopped mid-run: stop the run itself too; the requests wait for the next consumer
                         for run_id in run_ids:
-                            why = flwr_stop(run_id, args.federation, _daemon_env(), Path.cwd())
+                            why = flwr_stop(run_id, args.federation, env, Path.cwd())
                             err.print(f"run {run_id}: " + ("stopped on the SuperLink" if why is None else why),
                                       highlight=False)
                         queue.release(claimed)
@@ -522,7 +521,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                                                         "rounds": rows, "wall_s": round(result["wall_s"], 3),
                                                         **({} if ok else {"error": f"expected {rounds} rounds, "
                                                                                    f"the server reported {len(rows)}"})})
-                    failed += 0 if ok else 1
+                    failed += not ok
                     versions = [f"v{r['version']:04d}" for r in rows if r.get("version") is not None]
                     print(f"{'done' if ok else 'failed'}: {len(claimed)} request(s), {len(rows)} round(s), "
                           f"versions {', '.join(versions) or '-'}, {result['wall_s']:.0f} s -> {record}", flush=True)

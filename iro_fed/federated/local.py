@@ -305,13 +305,15 @@ class LocalFederation:
 
 def flwr_run(app: Path, federation: str, overrides: Mapping[str, Any], env: Mapping[str, str], cwd: Path,
              on_line: Callable[[str], None] | None = None, timeout: float = 1800.0,
-             started: Callable[[subprocess.Popen], None] | None = None) -> dict[str, Any]:
+             started: Callable[[subprocess.Popen], None] | None = None,
+             on_run_id: Callable[[int], None] | None = None) -> dict[str, Any]:
     """``flwr run APP FEDERATION --stream`` with ``overrides`` as ``--run-config``, output read line by line.
 
     Returns ``rounds`` (the ServerApp's per-round summaries), ``status``, ``wall_s`` and the output
     tail; raises :class:`FederationError` when ``flwr run`` fails, times out or the ServerApp
     reported a failure (``flwr run`` itself may exit 0 then). ``started`` gets the process (its
-    own session) as soon as it runs, so a caller can stop it.
+    own session) as soon as it runs, so a caller can stop it; ``on_run_id`` gets the SuperLink's
+    run id as soon as ``flwr run`` names it (``result["run_id"]``), for a caller that stops the run.
     """
     argv = [flower_bin("flwr"), "run", str(app), federation, "--stream"]
     if overrides:
@@ -331,6 +333,8 @@ def flwr_run(app: Path, federation: str, overrides: Mapping[str, Any], env: Mapp
             crashed = crashed or any(marker in line for marker in APP_FAILURES)
             if run_id is None and (m := RUN_STARTED.search(line)):
                 run_id = int(m.group(1))
+                if on_run_id is not None:
+                    on_run_id(run_id)
             if ROUND_TAG in line:
                 try:
                     rounds.append(json.loads(line.split(ROUND_TAG, 1)[1].strip()))

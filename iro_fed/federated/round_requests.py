@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ class RoundRequestQueue:
                 rejected.append((moved, str(exc)))
                 continue
             try:
-                claimed.append(RoundRequest(self._move(path, "running"), req.site, req.reason, req.requested_at))
+                claimed.append(replace(req, path=self._move(path, "running")))
             except FileNotFoundError:  # another consumer took it first
                 continue
         return claimed, rejected

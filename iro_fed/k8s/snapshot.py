@@ -292,10 +292,8 @@ def effective_requests(containers: Iterable[Mapping[str, float]], init_container
 
 
 def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
-    """The pod's effective request (kube's ``resourcehelper.PodRequests``) in model units.
-
-    ``max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead``.
-    """
+    """The pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
+    in model units."""
     spec = _spec(pod)
     who = f"pod {obj_key(pod)}"
     containers = spec.get("containers") or []
