@@ -22,6 +22,10 @@ from typing import Any
 
 from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
 
+# How long a stop waits for `flwr run` to name its run (`iro fed rounds`), so that it can stop that
+# run on the SuperLink too; within systemd's TimeoutStopSec (90 s in deploy/federated).
+STOP_GRACE_S = 30.0
+
 
 def register(sub: Any) -> None:
     fed = sub.add_parser("fed", help="federated training of the placement policy (Flower)",
@@ -466,10 +470,23 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     stop = threading.Event()
     running: list[subprocess.Popen] = []
+    run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
+    deferred: list[threading.Timer] = []
+
+    def stop_running() -> None:
+        _signal_groups(running, signal.SIGTERM)  # the run's own session: flwr run and what it started
 
     def on_signal(signum: int, _frame: Any) -> None:
+        again = stop.is_set()
         stop.set()
-        _signal_groups(running, signal.SIGTERM)  # the run's own session: flwr run and what it started
+        if run_ids or not running or again:
+            stop_running()
+        elif not deferred:
+            # flwr run has not named its run yet: stopped now, it could leave a run going on the
+            # SuperLink with no id to stop it by. on_run_id stops it once named, or this timer does.
+            deferred.append(threading.Timer(STOP_GRACE_S, stop_running))
+            deferred[0].daemon = True
+            deferred[0].start()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     recovered = queue.recover()
@@ -477,11 +494,12 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         err.print(f"{len(recovered)} request(s) of an interrupted run put back to wait")
     failed = 0
     last_start = -math.inf
-    run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
 
     def on_run_id(run_id: int) -> None:
         run_ids.append(run_id)
         err.print(f"run {run_id} started on the SuperLink", highlight=False)
+        if stop.is_set():  # a stop arrived before the id: now it can be stopped on the SuperLink
+            stop_running()
 
     try:
         while not stop.is_set():
@@ -499,6 +517,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                           f"{args.federation!r}", highlight=False)
                 run_ids.clear()
                 env = _daemon_env()
+                if stop.is_set():
+                    queue.release(claimed)
+                    break
                 try:
                     result = flwr_run(app, args.federation, overrides, env, Path.cwd(), timeout=args.timeout,
                                       started=running.append, on_run_id=on_run_id)
@@ -527,6 +548,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                           f"versions {', '.join(versions) or '-'}, {result['wall_s']:.0f} s -> {record}", flush=True)
                 finally:
                     running.clear()
+                    for timer in deferred:
+                        timer.cancel()
             if args.once:
                 break
             stop.wait(args.poll_s)

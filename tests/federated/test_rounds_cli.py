@@ -37,6 +37,26 @@ def rounds_argv(reg: Path, *extra: str) -> list[str]:
     return argv
 
 
+def flwr_runs(fed) -> list[dict]:
+    from iro_fed.federated.local import flower_bin
+
+    listed = subprocess.run([flower_bin("flwr"), "ls", "local", "--format", "json"], capture_output=True, text=True,
+                            env=fed.env(), timeout=60)
+    return json.loads(listed.stdout)["runs"]
+
+
+def child_cmdlines(pid: int) -> list[str]:
+    """Command lines of the live children of ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().split(")")[-1].split()[1]) == pid:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monkeypatch, capsys,
                                                                   write_round_request) -> None:
     from iro_fed.cli import main
@@ -111,15 +131,32 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
             said += lines.get()
         assert "stopped on the SuperLink" in said, said
         # the run itself was stopped, not only the `flwr run` that streamed it
-        from iro_fed.federated.local import flower_bin
-
-        listed = subprocess.run([flower_bin("flwr"), "ls", "local", "--format", "json"], capture_output=True, text=True,
-                                env=fed.env(), timeout=60)
-        runs = json.loads(listed.stdout)["runs"]
+        runs = flwr_runs(fed)
         # two runs done, the stopped one ("nowhere" never reached the SuperLink)
         assert len(runs) == 3 and all(r["status"].startswith("finished") for r in runs), runs
         assert sum("stopped" in r["status"] for r in runs) == 1, runs
         assert [p.name for p in (reg / "requests").iterdir()] == [path.name]
         assert list((reg / "rounds" / "running").iterdir()) == [] and registry.versions() == [1, 2]
+
+        # stopped before `flwr run` named its run: the consumer waits for the id and stops that run
+        # too, instead of leaving it on the SuperLink with nothing to stop it
+        daemon = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
+        try:
+            deadline = time.monotonic() + 120
+            while not any("flwr" in c and " run " in c for c in child_cmdlines(daemon.pid)):
+                assert daemon.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            daemon.send_signal(signal.SIGTERM)
+            said, _ = daemon.communicate(timeout=120)
+            assert daemon.returncode == 130, said
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+        assert "started on the SuperLink" in said and "stopped on the SuperLink" in said, said
+        runs = flwr_runs(fed)
+        assert len(runs) == 4 and all(r["status"].startswith("finished") for r in runs), runs
+        assert sum("stopped" in r["status"] for r in runs) == 2, runs
+        assert [p.name for p in (reg / "requests").iterdir()] == [path.name] and registry.versions() == [1, 2]
     out = capsys.readouterr().out
     assert "done: 2 request(s), 1 round(s), versions v0001" in out and "versions v0002" in out
