@@ -139,6 +139,12 @@ SCALE_BUDGET = 2.0**56
 #: in five runs under load, and one worker at 0.3 of a deterministic budget of 5 always).
 FULL_SHARE = 0.5
 FULL_SHARE_PARALLEL = 0.4
+#: Deterministic budget per second of ``time_limit_s`` when ``deterministic`` is on and
+#: ``max_deterministic_time`` is not given. CP-SAT's deterministic second is about a second of one
+#: core here (500 x 100 at time_limit_s=30: 15.1 s in all), so half leaves room for the hint,
+#: decoding and slower machines, and the wall-clock limit rarely cuts in first (when it does,
+#: the result depends on the machine).
+DETERMINISTIC_SHARE = 0.5
 #: Share of the wall-clock limit the hint's polish may take.
 HINT_POLISH_SHARE = 0.2
 #: Wall-clock time kept for decoding and the final polish: a share of the limit, at least MIN_RESERVE_S.
@@ -894,8 +900,9 @@ class CpSat(Solver):
             True, bool, "One search worker and deterministic time limits, so the same seed gives the same placement."
         ),
         "max_deterministic_time": Param(
-            5.0, float, "Deterministic time budget (CP-SAT's unit, about a second) when deterministic is true.",
-            minimum=0.001,
+            None, float, "Deterministic time budget (CP-SAT's unit, about a second of one core) when deterministic is "
+            "true (none: half of time_limit_s, so the wall clock rarely cuts in first and the seed fixes the result).",
+            minimum=0.001, nullable=True,
         ),
         "exact_levels": Param(
             256, int, "Most on-capacity levels per resource for the exact utilization encoding (else a surrogate).",
@@ -986,7 +993,10 @@ class CpSat(Solver):
         )
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
-        det_budget = self.max_deterministic_time if self.deterministic else None
+        det_budget = None
+        if self.deterministic:
+            det_budget = self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
+        info["deterministic_budget"] = det_budget
         workers = 1 if self.deterministic else self.num_workers
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
         share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns else 1.0

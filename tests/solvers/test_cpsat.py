@@ -174,6 +174,16 @@ def test_same_seed_deterministic_gives_the_same_placement():
     assert np.array_equal(a.assignment, b.assignment) and a.gpu_cards == b.gpu_cards
 
 
+def test_the_deterministic_budget_follows_the_time_limit_unless_given():
+    # A longer time limit must buy a longer search by default, also in deterministic mode.
+    problem = random_problem(11, nodes=6, pods=10)
+    budget = {name: solvers.make("cpsat", **settings).solve(problem).info["deterministic_budget"]
+              for name, settings in {"default": {}, "30s": {"time_limit_s": 30.0},
+                                     "given": {"time_limit_s": 30.0, "max_deterministic_time": 0.25},
+                                     "wall-clock": {"deterministic": False}}.items()}
+    assert budget == {"default": 5.0, "30s": 15.0, "given": 0.25, "wall-clock": None}
+
+
 def test_info_reports_the_search():
     problem = random_problem(11, nodes=6, pods=10)
     info = solvers.make("cpsat").solve(problem).info
