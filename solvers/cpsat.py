@@ -996,9 +996,7 @@ class CpSat(Solver):
         )
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
-        det_budget = None
-        if self.deterministic:
-            det_budget = self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
+        det_budget = (self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s) if self.deterministic else None
         info["deterministic_budget"] = det_budget
         workers = 1 if self.deterministic else self.num_workers
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)

@@ -18,9 +18,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
+
+if TYPE_CHECKING:
+    from iro_fed.federated.round_requests import RoundRequest, RoundRequestQueue
 
 # How long a stop waits for `flwr run` to name its run (`iro fed rounds`), so that it can stop that
 # run on the SuperLink too; within systemd's TimeoutStopSec (90 s in deploy/federated).
@@ -471,22 +474,23 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     stop = threading.Event()
     running: list[subprocess.Popen] = []
     run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
-    deferred: list[threading.Timer] = []
+    grace: threading.Timer | None = None
 
     def stop_running() -> None:
         _signal_groups(running, signal.SIGTERM)  # the run's own session: flwr run and what it started
 
     def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal grace
         again = stop.is_set()
         stop.set()
         if run_ids or not running or again:
             stop_running()
-        elif not deferred:
+        else:
             # flwr run has not named its run yet: stopped now, it could leave a run going on the
             # SuperLink with no id to stop it by. on_run_id stops it once named, or this timer does.
-            deferred.append(threading.Timer(STOP_GRACE_S, stop_running))
-            deferred[0].daemon = True
-            deferred[0].start()
+            grace = threading.Timer(STOP_GRACE_S, stop_running)
+            grace.daemon = True
+            grace.start()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     recovered = queue.recover()
@@ -508,7 +512,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                 err.print(f"[yellow]rejected {path.name}: {why}[/yellow]", highlight=False)
             if claimed:
                 wait = last_start + args.min_interval_s - time.monotonic()
-                if wait > 0 and stop.wait(wait):
+                if (wait > 0 and stop.wait(wait)) or stop.is_set():
                     queue.release(claimed)
                     break
                 last_start = time.monotonic()
@@ -517,9 +521,6 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                           f"{args.federation!r}", highlight=False)
                 run_ids.clear()
                 env = _daemon_env()
-                if stop.is_set():
-                    queue.release(claimed)
-                    break
                 try:
                     result = flwr_run(app, args.federation, overrides, env, Path.cwd(), timeout=args.timeout,
                                       started=running.append, on_run_id=on_run_id)
@@ -535,21 +536,11 @@ def cmd_rounds(args: argparse.Namespace) -> int:
                     record = queue.finish(claimed, False, {"federation": args.federation, "error": str(exc)[-4000:]})
                     err.print(f"[red]run failed; requests filed under {record.parent}[/red]\n{exc}", highlight=False)
                 else:
-                    rows = [{k: row.get(k) for k in ("round", "version", "path", "nodes", "eval-reward", "eval-score")}
-                            for row in result["rounds"]]
-                    ok = len(rows) == rounds
-                    record = queue.finish(claimed, ok, {"federation": args.federation, "run_id": result["run_id"],
-                                                        "rounds": rows, "wall_s": round(result["wall_s"], 3),
-                                                        **({} if ok else {"error": f"expected {rounds} rounds, "
-                                                                                   f"the server reported {len(rows)}"})})
-                    failed += not ok
-                    versions = [f"v{r['version']:04d}" for r in rows if r.get("version") is not None]
-                    print(f"{'done' if ok else 'failed'}: {len(claimed)} request(s), {len(rows)} round(s), "
-                          f"versions {', '.join(versions) or '-'}, {result['wall_s']:.0f} s -> {record}", flush=True)
+                    failed += not _file_run(queue, claimed, result, rounds, args.federation)
                 finally:
                     running.clear()
-                    for timer in deferred:
-                        timer.cancel()
+                    if grace is not None:
+                        grace.cancel()
             if args.once:
                 break
             stop.wait(args.poll_s)
@@ -560,6 +551,23 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         err.print("[yellow]stopped; unfinished requests wait in the requests folder[/yellow]")
         return 130
     return 1 if failed else EXIT_OK
+
+
+def _file_run(queue: RoundRequestQueue, claimed: list[RoundRequest], result: dict[str, Any], rounds: int,
+              federation: str) -> bool:
+    """File the requests of a finished ``flwr run`` under done/ (every round reported) or failed/
+    with the run's record, print one line; returns whether every round was reported."""
+    rows = [{k: row.get(k) for k in ("round", "version", "path", "nodes", "eval-reward", "eval-score")}
+            for row in result["rounds"]]
+    ok = len(rows) == rounds
+    record = queue.finish(claimed, ok, {"federation": federation, "run_id": result["run_id"], "rounds": rows,
+                                        "wall_s": round(result["wall_s"], 3),
+                                        **({} if ok else {"error": f"expected {rounds} rounds, "
+                                                                   f"the server reported {len(rows)}"})})
+    versions = [f"v{r['version']:04d}" for r in rows if r.get("version") is not None]
+    print(f"{'done' if ok else 'failed'}: {len(claimed)} request(s), {len(rows)} round(s), "
+          f"versions {', '.join(versions) or '-'}, {result['wall_s']:.0f} s -> {record}", flush=True)
+    return ok
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -121,7 +121,8 @@ class RoundRequestQueue:
         """Move the requests of a finished run into ``done/`` (``ok``) or ``failed/``, beside a
         ``<time>-run.json`` record of the run; returns the record's path."""
         state = "done" if ok else "failed"
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        now = time.gmtime()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", now)
         record = self.folder(state) / f"{stamp}-run.json"
         n = 1
         while record.exists():
@@ -129,7 +130,7 @@ class RoundRequestQueue:
             record = self.folder(state) / f"{stamp}-run-{n}.json"
         moved = [self._move(req.path, state) for req in claimed]
         write_json_atomic(record, {
-            "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": ok,
+            "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), "ok": ok,
             "requests": [p.name for p in moved], "sites": sorted({req.site for req in claimed}),
             "reasons": [req.reason for req in claimed], **result,
         })

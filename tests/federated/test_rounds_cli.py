@@ -45,16 +45,23 @@ def flwr_runs(fed) -> list[dict]:
     return json.loads(listed.stdout)["runs"]
 
 
-def child_cmdlines(pid: int) -> list[str]:
-    """Command lines of the live children of ``pid`` (from /proc)."""
+def descendant_cmdlines(pid: int) -> list[str]:
+    """Command lines of the live descendants of ``pid``."""
+    from iro_fed.federated.local import _descendants
+
     found = []
-    for entry in Path("/proc").iterdir():
+    for child in _descendants([pid]):
         try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().split(")")[-1].split()[1]) == pid:
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, ValueError, IndexError):
+            found.append(Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile
             continue
     return found
+
+
+def start_daemon(argv: list[str]) -> subprocess.Popen:
+    """``iro fed rounds`` as its own process (as systemd runs it), output merged and uncoloured."""
+    return subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
 
 
 def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monkeypatch, capsys,
@@ -107,8 +114,7 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
 
         # the daemon, stopped mid-run (SIGTERM): the request goes back to wait, exit 130
         argv = [a for a in rounds_argv(reg) if a != "--once"] + ["--poll-s", "0.2", "--set", "local-steps=20000"]
-        daemon = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
+        daemon = start_daemon(argv)
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in daemon.stdout], daemon=True).start()
         said = ""
@@ -140,11 +146,10 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
 
         # stopped before `flwr run` named its run: the consumer waits for the id and stops that run
         # too, instead of leaving it on the SuperLink with nothing to stop it
-        daemon = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *argv], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"})
+        daemon = start_daemon(argv)
         try:
             deadline = time.monotonic() + 120
-            while not any("flwr" in c and " run " in c for c in child_cmdlines(daemon.pid)):
+            while not any("flwr" in c and " run " in c for c in descendant_cmdlines(daemon.pid)):
                 assert daemon.poll() is None and time.monotonic() < deadline
                 time.sleep(0.05)
             daemon.send_signal(signal.SIGTERM)
