@@ -34,6 +34,37 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
 
 
+def check_seed(flag: str, seed: int) -> int:
+    """``seed`` if it is in the solvers' seed range (solvers.base.MAX_SEED), else a UsageError naming ``flag``."""
+    from solvers.base import MAX_SEED
+
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"{flag}: must be between 0 and {MAX_SEED}, got {seed}")
+    return seed
+
+
+def check_output_file(flag: str, path: str | Path) -> Path:
+    """A file path a command will write: its folder must exist and it must not be a folder.
+    Checked before any work so that a long run does not fail at its last step."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{flag}: folder {str(parent)!r} does not exist")
+    return out
+
+
+def check_output_folder(flag: str, path: str | Path) -> Path:
+    """A folder a command will create or fill: it may exist (as a folder) or its parent must."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag}: {str(out)!r} exists and is not a folder")
+    if not out.exists() and not out.parent.is_dir():
+        raise UsageError(f"{flag}: folder {str(out.parent)!r} does not exist")
+    return out
+
+
 def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:
     """``KEY=VALUE`` strings of a repeated ``flag`` as ``(key, value)``; keys stripped, with
     dashes as underscores (or underscores as dashes with ``kebab``); values as given."""

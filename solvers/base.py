@@ -134,7 +134,9 @@ class SolverProperties:
         }
 
 
-SEED = Param(0, int, "Random seed; the same seed gives the same placement.", minimum=0)
+# OR-Tools takes a signed 32-bit seed; every solver and command accepts the same range.
+MAX_SEED = 2**31 - 1
+SEED = Param(0, int, "Random seed; the same seed gives the same placement.", minimum=0, maximum=MAX_SEED)
 
 
 class Solver(ABC):
