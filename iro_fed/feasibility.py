@@ -258,7 +258,7 @@ def check_placement(problem: Problem, assignment: np.ndarray, gpu_cards: dict[in
     for n, r in zip(*np.nonzero(over), strict=True):
         errors.append(
             f"node {problem.nodes[n].name}: {problem.resources[r]} over capacity "
-            f"({used[n, r]:g} > {problem.capacity[n, r]:g})"
+            f"({used[n, r]:.12g} > {problem.capacity[n, r]:.12g})"
         )
     card_take = np.zeros(problem.gpu_free.shape, dtype=np.int64)
     for w in placed:

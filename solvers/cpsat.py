@@ -276,13 +276,36 @@ def improve(problem: Problem, state: ClusterState, deadline: float | None = None
     return moves
 
 
-def integral_scale(values: np.ndarray) -> tuple[float, bool]:
-    """The smallest power of ten (<= 10^6) that makes ``values`` integral, and whether it did."""
+#: Relative distance from an integer that still counts as one after scaling by a power of ten:
+#: float noise only (0.1 * 10 = 1.0000000000000002), never a real fraction. A loose tolerance
+#: here once let 0.2000001 CPU count as 2 tenths, so five such pods "fit" 1.0 CPU.
+INTEGRAL_TOL = 1e-12
+#: The utilization-level encoding only shapes the objective (capacity rows keep placements
+#: feasible), so a coarser unit there keeps its integers small.
+LEVELS_SCALE_TOL = 1e-6
+
+
+def integral_scale(values: np.ndarray, tol: float = INTEGRAL_TOL) -> tuple[float, bool]:
+    """The smallest power of ten (<= 10^6) that makes ``values`` integral within ``tol``
+    (relative), and whether it did."""
     for k in range(7):
         scaled = values * 10.0**k
-        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))):
+        if np.all(np.abs(scaled - np.round(scaled)) <= tol * np.maximum(1.0, np.abs(scaled))):
             return 10.0**k, True
     return 10.0**6, False
+
+
+def scaled_demand(demand: np.ndarray, mult: float) -> np.ndarray:
+    """Integer demands at ``mult`` units per resource unit, rounded up (float noise aside), so
+    that a capacity row never admits more than the float amounts allow."""
+    scaled = demand * mult
+    return np.ceil(scaled - INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
+
+
+def scaled_capacity(free: float, mult: float) -> int:
+    """Integer capacity at ``mult`` units per resource unit, rounded down (float noise aside)."""
+    scaled = free * mult
+    return math.floor(scaled + INTEGRAL_TOL * max(1.0, abs(scaled)))
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -453,15 +476,13 @@ class PlacementModel:
             binding = np.flatnonzero(total > free[:, r] + EPS)
             if binding.size == 0:
                 continue
-            mult, exact_int = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
+            # Exact where the amounts are decimals of up to six places; otherwise conservative
+            # (demands up, capacity down), never admitting what the feasibility module rejects.
+            mult, _ = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
             for n in binding:
                 ks = by_node[nb[n] : nb[n + 1]]
                 ks = ks[d[ks] > 0]
-                if exact_int:
-                    dk, cap = np.round(d[ks] * mult), round(free[n, r] * mult)
-                else:
-                    dk, cap = np.ceil(d[ks] * mult - 1e-6), math.floor(free[n, r] * mult + 1e-6)
-                model.linear(x[ks], dk, 0, cap)
+                model.linear(x[ks], scaled_demand(d[ks], mult), 0, scaled_capacity(free[n, r], mult))
                 # Large-item cuts: pods over 1/(j+1) of what is free fit at most j at a time.
                 # Implied for integers, but they tighten the LP bound where big pods compete.
                 for j in (1, 2, 3):
@@ -669,7 +690,7 @@ class PlacementModel:
         for r in range(ucap.shape[1]):
             d = udem[pw, r]
             vals = np.concatenate([d, [a0[r]], ucap[switchable, r], [b0[r]]])
-            mult, _ = integral_scale(vals)
+            mult, _ = integral_scale(vals, LEVELS_SCALE_TOL)
             ints = np.round(vals * mult).astype(np.int64)
             g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
             unit = mult / g  # integer units per resource unit

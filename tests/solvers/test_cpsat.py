@@ -60,6 +60,16 @@ HAND_MADE = {
             {"name": "two", "requests": {"cpu": 100, "memory": 128}, "gpu": {"count": 2, "milli": 1000}},
         ],
     },
+    # Ten pods of 0.2000001 CPU on two nodes with 1.0 free each: read as "integral at scale 10"
+    # with a loose tolerance they round to 5 x 2 <= 10 per node and five fit on each, which
+    # the feasibility module rejects (1.0000005 > 1.0): four per node at most. (Distinct memory
+    # keeps them ten groups; at 0.2 each no large-item cut applies, and the aggregate cut over
+    # both nodes only caps them at nine.)
+    "fractional-amounts-at-capacity": {
+        "domains": _domains(),
+        "nodes": [{"name": f"n{j}", "domain": "az", "capacity": {"cpu": 1.0, "memory": 1024}} for j in range(2)],
+        "workloads": [{"name": f"p{i}", "requests": {"cpu": 0.2000001, "memory": 64 + i}} for i in range(10)],
+    },
     # Taints, a node selector and a latency bound decide where each pod may go; the empty edge
     # node costs power-on, so the utilization ratio changes with the set of nodes on.
     "taints-latency-and-power-on": {
@@ -103,7 +113,9 @@ def test_reaches_the_brute_force_optimum_on_hand_made_problems(name):
     assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
     assert placement.objective.score == pytest.approx(optimum.objective.score, abs=1e-9)
     assert placement.status == "optimal"
-    if name != "taints-latency-and-power-on":
+    if name == "fractional-amounts-at-capacity":
+        assert placement.num_placed == 8
+    elif name != "taints-latency-and-power-on":
         assert placement.num_placed == problem.num_workloads  # every GPU pod fits when packed right
     else:
         assert placement.info["utilization_model"] == "levels"  # edge-1 may power on: U is a ratio
