@@ -3,13 +3,15 @@
 A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload object:
 
 * ``name``: ``namespace/name`` (``metadata.generateName`` when the name is not set yet);
-* ``requests``: summed over ``spec.containers``, then the max with each init container (the
-  effective request kube-scheduler uses; sidecars, i.e. init containers with
+* ``requests``: read by :func:`iro_fed.k8s.snapshot.pod_requests`, the reader the scheduler,
+  extender and webhook use: summed over ``spec.containers``, then the max with each init
+  container (the effective request kube-scheduler uses; sidecars, i.e. init containers with
   ``restartPolicy: Always``, run next to the app) plus ``overhead``, for every resource of the
-  problem and ``nvidia.com/gpu``, by the formula the snapshot uses
-  (:func:`iro_fed.k8s.snapshot.effective_requests`); a container without requests but with
-  limits requests its limits (as the API server defaults it); quantities parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``,
-  ``512Mi``, ``1G``, ``1e3``), CPU rounded up to whole millicores as Kubernetes does;
+  problem (0 when not asked for; ``pods`` is 1) and ``nvidia.com/gpu``; a container without
+  requests but with limits requests its limits (as the API server defaults it); quantities
+  parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``, ``512Mi``, ``1G``, ``1e3``)
+  in the model's units: CPU in millicores (rounded up as Kubernetes does), ``memory``,
+  ``ephemeral-storage`` and hugepages in MiB, extended resources (``vendor/name``) as whole counts;
 * GPUs from ``nvidia.com/gpu``; annotations ``iro-fed.io/gpu-milli`` (a share of one card)
   and ``iro-fed.io/gpu-models`` (comma list);
 * ``nodeSelector``, ``tolerations``, ``priority``; annotations ``iro-fed.io/class``,
@@ -51,19 +53,6 @@ def parse_quantity(text: Any, field: str) -> Decimal:
     return value
 
 
-def amount(resource: str, text: Any, field: str) -> float:
-    """A request in the problem's units, rounded as Kubernetes rounds: cpu in whole millicores
-    (rounded up), memory in MiB of whole bytes, GPUs as a whole count, others as they are."""
-    from iro_fed.k8s.quantity import QuantityError, count, cpu_millicores, memory_mib, plain
-
-    parse_quantity(text, field)  # the same errors as everywhere (negative, not a quantity)
-    convert = {"cpu": cpu_millicores, "memory": memory_mib, GPU_RESOURCE: count}.get(resource, plain)
-    try:
-        return float(convert(text, field))
-    except QuantityError as exc:
-        raise BadRequest(field, str(exc).removeprefix(f"{field}: ")) from None
-
-
 def is_pod(doc: Mapping[str, Any]) -> bool:
     spec = doc.get("spec")
     return doc.get("kind") == "Pod" or (isinstance(spec, Mapping) and "containers" in spec)
@@ -87,20 +76,6 @@ def _list(obj: Any, field: str) -> list[Any]:
     return obj
 
 
-def _container_requests(c: Any, field: str, resources: tuple[str, ...]) -> dict[str, float]:
-    c = _mapping(c, field)
-    res = _mapping(c.get("resources"), f"{field}.resources")
-    req = _mapping(res.get("requests"), f"{field}.resources.requests")
-    lim = _mapping(res.get("limits"), f"{field}.resources.limits")
-    out: dict[str, float] = {}
-    for name in (*resources, GPU_RESOURCE):
-        if name in req:
-            out[name] = amount(name, req[name], f"{field}.resources.requests.{name}")
-        elif name in lim:  # API defaulting: a limit without a request requests the limit
-            out[name] = amount(name, lim[name], f"{field}.resources.limits.{name}")
-    return out
-
-
 def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
     """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
     meta = _mapping(pod.get("metadata"), "pod.metadata")
@@ -113,24 +88,21 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         raise BadRequest("pod.metadata.namespace", f"expected a string, got {type(ns).__name__}")
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
-    from iro_fed.k8s.snapshot import effective_requests
+    from iro_fed.k8s.snapshot import PodSpecError, pod_requests
 
-    containers = _list(spec.get("containers"), "pod.spec.containers")
-    if not containers:
+    if not _list(spec.get("containers"), "pod.spec.containers"):
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
-    apps = [_container_requests(c, f"pod.spec.containers[{i}]", resources) for i, c in enumerate(containers)]
-    inits = [(_container_requests(c, f"pod.spec.initContainers[{i}]", resources),
-              isinstance(c, Mapping) and c.get("restartPolicy") == "Always")
-             for i, c in enumerate(_list(spec.get("initContainers"), "pod.spec.initContainers"))]
-    overhead = _mapping(spec.get("overhead"), "pod.spec.overhead")
-    extra = {k: amount(k, overhead[k], f"pod.spec.overhead.{k}") for k in (*resources, GPU_RESOURCE) if k in overhead}
-    total = effective_requests(apps, inits, extra)
+    try:
+        # The snapshot's reader: the same formula, units and errors as the scheduler and extender.
+        total = pod_requests(pod, resources)
+    except PodSpecError as exc:
+        raise BadRequest(f"pod.{exc.field}" if exc.field else "pod", exc.reason) from None
 
     wl: dict[str, Any] = {
         "name": f"{ns}/{name}",
-        "requests": {r: total[r] for r in resources if r in total},
+        "requests": {r: total[r] for r in resources},
     }
-    gpus = int(total.get(GPU_RESOURCE, 0))
+    gpus = int(total[GPU_RESOURCE])
     if gpus > 0:
         gpu: dict[str, Any] = {"count": gpus}
         milli = annotations.get(ANNOTATION_PREFIX + "gpu-milli")

@@ -8,16 +8,18 @@ pending pods become its workloads. Everything is read from plain dicts in the AP
 Mapping (documented for users in ``docs/kubernetes.md``):
 
 * node capacity: ``status.allocatable`` (``cpu`` in millicores, ``memory`` in MiB; the other
-  resources named in :class:`ClusterConfig` ``resources``: ``pods`` as a count, everything else
-  in its base unit, ``ephemeral-storage`` in MiB); GPUs: ``nvidia.com/gpu``; GPU model: label
+  resources named in :class:`ClusterConfig` ``resources``: ``pods`` and extended resources as
+  whole counts, ``ephemeral-storage`` and hugepages in MiB, everything else in its base unit:
+  :func:`resource_amount`); GPUs: ``nvidia.com/gpu``; GPU model: label
   ``nvidia.com/gpu.product`` (or ``iro-fed.io/gpu-model``);
 * domain: label ``topology.kubernetes.io/zone``, else ``topology.kubernetes.io/region``, else
   ``default``; its kind from the config or the node label ``iro-fed.io/domain-kind``;
 * taints as given; ``spec.unschedulable`` adds ``node.kubernetes.io/unschedulable:NoSchedule``
   (what the node lifecycle controller does);
-* a pod's request: the sum over containers (plus restartable init containers, i.e. sidecars),
-  or the largest init container if that is more, plus ``spec.overhead`` (kube's
-  ``PodRequests``); a container without a request but with a limit requests its limit;
+* a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
+  (plus restartable init containers, i.e. sidecars), or the largest init container if that is
+  more, plus ``spec.overhead`` (kube's ``PodRequests``); a container without a request but with
+  a limit requests its limit; ``pods`` is 1;
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
   (1..1000) asks for that share of one card instead; ``iro-fed.io/gpu-cards`` on a bound pod
   (written by IRO's scheduler through the Binding) says which cards it holds;
@@ -25,6 +27,9 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   ``matchFields`` on ``metadata.name``); pod annotations ``iro-fed.io/user-region``,
   ``iro-fed.io/max-latency-ms``, ``iro-fed.io/class``, ``iro-fed.io/allowed-domains``,
   ``iro-fed.io/gpu-models`` carry the model's own constraints.
+
+A field of the wrong type raises :class:`PodSpecError` whose ``field`` is its JSON path, never a
+TypeError from deep inside.
 
 Affinity terms that are more than label equality are evaluated here, against each node, and
 handed to the model as a synthetic node label (``iro-fed.io/affinity-<hash>``) that the pod
@@ -71,7 +76,40 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class PodSpecError(ValueError):
-    """A pod or node object the model cannot read; the message names the object and field."""
+    """A pod or node object the model cannot read; the message names the object and field.
+
+    ``field`` is the JSON path inside the object (``spec.containers[0].resources.requests.cpu``;
+    empty when no one field is at fault) and ``reason`` the message without object and path, so
+    a caller can put the path in its own frame (the edge agent answers ``pod.<field>``).
+    """
+
+    def __init__(self, message: str, field: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.reason = reason or message
+
+
+def _bad(who: str, path: str, reason: str) -> PodSpecError:
+    """``<who>: <path>: <reason>`` (``pod shop/web: spec.priority: expected an integer ...``)."""
+    where = ": ".join(x for x in (who, path) if x)
+    return PodSpecError(f"{where}: {reason}" if where else reason, path, reason)
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a value, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "list"
+    return type(value).__name__
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -142,39 +180,82 @@ class ClusterConfig:
 
 
 def obj_key(obj: Mapping[str, Any]) -> str:
-    """``namespace/name`` of an object (``name`` for cluster-scoped ones)."""
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace") or ""
-    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+    """``namespace/name`` of an object (``name`` for cluster-scoped ones); lenient, for messages:
+    metadata that is not an object or names that are not strings read as empty."""
+    meta = _meta(obj)
+    name = meta.get("name")
+    name = name if isinstance(name, str) else ""
+    ns = meta.get("namespace")
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    m = obj.get("metadata")
+def _meta(obj: Any) -> Mapping[str, Any]:
+    m = obj.get("metadata") if isinstance(obj, Mapping) else None
     return m if isinstance(m, Mapping) else {}
 
 
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = obj.get("spec")
+def _spec(obj: Any) -> Mapping[str, Any]:
+    s = obj.get("spec") if isinstance(obj, Mapping) else None
     return s if isinstance(s, Mapping) else {}
 
 
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
+def _obj(value: Any, who: str, path: str, *, required: bool = False) -> Mapping[str, Any]:
+    """An object field; absent (``None``) reads as empty unless ``required``."""
+    if value is None and not required:
         return {}
     if not isinstance(value, Mapping):
-        raise PodSpecError(f"{where}: expected an object of strings")
-    return {str(k): str(v) for k, v in value.items()}
+        raise _bad(who, path, f"expected an object, got {_kind(value)}")
+    return value
+
+
+def _items(value: Any, who: str, path: str) -> list[Any]:
+    """A list field; absent (``None``) reads as empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(who, path, f"expected a list, got {_kind(value)}")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, who: str, path: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _bad(who, f"{path}.{key}", f"expected a string, got {_kind(value)} {value!r}")
+    return value
+
+
+def _str_map(value: Any, who: str, path: str) -> dict[str, str]:
+    """Labels, annotations, a node selector: an object of strings (as the API validates them)."""
+    out = {}
+    for k, v in _obj(value, who, path).items():
+        if not isinstance(v, str):
+            raise _bad(who, f"{path}.{k}", f"expected a string, got {_kind(v)} {v!r}")
+        out[str(k)] = v
+    return out
 
 
 def resource_amount(resource: str, value: Any, where: str) -> float:
-    """One quantity in the model's unit for ``resource``."""
+    """One quantity in the model's unit for ``resource`` (raises :class:`QuantityError`).
+
+    The one unit table: ``cpu`` in millicores; ``memory``, ``ephemeral-storage`` and hugepages in
+    MiB; ``pods`` and extended resources (``vendor/name``, ``nvidia.com/gpu``) as whole counts;
+    anything else in its base unit.
+    """
     if resource == "cpu":
         return float(cpu_millicores(value, where))
-    if resource in ("memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi"):
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         return memory_mib(value, where)
     if resource == "pods" or "/" in resource:
         return float(count(value, where))
     return plain(value, where)
+
+
+def _amount(resource: str, value: Any, who: str, path: str) -> float:
+    """:func:`resource_amount` with the error as a :class:`PodSpecError` naming ``path``."""
+    try:
+        return resource_amount(resource, value, path)
+    except QuantityError as exc:
+        raise _bad(who, path, str(exc).removeprefix(f"{path}: ")) from None
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -186,32 +267,39 @@ def node_domain(labels: Mapping[str, str]) -> str:
 
 def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any]:
     """A problem-file node (no usage yet) from a v1.Node."""
-    meta = _meta(node)
+    if not isinstance(node, Mapping):
+        raise _bad("node", "", f"expected a v1.Node object, got {_kind(node)}")
+    meta = _obj(node.get("metadata"), "node", "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise PodSpecError("node: metadata.name is missing")
-    where = f"node {name}"
-    labels = _str_map(meta.get("labels"), f"{where}: metadata.labels")
-    status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
-    if not isinstance(alloc, Mapping):
-        raise PodSpecError(f"{where}: status.allocatable: expected an object")
+        raise _bad("node", "metadata.name", "is missing" if name is None else f"expected a non-empty string, got {_kind(name)} {name!r}")
+    who = f"node {name}"
+    labels = _str_map(meta.get("labels"), who, "metadata.labels")
+    status = _obj(node.get("status"), who, "status")
+    path = "status.allocatable" if status.get("allocatable") else "status.capacity"
+    alloc = _obj(status.get("allocatable") or status.get("capacity"), who, path)
     capacity: dict[str, float] = {}
     for r in resources:
         if r not in alloc:
-            raise PodSpecError(f"{where}: status.allocatable.{r} is missing")
-        capacity[r] = resource_amount(r, alloc[r], f"{where}: status.allocatable.{r}")
+            raise _bad(who, f"{path}.{r}", "is missing")
+        capacity[r] = _amount(r, alloc[r], who, f"{path}.{r}")
         if capacity[r] <= 0:
             # The model needs capacity > 0; a node with none of a resource cannot take pods asking for it.
             capacity[r] = 1e-9
-    gpus = count(alloc[GPU_RESOURCE], f"{where}: status.allocatable.{GPU_RESOURCE}") if GPU_RESOURCE in alloc else 0
-    spec = _spec(node)
+    gpus = int(_amount(GPU_RESOURCE, alloc[GPU_RESOURCE], who, f"{path}.{GPU_RESOURCE}")) if GPU_RESOURCE in alloc else 0
+    spec = _obj(node.get("spec"), who, "spec")
     taints = []
-    for i, t in enumerate(spec.get("taints") or []):
-        if not isinstance(t, Mapping) or not t.get("key"):
-            raise PodSpecError(f"{where}: spec.taints[{i}]: expected an object with a key")
-        taints.append({"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")})
-    if spec.get("unschedulable"):
+    for i, t in enumerate(_items(spec.get("taints"), who, "spec.taints")):
+        tp = f"spec.taints[{i}]"
+        t = _obj(t, who, tp, required=True)
+        if not _opt_str(t, "key", who, tp):
+            raise _bad(who, f"{tp}.key", "required")
+        taints.append({"key": t["key"], "value": _opt_str(t, "value", who, tp) or "",
+                       "effect": _opt_str(t, "effect", who, tp) or "NoSchedule"})
+    unschedulable = spec.get("unschedulable")
+    if unschedulable is not None and not isinstance(unschedulable, bool):
+        raise _bad(who, "spec.unschedulable", f"expected a boolean, got {_kind(unschedulable)} {unschedulable!r}")
+    if unschedulable:
         taints.append({"key": "node.kubernetes.io/unschedulable", "value": "", "effect": "NoSchedule"})
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "")
     return {
@@ -223,6 +311,23 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
         "labels": labels,
         "taints": taints,
     }
+
+
+def node_cache_key(node: Any) -> tuple[str, str, str] | None:
+    """``(uid, name, resourceVersion)`` of a v1.Node, the key of a parsed node doc; ``None`` when
+    the node has no resourceVersion (nothing says two such objects are the same version).
+
+    Only strings are keys: a ``resourceVersion`` of ``1`` and one of ``true`` would hash alike
+    (``1 == True``) and hit each other's entry, and a list would not hash at all, so a
+    non-string ``uid``, ``name`` or ``resourceVersion`` is a :class:`PodSpecError`.
+    """
+    if not isinstance(node, Mapping):
+        raise _bad("node", "", f"expected a v1.Node object, got {_kind(node)}")
+    meta = _obj(node.get("metadata"), "node", "metadata")
+    name = meta.get("name")
+    who = f"node {name}" if isinstance(name, str) and name else "node"
+    uid, name, version = (_opt_str(meta, k, who, "metadata") for k in ("uid", "name", "resourceVersion"))
+    return (uid or "", name or "", version) if version else None
 
 
 # --- pods ----------------------------------------------------------------------------------
@@ -237,20 +342,27 @@ class PodDemand:
     gpu_milli: int = 0
 
 
-def _container_requests(c: Mapping[str, Any], resources: Sequence[str], where: str) -> dict[str, float]:
-    res = c.get("resources") if isinstance(c.get("resources"), Mapping) else {}
-    req = res.get("requests") or {}
-    lim = res.get("limits") or {}
-    if not isinstance(req, Mapping) or not isinstance(lim, Mapping):
-        raise PodSpecError(f"{where}.resources: requests and limits must be objects")
+def _request_names(resources: Sequence[str]) -> tuple[str, ...]:
+    """The names a container request is read for: the problem's resources (but ``pods``, which
+    counts pods, not container requests) and ``nvidia.com/gpu``."""
+    return tuple(dict.fromkeys(r for r in (*resources, GPU_RESOURCE) if r != "pods"))
+
+
+def container_requests(container: Any, resources: Sequence[str], field: str = "container", who: str = "") -> dict[str, float]:
+    """One container's requests in model units (:func:`resource_amount`), for the names of
+    ``resources`` (but ``pods``) and ``nvidia.com/gpu``; a resource without a request but with a
+    limit requests its limit (API defaulting). ``field`` is the container's JSON path
+    (``spec.containers[0]``) and ``who`` the object errors name (``pod shop/web``)."""
+    c = _obj(container, who, field, required=True)
+    res = _obj(c.get("resources"), who, f"{field}.resources")
+    req = _obj(res.get("requests"), who, f"{field}.resources.requests")
+    lim = _obj(res.get("limits"), who, f"{field}.resources.limits")
     out: dict[str, float] = {}
-    for r in (*resources, GPU_RESOURCE):
-        if r == "pods":
-            continue
+    for r in _request_names(resources):
         if r in req:
-            out[r] = resource_amount(r, req[r], f"{where}.resources.requests.{r}")
+            out[r] = _amount(r, req[r], who, f"{field}.resources.requests.{r}")
         elif r in lim:  # API defaulting: a limit without a request requests the limit
-            out[r] = resource_amount(r, lim[r], f"{where}.resources.limits.{r}")
+            out[r] = _amount(r, lim[r], who, f"{field}.resources.limits.{r}")
     return out
 
 
@@ -291,42 +403,106 @@ def effective_requests(containers: Iterable[Mapping[str, float]], init_container
     return _add(_max(_add(total, sidecars), init_max), overhead)
 
 
-def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
-    """The pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
-    in model units."""
-    spec = _spec(pod)
-    who = f"pod {obj_key(pod)}"
-    containers = spec.get("containers") or []
-    if not isinstance(containers, list):
-        raise PodSpecError(f"{who}: spec.containers: expected a list")
-    apps = [_container_requests(c, resources, f"{who}: spec.containers[{i}]") for i, c in enumerate(containers)]
-    inits = [(_container_requests(c, resources, f"{who}: spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
-             for i, c in enumerate(spec.get("initContainers") or [])]
-    overhead = spec.get("overhead") or {}
-    extra = {r: resource_amount(r, v, f"{who}: spec.overhead.{r}")
-             for r, v in (overhead.items() if isinstance(overhead, Mapping) else ()) if r in resources or r == GPU_RESOURCE}
+def _who(pod: Any) -> str:
+    """``pod namespace/name`` for messages (``pod`` when the object has no readable name)."""
+    key = obj_key(pod) if isinstance(pod, Mapping) else ""
+    return f"pod {key}" if key else "pod"
+
+
+def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
+    """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
+    in model units (:func:`resource_amount`): every name of ``resources`` (0 when not asked for;
+    ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards).
+
+    The one reader of container requests: the snapshot (:func:`pod_demand`) and the edge agent's
+    ``/recommend`` (``edge_agent.workload``) both call it, so they read a pod alike. A field of
+    the wrong type or a bad quantity raises :class:`PodSpecError` naming its JSON path.
+    """
+    who = _who(pod)
+    if not isinstance(pod, Mapping):
+        raise _bad(who, "", f"expected a v1.Pod object, got {_kind(pod)}")
+    spec = _obj(pod.get("spec"), who, "spec")
+    apps = [container_requests(c, resources, f"spec.containers[{i}]", who)
+            for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
+    inits = []
+    for i, c in enumerate(_items(spec.get("initContainers"), who, "spec.initContainers")):
+        path = f"spec.initContainers[{i}]"
+        req = container_requests(c, resources, path, who)
+        inits.append((req, _opt_str(c, "restartPolicy", who, path) == "Always"))
+    overhead = _obj(spec.get("overhead"), who, "spec.overhead")
+    extra = {r: _amount(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
     total = effective_requests(apps, inits, extra)
-    gpus = int(total.pop(GPU_RESOURCE, 0))
-    requests = {r: total.get(r, 0.0) for r in resources}
+    out = {r: total.get(r, 0.0) for r in resources}
     if "pods" in resources:
-        requests["pods"] = 1.0
-    ann = _str_map(_meta(pod).get("annotations"), f"{who}: metadata.annotations")
+        out["pods"] = 1.0
+    out[GPU_RESOURCE] = total.get(GPU_RESOURCE, 0.0)
+    return out
+
+
+def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
+    """What the pod asks for in model units: :func:`pod_requests`, with GPUs as cards or a share."""
+    who = _who(pod)
+    total = pod_requests(pod, resources)
+    gpus = int(total[GPU_RESOURCE])
+    requests = {r: total[r] for r in resources}
+    meta = _obj(pod.get("metadata"), who, "metadata")
+    ann = _str_map(meta.get("annotations"), who, "metadata.annotations")
     if ANN_GPU_MILLI in ann:
+        where = f"metadata.annotations.{ANN_GPU_MILLI}"
         try:
             milli = int(ann[ANN_GPU_MILLI])
         except ValueError:
-            raise PodSpecError(f"{who}: annotation {ANN_GPU_MILLI}: expected an integer 1..{GPU_MILLI}, got {ann[ANN_GPU_MILLI]!r}") from None
+            raise _bad(who, where, f"expected an integer 1..{GPU_MILLI}, got {ann[ANN_GPU_MILLI]!r}") from None
         if not 1 <= milli <= GPU_MILLI:
-            raise PodSpecError(f"{who}: annotation {ANN_GPU_MILLI}: must be 1..{GPU_MILLI}, got {milli}")
+            raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {milli}")
         if gpus > 1:
-            raise PodSpecError(f"{who}: annotation {ANN_GPU_MILLI} is a share of one card, but the pod requests {gpus} {GPU_RESOURCE}")
+            raise _bad(who, where, f"is a share of one card, but the pod requests {gpus} {GPU_RESOURCE}")
         return PodDemand(requests, 1, milli)
     return PodDemand(requests, gpus, GPU_MILLI if gpus else 0)
 
 
-def _expr_matches(expr: Mapping[str, Any], value: str | None, where: str) -> bool:
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+#: A parsed node selector requirement: (on metadata.name rather than a label, key, operator, values).
+_Requirement = tuple[bool, str, str, tuple[str, ...]]
+
+
+def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement:
+    expr = _obj(expr, who, path, required=True)
+    key = _opt_str(expr, "key", who, path)
+    if not key:
+        raise _bad(who, f"{path}.key", "required")
+    if on_field and key != "metadata.name":
+        raise _bad(who, f"{path}.key", f"only metadata.name is supported, got {key!r}")
     op = expr.get("operator")
-    values = [str(v) for v in expr.get("values") or []]
+    if op not in _OPERATORS:
+        raise _bad(who, f"{path}.operator", f"unknown operator {op!r} ({', '.join(_OPERATORS)})")
+    values = _items(expr.get("values"), who, f"{path}.values")
+    for j, v in enumerate(values):
+        if not isinstance(v, str):
+            raise _bad(who, f"{path}.values[{j}]", f"expected a string, got {_kind(v)} {v!r}")
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise _bad(who, f"{path}.values", f"operator {op} needs exactly one value")
+        try:
+            int(values[0])
+        except ValueError:
+            raise _bad(who, f"{path}.values[0]", f"operator {op} needs an integer value, got {values[0]!r}") from None
+    return on_field, key, op, tuple(values)
+
+
+def parse_term(term: Any, who: str, path: str) -> list[_Requirement]:
+    """A v1.NodeSelectorTerm, checked whole (at ``path`` in the object ``who``), for :func:`term_matches`."""
+    term = _obj(term, who, path, required=True)
+    out = [_requirement(e, False, who, f"{path}.matchExpressions[{j}]")
+           for j, e in enumerate(_items(term.get("matchExpressions"), who, f"{path}.matchExpressions"))]
+    out += [_requirement(e, True, who, f"{path}.matchFields[{j}]")
+            for j, e in enumerate(_items(term.get("matchFields"), who, f"{path}.matchFields"))]
+    return out
+
+
+def _matches(req: _Requirement, name: str, labels: Mapping[str, str]) -> bool:
+    on_field, key, op, values = req
+    value = name if on_field else labels.get(key)
     if op == "In":
         return value is not None and value in values
     if op == "NotIn":
@@ -335,36 +511,17 @@ def _expr_matches(expr: Mapping[str, Any], value: str | None, where: str) -> boo
         return value is not None
     if op == "DoesNotExist":
         return value is None
-    if op in ("Gt", "Lt"):
-        if len(values) != 1:
-            raise PodSpecError(f"{where}: operator {op} needs exactly one value")
-        try:
-            bound = int(values[0])
-        except ValueError:
-            raise PodSpecError(f"{where}: operator {op} needs an integer value, got {values[0]!r}") from None
-        try:
-            v = int(value) if value is not None else None
-        except ValueError:
-            return False
-        return v is not None and (v > bound if op == "Gt" else v < bound)
-    raise PodSpecError(f"{where}: unknown operator {op!r} (In, NotIn, Exists, DoesNotExist, Gt, Lt)")
-
-
-def term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str], where: str) -> bool:
-    """A v1.NodeSelectorTerm against a node (expressions are ANDed; an empty term matches nothing)."""
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
+    try:
+        v = int(value) if value is not None else None
+    except ValueError:
         return False
-    for j, e in enumerate(exprs):
-        if not _expr_matches(e, labels.get(str(e.get("key"))), f"{where}.matchExpressions[{j}]"):
-            return False
-    for j, e in enumerate(fields):
-        if e.get("key") != "metadata.name":
-            raise PodSpecError(f"{where}.matchFields[{j}].key: only metadata.name is supported, got {e.get('key')!r}")
-        if not _expr_matches(e, name, f"{where}.matchFields[{j}]"):
-            return False
-    return True
+    return v is not None and (v > int(values[0]) if op == "Gt" else v < int(values[0]))
+
+
+def term_matches(term: list[_Requirement], name: str, labels: Mapping[str, str]) -> bool:
+    """A parsed node selector term (:func:`parse_term`) against a node: requirements are ANDed;
+    an empty term matches nothing."""
+    return bool(term) and all(_matches(r, name, labels) for r in term)
 
 
 def _affinity_key(obj: Any) -> str:
@@ -372,22 +529,52 @@ def _affinity_key(obj: Any) -> str:
     return AFFINITY_LABEL_PREFIX + digest
 
 
+#: ``spec.priority`` is an int32 in the API.
+_PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _priority(spec: Mapping[str, Any], who: str) -> int:
+    value = spec.get("priority")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(who, "spec.priority", f"expected an integer, got {_kind(value)} {value!r}")
+    if not _PRIORITY_RANGE[0] <= value <= _PRIORITY_RANGE[1]:
+        raise _bad(who, "spec.priority", f"must be a 32-bit integer, got {value}")
+    return value
+
+
+def _tolerations(spec: Mapping[str, Any], who: str) -> list[dict[str, str]]:
+    out = []
+    for i, t in enumerate(_items(spec.get("tolerations"), who, "spec.tolerations")):
+        tp = f"spec.tolerations[{i}]"
+        t = _obj(t, who, tp, required=True)
+        key, op, value, effect = (_opt_str(t, k, who, tp) for k in ("key", "operator", "value", "effect"))
+        op = op or "Equal"
+        out.append({"key": key or "", "operator": op, "value": "" if op == "Exists" else (value or ""), "effect": effect or ""})
+    return out
+
+
 def workload_doc(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[Mapping[str, Any]],
                  extra_labels: dict[str, set[str]]) -> dict[str, Any]:
     """A problem-file workload from a pending pod.
 
     ``nodes`` are problem-file node docs (for evaluating affinity); node names that must get a
-    synthetic affinity label are added to ``extra_labels[label]``.
+    synthetic affinity label are added to ``extra_labels[label]``. A field of the wrong type
+    raises :class:`PodSpecError` naming its JSON path (``spec.tolerations[0].key``).
     """
-    who = f"pod {obj_key(pod)}"
-    spec = _spec(pod)
-    meta = _meta(pod)
-    demand = pod_demand(pod, resources)
-    wl: dict[str, Any] = {"name": obj_key(pod), "requests": demand.requests,
-                          "priority": int(spec.get("priority") or 0)}
+    who = _who(pod)
+    demand = pod_demand(pod, resources)  # checks that pod, spec and metadata are objects
+    spec = _obj(pod.get("spec"), who, "spec")
+    meta = _obj(pod.get("metadata"), who, "metadata")
+    for key in ("name", "namespace"):
+        _opt_str(meta, key, who, "metadata")
+    if not meta.get("name"):
+        raise _bad(who, "metadata.name", "required")
+    wl: dict[str, Any] = {"name": obj_key(pod), "requests": demand.requests, "priority": _priority(spec, who)}
     if demand.gpu_count:
         wl["gpu"] = {"count": demand.gpu_count, "milli": demand.gpu_milli}
-    ann = _str_map(meta.get("annotations"), f"{who}: metadata.annotations")
+    ann = _str_map(meta.get("annotations"), who, "metadata.annotations")
     if ann.get(ANN_GPU_MODELS) and demand.gpu_count:
         wl["gpu"]["models"] = [m.strip() for m in ann[ANN_GPU_MODELS].split(",") if m.strip()]
     if ann.get(ANN_CLASS):
@@ -398,38 +585,37 @@ def workload_doc(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequen
         try:
             wl["max_latency_ms"] = float(ann[ANN_MAX_LATENCY])
         except ValueError:
-            raise PodSpecError(f"{who}: annotation {ANN_MAX_LATENCY}: expected a number, got {ann[ANN_MAX_LATENCY]!r}") from None
+            raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", f"expected a number, got {ann[ANN_MAX_LATENCY]!r}") from None
     if ann.get(ANN_ALLOWED_DOMAINS):
         wl["allowed_domains"] = [d.strip() for d in ann[ANN_ALLOWED_DOMAINS].split(",") if d.strip()]
-    selector = _str_map(spec.get("nodeSelector"), f"{who}: spec.nodeSelector")
-    tolerations = []
-    for i, t in enumerate(spec.get("tolerations") or []):
-        if not isinstance(t, Mapping):
-            raise PodSpecError(f"{who}: spec.tolerations[{i}]: expected an object")
-        op = t.get("operator") or "Equal"
-        tolerations.append({"key": t.get("key") or "", "operator": op,
-                            "value": "" if op == "Exists" else (t.get("value") or ""), "effect": t.get("effect") or ""})
-    wl["tolerations"] = tolerations
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
+    wl["tolerations"] = _tolerations(spec, who)
+    affinity = _obj(_obj(spec.get("affinity"), who, "spec.affinity").get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
+    base = "spec.affinity.nodeAffinity"
+    req_path = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _obj(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), who, req_path)
     if required:
-        terms = required.get("nodeSelectorTerms") or []
+        terms = _items(required.get("nodeSelectorTerms"), who, f"{req_path}.nodeSelectorTerms")
         label = _affinity_key(terms)
-        where = f"{who}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-        if label not in extra_labels:
-            extra_labels[label] = {
-                n["name"] for n in nodes
-                if any(term_matches(t, n["name"], n["labels"], f"{where}.nodeSelectorTerms[{k}]") for k, t in enumerate(terms))
-            }
+        if label not in extra_labels:  # the same terms (same JSON) were checked and evaluated already
+            parsed = [parse_term(t, who, f"{req_path}.nodeSelectorTerms[{k}]") for k, t in enumerate(terms)]
+            extra_labels[label] = {n["name"] for n in nodes if any(term_matches(t, n["name"], n["labels"]) for t in parsed)}
         selector[label] = "true"
     preferred = []
-    for i, p in enumerate(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
-        weight = int(p.get("weight") or 0)
-        pref = p.get("preference") or {}
+    pref_path = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, p in enumerate(_items(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), who, pref_path)):
+        pp = f"{pref_path}[{i}]"
+        p = _obj(p, who, pp, required=True)
+        weight = p.get("weight")
+        if weight is None:
+            weight = 0
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+            raise _bad(who, f"{pp}.weight", f"expected an integer 1..100, got {_kind(weight)} {weight!r}")
+        pref = _obj(p.get("preference"), who, f"{pp}.preference")
         label = _affinity_key(pref)
-        where = f"{who}: spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
         if label not in extra_labels:
-            extra_labels[label] = {n["name"] for n in nodes if term_matches(pref, n["name"], n["labels"], where)}
+            parsed = parse_term(pref, who, f"{pp}.preference")
+            extra_labels[label] = {n["name"] for n in nodes if term_matches(parsed, n["name"], n["labels"])}
         if weight:
             preferred.append({"weight": weight, "match_labels": {label: "true"}})
     wl["node_selector"] = selector
@@ -487,19 +673,20 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
 
 def annotated_usage(node_obj: Mapping[str, Any], node: dict[str, Any], resources: Sequence[str]) -> None:
     """NodeList mode: usage from the ``iro-fed.io/allocated`` node annotation, if any."""
-    ann = (_meta(node_obj).get("annotations") or {}).get(ANN_NODE_ALLOCATED)
+    who = f"node {node['name']}"
+    ann = _str_map(_meta(node_obj).get("annotations"), who, "metadata.annotations").get(ANN_NODE_ALLOCATED)
     alloc = dict.fromkeys(resources, 0.0)
     if ann:
-        where = f"node {node['name']}: annotation {ANN_NODE_ALLOCATED}"
+        path = f"metadata.annotations.{ANN_NODE_ALLOCATED}"
         try:
             doc = json.loads(ann)
         except json.JSONDecodeError as exc:
-            raise PodSpecError(f"{where}: not JSON: {exc}") from None
+            raise _bad(who, path, f"not JSON: {exc}") from None
         if not isinstance(doc, Mapping):
-            raise PodSpecError(f"{where}: expected an object of quantities")
+            raise _bad(who, path, f"expected a JSON object of quantities, got {_kind(doc)}")
         for r in resources:
             if r in doc:
-                alloc[r] = min(resource_amount(r, doc[r], f"{where}.{r}"), node["capacity"][r])
+                alloc[r] = min(_amount(r, doc[r], who, f"{path}.{r}"), node["capacity"][r])
     node["allocated"] = alloc
     node["gpu_free_milli"] = [GPU_MILLI] * int(node.get("gpus", 0))
 
@@ -526,7 +713,7 @@ class ClusterModel:
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None) -> None:
-        """``doc_cache``: parsed node docs by (uid, name, resourceVersion), kept by the caller and
+        """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild)."""
         self.config = config or ClusterConfig()
@@ -537,18 +724,22 @@ class ClusterModel:
         kinds: dict[str, str] = {}
         by_node: dict[str, list[Mapping[str, Any]]] = {}
         for pod in bound_pods or ():
-            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            status = pod.get("status") if isinstance(pod, Mapping) else None
+            if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
                 continue
             node_name = _spec(pod).get("nodeName")
-            if node_name:
+            if isinstance(node_name, str) and node_name:
                 by_node.setdefault(node_name, []).append(pod)
+            elif node_name:  # a list would not even hash: say so instead of crashing the model
+                self.warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {_kind(node_name)}")
         for obj in nodes:
-            meta = _meta(obj)
-            key = (meta.get("uid"), meta.get("name"), meta.get("resourceVersion"))
-            base = doc_cache.get(key) if (doc_cache is not None and key[2]) else None
+            # The key is checked before the cache is asked: a non-string resourceVersion is an
+            # error, never another node's parse.
+            key = node_cache_key(obj)
+            base = doc_cache.get(key) if (doc_cache is not None and key) else None
             if base is None:
                 base = node_doc(obj, res)
-                if doc_cache is not None and key[2]:
+                if doc_cache is not None and key:
                     if len(doc_cache) > 50_000:
                         doc_cache.clear()
                     doc_cache[key] = base

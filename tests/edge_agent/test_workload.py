@@ -91,7 +91,7 @@ def test_recommend_and_the_snapshot_read_the_same_pod_the_same_way():
 def test_request_forms():
     wl, kind = request_to_workload({"pod": {"metadata": {"generateName": "job-"}, "spec": {"containers": [{}]}}},
                                    ("cpu",))
-    assert kind == "pod" and wl["name"] == "default/job-" and wl["requests"] == {}
+    assert kind == "pod" and wl["name"] == "default/job-" and wl["requests"] == {"cpu": 0.0}
     wl, kind = request_to_workload({"workload": {"name": "w"}, "k": 2}, ("cpu",))
     assert kind == "workload" and wl == {"name": "w"}
     wl, kind = request_to_workload({"name": "w", "k": 2}, ("cpu",))
@@ -102,3 +102,66 @@ def test_request_forms():
     with pytest.raises(BadRequest, match="requests.nvidia.com/gpu: invalid quantity '500m': must be a whole number"):
         pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}},
                         ("cpu",))
+
+
+RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods", "example.com/fpga")
+
+
+def test_edge_agent_and_snapshot_read_the_same_requests_in_the_same_units():
+    # One reader (iro_fed.k8s.snapshot.pod_requests) for both. Before, the agent read
+    # ephemeral-storage in bytes (the snapshot: MiB), left out pods=1 and took a fractional
+    # extended resource the snapshot rejects.
+    from edge_agent.recommend import Recommender
+    from iro_fed.k8s.snapshot import ClusterConfig, build_snapshot, pod_demand
+    from iro_fed.k8s.testing import make_node
+
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {
+        "containers": [
+            {"resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi", "nvidia.com/gpu": "1",
+                                        "example.com/fpga": "1"}}},
+            {"resources": {"limits": {"cpu": "250m", "memory": "128Mi", "ephemeral-storage": "500M"}}}],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}},
+            {"resources": {"requests": {"cpu": "4", "memory": "64Mi", "ephemeral-storage": "10Gi", "nvidia.com/gpu": "2",
+                                        "example.com/fpga": "3"}}},
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi", "example.com/fpga": "1"}}},
+        ],
+        "overhead": {"cpu": "50m", "memory": "16Mi", "ephemeral-storage": "1Mi"}}}
+    expected = {
+        "cpu": 4550.0,                # max(1000 + 250 + 500 + 100, 500 + 4000) + 50
+        "memory": 1712.0,             # max(1024 + 128 + 512 + 32, 512 + 64) + 16 MiB
+        "ephemeral-storage": 11265.0,  # max(2048 + 500e6 B + 1024, 1024 + 10240) + 1 MiB
+        "pods": 1.0,                  # the pod itself
+        "example.com/fpga": 3.0,      # max(1 + sidecar 1, 3 next to the first sidecar)
+    }
+    wl = pod_to_workload(pod, RESOURCES)
+    assert wl["requests"] == pod_demand(pod, RESOURCES).requests == expected
+    assert wl["gpu"]["count"] == pod_demand(pod, RESOURCES).gpu_count == 2  # max(1, 2) whole cards
+
+    # And end to end: the agent's one-workload problem on the snapshot's own cluster has the
+    # snapshot's demand row.
+    node = make_node("n1", cpu="64", memory="256Gi", gpus=4)
+    node["status"]["allocatable"].update({"ephemeral-storage": "100Gi", "example.com/fpga": "4"})
+    snap = build_snapshot([node], [], [pod], ClusterConfig.from_dict({"resources": list(RESOURCES)}))
+    rec = Recommender(snap.problem)
+    workload, kind, _ = rec.parse(pod)
+    problem = rec.join(workload, snap.problem, kind)
+    assert problem.demand.tolist() == snap.problem.demand.tolist() == [[expected[r] for r in RESOURCES]]
+    assert problem.wl_gpu_count.tolist() == snap.problem.wl_gpu_count.tolist() == [2]
+
+
+@pytest.mark.parametrize(
+    ("requests", "field", "message"),
+    [
+        ({"example.com/fpga": "500m"}, "requests.example.com/fpga", "must be a whole number"),
+        ({"ephemeral-storage": "-1Gi"}, "requests.ephemeral-storage", "must not be negative"),
+        ({"cpu": [1]}, "requests.cpu", "expected a string like '500m' or '1Gi', got list"),
+    ],
+)
+def test_pod_errors_come_from_the_shared_reader_with_the_pod_path(requests, field, message):
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": requests}}]}}
+    with pytest.raises(BadRequest) as info:
+        pod_to_workload(pod, RESOURCES)
+    assert info.value.field == f"pod.spec.containers[0].resources.{field}"
+    assert str(info.value).startswith(f"pod.spec.containers[0].resources.{field}: invalid quantity")
+    assert message in str(info.value)

@@ -191,5 +191,126 @@ def test_nodelist_mode_reads_usage_from_the_node_annotation():
     model = ClusterModel([node], None)
     assert model.problem.allocated[0].tolist() == [1500.0, 1024.0]
     bad = make_node("n2", annotations={"iro-fed.io/allocated": "{not json"})
-    with pytest.raises(PodSpecError, match="node n2: annotation iro-fed.io/allocated"):
+    with pytest.raises(PodSpecError, match="node n2: metadata.annotations.iro-fed.io/allocated: not JSON"):
         ClusterModel([bad], None)
+
+
+def _bad_pod(change):
+    pod = make_pod("p")
+    change(pod)
+    return pod
+
+
+def _set(path, value):
+    """A change that sets ``pod[path[0]][path[1]]... = value``."""
+    def change(pod):
+        obj = pod
+        for key in path[:-1]:
+            obj = obj[key]
+        obj[path[-1]] = value
+    return change
+
+
+_REQ = ("spec", "containers", 0, "resources", "requests")
+_TERM = {"matchExpressions": [{"key": "disk", "operator": "In", "values": "ssd"}]}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (_set(("spec", "containers"), {"name": "app"}), "spec.containers"),
+        (_set(("spec", "containers"), ["app"]), "spec.containers[0]"),
+        (_set(("spec", "containers", 0, "resources"), "lots"), "spec.containers[0].resources"),
+        (_set(_REQ, ["cpu"]), "spec.containers[0].resources.requests"),
+        (_set((*_REQ, "cpu"), [1]), "spec.containers[0].resources.requests.cpu"),
+        (_set((*_REQ, "memory"), "-1Gi"), "spec.containers[0].resources.requests.memory"),
+        (_set((*_REQ, "cpu"), float("inf")), "spec.containers[0].resources.requests.cpu"),
+        (_set(("spec", "initContainers"), {"init": {}}), "spec.initContainers"),
+        (_set(("spec", "initContainers"), [{"restartPolicy": ["Always"]}]), "spec.initContainers[0].restartPolicy"),
+        (_set(("spec", "overhead"), ["100m"]), "spec.overhead"),
+        (_set(("spec", "priority"), "high"), "spec.priority"),
+        (_set(("spec", "priority"), [1]), "spec.priority"),
+        (_set(("spec", "priority"), 1.5), "spec.priority"),
+        (_set(("spec", "tolerations"), {"key": "gpu"}), "spec.tolerations"),
+        (_set(("spec", "tolerations"), [{"key": 1}]), "spec.tolerations[0].key"),
+        (_set(("spec", "nodeSelector"), ["ssd"]), "spec.nodeSelector"),
+        (_set(("spec", "nodeSelector"), {"disk": 1}), "spec.nodeSelector.disk"),
+        (_set(("spec", "affinity"), ["x"]), "spec.affinity"),
+        (_set(("spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [_TERM]}}}),
+         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values"),
+        (_set(("spec", "affinity"), {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": [1], "preference": {}}]}}),
+         "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
+        (_set(("metadata", "annotations"), {"iro-fed.io/gpu-milli": 250}), "metadata.annotations.iro-fed.io/gpu-milli"),
+        (_set(("spec",), "x"), "spec"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_malformed_pod_fields_raise_pod_spec_error_naming_the_json_path(change, field):
+    # Before: TypeError / AttributeError (a container "app", priority [1], affinity ["x"]), a bare
+    # QuantityError or a PodSpecError without .field, or a silently wrong read (resources "lots"
+    # and overhead ["100m"] ignored, priority 1.5 read as 1, values "ssd" read as ["s", "s", "d"]).
+    with pytest.raises(PodSpecError) as info:
+        build_snapshot([make_node("n1", labels={"disk": "ssd"})], [], [_bad_pod(change)])
+    assert info.value.field == field
+    assert str(info.value).startswith(f"pod default/p: {field}: ")
+
+
+def test_malformed_bound_pods_are_skipped_with_a_warning():
+    bad_node_name = _bad_pod(_set(("spec", "nodeName"), ["n1"]))
+    bad_request = _bad_pod(_set((*_REQ, "cpu"), [1]))
+    bad_request["spec"]["nodeName"] = "n1"
+    model = ClusterModel([make_node("n1")], [bad_node_name, bad_request, ["not a pod"], make_pod("ok", cpu="1", node="n1")])
+    assert model.problem.allocated[0, 0] == 1000.0
+    assert any("spec.nodeName: expected a string" in w for w in model.warnings)
+    assert any("spec.containers[0].resources.requests.cpu" in w for w in model.warnings)
+
+
+def _versioned_node(name, version, cpu="4", uid="u1"):
+    node = make_node(name, cpu=cpu)
+    node["metadata"].update(uid=uid, resourceVersion=version)
+    return node
+
+
+def test_node_cache_keys_on_string_metadata_only():
+    cache: dict = {}
+    assert ClusterModel([_versioned_node("n1", "7")], None, doc_cache=cache).problem.capacity[0, 0] == 4000.0
+    # The same uid, name and resourceVersion: the cached parse is used (even if the body differs).
+    assert ClusterModel([_versioned_node("n1", "7", cpu="8")], None, doc_cache=cache).problem.capacity[0, 0] == 4000.0
+    # A new resourceVersion: parsed again.
+    assert ClusterModel([_versioned_node("n1", "8", cpu="8")], None, doc_cache=cache).problem.capacity[0, 0] == 8000.0
+    # Before: a resourceVersion 1 was cached, and True (== 1, same hash) hit that entry with the
+    # other node's capacity; a list crashed with TypeError (unhashable).
+    for field, value in (("resourceVersion", 1), ("resourceVersion", True), ("resourceVersion", ["8"]),
+                         ("uid", {"u": 1}), ("name", 5)):
+        node = _versioned_node("n1", "8", cpu="16")
+        node["metadata"][field] = value
+        with pytest.raises(PodSpecError) as info:
+            ClusterModel([node], None, doc_cache=cache)
+        assert info.value.field == f"metadata.{field}"
+        assert f"metadata.{field}: expected a string" in str(info.value)
+    with pytest.raises(PodSpecError, match=r"node: expected a v1.Node object, got list"):
+        ClusterModel([["n1"]], None, doc_cache=cache)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (_set(("status",), ["x"]), "status"),
+        (_set(("status", "allocatable"), "8"), "status.allocatable"),
+        (_set(("status", "allocatable", "cpu"), [8]), "status.allocatable.cpu"),
+        (_set(("spec", "taints"), {"key": "gpu"}), "spec.taints"),
+        (_set(("spec", "taints"), [{"key": "gpu", "effect": 1}]), "spec.taints[0].effect"),
+        (_set(("spec", "unschedulable"), "false"), "spec.unschedulable"),
+        (_set(("metadata", "labels"), {"zone": 1}), "metadata.labels.zone"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_malformed_node_fields_name_the_json_path(change, field):
+    node = make_node("n1")
+    change(node)
+    with pytest.raises(PodSpecError) as info:
+        ClusterModel([node], [])
+    assert info.value.field == field
+    assert str(info.value).startswith(f"node n1: {field}: ")
