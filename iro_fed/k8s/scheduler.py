@@ -240,8 +240,7 @@ class IroScheduler:
             if seen is not None and seen == version:
                 continue
             pods.append(pod)
-        pods.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
-                                 (p.get("metadata") or {}).get("creationTimestamp") or "", obj_key(p)))
+        pods.sort(key=_queue_key)
         return pods
 
     # --- one batch -------------------------------------------------------------------------------
@@ -370,3 +369,18 @@ class IroScheduler:
         result = self.kube.create_event(ns, event)
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
+
+
+def _queue_key(pod: Mapping[str, Any]) -> tuple[int, str, str]:
+    """kube's queue order (priority, then creation time) for a pending pod. Tolerant of bad
+    fields: a pod whose priority or timestamp is malformed sorts as 0 / "" and is reported
+    unschedulable by the batch (check_pod) instead of crashing the sort for every pod."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    priority = spec.get("priority")
+    created = meta.get("creationTimestamp")
+    return (
+        -priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        created if isinstance(created, str) else "",
+        obj_key(pod),
+    )

@@ -132,6 +132,28 @@ def test_invalid_pod_does_not_block_the_batch(api, kubeconfig):
     assert cond["reason"] == "SchedulerError" and "invalid quantity 'one'" in cond["message"]
 
 
+@pytest.mark.parametrize(("field", "value"), [("priority", "high"), ("priority", [1]), ("creationTimestamp", 5)])
+def test_a_malformed_queue_field_does_not_stop_the_queue(api, kubeconfig, field, value):
+    # The queue sorts by priority and creation time before any pod is checked; a bad value
+    # there once raised in the sort, so no pod at all was scheduled.
+    api.add_node(make_node("n0", cpu="4"))
+    bad = make_pod("bad", cpu="1", scheduler="iro")
+    if field == "priority":
+        bad["spec"]["priority"] = value
+    else:
+        bad["metadata"]["creationTimestamp"] = value
+    api.add_pod(bad)
+    api.add_pod(make_pod("good", cpu="1", scheduler="iro"))
+    s = scheduler(kubeconfig, "a").start()
+    try:
+        assert api.wait_for(lambda: node_of(api, "good") == "n0", 10)
+    finally:
+        s.stop()
+    if field == "priority":  # the batch names what is wrong with the pod
+        assert api.wait_for(lambda: condition(api, "bad") is not None, 5)
+        assert "spec.priority" in condition(api, "bad")["message"]
+
+
 def test_a_binding_conflict_is_not_retried(api, kubeconfig):
     api.add_node(make_node("n0", cpu="8"))
 
