@@ -3,6 +3,16 @@
 Formats: ``shared/spec/interfaces.md``. The loader checks the whole document and reports
 every error with its field path (``nodes[3].capacity.cpu``) in one
 :class:`ProblemValidationError`; nothing is built from a document with an error.
+
+Bounds (so that no sum, product or ratio downstream overflows to inf or NaN, and every count
+fits the int32 arrays of :class:`~iro_fed.model.Problem`): every number is finite and at most
+:data:`MAX_NUMBER` (1e10) in absolute value; a capacity is at least :data:`MIN_CAPACITY`; GPU
+counts are at most :data:`MAX_GPUS`; ``priority`` is a signed 32-bit integer (as in Kubernetes).
+
+Unknown fields: the format "may gain fields" (the spec), so a field this version does not know
+is ignored, at the top level and in every object; :func:`unknown_fields` lists them (to warn
+about typos). Unknown *names* (a resource, domain or user region that is not declared) are
+errors, since they refer to data the document does not have.
 """
 
 from __future__ import annotations
@@ -36,6 +46,30 @@ from iro_fed.model import (
 )
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
+#: Largest absolute value of any number in a problem file (amounts, prices, latencies, power,
+#: weights, ...): 1e10 millicores or MiB is far beyond any real node, and products of a few such
+#: numbers (cost = capacity x price, carbon = power x PUE x intensity) stay far from overflow.
+MAX_NUMBER = 1e10
+#: Smallest positive capacity: shares are demand / capacity, which must stay finite.
+MIN_CAPACITY = 1e-6
+#: Most GPU cards on one node or in one request (the card matrix is nodes x max cards).
+MAX_GPUS = 1024
+#: Priority bounds: Kubernetes priorities are int32.
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+#: Fields the loader reads, per object (for :func:`unknown_fields`).
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "": frozenset({"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}),
+    "domains[]": frozenset({"name", "kind", "carbon_zone", "carbon_intensity", "price_per_hour", "pue"}),
+    "nodes[]": frozenset({"name", "domain", "capacity", "allocated", "gpus", "gpu_model", "gpu_free_milli", "labels", "taints",
+                          "power_idle_w", "power_peak_w"}),
+    "nodes[].taints[]": frozenset({"key", "value", "effect"}),
+    "workloads[]": frozenset({"name", "requests", "gpu", "class", "user_region", "max_latency_ms", "node_selector",
+                              "tolerations", "allowed_domains", "priority", "deadline_s", "preferred_node_affinity"}),
+    "workloads[].gpu": frozenset({"count", "milli", "models"}),
+    "workloads[].tolerations[]": frozenset({"key", "operator", "value", "effect"}),
+    "workloads[].preferred_node_affinity[]": frozenset({"weight", "match_labels"}),
+    "weights": frozenset({"utilization", "latency", "cost", "carbon", "unplaced"}),
+}
 
 
 class ProblemValidationError(ValueError):
@@ -68,32 +102,53 @@ class _Checker:
         value = obj[key]
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self.fail(p, f"expected a number, got {_kind(value)} {value!r}")
+                self.fail(p, f"expected a number, got {_kind(value)} {_show(value)}")
                 return None
             if not _finite(value):
-                self.fail(p, f"must be finite, got {value!r}")
+                self.fail(p, f"must be finite, got {_show(value)}")
+                return None
+            if abs(value) > MAX_NUMBER:
+                self.fail(p, f"must be at most {MAX_NUMBER:g} in absolute value, got {_show(value)}")
                 return None
             return float(value)
         if kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, float) and value.is_integer():
                     return int(value)
-                self.fail(p, f"expected an integer, got {_kind(value)} {value!r}")
+                self.fail(p, f"expected an integer, got {_kind(value)} {_show(value)}")
                 return None
             return value
         if not isinstance(value, kind):
             want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             want = {"dict": "an object", "list": "a list", "str": "a string"}.get(want, want)
-            self.fail(p, f"expected {want}, got {_kind(value)} {value!r}")
+            self.fail(p, f"expected {want}, got {_kind(value)} {_show(value)}")
+            return None
+        return value
+
+    def name(self, obj: Mapping, path: str) -> str | None:
+        """The required, non-empty ``name`` of an object."""
+        name = self.get(obj, "name", path, str, required=True)
+        if name is not None and not name.strip():
+            self.fail(f"{path}.name", "must not be empty")
+            return None
+        return name
+
+    def int_in(self, value: int | None, path: str, low: int, high: int) -> int | None:
+        """``value`` (an int from :meth:`get`) if low <= value <= high, else an error and None."""
+        if value is not None and not low <= value <= high:
+            self.fail(path, f"must be {low}..{high}, got {_show(value)}")
             return None
         return value
 
     def number(self, value: Any, path: str, minimum: float | None = None, positive: bool = False) -> float | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-            self.fail(path, f"expected a finite number, got {_kind(value)} {value!r}")
+            self.fail(path, f"expected a finite number, got {_kind(value)} {_show(value)}")
             return None
-        if positive and value <= 0:
-            self.fail(path, f"must be > 0, got {value!r}")
+        if abs(value) > MAX_NUMBER:
+            self.fail(path, f"must be at most {MAX_NUMBER:g} in absolute value, got {_show(value)}")
+            return None
+        if positive and value < MIN_CAPACITY:
+            self.fail(path, f"must be > 0 (at least {MIN_CAPACITY:g}), got {_show(value)}")
             return None
         if minimum is not None and value < minimum:
             self.fail(path, f"must be >= {minimum:g}, got {value!r}")
@@ -108,8 +163,10 @@ class _Checker:
             return {}
         out = {}
         for k, v in obj.items():
-            if not isinstance(v, str):
-                self.fail(f"{path}.{k}", f"expected a string, got {_kind(v)} {v!r}")
+            if not str(k).strip():  # (YAML may give a number as a key: read as its text)
+                self.fail(path, f"keys must not be empty, got {_show(k)}")
+            elif not isinstance(v, str):
+                self.fail(f"{path}.{k}", f"expected a string, got {_kind(v)} {_show(v)}")
             else:
                 out[str(k)] = v
         return out
@@ -124,18 +181,35 @@ def _finite(value: int | float) -> bool:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number"}.get(
-        type(value), type(value).__name__
-    )
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    """repr(value), shortened: an error message must stay readable whatever the input holds."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        # repr of a huge int is useless, and fails beyond 4300 digits (sys.int_info)
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_document(path: str | os.PathLike) -> dict:
     """Read a JSON or YAML file into a dict (YAML by extension .yaml/.yml)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
         raise ProblemValidationError([("", f"cannot read file: {exc.strerror or exc}")], str(p)) from exc
+    try:
+        text = data.decode("utf-8-sig")  # a leading byte-order mark (some editors write one) is fine
+    except UnicodeDecodeError as exc:
+        at = exc.start + len(data) - len(exc.object)  # exc.object lacks the byte-order mark, if any
+        line = data[:at].count(b"\n") + 1
+        msg = f"the file is not UTF-8 text: byte 0x{data[at]:02x} at offset {at} (line {line}) is invalid"
+        raise ProblemValidationError([("", msg)], str(p)) from None
+    if not text.strip():
+        raise ProblemValidationError([("", "the file is empty (the document must be an object)")], str(p))
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -187,7 +261,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if not isinstance(d, Mapping):
             c.fail(p, f"expected an object, got {_kind(d)}")
             continue
-        name = c.get(d, "name", p, str, required=True)
+        name = c.name(d, p)
         if name is not None:
             if name in seen:
                 c.fail(f"{p}.name", f"duplicate domain name {name!r} (also domains[{seen[name]}])")
@@ -221,6 +295,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     latency_ok = latency is not None  # when mistyped (reported), user_region is not checked
     for region, row in (latency or {}).items():
         p = f"latency_ms.{region}"
+        if not str(region).strip():
+            c.fail("latency_ms", f"user region names must not be empty, got {_show(region)}")
         if not isinstance(row, Mapping):
             c.fail(p, f"expected an object domain -> ms, got {_kind(row)}")
             row = {}  # the region still exists: workloads naming it get no follow-up error
@@ -244,7 +320,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if not isinstance(n, Mapping):
             c.fail(p, f"expected an object, got {_kind(n)}")
             continue
-        name = c.get(n, "name", p, str, required=True)
+        name = c.name(n, p)
         if name is not None:
             if name in node_seen:
                 c.fail(f"{p}.name", f"duplicate node name {name!r} (also nodes[{node_seen[name]}])")
@@ -279,7 +355,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         gpus = c.get(n, "gpus", p, int, default=0)
         gpus_ok = gpus is not None
         if gpus is not None and gpus < 0:
-            c.fail(f"{p}.gpus", f"must be >= 0, got {gpus}")
+            c.fail(f"{p}.gpus", f"must be >= 0, got {_show(gpus)}")
+            gpus, gpus_ok = 0, False
+        elif c.int_in(gpus, f"{p}.gpus", 0, MAX_GPUS) is None:  # before [1000] * gpus is built
             gpus, gpus_ok = 0, False
         gpus = gpus or 0
         model = c.get(n, "gpu_model", p, str, default="") or ""
@@ -297,7 +375,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 if isinstance(v, float) and v.is_integer():
                     v = int(v)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= GPU_MILLI:
-                    c.fail(f"{p}.gpu_free_milli[{j}]", f"must be an integer 0..{GPU_MILLI}, got {v!r}")
+                    c.fail(f"{p}.gpu_free_milli[{j}]", f"must be an integer 0..{GPU_MILLI}, got {_show(v)}")
                     v = GPU_MILLI
                 checked.append(int(v))
             free = checked
@@ -309,6 +387,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 c.fail(tp, f"expected an object, got {_kind(t)}")
                 continue
             key = c.get(t, "key", tp, str, required=True)
+            if key is not None and not key:
+                c.fail(f"{tp}.key", "must not be empty")
             value = c.get(t, "value", tp, str, default="")
             effect = c.get(t, "effect", tp, str, default="NoSchedule")
             if effect is not None and effect not in TAINT_EFFECTS:
@@ -345,7 +425,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if not isinstance(w, Mapping):
             c.fail(p, f"expected an object, got {_kind(w)}")
             continue
-        name = c.get(w, "name", p, str, required=True)
+        name = c.name(w, p)
         if name is not None:
             if name in wl_seen:
                 c.fail(f"{p}.name", f"duplicate workload name {name!r} (also workloads[{wl_seen[name]}])")
@@ -363,15 +443,17 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if gpu is not None:
             count = c.get(gpu, "count", f"{p}.gpu", int, default=1)
             if count is not None and count < 1:
-                c.fail(f"{p}.gpu.count", f"must be >= 1 (leave out 'gpu' for a pod without GPUs), got {count}")
+                c.fail(f"{p}.gpu.count", f"must be >= 1 (leave out 'gpu' for a pod without GPUs), got {_show(count)}")
+            count = c.int_in(count, f"{p}.gpu.count", 1, MAX_GPUS) if count is not None and count >= 1 else count
             count = count or 0
             milli = c.get(gpu, "milli", f"{p}.gpu", int, default=GPU_MILLI)
             if milli is None:
                 milli = GPU_MILLI
             elif count == 1 and not 0 < milli <= GPU_MILLI:
-                c.fail(f"{p}.gpu.milli", f"a GPU share must be in 1..{GPU_MILLI} milli of one card, got {milli}")
+                c.fail(f"{p}.gpu.milli", f"a GPU share must be in 1..{GPU_MILLI} milli of one card, got {_show(milli)}")
             elif count > 1 and milli != GPU_MILLI:
-                c.fail(f"{p}.gpu.milli", f"a pod asking for {count} GPUs takes whole cards: milli must be {GPU_MILLI}, got {milli}")
+                c.fail(f"{p}.gpu.milli",
+                       f"a pod asking for {count} GPUs takes whole cards: milli must be {GPU_MILLI}, got {_show(milli)}")
             if count > 1:
                 milli = GPU_MILLI
             if count == 0:
@@ -399,14 +481,16 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if not isinstance(t, Mapping):
                 c.fail(tp, f"expected an object, got {_kind(t)}")
                 continue
-            key = c.get(t, "key", tp, str, default="") or ""
+            key = c.get(t, "key", tp, str, default="")
+            key_ok = key is not None  # mistyped (reported): no follow-up "required" error
+            key = key or ""
             op = c.get(t, "operator", tp, str, default="Equal") or "Equal"
             if op not in TOLERATION_OPERATORS:
                 c.fail(f"{tp}.operator", f"must be Equal or Exists, got {op!r}")
             value = c.get(t, "value", tp, str, default="") or ""
             if op == "Exists" and value:
                 c.fail(f"{tp}.value", "must be empty with operator Exists")
-            if op == "Equal" and not key:
+            if op == "Equal" and not key and key_ok:
                 c.fail(f"{tp}.key", "required with operator Equal (only Exists may leave it empty)")
             effect = c.get(t, "effect", tp, str, default="") or ""
             if effect and effect not in TAINT_EFFECTS:
@@ -415,8 +499,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         allowed = c.get(w, "allowed_domains", p, list, default=[]) or []
         for j, dname in enumerate(allowed):
             if not isinstance(dname, str) or dname not in seen:
-                c.fail(f"{p}.allowed_domains[{j}]", f"unknown domain {dname!r} (domains: {', '.join(domain_names)})")
-        priority = c.get(w, "priority", p, int, default=0)
+                c.fail(f"{p}.allowed_domains[{j}]", f"unknown domain {_show(dname)} (domains: {', '.join(domain_names)})")
+        priority = c.int_in(c.get(w, "priority", p, int, default=0), f"{p}.priority", PRIORITY_MIN, PRIORITY_MAX)
         deadline = c.get(w, "deadline_s", p, float, default=None)
         if deadline is not None and deadline <= 0:
             c.fail(f"{p}.deadline_s", f"must be > 0, got {deadline}")
@@ -428,7 +512,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 continue
             weight = c.get(term, "weight", tp, int, required=True)
             if weight is not None and not 1 <= weight <= 100:
-                c.fail(f"{tp}.weight", f"must be 1..100 (as in Kubernetes), got {weight}")
+                c.fail(f"{tp}.weight", f"must be 1..100 (as in Kubernetes), got {_show(weight)}")
             labels = c.string_map(term.get("match_labels"), f"{tp}.match_labels")
             if weight:
                 preferred.append(PreferredTerm(weight, labels))
@@ -457,19 +541,13 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     wvals = {}
     for k, v in weights_doc.items():
         if k not in Weights.__dataclass_fields__:
-            c.fail(f"weights.{k}", f"unknown weight (known: {', '.join(Weights.__dataclass_fields__)})")
-            continue
+            continue  # a weight of a later version of the format: ignored (see unknown_fields)
         val = c.number(v, f"weights.{k}", minimum=0.0)
         if val is not None:
             wvals[k] = val
     latency_ref = c.get(doc, "latency_ref_ms", "", float, default=DEFAULT_LATENCY_REF_MS)
     if latency_ref is not None and latency_ref <= 0:
         c.fail("latency_ref_ms", f"must be > 0, got {latency_ref}")
-    known_top = {"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}
-    for k in doc:
-        if k not in known_top:
-            c.fail(str(k), f"unknown top-level field (known: {', '.join(sorted(known_top))})")
-
     if c.errors:
         raise ProblemValidationError(c.errors, source)
 
@@ -496,6 +574,33 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         weights=Weights(**wvals),
         latency_ref_ms=latency_ref or DEFAULT_LATENCY_REF_MS,
     )
+
+
+def unknown_fields(doc: Any) -> list[str]:
+    """Paths of the fields of ``doc`` that this loader ignores (``nodes[2].gpu_modle``).
+
+    The format may gain fields, so these are not errors; a command may still show them, as
+    a field the reader does not know is often a typo.
+    """
+    out: list[str] = []
+
+    def visit(obj: Any, path: str, schema: str) -> None:
+        if not isinstance(obj, Mapping):
+            return
+        known = KNOWN_FIELDS[schema]
+        out.extend(f"{path}.{k}" if path else str(k) for k in obj if k not in known)
+        for key, value in obj.items():
+            if not isinstance(key, str) or not key:
+                continue
+            child = f"{schema}.{key}" if schema else key
+            if f"{child}[]" in KNOWN_FIELDS and isinstance(value, list):
+                for i, item in enumerate(value):
+                    visit(item, f"{path}.{key}[{i}]" if path else f"{key}[{i}]", f"{child}[]")
+            elif child in KNOWN_FIELDS:
+                visit(value, f"{path}.{key}" if path else str(key), child)
+
+    visit(doc, "", "")
+    return out
 
 
 def _list(c: _Checker, doc: Mapping, key: str, required: bool) -> list:

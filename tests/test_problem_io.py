@@ -31,11 +31,15 @@ from iro_fed.model import (
 )
 from iro_fed.placement import STATUSES, Placement, placement_from_dict, write_placement
 from iro_fed.problem_io import (
+    MAX_GPUS,
+    MAX_NUMBER,
+    MIN_CAPACITY,
     ProblemValidationError,
     load_document,
     load_problem,
     problem_from_dict,
     problem_to_dict,
+    unknown_fields,
     write_problem,
 )
 
@@ -531,10 +535,52 @@ SINGLE_ERRORS = [
     ("workload class", _set("workloads/0/class", "realtime"), "workloads[0].class", "online, batch, burst"),
     ("max latency without region", _set("workloads/1/max_latency_ms", 10), "workloads[1].max_latency_ms", "user_region"),
     # weights and top level
-    ("unknown weight", _set("weights", {"speed": 1.0}), "weights.speed", "unknown weight"),
     ("negative weight", _set("weights", {"cost": -1.0}), "weights.cost", ">= 0"),
     ("string weight", _set("weights", {"cost": "high"}), "weights.cost", "number"),
-    ("unknown top-level field", _set("placement", {}), "placement", "unknown top-level field"),
+    # bounds: every number at most MAX_NUMBER (1e10), capacities at least MIN_CAPACITY, GPU
+    # counts at most MAX_GPUS, priority an int32 (beyond them sums and ratios overflow to inf/NaN)
+    ("capacity above the bound", _set("nodes/0/capacity/cpu", 1e11), "nodes[0].capacity.cpu", "at most 1e+10"),
+    ("huge int capacity below float overflow", _set("nodes/0/capacity/memory", 10**300), "nodes[0].capacity.memory",
+     "at most 1e+10"),
+    ("subnormal capacity", _set("nodes/0/capacity/cpu", 1e-300), "nodes[0].capacity.cpu", "> 0"),
+    ("huge allocated", _set("nodes/1/allocated/cpu", 1e300), "nodes[1].allocated.cpu", "at most 1e+10"),
+    ("huge request", _set("workloads/0/requests/cpu", 1e300), "workloads[0].requests.cpu", "at most 1e+10"),
+    ("huge price", _set("domains/0/price_per_hour/cpu", 1e300), "domains[0].price_per_hour.cpu", "at most 1e+10"),
+    ("huge pue", _set("domains/0/pue", 1e300), "domains[0].pue", "at most 1e+10"),
+    ("huge carbon", _set("domains/1/carbon_intensity", 1e11), "domains[1].carbon_intensity", "at most 1e+10"),
+    ("huge latency", _set("latency_ms/users-eu/az-1", 1e300), "latency_ms.users-eu.az-1", "at most 1e+10"),
+    ("huge peak power", _set("nodes/0/power_peak_w", 1e300), "nodes[0].power_peak_w", "at most 1e+10"),
+    ("huge max latency", _set("workloads/0/max_latency_ms", 1e300), "workloads[0].max_latency_ms", "at most 1e+10"),
+    ("huge deadline", _set("workloads/2/deadline_s", 1e300), "workloads[2].deadline_s", "at most 1e+10"),
+    ("huge weight", _set("weights", {"cost": 1e300}), "weights.cost", "at most 1e+10"),
+    ("huge latency ref", _set("latency_ref_ms", 1e300), "latency_ref_ms", "at most 1e+10"),
+    ("gpus above 1024", _set("nodes/1/gpus", 1025), "nodes[1].gpus", "0..1024"),
+    ("gpus beyond int64", _set("nodes/1/gpus", 10**20), "nodes[1].gpus", "0..1024"),
+    ("gpus as a huge float", _set("nodes/1/gpus", 1e300), "nodes[1].gpus", "0..1024"),
+    ("gpu count above 1024", _set("workloads/1/gpu", {"count": 1025}), "workloads[1].gpu.count", "1..1024"),
+    ("gpu count beyond int64", _set("workloads/1/gpu", {"count": 10**20}), "workloads[1].gpu.count", "1..1024"),
+    ("priority above int32", _set("workloads/0/priority", 2**31), "workloads[0].priority", "-2147483648..2147483647"),
+    ("priority below int32", _set("workloads/0/priority", -(2**31) - 1), "workloads[0].priority", "-2147483648..2147483647"),
+    ("priority as a huge float", _set("workloads/0/priority", 1e30), "workloads[0].priority", "2147483647"),
+    # booleans are not numbers
+    ("bool capacity", _set("nodes/0/capacity/cpu", True), "nodes[0].capacity.cpu", "boolean"),
+    ("bool gpus", _set("nodes/1/gpus", True), "nodes[1].gpus", "boolean"),
+    ("bool gpu count", _set("workloads/1/gpu/count", True), "workloads[1].gpu.count", "boolean"),
+    ("bool gpu milli", _set("workloads/1/gpu/milli", True), "workloads[1].gpu.milli", "boolean"),
+    ("bool carbon", _set("domains/0/carbon_intensity", False), "domains[0].carbon_intensity", "boolean"),
+    ("bool latency", _set("latency_ms/users-eu/az-1", True), "latency_ms.users-eu.az-1", "boolean"),
+    ("bool weight", _set("weights", {"cost": True}), "weights.cost", "boolean"),
+    # empty names and keys
+    ("empty node name", _set("nodes/0/name", ""), "nodes[0].name", "must not be empty"),
+    ("blank workload name", _set("workloads/0/name", "  "), "workloads[0].name", "must not be empty"),
+    ("empty domain name", _append("domains", {"name": ""}), "domains[2].name", "must not be empty"),
+    ("empty taint key", _set("nodes/2/taints/0/key", ""), "nodes[2].taints[0].key", "must not be empty"),
+    ("empty label key", _set("nodes/0/labels", {"": "edge"}), "nodes[0].labels", "must not be empty"),
+    ("empty selector key", _set("workloads/0/node_selector", {"": "gold"}), "workloads[0].node_selector", "must not be empty"),
+    ("empty user region", _set("latency_ms/", {"az-1": 5.0}), "latency_ms", "must not be empty"),
+    # a mistyped field gives one error, not a follow-up as well
+    ("number toleration key", _set("workloads/2/tolerations/0/key", 5), "workloads[2].tolerations[0].key", "string"),
+    ("null field in a list", _set("nodes/1/gpu_free_milli/0", None), "nodes[1].gpu_free_milli[0]", "None"),
 ]
 
 
@@ -547,6 +593,74 @@ def test_invalid_field_is_reported_with_its_path(small_doc, mutate, path, fragme
     errors = errors_of(small_doc)
     assert [p for p, _ in errors] == [path], errors  # exactly this error, no follow-up noise
     assert fragment in errors[0][1]
+
+
+def test_unknown_fields_are_ignored_as_the_format_may_gain_fields(small_doc) -> None:
+    # shared/spec/interfaces.md: "Names may gain fields" - a reader ignores what it does not know.
+    base = problem_from_dict(copy.deepcopy(small_doc))
+    small_doc["placement"] = {}
+    small_doc["weights"] = {"cost": 2.0, "energy": 3.0}
+    small_doc["nodes"][0]["rack"] = "r1"
+    small_doc["workloads"][1]["gpu"]["vendor"] = "nvidia"
+    small_doc["nodes"][2]["taints"][0]["timeAdded"] = "now"
+    small_doc["workloads"][2]["tolerations"][0]["tolerationSeconds"] = 30
+    problem = problem_from_dict(small_doc)
+    assert problem.weights == Weights(cost=2.0)
+    assert [n.name for n in problem.nodes] == [n.name for n in base.nodes]
+    assert problem.nodes[2].taints == base.nodes[2].taints
+    assert unknown_fields(small_doc) == [
+        "placement", "nodes[0].rack", "nodes[2].taints[0].timeAdded", "workloads[1].gpu.vendor",
+        "workloads[2].tolerations[0].tolerationSeconds", "weights.energy",
+    ]
+
+
+def test_unknown_fields_of_valid_documents_and_of_junk() -> None:
+    assert unknown_fields(problem_to_dict(problem_from_dict(rich_doc()))) == []
+    assert unknown_fields(rich_doc()) == []
+    for junk in ([1], "x", None, {"nodes": "n", "weights": [1], "workloads": [3, {"gpu": 1}]}):
+        assert unknown_fields(junk) == []
+
+
+def test_numbers_at_the_bounds_are_accepted_and_solve_to_finite_objectives() -> None:
+    # Every number at its extreme at once: sums, products and ratios must stay finite.
+    big, tiny = MAX_NUMBER, MIN_CAPACITY
+    doc = {
+        "resources": ["cpu", "memory", "x"],
+        "domains": [{"name": "d", "carbon_intensity": big, "pue": big,
+                     "price_per_hour": {"cpu": big, "memory": big, "gpu": big, "x": big}},
+                    {"name": "e", "price_per_hour": {"cpu": tiny}}],
+        "latency_ms": {"u": {"d": big, "e": 0}},
+        "nodes": [
+            {"name": "big", "domain": "d", "capacity": {"cpu": big, "memory": big, "x": big}, "gpus": MAX_GPUS,
+             "power_peak_w": big, "power_idle_w": big},
+            {"name": "tiny", "domain": "e", "capacity": {"cpu": tiny, "memory": tiny, "x": tiny}, "power_peak_w": big},
+            {"name": "mid", "domain": "d", "capacity": {"cpu": 1000, "memory": 1000, "x": 1.5}, "gpus": 2},
+        ],
+        "workloads": [
+            {"name": f"w{i}", "requests": {"cpu": big / (i + 1), "memory": tiny * i, "x": 0.1234567 * i},
+             "user_region": "u", "max_latency_ms": big, "deadline_s": big, "class": "batch",
+             "priority": 2**31 - 1 if i % 2 else -(2**31)}
+            for i in range(6)
+        ] + [{"name": "all-cards", "gpu": {"count": MAX_GPUS}}, {"name": "sliver", "gpu": {"count": 1, "milli": 1}}],
+        "weights": {k: big for k in ("utilization", "latency", "cost", "carbon", "unplaced")},
+        "latency_ref_ms": big,
+    }
+    problem = problem_from_dict(doc)
+    names = ["best-fit", "greedy-objective", "kube-default"] + (["cpsat"] if "cpsat" in solvers.available() else [])
+    with np.errstate(all="raise"):  # an overflow or NaN anywhere fails the test
+        for name in names:
+            placement = solvers.make(name, **({"time_limit_s": 5} if name == "cpsat" else {})).solve(problem)
+            objective = placement.to_dict(problem)["objective"]
+            values = [v for v in objective.values() if isinstance(v, float)] + list(objective["terms"].values())
+            assert values and all(math.isfinite(v) for v in values), (name, objective)
+
+
+def test_error_messages_stay_short_whatever_the_input_holds(small_doc) -> None:
+    small_doc["nodes"][0]["taints"] = {"key": "x" * 100_000}
+    small_doc["workloads"][0]["priority"] = 10**5000  # repr of this int fails (sys.int_info)
+    errors = errors_of(small_doc)
+    assert [p for p, _ in errors] == ["nodes[0].taints", "workloads[0].priority"]
+    assert all(len(msg) < 200 for _, msg in errors), errors
 
 
 def test_missing_domain_name_is_reported(small_doc) -> None:
@@ -586,9 +700,9 @@ def test_error_message_names_source_and_every_path(small_doc) -> None:
 def test_all_errors_are_reported_together(small_doc) -> None:
     small_doc["nodes"][0]["capacity"]["memory"] = "8Gi"
     small_doc["workloads"][0]["user_region"] = "users-us"
-    small_doc["weights"] = {"speed": 2.0}
+    small_doc["weights"] = {"cost": "high"}
     errors = errors_of(small_doc)
-    assert [p for p, _ in errors] == ["nodes[0].capacity.memory", "workloads[0].user_region", "weights.speed"]
+    assert [p for p, _ in errors] == ["nodes[0].capacity.memory", "workloads[0].user_region", "weights.cost"]
     assert len(str(ProblemValidationError(errors)).splitlines()) == 4
 
 
@@ -650,6 +764,30 @@ def test_missing_file(tmp_path) -> None:
     assert err.errors[0][0] == "" and "cannot read file" in err.errors[0][1]
     with pytest.raises(ProblemValidationError, match="cannot read file"):
         load_document(tmp_path)  # a directory is not a file either
+
+
+@pytest.mark.parametrize("name", ["p.json", "p.yaml"])
+def test_file_that_is_not_utf8(tmp_path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b'{"domains": [],\n "nodes": [{"name": "caf\xe9"}]}')  # Latin-1, not UTF-8
+    err = _load_errors(path)
+    assert err.errors == [("", "the file is not UTF-8 text: byte 0xe9 at offset 40 (line 2) is invalid")]
+
+
+@pytest.mark.parametrize(("name", "data"), [("p.json", b""), ("p.json", b" \n\t\n"), ("p.yaml", b"\n")])
+def test_empty_file(tmp_path, name: str, data: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    err = _load_errors(path)
+    assert err.errors[0][0] == "" and "the file is empty" in err.errors[0][1]
+
+
+def test_file_with_a_byte_order_mark_loads(small_doc, tmp_path) -> None:
+    path = tmp_path / "p.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(small_doc).encode())
+    assert load_problem(path).num_nodes == 3
+    path.write_bytes(b"\xef\xbb\xbf{\n\xff}")
+    assert _load_errors(path).errors[0][1] == "the file is not UTF-8 text: byte 0xff at offset 5 (line 2) is invalid"
 
 
 def test_invalid_field_in_file_names_the_path(small_doc, tmp_path) -> None:

@@ -138,3 +138,110 @@ def test_the_real_trace_builds_the_papers_sequence():
     seq = arrival_sequence(pods, 42, gpu_capacity(nodes))
     assert 10_500 < len(seq) < 11_300  # "about 10,900 arrivals"
     assert sum(p.gpu_total for p in seq) <= 1.3 * 6_212_000
+
+
+# --- bad input: every kind names the file, line and column --------------------------------
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # GPU columns that contradict each other are a broken row, not a CPU-only pod
+        ("a,1,1,1,0,", "line 2: gpu_milli: a pod with num_gpu=1 needs gpu_milli 1..1000, got 0"),
+        ("a,1,1,0,500,", "line 2: num_gpu: a pod with gpu_milli=500 needs num_gpu >= 1, got 0"),
+        ("a,1,1,0,0,T4|P100", "line 2: gpu_spec: a pod without GPUs (num_gpu=0) names GPU models 'T4|P100'"),
+        # numbers beyond the bounds (1e10, 1024 GPUs) and non-finite ones
+        ("a,1e300,1,0,0,", "line 2: cpu_milli: must be at most 10,000,000,000, got '1e300'"),
+        ("a,1,10000000001,0,0,", "line 2: memory_mib: must be at most 10,000,000,000, got 10000000001"),
+        ("a,1,1,1025,1000,", "line 2: num_gpu: must be at most 1,024, got 1025"),
+        ("a,1,1,99999999999999999999,1000,", "line 2: num_gpu: must be at most 1,024, got '99999999999999999999'"),
+        ("a,inf,1,0,0,", "line 2: cpu_milli: expected an integer, got 'inf'"),
+        ("a,1,nan,0,0,", "line 2: memory_mib: expected an integer, got 'nan'"),
+        ("a,1,1,1,1e999,", "line 2: gpu_milli: expected an integer, got '1e999'"),
+        ("a,1," + "9" * 5000 + ",0,0,", "line 2: memory_mib: expected an integer, got '99999999999999999999999999999999999...'"),
+    ],
+)
+def test_malformed_gpu_columns_and_numbers(tmp_path, row, message):
+    with pytest.raises(TraceFormatError) as info:
+        load_pods(write(tmp_path, "bad.csv", POD_HEADER + "z,1,1,0,0,\n" + row + "\n"))
+    assert str(info.value) == f"{tmp_path / 'bad.csv'} {message.replace('line 2', 'line 3')}"
+
+
+def test_node_with_too_many_gpus(tmp_path):
+    with pytest.raises(TraceFormatError, match=r"line 2: gpu: must be at most 1,024, got 100000$"):
+        load_nodes(write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,100000,G2\n"))
+
+
+@pytest.mark.parametrize("loader", [load_pods, load_nodes])
+def test_file_that_is_not_utf8(tmp_path, loader):
+    header = POD_HEADER if loader is load_pods else "sn,cpu_milli,memory_mib,gpu,model\n"
+    row = "p,1,1,0,0," if loader is load_pods else "n,1,1,0,"
+    path = tmp_path / "latin1.csv"
+    path.write_bytes((header + row + "\n" + "caf").encode() + b"\xe9" + row[1:].encode() + b"\n")
+    with pytest.raises(TraceFormatError) as info:
+        loader(path)
+    assert str(info.value) == f"{path} line 3: the file is not UTF-8 text (byte 0xe9 at column 4)"
+
+
+def test_file_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (POD_HEADER + "a,1,1,1,500,T4\n").encode())
+    assert [(p.name, p.gpu_milli, p.gpu_spec) for p in load_pods(path)] == [("a", 500, ("T4",))]
+
+
+def test_row_count_is_capped(tmp_path, monkeypatch):
+    from iro_fed.traces import openb
+
+    monkeypatch.setattr(openb, "MAX_TRACE_ROWS", 3)
+    rows = "".join(f"p{i},1,1,0,0,\n" for i in range(3))
+    assert len(load_pods(write(tmp_path, "three.csv", POD_HEADER + rows))) == 3
+    with pytest.raises(TraceFormatError, match=r"four\.csv line 5: more than 3 rows$"):
+        load_pods(write(tmp_path, "four.csv", POD_HEADER + rows + "p3,1,1,0,0,\n"))
+
+
+def test_arrival_count_is_capped(monkeypatch):
+    # 1-milli pods tuned to 130 % of 1000 milli would need 1300 arrivals (of 6.2M milli: 8M)
+    from iro_fed.traces import openb
+
+    monkeypatch.setattr(openb, "MAX_ARRIVALS", 1000)
+    pods = make_pods([1, 1])
+    assert len(arrival_sequence(pods, seed=1, capacity_milli=700)) == 910  # 1.3 x 700: within the cap
+    assert len(arrival_sequence(pods, seed=1, capacity_milli=1000, target=1.0)) == 1000  # exactly the cap
+    with pytest.raises(TraceFormatError, match=r"would take more than 1,000 arrivals"):
+        arrival_sequence(pods, seed=1, capacity_milli=1000)
+
+
+def test_pod_list_without_gpu_pods_cannot_be_tuned(monkeypatch):
+    # Copies of CPU-only pods add no GPU milli: tuning up would never end.
+    from iro_fed.traces import openb
+
+    monkeypatch.setattr(openb, "MAX_ARRIVALS", 1000)  # (before the fix: the loop would not end)
+    with pytest.raises(TraceFormatError, match=r"no GPU pods, so it cannot be tuned to 1\.3 x the cluster's 1,000 GPU milli"):
+        arrival_sequence(make_pods([0, 0, 0]), seed=1, capacity_milli=1000)
+    assert len(arrival_sequence(make_pods([0, 0, 0]), seed=1, capacity_milli=0)) == 3  # no GPUs to tune to
+
+
+def test_replay_command_exits_2_on_a_file_that_is_not_utf8(tmp_path):
+    import subprocess
+    import sys
+
+    nodes = write(tmp_path, "n.csv", NODES)
+    pods = tmp_path / "p.csv"
+    pods.write_bytes(POD_HEADER.encode() + b"caf\xe9,1,1,0,0,\n")
+    cmd = [sys.executable, "-m", "iro_fed.cli", "replay", "--nodes", str(nodes), "--pods", str(pods), "--policy", "best-fit"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{pods} line 2: the file is not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_real_list_loads():
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-openb-2023"
+    if not data.exists():
+        pytest.skip("shared/data not present")
+    assert [len(load_nodes(data / f"openb_node_list_{k}.csv")) for k in ("all_node", "gpu_node")] == [1523, 1213]
+    counts = {k: len(load_pods(data / f"openb_pod_list_{k}.csv")) for k in ("default", "gpushare40", "multigpu50", "gpuspec10", "cpu250")}
+    assert counts["default"] == 8152 and min(counts.values()) > 0

@@ -5,8 +5,13 @@ Node CSV columns: ``sn, cpu_milli, memory_mib, gpu, model``. Pod CSV columns: ``
 cpu_milli, memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed models joined
 by ``|``), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``, ``scheduled_time``.
 A pod with ``num_gpu`` 1 and ``gpu_milli`` < 1000 shares one card; ``num_gpu`` k with 1000 milli
-needs k whole cards; ``gpu_milli`` above 1000 counts as 1000. Malformed rows raise
+needs k whole cards; ``gpu_milli`` above 1000 counts as 1000; ``num_gpu`` and ``gpu_milli`` are
+both 0 (a CPU-only pod, which names no ``gpu_spec``) or both > 0. Malformed rows raise
 :class:`TraceFormatError` naming the file, line and column.
+
+Bounds: a file has at most :data:`MAX_TRACE_ROWS` rows and an arrival sequence at most
+:data:`MAX_ARRIVALS` pods; every number is at most :data:`~iro_fed.problem_io.MAX_NUMBER` (1e10)
+and GPU counts at most :data:`~iro_fed.problem_io.MAX_GPUS` (1024), as in a problem file.
 """
 
 from __future__ import annotations
@@ -19,11 +24,18 @@ from pathlib import Path
 import numpy as np
 
 from iro_fed.model import GPU_MILLI, Domain, Node, Problem, Workload, default_power
+from iro_fed.problem_io import MAX_GPUS, MAX_NUMBER
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 ARRIVAL_TARGET = 1.3  # tune the workload to 130 % of the cluster's GPU capacity
 TRACE_DOMAIN = "openb"
+#: Most rows a node or pod list may have (the real lists have 1523 and 8152).
+MAX_TRACE_ROWS = 1_000_000
+#: Most pods an arrival sequence may have (the default list gives about 10,900): tuning a pod
+#: list whose GPU pods ask very little to 130 % of a large cluster would otherwise run for hours.
+MAX_ARRIVALS = 1_000_000
+_MAX_VALUE = int(MAX_NUMBER)
 
 
 class TraceFormatError(ValueError):
@@ -59,23 +71,43 @@ class OpenbPod:
 def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list[tuple[int, dict[str, str]]]]:
     p = Path(path)
     try:
-        handle = p.open(newline="", encoding="utf-8")
+        handle = p.open(newline="", encoding="utf-8-sig")  # a leading byte-order mark is fine
     except OSError as exc:
         raise TraceFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc
+    rows: list[tuple[int, dict[str, str]]] = []
     with handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise TraceFormatError(f"{p}: missing column(s) {', '.join(missing)} (header: {', '.join(header) or 'empty'})")
         try:
-            rows = [(i + 2, row) for i, row in enumerate(reader)]
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceFormatError(f"{p}: missing column(s) {', '.join(missing)} (header: {', '.join(header) or 'empty'})")
+            for row in reader:
+                if len(rows) == MAX_TRACE_ROWS:
+                    raise TraceFormatError(f"{p} line {reader.line_num}: more than {MAX_TRACE_ROWS:,} rows")
+                rows.append((len(rows) + 2, row))
+        except UnicodeDecodeError:
+            raise TraceFormatError(_not_utf8(p)) from None
         except csv.Error as exc:
-            raise TraceFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+            raise TraceFormatError(f"{p} line {reader.line_num}: not a valid CSV file: {exc}") from exc
+        except OSError as exc:  # a directory, or a read error midway
+            raise TraceFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc
     return str(p), rows
 
 
-def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int = 0, default: int | None = None) -> int:
+def _not_utf8(path: Path) -> str:
+    """Where the first byte that is not UTF-8 is (decoding reads ahead, so find it again by line)."""
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"{path} line {number}: the file is not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
+    return f"{path}: the file is not UTF-8 text"
+
+
+def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int = 0, default: int | None = None,
+         maximum: int = _MAX_VALUE) -> int:
     raw = row.get(column)
     if raw is None or raw.strip() == "":
         if default is not None:
@@ -87,13 +119,21 @@ def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int 
         try:
             as_float = float(raw.strip())
         except ValueError:
-            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {raw!r}") from None
-        if not as_float.is_integer():
-            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {raw!r}") from None
+            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {_short(raw)}") from None
+        if not as_float.is_integer():  # also nan and inf
+            raise TraceFormatError(f"{source} line {line}: {column}: expected an integer, got {_short(raw)}") from None
         value = int(as_float)
+    shown = str(value) if abs(value) < 10**15 else _short(raw)
     if value < minimum:
-        raise TraceFormatError(f"{source} line {line}: {column}: must be >= {minimum}, got {value}")
+        raise TraceFormatError(f"{source} line {line}: {column}: must be >= {minimum}, got {shown}")
+    if value > maximum:
+        raise TraceFormatError(f"{source} line {line}: {column}: must be at most {maximum:,}, got {shown}")
     return value
+
+
+def _short(raw: str, limit: int = 40) -> str:
+    text = repr(raw.strip())
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def _unique_name(source: str, line: int, row: dict[str, str], column: str, seen: dict[str, int], what: str) -> str:
@@ -113,7 +153,7 @@ def load_nodes(path: str | os.PathLike) -> list[OpenbNode]:
     seen: dict[str, int] = {}
     for line, row in rows:
         name = _unique_name(source, line, row, "sn", seen, "node")
-        gpus = _int(source, line, row, "gpu")
+        gpus = _int(source, line, row, "gpu", maximum=MAX_GPUS)
         model = (row.get("model") or "").strip()
         if gpus > 0 and not model:
             raise TraceFormatError(f"{source} line {line}: model: a node with {gpus} GPU(s) needs a GPU model")
@@ -130,15 +170,20 @@ def load_pods(path: str | os.PathLike) -> list[OpenbPod]:
     seen: dict[str, int] = {}
     for line, row in rows:
         name = _unique_name(source, line, row, "name", seen, "pod")
-        num_gpu = _int(source, line, row, "num_gpu")
+        num_gpu = _int(source, line, row, "num_gpu", maximum=MAX_GPUS)
         milli = min(_int(source, line, row, "gpu_milli"), GPU_MILLI)
-        if num_gpu == 0 or milli == 0:
-            num_gpu, milli = 0, 0
-        elif num_gpu > 1 and milli < GPU_MILLI:
+        spec = tuple(s.strip() for s in (row.get("gpu_spec") or "").split("|") if s.strip())
+        # Both 0 is a CPU-only pod; one of them 0 is a broken row, not a pod to guess at.
+        if num_gpu == 0 and milli > 0:
+            raise TraceFormatError(f"{source} line {line}: num_gpu: a pod with gpu_milli={milli} needs num_gpu >= 1, got 0")
+        if num_gpu > 0 and milli == 0:
+            raise TraceFormatError(f"{source} line {line}: gpu_milli: a pod with num_gpu={num_gpu} needs gpu_milli 1..1000, got 0")
+        if num_gpu == 0 and spec:
+            raise TraceFormatError(f"{source} line {line}: gpu_spec: a pod without GPUs (num_gpu=0) names GPU models {'|'.join(spec)!r}")
+        if num_gpu > 1 and milli < GPU_MILLI:
             raise TraceFormatError(
                 f"{source} line {line}: gpu_milli: a pod with num_gpu={num_gpu} takes whole cards (1000), got {milli}"
             )
-        spec = tuple(s for s in (row.get("gpu_spec") or "").strip().split("|") if s) if num_gpu else ()
         pods.append(
             OpenbPod(
                 name=name,
@@ -174,10 +219,20 @@ def arrival_sequence(pods: list[OpenbPod], seed: int, capacity_milli: int, targe
     total = sum(p.gpu_total for p in sequence)
     copies = 0
     if total < goal:
+        if not any(p.gpu_milli > 0 for p in original):  # copies would add nothing, forever
+            raise TraceFormatError(
+                f"arrival sequence: the pod list has no GPU pods, so it cannot be tuned to {target:g} x the cluster's "
+                f"{capacity_milli:,} GPU milli"
+            )
         while True:
             pod = original[int(rng.integers(len(original)))]
             if total + pod.gpu_milli > goal:
                 break
+            if len(sequence) >= MAX_ARRIVALS:
+                raise TraceFormatError(
+                    f"arrival sequence: tuning the pod list ({total:,} of {goal:,.0f} GPU milli after {len(sequence):,} "
+                    f"arrivals) to {target:g} x the cluster's GPU capacity would take more than {MAX_ARRIVALS:,} arrivals"
+                )
             copies += 1
             sequence.append(replace(pod, name=f"{pod.name}#copy{copies}"))
             total += pod.gpu_total

@@ -151,3 +151,23 @@ def test_rank_returns_top_k_feasible_best_first():
     scores = [s for _, s in ranked]
     assert scores == sorted(scores, reverse=True)
     assert ranked[0][0] == solver.decide(state, 0).node
+
+
+@pytest.mark.parametrize("name", solvers.available())
+def test_seed_above_int32_is_refused_naming_seed(name):
+    # OR-Tools and numpy take signed 32-bit seeds: solvers.base.MAX_SEED = 2**31 - 1.
+    with pytest.raises(InvalidSettingError, match="'seed'") as err:
+        solvers.make(name, seed=2**31)
+    assert "2147483647" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["cpsat", "random", "kube-default"])
+def test_largest_seed_is_accepted_and_solves(name):
+    if name not in solvers.available():
+        pytest.skip(f"{name} is not installed")
+    problem = random_problem(3)
+    settings = {"time_limit_s": 5} if name == "cpsat" else {}
+    solver = solvers.make(name, seed=2**31 - 1, **settings)
+    assert solver.get_params()["seed"] == 2**31 - 1
+    placement = solver.solve(problem)
+    assert placement.assignment.shape == (problem.num_workloads,) and placement.num_placed > 0
