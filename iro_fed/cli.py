@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +55,7 @@ def check_output_file(flag: str, path: str | Path) -> Path:
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"{flag}: folder {str(parent)!r} does not exist")
+        raise UsageError(f"{flag}: folder {str(parent)!r} does not exist{_is_a_file(parent)}")
     return out
 
 
@@ -61,8 +65,64 @@ def check_output_folder(flag: str, path: str | Path) -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} exists and is not a folder")
     if not out.exists() and not out.parent.is_dir():
-        raise UsageError(f"{flag}: folder {str(out.parent)!r} does not exist")
+        raise UsageError(f"{flag}: folder {str(out.parent)!r} does not exist{_is_a_file(out.parent)}")
     return out
+
+
+def _is_a_file(path: Path) -> str:
+    """A hint for a path whose parent is a file (``--out notes.txt/x.json``)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return "" if p.is_dir() else f" ({str(p)!r} is a file)"
+    return ""
+
+
+def check_input_file(flag: str, path: str | Path) -> Path:
+    """A file a command will read: it must exist and be a file, checked before any work."""
+    src = Path(path)
+    if src.is_dir():
+        raise UsageError(f"{flag}: {str(src)!r} is a folder; give a file")
+    if not src.is_file():
+        raise UsageError(f"{flag}: no such file {str(src)!r}")
+    return src
+
+
+def check_hours(flag: str, hours: float) -> float:
+    """Simulated hours: a finite number > 0 (``nan`` and ``inf`` pass a plain ``<= 0`` test)."""
+    if not math.isfinite(hours) or hours <= 0:
+        raise UsageError(f"{flag}: must be > 0 and finite, got {hours:g}")
+    return hours
+
+
+def check_names(flag: str, text: str, known: Sequence[str], what: str = "solver") -> list[str]:
+    """A comma list of registered names: at least one, each known, none twice."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise UsageError(f"{flag}: give at least one {what} name, got {text!r}")
+    for name in names:
+        if name not in known:
+            raise UsageError(f"{flag}: unknown {what} {name!r} (registered: {', '.join(known)})")
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise UsageError(f"{flag}: {what} {dup!r} given twice")
+    return names
+
+
+def write_output(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Run ``write(tmp)`` on a temporary file beside ``path`` (same suffix, so tools that read the
+    format from the name still can), then rename it over ``path``: a crash or an error while
+    writing leaves the old file (or none), never half a file, and no temporary file behind."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=target.parent if str(target.parent) else ".")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are read by other users and tools
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:
@@ -175,6 +235,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from iro_fed.placement import write_placement
 
     settings = _parse_settings(args.set or [], args.solver)
+    if args.show_unplaced < 0:
+        raise UsageError(f"--show-unplaced: must be >= 0, got {args.show_unplaced}")
+    if args.out and args.out != "-":
+        check_output_file("--out", args.out)
     problem = _load(args.problem)
     solver = solvers.make(args.solver, **settings)
     with _console(stderr=True).status(f"solving {problem!r} with {args.solver}", spinner="dots"):
@@ -212,14 +276,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.problem_io import write_json_atomic
 
-    problems = [(path, _load(path)) for path in args.problems]
-    if args.solvers:
-        names = [s.strip() for s in args.solvers.split(",") if s.strip()]
-        for name in names:
-            if name not in solvers.registered():
-                raise UsageError(f"--solvers: unknown solver {name!r} (registered: {', '.join(solvers.registered())})")
+    check_seed("--seed", args.seed)
+    if args.solvers is not None:  # an explicit empty list is an error, not "every solver"
+        names = check_names("--solvers", args.solvers, list(solvers.registered()))
     else:
         names = [n for n in solvers.available() if not solvers.registered()[n].properties.composite]
+    if args.out:
+        check_output_file("--out", args.out)
+    problems = [(path, _load(path)) for path in args.problems]
     results: list[dict[str, Any]] = []
     console = _console()
     from rich.progress import Progress
@@ -262,8 +326,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``42``, ``42-51`` or ``42,45,50`` to a list of seeds."""
+#: Most seeds one ``--seeds`` may name: each is a whole replay, and a typo such as ``0-9999999``
+#: should fail at once, not after building a list of millions (or running out of memory).
+MAX_SEEDS = 1000
+
+
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """``42``, ``42-51`` or ``42,45,50`` to a list of seeds, each in ``check_seed``'s range,
+    none twice, at most :data:`MAX_SEEDS`."""
     seeds: list[int] = []
     try:
         for part in text.split(","):
@@ -272,14 +342,21 @@ def parse_seeds(text: str) -> list[int]:
                 lo, hi = part.split("-", 1)
                 first, last = int(lo), int(hi)
                 if last < first:
-                    raise ValueError(part)
+                    raise UsageError(f"{flag}: range {part!r} ends before it starts")
+                check_seed(flag, first)
+                check_seed(flag, last)
+                if last - first + 1 > MAX_SEEDS:
+                    raise UsageError(f"{flag}: at most {MAX_SEEDS} seeds, {part!r} has {last - first + 1}")
                 seeds.extend(range(first, last + 1))
             else:
-                seeds.append(int(part))
+                seeds.append(check_seed(flag, int(part)))
     except ValueError:
-        raise UsageError(f"--seeds: expected N, N-M or a comma list of seeds, got {text!r}") from None
-    if any(s < 0 for s in seeds):
-        raise UsageError(f"--seeds: seeds must be >= 0, got {text!r}")
+        raise UsageError(f"{flag}: expected N, N-M or a comma list of seeds, got {text!r}") from None
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"{flag}: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+    dup = next((x for x, n in Counter(seeds).items() if n > 1), None)
+    if dup is not None:
+        raise UsageError(f"{flag}: seed {dup} given twice (the median would count it twice)")
     return seeds
 
 
@@ -287,26 +364,34 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.replay import median_unallocated, replay_trace, summary
-    from iro_fed.traces.openb import TraceFormatError, load_nodes, load_pods
+    from iro_fed.traces.openb import TraceFormatError, gpu_capacity, load_nodes, load_pods
 
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    if not policies:
-        raise UsageError("--policy: give at least one policy name")
-    for name in policies:
-        cls = solvers.registered().get(name)
-        if cls is None:
-            raise UsageError(f"--policy: unknown solver {name!r} (registered: {', '.join(solvers.registered())})")
-        if args.batch_window == 1 and not issubclass(cls, solvers.OnlineSolver):
-            raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time (or give --batch-window)")
     if args.batch_window < 1:
         raise UsageError(f"--batch-window: must be >= 1, got {args.batch_window}")
-    seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    policies = check_names("--policy", args.policy, list(solvers.registered()))
+    for name in policies:
+        if args.batch_window == 1 and not issubclass(solvers.registered()[name], solvers.OnlineSolver):
+            raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time (or give --batch-window)")
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [check_seed("--seed", args.seed)]
     settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
+    if args.out:
+        check_output_file("--out", args.out)
+    if args.plot:
+        from iro_fed.plots import check_plot_file
+
+        check_plot_file("--plot", args.plot)
+    for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+        check_input_file(flag, path)
     try:
         nodes = load_nodes(args.nodes)
+    except TraceFormatError as exc:
+        raise UsageError(f"--nodes: {exc}") from exc
+    if gpu_capacity(nodes) == 0:
+        raise UsageError(f"--nodes: {args.nodes!r} lists no GPUs; the replay measures GPU allocation and needs at least one")
+    try:
         pods = load_pods(args.pods)
     except TraceFormatError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(f"--pods: {exc}") from exc
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     documents = {}
@@ -324,7 +409,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     if done % 200 == 0:
                         progress.update(task, completed=done)
 
-                result = replay_trace(nodes, pods, name, seed, settings.get(name), on_progress=tick, batch_window=args.batch_window)
+                try:
+                    result = replay_trace(nodes, pods, name, seed, settings.get(name), on_progress=tick,
+                                          batch_window=args.batch_window)
+                except TraceFormatError as exc:  # a pod the cluster's model cannot hold
+                    raise UsageError(f"--pods: {exc}") from exc
                 progress.remove_task(task)
                 results.append(result)
             all_results[name] = results
@@ -394,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", required=True, metavar="CSV", help="pod list, e.g. openb_pod_list_default.csv")
     p.add_argument("--policy", required=True, metavar="NAME[,NAME]", help="online solver(s), e.g. fgd, fgd-bestfit, iro-frag")
     p.add_argument("--seed", type=int, default=42, help="arrival-sequence seed (default 42)")
-    p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51; the result holds their median")
+    p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51 or 1,5,9 (at most 1000, none twice); "
+                                                  "the result holds their median")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
     p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")

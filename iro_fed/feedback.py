@@ -897,7 +897,10 @@ class DQNFineTune:
             raise ValueError("registry / out: give exactly one place to write the fine-tuned policy")
         if steps < 1:
             raise ValueError(f"steps: must be >= 1, got {steps}")
-        self.registry = Path(registry) if registry is not None else None
+        self.registry = Path(registry).expanduser() if registry is not None else None
+        # Found at construction, not at the first trigger hours later (as FederatedRoundRequest does).
+        if self.registry is not None and self.registry.exists() and not self.registry.is_dir():
+            raise ValueError(f"registry: {str(self.registry)!r} exists and is not a folder")
         self.out = Path(out) if out is not None else None
         self.policy = policy
         self.scenario = scenario

@@ -114,21 +114,34 @@ def evaluate_policy(agent: Any, scenario: str, episodes: int, hours: float, k: i
 
 def cmd_train(args: argparse.Namespace) -> int:
     import solvers
-    from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
+    from iro_fed.cli import (
+        EXIT_OK,
+        UsageError,
+        _console,
+        check_hours,
+        check_input_file,
+        check_output_file,
+        check_seed,
+        split_pairs,
+    )
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.scenarios import SCENARIOS, split_settings
-    from solvers.dqn.checkpoint import CheckpointError
+    from solvers.dqn.checkpoint import CheckpointError, metadata_path
 
     if args.scenario not in SCENARIOS:
         raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
-    for flag, value, low in (("--steps", args.steps, 1), ("--envs", args.envs, 1), ("--seed", args.seed, 0),
-                             ("--eval-episodes", args.eval_episodes, 0)):
+    for flag, value, low in (("--steps", args.steps, 1), ("--envs", args.envs, 1), ("--eval-episodes", args.eval_episodes, 0)):
         if value < low:
             raise UsageError(f"{flag}: must be >= {low}, got {value}")
+    check_seed("--seed", args.seed)
     if args.hours is None:
         args.hours = train_hours(args.scenario)
-    if args.hours <= 0:
-        raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
+    check_hours("--hours", args.hours)
+    # The checkpoint and its metadata are written after training: a bad path must fail now.
+    check_output_file("--out", args.out)
+    check_output_file("--out (its metadata file)", metadata_path(args.out))
+    if args.resume:
+        check_input_file("--resume", args.resume)
     config = {**TRAIN_CONFIG.get(args.scenario, {}), **_config_pairs(args.set)}
     scenario_settings: dict[str, Any] = {k: v.strip() for k, v in split_pairs(args.scenario_set, "--scenario-set")}
     try:
@@ -192,4 +205,6 @@ def _print_result(result: Any, args: argparse.Namespace, console: Any) -> None:
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
-    console.print(f"policy written to {args.out} (metadata {args.out.rsplit('.', 1)[0]}.json)")
+    from solvers.dqn.checkpoint import metadata_path
+
+    console.print(f"policy written to {args.out} (metadata {metadata_path(args.out)})")

@@ -18,6 +18,35 @@ def _pyplot():
     return plt
 
 
+def plot_format(path: str | os.PathLike) -> str:
+    """The image format of a plot file: its suffix (``.png``, ``.svg``, ``.pdf``, ...), PNG without one."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    return suffix or "png"
+
+
+def check_plot_file(flag: str, path: str | os.PathLike) -> Path:
+    """A plot path checked before a run: writable as ``check_output_file`` says, matplotlib
+    installed, and a suffix matplotlib can write (else the run would fail at its last step)."""
+    from iro_fed.cli import UsageError, check_output_file
+
+    out = check_output_file(flag, path)
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:  # pragma: no cover - depends on the install
+        raise UsageError(f"{flag}: plotting needs matplotlib: pip install 'iro-fed[plot]'") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if plot_format(out) not in formats:
+        raise UsageError(f"{flag}: cannot write a {out.suffix!r} image (use one of: {', '.join('.' + f for f in sorted(formats))})")
+    return out
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Save ``fig`` through a temporary file, so an error leaves no half-written image."""
+    from iro_fed.cli import write_output
+
+    write_output(path, lambda tmp: fig.savefig(tmp, format=plot_format(path)))
+
+
 def allocation_plot(
     curves: Mapping[str, Mapping[str, float | None]],
     path: str | os.PathLike,
@@ -43,9 +72,8 @@ def allocation_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, target)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)

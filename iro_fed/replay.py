@@ -185,6 +185,8 @@ def replay_trace(
     import solvers
 
     capacity = gpu_capacity(nodes)
+    if capacity <= 0:  # before the arrival sequence, which would tune the workload to 0 GPUs
+        raise ValueError("nodes: the node list has no GPUs: the GPU allocation metric is undefined")
     sequence = arrival_sequence(pods, seed, capacity)
     solver = solvers.make(policy, **{"seed": seed, **(policy_params or {})})
     if batch_window == 1 and not isinstance(solver, solvers.OnlineSolver):

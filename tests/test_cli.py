@@ -33,6 +33,7 @@ def test_solvers_json(capsys):
 
 def test_solve_writes_the_placement_file(problem_file, tmp_path, capsys):
     out = tmp_path / "sub" / "placement.json"
+    out.parent.mkdir()  # an output's folder must exist (test_output_paths_are_checked_before_any_work)
     assert main(["solve", str(problem_file), "--solver", "best-fit", "--set", "seed=4", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "best-fit" in printed and "too-big" in printed
@@ -103,3 +104,156 @@ def test_console_script_exit_codes(problem_file):
     assert bad.returncode == 2 and "--solver" in bad.stderr
     help_run = subprocess.run([iro, "solve", "--help"], capture_output=True, text=True)
     assert help_run.returncode == 0 and "KEY=VALUE" in help_run.stdout
+
+
+# --- hostile arguments: exit 2 naming the flag, before any work, nothing written --------------
+
+
+def _listing(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("command", ["solve", "compare"])
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("missing/out.json", "--out: folder"),  # not created behind the user's back
+        ("afile/out.json", "('afile' is a file)"),
+        (".", "is a folder"),
+    ],
+)
+def test_output_paths_are_checked_before_any_work(problem_file, tmp_path, monkeypatch, capsys, command, target, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    before = _listing(tmp_path)
+    extra = ["--solver", "best-fit"] if command == "solve" else ["--solvers", "best-fit"]
+    assert main([command, str(problem_file), *extra, "--out", target]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and message in err
+    assert _listing(tmp_path) == before  # no folder made, no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--solvers", ""], "--solvers: give at least one solver name"),  # was: silently every solver
+        (["--solvers", ",,"], "--solvers: give at least one solver name"),
+        (["--solvers", "best-fit,best-fit"], "--solvers: solver 'best-fit' given twice"),
+        (["--solvers", "best-fit", "--seed", "-1"], "--seed: must be between 0 and 2147483647"),
+        (["--solvers", "best-fit", "--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),
+    ],
+)
+def test_compare_refuses_bad_lists_and_seeds(problem_file, capsys, argv, message):
+    assert main(["compare", str(problem_file), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_solve_refuses_a_negative_show_unplaced(problem_file, capsys):
+    assert main(["solve", str(problem_file), "--solver", "best-fit", "--show-unplaced", "-1"]) == 2
+    assert "--show-unplaced: must be >= 0" in capsys.readouterr().err
+
+
+def test_write_output_leaves_the_old_file_and_no_temporary_on_error(tmp_path):
+    from iro_fed.cli import write_output
+
+    target = tmp_path / "report.json"
+    target.write_text("old")
+
+    def half(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            fh.write("{half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_output(target, half)
+    assert target.read_text() == "old" and _listing(tmp_path) == ["report.json"]
+    write_output(target, lambda tmp: open(tmp, "w").write("new"))
+    assert target.read_text() == "new" and _listing(tmp_path) == ["report.json"]
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_allocation_plot_leaves_no_temporary_file_when_it_cannot_rename(tmp_path):
+    pytest.importorskip("matplotlib")
+    from iro_fed.plots import allocation_plot
+
+    folder = tmp_path / "plot.png"
+    folder.mkdir()  # a folder where the image should go: the rename fails
+    with pytest.raises(OSError):
+        allocation_plot({"fgd": {"0": 0.0, "100": 90.0}}, folder)
+    assert _listing(tmp_path) == ["plot.png"] and _listing(folder) == []
+
+
+def test_parse_seeds_checks_range_duplicates_and_count():
+    from iro_fed.cli import MAX_SEEDS, UsageError, parse_seeds
+
+    assert parse_seeds("42-44,50") == [42, 43, 44, 50]
+    for text, message in [
+        ("", "expected N, N-M"),
+        ("5-3", "ends before it starts"),
+        ("-1", "must be between 0 and 2147483647"),
+        ("2147483646-2147483648", "must be between 0 and 2147483647"),
+        (f"0-{MAX_SEEDS}", f"at most {MAX_SEEDS} seeds"),
+        ("1,2,1", "seed 1 given twice"),
+        ("1-3,2", "seed 2 given twice"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            parse_seeds(text)
+
+
+# --- iro replay ---------------------------------------------------------------------------------
+
+
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,1,T4\n"
+PODS_CSV = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1000,1,600\nb,1000,1000,1,500\nc,1000,1000,1,1000\n"
+
+
+@pytest.fixture
+def trace(tmp_path, monkeypatch):
+    """A three-pod trace on two nodes, in a working folder that also holds a plain file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    (tmp_path / "nogpu.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n")
+    (tmp_path / "badpods.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,lots,1000,1,600\n")
+    (tmp_path / "afile").write_text("x")
+    return ["replay", "--nodes", "nodes.csv", "--pods", "pods.csv", "--policy", "fgd-bestfit"]
+
+
+def test_replay_runs_on_the_small_trace(trace, tmp_path):
+    assert main([*trace, "--seeds", "1,3", "--out", "r.json"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["seeds"] == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pods", "badpods.csv"], "--pods: badpods.csv line 2: cpu_milli"),
+        (["--pods", "missing.csv"], "--pods: no such file 'missing.csv'"),
+        (["--pods", "."], "--pods: '.' is a folder"),
+        (["--nodes", "."], "--nodes: '.' is a folder"),
+        (["--nodes", "nogpu.csv"], "--nodes: 'nogpu.csv' lists no GPUs"),  # was a ValueError traceback
+        (["--seed", "-1"], "--seed: must be between 0 and 2147483647, got -1"),  # was a numpy traceback
+        (["--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),
+        (["--seeds", ""], "--seeds: expected N, N-M"),  # was: silently --seed
+        (["--seeds", "5-3"], "--seeds: range '5-3' ends before it starts"),
+        (["--seeds", "1,1"], "--seeds: seed 1 given twice"),
+        (["--policy", "fgd,fgd"], "--policy: solver 'fgd' given twice"),
+        (["--policy", ","], "--policy: give at least one solver name"),
+        (["--policy", "fgd,nope"], "--policy: unknown solver 'nope'"),
+        (["--batch-window", "0"], "--batch-window: must be >= 1, got 0"),
+        (["--out", "missing/r.json"], "--out: folder 'missing' does not exist"),
+        (["--out", "afile/r.json"], "('afile' is a file)"),
+        (["--out", "."], "--out: '.' is a folder"),
+        (["--plot", "missing/r.png"], "--plot: folder 'missing' does not exist"),  # was: folder made, exit 0
+        (["--plot", "r.txt"], "--plot: cannot write a '.txt' image"),  # was: a PNG named r.txt
+        (["--plot", "."], "--plot: '.' is a folder"),
+    ],
+)
+def test_replay_bad_arguments_exit_2_naming_the_flag_and_write_nothing(trace, tmp_path, capsys, argv, message):
+    if "--plot" in argv:
+        pytest.importorskip("matplotlib")
+    before = _listing(tmp_path)
+    out = [] if "--out" in argv else ["--out", "r.json"]  # a good --out must stay unwritten too
+    assert main([*trace, *argv, *out]) == 2
+    assert message in capsys.readouterr().err
+    assert _listing(tmp_path) == before

@@ -4,7 +4,9 @@
         --set promo_day=0 --out report.json --plot timeline.png
     iro simulate --scenario bank --solver kube-default --plain      # the plain-Kubernetes baseline
 
-Exit status 2 (with a message naming it) for an unknown scenario, solver or setting.
+Exit status 2 (with a message naming it) for an unknown scenario, solver or setting, a seed
+or a number of hours out of range, or an output path that cannot be written; all are checked
+before the run starts.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def register(sub: Any) -> None:
                         "cooldown, settle_every, latency_threshold_ms); repeat for several")
     f.add_argument("--delay-steps", type=int, default=2, help="steps between a decision and its observation (default 2)")
     f.add_argument("--dqn-registry", metavar="DIR", help="fine-tune action: train the DQN locally and publish to this registry")
-    f.add_argument("--dqn-policy", metavar="FILE", help="policy to start from while the registry is empty (default: the shipped one)")
+    f.add_argument("--dqn-policy", metavar="FILE", help="with --dqn-registry: policy to start from while the registry is empty "
+                                                      "(default: the shipped one)")
     f.add_argument("--dqn-steps", type=int, default=256, help="decisions of DQN fine-tuning per trigger (default 256)")
     f.add_argument("--round-request", metavar="DIR", help="fine-tune action: write a federated round request into DIR/requests")
     f.add_argument("--out", metavar="FILE", help="write the JSON report (fixed keys, then per-step series) here")
@@ -64,19 +67,20 @@ def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _check_run_args(args: argparse.Namespace) -> None:
-    """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours and seed."""
+    """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours, seed and --out."""
     import solvers
-    from iro_fed.cli import UsageError
+    from iro_fed.cli import UsageError, check_hours, check_output_file, check_seed
     from iro_fed.sim.scenarios import SCENARIOS
 
     if args.scenario not in SCENARIOS:
         raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
     if args.solver not in solvers.registered():
         raise UsageError(f"--solver: unknown solver {args.solver!r} (registered: {', '.join(solvers.registered())})")
-    if args.hours is not None and args.hours <= 0:
-        raise UsageError(f"--hours: must be > 0, got {args.hours:g}")
-    if args.seed < 0:
-        raise UsageError(f"--seed: must be >= 0, got {args.seed}")
+    if args.hours is not None:
+        check_hours("--hours", args.hours)
+    check_seed("--seed", args.seed)
+    if args.out:
+        check_output_file("--out", args.out)
 
 
 @contextmanager
@@ -106,6 +110,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from iro_fed.sim.signals import SignalFormatError
 
     _check_run_args(args)
+    if args.plot:
+        from iro_fed.plots import check_plot_file
+
+        check_plot_file("--plot", args.plot)
     settings = _pairs(args.set, "--set")
     if args.plain:
         from iro_fed.sim import PLAIN_KUBERNETES
@@ -169,7 +177,7 @@ def totals_table(totals: dict[str, Any], title: str) -> Any:
 
 def timeline_plot(series: dict[str, list], path: str, title: str) -> None:
     """Traffic and success, pods and nodes, carbon intensity and emissions over time."""
-    from iro_fed.plots import _pyplot
+    from iro_fed.plots import _pyplot, save_figure
 
     plt = _pyplot()
     import numpy as np
@@ -204,12 +212,10 @@ def timeline_plot(series: dict[str, list], path: str, title: str) -> None:
     ax2.plot(t, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg/h")
     ax2.set_ylabel("kg CO2 / h")
     fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp)
-    plt.close(fig)
-    import os
-
-    os.replace(tmp, path)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 FEEDBACK_KEYS = (
@@ -249,9 +255,7 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    import os
-
-    from iro_fed.cli import EXIT_OK, UsageError, _console
+    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_output_folder
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim.engine import SimConfigError
@@ -263,6 +267,15 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
     if args.dqn_steps < 1:
         raise UsageError(f"--dqn-steps: must be >= 1, got {args.dqn_steps}")
+    # The actions write only when drift fires, possibly hours into the run: check their folders now.
+    if args.round_request:
+        check_output_folder("--round-request", args.round_request)
+    if args.dqn_registry:
+        check_output_folder("--dqn-registry", args.dqn_registry)
+    if args.dqn_policy:
+        if not args.dqn_registry:  # the policy is only the fine-tune's starting point
+            raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")
+        check_input_file("--dqn-policy", args.dqn_policy)
     settings = _pairs(args.set, "--set")
     config = feedback_settings(args.feedback_set)
     actions: list[Any] = []
@@ -270,8 +283,6 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         if args.round_request:
             actions.append(FederatedRoundRequest(args.round_request, site=args.scenario))
         if args.dqn_registry:
-            if args.dqn_policy and not os.path.isfile(args.dqn_policy):
-                raise UsageError(f"--dqn-policy: no such file {args.dqn_policy!r}")
             actions.append(DQNFineTune(registry=args.dqn_registry, policy=args.dqn_policy, scenario=args.scenario, hours=1.0,
                                        settings={**settings, "usage_shift_at_h": "0"} if "usage_shift_at_h" in settings
                                        else settings, steps=args.dqn_steps, seed=args.seed))

@@ -2,9 +2,10 @@
 
 ``policy.pt`` holds ``{"format", "state_dict", "metadata_json"}`` and loads with
 ``torch.load(weights_only=True)`` (tensors and strings only, no pickled code); ``policy.json``
-beside it repeats the metadata for people and tools that do not load torch. The metadata holds
-the config, the feature layout (names and sizes, checked on load so a policy never silently
-reads features it was not trained on), the scenario, steps, metrics and emissions of the run.
+beside it (:func:`metadata_path`; ``x.meta.json`` for a checkpoint named ``x.json``) repeats the
+metadata for people and tools that do not load torch. The metadata holds the config, the feature
+layout (names and sizes, checked on load so a policy never silently reads features it was not
+trained on), the scenario, steps, metrics and emissions of the run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ class CheckpointError(ValueError):
 
 
 def metadata_path(path: str | os.PathLike[str]) -> Path:
-    return Path(path).with_suffix(".json")
+    """The JSON metadata file beside a checkpoint: ``policy.pt`` -> ``policy.json``, but
+    ``policy.json`` -> ``policy.meta.json`` (the metadata must never overwrite the checkpoint)."""
+    p = Path(path)
+    if p.suffix.lower() == ".json":
+        return p.with_name(f"{p.stem}.meta.json")
+    return p.with_suffix(".json")
 
 
 def atomic_write(path: Path, write: Any) -> None:

@@ -15,6 +15,7 @@ from .helpers import needs_data
 @needs_data
 def test_simulate_writes_the_report(tmp_path, capsys):
     out = tmp_path / "r" / "report.json"
+    out.parent.mkdir()  # an output's folder must exist; it is not created
     plot = tmp_path / "timeline.png"
     rc = main(["simulate", "--scenario", "bank", "--solver", "best-fit", "--seed", "3", "--hours", "2",
                "--set", "promo_day=0", "--set", "start=2020-03-02 13:00:00", "--out", str(out), "--plot", str(plot)])
@@ -67,3 +68,47 @@ def test_start_outside_the_carbon_data_exits_2(tmp_path, capsys):
     assert main(args) == 2
     assert "asked for a time outside it" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hours", "nan"], "--hours: must be > 0 and finite, got nan"),
+        (["--hours", "inf"], "--hours: must be > 0 and finite, got inf"),  # was an OverflowError traceback
+        (["--hours", "-2"], "--hours: must be > 0 and finite"),
+        (["--seed", "-1"], "--seed: must be between 0 and 2147483647"),
+        (["--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),  # was named as the solver's setting
+        (["--out", "missing/report.json"], "--out: folder 'missing' does not exist"),
+        (["--out", "afile/report.json"], "('afile' is a file)"),
+        (["--out", "."], "--out: '.' is a folder"),
+        (["--plot", "missing/t.png"], "--plot: folder 'missing' does not exist"),  # was found after the run
+        (["--plot", "."], "--plot: '.' is a folder"),  # was found after the run, leaving '..tmp.png'
+        (["--plot", "t.json"], "--plot: cannot write a '.json' image"),
+    ],
+)
+def test_bad_numbers_and_paths_exit_2_before_the_run(tmp_path, monkeypatch, capsys, args, message):
+    if "--plot" in args:
+        pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = ["simulate", "--scenario", "bank", "--solver", "best-fit", "--hours", "0.5", *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_timeline_plot_leaves_no_temporary_file_when_it_cannot_rename(tmp_path):
+    pytest.importorskip("matplotlib")
+    from iro_fed.sim.cli import timeline_plot
+
+    series = {"t_min": [0, 1], "requests_per_s": [1.0, 2.0], "success_rate_pct": [100.0, None], "running": [1, 2],
+              "pending": [0, 0], "powered_nodes": [1, 1], "carbon_g_per_hour": [5.0, 6.0], "carbon_intensity.z": [100, 110]}
+    folder = tmp_path / "timeline.png"
+    folder.mkdir()  # a folder where the image should go: the rename fails
+    with pytest.raises(OSError):
+        timeline_plot(series, str(folder), "t")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timeline.png"] and not any(folder.iterdir())
+    image = tmp_path / "t.svg"  # the suffix picks the format
+    timeline_plot(series, str(image), "t")
+    assert image.read_text().lstrip().startswith("<?xml") and sorted(p.name for p in tmp_path.iterdir()) == ["t.svg", "timeline.png"]

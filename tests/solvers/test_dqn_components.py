@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -168,6 +171,20 @@ def test_checkpoint_round_trip(tmp_path) -> None:
            "mask": np.ones((2, 5), dtype=bool)}
     assert np.allclose(agent.q_values(obs), other.q_values(obs))
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["policy.json", "policy.pt"]  # no temp files
+
+
+def test_checkpoint_named_json_keeps_its_metadata_beside_it(tmp_path) -> None:
+    from solvers.dqn.checkpoint import metadata_path
+
+    assert metadata_path("a/policy.pt") == Path("a/policy.json")  # the usual layout is unchanged
+    assert metadata_path("a/policy.json") == Path("a/policy.meta.json")
+    agent = DQNAgent(SMALL, 5, 3, seed=2)
+    meta = {"config": SMALL.to_dict(), "candidate_features": 5, "context_features": 3, "steps": 7}
+    path = save_checkpoint(tmp_path / "policy.json", agent.online.state_dict(), meta)
+    state, loaded = load_checkpoint(path)  # the metadata used to overwrite the checkpoint itself
+    assert loaded["steps"] == 7 and set(state) == set(agent.online.state_dict())
+    assert json.loads((tmp_path / "policy.meta.json").read_text())["steps"] == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.json", "policy.meta.json"]
 
 
 def test_checkpoint_errors(tmp_path) -> None:

@@ -127,3 +127,43 @@ def test_iro_train_promo_surge_defaults_cover_the_sale(tmp_path, capsys) -> None
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["hours"] == 14.0 and meta["steps"] == 8
     assert meta["config"]["n_step"] == 10 and meta["config"]["target_update_every"] == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "missing/p.pt"], "--out: folder 'missing' does not exist"),  # was found after training
+        (["--out", "afile/p.pt"], "('afile' is a file)"),
+        (["--out", "."], "--out: '.' is a folder"),
+        (["--out", "busy.pt"], "--out (its metadata file): 'busy.json' is a folder"),
+        (["--resume", "."], "--resume: '.' is a folder"),
+        (["--resume", "missing.pt"], "--resume: no such file 'missing.pt'"),
+        (["--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),
+        (["--hours", "inf"], "--hours: must be > 0 and finite"),  # was an OverflowError traceback
+        (["--hours", "nan"], "--hours: must be > 0 and finite"),
+    ],
+)
+def test_iro_train_checks_paths_and_numbers_before_training(tmp_path, monkeypatch, capsys, args, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "busy.json").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.2", "--eval-episodes", "0",
+            "--no-emissions", "--set", "top_k=4", *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_iro_train_to_a_json_name_keeps_the_checkpoint(tmp_path, capsys) -> None:
+    pytest.importorskip("gymnasium")
+    from iro_fed.sim.signals import data_dir
+
+    if not (data_dir() / "carbon").is_dir():
+        pytest.skip("needs ../shared/data")
+    out = tmp_path / "p.json"
+    assert main(["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.2", "--eval-episodes", "0",
+                 "--no-emissions", "--set", "top_k=4", "--out", str(out)]) == 0
+    assert f"metadata {tmp_path / 'p.meta.json'}" in capsys.readouterr().out.replace("\n", "")
+    assert json.loads((tmp_path / "p.meta.json").read_text())["steps"] == 8
+    assert main(["solve", "examples/problems/bank-three-zone.json", "--solver", "dqn", "--set", f"policy={out}"]) == 0
