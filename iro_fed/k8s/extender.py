@@ -31,6 +31,7 @@ it keeps nodes and bound pods from a watch (:class:`~iro_fed.k8s.client.ClusterC
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -39,12 +40,12 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from iro_fed.feasibility import EPS, resource_fit, static_filter
-from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
-from iro_fed.k8s.quantity import QuantityError
+from iro_fed.k8s.httpjson import HttpError, RoutedJsonHandler, json_type, serve_in_thread
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
     ClusterModel,
@@ -55,7 +56,6 @@ from iro_fed.k8s.snapshot import (
 )
 from iro_fed.model import GPU_MILLI, ClusterState
 from iro_fed.objective import marginal
-from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.extender")
 
@@ -73,18 +73,48 @@ _STATIC_REASONS = {
 
 
 class BadRequest(ValueError):
-    """A malformed request: HTTP 400 with this message."""
+    """A malformed request: HTTP 400; ``field`` is the JSON path at fault."""
+
+    def __init__(self, field: str, message: str, *, text: str | None = None) -> None:
+        super().__init__(text or f"{field}: {message}")
+        self.field = field
+
+    @classmethod
+    def wrap(cls, exc: ValueError, where: str, inside: bool = True) -> BadRequest:
+        """A snapshot's error (its message names the object and the field) as a 400 about ``where``;
+        ``inside``: the error's ``field`` is a path inside ``where``."""
+        sub = getattr(exc, "field", "") if inside else ""
+        return cls(f"{where}.{sub}" if sub else where, "", text=str(exc))
+
+
+def _check_meta(meta: Mapping[str, Any], where: str) -> None:
+    """The metadata fields the extender reads (cache keys, the pod's shape key) have their kube types."""
+    for k in ("namespace", "uid", "resourceVersion", "generateName"):
+        if meta.get(k) is not None and not isinstance(meta[k], str):
+            raise BadRequest(f"{where}.metadata.{k}", f"expected a string, got {json_type(meta[k])}")
+    for k in ("labels", "annotations"):
+        m = meta.get(k)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            raise BadRequest(f"{where}.metadata.{k}", f"expected an object of strings, got {json_type(m)}")
+        for key, v in m.items():
+            if not isinstance(v, str):
+                raise BadRequest(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_type(v)}")
 
 
 def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
     pod = args.get("Pod")
     if not isinstance(pod, dict):
-        raise BadRequest("Pod: expected a v1.Pod object")
+        raise BadRequest("Pod", f"expected a v1.Pod object, got {json_type(pod)}")
     meta = pod.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise BadRequest("Pod.metadata.name: required")
+    if meta is not None and not isinstance(meta, dict):
+        raise BadRequest("Pod.metadata", f"expected an object, got {json_type(meta)}")
+    if not isinstance((meta or {}).get("name"), str) or not meta["name"]:
+        raise BadRequest("Pod.metadata.name", "required (a non-empty string)")
+    _check_meta(meta, "Pod")
     if not isinstance(pod.get("spec", {}), dict):
-        raise BadRequest("Pod.spec: expected an object")
+        raise BadRequest("Pod.spec", f"expected an object, got {json_type(pod.get('spec'))}")
     return pod
 
 
@@ -93,18 +123,37 @@ def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, li
     nodes = args.get("Nodes")
     names = args.get("NodeNames")
     if nodes is not None:
-        if not isinstance(nodes, dict) or not isinstance(nodes.get("items", []), list):
-            raise BadRequest("Nodes: expected a v1.NodeList object with items")
-        items = nodes.get("items") or []
+        if not isinstance(nodes, dict):
+            raise BadRequest("Nodes", f"expected a v1.NodeList object with items, got {json_type(nodes)}")
+        items = nodes.get("items")
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise BadRequest("Nodes.items", f"expected an array of v1.Node, got {json_type(items)}")
+        seen: set[str] = set()
         for i, n in enumerate(items):
-            if not isinstance(n, dict) or not isinstance((n.get("metadata") or {}).get("name"), str):
-                raise BadRequest(f"Nodes.items[{i}]: expected a v1.Node with metadata.name")
+            where = f"Nodes.items[{i}]"
+            if not isinstance(n, dict):
+                raise BadRequest(where, f"expected a v1.Node object, got {json_type(n)}")
+            meta = n.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise BadRequest(f"{where}.metadata.name", "required: expected a v1.Node with metadata.name")
+            _check_meta(meta, where)
+            for k in ("spec", "status"):
+                if n.get(k) is not None and not isinstance(n[k], dict):
+                    raise BadRequest(f"{where}.{k}", f"expected an object, got {json_type(n[k])}")
+            if meta["name"] in seen:  # the reply names nodes: two with one name cannot both be answered
+                raise BadRequest(f"{where}.metadata.name", f"duplicate node {meta['name']!r}")
+            seen.add(meta["name"])
         return items, [n["metadata"]["name"] for n in items]
     if names is not None:
-        if not isinstance(names, list) or any(type(x) is not str for x in names):
-            raise BadRequest("NodeNames: expected a list of node names")
+        if not isinstance(names, list):
+            raise BadRequest("NodeNames", f"expected an array of node names, got {json_type(names)}")
+        for i, x in enumerate(names):
+            if type(x) is not str:
+                raise BadRequest(f"NodeNames[{i}]", f"expected a node name (string), got {json_type(x)}")
         return None, list(names)
-    raise BadRequest("one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
+    raise BadRequest("Nodes", "one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
 
 
 def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tuple[str, bool]]:
@@ -154,7 +203,9 @@ def _shape_key(pod: Mapping[str, Any]) -> str:
     ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("iro-fed.io/")}
     keep = {k: spec.get(k) for k in ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations", "priority")}
     for k in ("containers", "initContainers"):
-        keep[k] = [{"resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")} for c in keep[k] or [] if isinstance(c, dict)]
+        if isinstance(keep[k], list):  # anything else is kept whole: the snapshot then says what is wrong with it
+            keep[k] = [{"resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")} if isinstance(c, dict) else c
+                       for c in keep[k]]
     return json.dumps([keep, ann], sort_keys=True, default=str)
 
 
@@ -216,7 +267,20 @@ class Extender:
 
     def snapshot(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None) -> Snapshot:
         """The pod as the one workload on the cluster (cached per cluster version and pod shape)."""
-        model = self._model(nodes)
+        return self._snapshot_on(self._model(nodes), pod)
+
+    def _checked_snapshot(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None) -> Snapshot:
+        """:meth:`snapshot`, its errors as :class:`BadRequest` naming the nodes or the pod's field."""
+        try:
+            model = self._model(nodes)
+        except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError; the message names the node
+            raise BadRequest.wrap(exc, "Nodes" if nodes is not None else "NodeNames", inside=False) from exc
+        try:
+            return self._snapshot_on(model, pod)
+        except ValueError as exc:
+            raise BadRequest.wrap(exc, "Pod") from exc
+
+    def _snapshot_on(self, model: ClusterModel, pod: dict[str, Any]) -> Snapshot:
         key = (id(model), _shape_key(pod))
         with self._snap_lock:
             snap = self._snapshots.get(key)
@@ -250,7 +314,7 @@ class Extender:
         nodes, asked = _node_args(args)
         try:
             snap = self.snapshot(pod, nodes)
-        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
+        except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError: the pod cannot be placed
             return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
         p = snap.problem
         state = self.state(snap)
@@ -332,21 +396,21 @@ class Extender:
         self.stats["prioritize"] += 1
         pod = _pod(args)
         nodes, asked = _node_args(args)
-        try:
-            snap = self.snapshot(pod, nodes)
-        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
-            raise BadRequest(str(exc)) from exc
+        snap = self._checked_snapshot(pod, nodes)
         scores, _ = self.scores(snap, asked)
         return [{"Host": n, "Score": scores[n]} for n in asked]
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
         self.stats["bind"] += 1
-        missing = [k for k in ("PodName", "PodNamespace", "Node") if not isinstance(args.get(k), str) or not args.get(k)]
+        for k in ("PodName", "PodNamespace", "Node", "PodUID"):
+            if args.get(k) is not None and not isinstance(args[k], str):
+                raise BadRequest(k, f"expected a string, got {json_type(args[k])}")
+        missing = [k for k in ("PodName", "PodNamespace", "Node") if not args.get(k)]
         if missing:
-            raise BadRequest(f"ExtenderBindingArgs: {', '.join(missing)} required")
+            raise BadRequest(missing[0], f"required (ExtenderBindingArgs: {', '.join(missing)} missing)")
         if self.kube is None:
             return {"Error": "this extender cannot bind: it was started without --kubeconfig"}
-        uid = args.get("PodUID") if isinstance(args.get("PodUID"), str) and args.get("PodUID") else None
+        uid = args.get("PodUID") or None
         result = self.kube.bind(args["PodNamespace"], args["PodName"], args["Node"], uid=uid)
         if result.ok:
             return {"Error": ""}
@@ -356,60 +420,84 @@ class Extender:
     def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self.stats["preempt"] += 1
         pod = _pod(args)
-        full = args.get("NodeNameToVictims")
-        meta = args.get("NodeNameToMetaVictims")
-        if full is None and meta is None:
-            raise BadRequest("one of NodeNameToVictims or NodeNameToMetaVictims is required")
-        proposals = full if full is not None else meta
+        key = "NodeNameToVictims" if args.get("NodeNameToVictims") is not None else "NodeNameToMetaVictims"
+        proposals = args.get(key)
+        if proposals is None:
+            raise BadRequest(key, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
         if not isinstance(proposals, dict):
-            raise BadRequest("NodeNameToVictims / NodeNameToMetaVictims: expected an object node -> victims")
+            raise BadRequest(key, f"expected an object node -> victims, got {json_type(proposals)}")
+        # Every proposal is checked before any is used: a bad one is a 400, not a half-read answer.
+        checked = {node: _meta_victims(victims, f"{key}.{node}") for node, victims in proposals.items()}
         if self.cache is None or not self.cache.synced:
             # Without a cache the extender cannot tell what the victims free: keep kube's proposal.
-            return {"NodeNameToMetaVictims": {n: _meta_victims(v) for n, v in proposals.items()}}
+            return {"NodeNameToMetaVictims": checked}
         model = self.cache.model()
         try:
             base = model.with_pods([pod])
-        except (PodSpecError, QuantityError, ProblemValidationError) as exc:
-            raise BadRequest(str(exc)) from exc
+        except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError
+            raise BadRequest.wrap(exc, "Pod") from exc
         keep: dict[str, Any] = {}
         bound = {((p.get("metadata") or {}).get("uid")): p for p in self.cache.pods.items()}
         base_state = ClusterState(base.problem)  # built once; each proposal edits its own copy
-        for node, victims in proposals.items():
+        for node, victims in checked.items():
             i = base.problem.node_index.get(node)
-            if i is None or not isinstance(victims, dict):
+            if i is None:
                 continue
             state = base_state.copy()
-            for v in victims.get("Pods") or []:
-                uid = (v.get("metadata") or {}).get("uid") if "metadata" in v else v.get("UID")
-                vpod = bound.get(uid)
+            for v in victims["Pods"]:
+                vpod = bound.get(v["UID"])
                 if vpod is None:
                     continue
                 try:
                     d = pod_demand(vpod, self.config.resources).requests
-                except (PodSpecError, QuantityError):
+                except ValueError:  # a bound pod the model cannot read frees nothing it knows of
                     continue
                 for r, amount in d.items():
                     ri = base.problem.resource_index[r]
                     state.allocated[i, ri] -= amount
                     state.free[i, ri] += amount
             if not node_reasons(state, 0, np.array([i])):
-                keep[node] = _meta_victims(victims)
+                keep[node] = victims
         return {"NodeNameToMetaVictims": keep}
 
 
-def _meta_victims(victims: Any) -> dict[str, Any]:
+def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
+    """kube's ``Victims`` (``Pods``: v1.Pod objects) or ``MetaVictims`` (``Pods``: ``{UID}``) as MetaVictims."""
     if not isinstance(victims, dict):
-        raise BadRequest("victims: expected an object with Pods and NumPDBViolations")
+        raise BadRequest(where, f"expected an object with Pods and NumPDBViolations, got {json_type(victims)}")
+    items = victims.get("Pods")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise BadRequest(f"{where}.Pods", f"expected an array, got {json_type(items)}")
     pods = []
-    for v in victims.get("Pods") or []:
+    for j, v in enumerate(items):
+        at = f"{where}.Pods[{j}]"
         if not isinstance(v, dict):
-            raise BadRequest("victims.Pods: expected objects")
-        uid = (v.get("metadata") or {}).get("uid") if "metadata" in v else v.get("UID")
+            raise BadRequest(at, f"expected an object, got {json_type(v)}")
+        if "metadata" in v:
+            meta = v["metadata"]
+            if not isinstance(meta, dict):
+                raise BadRequest(f"{at}.metadata", f"expected an object, got {json_type(meta)}")
+            uid, at = meta.get("uid"), f"{at}.metadata.uid"
+        else:
+            uid, at = v.get("UID"), f"{at}.UID"
+        if uid is not None and not isinstance(uid, str):
+            raise BadRequest(at, f"expected a string, got {json_type(uid)}")
         pods.append({"UID": uid or ""})
-    return {"Pods": pods, "NumPDBViolations": int(victims.get("NumPDBViolations") or 0)}
+    pdb = victims.get("NumPDBViolations")
+    if pdb is None:
+        pdb = 0
+    if type(pdb) is not int or pdb < 0:  # Go's int64: 1.5, "2", true are decode errors there
+        raise BadRequest(f"{where}.NumPDBViolations", f"expected a non-negative integer, got {json.dumps(pdb)[:40]}")
+    return {"Pods": pods, "NumPDBViolations": pdb}
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
+
+
+_ARGS = {"filter": "ExtenderArgs", "prioritize": "ExtenderArgs", "bind": "ExtenderBindingArgs",
+         "preempt": "ExtenderPreemptionArgs"}
 
 
 class ExtenderServer(ThreadingHTTPServer):
@@ -417,6 +505,10 @@ class ExtenderServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    #: NodeList mode sends every Node object: about 100 MB at 5000 nodes with their image lists.
+    max_body_bytes = MAX_BODY_BYTES
+    #: The whole body must arrive within this (kube's httpTimeout is 5 s by default).
+    body_timeout_s = 30.0
 
     def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
         self.extender = extender
@@ -431,55 +523,61 @@ class ExtenderServer(ThreadingHTTPServer):
     def serve_in_thread(self) -> threading.Thread:
         return serve_in_thread(self, "iro-extender")
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client gone mid-reply; anything a request can cause is answered by the handler.
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
-class _ExtenderHandler(JsonHandler):
+
+class _ExtenderHandler(RoutedJsonHandler):
     server: ExtenderServer
+    error_key = "Error"
 
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path in ("/healthz", "/readyz"):
-            ext = self.server.extender
-            ready = self.path == "/healthz" or ext.cache is None or ext.cache.synced
-            return self._send(200 if ready else 503, {"ok": ready, "stats": dict(ext.stats)})
-        self._send(404, {"Error": f"unknown path {self.path}"})
+    def setup(self) -> None:
+        self.max_body_bytes = self.server.max_body_bytes
+        self.body_timeout_s = self.server.body_timeout_s
+        super().setup()
 
-    def do_POST(self) -> None:  # noqa: N802
-        ext = self.server.extender
+    def routes(self) -> dict[str, dict[str, Any]]:
         prefix = self.server.url_prefix
-        path = self.path.split("?", 1)[0]
-        verb = path[len(prefix) + 1:] if path.startswith(prefix + "/") else ""
-        handler = {"filter": ext.filter, "prioritize": ext.prioritize, "bind": ext.bind, "preempt": ext.preempt}.get(verb)
-        length = self._content_length()
-        if length < 0 or length > MAX_BODY_BYTES:
-            self.close_connection = True
+        out: dict[str, dict[str, Any]] = {"/healthz": {"GET": self._health}, "/readyz": {"GET": self._health}}
+        for verb in _ARGS:
+            out[f"{prefix}/{verb}"] = {"POST": functools.partial(self._verb, verb)}
+        return out
+
+    def not_found(self, path: str) -> str:
+        prefix = self.server.url_prefix
+        return f"unknown verb {path!r} (expected POST {prefix}/filter, /prioritize, /bind, /preempt or GET /healthz, /readyz)"
+
+    def on_error(self, code: int) -> None:
+        ext = self.server.extender
+        if code >= 500:
+            ext.stats["errors"] += 1
+        elif code not in (404, 405):
             ext.stats["bad_requests"] += 1
-            return self._send(400 if length < 0 else 413, {"Error": "a JSON body with Content-Length is required"
-                                                           if length < 0 else "request body too large"})
-        raw = self.rfile.read(length)
-        if handler is None:
-            return self._send(404, {"Error": f"unknown verb {path!r} (expected {prefix}/filter, /prioritize, /bind, /preempt)"})
-        try:
-            args = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            ext.stats["bad_requests"] += 1
-            return self._send(400, {"Error": f"request body is not valid JSON: {exc}"})
+
+    def _health(self) -> None:
+        ext = self.server.extender
+        ready = urlsplit(self.path).path == "/healthz" or ext.cache is None or ext.cache.synced
+        self._send(200 if ready else 503, {"ok": ready, "stats": dict(ext.stats)})
+
+    def _verb(self, verb: str) -> None:
+        ext = self.server.extender
+        args = self.read_json()
         if not isinstance(args, dict):
-            ext.stats["bad_requests"] += 1
-            return self._send(400, {"Error": f"request body must be a JSON object, got {type(args).__name__}"})
+            raise HttpError(400, f"body: must be a JSON object ({_ARGS[verb]}), got {json_type(args)}", "body")
         start = time.perf_counter()
         try:
-            result = handler(args)
+            result = getattr(ext, verb)(args)
         except BadRequest as exc:
-            ext.stats["bad_requests"] += 1
-            return self._send(400, {"Error": str(exc)})
+            raise HttpError(400, str(exc), exc.field) from None
         except Exception as exc:  # never let one request take the server down
-            ext.stats["errors"] += 1
             log.exception("%s failed", verb)
             message = f"internal error in {verb}: {type(exc).__name__}: {exc}"
-            if verb == "filter":
-                return self._send(200, {"Nodes": None, "NodeNames": None, "FailedNodes": {},
-                                         "FailedAndUnresolvableNodes": {}, "Error": message})
-            return self._send(500, {"Error": message})
-        log.debug("%s %s in %.2f ms", verb, obj_key(args.get("Pod") or {}) if isinstance(args.get("Pod"), dict) else "",
+            if verb != "filter":
+                raise HttpError(500, message) from None
+            ext.stats["errors"] += 1
+            return self._send(200, {"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                    "FailedAndUnresolvableNodes": {}, "Error": message})
+        log.debug("%s %s in %.2f ms", verb, obj_key(args["Pod"]) if isinstance(args.get("Pod"), dict) else "",
                   1000 * (time.perf_counter() - start))
         self._send(200, result)
-

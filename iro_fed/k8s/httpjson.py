@@ -1,16 +1,184 @@
 """What the extender, the webhook and the loopback API server share: a JSON-over-HTTP/1.1
-request handler and a server thread."""
+request handler and a server thread.
+
+:class:`RoutedJsonHandler` (the extender and the webhook) is the hardened one: strict framing
+(Content-Length only, one value, digits only; no Transfer-Encoding: it is how requests are
+smuggled past a proxy), a body limit checked before anything is read, a deadline for the whole
+body, JSON replies for every error (405 with ``Allow``, 404, 408, 411, 413), and a connection
+that is closed whenever the next request's first byte is unknown. :func:`loads_strict` parses
+a body as kube's Go decoder would accept it, or names what is wrong.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import threading
+import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler
 from socketserver import BaseServer
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger("iro_fed.k8s.http")
+
+#: Deeper JSON than this is refused: a Pod or Node is about 10 levels deep, and the code that
+#: reads a request recurses (copy.deepcopy, json.dumps), so 900 levels would end in RecursionError.
+MAX_JSON_DEPTH = 100
+_INT64 = (-(2**63), 2**63 - 1)
+_DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII only: int() also takes "+5", " 5", "5_0" and other scripts' digits
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DRAIN_LIMIT = 1 << 20  # an error reply reads up to this much unread body to keep the connection; more: it closes
+
+
+class JsonBodyError(ValueError):
+    """A body that is not acceptable JSON; ``field`` is the JSON path at fault (``body`` for the whole)."""
+
+    def __init__(self, message: str, field: str = "body") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class HttpError(Exception):
+    """An error reply: status ``code``, the ``message`` (which names the field) and the ``field``
+    (header or JSON path) at fault."""
+
+    def __init__(self, code: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+
+
+class _NonFinite:
+    """What ``NaN`` / ``Infinity`` parse to, so the walk can say where they were."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages ("expected an array, got string")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _path(parts: tuple[str | int, ...]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out or "body"
+
+
+def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse ``raw`` as RFC 8259 JSON in UTF-8, or raise :class:`JsonBodyError` naming the field.
+
+    Refused beyond what ``json.loads`` refuses: other encodings (json.loads also guesses UTF-16
+    and UTF-32) and a BOM, ``NaN`` / ``Infinity`` / numbers that overflow to infinity, integers
+    outside int64 (every integer in a kube object is one), strings with lone surrogates (Go
+    would read them as U+FFFD, so a name would not match), and nesting deeper than ``max_depth``.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JsonBodyError(f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    try:
+        doc = json.loads(text, parse_constant=_NonFinite)
+    except RecursionError:
+        raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and int() refusing more than 4300 digits
+        raise JsonBodyError(f"not valid JSON: {exc}") from None
+    _check_values(doc, max_depth, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
+    return doc
+
+
+def _check_values(doc: Any, max_depth: int, surrogates: bool) -> None:
+    """Check the parsed document level by level (iterative: the depth is not yet known to be
+    sane), with no paths kept: a 5000-node NodeList is 300k containers. When something is wrong,
+    :func:`_find` walks again, keeping paths, to name the field."""
+    level = [doc]
+    depth = 0
+    while level:
+        below = []
+        for c in level:
+            t = type(c)
+            if t is dict:
+                if surrogates and any(_SURROGATE.search(k) for k in c):
+                    return _find(doc, max_depth, surrogates)
+                values: Any = c.values()
+            elif t is list:
+                values = c
+            else:
+                values = (c,)
+            for v in values:
+                t = type(v)
+                if t is dict or t is list:
+                    below.append(v)
+                elif t is str:
+                    if surrogates and _SURROGATE.search(v):
+                        return _find(doc, max_depth, surrogates)
+                elif t is int:
+                    if not _INT64[0] <= v <= _INT64[1]:
+                        return _find(doc, max_depth, surrogates)
+                elif t is float:
+                    if not math.isfinite(v):
+                        return _find(doc, max_depth, surrogates)
+                elif t is _NonFinite:
+                    return _find(doc, max_depth, surrogates)
+        depth += bool(below)
+        if depth >= max_depth:
+            return _find(doc, max_depth, surrogates)
+        level = below
+    return None
+
+
+def _find(doc: Any, max_depth: int, surrogates: bool) -> None:
+    """Raise :class:`JsonBodyError` for the first thing wrong, with its path."""
+    if type(doc) not in (dict, list):
+        _check_scalar(doc, (), surrogates)
+        return
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) >= max_depth:
+            raise JsonBodyError(f"JSON nested deeper than {max_depth} levels", _path(path))
+        if type(value) is dict:
+            items: Any = value.items()
+            if surrogates:
+                for k in value:
+                    if _SURROGATE.search(k):
+                        raise JsonBodyError(f"key {k.encode('utf-8', 'backslashreplace').decode()!r}: lone UTF-16 "
+                                            "surrogate (not valid Unicode)", _path(path))
+        else:
+            items = enumerate(value)
+        for k, v in items:
+            if type(v) is dict or type(v) is list:
+                stack.append((v, (*path, k)))
+            else:
+                _check_scalar(v, (*path, k), surrogates)
+
+
+def _check_scalar(value: Any, path: tuple[str | int, ...], surrogates: bool) -> None:
+    t = type(value)
+    if t is str:
+        if surrogates and _SURROGATE.search(value):
+            raise JsonBodyError("string with a lone UTF-16 surrogate (not valid Unicode)", _path(path))
+    elif t is int:
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise JsonBodyError("integer outside the 64-bit range", _path(path))
+    elif t is float:
+        if not math.isfinite(value):
+            raise JsonBodyError("number too large (overflows to infinity)", _path(path))
+    elif t is _NonFinite:
+        raise JsonBodyError(f"{value.text} is not a JSON number", _path(path))
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -22,20 +190,194 @@ class JsonHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - " + format, self.address_string(), *args)
 
-    def _content_length(self) -> int:
-        """The request's Content-Length, or -1 when it is missing or not an integer."""
-        try:
-            return int(self.headers.get("Content-Length") or -1)
-        except ValueError:
-            return -1
-
-    def _send(self, code: int, body: Any) -> None:
+    def _send(self, code: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if self.close_connection:  # say so: the client then opens a new connection instead of seeing EOF
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # a HEAD reply has no body: writing one would be read as the next response
+            self.wfile.write(data)
+
+
+class RoutedJsonHandler(JsonHandler):
+    """A JSON API handler: :meth:`routes` maps path -> {method: handler}; every error a JSON reply.
+
+    Handlers raise :class:`HttpError` for an error reply and read the body with
+    :meth:`read_json`. After an error the unread rest of a body is read (up to 1 MiB) or the
+    connection closed, so the next request on a keep-alive connection starts where it should.
+    """
+
+    error_key = "Error"  # the message's key in an error reply
+    max_body_bytes = 64 * 1024 * 1024
+    body_timeout_s = 30.0  # the whole body must arrive within this; else 408 and close
+    timeout: float | None = 120  # per socket read: idle keep-alive and slow headers (kube closes idle ones at 90 s)
+
+    def routes(self) -> Mapping[str, Mapping[str, Callable[[], None]]]:
+        raise NotImplementedError
+
+    def not_found(self, path: str) -> str:
+        return f"unknown path {path!r}"
+
+    def on_error(self, code: int) -> None:
+        """Called for every error reply (the servers count them)."""
+
+    # --- dispatch --------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        self._body_state = "unread"
+        path = urlsplit(self.path).path
+        try:
+            methods = self.routes().get(path)
+            if methods is None:
+                raise HttpError(404, self.not_found(path), "path")
+            handler = methods.get(self.command)
+            if handler is None:
+                self._allow = ", ".join(methods)
+                raise HttpError(405, f"method {self.command} is not served on {path} (use {self._allow})", "method")
+            if self.command not in ("POST", "PUT", "PATCH") and not self._settle_body():
+                self.close_connection = True  # a GET with a body: it is not read, and it must not become the next request
+            handler()
+            if self._body_state == "unread" and not self._settle_body():
+                self.close_connection = True
+        except HttpError as exc:
+            self.send_json_error(exc.code, str(exc), exc.field)
+        except Exception as exc:  # the handler's own fault: a reply, not a dropped connection
+            log.exception("%s %s failed", self.command, path)
+            self.send_json_error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch  # noqa: N815
+
+    def send_json_error(self, code: int, message: str, field: str | None = None) -> None:
+        """Reply ``{error_key: message, "field": field}``; first settle the unread body."""
+        self.on_error(code)
+        headers: dict[str, str] = {}
+        if code == 405:
+            headers["Allow"] = getattr(self, "_allow", "")
+        if not self._settle_body():
+            self.close_connection = True
+        self._send(code, {self.error_key: message, "field": field}, headers)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's errors (bad request line, header too long, unknown method) as JSON, closing."""
+        self.close_connection = True
+        self._body_state = "unknown"
+        if self.request_version == "HTTP/0.9":  # the request line did not parse: answer in HTTP/1.1, with headers
+            self.request_version = self.protocol_version
+        try:
+            self.send_json_error(code, message or self.responses.get(code, ("error",))[0])
+        except OSError:
+            pass
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # "GET /path" alone: a reply without status or headers
+            self.send_error(400, "HTTP/0.9 requests are not served")
+            return False
+        return True
+
+    # --- the body ----------------------------------------------------------------------------
+
+    def _declared_length(self) -> int | None:
+        """The body's length from its framing headers; None when there is no body."""
+        te = self.headers.get_all("Transfer-Encoding") or []
+        cl = self.headers.get_all("Content-Length") or []
+        if te:
+            if cl:  # which one ends the body depends on who reads it: the request smuggling setup
+                raise HttpError(400, "Transfer-Encoding: not accepted together with Content-Length", "Transfer-Encoding")
+            raise HttpError(411, f"Transfer-Encoding: {', '.join(te)[:40]!r} is not accepted: send the body with "
+                            "Content-Length", "Transfer-Encoding")
+        if not cl:
+            return None
+        values = {v.strip() for v in cl}
+        if len(values) > 1:
+            raise HttpError(400, f"Content-Length: conflicting values {sorted(values)}"[:120], "Content-Length")
+        text = values.pop()
+        if not _DIGITS.fullmatch(text):
+            if text.isascii() and text.isdigit():
+                raise HttpError(413, f"Content-Length: {text[:30]}... bytes is over the limit of {self.max_body_bytes}",
+                                "Content-Length")
+            raise HttpError(400, f"Content-Length: expected a non-negative decimal integer, got {text[:40]!r}",
+                            "Content-Length")
+        return int(text)
+
+    def _settle_body(self) -> bool:
+        """Before an error reply: True when the connection can carry another request."""
+        if self._body_state == "read":
+            return True
+        if self._body_state != "unread":
+            return False
+        try:
+            length = self._declared_length()
+            if length is None:
+                self._body_state = "read"
+                return True
+            if length > _DRAIN_LIMIT:
+                return False
+            self._read_exact(length)
+            return True
+        except (HttpError, OSError):
+            return False
+
+    def _read_exact(self, length: int) -> bytes:
+        """``length`` bytes within ``body_timeout_s`` in all (a per-read timeout alone lets a client
+        that sends one byte at a time hold the thread for ever)."""
+        self._body_state = "failed"  # until it is all here
+        deadline = time.monotonic() + self.body_timeout_s
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(length - got, 1 << 20))
+                if not chunk:
+                    raise HttpError(400, f"body: ended after {got} of {length} bytes", "body")
+                chunks.append(chunk)
+                got += len(chunk)
+        except TimeoutError:
+            raise HttpError(408, f"body: {got} of {length} bytes arrived within {self.body_timeout_s:g} s",
+                            "body") from None
+        finally:
+            self.connection.settimeout(self.timeout)
+        self._body_state = "read"
+        return b"".join(chunks)
+
+    def read_body(self) -> bytes:
+        """The request body, framed by one Content-Length of at most ``max_body_bytes``."""
+        length = self._declared_length()
+        if length is None:
+            raise HttpError(411, "Content-Length: required (send a JSON body with Content-Length)", "Content-Length")
+        if length > self.max_body_bytes:
+            self._body_state = "refused"  # not read, not drained: the connection closes
+            raise HttpError(413, f"Content-Length: {length} bytes is over the limit of {self.max_body_bytes}",
+                            "Content-Length")
+        return self._read_exact(length)
+
+    def read_json(self) -> Any:
+        """The body parsed by :func:`loads_strict`; errors are 400s naming the field."""
+        raw = self.read_body()
+        try:
+            return loads_strict(raw)
+        except JsonBodyError as exc:
+            raise HttpError(400, str(exc), exc.field) from None
+
+    def handle_expect_100(self) -> bool:
+        """No ``100 Continue`` for a body that will be refused: the error reply comes at once."""
+        try:
+            length = self._declared_length()
+            if length is not None and length > self.max_body_bytes:
+                return True
+        except HttpError:
+            return True
+        return super().handle_expect_100()
 
 
 def serve_in_thread(server: BaseServer, name: str) -> threading.Thread:

@@ -13,7 +13,9 @@ the request's, ``allowed: true`` and, when something changes, ``patchType: JSONP
 base64 RFC 6902 patch. The webhook always answers within ``budget_s`` (keep it below the
 configuration's ``timeoutSeconds``): a recommendation that is late, or any internal error,
 admits the pod unchanged with a ``warnings`` entry (``failurePolicy: Ignore`` covers the webhook
-being down). A request that is not an ``AdmissionReview`` gets HTTP 400.
+being down). A request that is not an ``AdmissionReview`` gets HTTP 400 naming the field; a
+review whose pod cannot be read is admitted unchanged (as ``failurePolicy: Ignore`` would) with
+the field named in ``warnings`` and ``status``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
+from iro_fed.k8s.httpjson import HttpError, RoutedJsonHandler, json_type, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig
 from iro_fed.model import ClusterState
 
@@ -41,7 +43,90 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class BadReview(ValueError):
-    """Not an AdmissionReview: HTTP 400."""
+    """Not an AdmissionReview: HTTP 400; ``field`` is the JSON path at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class BadPod(ValueError):
+    """A well-formed review whose pod the webhook cannot read: admitted (failurePolicy: Ignore), with why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _check_envelope(doc: Any) -> Mapping[str, Any]:
+    """The AdmissionReview's request, or :class:`BadReview` naming the field (the body is not a review)."""
+    if not isinstance(doc, dict):
+        raise BadReview(f"body: expected an AdmissionReview object, got {json_type(doc)}", "body")
+    if doc.get("kind") != "AdmissionReview":
+        raise BadReview(f"kind: expected AdmissionReview, got {doc.get('kind')!r}", "kind")
+    if doc.get("apiVersion") != "admission.k8s.io/v1":
+        raise BadReview(f"apiVersion: expected admission.k8s.io/v1, got {doc.get('apiVersion')!r}", "apiVersion")
+    request = doc.get("request")
+    if request is None:
+        raise BadReview("request: required (an AdmissionRequest object)", "request")
+    if not isinstance(request, dict):
+        raise BadReview(f"request: expected an AdmissionRequest object, got {json_type(request)}", "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        got = "nothing" if uid is None else '""' if uid == "" else json_type(uid)
+        raise BadReview(f"request.uid: required, a non-empty string, got {got}", "request.uid")
+    for k in ("kind", "resource"):  # GroupVersionKind / GroupVersionResource
+        v = request.get(k)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise BadReview(f"request.{k}: expected an object, got {json_type(v)}", f"request.{k}")
+        for f in ("group", "version", k):
+            if v.get(f) is not None and not isinstance(v[f], str):
+                raise BadReview(f"request.{k}.{f}: expected a string, got {json_type(v[f])}", f"request.{k}.{f}")
+    for k in ("operation", "namespace", "subResource", "name"):
+        if request.get(k) is not None and not isinstance(request[k], str):
+            raise BadReview(f"request.{k}: expected a string, got {json_type(request[k])}", f"request.{k}")
+    return request
+
+
+def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
+    """The fields of ``request.object`` this webhook reads have their v1.Pod types, or :class:`BadPod`."""
+    where = "request.object"
+    if not isinstance(pod, dict):
+        raise BadPod(where, f"expected a v1.Pod object, got {json_type(pod)}")
+    meta = pod.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise BadPod(f"{where}.metadata", f"expected an object, got {json_type(meta)}")
+        for k in ("name", "generateName", "namespace"):
+            if meta.get(k) is not None and not isinstance(meta[k], str):
+                raise BadPod(f"{where}.metadata.{k}", f"expected a string, got {json_type(meta[k])}")
+        for k in ("labels", "annotations"):
+            m = meta.get(k)
+            if m is not None and not isinstance(m, dict):
+                raise BadPod(f"{where}.metadata.{k}", f"expected an object of strings, got {json_type(m)}")
+            for key, v in (m or {}).items():
+                if not isinstance(v, str):
+                    raise BadPod(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_type(v)}")
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):  # the patches add under /spec: without it they would not apply
+        raise BadPod(f"{where}.spec", f"expected an object, got {json_type(spec)}")
+    if mode == "affinity":
+        node = spec
+        for k in ("affinity", "nodeAffinity"):
+            node = node.get(k)
+            if node is None:
+                break
+            if not isinstance(node, dict):
+                path = "affinity" if k == "affinity" else "affinity.nodeAffinity"
+                raise BadPod(f"{where}.spec.{path}", f"expected an object, got {json_type(node)}")
+        else:
+            pref = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+            if pref is not None and not isinstance(pref, list):
+                raise BadPod(f"{where}.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+                             f"expected an array, got {json_type(pref)}")
+    return pod
 
 
 def parse_selector(text: str | None) -> dict[str, str]:
@@ -155,22 +240,23 @@ class Webhook:
     # --- review --------------------------------------------------------------------------------
 
     def review(self, doc: Any) -> dict[str, Any]:
-        """The AdmissionReview reply for a request document (raises :class:`BadReview`)."""
-        if not isinstance(doc, dict):
-            raise BadReview(f"expected an AdmissionReview object, got {type(doc).__name__}")
-        if doc.get("kind") != "AdmissionReview":
-            raise BadReview(f"kind: expected AdmissionReview, got {doc.get('kind')!r}")
-        api_version = doc.get("apiVersion")
-        if api_version != "admission.k8s.io/v1":
-            raise BadReview(f"apiVersion: expected admission.k8s.io/v1, got {api_version!r}")
-        request = doc.get("request")
-        if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
-            raise BadReview("request.uid: required")
+        """The AdmissionReview reply for a request document (raises :class:`BadReview`).
+
+        A body that is not an AdmissionReview (its envelope: kind, apiVersion, request, uid and
+        the request's own fields) is a :class:`BadReview` (HTTP 400): there is no uid to answer.
+        A review whose pod cannot be read gets a review back: allowed, as the deployment's
+        ``failurePolicy: Ignore`` would for a webhook that is down, with the field named in a
+        warning (what kubectl shows) and in ``status``.
+        """
+        request = _check_envelope(doc)
         self.stats["reviews"] += 1
         response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-        reply = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+        reply = {"apiVersion": doc["apiVersion"], "kind": "AdmissionReview", "response": response}
         try:
             patch, warnings = self._decide(request)
+        except BadPod as exc:
+            patch, warnings = [], [f"iro-fed webhook: {exc}; pod admitted unchanged"]
+            response["status"] = {"code": 400, "reason": "BadRequest", "message": str(exc)}
         except Exception as exc:  # admit unchanged, say why
             log.exception("admission of %s failed", request.get("uid"))
             patch, warnings = [], [f"iro-fed webhook: internal error ({type(exc).__name__}: {exc}); pod admitted unchanged"]
@@ -189,9 +275,7 @@ class Webhook:
         kind = (request.get("kind") or {}).get("kind")
         if kind != "Pod" or request.get("operation") != "CREATE" or request.get("subResource"):
             return [], []
-        pod = request.get("object")
-        if not isinstance(pod, dict):
-            raise ValueError("request.object: expected the Pod")
+        pod = _check_pod(request.get("object"), self.mode)
         namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
         if not self.selected(pod, namespace):
             return [], []
@@ -215,6 +299,10 @@ class WebhookServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    max_body_bytes = MAX_BODY_BYTES  # the API server caps an object at about 3 MiB
+    #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
+    #: API server has given up on the call anyway.
+    body_timeout_s = 10.0
 
     def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
         self.webhook = webhook
@@ -242,38 +330,36 @@ class WebhookServer(ThreadingHTTPServer):
         self.webhook.close()
 
 
-class _WebhookHandler(JsonHandler):
+class _WebhookHandler(RoutedJsonHandler):
     server: WebhookServer
-    timeout = 10
+    error_key = "message"
+    timeout = 10  # per read, and the TLS handshake
 
     def setup(self) -> None:
+        self.max_body_bytes = self.server.max_body_bytes
+        self.body_timeout_s = self.server.body_timeout_s
         self.request.settimeout(self.timeout)
         self.request.do_handshake()
         super().setup()
 
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path in ("/healthz", "/readyz"):
-            return self._send(200, {"ok": True, "stats": dict(self.server.webhook.stats)})
-        self._send(404, {"message": f"unknown path {self.path}"})
+    def routes(self) -> dict[str, dict[str, Any]]:
+        return {"/mutate": {"POST": self._mutate}, "/": {"POST": self._mutate},
+                "/healthz": {"GET": self._health}, "/readyz": {"GET": self._health}}
 
-    def do_POST(self) -> None:  # noqa: N802
-        hook = self.server.webhook
-        if self.path.split("?", 1)[0] not in ("/mutate", "/"):
-            return self._send(404, {"message": f"unknown path {self.path} (POST /mutate)"})
-        length = self._content_length()
-        if length < 0 or length > MAX_BODY_BYTES:
-            hook.stats["bad_requests"] += 1
-            self.close_connection = True
-            return self._send(400, {"message": "a JSON AdmissionReview body with Content-Length is required"})
-        raw = self.rfile.read(length)
+    def not_found(self, path: str) -> str:
+        return f"unknown path {path} (POST /mutate, GET /healthz)"
+
+    def on_error(self, code: int) -> None:
+        if code not in (404, 405):
+            self.server.webhook.stats["bad_requests"] += 1
+
+    def _health(self) -> None:
+        self._send(200, {"ok": True, "stats": dict(self.server.webhook.stats)})
+
+    def _mutate(self) -> None:
+        doc = self.read_json()
         try:
-            doc = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            hook.stats["bad_requests"] += 1
-            return self._send(400, {"message": f"request body is not valid JSON: {exc}"})
-        try:
-            reply = hook.review(doc)
+            reply = self.server.webhook.review(doc)
         except BadReview as exc:
-            hook.stats["bad_requests"] += 1
-            return self._send(400, {"message": str(exc)})
+            raise HttpError(400, str(exc), exc.field) from None
         self._send(200, reply)
