@@ -6,7 +6,13 @@
 * One writer thread owns the write connection; :meth:`ExperienceStore.record` only queues, so
   ``/recommend`` never waits on the disk. A transition and its outcome queued together are
   committed in one transaction (all or nothing).
+* A record that cannot be written (a value sqlite cannot take) costs only itself: when a batch
+  fails, it is rolled back and written again one record (a transition and its outcome) per
+  transaction, so the other records of the batch are kept; ``failed`` and ``last_error`` say what
+  was dropped. Nothing is half-written: a transaction is all or nothing.
 * Bounded: each table keeps at most ``max_rows`` rows; the oldest are evicted after each batch.
+* A file that cannot be used (not a database, read-only, locked, a folder, a folder that cannot be
+  created) raises :class:`StoreError`, which names the path and the reason.
 * Readers (the federated ClientApp, tests) open their own connection:
   :meth:`transitions`, :meth:`sample`, :meth:`counts` work from any thread or process.
 
@@ -110,14 +116,62 @@ class Outcome:
     ts: float = field(default_factory=time.time)
 
 
+class StoreError(sqlite3.Error):
+    """An experience store file that cannot be opened or read. ``path`` is the file, ``strerror``
+    the reason without the path (as :class:`OSError` has it, for callers that name the setting)."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = Path(path)
+        self.strerror = reason
+        super().__init__(f"experience store {str(self.path)!r}: {reason}")
+
+
+def _explain(path: Path, exc: BaseException) -> str:
+    """What an error of sqlite or the file system means for the store file at ``path``."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
+        return f"not an sqlite database ({text}): another file is at this path?"
+    if "readonly" in text or "read-only" in text:
+        return (f"read-only ({text}): the agent writes the file and its -wal and -shm files beside it, "
+                "so the file and its folder must be writable")
+    if "locked" in text:
+        return f"{text}: another process (another agent?) holds a write lock on it"
+    if "unable to open" in text:
+        if path.is_dir():
+            return "is a folder, not a file"
+        if not path.parent.is_dir():
+            return f"its folder {str(path.parent)!r} does not exist"
+        return f"{text} (can the file and its folder be read and written?)"
+    if isinstance(exc, OSError):
+        return exc.strerror or text
+    return f"{type(exc).__name__}: {text}"
+
+
 def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
-    if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0, check_same_thread=False)
-    else:
-        conn = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA busy_timeout=10000")
+    try:
+        if readonly:
+            if not path.is_file():  # mode=ro would say only "unable to open database file"
+                raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
+            # A URI from as_uri(): a '#', '?' or '%' in the path is escaped, not read as URI syntax
+            # (f"file:{path}" would open another file, read-write).
+            uri = path.resolve().as_uri() + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=10.0, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(path, _explain(path, exc)) from exc
+    try:
+        conn.execute("PRAGMA busy_timeout=10000")
+        if readonly:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "not a database" here, not later
+        else:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(path, _explain(path, exc)) from exc
     return conn
 
 
@@ -128,20 +182,32 @@ class ExperienceStore:
         if max_rows < 1:
             raise ValueError(f"store.max_rows: must be >= 1, got {max_rows}")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder should be, no permission, read-only file system
+            blocker = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+            why = f"{str(blocker)!r} is a file, not a folder" if blocker else (exc.strerror or str(exc))
+            raise StoreError(self.path, f"cannot create its folder {str(self.path.parent)!r}: {why}") from exc
+        if self.path.is_dir():
+            raise StoreError(self.path, "is a folder, not a file")
         self.max_rows = int(max_rows)
         self.batch_s = batch_s
         self._conn = _connect(self.path)
-        self._conn.executescript(_SCHEMA)
-        have = {r[1] for r in self._conn.execute("PRAGMA table_info(transitions)")}
-        for name, kind in _POLICY_COLUMNS:
-            if name not in have:  # a schema-1 file: add the column (NULL in old rows)
-                self._conn.execute(f"ALTER TABLE transitions ADD COLUMN {name} {kind}")
-        self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        try:
+            self._conn.executescript(_SCHEMA)
+            have = {r[1] for r in self._conn.execute("PRAGMA table_info(transitions)")}
+            for name, kind in _POLICY_COLUMNS:
+                if name not in have:  # a schema-1 file: add the column (NULL in old rows)
+                    self._conn.execute(f"ALTER TABLE transitions ADD COLUMN {name} {kind}")
+            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                               (str(SCHEMA_VERSION),))
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise StoreError(self.path, _explain(self.path, exc)) from exc
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self.written = 0
-        self.failed = 0  # records in batches that could not be committed (rolled back)
+        self.failed = 0  # records that could not be committed (rolled back, not written)
         self.evicted = 0
         self.last_error: str | None = None
         self._writer = threading.Thread(target=self._run, name="experience-writer", daemon=True)
@@ -182,7 +248,8 @@ class ExperienceStore:
             item = self._queue.get()
             batch = [item]
             deadline = time.monotonic() + self.batch_s
-            while item is not None and len(batch) < 512:
+            # A flush or close ends the batch at once: its caller waits for the commit.
+            while isinstance(item, tuple) and len(batch) < 512:
                 try:
                     item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except queue.Empty:
@@ -190,16 +257,38 @@ class ExperienceStore:
                 batch.append(item)
             rows = [b for b in batch if isinstance(b, tuple)]
             if rows:
-                try:
-                    self._write(rows)
-                except Exception as exc:  # disk full, read-only, a bad record...: keep serving, say why
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    self.failed += len(rows)
+                self._write_batch(rows)
             for b in batch:
                 if isinstance(b, threading.Event):
                     b.set()
             if any(b is None for b in batch):
                 return
+
+    def _write_batch(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
+        """Commit ``rows`` in one transaction; if a record breaks it, one transaction per record,
+        so one bad record does not cost the others of its batch."""
+        try:
+            self._write(rows)
+            return
+        except Exception as exc:  # disk full, read-only, a bad record...: keep serving, say why
+            error: Exception = exc
+            dropped = len(rows)
+        # An OperationalError is the file's (locked, read-only, full, I/O), not a record's: every
+        # record would fail alike (each after the busy timeout), so the batch is not retried.
+        if len(rows) > 1 and not isinstance(error, sqlite3.OperationalError):
+            dropped = 0
+            for i, row in enumerate(rows):
+                try:
+                    self._write([row])
+                except sqlite3.OperationalError as exc:
+                    error, dropped = exc, dropped + len(rows) - i
+                    break
+                except Exception as exc:
+                    error, dropped = exc, dropped + 1
+            if not dropped:
+                return
+        self.failed += dropped
+        self.last_error = f"{type(error).__name__}: {error}"
 
     def _write(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
         c = self._conn
@@ -231,7 +320,10 @@ class ExperienceStore:
                 self.evicted += max(cur.rowcount, 0)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            # sqlite may have rolled back already (SQLITE_FULL, I/O errors): a second ROLLBACK
+            # would fail and hide the error that matters.
+            if c.in_transaction:
+                c.execute("ROLLBACK")
             raise
         self.written += len(rows)
         self.last_error = None
@@ -365,6 +457,9 @@ def read_policy_samples(
 
 def integrity_check(path: str | Path) -> str:
     """sqlite's ``PRAGMA integrity_check`` of a store file ('ok' when sound)."""
+    path = Path(path)
+    if not path.is_file():  # sqlite would create an empty database and call it sound
+        raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
     conn = sqlite3.connect(str(path), timeout=10.0)
     try:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -1,17 +1,31 @@
-"""The experience store: WAL, bounded with eviction, and sound after kill -9 mid-write."""
+"""The experience store: WAL, bounded with eviction, sound after kill -9 mid-write, a bad record
+costs only itself, and a file it cannot use is an error naming the path."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from edge_agent.store import ExperienceStore, Outcome, Transition, integrity_check, read_transitions
+from edge_agent.store import (
+    ExperienceStore,
+    Outcome,
+    StoreError,
+    Transition,
+    integrity_check,
+    read_policy_samples,
+    read_transitions,
+)
 
 
 def transition(i: int, dim: int = 6) -> Transition:
@@ -111,3 +125,99 @@ def test_a_bad_record_rolls_back_its_batch_and_the_writer_keeps_going(tmp_path):
     assert store.flush()
     assert [r["reward"] for r in store.transitions()] == [2.0] and store.last_error is None
     store.close()
+
+
+def test_a_bad_record_costs_only_itself_not_its_batch(tmp_path):
+    # batch_s: the writer holds the batch open until flush(), so all five records share one batch.
+    store = ExperienceStore(tmp_path / "exp.db", max_rows=100, batch_s=60)
+    bad = transition(2)
+    bad.workload = "w\ud800"  # a lone surrogate: sqlite cannot encode it, the INSERT fails mid-batch
+    good_with_bad_outcome = transition(4)
+    store.record(transition(1), Outcome(f"{1:09d}", {"ok": 1}))
+    store.record(bad, Outcome(bad.decision_id, {"ok": 2}))
+    store.record(transition(3))
+    store.record(good_with_bad_outcome, Outcome(good_with_bad_outcome.decision_id, {}, node="n\udc00"))
+    store.record(outcome=Outcome(f"{3:09d}", {"ok": 3}))
+    assert store.flush(timeout=30)  # a flush commits at once, it does not wait out batch_s
+    rows = store.transitions()
+    assert [r["decision_id"] for r in rows] == [f"{1:09d}", f"{3:09d}"]  # the other records are kept
+    conn = sqlite3.connect(tmp_path / "exp.db")
+    outcomes = [r[0] for r in conn.execute("SELECT decision_id FROM outcomes ORDER BY id")]
+    conn.close()
+    # A transition and its outcome stay all or nothing: neither half of the two bad pairs is there.
+    assert outcomes == [f"{1:09d}", f"{3:09d}"]
+    assert store.failed == 2 and "UnicodeEncodeError" in store.last_error
+    assert store.written == 3
+    store.close()
+    assert integrity_check(tmp_path / "exp.db") == "ok"
+
+
+def _read_only(path: Path) -> Callable[[], None]:
+    """Make ``path`` read-only for this process (chattr +i as root, who ignores permissions);
+    returns the undo."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        return lambda: path.chmod(0o644)
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr +i: cannot make a file read-only")
+    return lambda: subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("case", ["not a database", "read-only", "a folder", "folder is a file"])
+def test_an_unusable_store_file_is_a_clear_error_naming_the_path(tmp_path, case):
+    path = tmp_path / "exp.db"
+    undo = None
+    if case == "not a database":
+        path.write_bytes(b"name,value\n" * 100)
+        expect = "not an sqlite database"
+    elif case == "read-only":
+        ExperienceStore(path).close()
+        undo = _read_only(path)
+        expect = "read-only"
+    elif case == "a folder":
+        path.mkdir()
+        expect = "is a folder, not a file"
+    else:
+        (tmp_path / "data").write_text("a file where the store's folder should be")
+        path = tmp_path / "data" / "exp.db"
+        expect = f"cannot create its folder {str(path.parent)!r}: {str(tmp_path / 'data')!r} is a file, not a folder"
+    try:
+        with pytest.raises(StoreError) as info:
+            ExperienceStore(path)
+    finally:
+        if undo is not None:
+            undo()
+    assert str(path) in str(info.value) and expect in str(info.value)
+    assert info.value.path == path and expect in info.value.strerror
+    assert isinstance(info.value, sqlite3.Error)  # what callers (edge-agent run, the ClientApp) catch
+
+
+def test_a_missing_folder_is_created(tmp_path):
+    store = ExperienceStore(tmp_path / "a" / "b" / "exp.db")
+    store.record(transition(1))
+    assert store.flush()
+    store.close()
+    assert [r["decision_id"] for r in read_transitions(tmp_path / "a" / "b" / "exp.db")] == [f"{1:09d}"]
+
+
+def test_readers_take_any_path_and_create_nothing(tmp_path):
+    # '#' and '?' are URI syntax: the read-only URI must escape them, or sqlite opens (and
+    # creates, read-write) another file: here "site".
+    folder = tmp_path / "site#1?x"
+    store = ExperienceStore(folder / "exp.db")
+    store.record(transition(7))
+    assert store.flush()
+    assert [r["decision_id"] for r in read_transitions(folder / "exp.db")] == [f"{7:09d}"]
+    assert store.counts() == {"transitions": 1, "outcomes": 0}
+    store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site#1?x"]
+    missing = tmp_path / "missing.db"
+    for read in (read_transitions, integrity_check, lambda p: read_policy_samples(p, 4, 3, 2)):
+        with pytest.raises(StoreError, match="no such file") as info:
+            read(missing)
+        assert str(missing) in str(info.value)
+    assert not missing.exists()  # integrity_check used to create an empty database and call it "ok"
+    (tmp_path / "junk.db").write_bytes(b"\x00junk" * 50)
+    with pytest.raises(StoreError, match="not an sqlite database"):
+        read_transitions(tmp_path / "junk.db")
