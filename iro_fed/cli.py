@@ -447,8 +447,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    problem = _load(args.problem)
+    from iro_fed.problem_io import load_document, problem_from_dict, unknown_fields
+
+    doc = load_document(args.problem)
+    problem = problem_from_dict(doc, source=str(args.problem))
     _console().print(f"{args.problem}: valid, {problem!r}")
+    # Ignored, not errors (the format may gain fields), but often a typo: say so.
+    for path in unknown_fields(doc):
+        _console(stderr=True).print(f"note: {args.problem}: {path}: unknown field, ignored")
     return EXIT_OK
 
 

@@ -80,6 +80,21 @@ def test_invalid_problem_exits_2_and_names_the_field(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 2
 
 
+def test_validate_notes_unknown_fields_but_accepts_them(tmp_path, capsys):
+    doc = random_problem_doc(1)
+    doc["nodes"][0]["gpu_modle"] = "A100"  # a typo: ignored (the format may gain fields), noted
+    doc["planner"] = {"v": 2}
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "nodes[0].gpu_modle: unknown field, ignored" in err and "planner: unknown field" in err
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(random_problem_doc(1)))
+    assert main(["validate", str(clean)]) == 0
+    assert "unknown field" not in capsys.readouterr().err
+
+
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["solve", str(tmp_path / "nope.json"), "--solver", "best-fit"]) == 2
     assert "cannot read file" in capsys.readouterr().err

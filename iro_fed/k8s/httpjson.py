@@ -155,7 +155,7 @@ def _find(doc: Any, max_depth: int, surrogates: bool) -> None:
             if surrogates:
                 for k in value:
                     if _SURROGATE.search(k):
-                        raise JsonBodyError(f"key {k.encode('utf-8', 'backslashreplace').decode()!r}: lone UTF-16 "
+                        raise JsonBodyError(f"key '{k.encode('utf-8', 'backslashreplace').decode()}': lone UTF-16 "
                                             "surrogate (not valid Unicode)", _path(path))
         else:
             items = enumerate(value)
