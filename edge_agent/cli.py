@@ -9,12 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+BENCH_MAX_NODES = 100_000
+BENCH_MAX_REQUESTS = 1_000_000
+BENCH_MAX_CLIENTS = 256
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "bench":
         return _bench(args)
+    store_path = None
     try:
         cfg = load_config(args.config, port=args.port)
         logger = setup_logging(cfg.log_level)
@@ -56,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = Agent(cfg, logger)
     except (ConfigError, ProblemValidationError, SiteError) as exc:
         print(f"edge-agent {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (sqlite3.Error, OSError) as exc:
+        # The experience store opens here (a locked, unwritable or damaged file): say which setting.
+        print(f"edge-agent {args.command}: error: {_open_error(exc, store_path)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.command == "check":
         print(json.dumps({"settings_ok": True, "site_nodes": agent.view.site.num_nodes, "node": cfg.node_name,
@@ -85,6 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _open_error(exc: BaseException, store_path: Path | None) -> str:
+    """The message of an error raised while the agent was built, naming ``store.path`` when the
+    experience store (the one file the agent opens then) was the cause."""
+    filename = getattr(exc, "filename", None)
+    if store_path is not None and (isinstance(exc, sqlite3.Error) or (
+            filename is not None and Path(filename) in (store_path, *store_path.parents))):
+        detail = getattr(exc, "strerror", None) or str(exc)
+        return f"store.path: cannot open the experience store {str(store_path)!r}: {detail}"
+    return str(exc)
+
+
 def _federated_summary(cfg: object, store_path: object) -> dict | None:
     """What ``edge-agent check`` shows of the federated block (the SuperNode command in mode start)."""
     fed = cfg.federated  # type: ignore[attr-defined]
@@ -105,16 +126,37 @@ def _bench(args: argparse.Namespace) -> int:
     from edge_agent.bench import machine, run_bench
     from iro_fed.problem_io import write_json_atomic
 
-    for name, value, low in (("--nodes", args.nodes, 1), ("--requests", args.requests, 10), ("--clients", args.clients, 1),
-                             ("--k", args.k, 1)):
-        if value < low:
-            print(f"edge-agent bench: error: {name}: must be >= {low}, got {value}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+    def bad(message: str) -> int:
+        print(f"edge-agent bench: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    # Upper bounds keep a typo from generating a site or a request list that exhausts memory;
+    # --k is a request's k (1..1000, docs/edge_agent.md).
+    for name, value, low, high in (("--nodes", args.nodes, 1, BENCH_MAX_NODES),
+                                   ("--requests", args.requests, 10, BENCH_MAX_REQUESTS),
+                                   ("--clients", args.clients, 1, BENCH_MAX_CLIENTS), ("--k", args.k, 1, 1000)):
+        if not low <= value <= high:
+            return bad(f"{name}: must be {low}..{high}, got {value}")
     names = [s.strip() for s in args.solvers.split(",") if s.strip()]
     unknown = [n for n in names if n not in solvers.registered()]
     if not names or unknown:
-        print(f"edge-agent bench: error: --solvers: unknown solver(s) {', '.join(unknown) or '(none given)'}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return bad(f"--solvers: unknown solver(s) {', '.join(unknown) or '(none given)'}")
+    from solvers.base import OnlineSolver, SolverError
+
+    for name in names:  # /recommend ranks with an online solver; a batch one would fail mid-bench
+        try:
+            solver = solvers.make(name)
+        except SolverError as exc:
+            return bad(f"--solvers: {exc}")
+        if not isinstance(solver, OnlineSolver):
+            return bad(f"--solvers: {name!r} is a batch solver; /recommend needs an online solver (one with rank)")
+    if args.out:
+        from iro_fed.cli import UsageError, check_output_file
+
+        try:  # checked before the bench, which takes minutes, not after it
+            check_output_file("--out", args.out)
+        except UsageError as exc:
+            return bad(str(exc))
     from rich.console import Console
     from rich.table import Table
 

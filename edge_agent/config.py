@@ -7,6 +7,7 @@ Relative paths in the file are relative to the file's folder.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -238,7 +239,10 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
                     raise ValueError(f"expected an integer, got {value!r}")
                 value = int(value)
         else:
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer literal too large for a float
+                raise ValueError(f"must be finite, got an integer of {len(str(value))} digits") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise ValueError(f"must be finite, got {value!r}")
         lo, hi = check
@@ -264,7 +268,12 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
         if kind == "path":
             if not value:
                 return None
-            p = Path(value).expanduser()
+            if "\x00" in value:  # the OS cannot name it; open() would raise ValueError later
+                raise ValueError("must not contain a NUL character")
+            try:
+                p = Path(value).expanduser()
+            except RuntimeError:  # ~user of an unknown user (or no home): a RuntimeError, not a ValueError
+                raise ValueError(f"cannot expand the home folder of {value!r}") from None
             return p if p.is_absolute() else (base / p)
         if check == "nonempty" and not value:
             raise ValueError("must not be empty")
@@ -320,6 +329,9 @@ def load_config(
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError([("", f"cannot read the config file: {exc.strerror or exc}")], source) from exc
+        except UnicodeDecodeError as exc:  # a ValueError, not an OSError: would escape as a traceback
+            raise ConfigError([("", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})")],
+                              source) from exc
         import yaml
 
         try:
@@ -370,6 +382,7 @@ def load_config(
             errors.append(("site", "required without a problem file: the domain name of the discovered nodes"))
     elif not cfg.problem.is_file():
         errors.append(("problem", f"no such file: {cfg.problem}"))
+    _check_paths(cfg, errors)
     _check_solvers(cfg, errors)
     _check_federated(cfg.federated, errors)
     if errors:
@@ -395,6 +408,37 @@ def _set(cfg: AgentConfig, key: str, value: Any, base: Path, from_text: bool, er
         errors.append((label, str(exc)))
 
 
+#: The first bytes of an SQLite 3 database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_paths(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
+    """Paths the agent writes or follows: caught here, with the key, rather than as a traceback
+    when the store opens (``check`` does not open it) or never (a registry path that is a file)."""
+    store = cfg.store.path
+    if store is not None:
+        folder = store.parent
+        if store.is_dir():
+            errors.append(("store.path", f"{str(store)!r} is a folder; give the database file's name"))
+        elif store.exists():
+            try:
+                with open(store, "rb") as fh:
+                    head = fh.read(len(_SQLITE_MAGIC))
+            except OSError as exc:
+                errors.append(("store.path", f"cannot read {str(store)!r}: {exc.strerror or exc}"))
+            else:
+                if head and head != _SQLITE_MAGIC:  # an empty file is fine: sqlite makes it a database
+                    errors.append(("store.path", f"{str(store)!r} exists and is not an SQLite database"))
+        elif folder.exists() and not folder.is_dir():
+            errors.append(("store.path", f"{str(folder)!r} is not a folder"))
+        elif not folder.exists() and not folder.parent.is_dir():
+            # The agent makes the store's own folder, not a whole missing tree (a typo in the path).
+            errors.append(("store.path", f"folder {str(folder.parent)!r} does not exist"))
+    for key, path in (("policy.registry", cfg.policy.registry), ("federated.flwr_home", cfg.federated.flwr_home)):
+        if path is not None and path.exists() and not path.is_dir():
+            errors.append((key, f"{str(path)!r} exists and is not a folder"))
+
+
 def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
     """The configured solver and the fallback must exist, be installed and rank (online)."""
     import solvers
@@ -405,6 +449,10 @@ def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
         ("recommend.fallback", cfg.recommend.fallback, {}),
     ):
         if not name:
+            continue
+        bad_keys = [k for k in params if not isinstance(k, str)]
+        if bad_keys:  # solvers.make(**params) would raise TypeError
+            errors.append(("recommend.solver_params", f"setting names must be strings, got {bad_keys[0]!r}"))
             continue
         try:
             solver = solvers.make(name, **params)
@@ -423,9 +471,11 @@ _NODE_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 def parse_host_port(text: str) -> tuple[str, int]:
     """``(host, port)`` of ``HOST:PORT`` (``[v6]:PORT`` too); ValueError says what is wrong."""
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text):
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep or not bare or "[" in bare or "]" in bare or not port.isascii() or not port.isdigit()
+            or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text)):
         raise ValueError(f"expected HOST:PORT (port 1..65535), got {text!r}")
-    return host.strip("[]"), int(port)
+    return bare, int(port)
 
 
 def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> None:
@@ -441,8 +491,8 @@ def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> Non
             errors.append((label, "set by the agent (federated.site, the experience store): remove it here"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
             errors.append((label, f"expected a string, number or true/false, got {type(value).__name__}"))
-        elif isinstance(value, float) and value != value:
-            errors.append((label, "must not be NaN"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            errors.append((label, f"must be finite, got {value!r}"))
     if not fed.enabled:
         return
     if fed.superlink:

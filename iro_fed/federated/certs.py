@@ -8,7 +8,9 @@
   (``--auth-supernode-private-key``), the ``.pub`` is registered with ``flwr supernode register``.
 
 For production, certificates from your own PKI work the same way; these are for tests, labs
-and first deployments. Private keys are written with mode 0600.
+and first deployments. Private keys are written with mode 0600. Both functions replace files
+that are there; ``iro fed certs`` refuses to unless ``--force`` (a new CA invalidates every
+certificate the old one signed).
 """
 
 from __future__ import annotations
@@ -16,8 +18,37 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
+
+#: The files :func:`make_tls` writes into its folder.
+TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key")
+#: Validity bounds of :func:`make_tls` in days (ten years at most: a longer-lived private CA is
+#: one whose key is more likely to leak before it expires).
+MIN_DAYS, MAX_DAYS = 1, 3650
+_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
+
+
+def check_host(host: str) -> str:
+    """``host`` if it can be a subject alternative name (an IP address or an ASCII DNS name,
+    ``*.`` allowed first), else ValueError saying why."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not host.isascii():
+        raise ValueError(f"{host!r}: give a non-ASCII name in its IDNA form (xn--...)")
+    labels = host.removeprefix("*.").removesuffix(".").split(".")
+    if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+        raise ValueError(f"{host!r} is neither an IP address nor a DNS name")
+    return host
+
+
+def node_key_files(name: str) -> tuple[str, str]:
+    """The files :func:`make_node_key` writes for ``name``."""
+    return name, f"{name}.pub"
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
@@ -39,6 +70,10 @@ def make_tls(out: str | os.PathLike[str], hosts: Sequence[str] = ("localhost", "
 
     if not hosts:
         raise ValueError("hosts: give at least one DNS name or IP address for the server certificate")
+    for host in hosts:
+        check_host(host)
+    if not MIN_DAYS <= days <= MAX_DAYS:
+        raise ValueError(f"days: must be {MIN_DAYS}..{MAX_DAYS}, got {days}")
     out = Path(out)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP384R1())
@@ -73,7 +108,7 @@ def make_tls(out: str | os.PathLike[str], hosts: Sequence[str] = ("localhost", "
     pem = serialization.Encoding.PEM
     pkcs8 = serialization.PrivateFormat.PKCS8
     none = serialization.NoEncryption()
-    paths = {"ca": out / "ca.crt", "ca_key": out / "ca.key", "cert": out / "server.crt", "key": out / "server.key"}
+    paths = dict(zip(("ca", "ca_key", "cert", "key"), (out / name for name in TLS_FILES), strict=True))
     _write(paths["ca"], ca_cert.public_bytes(pem))
     _write(paths["ca_key"], ca_key.private_bytes(pem, pkcs8, none), private=True)
     _write(paths["cert"], cert.public_bytes(pem))
@@ -91,7 +126,7 @@ def make_node_key(out: str | os.PathLike[str], name: str = "supernode") -> dict[
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                 serialization.NoEncryption())
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    paths = {"private": out / name, "public": out / f"{name}.pub"}
+    paths = dict(zip(("private", "public"), (out / f for f in node_key_files(name)), strict=True))
     _write(paths["private"], private, private=True)
     _write(paths["public"], public + f" {name}\n".encode())
     return paths

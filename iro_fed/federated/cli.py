@@ -14,13 +14,14 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iro_fed.cli import EXIT_OK, UsageError, _console, split_pairs
+from iro_fed.cli import EXIT_OK, UsageError, _console, check_output_file, check_output_folder, split_pairs
 
 if TYPE_CHECKING:
     from iro_fed.federated.round_requests import RoundRequest, RoundRequestQueue
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 # How long a stop waits for `flwr run` to name its run (`iro fed rounds`), so that it can stop that
 # run on the SuperLink too; within systemd's TimeoutStopSec (90 s in deploy/federated).
 STOP_GRACE_S = 30.0
+#: `iro fed local` starts a SuperNode and a ClientApp executor per site on this machine.
+LOCAL_MAX_NODES = 64
+#: `iro fed certs --node-keys` at most (one key pair per site).
+MAX_NODE_KEYS = 1000
 
 
 def register(sub: Any) -> None:
@@ -113,8 +118,11 @@ def register(sub: Any) -> None:
     c.add_argument("--out", required=True, help="folder to write into")
     c.add_argument("--host", action="append", default=[], help="SuperLink DNS name or IP (repeatable; default "
                                                                  "localhost and 127.0.0.1)")
-    c.add_argument("--node-keys", type=int, default=0, help="SuperNode authentication key pairs to make")
-    c.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    c.add_argument("--node-keys", type=int, default=0, help=f"SuperNode authentication key pairs to make (0..{MAX_NODE_KEYS})")
+    c.add_argument("--days", type=int, default=365, help="validity in days, 1..3650 (default 365)")
+    c.add_argument("--force", action="store_true",
+                   help="replace the CA, certificate and keys already in --out (every certificate and node key "
+                        "made before stops working)")
     c.set_defaults(func=cmd_certs)
 
 
@@ -143,6 +151,76 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
         except tomllib.TOMLDecodeError:
             out[key] = value.strip()  # a bare word is a string
     return out
+
+
+def _finite(flag: str, value: float, positive: bool = True) -> float:
+    """``value`` if finite and > 0 (``positive``) or >= 0; 'nan' and 'inf' pass every comparison."""
+    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise UsageError(f"{flag}: expected a finite number {'> 0' if positive else '>= 0'}, got {value}")
+    return value
+
+
+def _port(flag: str, port: int) -> int:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{flag}: expected a port 1..65535, got {port}")
+    return port
+
+
+def _listen_host(flag: str, host: str) -> str:
+    """An address this machine can listen on (checked here: Flower would fail after it started)."""
+    import socket
+
+    if not host or any(c.isspace() for c in host):
+        raise UsageError(f"{flag}: expected an IP address or host name, got {host!r}")
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise UsageError(f"{flag}: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    return host
+
+
+def parse_superlink(flag: str, text: str) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` or ``[IPv6]:PORT``; no scheme, port 1..65535. The host is
+    not resolved: a SuperNode keeps retrying a SuperLink that is not up (or not in DNS) yet."""
+    host, sep, port = text.rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep or not bare or any(c.isspace() or c in "/[]@" for c in bare) or not port.isascii()
+            or not port.isdigit() or not 1 <= int(port) <= 65535 or (":" in bare and bare == host)):
+        raise UsageError(f"{flag}: expected HOST:PORT (port 1..65535, [IPv6]:PORT, no scheme), got {text!r}")
+    return bare, int(port)
+
+
+# Flower's own reading of --node-config (flwr.common.config.parse_config_args): key=value pairs, a
+# value quoted or up to the next space. Text it does not match is dropped without a word.
+_NODE_CONFIG_PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+
+def parse_node_config(text: str) -> dict[str, Any]:
+    """``--node-config 'key=value ...'`` as Flower reads it, refusing what it would drop or fail on."""
+    import tomllib
+
+    pairs, last = [], 0
+    for match in _NODE_CONFIG_PAIR.finditer(text):
+        if text[last:match.start()].strip():
+            break
+        pairs.append(match.groups())
+        last = match.end()
+    rest = text[last:].strip()
+    if rest:
+        raise UsageError(f"--node-config: expected space-separated key=value pairs, cannot read {rest[:60]!r}")
+    for key, value in pairs:
+        try:
+            tomllib.loads(f"{key} = {value}")
+        except tomllib.TOMLDecodeError:
+            raise UsageError(f"--node-config: cannot read {key}={value} (a key, then a TOML value: 3, 0.5, true, "
+                             "\"text\")") from None
+    try:
+        values = tomllib.loads("\n".join(f"{k} = {v}" for k, v in pairs))
+    except tomllib.TOMLDecodeError as exc:  # the pairs together: a key given twice
+        raise UsageError(f"--node-config: a key is given twice ({exc})") from None
+    if "site" in values:
+        raise UsageError("--node-config: site is set by --site")
+    return values
 
 
 def _need_file(flag: str, path: str | None) -> str | None:
@@ -256,10 +334,19 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     from iro_fed.federated.task import FedConfig, FedConfigError
 
-    if args.nodes < 1:
-        raise UsageError(f"--nodes: expected >= 1, got {args.nodes}")
+    if not 1 <= args.nodes <= LOCAL_MAX_NODES:
+        raise UsageError(f"--nodes: expected 1..{LOCAL_MAX_NODES}, got {args.nodes}")
     if args.rounds < 1:
         raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
+    _finite("--timeout", args.timeout)
+    if args.json_out:  # written after the run: a bad path must fail before it, not after
+        check_output_file("--json", args.json_out)
+    if args.workdir:
+        check_output_folder("--workdir", args.workdir)
+    try:
+        check_output_folder("--registry", Path(args.registry).expanduser())
+    except RuntimeError:  # ~user of an unknown user
+        raise UsageError(f"--registry: cannot expand the home folder of {args.registry!r}") from None
     try:
         from iro_fed.federated.local import FederationError, LocalFederation, TLSFiles
     except ImportError as exc:
@@ -375,6 +462,10 @@ def cmd_server(args: argparse.Namespace) -> int:
         raise UsageError("--enable-supernode-auth needs TLS (--ssl-* files)")
     if args.insecure and all(files):
         raise UsageError("--insecure and --ssl-* files contradict each other")
+    _listen_host("--host", args.host)
+    _port("--port", args.port)
+    if args.database:
+        check_output_file("--database", args.database)
     argv = [flower_bin("flower-superlink"), "--host", args.host, "--port", str(args.port),
             "--disable-runtime-dependency-installation"]
     if all(files):
@@ -397,9 +488,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     from iro_fed.federated.local import flower_bin, run_config_arg
     from iro_fed.federated.task import FedConfig, FedConfigError, site_profile
 
-    host, sep, port = args.superlink.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--superlink: expected HOST:PORT, got {args.superlink!r}")
+    parse_superlink("--superlink", args.superlink)
+    _port("--port", args.port)
+    parse_node_config(args.node_config)
     try:
         site_profile(FedConfig().scenario, args.site)
     except FedConfigError as exc:
@@ -442,12 +533,11 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     from iro_fed.federated.round_requests import RoundRequestQueue
     from iro_fed.federated.task import FedConfig, FedConfigError
 
-    for flag, value, ok, expected in (("--rounds", args.rounds, args.rounds >= 1, ">= 1"),
-                                      ("--poll-s", args.poll_s, args.poll_s > 0, "> 0"),
-                                      ("--min-interval-s", args.min_interval_s, args.min_interval_s >= 0, ">= 0"),
-                                      ("--timeout", args.timeout, args.timeout > 0, "> 0")):
-        if not ok or not math.isfinite(value):
-            raise UsageError(f"{flag}: expected a finite number {expected}, got {value}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds: expected a finite number >= 1, got {args.rounds}")
+    _finite("--poll-s", args.poll_s)
+    _finite("--min-interval-s", args.min_interval_s, positive=False)
+    _finite("--timeout", args.timeout)
     if not args.federation.strip():
         raise UsageError("--federation: expected a connection name of FLWR_HOME's config.toml")
     overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "resume": not args.fresh}
@@ -571,16 +661,33 @@ def _file_run(queue: RoundRequestQueue, claimed: list[RoundRequest], result: dic
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from iro_fed.federated.certs import make_node_key, make_tls
+    from iro_fed.federated import certs
 
-    if args.node_keys < 0:
-        raise UsageError(f"--node-keys: expected >= 0, got {args.node_keys}")
-    if args.days < 1:
-        raise UsageError(f"--days: expected >= 1, got {args.days}")
+    if not 0 <= args.node_keys <= MAX_NODE_KEYS:
+        raise UsageError(f"--node-keys: expected 0..{MAX_NODE_KEYS}, got {args.node_keys}")
+    if not certs.MIN_DAYS <= args.days <= certs.MAX_DAYS:
+        raise UsageError(f"--days: expected {certs.MIN_DAYS}..{certs.MAX_DAYS}, got {args.days}")
     hosts = args.host or ["localhost", "127.0.0.1"]
-    paths = make_tls(args.out, hosts, days=args.days)
+    for host in hosts:
+        try:
+            certs.check_host(host)
+        except ValueError as exc:
+            raise UsageError(f"--host: {exc}") from None
+    out = check_output_folder("--out", args.out)
+    names = [*certs.TLS_FILES, *(f for i in range(args.node_keys) for f in certs.node_key_files(f"node{i}"))]
+    folders = [name for name in names if (out / name).is_dir()]
+    if folders:
+        raise UsageError(f"--out: {', '.join(folders)} in {str(out)!r} is a folder, not a file")
+    existing = [name for name in names if (out / name).exists()]
+    if existing and not args.force:
+        # A new CA silently invalidates the server certificate and every node's trust in it; new
+        # node keys no longer match the public keys registered with `flwr supernode register`.
+        raise UsageError(f"--out: {str(out)!r} already holds {', '.join(existing)}; a new CA invalidates every "
+                         "certificate the old one signed (and new node keys must be registered again): keep "
+                         "them, choose another --out, or pass --force to replace them")
+    paths = certs.make_tls(out, hosts, days=args.days)
     for i in range(args.node_keys):
-        paths.update({f"node{i}_{k}": v for k, v in make_node_key(args.out, f"node{i}").items()})
+        paths.update({f"node{i}_{k}": v for k, v in certs.make_node_key(out, f"node{i}").items()})
     for name, path in paths.items():
         print(f"{name:>14}  {path}")
     print(f"server certificate valid for: {', '.join(hosts)}", file=sys.stderr)

@@ -1,23 +1,29 @@
 """``iro extender``, ``iro webhook``, ``iro scheduler``: the Kubernetes servers.
 
 Each prints a table of what it serves, then runs until SIGINT / SIGTERM. Bad arguments (an
-unreadable certificate, an unknown solver, a port out of range) exit with status 2 before
-anything listens.
+unreadable certificate, an unknown solver, a port out of range, a number that is not finite, a
+name Kubernetes would reject, a --host this machine cannot listen on, a --cluster-config that is
+not UTF-8 or has a field of the wrong kind) exit with status 2, naming the flag, before anything
+listens.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
+import re
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
+from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_output_file, check_output_folder
 
 
 def _port(text: str) -> int:
@@ -30,28 +36,131 @@ def _port(text: str) -> int:
     return port
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+def _listen_port(text: str) -> int:
+    """A port that is reported nowhere but the flag itself: 0 (any free port) is no use."""
+    port = _port(text)
+    if port == 0:
+        raise argparse.ArgumentTypeError("port must be 1..65535, got 0")
+    return port
+
+
+def _number(flag: str, value: float, low: float, low_open: bool = False, high: float | None = None) -> float:
+    """``value`` if finite and in [low, high] (``low_open``: low itself excluded), else a UsageError
+    naming ``flag``. float() reads 'nan' and 'inf', which pass every ``<`` test, so finiteness comes first."""
+    if not math.isfinite(value):
+        raise UsageError(f"{flag}: must be a finite number, got {value}")
+    if value < low or (low_open and value == low):
+        raise UsageError(f"{flag}: must be {'>' if low_open else '>='} {low:g}, got {value:g}")
+    if high is not None and value > high:
+        raise UsageError(f"{flag}: must be <= {high:g}, got {value:g}")
     return value
+
+
+# Kubernetes names: spec.schedulerName and the Lease name are DNS-1123 subdomains, namespaces labels.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) -> str:
+    """``value`` if Kubernetes accepts it as a name (a pod would never match a scheduler name it rejects)."""
+    if not value:
+        raise UsageError(f"{flag}: must not be empty")
+    limit = 63 if label else max_len
+    if len(value) > limit or not (_DNS_LABEL if label else _DNS_SUBDOMAIN).match(value):
+        kind = "DNS-1123 label" if label else "DNS-1123 subdomain"
+        raise UsageError(f"{flag}: {value!r} is not a valid Kubernetes name ({kind}: lowercase letters, digits"
+                         f"{'' if label else ', dots'} and '-', at most {limit} characters)")
+    return value
+
+
+def _host(host: str) -> str:
+    """``--host`` must be an address this machine can listen on; a bind error would name --port."""
+    if not host or any(c.isspace() for c in host):
+        raise UsageError(f"--host: expected an IP address or host name, got {host!r}")
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror; UnicodeError for a label IDNA rejects
+        raise UsageError(f"--host: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    return host
+
+
+def _url_prefix(prefix: str) -> str:
+    if any(c.isspace() or c in "?#%" for c in prefix):
+        raise UsageError(f"--url-prefix: expected a URL path such as /iro, got {prefix!r}")
+    return prefix
 
 
 def _file(path: str | None, option: str) -> str | None:
     if path is None:
         return None
+    if Path(path).is_dir():
+        raise UsageError(f"{option}: {path!r} is a folder, not a file")
     if not Path(path).is_file():
         raise UsageError(f"{option}: no such file {path!r}")
     return path
 
 
-def _config(path: str | None) -> Any:
-    from iro_fed.k8s.snapshot import load_config
+def _cluster_config_shape(doc: Any) -> str | None:
+    """The first field of the wrong kind, as ``field: message``; ClusterConfig.from_dict copies
+    the top-level fields with tuple()/dict() before its checks, so a wrong kind would be a TypeError."""
+    from collections.abc import Mapping
 
-    return load_config(_file(path, "--cluster-config"))
+    if not isinstance(doc, Mapping):
+        return f"the cluster config must be an object, got {type(doc).__name__}"
+    resources = doc.get("resources")
+    if resources is not None and (not isinstance(resources, list) or not all(isinstance(r, str) for r in resources)):
+        return "resources: expected a list of resource names"
+    domains = doc.get("domains")
+    if isinstance(domains, list):
+        for i, d in enumerate(domains):
+            if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
+                return f"domains[{i}]: expected an object with a name"
+    elif domains is not None and not isinstance(domains, Mapping):
+        return "domains: expected a list or a map of domains"
+    for key in ("latency_ms", "weights"):
+        if doc.get(key) is not None and not isinstance(doc[key], Mapping):
+            return f"{key}: expected a map, got {type(doc[key]).__name__}"
+    for region, row in (doc.get("latency_ms") or {}).items():
+        if not isinstance(row, Mapping):
+            return f"latency_ms.{region}: expected a map of domain -> ms, got {type(row).__name__}"
+    return None
+
+
+def _config(path: str | None) -> Any:
+    """The ``--cluster-config`` file; every error names the flag and the file."""
+    from iro_fed.k8s.snapshot import ClusterConfig, load_config
+    from iro_fed.problem_io import ProblemValidationError
+
+    if path is None:
+        return load_config(None)
+    _file(path, "--cluster-config")
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"--cluster-config: cannot read {path!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--cluster-config: {path!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+                         f"at offset {exc.start})") from exc
+    yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
+    try:
+        if yaml_file:
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
+        raise UsageError(f"--cluster-config: {path!r} is not valid {'YAML' if yaml_file else 'JSON'}: {exc}") from exc
+    shape_error = _cluster_config_shape(doc)
+    if shape_error:
+        raise UsageError(f"--cluster-config: {path}: {shape_error}")
+    try:
+        return ClusterConfig.from_dict(doc, source=path)
+    except ProblemValidationError as exc:
+        raise UsageError(f"--cluster-config: {exc}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape, e.g. weights: 5
+        raise UsageError(f"--cluster-config: {path}: a field has the wrong type ({exc}); expected resources (a "
+                         "list), domains (a list or map), latency_ms, weights (maps), latency_ref_ms (a number)") from exc
 
 
 def _kube(kubeconfig: str | None, user_agent: str) -> Any:
@@ -95,10 +204,11 @@ def cmd_extender(args: argparse.Namespace) -> int:
     from iro_fed.k8s.extender import Extender, ExtenderServer
 
     _logging(args.verbose)
+    _server_args(args)
+    _url_prefix(args.url_prefix)
+    _number("--solver-weight", args.solver_weight, 0.0, high=1.0)
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
-    if not 0.0 <= args.solver_weight <= 1.0:
-        raise UsageError(f"--solver-weight: must be in [0, 1], got {args.solver_weight}")
     kube = cache = None
     if args.kubeconfig or args.watch:
         kube = _kube(args.kubeconfig, "iro-extender")
@@ -117,6 +227,13 @@ def cmd_extender(args: argparse.Namespace) -> int:
     ])
     _serve_until_signal(server, args.ready_file, cache)
     return EXIT_OK
+
+
+def _server_args(args: argparse.Namespace) -> None:
+    """Checks shared by the extender and the webhook, before anything listens."""
+    _host(args.host)
+    if args.ready_file:
+        check_output_file("--ready-file", args.ready_file)
 
 
 def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> None:
@@ -141,25 +258,29 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     from iro_fed.k8s.webhook import Webhook, WebhookServer, parse_selector
 
     _logging(args.verbose)
+    _server_args(args)
     cert = _file(args.tls_cert, "--tls-cert")
     key = _file(args.tls_key, "--tls-key")
     try:
         selector = parse_selector(args.selector)
     except ValueError as exc:
         raise UsageError(f"--selector: {exc}") from exc
-    namespaces = [n.strip() for n in (args.namespaces or "").split(",") if n.strip()]
+    namespaces = [_k8s_name("--namespaces", n.strip(), label=True)
+                  for n in (args.namespaces or "").split(",") if n.strip()]
+    _k8s_name("--scheduler-name", args.scheduler_name)
+    # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
+    _number("--budget-s", args.budget_s, 0.0, low_open=True, high=30.0)
+    if not 1 <= args.top_k <= 1000:
+        raise UsageError(f"--top-k: must be 1..1000, got {args.top_k}")
     settings = _parse_settings(args.set or [], args.solver)
-    if args.budget_s <= 0:
-        raise UsageError(f"--budget-s: must be > 0, got {args.budget_s}")
-    if args.top_k < 1:
-        raise UsageError(f"--top-k: must be >= 1, got {args.top_k}")
+    config = _config(args.cluster_config)
     cache = None
     if args.mode == "affinity":
         if not args.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
-        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), _config(args.cluster_config)).start()
+        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), config).start()
     hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
-                   args.budget_s, _config(args.cluster_config))
+                   args.budget_s, config)
     try:
         server = WebhookServer(hook, cert, key, args.host, args.port)
     except OSError as exc:  # ssl.SSLError is an OSError
@@ -182,7 +303,17 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from iro_fed.k8s.scheduler import IroScheduler
 
     _logging(args.verbose)
+    _k8s_name("--name", args.name, max_len=253 - len("-scheduler"))  # the Lease is named NAME-scheduler
+    _k8s_name("--lease-namespace", args.lease_namespace, label=True)
+    _number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
+    _number("--window-s", args.window_s, 0.0)
+    _number("--metrics-poll-s", args.metrics_poll_s, 0.0, low_open=True)
+    if args.feedback_threshold is not None:
+        _number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
+    if args.max_batch < 1:
+        raise UsageError(f"--max-batch: must be >= 1, got {args.max_batch}")
     settings = _parse_settings(args.set or [], args.solver)
+    config = _config(args.cluster_config)
     import solvers
 
     if args.fallback not in solvers.registered():
@@ -201,8 +332,6 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     if args.feedback_threshold is not None:
         from iro_fed.k8s.feedback import FeedbackLoop
 
-        if args.feedback_threshold <= 0:
-            raise UsageError(f"--feedback-threshold: must be > 0, got {args.feedback_threshold}")
 
         def on_drift(signal: Any) -> None:
             logging.getLogger("iro_fed.k8s.feedback").warning(
@@ -214,7 +343,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     try:
         sched = IroScheduler(kube, name=args.name, solver=args.solver, solver_params=settings, fallback=args.fallback,
                              time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
-                             config=_config(args.cluster_config), lease_namespace=args.lease_namespace,
+                             config=config, lease_namespace=args.lease_namespace,
                              leader_election=not args.no_leader_elect, feedback=feedback,
                              metrics_poll_s=args.metrics_poll_s if feedback is not None else None)
     except ValueError as exc:
@@ -251,6 +380,11 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
 
     if args.fine_tune_steps < 1:
         raise UsageError(f"--fine-tune-steps: must be >= 1, got {args.fine_tune_steps}")
+    # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail now.
+    if args.round_request:
+        check_output_folder("--round-request", args.round_request)
+    if args.fine_tune_registry:
+        check_output_folder("--fine-tune-registry", args.fine_tune_registry)
     actions: list[Any] = []
     try:
         if args.round_request:
@@ -299,9 +433,11 @@ def register(sub: Any) -> None:
     p.add_argument("--scheduler-name", default="iro", help="schedulerName to set (default iro)")
     p.add_argument("--selector", metavar="K=V,...", help="mutate only pods with these labels")
     p.add_argument("--namespaces", metavar="A,B", help="mutate every pod in these namespaces")
-    p.add_argument("--top-k", type=int, default=3, metavar="K", help="nodes to prefer in affinity mode (default 3)")
+    p.add_argument("--top-k", type=int, default=3, metavar="K",
+                   help="nodes to prefer in affinity mode, 1..1000 (default 3)")
     p.add_argument("--budget-s", type=float, default=2.0, metavar="S",
-                   help="answer within S seconds, unchanged if the recommendation is late (default 2; keep below timeoutSeconds)")
+                   help="answer within S seconds, unchanged if the recommendation is late (default 2, at most 30; "
+                        "keep below timeoutSeconds)")
     p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for affinity mode (default greedy-objective)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode")
@@ -316,14 +452,14 @@ def register(sub: Any) -> None:
     p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for each batch (default greedy-objective)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     p.add_argument("--fallback", default="kube-default", metavar="NAME", help="heuristic on solver error or timeout (default kube-default)")
-    p.add_argument("--time-limit-s", type=_positive, default=5.0, metavar="S", help="time the solver may take per batch (default 5)")
-    p.add_argument("--window-s", type=_positive, default=1.0, metavar="S", help="gather pending pods this long before solving (default 1)")
+    p.add_argument("--time-limit-s", type=float, default=5.0, metavar="S", help="time the solver may take per batch (default 5)")
+    p.add_argument("--window-s", type=float, default=1.0, metavar="S", help="gather pending pods this long before solving (default 1)")
     p.add_argument("--max-batch", type=int, default=500, metavar="N", help="pods per batch at most (default 500)")
     p.add_argument("--lease-namespace", default="iro-system", metavar="NS", help="namespace of the leader-election Lease")
     p.add_argument("--no-leader-elect", action="store_true", help="run without leader election (one replica only)")
     p.add_argument("--feedback-threshold", type=float, metavar="E",
                    help="track predicted vs measured node CPU utilization (metrics-server) and refit on drift above E")
-    p.add_argument("--metrics-poll-s", type=_positive, default=30.0, metavar="S", help="NodeMetrics poll period (default 30)")
+    p.add_argument("--metrics-poll-s", type=float, default=30.0, metavar="S", help="NodeMetrics poll period (default 30)")
     p.add_argument("--fine-tune-registry", metavar="DIR",
                    help="on drift, also fine-tune the DQN policy (latest version in DIR, else the shipped one) on "
                         "--fine-tune-scenario and publish it to the policy registry DIR")
@@ -332,7 +468,7 @@ def register(sub: Any) -> None:
     p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help="decisions per DQN fine-tune (default 256)")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
-    p.add_argument("--metrics-port", type=_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
+    p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_scheduler)

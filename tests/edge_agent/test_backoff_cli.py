@@ -42,3 +42,32 @@ def test_bench_command(tmp_path, capsys):
     assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
     assert main(["bench", "--solvers", "nope"]) == 2
     assert "unknown solver(s) nope" in capsys.readouterr().err
+
+
+def test_bad_config_files_exit_2_without_a_traceback(tmp_path, write_config, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"site: \"caf\xe9\"\n")
+    assert main(["check", "--config", str(bad)]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err
+    # A store file that looks like SQLite but is damaged: found only when the store opens at start-up.
+    store = tmp_path / "exp.db"
+    store.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    assert main(["run", "--config", str(write_config())]) == 2
+    err = capsys.readouterr().err
+    assert f"store.path: cannot open the experience store '{store}'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--nodes", "1000000000"], "--nodes: must be 1..100000"),
+        (["--clients", "100000"], "--clients: must be 1..256"),
+        (["--k", "5000"], "--k: must be 1..1000"),
+        (["--solvers", "cpsat"], "'cpsat' is a batch solver"),
+        (["--out", "{tmp}/missing/bench.json"], "--out: folder '{tmp}/missing' does not exist"),
+    ],
+)
+def test_bench_refuses_bad_arguments_before_it_runs(argv, message, capsys, tmp_path):
+    assert main(["bench", *(a.format(tmp=tmp_path) for a in argv)]) == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()

@@ -105,3 +105,53 @@ def test_discovered_nodes_settings(tmp_path):
     cfg = load_config(write(tmp_path, {"site": "lab", "prometheus": {"url": "http://127.0.0.1:1", "discover_nodes": True}}),
                       env={})
     assert cfg.problem is None and cfg.prometheus.discover_nodes
+
+
+# --- hostile input: every case below raised a traceback or was accepted before -----------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "key", "message"),
+    [
+        ({"store": {"path": "."}}, "store.path", "is a folder"),
+        ({"store": {"path": "no/such/tree/exp.db"}}, "store.path", "does not exist"),
+        ({"store": {"path": "site.json/exp.db"}}, "store.path", "is not a folder"),
+        ({"store": {"path": "site.json"}}, "store.path", "is not an SQLite database"),
+        ({"store": {"path": "a\x00b.db"}}, "store.path", "NUL"),
+        ({"store": {"path": "~no-such-user-iro/exp.db"}}, "store.path", "home folder"),
+        ({"policy": {"registry": "site.json"}}, "policy.registry", "not a folder"),
+        ({"federated": {"flwr_home": "site.json"}}, "federated.flwr_home", "not a folder"),
+        ({"recommend": {"solver": "best-fit", "solver_params": {1: 2}}}, "recommend.solver_params", "must be strings"),
+        ({"federated": {"node_config": {"zone": float("inf")}}}, "federated.node_config.zone", "must be finite"),
+        ({"federated": {"enabled": True, "mode": "connect", "superlink": "[]:9092"}}, "federated.superlink",
+         "expected HOST:PORT"),
+    ],
+)
+def test_hostile_settings_name_their_key(tmp_path, site_file, doc, key, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, {"problem": str(site_file), **doc}), env={})
+    assert any(k == key and message in m for k, m in info.value.errors), info.value.errors
+
+
+def test_a_number_too_large_for_a_float_is_an_error(tmp_path, site_file):
+    # YAML reads 400 digits as an int; float() of it raises OverflowError, not ValueError.
+    path = write(tmp_path, f"problem: {site_file}\nlisten:\n  request_timeout_s: {'9' * 400}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert any(k == "listen.request_timeout_s" and "must be finite" in m for k, m in info.value.errors)
+
+
+def test_a_config_file_that_is_not_utf8(tmp_path, site_file):
+    path = tmp_path / "agent.yaml"
+    path.write_bytes(f"problem: {site_file}\nsite: \"".encode() + b"\xff\xfe\"\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xff"):
+        load_config(path, env={})
+
+
+def test_the_store_folder_is_made_one_level_deep(tmp_path, site_file):
+    """A missing store folder whose parent exists is fine (the agent makes it): /tmp/iro-edge-agent/exp.db."""
+    cfg = load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": "new/exp.db"}}), env={})
+    assert cfg.store.path == tmp_path.resolve() / "new" / "exp.db"
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")  # an empty file is a database to be
+    assert load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": str(empty)}}), env={}).store.path == empty

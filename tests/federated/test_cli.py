@@ -51,7 +51,7 @@ def test_registry_that_is_a_file_is_refused(tmp_path, capsys) -> None:
     assert main(["fed", "local", "--registry", str(f)]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert main(["fed", "local", "--registry", str(f / "sub")]) == 2
-    assert "--registry: cannot create" in capsys.readouterr().err
+    assert f"--registry: folder '{f}' does not exist" in capsys.readouterr().err
 
 
 def test_certs_then_tls_server_and_node_commands(tmp_path, capsys) -> None:
@@ -132,3 +132,58 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL) if proc is link else proc.kill()
                 proc.wait(timeout=10)
+
+
+# --- hostile arguments: each was accepted before, and failed later or never ------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fed", "local", "--nodes", "100000"], "--nodes: expected 1..64"),
+    (["fed", "local", "--timeout", "nan"], "--timeout: expected a finite number > 0"),
+    (["fed", "local", "--timeout", "0"], "--timeout: expected a finite number > 0"),
+    (["fed", "local", "--json", "/nonexistent/out.json"], "--json: folder '/nonexistent' does not exist"),
+    (["fed", "local", "--workdir", "/nonexistent/a/b"], "--workdir: folder '/nonexistent/a' does not exist"),
+    (["fed", "local", "--registry", "/nonexistent/a/policies"], "--registry: folder '/nonexistent/a' does not exist"),
+    (["fed", "server", "--insecure", "--port", "0"], "--port: expected a port 1..65535"),
+    (["fed", "server", "--insecure", "--port", "70000"], "--port: expected a port 1..65535"),
+    (["fed", "server", "--insecure", "--host", ""], "--host: expected an IP address or host name"),
+    (["fed", "server", "--insecure", "--host", "no-such-host.invalid"], "--host: cannot resolve"),
+    (["fed", "server", "--insecure", "--database", "/nonexistent/state.db"], "--database: folder '/nonexistent'"),
+    (["fed", "node", "--superlink", "h:0", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
+    (["fed", "node", "--superlink", "h:99999", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
+    (["fed", "node", "--superlink", "https://h:8000", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
+    (["fed", "node", "--superlink", "[]:8000", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
+    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--port", "0"], "--port: expected a port"),
+    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "zone eu"],
+     "--node-config: expected space-separated key=value pairs"),
+    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "zone=eu-west"],
+     "--node-config: cannot read zone=eu-west"),
+    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "site=2"],
+     "--node-config: site is set by --site"),
+    (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--poll-s", "inf"], "--poll-s"),
+    (["fed", "certs", "--out", "/nonexistent/a/pki"], "--out: folder '/nonexistent/a' does not exist"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "0"], "--days: expected 1..3650"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "100000"], "--days: expected 1..3650"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--node-keys", "1000000"], "--node-keys: expected 0..1000"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--host", "fl example"], "--host: 'fl example' is neither"),
+])
+def test_hostile_arguments_exit_2_naming_the_argument(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not Path("/nonexistent").exists()  # nothing written on bad input
+
+
+def test_certs_refuse_to_replace_an_existing_ca_without_force(tmp_path, capsys) -> None:
+    """A re-run must not silently make a new CA: the SuperLink's certificate and every site's ca.crt
+    would stop matching, and node keys registered with the SuperLink would be replaced."""
+    out = tmp_path / "pki"
+    assert main(["fed", "certs", "--out", str(out), "--node-keys", "1"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["fed", "certs", "--out", str(out), "--node-keys", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds ca.crt, ca.key, server.crt, server.key, node0, node0.pub" in err and "--force" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
+    assert main(["fed", "certs", "--out", str(out), "--node-keys", "1", "--force"]) == 0
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after.keys() == before.keys() and after["ca.crt"] != before["ca.crt"] and after["node0"] != before["node0"]

@@ -159,3 +159,75 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
     assert isinstance(req, FederatedRoundRequest) and req.site == "iro-edge" and req.root == tmp_path / "reg"
     assert isinstance(tune, DQNFineTune) and tune.scenario == "bank" and tune.steps == 64
     assert tune.registry == tmp_path / "reg"
+
+
+# --- hostile arguments: each was accepted (or crashed) before the checks ---------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["extender", "--port", "0", "--solver-weight", "nan"], "--solver-weight: must be a finite number"),
+        (["extender", "--port", "0", "--host", "no-such-host.invalid"], "--host: cannot resolve 'no-such-host.invalid'"),
+        (["extender", "--port", "0", "--host", ""], "--host: expected an IP address or host name"),
+        (["extender", "--port", "0", "--url-prefix", "/a b"], "--url-prefix: expected a URL path"),
+        (["extender", "--port", "0", "--ready-file", "/no/such/dir/ready"], "--ready-file: folder '/no/such/dir'"),
+        (["extender", "--port", "0", "--cluster-config", "/"], "--cluster-config: '/' is a folder"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--budget-s", "nan"],
+         "--budget-s: must be a finite number"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--budget-s", "60"],
+         "--budget-s: must be <= 30"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--top-k", "100000"],
+         "--top-k: must be 1..1000"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--scheduler-name", ""],
+         "--scheduler-name: must not be empty"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--namespaces", "Apps,b"],
+         "--namespaces: 'Apps' is not a valid Kubernetes name"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--host", "bad host"], "--host"),
+        (["scheduler", "--time-limit-s", "nan"], "--time-limit-s: must be a finite number"),
+        (["scheduler", "--time-limit-s", "0"], "--time-limit-s: must be > 0"),
+        (["scheduler", "--window-s", "inf"], "--window-s: must be a finite number"),
+        (["scheduler", "--metrics-poll-s", "-1"], "--metrics-poll-s: must be > 0"),
+        (["scheduler", "--feedback-threshold", "nan"], "--feedback-threshold: must be a finite number"),
+        (["scheduler", "--max-batch", "0"], "--max-batch: must be >= 1"),
+        (["scheduler", "--name", ""], "--name: must not be empty"),
+        (["scheduler", "--name", "My_Scheduler"], "--name: 'My_Scheduler' is not a valid Kubernetes name"),
+        (["scheduler", "--lease-namespace", ""], "--lease-namespace: must not be empty"),
+        (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry",
+          "/no/such/tree/reg"], "--fine-tune-registry: folder '/no/such/tree' does not exist"),
+        (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request",
+          "/no/such/tree/req"], "--round-request: folder '/no/such/tree' does not exist"),
+    ],
+)
+def test_hostile_arguments_exit_2_naming_the_flag(argv, fragment, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err
+    assert not Path("/no/such/tree").exists()  # nothing made on bad input
+
+
+def test_metrics_port_0_is_refused(capsys):
+    """Port 0 would serve the metrics on a port nobody is told about."""
+    with pytest.raises(SystemExit) as e:
+        main(["scheduler", "--metrics-port", "0"])
+    assert e.value.code == 2
+    assert "--metrics-port: port must be 1..65535" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("latin1.yaml", b"domains:\n  caf\xe9: {kind: edge}\n", "is not UTF-8 text (byte 0xe9"),
+        ("broken.json", b'{"domains": [', "is not valid JSON"),
+        ("weights.yaml", b"weights: 5\n", "weights: expected a map, got int"),
+        ("latency.yaml", b"latency_ms: {eu: 5}\n", "latency_ms.eu: expected a map"),
+        ("resources.yaml", b"resources: cpu\n", "resources: expected a list"),
+    ],
+)
+def test_bad_cluster_config_files_name_the_flag_and_file(tmp_path, capsys, name, content, fragment):
+    cfg = tmp_path / name
+    cfg.write_bytes(content)
+    for argv in (["extender", "--port", "0"], ["scheduler"]):  # the scheduler reads it before it needs the cluster
+        assert main([*argv, "--cluster-config", str(cfg)]) == 2
+        err = capsys.readouterr().err
+        assert "--cluster-config" in err and name in err and fragment in err, err
