@@ -429,11 +429,11 @@ def _check_paths(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
             else:
                 if head and head != _SQLITE_MAGIC:  # an empty file is fine: sqlite makes it a database
                     errors.append(("store.path", f"{str(store)!r} exists and is not an SQLite database"))
-        elif folder.exists() and not folder.is_dir():
-            errors.append(("store.path", f"{str(folder)!r} is not a folder"))
-        elif not folder.exists() and not folder.parent.is_dir():
-            # The agent makes the store's own folder, not a whole missing tree (a typo in the path).
-            errors.append(("store.path", f"folder {str(folder.parent)!r} does not exist"))
+        else:
+            # The store makes its missing folders (like mkdir -p); only a file in the way stops it.
+            blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                errors.append(("store.path", f"{str(blocker)!r} is not a folder"))
     for key, path in (("policy.registry", cfg.policy.registry), ("federated.flwr_home", cfg.federated.flwr_home)):
         if path is not None and path.exists() and not path.is_dir():
             errors.append((key, f"{str(path)!r} exists and is not a folder"))

@@ -48,33 +48,36 @@ def check_seed(flag: str, seed: int) -> int:
 
 
 def check_output_file(flag: str, path: str | Path) -> Path:
-    """A file path a command will write: its folder must exist and it must not be a folder.
-    Checked before any work so that a long run does not fail at its last step."""
+    """A file path a command will write: not a folder, and its folder there or made now (like
+    ``mkdir -p``). Checked before any work so that a long run does not fail at its last step."""
     out = Path(path)
     if out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"{flag}: folder {str(parent)!r} does not exist{_is_a_file(parent)}")
+    _make_folder(flag, out.parent if str(out.parent) else Path("."))
     return out
 
 
 def check_output_folder(flag: str, path: str | Path) -> Path:
-    """A folder a command will create or fill: it may exist (as a folder) or its parent must."""
+    """A folder a command will fill: there, or made now with its missing parents."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} exists and is not a folder")
-    if not out.exists() and not out.parent.is_dir():
-        raise UsageError(f"{flag}: folder {str(out.parent)!r} does not exist{_is_a_file(out.parent)}")
+    _make_folder(flag, out)
     return out
 
 
-def _is_a_file(path: Path) -> str:
-    """A hint for a path whose parent is a file (``--out notes.txt/x.json``)."""
-    for p in (path, *path.parents):
-        if p.exists():
-            return "" if p.is_dir() else f" ({str(p)!r} is a file)"
-    return ""
+def _make_folder(flag: str, folder: Path) -> None:
+    """Make ``folder`` and its missing parents, or say which part of the path is in the way."""
+    if folder.is_dir():
+        return
+    blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+    if folder.exists() or blocker is not None:
+        in_the_way = folder if folder.exists() else blocker
+        raise UsageError(f"{flag}: cannot make folder {str(folder)!r}: {str(in_the_way)!r} is a file")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot make folder {str(folder)!r}: {exc.strerror or exc}") from None
 
 
 def check_input_file(flag: str, path: str | Path) -> Path:

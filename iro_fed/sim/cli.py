@@ -267,15 +267,15 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
     if args.dqn_steps < 1:
         raise UsageError(f"--dqn-steps: must be >= 1, got {args.dqn_steps}")
-    # The actions write only when drift fires, possibly hours into the run: check their folders now.
-    if args.round_request:
-        check_output_folder("--round-request", args.round_request)
-    if args.dqn_registry:
-        check_output_folder("--dqn-registry", args.dqn_registry)
     if args.dqn_policy:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
             raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")
         check_input_file("--dqn-policy", args.dqn_policy)
+    # The actions write only when drift fires, possibly hours into the run: make their folders now.
+    if args.round_request:
+        check_output_folder("--round-request", args.round_request)
+    if args.dqn_registry:
+        check_output_folder("--dqn-registry", args.dqn_registry)
     settings = _pairs(args.set, "--set")
     config = feedback_settings(args.feedback_set)
     actions: list[Any] = []

@@ -114,7 +114,7 @@ def test_discovered_nodes_settings(tmp_path):
     ("doc", "key", "message"),
     [
         ({"store": {"path": "."}}, "store.path", "is a folder"),
-        ({"store": {"path": "no/such/tree/exp.db"}}, "store.path", "does not exist"),
+        ({"store": {"path": "site.json/sub/exp.db"}}, "store.path", "is not a folder"),
         ({"store": {"path": "site.json/exp.db"}}, "store.path", "is not a folder"),
         ({"store": {"path": "site.json"}}, "store.path", "is not an SQLite database"),
         ({"store": {"path": "a\x00b.db"}}, "store.path", "NUL"),
@@ -148,10 +148,11 @@ def test_a_config_file_that_is_not_utf8(tmp_path, site_file):
         load_config(path, env={})
 
 
-def test_the_store_folder_is_made_one_level_deep(tmp_path, site_file):
-    """A missing store folder whose parent exists is fine (the agent makes it): /tmp/iro-edge-agent/exp.db."""
-    cfg = load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": "new/exp.db"}}), env={})
-    assert cfg.store.path == tmp_path.resolve() / "new" / "exp.db"
+def test_missing_store_folders_are_fine(tmp_path, site_file):
+    """Missing store folders are fine (the store makes them, like mkdir -p): /var/lib/iro-agent/exp.db."""
+    cfg = load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": "new/deeper/exp.db"}}), env={})
+    assert cfg.store.path == tmp_path.resolve() / "new" / "deeper" / "exp.db"
+    assert not (tmp_path / "new").exists()  # checking the config makes nothing
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")  # an empty file is a database to be
     assert load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": str(empty)}}), env={}).store.path == empty

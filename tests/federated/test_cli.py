@@ -51,7 +51,7 @@ def test_registry_that_is_a_file_is_refused(tmp_path, capsys) -> None:
     assert main(["fed", "local", "--registry", str(f)]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert main(["fed", "local", "--registry", str(f / "sub")]) == 2
-    assert f"--registry: folder '{f}' does not exist" in capsys.readouterr().err
+    assert f"--registry: cannot make folder '{f / 'sub'}': '{f}' is a file" in capsys.readouterr().err
 
 
 def test_certs_then_tls_server_and_node_commands(tmp_path, capsys) -> None:
@@ -141,14 +141,14 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
     (["fed", "local", "--nodes", "100000"], "--nodes: expected 1..64"),
     (["fed", "local", "--timeout", "nan"], "--timeout: expected a finite number > 0"),
     (["fed", "local", "--timeout", "0"], "--timeout: expected a finite number > 0"),
-    (["fed", "local", "--json", "/nonexistent/out.json"], "--json: folder '/nonexistent' does not exist"),
-    (["fed", "local", "--workdir", "/nonexistent/a/b"], "--workdir: folder '/nonexistent/a' does not exist"),
-    (["fed", "local", "--registry", "/nonexistent/a/policies"], "--registry: folder '/nonexistent/a' does not exist"),
+    (["fed", "local", "--json", f"{__file__}/out.json"], f"--json: cannot make folder '{__file__}'"),
+    (["fed", "local", "--workdir", f"{__file__}/a/b"], f"'{__file__}' is a file"),
+    (["fed", "local", "--registry", f"{__file__}/a/policies"], f"'{__file__}' is a file"),
     (["fed", "server", "--insecure", "--port", "0"], "--port: expected a port 1..65535"),
     (["fed", "server", "--insecure", "--port", "70000"], "--port: expected a port 1..65535"),
     (["fed", "server", "--insecure", "--host", ""], "--host: expected an IP address or host name"),
     (["fed", "server", "--insecure", "--host", "no-such-host.invalid"], "--host: cannot resolve"),
-    (["fed", "server", "--insecure", "--database", "/nonexistent/state.db"], "--database: folder '/nonexistent'"),
+    (["fed", "server", "--insecure", "--database", f"{__file__}/state.db"], "--database: cannot make folder"),
     (["fed", "node", "--superlink", "h:0", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
     (["fed", "node", "--superlink", "h:99999", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
     (["fed", "node", "--superlink", "https://h:8000", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
@@ -161,7 +161,7 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
     (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "site=2"],
      "--node-config: site is set by --site"),
     (["fed", "rounds", "--requests", "/nonexistent/r", "--federation", "p", "--poll-s", "inf"], "--poll-s"),
-    (["fed", "certs", "--out", "/nonexistent/a/pki"], "--out: folder '/nonexistent/a' does not exist"),
+    (["fed", "certs", "--out", f"{__file__}/a/pki"], f"--out: cannot make folder '{__file__}/a/pki'"),
     (["fed", "certs", "--out", "/nonexistent/pki", "--days", "0"], "--days: expected 1..3650"),
     (["fed", "certs", "--out", "/nonexistent/pki", "--days", "100000"], "--days: expected 1..3650"),
     (["fed", "certs", "--out", "/nonexistent/pki", "--node-keys", "1000000"], "--node-keys: expected 0..1000"),

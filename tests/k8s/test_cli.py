@@ -171,7 +171,7 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
         (["extender", "--port", "0", "--host", "no-such-host.invalid"], "--host: cannot resolve 'no-such-host.invalid'"),
         (["extender", "--port", "0", "--host", ""], "--host: expected an IP address or host name"),
         (["extender", "--port", "0", "--url-prefix", "/a b"], "--url-prefix: expected a URL path"),
-        (["extender", "--port", "0", "--ready-file", "/no/such/dir/ready"], "--ready-file: folder '/no/such/dir'"),
+        (["extender", "--port", "0", "--ready-file", f"{__file__}/ready"], f"--ready-file: cannot make folder '{__file__}'"),
         (["extender", "--port", "0", "--cluster-config", "/"], "--cluster-config: '/' is a folder"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--budget-s", "nan"],
          "--budget-s: must be a finite number"),
@@ -194,9 +194,9 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
         (["scheduler", "--name", "My_Scheduler"], "--name: 'My_Scheduler' is not a valid Kubernetes name"),
         (["scheduler", "--lease-namespace", ""], "--lease-namespace: must not be empty"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry",
-          "/no/such/tree/reg"], "--fine-tune-registry: folder '/no/such/tree' does not exist"),
+          f"{__file__}/reg"], f"--fine-tune-registry: cannot make folder '{__file__}/reg': '{__file__}' is a file"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request",
-          "/no/such/tree/req"], "--round-request: folder '/no/such/tree' does not exist"),
+          f"{__file__}/req"], f"--round-request: cannot make folder '{__file__}/req': '{__file__}' is a file"),
     ],
 )
 def test_hostile_arguments_exit_2_naming_the_flag(argv, fragment, capsys, monkeypatch):

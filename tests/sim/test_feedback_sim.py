@@ -157,7 +157,6 @@ def test_feedback_sim_command_prints_the_table_and_writes_the_report(tmp_path, c
     from iro_fed.sim.cli import FEEDBACK_KEYS
 
     out = tmp_path / "fb" / "report.json"
-    out.parent.mkdir()  # an output's folder must exist; it is not created
     rc = main(["feedback-sim", "--seed", "2", "--hours", "3", "--set", "start=2020-03-02 06:00:00",
                "--set", "usage_noise=0.1", "--feedback-set", "calibration=20", "--round-request", str(tmp_path / "reg"),
                "--out", str(out)])
@@ -197,12 +196,11 @@ def test_feedback_sim_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, arg
     [
         (["--dqn-policy", "policy.pt"], "--dqn-policy: only used with --dqn-registry"),  # was silently ignored
         (["--dqn-registry", "reg", "--dqn-policy", "."], "--dqn-policy: '.' is a folder"),
-        (["--round-request", "afile/reg"], "--round-request: folder 'afile' does not exist ('afile' is a file)"),
-        (["--round-request", "missing/reg"], "--round-request: folder 'missing' does not exist"),
+        (["--round-request", "afile/reg"], "--round-request: cannot make folder 'afile/reg': 'afile' is a file"),
         (["--dqn-registry", "afile"], "--dqn-registry: 'afile' exists and is not a folder"),  # was found at a trigger
         (["--hours", "inf"], "--hours: must be > 0 and finite"),
         (["--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),
-        (["--out", "afile/report.json"], "--out: folder 'afile' does not exist"),
+        (["--out", "afile/report.json"], "--out: cannot make folder 'afile': 'afile' is a file"),
     ],
 )
 def test_feedback_sim_checks_paths_and_numbers_before_the_run(tmp_path, monkeypatch, capsys, args, message):
