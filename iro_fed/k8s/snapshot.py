@@ -137,13 +137,31 @@ class ClusterConfig:
         errors = [(str(k), f"unknown field (known: {', '.join(sorted(known))})") for k in doc if k not in known]
         if errors:
             raise ProblemValidationError(errors, source)
+        # Shapes first (a list where a map belongs would crash the conversions below); the values
+        # are checked by the problem loader through the skeleton.
         domains = doc.get("domains") or {}
         if isinstance(domains, list):
-            domains = {d.get("name"): {k: v for k, v in d.items() if k != "name"} for d in domains if isinstance(d, Mapping)}
-        if not isinstance(domains, Mapping):
-            raise ProblemValidationError([("domains", "expected a list or a map of domains")], source)
-        resources = tuple(doc.get("resources") or ("cpu", "memory"))
-        cfg = cls(resources, dict(domains), dict(doc.get("latency_ms") or {}), dict(doc.get("weights") or {}),
+            for i, d in enumerate(domains):
+                if not isinstance(d, Mapping):
+                    errors.append((f"domains[{i}]", f"expected an object, got {type(d).__name__}"))
+                elif not isinstance(d.get("name"), str) or not d.get("name"):
+                    errors.append((f"domains[{i}].name", "expected a non-empty string"))
+            if not errors:
+                domains = {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in domains}
+        elif not isinstance(domains, Mapping):
+            errors.append(("domains", "expected a list or a map of domains"))
+        resources = doc.get("resources") or ["cpu", "memory"]
+        if not isinstance(resources, list):
+            errors.append(("resources", f"expected a list of resource names, got {type(resources).__name__}"))
+        for key in ("latency_ms", "weights"):
+            if not isinstance(doc.get(key) or {}, Mapping):
+                errors.append((key, f"expected an object, got {type(doc.get(key)).__name__}"))
+        if isinstance(doc.get("latency_ms"), Mapping):
+            errors.extend((f"latency_ms.{region}", f"expected an object of domain: ms, got {type(row).__name__}")
+                          for region, row in doc["latency_ms"].items() if not isinstance(row, Mapping))
+        if errors:
+            raise ProblemValidationError(errors, source)
+        cfg = cls(tuple(resources), dict(domains), dict(doc.get("latency_ms") or {}), dict(doc.get("weights") or {}),
                   doc.get("latency_ref_ms"))
         # Validate by building a tiny problem: the same checks and field paths as the problem file.
         problem_from_dict(cfg.problem_skeleton(list(domains) or [DEFAULT_DOMAIN], []), source=source)

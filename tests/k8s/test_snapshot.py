@@ -314,3 +314,23 @@ def test_malformed_node_fields_name_the_json_path(change, field):
         ClusterModel([node], [])
     assert info.value.field == field
     assert str(info.value).startswith(f"node n1: {field}: ")
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"resources": 5}, "resources"),
+        ({"resources": "cpu"}, "resources"),
+        ({"weights": 5}, "weights"),
+        ({"latency_ms": ["users"]}, "latency_ms"),
+        ({"latency_ms": {"users": 5}}, "latency_ms.users"),
+        ({"domains": [5]}, "domains[0]"),
+        ({"domains": [{"kind": "zone"}]}, "domains[0].name"),
+        ({"domains": [{"name": ["az"]}]}, "domains[0].name"),
+    ],
+)
+def test_cluster_config_of_the_wrong_shape_names_the_field(doc, field):
+    # Each raised a TypeError (or built a nonsense config) before: tuple(5), dict(5), dict(["users"]).
+    with pytest.raises(ProblemValidationError) as info:
+        ClusterConfig.from_dict(doc, source="cluster.yaml")
+    assert any(path == field for path, _ in info.value.errors), info.value.errors
