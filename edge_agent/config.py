@@ -475,6 +475,8 @@ def parse_host_port(text: str) -> tuple[str, int]:
     if (not sep or not bare or "[" in bare or "]" in bare or not port.isascii() or not port.isdigit()
             or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text)):
         raise ValueError(f"expected HOST:PORT (port 1..65535), got {text!r}")
+    if ":" in bare and bare == host:  # '::1:80' reads as host '::1' port 80 or host '::1:80'
+        raise ValueError(f"an IPv6 address needs brackets: [{bare}]:{port}, got {text!r}")
     return bare, int(port)
 
 

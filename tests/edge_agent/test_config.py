@@ -125,6 +125,8 @@ def test_discovered_nodes_settings(tmp_path):
         ({"federated": {"node_config": {"zone": float("inf")}}}, "federated.node_config.zone", "must be finite"),
         ({"federated": {"enabled": True, "mode": "connect", "superlink": "[]:9092"}}, "federated.superlink",
          "expected HOST:PORT"),
+        ({"federated": {"enabled": True, "mode": "connect", "superlink": "::1:9092"}}, "federated.superlink",
+         "needs brackets: [::1]:9092"),  # as `iro fed node --superlink` says
     ],
 )
 def test_hostile_settings_name_their_key(tmp_path, site_file, doc, key, message):
