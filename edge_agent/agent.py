@@ -51,7 +51,7 @@ from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
-from iro_fed.k8s.httpjson import JsonBodyError, loads_strict
+from iro_fed.k8s.httpjson import ConnectionLimit, DeadlineReader, JsonBodyError, loads_strict
 from iro_fed.metrics.prometheus import PrometheusClient
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
@@ -390,38 +390,12 @@ _DRAIN_BYTES = 16 << 20
 _DRAIN_S = 2.0
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(ConnectionLimit, ThreadingHTTPServer):
     daemon_threads = False  # server_close() waits for in-flight requests
     block_on_close = True
     allow_reuse_address = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._connections: set[socket.socket] = set()
-        self._conn_lock = threading.Lock()
-
-    max_connections = 64
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._conn_lock:
-            full = len(self._connections) >= self.max_connections
-            if not full:
-                self._connections.add(request)
-        if full:  # bounded threads: refuse at once instead of queueing without limit
-            body = b'{"error":"too many connections (listen.max_connections)","field":null}\n'
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Connection: close\r\nRetry-After: 1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            except OSError:
-                pass
-            super().shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._conn_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
+    max_connections = 64  # bounded threads: more get 503 at once instead of queueing without limit
+    busy_message = "too many connections (listen.max_connections)"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One log line instead of socketserver's traceback on stderr: a client that reset or
@@ -439,47 +413,6 @@ class _Server(ThreadingHTTPServer):
         event(agent.log, logging.ERROR, "request handling failed", client=client,
               error=f"{type(exc).__name__}: {exc}", where=where)
 
-    def close_idle_reads(self) -> None:
-        """End the read side of every open connection: a request being handled still gets its
-        reply, an idle keep-alive connection (a Prometheus scraper) closes at once."""
-        with self._conn_lock:
-            conns = list(self._connections)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
-
-
-class _DeadlineReader(socket.SocketIO):
-    """The read side of a connection with a deadline per request: the request line, headers and
-    body must all arrive within ``timeout_s`` of the request's first byte, so a client that
-    trickles bytes cannot hold a thread for longer than that (a plain socket timeout restarts with
-    every byte). Waiting for the next request on an idle keep-alive connection is bounded by
-    ``timeout_s`` too. :meth:`_Handler.handle_one_request` clears ``deadline`` between requests."""
-
-    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
-        super().__init__(sock, "rb")
-        self.timeout_s = timeout_s
-        self.deadline: float | None = None
-
-    def readinto(self, b: Any) -> int | None:
-        if self.deadline is None:
-            wait = self.timeout_s
-        else:
-            wait = self.deadline - time.monotonic()
-            if wait <= 0:
-                raise TimeoutError("request deadline passed")
-        sock = self._sock  # type: ignore[attr-defined]
-        sock.settimeout(wait)
-        try:
-            n = super().readinto(b)
-        finally:
-            sock.settimeout(self.timeout_s)  # writes keep the plain timeout
-        if n and self.deadline is None:
-            self.deadline = time.monotonic() + self.timeout_s
-        return n
-
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "iro-edge-agent/0.1"
@@ -491,7 +424,7 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = self.agent.cfg.listen.request_timeout_s
         self.connection.settimeout(timeout)
         self.rfile.close()  # the plain reader of StreamRequestHandler: replaced by one with a deadline
-        self._reader = _DeadlineReader(self.connection, timeout)
+        self._reader = DeadlineReader(self.connection, timeout)
         self.rfile = io.BufferedReader(self._reader)
         self._body_left = 0
 

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from iro_fed.feasibility import EPS, resource_fit, static_filter
-from iro_fed.k8s.httpjson import HttpError, RoutedJsonHandler, json_type, serve_in_thread
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, json_type, serve_in_thread
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
     ClusterModel,
@@ -500,8 +500,9 @@ _ARGS = {"filter": "ExtenderArgs", "prioritize": "ExtenderArgs", "bind": "Extend
          "preempt": "ExtenderPreemptionArgs"}
 
 
-class ExtenderServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` serving an :class:`Extender` under ``url_prefix``."""
+class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` serving an :class:`Extender` under ``url_prefix``; at most
+    ``max_connections`` open at once (more get 503 with ``Retry-After: 1``)."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -509,6 +510,11 @@ class ExtenderServer(ThreadingHTTPServer):
     max_body_bytes = MAX_BODY_BYTES
     #: The whole body must arrive within this (kube's httpTimeout is 5 s by default).
     body_timeout_s = 30.0
+    #: The request line and headers must arrive within this of the request's first byte.
+    header_timeout_s = 30.0
+    max_connections = 256  # one thread each
+    busy_error_key = "Error"
+    busy_message = "too many connections to the extender: retry"
 
     def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
         self.extender = extender
@@ -535,6 +541,7 @@ class _ExtenderHandler(RoutedJsonHandler):
     def setup(self) -> None:
         self.max_body_bytes = self.server.max_body_bytes
         self.body_timeout_s = self.server.body_timeout_s
+        self.header_timeout_s = self.server.header_timeout_s
         super().setup()
 
     def routes(self) -> dict[str, dict[str, Any]]:

@@ -4,17 +4,22 @@ request handler and a server thread.
 :class:`RoutedJsonHandler` (the extender and the webhook) is the hardened one: strict framing
 (Content-Length only, one value, digits only; no Transfer-Encoding: it is how requests are
 smuggled past a proxy), a body limit checked before anything is read, a deadline for the whole
-body, JSON replies for every error (405 with ``Allow``, 404, 408, 411, 413), and a connection
-that is closed whenever the next request's first byte is unknown. :func:`loads_strict` parses
-a body as kube's Go decoder would accept it, or names what is wrong.
+body and another for the request line and headers together (:class:`DeadlineReader`: a client
+that trickles bytes cannot hold a thread), JSON replies for every error (405 with ``Allow``,
+404, 408, 411, 413), and a connection that is closed whenever the next request's first byte is
+unknown. :class:`ConnectionLimit` caps a threading server's open connections (one thread each):
+beyond the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
+:func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -215,7 +220,57 @@ class RoutedJsonHandler(JsonHandler):
     error_key = "Error"  # the message's key in an error reply
     max_body_bytes = 64 * 1024 * 1024
     body_timeout_s = 30.0  # the whole body must arrive within this; else 408 and close
-    timeout: float | None = 120  # per socket read: idle keep-alive and slow headers (kube closes idle ones at 90 s)
+    #: The request line and headers must arrive within this of the request's first byte; else 408
+    #: and close (a per-read timeout alone restarts with every byte).
+    header_timeout_s = 30.0
+    timeout: float | None = 120  # idle keep-alive (kube closes idle ones at 90 s), and each write
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader: replaced by one with a deadline per request
+        self._reader = DeadlineReader(self.connection, self.header_timeout_s, self.timeout)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        """The stdlib's loop step, with one deadline for the request line and headers: a request
+        that has started but not arrived by then gets 408 and the connection closes; an idle
+        keep-alive connection (no byte of a next request) closes quietly after ``timeout``."""
+        self._reader.deadline = None  # until the next request's first byte: the idle timeout
+        self.raw_requestline = b""
+        self.command, self.request_version, self.requestline = "", self.protocol_version, ""
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if len(self.raw_requestline) > 65536:
+                self.send_error(414)
+                return
+            if not self.parse_request():
+                return  # an error reply has been sent
+        except TimeoutError:
+            self.close_connection = True
+            if self._reader.deadline is not None:  # a request started and did not arrive in time
+                self._request_timed_out()
+            return
+        try:
+            getattr(self, "do_" + self.command, self._not_implemented)()
+            self.wfile.flush()
+        except TimeoutError:  # a write timed out: the client does not read its reply
+            self.close_connection = True
+
+    def _not_implemented(self) -> None:
+        self.send_error(501, f"unsupported method ({self.command[:20]!r})")
+
+    def _request_timed_out(self) -> None:
+        whole_line = self.raw_requestline.endswith(b"\n")
+        field = "headers" if whole_line else "request line"
+        self._body_state = "unknown"
+        try:
+            self.send_json_error(408, f"{field}: did not arrive within {self.header_timeout_s:g} s", field)
+            self.wfile.flush()
+        except OSError:
+            pass
 
     def routes(self) -> Mapping[str, Mapping[str, Callable[[], None]]]:
         raise NotImplementedError
@@ -328,15 +383,11 @@ class RoutedJsonHandler(JsonHandler):
         """``length`` bytes within ``body_timeout_s`` in all (a per-read timeout alone lets a client
         that sends one byte at a time hold the thread for ever)."""
         self._body_state = "failed"  # until it is all here
-        deadline = time.monotonic() + self.body_timeout_s
+        self._reader.deadline = time.monotonic() + self.body_timeout_s
         chunks: list[bytes] = []
         got = 0
         try:
             while got < length:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                self.connection.settimeout(left)
                 chunk = self.rfile.read1(min(length - got, 1 << 20))
                 if not chunk:
                     raise HttpError(400, f"body: ended after {got} of {length} bytes", "body")
@@ -345,8 +396,6 @@ class RoutedJsonHandler(JsonHandler):
         except TimeoutError:
             raise HttpError(408, f"body: {got} of {length} bytes arrived within {self.body_timeout_s:g} s",
                             "body") from None
-        finally:
-            self.connection.settimeout(self.timeout)
         self._body_state = "read"
         return b"".join(chunks)
 
@@ -378,6 +427,95 @@ class RoutedJsonHandler(JsonHandler):
         except HttpError:
             return True
         return super().handle_expect_100()
+
+
+class DeadlineReader(socket.SocketIO):
+    """The read side of a connection with a deadline per request: once a request's first byte is
+    here, reads must complete within ``timeout_s`` of it (a plain socket timeout restarts with
+    every byte, so a client that trickles one byte at a time would hold the thread for ever).
+    With no request started, a read waits ``idle_s`` (default ``timeout_s``). The handler sets
+    ``deadline`` to None between requests, and may set it anew (for a body)."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float, idle_s: float | None = None) -> None:
+        super().__init__(sock, "rb")
+        self.timeout_s = timeout_s
+        self.idle_s = timeout_s if idle_s is None else idle_s
+        self.deadline: float | None = None
+
+    def readinto(self, b: Any) -> int | None:
+        if self.deadline is None:
+            wait = self.idle_s
+        else:
+            wait = self.deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError("request deadline passed")
+        sock = self._sock  # type: ignore[attr-defined]
+        sock.settimeout(wait)
+        try:
+            n = super().readinto(b)
+        finally:
+            sock.settimeout(self.idle_s)  # writes keep the plain timeout
+        if n and self.deadline is None:
+            self.deadline = time.monotonic() + self.timeout_s
+        return n
+
+
+class ConnectionLimit:
+    """Mixin for a ``ThreadingHTTPServer`` (put it first): at most ``max_connections`` open at
+    once (one thread each). One more is answered 503 with ``Retry-After: 1`` from the accepting
+    thread (a short write into an empty socket buffer does not block) and closed at once, so no
+    thread is started for it. A slot is released when its connection is shut down, which
+    ``socketserver`` does however the handler ends (reply, error, reset)."""
+
+    max_connections = 256
+    busy_error_key = "error"  # the message's key in the 503 body
+    busy_message = "too many connections: retry"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._connections: set[Any] = set()
+        self._conn_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            full = len(self._connections) >= self.max_connections
+            if not full:
+                self._connections.add(request)
+        if full:
+            self.refuse_connection(request)
+            return
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def refuse_connection(self, request: Any) -> None:
+        """Over the cap: 503 and close (override where no reply can be written without blocking)."""
+        body = json.dumps({self.busy_error_key: self.busy_message, "field": None}).encode() + b"\n"
+        try:
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                            b"Connection: close\r\nRetry-After: 1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conn_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)  # type: ignore[misc]
+
+    def open_connections(self) -> int:
+        """How many connections hold a slot now."""
+        with self._conn_lock:
+            return len(self._connections)
+
+    def close_idle_reads(self) -> None:
+        """End the read side of every open connection: a request being handled still gets its
+        reply, an idle keep-alive connection closes at once."""
+        with self._conn_lock:
+            conns = list(self._connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
 
 
 def serve_in_thread(server: BaseServer, name: str) -> threading.Thread:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.httpjson import HttpError, RoutedJsonHandler, json_type, serve_in_thread
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, json_type, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig
 from iro_fed.model import ClusterState
 
@@ -294,8 +294,9 @@ class Webhook:
         return self.affinity_patch(pod, recommended), []
 
 
-class WebhookServer(ThreadingHTTPServer):
-    """HTTPS server for a :class:`Webhook` (``POST /mutate``, ``GET /healthz``)."""
+class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
+    """HTTPS server for a :class:`Webhook` (``POST /mutate``, ``GET /healthz``); at most
+    ``max_connections`` open at once (more are closed at once, see :meth:`refuse_connection`)."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -303,6 +304,9 @@ class WebhookServer(ThreadingHTTPServer):
     #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
     #: API server has given up on the call anyway.
     body_timeout_s = 10.0
+    #: Each request's line and headers must arrive within this of its first byte.
+    header_timeout_s = 10.0
+    max_connections = 256  # one thread each
 
     def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
         self.webhook = webhook
@@ -325,6 +329,13 @@ class WebhookServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("connection from %s failed", client_address, exc_info=True)
 
+    def refuse_connection(self, request: Any) -> None:
+        """Over the cap: closed without a reply. A reply needs the TLS handshake first, which
+        would block the accepting thread or take the thread the cap is there to save; the API
+        server treats the failed call as the webhook being down (``failurePolicy``)."""
+        log.debug("over max_connections (%d): connection closed", self.max_connections)
+        self.shutdown_request(request)
+
     def server_close(self) -> None:
         super().server_close()
         self.webhook.close()
@@ -333,13 +344,14 @@ class WebhookServer(ThreadingHTTPServer):
 class _WebhookHandler(RoutedJsonHandler):
     server: WebhookServer
     error_key = "message"
-    timeout = 10  # per read, and the TLS handshake
+    timeout = 10  # idle keep-alive, each write, and the TLS handshake
 
     def setup(self) -> None:
         self.max_body_bytes = self.server.max_body_bytes
         self.body_timeout_s = self.server.body_timeout_s
+        self.header_timeout_s = self.server.header_timeout_s
         self.request.settimeout(self.timeout)
-        self.request.do_handshake()
+        self.request.do_handshake()  # CPython bounds the whole handshake by the timeout, not each read
         super().setup()
 
     def routes(self) -> dict[str, dict[str, Any]]:

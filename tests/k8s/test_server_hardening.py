@@ -7,8 +7,11 @@ the connection is either still in step (the next request is answered as itself) 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import ssl
+import struct
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -486,3 +489,119 @@ def test_affinity_mode_checks_the_affinity_it_would_patch(tls):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# --- slow clients and too many of them -------------------------------------------------------------
+
+
+def drip_until_answered(conn: Conn, data: bytes, pace_s: float = 0.05, start: bytes = b"") -> int:
+    """Send ``start`` at once, then ``data`` one byte at a time (each well within any per-read timeout) until the server
+    says something or closes. The server is given a short deadline, so the outcome does not
+    depend on how fast anything runs; a server without a deadline is still listening when the
+    bytes run out (``len(data) * pace_s`` seconds), and the test fails."""
+    conn.sock.sendall(start)
+    for i in range(len(data)):
+        if select.select([conn.sock], [], [], pace_s)[0]:
+            return i
+        conn.sock.sendall(data[i:i + 1])
+    raise AssertionError(f"no reply after {len(data)} bytes sent one at a time")
+
+
+def closed_or_reset(conn: Conn) -> bool:
+    try:
+        return conn.file.read(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+
+
+def test_headers_that_trickle_in_get_a_408_and_the_connection_closes(ext, connect):
+    # Each byte arrives well within the 120 s per-read timeout: it was restarted by every byte,
+    # so the thread was held for as long as the client kept sending.
+    ext.header_timeout_s = 0.5
+    conn = connect()
+    assert drip_until_answered(conn, b"X-Slow: " + b"a" * 400, start=b"POST /iro/filter HTTP/1.1\r\nHost: t\r\n") > 1
+    status, headers, reply = conn.response()
+    assert status == 408 and reply["field"] == "headers" and "within 0.5 s" in reply["Error"]
+    assert headers["connection"] == "close" and closed_or_reset(conn)
+
+
+def test_a_request_line_that_trickles_in_gets_a_408(ext, connect):
+    ext.header_timeout_s = 0.5
+    conn = connect()
+    assert drip_until_answered(conn, b"POST /iro/" + b"a" * 400) > 1
+    status, _, reply = conn.response()
+    assert status == 408 and reply["field"] == "request line" and closed_or_reset(conn)
+
+
+def test_webhook_headers_that_trickle_in_get_a_408(hook, tls_connect):
+    hook.header_timeout_s = 0.5
+    conn = tls_connect()
+    # A first exchange reads what TLS 1.3 sends after the handshake (session tickets), so the
+    # socket is readable only when the reply comes.
+    assert conn.send(request("GET", "/healthz")).response()[0] == 200
+    assert drip_until_answered(conn, b"X-Slow: " + b"a" * 400, start=b"POST /mutate HTTP/1.1\r\nHost: t\r\n") > 1
+    status, headers, reply = conn.response()
+    assert status == 408 and reply["field"] == "headers" and "within 0.5 s" in reply["message"]
+    assert closed_or_reset(conn)
+
+
+def test_the_request_deadline_starts_again_for_each_request(ext, connect):
+    # Keep-alive: the time a connection was idle before a request is not held against it.
+    ext.header_timeout_s = 0.5
+    conn = connect()
+    for _ in range(2):
+        assert conn.send(request("GET", "/healthz")).response()[0] == 200
+        select.select([conn.sock], [], [], 0.8)  # idle past the request deadline: still open
+    assert conn.send(request("GET", "/healthz")).response()[0] == 200
+
+
+def test_an_idle_keep_alive_connection_closes_quietly(ext, connect, monkeypatch):
+    from iro_fed.k8s.extender import _ExtenderHandler
+
+    monkeypatch.setattr(_ExtenderHandler, "timeout", 0.3)
+    conn = connect()
+    assert conn.send(request("GET", "/healthz")).response()[0] == 200
+    assert conn.file.read(1) == b""  # no 408: nothing of a next request was sent
+
+
+def test_connections_over_max_connections_get_a_503_at_once(ext, connect):
+    ext.max_connections = 2
+    held = [connect(), connect()]
+    for c in held:  # answered: each holds a slot (and a thread) now
+        assert c.send(request("GET", "/healthz")).response()[0] == 200
+    extra = connect()
+    status, headers, reply = extra.response()  # nothing sent: a served connection would wait for a request
+    assert status == 503 and headers["retry-after"] == "1" and "too many connections" in reply["Error"]
+    assert headers["connection"] == "close" and closed_or_reset(extra)
+    # A connection that ends frees its slot (the slot goes before the server closes the socket).
+    status, headers, _ = held[0].send(request("GET", "/healthz", headers={"Connection": "close"})).response()
+    assert status == 200 and held[0].closed()
+    assert connect().send(request("GET", "/healthz")).response()[0] == 200
+
+
+def test_a_connection_reset_mid_request_frees_its_slot(ext, connect):
+    ext.max_connections = 1
+    conn = connect()
+    assert conn.send(request("GET", "/healthz")).response()[0] == 200
+    conn.send(b"POST /iro/filter HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()  # RST, with the body unfinished
+    deadline = time.monotonic() + 20
+    while ext.open_connections():  # the handler sees the reset, then the slot goes
+        assert time.monotonic() < deadline, "slot still held after the client reset"
+        time.sleep(0.02)
+    assert connect().send(request("GET", "/healthz")).response()[0] == 200
+
+
+def test_webhook_connections_over_max_connections_are_closed_at_once(hook, tls_connect):
+    hook.max_connections = 2
+    held = [tls_connect(), tls_connect()]
+    for c in held:
+        assert c.send(request("GET", "/healthz")).response()[0] == 200
+    with pytest.raises((ssl.SSLError, OSError)):  # no reply over TLS without a handshake: closed
+        tls_connect()
+    status, _, _ = held[0].send(request("GET", "/healthz", headers={"Connection": "close"})).response()
+    assert status == 200 and held[0].closed()
+    assert tls_connect().send(request("GET", "/healthz")).response()[0] == 200
