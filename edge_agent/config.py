@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iro_fed.federated.procs import parse_host_port
 from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -466,18 +467,6 @@ def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
 #: node-config keys the agent sets itself (from ``federated.site`` and the experience store).
 RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db")
 _NODE_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def parse_host_port(text: str) -> tuple[str, int]:
-    """``(host, port)`` of ``HOST:PORT`` (``[v6]:PORT`` too); ValueError says what is wrong."""
-    host, sep, port = text.strip().rpartition(":")
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if (not sep or not bare or "[" in bare or "]" in bare or not port.isascii() or not port.isdigit()
-            or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text)):
-        raise ValueError(f"expected HOST:PORT (port 1..65535), got {text!r}")
-    if ":" in bare and bare == host:  # '::1:80' reads as host '::1' port 80 or host '::1:80'
-        raise ValueError(f"an IPv6 address needs brackets: [{bare}]:{port}, got {text!r}")
-    return bare, int(port)
 
 
 def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> None:

@@ -147,11 +147,17 @@ def _explain(path: Path, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def _require_file(path: Path) -> None:
+    """A store file a reader opens must be there: sqlite would make an empty one, or say only
+    "unable to open database file"."""
+    if not path.is_file():
+        raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
+
+
 def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     try:
         if readonly:
-            if not path.is_file():  # mode=ro would say only "unable to open database file"
-                raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
+            _require_file(path)  # mode=ro would say only "unable to open database file"
             # A URI from as_uri(): a '#', '?' or '%' in the path is escaped, not read as URI syntax
             # (f"file:{path}" would open another file, read-write).
             uri = path.resolve().as_uri() + "?mode=ro"
@@ -458,8 +464,7 @@ def read_policy_samples(
 def integrity_check(path: str | Path) -> str:
     """sqlite's ``PRAGMA integrity_check`` of a store file ('ok' when sound)."""
     path = Path(path)
-    if not path.is_file():  # sqlite would create an empty database and call it sound
-        raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
+    _require_file(path)  # sqlite would create an empty database and call it sound
     conn = sqlite3.connect(str(path), timeout=10.0)
     try:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -10,11 +10,9 @@ import argparse
 import importlib
 import json
 import math
-import os
 import sys
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +88,20 @@ def check_input_file(flag: str, path: str | Path) -> Path:
     return src
 
 
+def check_listen_host(flag: str, host: str) -> str:
+    """An address this machine can listen on, checked before a server starts (a bind error would
+    name the port, and Flower would fail only after it started)."""
+    import socket
+
+    if not host or any(c.isspace() for c in host):
+        raise UsageError(f"{flag}: expected an IP address or host name, got {host!r}")
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror; UnicodeError for a label IDNA rejects
+        raise UsageError(f"{flag}: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    return host
+
+
 def check_hours(flag: str, hours: float) -> float:
     """Simulated hours: a finite number > 0 (``nan`` and ``inf`` pass a plain ``<= 0`` test)."""
     if not math.isfinite(hours) or hours <= 0:
@@ -109,23 +121,6 @@ def check_names(flag: str, text: str, known: Sequence[str], what: str = "solver"
     if dup is not None:
         raise UsageError(f"{flag}: {what} {dup!r} given twice")
     return names
-
-
-def write_output(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Run ``write(tmp)`` on a temporary file beside ``path`` (same suffix, so tools that read the
-    format from the name still can), then rename it over ``path``: a crash or an error while
-    writing leaves the old file (or none), never half a file, and no temporary file behind."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=target.parent if str(target.parent) else ".")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are read by other users and tools
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
 
 
 def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:

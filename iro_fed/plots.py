@@ -42,9 +42,9 @@ def check_plot_file(flag: str, path: str | os.PathLike) -> Path:
 
 def save_figure(fig, path: str | os.PathLike) -> None:
     """Save ``fig`` through a temporary file, so an error leaves no half-written image."""
-    from iro_fed.cli import write_output
+    from iro_fed.problem_io import write_file_atomic
 
-    write_output(path, lambda tmp: fig.savefig(tmp, format=plot_format(path)))
+    write_file_atomic(path, lambda tmp: fig.savefig(tmp, format=plot_format(path)))
 
 
 def allocation_plot(
@@ -72,7 +72,6 @@ def allocation_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         save_figure(fig, path)
     finally:

@@ -21,7 +21,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ class _Checker:
         value = obj[key]
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self.fail(p, f"expected a number, got {_kind(value)} {_show(value)}")
+                self.fail(p, f"expected a number, got {json_kind(value)} {_show(value)}")
                 return None
             if not _finite(value):
                 self.fail(p, f"must be finite, got {_show(value)}")
@@ -115,13 +115,13 @@ class _Checker:
             if isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, float) and value.is_integer():
                     return int(value)
-                self.fail(p, f"expected an integer, got {_kind(value)} {_show(value)}")
+                self.fail(p, f"expected an integer, got {json_kind(value)} {_show(value)}")
                 return None
             return value
         if not isinstance(value, kind):
             want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             want = {"dict": "an object", "list": "a list", "str": "a string"}.get(want, want)
-            self.fail(p, f"expected {want}, got {_kind(value)} {_show(value)}")
+            self.fail(p, f"expected {want}, got {json_kind(value)} {_show(value)}")
             return None
         return value
 
@@ -142,7 +142,7 @@ class _Checker:
 
     def number(self, value: Any, path: str, minimum: float | None = None, positive: bool = False) -> float | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-            self.fail(path, f"expected a finite number, got {_kind(value)} {_show(value)}")
+            self.fail(path, f"expected a finite number, got {json_kind(value)} {_show(value)}")
             return None
         if abs(value) > MAX_NUMBER:
             self.fail(path, f"must be at most {MAX_NUMBER:g} in absolute value, got {_show(value)}")
@@ -159,14 +159,14 @@ class _Checker:
         if obj is None:
             return {}
         if not isinstance(obj, Mapping):
-            self.fail(path, f"expected an object of strings, got {_kind(obj)}")
+            self.fail(path, f"expected an object of strings, got {json_kind(obj)}")
             return {}
         out = {}
         for k, v in obj.items():
             if not str(k).strip():  # (YAML may give a number as a key: read as its text)
                 self.fail(path, f"keys must not be empty, got {_show(k)}")
             elif not isinstance(v, str):
-                self.fail(f"{path}.{k}", f"expected a string, got {_kind(v)} {_show(v)}")
+                self.fail(f"{path}.{k}", f"expected a string, got {json_kind(v)} {_show(v)}")
             else:
                 out[str(k)] = v
         return out
@@ -180,7 +180,8 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages ("expected an object, got list")."""
     return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
             type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -220,7 +221,7 @@ def load_document(path: str | os.PathLike) -> dict:
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
         raise ProblemValidationError([("", f"not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: {exc}")], str(p)) from exc
     if not isinstance(doc, dict):
-        raise ProblemValidationError([("", f"the document must be an object, got {_kind(doc)}")], str(p))
+        raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], str(p))
     return doc
 
 
@@ -234,7 +235,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     """Validate a problem document and build the :class:`Problem`."""
     c = _Checker()
     if not isinstance(doc, Mapping):
-        raise ProblemValidationError([("", f"the document must be an object, got {_kind(doc)}")], source)
+        raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], source)
 
     resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
     res_names: list[str] = []
@@ -259,7 +260,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     for i, d in enumerate(_list(c, doc, "domains", required=True)):
         p = f"domains[{i}]"
         if not isinstance(d, Mapping):
-            c.fail(p, f"expected an object, got {_kind(d)}")
+            c.fail(p, f"expected an object, got {json_kind(d)}")
             continue
         name = c.name(d, p)
         if name is not None:
@@ -298,7 +299,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if not str(region).strip():
             c.fail("latency_ms", f"user region names must not be empty, got {_show(region)}")
         if not isinstance(row, Mapping):
-            c.fail(p, f"expected an object domain -> ms, got {_kind(row)}")
+            c.fail(p, f"expected an object domain -> ms, got {json_kind(row)}")
             row = {}  # the region still exists: workloads naming it get no follow-up error
         values = [math.nan] * len(domain_names)
         for dom, ms in row.items():
@@ -318,7 +319,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     for i, n in enumerate(_list(c, doc, "nodes", required=True)):
         p = f"nodes[{i}]"
         if not isinstance(n, Mapping):
-            c.fail(p, f"expected an object, got {_kind(n)}")
+            c.fail(p, f"expected an object, got {json_kind(n)}")
             continue
         name = c.name(n, p)
         if name is not None:
@@ -384,7 +385,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for j, t in enumerate(c.get(n, "taints", p, list, default=[]) or []):
             tp = f"{p}.taints[{j}]"
             if not isinstance(t, Mapping):
-                c.fail(tp, f"expected an object, got {_kind(t)}")
+                c.fail(tp, f"expected an object, got {json_kind(t)}")
                 continue
             key = c.get(t, "key", tp, str, required=True)
             if key is not None and not key:
@@ -423,7 +424,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     for i, w in enumerate(_list(c, doc, "workloads", required=False)):
         p = f"workloads[{i}]"
         if not isinstance(w, Mapping):
-            c.fail(p, f"expected an object, got {_kind(w)}")
+            c.fail(p, f"expected an object, got {json_kind(w)}")
             continue
         name = c.name(w, p)
         if name is not None:
@@ -479,7 +480,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for j, t in enumerate(c.get(w, "tolerations", p, list, default=[]) or []):
             tp = f"{p}.tolerations[{j}]"
             if not isinstance(t, Mapping):
-                c.fail(tp, f"expected an object, got {_kind(t)}")
+                c.fail(tp, f"expected an object, got {json_kind(t)}")
                 continue
             key = c.get(t, "key", tp, str, default="")
             key_ok = key is not None  # mistyped (reported): no follow-up "required" error
@@ -508,7 +509,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for j, term in enumerate(c.get(w, "preferred_node_affinity", p, list, default=[]) or []):
             tp = f"{p}.preferred_node_affinity[{j}]"
             if not isinstance(term, Mapping):
-                c.fail(tp, f"expected an object, got {_kind(term)}")
+                c.fail(tp, f"expected an object, got {json_kind(term)}")
                 continue
             weight = c.get(term, "weight", tp, int, required=True)
             if weight is not None and not 1 <= weight <= 100:
@@ -678,8 +679,10 @@ def problem_to_dict(problem: Problem) -> dict:
     return doc
 
 
-def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write a text file so that a reader sees either the old file or the whole new one.
+def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> Path:
+    """Run ``write(tmp)`` on a temporary file beside ``path`` (its missing folders made), then
+    rename it over ``path``: a reader, or a crash or an error while writing, leaves the old file
+    (or none), never half a file, and no temporary file behind.
 
     The file is made readable by others (0644), not left at the 0600 of the temporary file it
     is renamed from, so a placement written by one user or container can be read by another.
@@ -687,16 +690,27 @@ def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
     try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return target
+
+
+def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically (:func:`write_file_atomic`), synced to disk before the rename."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    write_file_atomic(path, write)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

@@ -168,7 +168,7 @@ def test_solve_refuses_a_negative_show_unplaced(problem_file, capsys):
 
 
 def test_write_output_leaves_the_old_file_and_no_temporary_on_error(tmp_path):
-    from iro_fed.cli import write_output
+    from iro_fed.problem_io import write_file_atomic as write_output
 
     target = tmp_path / "report.json"
     target.write_text("old")

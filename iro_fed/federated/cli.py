@@ -21,7 +21,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iro_fed.cli import EXIT_OK, UsageError, _console, check_output_file, check_output_folder, split_pairs
+from iro_fed.cli import (
+    EXIT_OK,
+    UsageError,
+    _console,
+    check_listen_host,
+    check_output_file,
+    check_output_folder,
+    split_pairs,
+)
+from iro_fed.federated.procs import parse_host_port
 
 if TYPE_CHECKING:
     from iro_fed.federated.round_requests import RoundRequest, RoundRequestQueue
@@ -164,30 +173,6 @@ def _port(flag: str, port: int) -> int:
     if not 1 <= port <= 65535:
         raise UsageError(f"{flag}: expected a port 1..65535, got {port}")
     return port
-
-
-def _listen_host(flag: str, host: str) -> str:
-    """An address this machine can listen on (checked here: Flower would fail after it started)."""
-    import socket
-
-    if not host or any(c.isspace() for c in host):
-        raise UsageError(f"{flag}: expected an IP address or host name, got {host!r}")
-    try:
-        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as exc:
-        raise UsageError(f"{flag}: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    return host
-
-
-def parse_superlink(flag: str, text: str) -> tuple[str, int]:
-    """``(host, port)`` of ``HOST:PORT`` or ``[IPv6]:PORT``; no scheme, port 1..65535. The host is
-    not resolved: a SuperNode keeps retrying a SuperLink that is not up (or not in DNS) yet."""
-    host, sep, port = text.rpartition(":")
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if (not sep or not bare or any(c.isspace() or c in "/[]@" for c in bare) or not port.isascii()
-            or not port.isdigit() or not 1 <= int(port) <= 65535 or (":" in bare and bare == host)):
-        raise UsageError(f"{flag}: expected HOST:PORT (port 1..65535, [IPv6]:PORT, no scheme), got {text!r}")
-    return bare, int(port)
 
 
 # Flower's own reading of --node-config (flwr.common.config.parse_config_args): key=value pairs, a
@@ -462,7 +447,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         raise UsageError("--enable-supernode-auth needs TLS (--ssl-* files)")
     if args.insecure and all(files):
         raise UsageError("--insecure and --ssl-* files contradict each other")
-    _listen_host("--host", args.host)
+    check_listen_host("--host", args.host)
     _port("--port", args.port)
     if args.database:
         check_output_file("--database", args.database)
@@ -488,7 +473,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     from iro_fed.federated.local import flower_bin, run_config_arg
     from iro_fed.federated.task import FedConfig, FedConfigError, site_profile
 
-    parse_superlink("--superlink", args.superlink)
+    try:
+        parse_host_port(args.superlink)
+    except ValueError as exc:
+        raise UsageError(f"--superlink: {exc}") from None
     _port("--port", args.port)
     parse_node_config(args.node_config)
     try:

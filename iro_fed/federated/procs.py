@@ -15,6 +15,20 @@ from pathlib import Path
 from typing import Any
 
 
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``(host, port)`` of a SuperLink address, ``HOST:PORT`` or ``[IPv6]:PORT``: no scheme or user,
+    port 1..65535; ValueError says what is wrong. The host is not resolved: a SuperNode keeps
+    retrying a SuperLink that is not up (or not in DNS) yet."""
+    host, sep, port = text.strip().rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep or not bare or any(c in "/[]@" for c in bare) or any(c.isspace() for c in text)
+            or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ValueError(f"expected HOST:PORT (port 1..65535, [IPv6]:PORT, no scheme), got {text!r}")
+    if ":" in bare and bare == host:  # '::1:80' reads as host '::1' port 80 or host '::1:80'
+        raise ValueError(f"an IPv6 address needs brackets: [{bare}]:{port}, got {text!r}")
+    return bare, int(port)
+
+
 def find_flower_bin(name: str) -> str | None:
     """A Flower executable beside this interpreter (the venv), else on PATH; None when neither."""
     here = Path(sys.executable).parent / name

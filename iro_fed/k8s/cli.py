@@ -16,14 +16,22 @@ import math
 import os
 import re
 import signal
-import socket
 import threading
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_output_file, check_output_folder
+from iro_fed.cli import (
+    EXIT_OK,
+    UsageError,
+    _console,
+    _parse_settings,
+    check_input_file,
+    check_listen_host,
+    check_output_file,
+    check_output_folder,
+)
 
 
 def _port(text: str) -> int:
@@ -73,17 +81,6 @@ def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) ->
     return value
 
 
-def _host(host: str) -> str:
-    """``--host`` must be an address this machine can listen on; a bind error would name --port."""
-    if not host or any(c.isspace() for c in host):
-        raise UsageError(f"--host: expected an IP address or host name, got {host!r}")
-    try:
-        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as exc:  # socket.gaierror; UnicodeError for a label IDNA rejects
-        raise UsageError(f"--host: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    return host
-
-
 def _url_prefix(prefix: str) -> str:
     if any(c.isspace() or c in "?#%" for c in prefix):
         raise UsageError(f"--url-prefix: expected a URL path such as /iro, got {prefix!r}")
@@ -91,39 +88,7 @@ def _url_prefix(prefix: str) -> str:
 
 
 def _file(path: str | None, option: str) -> str | None:
-    if path is None:
-        return None
-    if Path(path).is_dir():
-        raise UsageError(f"{option}: {path!r} is a folder, not a file")
-    if not Path(path).is_file():
-        raise UsageError(f"{option}: no such file {path!r}")
-    return path
-
-
-def _cluster_config_shape(doc: Any) -> str | None:
-    """The first field of the wrong kind, as ``field: message``; ClusterConfig.from_dict copies
-    the top-level fields with tuple()/dict() before its checks, so a wrong kind would be a TypeError."""
-    from collections.abc import Mapping
-
-    if not isinstance(doc, Mapping):
-        return f"the cluster config must be an object, got {type(doc).__name__}"
-    resources = doc.get("resources")
-    if resources is not None and (not isinstance(resources, list) or not all(isinstance(r, str) for r in resources)):
-        return "resources: expected a list of resource names"
-    domains = doc.get("domains")
-    if isinstance(domains, list):
-        for i, d in enumerate(domains):
-            if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
-                return f"domains[{i}]: expected an object with a name"
-    elif domains is not None and not isinstance(domains, Mapping):
-        return "domains: expected a list or a map of domains"
-    for key in ("latency_ms", "weights"):
-        if doc.get(key) is not None and not isinstance(doc[key], Mapping):
-            return f"{key}: expected a map, got {type(doc[key]).__name__}"
-    for region, row in (doc.get("latency_ms") or {}).items():
-        if not isinstance(row, Mapping):
-            return f"latency_ms.{region}: expected a map of domain -> ms, got {type(row).__name__}"
-    return None
+    return None if path is None else str(check_input_file(option, path))
 
 
 def _config(path: str | None) -> Any:
@@ -151,16 +116,10 @@ def _config(path: str | None) -> Any:
             doc = json.loads(text)
     except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
         raise UsageError(f"--cluster-config: {path!r} is not valid {'YAML' if yaml_file else 'JSON'}: {exc}") from exc
-    shape_error = _cluster_config_shape(doc)
-    if shape_error:
-        raise UsageError(f"--cluster-config: {path}: {shape_error}")
-    try:
+    try:  # the shapes and values, each error with its field
         return ClusterConfig.from_dict(doc, source=path)
     except ProblemValidationError as exc:
         raise UsageError(f"--cluster-config: {exc}") from exc
-    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape, e.g. weights: 5
-        raise UsageError(f"--cluster-config: {path}: a field has the wrong type ({exc}); expected resources (a "
-                         "list), domains (a list or map), latency_ms, weights (maps), latency_ref_ms (a number)") from exc
 
 
 def _kube(kubeconfig: str | None, user_agent: str) -> Any:
@@ -231,7 +190,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
 
 def _server_args(args: argparse.Namespace) -> None:
     """Checks shared by the extender and the webhook, before anything listens."""
-    _host(args.host)
+    check_listen_host("--host", args.host)
     if args.ready_file:
         check_output_file("--ready-file", args.ready_file)
 

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from iro_fed.feasibility import EPS, resource_fit, static_filter
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, json_type, serve_in_thread
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
     ClusterModel,
@@ -56,6 +56,7 @@ from iro_fed.k8s.snapshot import (
 )
 from iro_fed.model import GPU_MILLI, ClusterState
 from iro_fed.objective import marginal
+from iro_fed.problem_io import json_kind
 
 log = logging.getLogger("iro_fed.k8s.extender")
 
@@ -91,30 +92,30 @@ def _check_meta(meta: Mapping[str, Any], where: str) -> None:
     """The metadata fields the extender reads (cache keys, the pod's shape key) have their kube types."""
     for k in ("namespace", "uid", "resourceVersion", "generateName"):
         if meta.get(k) is not None and not isinstance(meta[k], str):
-            raise BadRequest(f"{where}.metadata.{k}", f"expected a string, got {json_type(meta[k])}")
+            raise BadRequest(f"{where}.metadata.{k}", f"expected a string, got {json_kind(meta[k])}")
     for k in ("labels", "annotations"):
         m = meta.get(k)
         if m is None:
             continue
         if not isinstance(m, dict):
-            raise BadRequest(f"{where}.metadata.{k}", f"expected an object of strings, got {json_type(m)}")
+            raise BadRequest(f"{where}.metadata.{k}", f"expected an object of strings, got {json_kind(m)}")
         for key, v in m.items():
             if not isinstance(v, str):
-                raise BadRequest(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_type(v)}")
+                raise BadRequest(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_kind(v)}")
 
 
 def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
     pod = args.get("Pod")
     if not isinstance(pod, dict):
-        raise BadRequest("Pod", f"expected a v1.Pod object, got {json_type(pod)}")
+        raise BadRequest("Pod", f"expected a v1.Pod object, got {json_kind(pod)}")
     meta = pod.get("metadata")
     if meta is not None and not isinstance(meta, dict):
-        raise BadRequest("Pod.metadata", f"expected an object, got {json_type(meta)}")
+        raise BadRequest("Pod.metadata", f"expected an object, got {json_kind(meta)}")
     if not isinstance((meta or {}).get("name"), str) or not meta["name"]:
         raise BadRequest("Pod.metadata.name", "required (a non-empty string)")
     _check_meta(meta, "Pod")
     if not isinstance(pod.get("spec", {}), dict):
-        raise BadRequest("Pod.spec", f"expected an object, got {json_type(pod.get('spec'))}")
+        raise BadRequest("Pod.spec", f"expected an object, got {json_kind(pod.get('spec'))}")
     return pod
 
 
@@ -124,34 +125,34 @@ def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, li
     names = args.get("NodeNames")
     if nodes is not None:
         if not isinstance(nodes, dict):
-            raise BadRequest("Nodes", f"expected a v1.NodeList object with items, got {json_type(nodes)}")
+            raise BadRequest("Nodes", f"expected a v1.NodeList object with items, got {json_kind(nodes)}")
         items = nodes.get("items")
         if items is None:
             items = []
         if not isinstance(items, list):
-            raise BadRequest("Nodes.items", f"expected an array of v1.Node, got {json_type(items)}")
+            raise BadRequest("Nodes.items", f"expected an array of v1.Node, got {json_kind(items)}")
         seen: set[str] = set()
         for i, n in enumerate(items):
             where = f"Nodes.items[{i}]"
             if not isinstance(n, dict):
-                raise BadRequest(where, f"expected a v1.Node object, got {json_type(n)}")
+                raise BadRequest(where, f"expected a v1.Node object, got {json_kind(n)}")
             meta = n.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
                 raise BadRequest(f"{where}.metadata.name", "required: expected a v1.Node with metadata.name")
             _check_meta(meta, where)
             for k in ("spec", "status"):
                 if n.get(k) is not None and not isinstance(n[k], dict):
-                    raise BadRequest(f"{where}.{k}", f"expected an object, got {json_type(n[k])}")
+                    raise BadRequest(f"{where}.{k}", f"expected an object, got {json_kind(n[k])}")
             if meta["name"] in seen:  # the reply names nodes: two with one name cannot both be answered
                 raise BadRequest(f"{where}.metadata.name", f"duplicate node {meta['name']!r}")
             seen.add(meta["name"])
         return items, [n["metadata"]["name"] for n in items]
     if names is not None:
         if not isinstance(names, list):
-            raise BadRequest("NodeNames", f"expected an array of node names, got {json_type(names)}")
+            raise BadRequest("NodeNames", f"expected an array of node names, got {json_kind(names)}")
         for i, x in enumerate(names):
             if type(x) is not str:
-                raise BadRequest(f"NodeNames[{i}]", f"expected a node name (string), got {json_type(x)}")
+                raise BadRequest(f"NodeNames[{i}]", f"expected a node name (string), got {json_kind(x)}")
         return None, list(names)
     raise BadRequest("Nodes", "one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
 
@@ -404,7 +405,7 @@ class Extender:
         self.stats["bind"] += 1
         for k in ("PodName", "PodNamespace", "Node", "PodUID"):
             if args.get(k) is not None and not isinstance(args[k], str):
-                raise BadRequest(k, f"expected a string, got {json_type(args[k])}")
+                raise BadRequest(k, f"expected a string, got {json_kind(args[k])}")
         missing = [k for k in ("PodName", "PodNamespace", "Node") if not args.get(k)]
         if missing:
             raise BadRequest(missing[0], f"required (ExtenderBindingArgs: {', '.join(missing)} missing)")
@@ -425,7 +426,7 @@ class Extender:
         if proposals is None:
             raise BadRequest(key, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
         if not isinstance(proposals, dict):
-            raise BadRequest(key, f"expected an object node -> victims, got {json_type(proposals)}")
+            raise BadRequest(key, f"expected an object node -> victims, got {json_kind(proposals)}")
         # Every proposal is checked before any is used: a bad one is a 400, not a half-read answer.
         checked = {node: _meta_victims(victims, f"{key}.{node}") for node, victims in proposals.items()}
         if self.cache is None or not self.cache.synced:
@@ -464,26 +465,26 @@ class Extender:
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
     """kube's ``Victims`` (``Pods``: v1.Pod objects) or ``MetaVictims`` (``Pods``: ``{UID}``) as MetaVictims."""
     if not isinstance(victims, dict):
-        raise BadRequest(where, f"expected an object with Pods and NumPDBViolations, got {json_type(victims)}")
+        raise BadRequest(where, f"expected an object with Pods and NumPDBViolations, got {json_kind(victims)}")
     items = victims.get("Pods")
     if items is None:
         items = []
     if not isinstance(items, list):
-        raise BadRequest(f"{where}.Pods", f"expected an array, got {json_type(items)}")
+        raise BadRequest(f"{where}.Pods", f"expected an array, got {json_kind(items)}")
     pods = []
     for j, v in enumerate(items):
         at = f"{where}.Pods[{j}]"
         if not isinstance(v, dict):
-            raise BadRequest(at, f"expected an object, got {json_type(v)}")
+            raise BadRequest(at, f"expected an object, got {json_kind(v)}")
         if "metadata" in v:
             meta = v["metadata"]
             if not isinstance(meta, dict):
-                raise BadRequest(f"{at}.metadata", f"expected an object, got {json_type(meta)}")
+                raise BadRequest(f"{at}.metadata", f"expected an object, got {json_kind(meta)}")
             uid, at = meta.get("uid"), f"{at}.metadata.uid"
         else:
             uid, at = v.get("UID"), f"{at}.UID"
         if uid is not None and not isinstance(uid, str):
-            raise BadRequest(at, f"expected a string, got {json_type(uid)}")
+            raise BadRequest(at, f"expected a string, got {json_kind(uid)}")
         pods.append({"UID": uid or ""})
     pdb = victims.get("NumPDBViolations")
     if pdb is None:
@@ -538,12 +539,6 @@ class _ExtenderHandler(RoutedJsonHandler):
     server: ExtenderServer
     error_key = "Error"
 
-    def setup(self) -> None:
-        self.max_body_bytes = self.server.max_body_bytes
-        self.body_timeout_s = self.server.body_timeout_s
-        self.header_timeout_s = self.server.header_timeout_s
-        super().setup()
-
     def routes(self) -> dict[str, dict[str, Any]]:
         prefix = self.server.url_prefix
         out: dict[str, dict[str, Any]] = {"/healthz": {"GET": self._health}, "/readyz": {"GET": self._health}}
@@ -571,7 +566,7 @@ class _ExtenderHandler(RoutedJsonHandler):
         ext = self.server.extender
         args = self.read_json()
         if not isinstance(args, dict):
-            raise HttpError(400, f"body: must be a JSON object ({_ARGS[verb]}), got {json_type(args)}", "body")
+            raise HttpError(400, f"body: must be a JSON object ({_ARGS[verb]}), got {json_kind(args)}", "body")
         start = time.perf_counter()
         try:
             result = getattr(ext, verb)(args)

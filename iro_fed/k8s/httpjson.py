@@ -67,15 +67,6 @@ class _NonFinite:
         self.text = text
 
 
-def json_type(value: Any) -> str:
-    """The JSON name of a parsed value's type, for messages ("expected an array, got string")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), type(value).__name__)
-
-
 def _path(parts: tuple[str | int, ...]) -> str:
     out = ""
     for p in parts:
@@ -226,6 +217,8 @@ class RoutedJsonHandler(JsonHandler):
     timeout: float | None = 120  # idle keep-alive (kube closes idle ones at 90 s), and each write
 
     def setup(self) -> None:
+        for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s"):  # the server's own, where it sets them
+            setattr(self, name, getattr(self.server, name, getattr(self, name)))
         super().setup()
         self.rfile.close()  # the plain reader: replaced by one with a deadline per request
         self._reader = DeadlineReader(self.connection, self.header_timeout_s, self.timeout)

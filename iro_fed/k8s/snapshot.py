@@ -52,7 +52,7 @@ import numpy as np
 
 from iro_fed.k8s.quantity import QuantityError, count, cpu_millicores, memory_mib, plain
 from iro_fed.model import GPU_MILLI, Problem
-from iro_fed.problem_io import ProblemValidationError, load_document, problem_from_dict
+from iro_fed.problem_io import ProblemValidationError, json_kind, load_document, problem_from_dict
 
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -95,23 +95,6 @@ def _bad(who: str, path: str, reason: str) -> PodSpecError:
     return PodSpecError(f"{where}: {reason}" if where else reason, path, reason)
 
 
-def _kind(value: Any) -> str:
-    """The JSON type of a value, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "list"
-    return type(value).__name__
-
-
 # --- configuration -----------------------------------------------------------------------
 
 
@@ -148,16 +131,19 @@ class ClusterConfig:
                     errors.append((f"domains[{i}].name", "expected a non-empty string"))
             if not errors:
                 domains = {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in domains}
-        elif not isinstance(domains, Mapping):
+        elif isinstance(domains, Mapping):
+            errors.extend((f"domains.{name}", f"expected a map of the domain's fields, got {type(d).__name__}")
+                          for name, d in domains.items() if not isinstance(d, Mapping))
+        else:
             errors.append(("domains", "expected a list or a map of domains"))
         resources = doc.get("resources") or ["cpu", "memory"]
         if not isinstance(resources, list):
             errors.append(("resources", f"expected a list of resource names, got {type(resources).__name__}"))
         for key in ("latency_ms", "weights"):
             if not isinstance(doc.get(key) or {}, Mapping):
-                errors.append((key, f"expected an object, got {type(doc.get(key)).__name__}"))
+                errors.append((key, f"expected a map, got {type(doc.get(key)).__name__}"))
         if isinstance(doc.get("latency_ms"), Mapping):
-            errors.extend((f"latency_ms.{region}", f"expected an object of domain: ms, got {type(row).__name__}")
+            errors.extend((f"latency_ms.{region}", f"expected a map of domain -> ms, got {type(row).__name__}")
                           for region, row in doc["latency_ms"].items() if not isinstance(row, Mapping))
         if errors:
             raise ProblemValidationError(errors, source)
@@ -222,7 +208,7 @@ def _obj(value: Any, who: str, path: str, *, required: bool = False) -> Mapping[
     if value is None and not required:
         return {}
     if not isinstance(value, Mapping):
-        raise _bad(who, path, f"expected an object, got {_kind(value)}")
+        raise _bad(who, path, f"expected an object, got {json_kind(value)}")
     return value
 
 
@@ -231,14 +217,14 @@ def _items(value: Any, who: str, path: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _bad(who, path, f"expected a list, got {_kind(value)}")
+        raise _bad(who, path, f"expected a list, got {json_kind(value)}")
     return value
 
 
 def _opt_str(obj: Mapping[str, Any], key: str, who: str, path: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise _bad(who, f"{path}.{key}", f"expected a string, got {_kind(value)} {value!r}")
+        raise _bad(who, f"{path}.{key}", f"expected a string, got {json_kind(value)} {value!r}")
     return value
 
 
@@ -247,7 +233,7 @@ def _str_map(value: Any, who: str, path: str) -> dict[str, str]:
     out = {}
     for k, v in _obj(value, who, path).items():
         if not isinstance(v, str):
-            raise _bad(who, f"{path}.{k}", f"expected a string, got {_kind(v)} {v!r}")
+            raise _bad(who, f"{path}.{k}", f"expected a string, got {json_kind(v)} {v!r}")
         out[str(k)] = v
     return out
 
@@ -286,11 +272,11 @@ def node_domain(labels: Mapping[str, str]) -> str:
 def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any]:
     """A problem-file node (no usage yet) from a v1.Node."""
     if not isinstance(node, Mapping):
-        raise _bad("node", "", f"expected a v1.Node object, got {_kind(node)}")
+        raise _bad("node", "", f"expected a v1.Node object, got {json_kind(node)}")
     meta = _obj(node.get("metadata"), "node", "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise _bad("node", "metadata.name", "is missing" if name is None else f"expected a non-empty string, got {_kind(name)} {name!r}")
+        raise _bad("node", "metadata.name", "is missing" if name is None else f"expected a non-empty string, got {json_kind(name)} {name!r}")
     who = f"node {name}"
     labels = _str_map(meta.get("labels"), who, "metadata.labels")
     status = _obj(node.get("status"), who, "status")
@@ -316,7 +302,7 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
                        "effect": _opt_str(t, "effect", who, tp) or "NoSchedule"})
     unschedulable = spec.get("unschedulable")
     if unschedulable is not None and not isinstance(unschedulable, bool):
-        raise _bad(who, "spec.unschedulable", f"expected a boolean, got {_kind(unschedulable)} {unschedulable!r}")
+        raise _bad(who, "spec.unschedulable", f"expected a boolean, got {json_kind(unschedulable)} {unschedulable!r}")
     if unschedulable:
         taints.append({"key": "node.kubernetes.io/unschedulable", "value": "", "effect": "NoSchedule"})
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "")
@@ -340,7 +326,7 @@ def node_cache_key(node: Any) -> tuple[str, str, str] | None:
     non-string ``uid``, ``name`` or ``resourceVersion`` is a :class:`PodSpecError`.
     """
     if not isinstance(node, Mapping):
-        raise _bad("node", "", f"expected a v1.Node object, got {_kind(node)}")
+        raise _bad("node", "", f"expected a v1.Node object, got {json_kind(node)}")
     meta = _obj(node.get("metadata"), "node", "metadata")
     name = meta.get("name")
     who = f"node {name}" if isinstance(name, str) and name else "node"
@@ -438,7 +424,7 @@ def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, 
     """
     who = _who(pod)
     if not isinstance(pod, Mapping):
-        raise _bad(who, "", f"expected a v1.Pod object, got {_kind(pod)}")
+        raise _bad(who, "", f"expected a v1.Pod object, got {json_kind(pod)}")
     spec = _obj(pod.get("spec"), who, "spec")
     apps = [container_requests(c, resources, f"spec.containers[{i}]", who)
             for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
@@ -497,7 +483,7 @@ def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement
     values = _items(expr.get("values"), who, f"{path}.values")
     for j, v in enumerate(values):
         if not isinstance(v, str):
-            raise _bad(who, f"{path}.values[{j}]", f"expected a string, got {_kind(v)} {v!r}")
+            raise _bad(who, f"{path}.values[{j}]", f"expected a string, got {json_kind(v)} {v!r}")
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise _bad(who, f"{path}.values", f"operator {op} needs exactly one value")
@@ -556,7 +542,7 @@ def _priority(spec: Mapping[str, Any], who: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(who, "spec.priority", f"expected an integer, got {_kind(value)} {value!r}")
+        raise _bad(who, "spec.priority", f"expected an integer, got {json_kind(value)} {value!r}")
     if not _PRIORITY_RANGE[0] <= value <= _PRIORITY_RANGE[1]:
         raise _bad(who, "spec.priority", f"must be a 32-bit integer, got {value}")
     return value
@@ -628,7 +614,7 @@ def workload_doc(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequen
         if weight is None:
             weight = 0
         if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-            raise _bad(who, f"{pp}.weight", f"expected an integer 1..100, got {_kind(weight)} {weight!r}")
+            raise _bad(who, f"{pp}.weight", f"expected an integer 1..100, got {json_kind(weight)} {weight!r}")
         pref = _obj(p.get("preference"), who, f"{pp}.preference")
         label = _affinity_key(pref)
         if label not in extra_labels:
@@ -701,7 +687,7 @@ def annotated_usage(node_obj: Mapping[str, Any], node: dict[str, Any], resources
         except json.JSONDecodeError as exc:
             raise _bad(who, path, f"not JSON: {exc}") from None
         if not isinstance(doc, Mapping):
-            raise _bad(who, path, f"expected a JSON object of quantities, got {_kind(doc)}")
+            raise _bad(who, path, f"expected a JSON object of quantities, got {json_kind(doc)}")
         for r in resources:
             if r in doc:
                 alloc[r] = min(_amount(r, doc[r], who, f"{path}.{r}"), node["capacity"][r])
@@ -749,7 +735,7 @@ class ClusterModel:
             if isinstance(node_name, str) and node_name:
                 by_node.setdefault(node_name, []).append(pod)
             elif node_name:  # a list would not even hash: say so instead of crashing the model
-                self.warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {_kind(node_name)}")
+                self.warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {json_kind(node_name)}")
         for obj in nodes:
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.

@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, json_type, serve_in_thread
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig
 from iro_fed.model import ClusterState
+from iro_fed.problem_io import json_kind
 
 log = logging.getLogger("iro_fed.k8s.webhook")
 MODES = ("scheduler-name", "affinity")
@@ -61,7 +62,7 @@ class BadPod(ValueError):
 def _check_envelope(doc: Any) -> Mapping[str, Any]:
     """The AdmissionReview's request, or :class:`BadReview` naming the field (the body is not a review)."""
     if not isinstance(doc, dict):
-        raise BadReview(f"body: expected an AdmissionReview object, got {json_type(doc)}", "body")
+        raise BadReview(f"body: expected an AdmissionReview object, got {json_kind(doc)}", "body")
     if doc.get("kind") != "AdmissionReview":
         raise BadReview(f"kind: expected AdmissionReview, got {doc.get('kind')!r}", "kind")
     if doc.get("apiVersion") != "admission.k8s.io/v1":
@@ -70,23 +71,23 @@ def _check_envelope(doc: Any) -> Mapping[str, Any]:
     if request is None:
         raise BadReview("request: required (an AdmissionRequest object)", "request")
     if not isinstance(request, dict):
-        raise BadReview(f"request: expected an AdmissionRequest object, got {json_type(request)}", "request")
+        raise BadReview(f"request: expected an AdmissionRequest object, got {json_kind(request)}", "request")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
-        got = "nothing" if uid is None else '""' if uid == "" else json_type(uid)
+        got = "nothing" if uid is None else '""' if uid == "" else json_kind(uid)
         raise BadReview(f"request.uid: required, a non-empty string, got {got}", "request.uid")
     for k in ("kind", "resource"):  # GroupVersionKind / GroupVersionResource
         v = request.get(k)
         if v is None:
             continue
         if not isinstance(v, dict):
-            raise BadReview(f"request.{k}: expected an object, got {json_type(v)}", f"request.{k}")
+            raise BadReview(f"request.{k}: expected an object, got {json_kind(v)}", f"request.{k}")
         for f in ("group", "version", k):
             if v.get(f) is not None and not isinstance(v[f], str):
-                raise BadReview(f"request.{k}.{f}: expected a string, got {json_type(v[f])}", f"request.{k}.{f}")
+                raise BadReview(f"request.{k}.{f}: expected a string, got {json_kind(v[f])}", f"request.{k}.{f}")
     for k in ("operation", "namespace", "subResource", "name"):
         if request.get(k) is not None and not isinstance(request[k], str):
-            raise BadReview(f"request.{k}: expected a string, got {json_type(request[k])}", f"request.{k}")
+            raise BadReview(f"request.{k}: expected a string, got {json_kind(request[k])}", f"request.{k}")
     return request
 
 
@@ -94,24 +95,24 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
     """The fields of ``request.object`` this webhook reads have their v1.Pod types, or :class:`BadPod`."""
     where = "request.object"
     if not isinstance(pod, dict):
-        raise BadPod(where, f"expected a v1.Pod object, got {json_type(pod)}")
+        raise BadPod(where, f"expected a v1.Pod object, got {json_kind(pod)}")
     meta = pod.get("metadata")
     if meta is not None:
         if not isinstance(meta, dict):
-            raise BadPod(f"{where}.metadata", f"expected an object, got {json_type(meta)}")
+            raise BadPod(f"{where}.metadata", f"expected an object, got {json_kind(meta)}")
         for k in ("name", "generateName", "namespace"):
             if meta.get(k) is not None and not isinstance(meta[k], str):
-                raise BadPod(f"{where}.metadata.{k}", f"expected a string, got {json_type(meta[k])}")
+                raise BadPod(f"{where}.metadata.{k}", f"expected a string, got {json_kind(meta[k])}")
         for k in ("labels", "annotations"):
             m = meta.get(k)
             if m is not None and not isinstance(m, dict):
-                raise BadPod(f"{where}.metadata.{k}", f"expected an object of strings, got {json_type(m)}")
+                raise BadPod(f"{where}.metadata.{k}", f"expected an object of strings, got {json_kind(m)}")
             for key, v in (m or {}).items():
                 if not isinstance(v, str):
-                    raise BadPod(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_type(v)}")
+                    raise BadPod(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_kind(v)}")
     spec = pod.get("spec")
     if not isinstance(spec, dict):  # the patches add under /spec: without it they would not apply
-        raise BadPod(f"{where}.spec", f"expected an object, got {json_type(spec)}")
+        raise BadPod(f"{where}.spec", f"expected an object, got {json_kind(spec)}")
     if mode == "affinity":
         node = spec
         for k in ("affinity", "nodeAffinity"):
@@ -120,12 +121,12 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
                 break
             if not isinstance(node, dict):
                 path = "affinity" if k == "affinity" else "affinity.nodeAffinity"
-                raise BadPod(f"{where}.spec.{path}", f"expected an object, got {json_type(node)}")
+                raise BadPod(f"{where}.spec.{path}", f"expected an object, got {json_kind(node)}")
         else:
             pref = node.get("preferredDuringSchedulingIgnoredDuringExecution")
             if pref is not None and not isinstance(pref, list):
                 raise BadPod(f"{where}.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-                             f"expected an array, got {json_type(pref)}")
+                             f"expected an array, got {json_kind(pref)}")
     return pod
 
 
@@ -347,9 +348,6 @@ class _WebhookHandler(RoutedJsonHandler):
     timeout = 10  # idle keep-alive, each write, and the TLS handshake
 
     def setup(self) -> None:
-        self.max_body_bytes = self.server.max_body_bytes
-        self.body_timeout_s = self.server.body_timeout_s
-        self.header_timeout_s = self.server.header_timeout_s
         self.request.settimeout(self.timeout)
         self.request.do_handshake()  # CPython bounds the whole handshake by the timeout, not each read
         super().setup()

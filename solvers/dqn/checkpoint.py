@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from iro_fed.problem_io import write_file_atomic
 
 FORMAT = "iro-fed-dqn/1"
 
@@ -32,20 +33,6 @@ def metadata_path(path: str | os.PathLike[str]) -> Path:
     return p.with_suffix(".json")
 
 
-def atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp)`` into a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], metadata: dict[str, Any]) -> Path:
     """Write ``path`` (.pt) and its ``.json`` metadata; a reader never sees a partial file."""
     import torch
@@ -55,8 +42,8 @@ def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], me
     text = json.dumps(meta, indent=2, sort_keys=True, default=float)
     payload = {"format": FORMAT, "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
                "metadata_json": text}
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
-    atomic_write(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
+    write_file_atomic(path, lambda tmp: torch.save(payload, tmp))
+    write_file_atomic(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
     return path
 
 

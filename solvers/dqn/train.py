@@ -124,8 +124,9 @@ def train(
     import gymnasium as gym
     import torch
 
+    from iro_fed.problem_io import write_file_atomic
     from solvers.dqn.agent import DQNAgent
-    from solvers.dqn.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+    from solvers.dqn.checkpoint import load_checkpoint, save_checkpoint
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
@@ -242,7 +243,7 @@ def train(
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         save_checkpoint(out, agent.online.state_dict(), meta)
         optimizer_state = agent.optimizer.state_dict()
-        atomic_write(optimizer_path(out), lambda tmp: torch.save(optimizer_state, tmp))
+        write_file_atomic(optimizer_path(out), lambda tmp: torch.save(optimizer_state, tmp))
     return agent, result
 
 
