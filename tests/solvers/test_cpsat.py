@@ -18,7 +18,7 @@ from iro_fed.model import ClusterState
 from iro_fed.objective import evaluate
 from iro_fed.testing import brute_force, random_problem
 from solvers import InvalidSettingError
-from solvers.cpsat import PlacementModel, pack_gpu, pod_groups
+from solvers.cpsat import PlacementModel, improve, pack_gpu, pod_groups
 
 REPO = Path(__file__).resolve().parents[2]
 BANK = REPO / "examples" / "problems" / "bank-three-zone.json"
@@ -337,3 +337,32 @@ def test_cardinality_cuts_keep_the_optimum_on_oversubscribed_problems(seed):
     assert placement.info["status"] == "optimal"
     assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-7)
     assert placement.info["best_bound"] >= brute_force(problem).objective.score - 1e-7
+
+
+def test_the_polish_drains_a_node_that_single_pod_moves_cannot_empty():
+    """Two identical empty nodes, two pods on each: moving one pod between powered-on nodes
+    changes no term of R, so single-pod moves stop there; emptying one node powers it off and
+    raises R. ``improve`` finds it (a drain), and the placement stays valid."""
+    doc = {
+        "resources": ["cpu", "memory"],
+        "domains": [{"name": "d", "carbon_intensity": 300.0, "price_per_hour": {"cpu": 0.02, "memory": 0.003}}],
+        "nodes": [{"name": f"n{i}", "domain": "d", "capacity": {"cpu": 8000, "memory": 16384}} for i in range(3)],
+        "workloads": [{"name": f"w{i}", "requests": {"cpu": 1500, "memory": 3000}} for i in range(4)],
+    }
+    problem = problem_from_dict(doc)
+    state = ClusterState(problem)
+    for w, n in enumerate((0, 0, 1, 1)):
+        state.place(w, n)
+    before = evaluate(problem, state.assignment).score
+    assert improve(problem, state) == 2
+    assert sorted(np.bincount(state.assignment, minlength=3).tolist()) == [0, 0, 4]
+    after = evaluate(problem, state.assignment)
+    assert after.score > before + 1e-6 and after.terms["unplaced"] == 0
+    assert check_placement(problem, state.assignment, state.gpu_cards) == []
+    # Where draining loses (every node must stay on: the pods do not fit on fewer), nothing moves.
+    tight = problem_from_dict({**doc, "workloads": [{"name": f"w{i}", "requests": {"cpu": 5000, "memory": 3000}}
+                                                   for i in range(2)]})
+    state = ClusterState(tight)
+    state.place(0, 0)
+    state.place(1, 1)
+    assert improve(tight, state) == 0 and state.assignment.tolist() == [0, 1]
