@@ -10,6 +10,13 @@
   fails, it is rolled back and written again one record (a transition and its outcome) per
   transaction, so the other records of the batch are kept; ``failed`` and ``last_error`` say what
   was dropped. Nothing is half-written: a transaction is all or nothing.
+* A file that fails for a while (locked by another process beyond the busy timeout, disk full,
+  a read-only remount, an I/O error: an ``OperationalError``) loses nothing: the records stay in
+  memory, in order (``pending`` counts them), and are tried again with the next batch after a
+  backoff (from ``batch_s`` or 0.5 s, doubling up to 30 s; a :meth:`~ExperienceStore.flush`
+  tries at once); once the file works, all of them are committed in order. Bounded: beyond
+  ``max_pending`` records the oldest are dropped, and what :meth:`~ExperienceStore.close` cannot
+  write is left; both are counted in ``failed`` and said in ``last_error``.
 * Bounded: each table keeps at most ``max_rows`` rows; the oldest are evicted after each batch.
 * A file that cannot be used (not a database, read-only, locked, a folder, a folder that cannot be
   created) raises :class:`StoreError`, which names the path and the reason.
@@ -32,11 +39,14 @@ Older files get the columns added on open.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import queue
 import sqlite3
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +82,11 @@ CREATE TABLE IF NOT EXISTS outcomes (
 );
 CREATE INDEX IF NOT EXISTS outcomes_decision ON outcomes (decision_id);
 """
+
+_MAX_BATCH = 512  # records per transaction from the queue (pending ones come on top)
+_RETRY_FIRST_S = 0.5  # first wait before writing pending records again (or batch_s, if longer)
+_RETRY_MAX_S = 30.0
+_RETRY = object()  # the writer's wake-up when a retry is due and nothing was queued
 
 #: Schema 2: the decision as a policy sample (NULL when the agent recorded none).
 _POLICY_COLUMNS = (("obs_k", "INTEGER"), ("obs_candidates", "BLOB"), ("obs_context", "BLOB"), ("obs_mask", "BLOB"),
@@ -154,7 +169,7 @@ def _require_file(path: Path) -> None:
         raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
 
 
-def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+def _connect(path: Path, readonly: bool = False, busy_timeout_s: float = 10.0) -> sqlite3.Connection:
     try:
         if readonly:
             _require_file(path)  # mode=ro would say only "unable to open database file"
@@ -163,13 +178,13 @@ def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
             uri = path.resolve().as_uri() + "?mode=ro"
             conn = sqlite3.connect(uri, uri=True, timeout=10.0, check_same_thread=False)
         else:
-            conn = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(str(path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
     except sqlite3.Error as exc:
         if isinstance(exc, StoreError):
             raise
         raise StoreError(path, _explain(path, exc)) from exc
     try:
-        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         if readonly:
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "not a database" here, not later
         else:
@@ -184,9 +199,15 @@ def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
 class ExperienceStore:
     """The agent's sqlite store (see the module docstring)."""
 
-    def __init__(self, path: str | Path, max_rows: int = 100_000, batch_s: float = 0.05) -> None:
+    def __init__(self, path: str | Path, max_rows: int = 100_000, batch_s: float = 0.05,
+                 max_pending: int = 10_000, busy_timeout_s: float = 10.0) -> None:
         if max_rows < 1:
             raise ValueError(f"store.max_rows: must be >= 1, got {max_rows}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, numbers.Integral) or max_pending < 1:
+            raise ValueError(f"store.max_pending: must be an integer >= 1, got {max_pending!r}")
+        if (isinstance(busy_timeout_s, bool) or not isinstance(busy_timeout_s, numbers.Real)
+                or not math.isfinite(busy_timeout_s) or busy_timeout_s < 0):
+            raise ValueError(f"store.busy_timeout_s: must be a number of seconds >= 0, got {busy_timeout_s!r}")
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +219,9 @@ class ExperienceStore:
             raise StoreError(self.path, "is a folder, not a file")
         self.max_rows = int(max_rows)
         self.batch_s = batch_s
-        self._conn = _connect(self.path)
+        self.max_pending = int(max_pending)
+        self.busy_timeout_s = float(busy_timeout_s)
+        self._conn = _connect(self.path, busy_timeout_s=self.busy_timeout_s)
         try:
             self._conn.executescript(_SCHEMA)
             have = {r[1] for r in self._conn.execute("PRAGMA table_info(transitions)")}
@@ -212,93 +235,164 @@ class ExperienceStore:
             raise StoreError(self.path, _explain(self.path, exc)) from exc
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
+        self._lock = threading.Lock()  # nothing is queued behind close()'s end-of-queue mark
         self.written = 0
         self.failed = 0  # records that could not be committed (rolled back, not written)
         self.evicted = 0
         self.last_error: str | None = None
+        # The writer thread's own: records the file refused (an OperationalError), oldest first,
+        # the flushes waiting for them, and when to try them again.
+        self._pending: deque[tuple[Transition | None, Outcome | None]] = deque()
+        self._waiters: list[threading.Event] = []
+        self._backoff_first = min(max(float(batch_s), _RETRY_FIRST_S), _RETRY_MAX_S)
+        self._backoff = self._backoff_first
+        self._retry_at = 0.0
+        self._file_error = ""  # the OperationalError that keeps the pending records waiting
+        self._delay = self._backoff  # the wait before the retry now due
+        self._dropped_pending = 0  # over max_pending since the file last worked
         self._writer = threading.Thread(target=self._run, name="experience-writer", daemon=True)
         self._writer.start()
 
     # --- writing -----------------------------------------------------------------------------
 
+    @property
+    def pending(self) -> int:
+        """Records held in memory because the file failed, waiting to be written again."""
+        return len(self._pending)
+
     def record(self, transition: Transition | None = None, outcome: Outcome | None = None) -> None:
         """Queue a transition and/or an outcome; both are committed in one transaction."""
-        if self._closed:
-            raise RuntimeError("experience store is closed")
-        if transition is None and outcome is None:
-            return
-        self._queue.put((transition, outcome))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("experience store is closed")
+            if transition is None and outcome is None:
+                return
+            self._queue.put((transition, outcome))
 
     def flush(self, timeout: float | None = 10.0) -> bool:
-        """Wait until everything queued so far is committed; False on timeout."""
-        if self._closed:
-            return True
+        """Wait until everything queued so far, pending records included, is committed; False when
+        ``timeout`` passes first (the file still fails). Records held for a failed file are tried
+        again at once, not after the backoff."""
         done = threading.Event()
-        self._queue.put(done)
+        with self._lock:
+            if self._closed:
+                return True
+            self._queue.put(done)
         return done.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Commit what is queued, checkpoint the WAL into the database file and close."""
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
+        """Commit what is queued and pending (one last try; what the file still refuses is counted
+        in ``failed``), checkpoint the WAL into the database file and close."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
         self._writer.join(timeout)
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:  # what is committed stays in the WAL, replayed on the next open
+            if self.last_error is None:
+                self.last_error = f"checkpoint at close: {type(exc).__name__}: {exc}"
         finally:
             self._conn.close()
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            # With records pending, wake up when their retry is due even if nothing is queued.
+            wait = max(self._retry_at - time.monotonic(), 0.0) if self._pending else None
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                item = _RETRY
             batch = [item]
             deadline = time.monotonic() + self.batch_s
             # A flush or close ends the batch at once: its caller waits for the commit.
-            while isinstance(item, tuple) and len(batch) < 512:
+            while isinstance(item, tuple) and len(batch) < _MAX_BATCH:
                 try:
                     item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except queue.Empty:
                     break
                 batch.append(item)
             rows = [b for b in batch if isinstance(b, tuple)]
-            if rows:
-                self._write_batch(rows)
-            for b in batch:
-                if isinstance(b, threading.Event):
-                    b.set()
-            if any(b is None for b in batch):
+            closing = any(b is None for b in batch)
+            waiters = [b for b in batch if isinstance(b, threading.Event)]
+            self._waiters += waiters
+            if not self._pending or closing or waiters or time.monotonic() >= self._retry_at:
+                if rows or self._pending:
+                    self._write_batch(rows)
+            else:  # the file failed a moment ago: wait for the retry, in order behind the others
+                self._pending.extend(rows)
+                self._bound()
+            if closing and self._pending:
+                lost = len(self._pending)
+                self._pending = deque()
+                self.failed += lost
+                self.last_error = f"{lost} pending records not written at close: {self._file_error}"
+            if not self._pending or closing:
+                for w in self._waiters:
+                    w.set()
+                self._waiters = []
+            if closing:
                 return
 
     def _write_batch(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
-        """Commit ``rows`` in one transaction; if a record breaks it, one transaction per record,
-        so one bad record does not cost the others of its batch."""
+        """Commit the pending records and then ``rows``, in order, in one transaction. If a record
+        breaks it, one transaction per record, so one bad record does not cost the others; if the
+        file fails (an OperationalError: locked, read-only, full, I/O), what is not committed
+        stays pending, in order, to be tried again after the backoff."""
+        todo = [*self._pending, *rows]
+        rest: list[tuple[Transition | None, Outcome | None]] = []
         try:
-            self._write(rows)
+            self._write(todo)
+        except sqlite3.OperationalError as exc:
+            rest, file_error = todo, exc
+        except Exception as exc:  # a bad record (or, alone, a broken one): keep serving, say why
+            record_error: Exception = exc
+            dropped = 1
+            if len(todo) > 1:
+                dropped = 0
+                for i, row in enumerate(todo):
+                    try:
+                        self._write([row])
+                    except sqlite3.OperationalError as exc:  # the file failed meanwhile: keep the rest
+                        rest, file_error = todo[i:], exc
+                        break
+                    except Exception as exc:
+                        record_error, dropped = exc, dropped + 1
+            if dropped:
+                self.failed += dropped
+                self.last_error = f"{type(record_error).__name__}: {record_error}"
+        self._pending = deque(rest)
+        if not rest:
+            self._backoff = self._backoff_first
+            self._dropped_pending = 0
             return
-        except Exception as exc:  # disk full, read-only, a bad record...: keep serving, say why
-            error: Exception = exc
-            dropped = len(rows)
-        # An OperationalError is the file's (locked, read-only, full, I/O), not a record's: every
-        # record would fail alike (each after the busy timeout), so the batch is not retried.
-        if len(rows) > 1 and not isinstance(error, sqlite3.OperationalError):
-            dropped = 0
-            for i, row in enumerate(rows):
-                try:
-                    self._write([row])
-                except sqlite3.OperationalError as exc:
-                    error, dropped = exc, dropped + len(rows) - i
-                    break
-                except Exception as exc:
-                    error, dropped = exc, dropped + 1
-            if not dropped:
-                return
-        self.failed += dropped
-        self.last_error = f"{type(error).__name__}: {error}"
+        # Every record would fail alike (each after the busy timeout): wait before the next try.
+        self._delay = self._backoff
+        self._backoff = min(self._delay * 2, _RETRY_MAX_S)
+        self._retry_at = time.monotonic() + self._delay
+        self._file_error = f"{type(file_error).__name__}: {file_error}"
+        self._bound()
+
+    def _bound(self) -> None:
+        """At most ``max_pending`` records wait for the file: the oldest beyond that are dropped."""
+        over = len(self._pending) - self.max_pending
+        for _ in range(over):
+            self._pending.popleft()
+        if over > 0:
+            self.failed += over
+            self._dropped_pending += over
+        note = f"{self._file_error} ({len(self._pending)} records pending, retrying in {self._delay:g} s"
+        if self._dropped_pending:
+            note += (f"; the {self._dropped_pending} oldest were dropped: more than store.max_pending "
+                     f"({self.max_pending}) waited for the file")
+        self.last_error = note + ")"
 
     def _write(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
+        evicted = 0
         try:
             for t, o in rows:
                 if t is not None:
@@ -323,7 +417,7 @@ class ExperienceStore:
                 cur = c.execute(
                     f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (self.max_rows,)  # noqa: S608
                 )
-                self.evicted += max(cur.rowcount, 0)
+                evicted += max(cur.rowcount, 0)
             c.execute("COMMIT")
         except BaseException:
             # sqlite may have rolled back already (SQLITE_FULL, I/O errors): a second ROLLBACK
@@ -332,6 +426,7 @@ class ExperienceStore:
                 c.execute("ROLLBACK")
             raise
         self.written += len(rows)
+        self.evicted += evicted  # counted once committed: a rolled-back eviction evicted nothing
         self.last_error = None
 
     # --- reading (own connection, any thread or process) --------------------------------------
