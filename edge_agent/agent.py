@@ -3,12 +3,14 @@
 Threads:
 
 * the HTTP server (stdlib ``ThreadingHTTPServer``, one thread per connection, at most
-  ``listen.max_connections``): strict HTTP/1.1 framing (one digits-only ``Content-Length``, no
-  ``Transfer-Encoding``: 400 / 411 and close, so no request can be smuggled in a body), bodies over
-  ``listen.max_body_bytes`` 413 before a byte is read (no ``100 Continue`` for them), a deadline
-  of ``listen.request_timeout_s`` for a request's line, headers and body together (408 and close),
-  bodies parsed by :func:`iro_fed.k8s.httpjson.loads_strict` (400 naming the field), 405 with
-  ``Allow``, JSON for every error, and one log line, not a traceback, when a client resets;
+  ``listen.max_connections``) with the extender's and webhook's handler
+  (:class:`iro_fed.k8s.httpjson.RoutedJsonHandler`): strict HTTP/1.1 framing (digits-only
+  ``Content-Length``, repeated only with the same value; no ``Transfer-Encoding``: 400 / 411 and
+  close, so no request can be smuggled in a body), bodies over ``listen.max_body_bytes`` 413
+  before a byte is read (no ``100 Continue`` for them), ``listen.request_timeout_s`` for a
+  request's line and headers and again for its body (408 and close), bodies parsed by
+  :func:`iro_fed.k8s.httpjson.loads_strict` (400 naming the field), 405 with ``Allow``, JSON for
+  every error, and one log line, not a traceback, when a client resets;
 * ``collect``: psutil readings of the node every ``collect.interval_s`` into the gauges;
 * ``perception`` (with ``prometheus.url``): a cluster snapshot every ``refresh_interval_s``;
   with ``prometheus.scoring`` ``usage`` / ``max`` the site's ``allocated`` follows observed usage
@@ -27,18 +29,13 @@ experience store.
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import re
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import solvers
@@ -51,10 +48,11 @@ from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
-from iro_fed.k8s.httpjson import ConnectionLimit, DeadlineReader, JsonBodyError, loads_strict
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
 from iro_fed.metrics.prometheus import PrometheusClient
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
+from iro_fed.problem_io import json_kind
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,12 @@ class Agent:
         self.view = SiteView(self.base_site, self.base_site, False, 0)
         self.recommender = Recommender(self.base_site, cfg.recommend.k)
         self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all")
-        self.store = ExperienceStore(cfg.store.path, cfg.store.max_rows) if cfg.store.path else None
+        self.store = (
+            ExperienceStore(cfg.store.path, cfg.store.max_rows, max_pending=cfg.store.max_pending,
+                            busy_timeout_s=cfg.store.busy_timeout_s)
+            if cfg.store.path
+            else None
+        )
         self.fallback = Ranker(solvers.make(cfg.recommend.fallback), "heuristic")
         self.solver = (
             Ranker(solvers.make(cfg.recommend.solver, **cfg.recommend.solver_params), "solver")
@@ -105,7 +108,7 @@ class Agent:
         self.local = None
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.server: ThreadingHTTPServer | None = None
+        self.server: _Server | None = None
         self.started_at = time.time()
 
     # --- ranking -------------------------------------------------------------------------------
@@ -237,7 +240,8 @@ class Agent:
             else {"path": str(self.policy.registry), "last_error": self.policy.last_error, "last_check": self.policy.last_check},
             "store": None
             if self.store is None
-            else {"path": str(self.store.path), "written": self.store.written, "last_error": self.store.last_error},
+            else {"path": str(self.store.path), "written": self.store.written, "pending": self.store.pending,
+                  "failed": self.store.failed, "last_error": self.store.last_error},
             "federation": federation,
         }
         return ready, doc
@@ -275,6 +279,8 @@ class Agent:
         self.metrics.set_local(self.local.collect())
         if self.store is not None:
             self.metrics.experience_rows.set(self.store.written)
+            self.metrics.experience_pending.set(self.store.pending)
+            self.metrics.experience_failed.set(self.store.failed)
 
     def _perception_step(self) -> None:
         assert self.prometheus is not None
@@ -327,9 +333,7 @@ class Agent:
 
     def start(self) -> None:
         cfg = self.cfg
-        self.server = _Server((cfg.listen.host, cfg.listen.port), _Handler)
-        self.server.max_connections = cfg.listen.max_connections
-        self.server.agent = self  # type: ignore[attr-defined]
+        self.server = _Server(self)
         self._set_policy_info()
         from iro_fed.metrics.local import LocalCollector
 
@@ -381,307 +385,129 @@ class Agent:
         event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
 
 
-POST_HANDLERS = ("recommend", "outcome")
-# A method is a token (RFC 9110 5.6.2); anything else is not a request line.
-_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,20}")
-# After an error reply to a request whose body was not read, at most this much of the body is
-# read and dropped before the connection closes (see _Handler.finish).
-_DRAIN_BYTES = 16 << 20
-_DRAIN_S = 2.0
-
-
 class _Server(ConnectionLimit, ThreadingHTTPServer):
+    """The agent's HTTP server: its limits are the ``listen`` settings, read by the shared
+    handler (:class:`iro_fed.k8s.httpjson.RoutedJsonHandler`) from here."""
+
     daemon_threads = False  # server_close() waits for in-flight requests
     block_on_close = True
     allow_reuse_address = True
-    max_connections = 64  # bounded threads: more get 503 at once instead of queueing without limit
     busy_message = "too many connections (listen.max_connections)"
+    setting_names = {"max_body_bytes": "listen.max_body_bytes", "header_timeout_s": "listen.request_timeout_s",
+                     "body_timeout_s": "listen.request_timeout_s"}
+
+    def __init__(self, agent: Agent) -> None:
+        listen = agent.cfg.listen
+        self.agent = agent
+        self.max_connections = listen.max_connections  # bounded threads: more get 503 at once, not a queue
+        self.max_body_bytes = listen.max_body_bytes
+        # One setting bounds the request line and headers, the body, and an idle keep-alive connection.
+        self.header_timeout_s = self.body_timeout_s = self.idle_timeout_s = listen.request_timeout_s
+        super().__init__((listen.host, listen.port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One log line instead of socketserver's traceback on stderr: a client that reset or
         closed the connection mid-request is news, not a crash of the agent."""
         exc = sys.exc_info()[1]
-        agent: Agent = self.agent  # type: ignore[attr-defined]
         client = client_address[0] if isinstance(client_address, tuple) else str(client_address)
         if isinstance(exc, (ConnectionError, TimeoutError)):
-            event(agent.log, logging.INFO, "client connection lost", client=client, error=f"{type(exc).__name__}: {exc}")
+            event(self.agent.log, logging.INFO, "client connection lost", client=client,
+                  error=f"{type(exc).__name__}: {exc}")
             return
         tb = exc.__traceback__ if exc is not None else None
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else None
-        event(agent.log, logging.ERROR, "request handling failed", client=client,
+        event(self.agent.log, logging.ERROR, "request handling failed", client=client,
               error=f"{type(exc).__name__}: {exc}", where=where)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "iro-edge-agent/0.1"
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out at once (no 40 ms delayed-ACK stall)
+class _Handler(RoutedJsonHandler):
+    """The agent's endpoints. Framing, limits, deadlines and error replies are the shared
+    handler's; the agent's own rules: errors are ``{"error": ..., "field": ...}``
+    (docs/edge_agent.md), every error reply but a 404 closes the connection, as does any reply
+    that leaves a body unread, and every reply is counted per endpoint."""
 
-    def setup(self) -> None:
-        super().setup()
-        timeout = self.agent.cfg.listen.request_timeout_s
-        self.connection.settimeout(timeout)
-        self.rfile.close()  # the plain reader of StreamRequestHandler: replaced by one with a deadline
-        self._reader = DeadlineReader(self.connection, timeout)
-        self.rfile = io.BufferedReader(self._reader)
-        self._body_left = 0
+    server: _Server
+    server_version = "iro-edge-agent/0.1"
+    error_key = "error"
+    drain_bytes = 0  # a body the agent did not read is never read as the next request: the connection closes
 
     @property
     def agent(self) -> Agent:
-        return self.server.agent  # type: ignore[attr-defined]
+        return self.server.agent
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         event(self.agent.log, logging.DEBUG, "http", client=self.client_address[0], request=format % args)
 
-    # --- one request ---------------------------------------------------------------------------
+    def routes(self) -> dict[str, dict[str, Callable[[], None]]]:
+        gets = {"healthz": self._healthz, "readyz": self._readyz, "metrics": self._metrics,
+                "snapshot": self._snapshot, "federation": self._federation}
+        out: dict[str, dict[str, Callable[[], None]]] = {f"/{k}": {"GET": f, "HEAD": f} for k, f in gets.items()}
+        out["/recommend"] = {"POST": lambda: self._post(self.agent.recommend, 200)}
+        out["/outcome"] = {"POST": lambda: self._post(self.agent.record_outcome, 202)}
+        return out
 
-    def handle_one_request(self) -> None:
-        """The stdlib's loop step, plus: every method is routed (405 with ``Allow`` where it is not
-        served), a request that does not arrive in time gets 408, every error reply is JSON."""
-        self._reader.deadline = None  # until the next request's first byte: the idle timeout
-        self._t0: float | None = None
-        self._responded = False
-        self._body_left = 0  # bytes of a declared body not read: the connection closes after the reply
-        self.command, self.request_version, self.requestline, self.path = "", "", "", ""
-        try:
-            self.raw_requestline = self.rfile.readline(65537)
-            if not self.raw_requestline:
-                self.close_connection = True
-                return
-            self._t0 = time.perf_counter()
-            if len(self.raw_requestline) > 65536:
-                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "request line: over 65536 bytes")
-                return
-            if not self.parse_request():
-                return  # an error reply has been sent (or the line was blank)
-            self._serve()
-            self.wfile.flush()
-        except TimeoutError:
-            self.close_connection = True
-            if self._reader.deadline is None or self._responded:
-                return  # an idle keep-alive connection, or a client that does not read its reply
-            timeout = self.agent.cfg.listen.request_timeout_s
-            try:
-                self.send_error(HTTPStatus.REQUEST_TIMEOUT,
-                                f"the request did not arrive within listen.request_timeout_s ({timeout:g} s)")
-                self.wfile.flush()
-            except OSError:
-                pass
+    def route_path(self) -> str:
+        return super().route_path().rstrip("/") or "/"  # /healthz/ is /healthz
 
-    def parse_request(self) -> bool:
-        if not super().parse_request():
-            return False
-        if self.request_version == "HTTP/0.9":  # no headers, no framing: not served
-            self.send_error(HTTPStatus.BAD_REQUEST, "request line: HTTP/0.9 is not served (send HTTP/1.1)")
-            return False
-        if not _METHOD.fullmatch(self.command or ""):
-            self.send_error(HTTPStatus.BAD_REQUEST, f"request line: not a method: {self.command[:20]!r}")
-            return False
-        return True
+    def not_found(self, path: str) -> str:
+        return (f"unknown path {path[:100]!r} (POST /recommend, /outcome; GET /healthz, /readyz, /metrics, "
+                "/snapshot, /federation)")
 
-    def handle_expect_100(self) -> bool:
-        # "100 Continue" only for a body that will be read; a refused one (too large, ambiguous
-        # framing, wrong endpoint or method) gets its final answer at once, and the client does
-        # not send it.
-        try:
-            length = self._body_length()
-        except _HttpError:
-            return True
-        if (self.command != "POST" or self._route() not in POST_HANDLERS or length is None
-                or length > self.agent.cfg.listen.max_body_bytes):
-            return True
-        return super().handle_expect_100()
+    def keep_alive_after_error(self, code: int) -> bool:
+        return code == 404
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The stdlib's error replies (bad request line, headers too large, 408, 414) as JSON."""
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
-        if self.request_version == "HTTP/0.9":
-            self.request_version = ""  # the reply gets a status line and headers all the same
-        self.close_connection = True
-        text = message or HTTPStatus(code).phrase
-        field = None
-        if text.startswith(("request line:", "headers:")):
-            field = text.split(":", 1)[0]
-        elif code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:  # the stdlib's "Line too long", "Too many headers"
-            field, text = "headers", f"headers: {text}"
-        elif code in (HTTPStatus.BAD_REQUEST, HTTPStatus.HTTP_VERSION_NOT_SUPPORTED):  # the stdlib's request line checks
-            field, text = "request line", f"request line: {text}"
-        self._reply(code, {"error": text, "field": field}, "other")
+    def request_failed(self, exc: Exception) -> None:
+        event(self.agent.log, logging.ERROR, "request failed", handler=self._handler_name(),
+              error=f"{type(exc).__name__}: {exc}")
 
-    def _reply(self, code: int, doc: Any, handler: str, content_type: str = "application/json", body: bytes | None = None,
-               headers: dict[str, str] | None = None) -> None:
-        data = body if body is not None else (json.dumps(doc, separators=(",", ":")) + "\n").encode()
-        # Count before the reply goes out, so a client that has its answer sees it in /metrics.
-        metrics = self.agent.metrics
-        metrics.request_duration.labels(handler).observe(time.perf_counter() - (self._t0 or time.perf_counter()))
-        metrics.requests.labels(handler, str(code)).inc()
-        self._responded = True
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        # An unread body would be read as the next request (request smuggling): close instead.
-        if (code >= 400 and code != 404) or self._body_left or self.agent.stopping.is_set():
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    def _route(self) -> str:
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
-        name = path.lstrip("/")
+    def _handler_name(self) -> str:
+        """The ``handler`` label of the request metrics."""
+        name = self.route_path().lstrip("/")
         return name if name in HANDLERS else "other"
 
-    def _body_length(self) -> int | None:
-        """The body length the headers declare (None: no body). Framing that two HTTP parsers (a
-        proxy and the agent) could read differently is refused: that is how requests are smuggled."""
-        te = self.headers.get_all("Transfer-Encoding") or []
-        cl = self.headers.get_all("Content-Length") or []
-        if te and cl:
-            raise _HttpError(400, "Transfer-Encoding", "sent together with Content-Length: ambiguous framing "
-                                                       "(send Content-Length only)")
-        if te:
-            raise _HttpError(411, "Transfer-Encoding", f"{te[0][:50]!r} bodies are not accepted: send Content-Length")
-        if len(cl) > 1:
-            raise _HttpError(400, "Content-Length", f"sent {len(cl)} times ({', '.join(v[:20] for v in cl[:4])})")
-        if not cl:
-            return None
-        text = cl[0].strip(" \t")
-        if text.startswith("-") and text[1:].isdigit():
-            raise _HttpError(400, "Content-Length", f"must be >= 0, got {text[:50]}")
-        if not (text.isascii() and text.isdigit()):  # int() would take '+5', ' 5', '5_0', '٥'
-            raise _HttpError(400, "Content-Length", f"not a number of bytes: {cl[0][:50]!r}")
-        return int(text) if len(text) <= 18 else 10**18  # 10**18 bytes: over any limit
+    def send_body(self, code: int, data: bytes, content_type: str = "application/json",
+                  headers: Mapping[str, str] | None = None) -> None:
+        # Count before the reply goes out, so a client that has its answer sees it in /metrics.
+        handler = self._handler_name()
+        now = time.perf_counter()
+        self.agent.metrics.request_duration.labels(handler).observe(now - (self.request_started or now))
+        self.agent.metrics.requests.labels(handler, str(code)).inc()
+        if self.agent.stopping.is_set():
+            self.close_connection = True
+        super().send_body(code, data, content_type, headers)
 
-    def _serve(self) -> None:
-        handler = self._route()
-        try:
-            length = self._body_length()
-        except _HttpError as exc:
-            self._body_left = -1  # where the body ends is unknown: close after the reply
-            self._reply(exc.code, {"error": str(exc), "field": exc.field}, handler)
-            return
-        self._body_left = length or 0
-        if handler == "other":
-            self._reply(404, {"error": f"no such endpoint: {self.path[:100]}", "field": None}, handler)
-            return
-        allowed = ("POST",) if handler in POST_HANDLERS else ("GET", "HEAD")
-        if self.command not in allowed:
-            self._reply(405, {"error": f"{self.command} is not served on /{handler}: use {' or '.join(allowed)}",
-                              "field": None}, handler, headers={"Allow": ", ".join(allowed)})
-            return
-        if handler in POST_HANDLERS:
-            self._post(handler, length)
-            return
-        try:
-            self._get(handler)
-        except (ConnectionError, TimeoutError):
-            raise  # the client is gone: one log line (_Server.handle_error)
-        except Exception as exc:  # a bug behind a GET endpoint: a 500, not a dropped connection
-            if self._responded:
-                raise
-            event(self.agent.log, logging.ERROR, "request failed", handler=handler, error=f"{type(exc).__name__}: {exc}")
-            self._reply(500, {"error": f"internal error: {type(exc).__name__}", "field": None}, handler)
+    # --- endpoints ---------------------------------------------------------------------------
 
-    def _get(self, handler: str) -> None:
-        if handler == "metrics":
-            body, ctype = self.agent.metrics.exposition()
-            self._reply(200, None, handler, ctype, body)
-        elif handler == "healthz":
-            doc = {"status": "ok", "uptime_s": round(time.time() - self.agent.started_at, 3)}
-            if self.agent.federation is not None:  # the agent is healthy either way; the SuperNode's state is news
-                st = self.agent.federation.status()
-                doc["supernode"] = {k: st.get(k) for k in ("mode", "state", "up", "connected", "node_id", "pid",
-                                                           "restarts")}
-            self._reply(200, doc, handler)
-        elif handler == "federation":
-            self._reply(200, self.agent.federation_status(), handler)
-        elif handler == "readyz":
-            ready, doc = self.agent.readiness()
-            self._reply(200 if ready else 503, doc, handler)
-        elif handler == "snapshot":
-            snap = self.agent.snapshot
-            doc = {"snapshot": None if snap is None else snap.to_dict(self.agent.view.site)}
-            self._reply(200, doc, handler)
+    def _metrics(self) -> None:
+        body, ctype = self.agent.metrics.exposition()
+        self.send_body(200, body, ctype)
 
-    def _post(self, handler: str, length: int | None) -> None:
+    def _healthz(self) -> None:
+        doc = {"status": "ok", "uptime_s": round(time.time() - self.agent.started_at, 3)}
+        if self.agent.federation is not None:  # the agent is healthy either way; the SuperNode's state is news
+            st = self.agent.federation.status()
+            doc["supernode"] = {k: st.get(k) for k in ("mode", "state", "up", "connected", "node_id", "pid", "restarts")}
+        self._send(200, doc)
+
+    def _readyz(self) -> None:
+        ready, doc = self.agent.readiness()
+        self._send(200 if ready else 503, doc)
+
+    def _snapshot(self) -> None:
+        snap = self.agent.snapshot
+        self._send(200, {"snapshot": None if snap is None else snap.to_dict(self.agent.view.site)})
+
+    def _federation(self) -> None:
+        self._send(200, self.agent.federation_status())
+
+    def _post(self, action: Callable[[dict[str, Any]], dict[str, Any]], code: int) -> None:
+        body = self.read_json()
+        if not isinstance(body, dict):
+            raise HttpError(400, f"body: expected a JSON object, got {json_kind(body)}", "body")
         try:
-            body = self._read_json(length)
-            doc = self.agent.recommend(body) if handler == "recommend" else self.agent.record_outcome(body)
-        except _HttpError as exc:
-            self._reply(exc.code, {"error": str(exc), "field": exc.field}, handler)
-            return
+            doc = action(body)
         except BadRequest as exc:
-            self._reply(400, {"error": str(exc), "field": exc.field}, handler)
-            return
-        except Exception as exc:  # never crash on input; log what went wrong
-            event(self.agent.log, logging.ERROR, "request failed", handler=handler, error=f"{type(exc).__name__}: {exc}")
-            self._reply(500, {"error": f"internal error: {type(exc).__name__}", "field": None}, handler)
-            return
-        self._reply(200 if handler == "recommend" else 202, doc, handler)
-
-    def _read_json(self, length: int | None) -> dict[str, Any]:
-        limit = self.agent.cfg.listen.max_body_bytes
-        if length is None:
-            raise _HttpError(411, "Content-Length", "required")
-        if length > limit:  # before reading a byte of it
-            raise _HttpError(413, "body", f"{length} bytes is over the limit of {limit} (listen.max_body_bytes)")
-        try:
-            raw = self.rfile.read(length)
-        except TimeoutError:
-            timeout = self.agent.cfg.listen.request_timeout_s
-            raise _HttpError(408, "body", f"not received within listen.request_timeout_s ({timeout:g} s)") from None
-        self._body_left = length - len(raw)
-        if len(raw) < length:
-            raise _HttpError(400, "body", f"ended after {len(raw)} of {length} bytes")
-        return _parse_body(raw)
-
-    def finish(self) -> None:
-        super().finish()
-        if self._body_left:
-            self._drain()
-
-    def _drain(self) -> None:
-        """The reply went out before the request's body was read (413, 411, a framing error...).
-        Closing now, with the client still sending, would make the kernel reset the connection,
-        and a client that is still writing would never read the reply. So: end our side (FIN),
-        then read and drop what comes, for at most _DRAIN_S seconds and _DRAIN_BYTES bytes."""
-        conn = self.connection
-        try:
-            conn.shutdown(socket.SHUT_WR)
-            end = time.monotonic() + min(_DRAIN_S, self.agent.cfg.listen.request_timeout_s)
-            left = _DRAIN_BYTES
-            while left > 0 and (wait := end - time.monotonic()) > 0:
-                conn.settimeout(wait)
-                chunk = conn.recv(min(left, 1 << 16))
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:
-            pass
-
-
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    """A request body as a JSON object, parsed as the extender and webhook parse theirs
-    (:func:`iro_fed.k8s.httpjson.loads_strict`): UTF-8 only, no ``NaN`` / ``Infinity`` or numbers
-    beyond a double, integers within 64 bits, no lone surrogates (``"\\ud800"``: no UTF-8
-    writer, the store included, can encode one), at most 100 levels deep. Anything else is a 400
-    naming the field."""
-    try:
-        doc = loads_strict(raw)
-    except JsonBodyError as exc:
-        raise _HttpError(400, exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
-    if not isinstance(doc, dict):
-        raise _HttpError(400, "body", f"expected a JSON object, got {type(doc).__name__}")
-    return doc
-
-
-class _HttpError(Exception):
-    def __init__(self, code: int, field: str | None, message: str) -> None:
-        self.code, self.field = code, field
-        super().__init__(f"{field}: {message}" if field else message)
+            raise HttpError(400, str(exc), exc.field) from None
+        self._send(code, doc)

@@ -75,6 +75,8 @@ class CollectConfig:
 class StoreConfig:
     path: Path | None = None  # None: no experience store
     max_rows: int = 100_000
+    max_pending: int = 10_000  # records held in memory while the file fails (locked, full, read-only)
+    busy_timeout_s: float = 10.0  # how long a write waits for another process's lock
 
 
 @dataclass
@@ -154,6 +156,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_COLLECT_INTERVAL_S": "collect.interval_s",
     "IRO_AGENT_STORE_PATH": "store.path",
     "IRO_AGENT_STORE_MAX_ROWS": "store.max_rows",
+    "IRO_AGENT_STORE_MAX_PENDING": "store.max_pending",
     "IRO_AGENT_LOG_LEVEL": "log_level",
     "IRO_AGENT_FEDERATED_ENABLED": "federated.enabled",
     "IRO_AGENT_FEDERATED_MODE": "federated.mode",
@@ -194,6 +197,8 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "collect.interval_s": ("float", (0.01, None)),
     "store.path": ("path", None),
     "store.max_rows": ("int", (1, None)),
+    "store.max_pending": ("int", (1, 10_000_000)),
+    "store.busy_timeout_s": ("float", (0.0, 600)),
     "backoff.initial_s": ("float", (0.001, None)),
     "backoff.max_s": ("float", (0.001, None)),
     "federated.enabled": ("bool", None),

@@ -39,6 +39,10 @@ class AgentMetrics:
                                  ["source", "version"], registry=r)
         self.experience_rows = Gauge("iro_agent_experience_written", "Records committed to the experience store.",
                                      registry=r)
+        self.experience_pending = Gauge("iro_agent_experience_pending",
+                                        "Records held in memory while the experience store's file fails.", registry=r)
+        self.experience_failed = Gauge("iro_agent_experience_failed",
+                                       "Records the experience store could not write (dropped).", registry=r)
         self.node_cpu_used = Gauge("iro_node_cpu_used_cores", "CPU in use on the node (cores, psutil).",
                                    ["node", "site"], registry=r)
         self.node_cpu_capacity = Gauge("iro_node_cpu_capacity_cores", "Logical CPUs of the node.",

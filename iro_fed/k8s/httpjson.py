@@ -1,14 +1,17 @@
-"""What the extender, the webhook and the loopback API server share: a JSON-over-HTTP/1.1
-request handler and a server thread.
+"""What the extender, the webhook, the edge agent and the loopback API server share: a
+JSON-over-HTTP/1.1 request handler and a server thread.
 
-:class:`RoutedJsonHandler` (the extender and the webhook) is the hardened one: strict framing
-(Content-Length only, one value, digits only; no Transfer-Encoding: it is how requests are
-smuggled past a proxy), a body limit checked before anything is read, a deadline for the whole
-body and another for the request line and headers together (:class:`DeadlineReader`: a client
-that trickles bytes cannot hold a thread), JSON replies for every error (405 with ``Allow``,
-404, 408, 411, 413), and a connection that is closed whenever the next request's first byte is
-unknown. :class:`ConnectionLimit` caps a threading server's open connections (one thread each):
-beyond the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
+:class:`RoutedJsonHandler` (the extender, the webhook and the edge agent) is the hardened one:
+strict framing (Content-Length only, digits only, repeated only with the same value, as Go's
+net/http reads it; no Transfer-Encoding: it is how requests are smuggled past a proxy), a body
+limit checked before anything is read (and no ``100 Continue`` for a body that will not be
+read), a deadline for the whole body and another for the request line and headers together
+(:class:`DeadlineReader`: a client that trickles bytes cannot hold a thread), every method token
+routed (405 with ``Allow``, 404), JSON replies for every error naming the field (the stdlib's
+own included: 400, 408, 411, 413, 414, 431, 505), and a connection that is closed whenever the
+next request's first byte is unknown, after a lingering read so that a client still sending
+reads its reply. :class:`ConnectionLimit` caps a threading server's open connections (one
+thread each): beyond the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
 :func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong.
 """
 
@@ -38,6 +41,13 @@ _DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII only: int() also takes "+5", " 5",
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DRAIN_LIMIT = 1 << 20  # an error reply reads up to this much unread body to keep the connection; more: it closes
+# A method is a token (RFC 9110 5.6.2); anything else is not a request line.
+_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,20}")
+_BODY_METHODS = ("POST", "PUT", "PATCH")  # what a handler reads a body for
+# A connection closed with a body unread is read from (and what comes dropped) for at most this
+# long and this much first: see RoutedJsonHandler._linger.
+_LINGER_S = 2.0
+_LINGER_BYTES = 16 << 20
 
 
 class JsonBodyError(ValueError):
@@ -187,9 +197,13 @@ class JsonHandler(BaseHTTPRequestHandler):
         log.debug("%s - " + format, self.address_string(), *args)
 
     def _send(self, code: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+        self.send_body(code, json.dumps(body).encode(), "application/json", headers)
+
+    def send_body(self, code: int, data: bytes, content_type: str = "application/json",
+                  headers: Mapping[str, str] | None = None) -> None:
+        """One reply with ``data`` as its body (none for HEAD) and ``Connection: close`` when closing."""
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -204,8 +218,11 @@ class RoutedJsonHandler(JsonHandler):
     """A JSON API handler: :meth:`routes` maps path -> {method: handler}; every error a JSON reply.
 
     Handlers raise :class:`HttpError` for an error reply and read the body with
-    :meth:`read_json`. After an error the unread rest of a body is read (up to 1 MiB) or the
-    connection closed, so the next request on a keep-alive connection starts where it should.
+    :meth:`read_json`. After an error the unread rest of a body is read (up to ``drain_bytes``)
+    or the connection closed, so the next request on a keep-alive connection starts where it
+    should. A server sets its limits as attributes of the same names (``max_body_bytes``,
+    ``body_timeout_s``, ``header_timeout_s``, ``setting_names``; ``idle_timeout_s`` for
+    ``timeout``); the servers differ in their routes, the error key and the hooks below.
     """
 
     error_key = "Error"  # the message's key in an error reply
@@ -215,10 +232,16 @@ class RoutedJsonHandler(JsonHandler):
     #: and close (a per-read timeout alone restarts with every byte).
     header_timeout_s = 30.0
     timeout: float | None = 120  # idle keep-alive (kube closes idle ones at 90 s), and each write
+    #: How much of a body the handler did not read is read after an error so that the connection
+    #: carries on; a longer one closes it (0: any unread body closes the connection).
+    drain_bytes = _DRAIN_LIMIT
+    #: The settings behind the limits, named in their errors: {"max_body_bytes": "listen.max_body_bytes"}.
+    setting_names: Mapping[str, str] = {}
 
     def setup(self) -> None:
-        for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s"):  # the server's own, where it sets them
+        for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "setting_names"):  # the server's own
             setattr(self, name, getattr(self.server, name, getattr(self, name)))
+        self.timeout = getattr(self.server, "idle_timeout_s", self.timeout)
         super().setup()
         self.rfile.close()  # the plain reader: replaced by one with a deadline per request
         self._reader = DeadlineReader(self.connection, self.header_timeout_s, self.timeout)
@@ -230,14 +253,19 @@ class RoutedJsonHandler(JsonHandler):
         keep-alive connection (no byte of a next request) closes quietly after ``timeout``."""
         self._reader.deadline = None  # until the next request's first byte: the idle timeout
         self.raw_requestline = b""
-        self.command, self.request_version, self.requestline = "", self.protocol_version, ""
+        self.command, self.request_version, self.requestline, self.path = "", self.protocol_version, "", ""
+        self.request_started: float | None = None  # perf_counter() when the request line came
+        self._body_state = "read"  # nothing of a body pending (see _settle_body)
+        self._responded = False
+        self._continue_withheld = False
         try:
             self.raw_requestline = self.rfile.readline(65537)
             if not self.raw_requestline:
                 self.close_connection = True
                 return
+            self.request_started = time.perf_counter()
             if len(self.raw_requestline) > 65536:
-                self.send_error(414)
+                self.send_error(414, "request line: over 65536 bytes")
                 return
             if not self.parse_request():
                 return  # an error reply has been sent
@@ -247,20 +275,23 @@ class RoutedJsonHandler(JsonHandler):
                 self._request_timed_out()
             return
         try:
-            getattr(self, "do_" + self.command, self._not_implemented)()
+            self._dispatch()  # every method: one the path does not serve is a 405 with Allow
             self.wfile.flush()
         except TimeoutError:  # a write timed out: the client does not read its reply
             self.close_connection = True
 
-    def _not_implemented(self) -> None:
-        self.send_error(501, f"unsupported method ({self.command[:20]!r})")
+    def _hint(self, limit: str) -> str:
+        """`` (the setting)`` behind ``limit`` where the server names one, for an error message."""
+        name = self.setting_names.get(limit)
+        return f" ({name})" if name else ""
 
     def _request_timed_out(self) -> None:
         whole_line = self.raw_requestline.endswith(b"\n")
         field = "headers" if whole_line else "request line"
         self._body_state = "unknown"
         try:
-            self.send_json_error(408, f"{field}: did not arrive within {self.header_timeout_s:g} s", field)
+            self.send_json_error(408, f"{field}: did not arrive within {self.header_timeout_s:g} s"
+                                 f"{self._hint('header_timeout_s')}", field)
             self.wfile.flush()
         except OSError:
             pass
@@ -274,12 +305,27 @@ class RoutedJsonHandler(JsonHandler):
     def on_error(self, code: int) -> None:
         """Called for every error reply (the servers count them)."""
 
+    def route_path(self) -> str:
+        """The path :meth:`routes` is looked up with: the request's, without the query."""
+        return urlsplit(self.path).path
+
+    def keep_alive_after_error(self, code: int) -> bool:
+        """Whether the connection may carry another request after error ``code`` (when its body
+        is settled, see ``drain_bytes``); False closes it."""
+        return True
+
+    def request_failed(self, exc: Exception) -> None:
+        """A handler raised ``exc`` (not an :class:`HttpError`): log it; a 500 follows."""
+        log.exception("%s %s failed", self.command, self.route_path())
+
     # --- dispatch --------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        self._body_state = "unread"
-        path = urlsplit(self.path).path
+        # Without "100 Continue" the client may never send the body: it is not waited for.
+        self._body_state = "withheld" if self._continue_withheld else "unread"
+        path = self.route_path()
         try:
+            self._declared_length()  # framing first, whatever the path and method: a bad one is refused and closes
             methods = self.routes().get(path)
             if methods is None:
                 raise HttpError(404, self.not_found(path), "path")
@@ -287,18 +333,25 @@ class RoutedJsonHandler(JsonHandler):
             if handler is None:
                 self._allow = ", ".join(methods)
                 raise HttpError(405, f"method {self.command} is not served on {path} (use {self._allow})", "method")
-            if self.command not in ("POST", "PUT", "PATCH") and not self._settle_body():
+            if self.command not in _BODY_METHODS and not self._settle_body():
                 self.close_connection = True  # a GET with a body: it is not read, and it must not become the next request
             handler()
             if self._body_state == "unread" and not self._settle_body():
                 self.close_connection = True
         except HttpError as exc:
             self.send_json_error(exc.code, str(exc), exc.field)
+        except (ConnectionError, TimeoutError):
+            raise  # the client is gone or does not read: no reply reaches it (the server logs it)
         except Exception as exc:  # the handler's own fault: a reply, not a dropped connection
-            log.exception("%s %s failed", self.command, path)
+            if self._responded:
+                raise  # a reply has begun: another would corrupt it
+            self.request_failed(exc)
             self.send_json_error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch  # noqa: N815
+    def send_body(self, code: int, data: bytes, content_type: str = "application/json",
+                  headers: Mapping[str, str] | None = None) -> None:
+        self._responded = True
+        super().send_body(code, data, content_type, headers)
 
     def send_json_error(self, code: int, message: str, field: str | None = None) -> None:
         """Reply ``{error_key: message, "field": field}``; first settle the unread body."""
@@ -306,18 +359,27 @@ class RoutedJsonHandler(JsonHandler):
         headers: dict[str, str] = {}
         if code == 405:
             headers["Allow"] = getattr(self, "_allow", "")
-        if not self._settle_body():
+        if not self.keep_alive_after_error(code) or not self._settle_body():
             self.close_connection = True
         self._send(code, {self.error_key: message, "field": field}, headers)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The stdlib's errors (bad request line, header too long, unknown method) as JSON, closing."""
+        """The stdlib's errors (bad request line, headers too long or too many) as JSON naming
+        the part at fault, closing."""
         self.close_connection = True
         self._body_state = "unknown"
         if self.request_version == "HTTP/0.9":  # the request line did not parse: answer in HTTP/1.1, with headers
             self.request_version = self.protocol_version
+        text = message or self.responses.get(code, ("error",))[0]
+        field = None
+        if text.startswith(("request line:", "headers:")):
+            field = text.split(":", 1)[0]
+        elif code == 431:  # the stdlib's "Line too long", "Too many headers"
+            field, text = "headers", f"headers: {text}"
+        elif code in (400, 505):  # the stdlib's request line checks
+            field, text = "request line", f"request line: {text}"
         try:
-            self.send_json_error(code, message or self.responses.get(code, ("error",))[0])
+            self.send_json_error(code, text, field)
         except OSError:
             pass
 
@@ -325,7 +387,10 @@ class RoutedJsonHandler(JsonHandler):
         if not super().parse_request():
             return False
         if self.request_version == "HTTP/0.9":  # "GET /path" alone: a reply without status or headers
-            self.send_error(400, "HTTP/0.9 requests are not served")
+            self.send_error(400, "request line: HTTP/0.9 is not served (send HTTP/1.1)")
+            return False
+        if not _METHOD.fullmatch(self.command):
+            self.send_error(400, f"request line: not a method: {self.command[:20]!r}")
             return False
         return True
 
@@ -348,14 +413,15 @@ class RoutedJsonHandler(JsonHandler):
         text = values.pop()
         if not _DIGITS.fullmatch(text):
             if text.isascii() and text.isdigit():
-                raise HttpError(413, f"Content-Length: {text[:30]}... bytes is over the limit of {self.max_body_bytes}",
-                                "Content-Length")
+                raise HttpError(413, f"Content-Length: {text[:30]}... bytes is over the limit of {self.max_body_bytes}"
+                                f"{self._hint('max_body_bytes')}", "Content-Length")
             raise HttpError(400, f"Content-Length: expected a non-negative decimal integer, got {text[:40]!r}",
                             "Content-Length")
         return int(text)
 
     def _settle_body(self) -> bool:
-        """Before an error reply: True when the connection can carry another request."""
+        """Before an error reply: True when the connection can carry another request (the body,
+        if any, has been read, or is read now when at most ``drain_bytes``)."""
         if self._body_state == "read":
             return True
         if self._body_state != "unread":
@@ -365,7 +431,7 @@ class RoutedJsonHandler(JsonHandler):
             if length is None:
                 self._body_state = "read"
                 return True
-            if length > _DRAIN_LIMIT:
+            if length > self.drain_bytes:
                 return False
             self._read_exact(length)
             return True
@@ -387,8 +453,8 @@ class RoutedJsonHandler(JsonHandler):
                 chunks.append(chunk)
                 got += len(chunk)
         except TimeoutError:
-            raise HttpError(408, f"body: {got} of {length} bytes arrived within {self.body_timeout_s:g} s",
-                            "body") from None
+            raise HttpError(408, f"body: {got} of {length} bytes arrived within {self.body_timeout_s:g} s"
+                            f"{self._hint('body_timeout_s')}", "body") from None
         self._body_state = "read"
         return b"".join(chunks)
 
@@ -399,8 +465,8 @@ class RoutedJsonHandler(JsonHandler):
             raise HttpError(411, "Content-Length: required (send a JSON body with Content-Length)", "Content-Length")
         if length > self.max_body_bytes:
             self._body_state = "refused"  # not read, not drained: the connection closes
-            raise HttpError(413, f"Content-Length: {length} bytes is over the limit of {self.max_body_bytes}",
-                            "Content-Length")
+            raise HttpError(413, f"Content-Length: {length} bytes is over the limit of {self.max_body_bytes}"
+                            f"{self._hint('max_body_bytes')}", "Content-Length")
         return self._read_exact(length)
 
     def read_json(self) -> Any:
@@ -412,14 +478,43 @@ class RoutedJsonHandler(JsonHandler):
             raise HttpError(400, str(exc), exc.field) from None
 
     def handle_expect_100(self) -> bool:
-        """No ``100 Continue`` for a body that will be refused: the error reply comes at once."""
+        """``100 Continue`` only for a body that will be read: one that will be refused (too
+        large, ambiguous framing, a path or method that reads none) gets its final answer at once,
+        and the client need not send it."""
         try:
             length = self._declared_length()
-            if length is not None and length > self.max_body_bytes:
-                return True
         except HttpError:
+            length = None
+        methods = self.routes().get(self.route_path()) or {}
+        if (length is None or length > self.max_body_bytes or self.command not in _BODY_METHODS
+                or self.command not in methods):
+            self._continue_withheld = True
             return True
         return super().handle_expect_100()
+
+    def finish(self) -> None:
+        super().finish()
+        if getattr(self, "_body_state", "read") in ("unread", "withheld", "refused", "failed"):
+            self._linger()
+
+    def _linger(self) -> None:
+        """The connection closes with a body (partly) unread (413, 411, a framing error...).
+        Closing now, with the client still sending, would make the kernel reset the connection,
+        and a client that is still writing would never read its reply. So: end our side (FIN),
+        then read and drop what comes, for at most _LINGER_S seconds and _LINGER_BYTES bytes."""
+        conn = self.connection
+        try:
+            conn.shutdown(socket.SHUT_WR)
+            end = time.monotonic() + min(_LINGER_S, self.body_timeout_s)
+            left = _LINGER_BYTES
+            while left > 0 and (wait := end - time.monotonic()) > 0:
+                conn.settimeout(wait)
+                chunk = conn.recv(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
 
 
 class DeadlineReader(socket.SocketIO):

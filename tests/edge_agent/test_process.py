@@ -64,6 +64,7 @@ def test_example_config_serves_the_four_endpoints(http, tmp_path):
         assert http("GET", f"{url}/healthz")[0] == 200
         status, ready = http("GET", f"{url}/readyz")
         assert status == 200 and ready["site"] == "edge-munich" and ready["nodes"] == 3
+        assert ready["store"]["pending"] == 0 and ready["store"]["failed"] == 0
         status, reply = http("POST", f"{url}/recommend", {"name": "cam", "requests": {"cpu": 250, "memory": 256},
                                                          "user_region": "iot-munich", "max_latency_ms": 4})
         assert status == 200 and reply["nodes"] and all(e["domain"] == "edge-munich" for e in reply["nodes"])

@@ -382,17 +382,71 @@ def test_webhook_methods_and_paths(tls_connect):
     still_in_step(conn, "/mutate")
 
 
-def test_protocol_errors_are_json_and_close(connect):
+def test_an_unknown_method_is_a_405_with_allow(connect):
+    # Every method token is routed (as Go's ServeMux does), as the edge agent always did: it said 501 and closed.
     conn = connect()
     status, headers, reply = conn.send(b"BREW /iro/filter HTTP/1.1\r\nHost: t\r\n\r\n").response()
-    assert status == 501 and headers["content-type"] == "application/json" and reply["Error"]
-    assert conn.closed()
+    assert status == 405 and headers["allow"] == "POST" and headers["content-type"] == "application/json"
+    assert reply == {"Error": "method BREW is not served on /iro/filter (use POST)", "field": "method"}
+    still_in_step(conn)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "field", "fragment"),
+    [
+        (b"G(T /healthz HTTP/1.1\r\nHost: t\r\n\r\n", 400, "request line", "not a method: 'G(T'"),
+        (b"POST /iro/filter HTTP/9.9\r\n\r\n", 505, "request line", "Invalid HTTP version"),
+        (b"GET /healthz HTTP/9\r\n\r\n", 400, "request line", "Bad request version"),
+        (b"GET /healthz\r\n\r\n", 400, "request line", "HTTP/0.9 is not served"),  # HTTP/0.9: a bare body came back
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, "request line", "over 65536 bytes"),
+        (b"GET /healthz HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431, "headers", "Too many headers"),
+        (b"GET /healthz HTTP/1.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n", 431, "headers", "Line too long"),
+    ],
+)
+def test_protocol_errors_are_json_naming_the_part_and_close(connect, raw, status, field, fragment):
     conn = connect()
-    status, headers, reply = conn.send(b"POST /iro/filter HTTP/9.9\r\n\r\n").response()
-    assert status == 505 and reply["Error"] and conn.closed()
+    got, headers, reply = conn.send(raw).response()
+    assert got == status and headers["content-type"] == "application/json", reply
+    assert reply["field"] == field and reply["Error"].startswith(f"{field}: ") and fragment in reply["Error"], reply
+    assert headers["connection"] == "close" and closed_or_reset(conn)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "field"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "Transfer-Encoding"),
+        (b"POST /iro/nope HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}", 400,
+         "Content-Length"),
+    ],
+)
+def test_framing_is_checked_whatever_the_path_and_method(connect, raw, status, field):
+    # A GET /healthz with a chunked body was answered 200 (and closed); the framing error comes first now.
     conn = connect()
-    status, headers, reply = conn.send(b"GET /healthz\r\n\r\n").response()  # HTTP/0.9: a bare body came back
-    assert status == 400 and "HTTP/0.9" in reply["Error"] and conn.closed()
+    got, headers, reply = conn.send(raw).response()
+    assert got == status and reply["field"] == field and headers["connection"] == "close" and conn.closed()
+
+
+def test_no_100_continue_for_a_body_that_will_not_be_read(connect):
+    # "100 Continue" went out for a path that reads no body: the client then sent a body for nothing.
+    for head in (b"POST /iro/nope HTTP/1.1\r\n", b"PUT /iro/filter HTTP/1.1\r\n"):
+        conn = connect().send(head + b"Host: t\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+        status, headers, _ = conn.response()  # the final answer at once, not "100 Continue"
+        assert status in (404, 405) and headers["connection"] == "close" and conn.closed()
+    conn = connect().send(b"POST /iro/filter HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert conn.file.readline() == b"HTTP/1.1 100 Continue\r\n"  # a body that will be read gets its go-ahead
+
+
+def test_a_client_that_sends_an_oversized_body_anyway_reads_its_413(ext):
+    """A client without Expect writes the whole body before it reads its reply: the server closing
+    at once (with the body unread) reset the connection under it (EPIPE / ECONNRESET) instead."""
+    import http.client
+
+    ext.max_body_bytes = 8192
+    conn = http.client.HTTPConnection(*ext.server_address[:2], timeout=30)
+    conn.request("POST", "/iro/filter", b" " * (8 << 20), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 413 and json.loads(resp.read())["field"] == "Content-Length"
+    conn.close()
 
 
 def test_unknown_paths_are_a_json_404(connect):
