@@ -366,3 +366,38 @@ def test_the_polish_drains_a_node_that_single_pod_moves_cannot_empty():
     state.place(0, 0)
     state.place(1, 1)
     assert improve(tight, state) == 0 and state.assignment.tolist() == [0, 1]
+
+
+def test_the_polish_swaps_pods_that_cannot_move_alone():
+    """Two full nodes in two zones, each pod on the node far from its users: neither fits on the
+    other node alone, so single-pod moves and drains cannot help; trading places halves the
+    latency term. ``improve`` swaps them; ``swaps=False`` (the hint's polish) does not."""
+    doc = {
+        "resources": ["cpu", "memory"],
+        "domains": [{"name": "east", "carbon_intensity": 100.0}, {"name": "west", "carbon_intensity": 100.0}],
+        "latency_ms": {"users-east": {"east": 5.0, "west": 80.0}, "users-west": {"east": 80.0, "west": 5.0}},
+        "nodes": [{"name": "e1", "domain": "east", "capacity": {"cpu": 4000, "memory": 8192}},
+                  {"name": "w1", "domain": "west", "capacity": {"cpu": 4000, "memory": 8192}}],
+        "workloads": [
+            {"name": "for-west", "requests": {"cpu": 3000, "memory": 6000}, "user_region": "users-west"},
+            {"name": "for-east", "requests": {"cpu": 3000, "memory": 6000}, "user_region": "users-east"},
+        ],
+    }
+    problem = problem_from_dict(doc)
+
+    def wrong_way_round() -> ClusterState:
+        state = ClusterState(problem)
+        state.place(0, 0)  # for-west on e1
+        state.place(1, 1)  # for-east on w1
+        return state
+
+    state = wrong_way_round()
+    assert improve(problem, state, swaps=False) == 0 and state.assignment.tolist() == [0, 1]
+    before = evaluate(problem, state.assignment)
+    assert improve(problem, state) == 2
+    assert state.assignment.tolist() == [1, 0]
+    after = evaluate(problem, state.assignment)
+    assert after.terms["latency"] > before.terms["latency"] and after.score > before.score + 1e-6
+    assert check_placement(problem, state.assignment, state.gpu_cards) == []
+    # cpsat reaches the same from any start: it is the optimum (brute force).
+    assert solvers.make("cpsat").solve(problem).objective.score == pytest.approx(brute_force(problem).objective.score)
