@@ -23,7 +23,6 @@ Errors raise :class:`BadRequest` with the field path (``pod.spec.containers[0].r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -36,21 +35,6 @@ class BadRequest(ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
-
-
-def parse_quantity(text: Any, field: str) -> Decimal:
-    """A non-negative Kubernetes quantity as an exact decimal (``500m`` -> 0.5, ``1Ki`` -> 1024),
-    read by :mod:`iro_fed.k8s.quantity` (the parser the Kubernetes integration uses)."""
-    from iro_fed.k8s.quantity import QuantityError
-    from iro_fed.k8s.quantity import parse_quantity as k8s_parse
-
-    try:
-        value = k8s_parse(text, field)
-    except QuantityError as exc:
-        raise BadRequest(field, str(exc).removeprefix(f"{field}: ")) from None
-    if value < 0:
-        raise BadRequest(field, f"must be >= 0, got {text!r}")
-    return value
 
 
 def is_pod(doc: Mapping[str, Any]) -> bool:

@@ -40,9 +40,30 @@ def check_seed(flag: str, seed: int) -> int:
     """``seed`` if it is in the solvers' seed range (solvers.base.MAX_SEED), else a UsageError naming ``flag``."""
     from solvers.base import MAX_SEED
 
-    if not 0 <= seed <= MAX_SEED:
-        raise UsageError(f"{flag}: must be between 0 and {MAX_SEED}, got {seed}")
-    return seed
+    return check_int(flag, seed, 0, MAX_SEED)
+
+
+def check_int(flag: str, value: int, low: int, high: int) -> int:
+    """``value`` if ``low <= value <= high``, else a UsageError naming ``flag``. Counts that size
+    work or memory (environments, steps, episodes) need an upper bound too: a typo such as
+    ``--envs 100000000`` must fail at once, not after building a list of that many."""
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: must be between {low} and {high}, got {value}")
+    return value
+
+
+def check_number(flag: str, value: float, low: float | None = None, high: float | None = None,
+                 low_open: bool = False) -> float:
+    """``value`` if finite and in ``[low, high]`` (``low_open``: ``low`` itself excluded; ``None``:
+    no bound on that side), else a UsageError naming ``flag``. float() reads 'nan' and 'inf', which
+    pass every ``<`` test, so finiteness is checked first; the one message says the whole rule."""
+    if not (math.isfinite(value) and (low is None or value > low or (value == low and not low_open))
+            and (high is None or value <= high)):
+        rule = "finite" if low is None else f"{'>' if low_open else '>='} {low:g} and finite"
+        if high is not None:
+            rule += f", at most {high:g}"
+        raise UsageError(f"{flag}: must be {rule}, got {value:g}")
+    return value
 
 
 def check_output_file(flag: str, path: str | Path) -> Path:
@@ -102,11 +123,14 @@ def check_listen_host(flag: str, host: str) -> str:
     return host
 
 
+#: Most simulated hours a run may have (a leap year; the carbon data covers about one year). Every
+#: step is recorded, so ``--hours 1e9`` would try to allocate hundreds of GiB before failing.
+MAX_HOURS = 24 * 366
+
+
 def check_hours(flag: str, hours: float) -> float:
-    """Simulated hours: a finite number > 0 (``nan`` and ``inf`` pass a plain ``<= 0`` test)."""
-    if not math.isfinite(hours) or hours <= 0:
-        raise UsageError(f"{flag}: must be > 0 and finite, got {hours:g}")
-    return hours
+    """Simulated hours: a finite number > 0, at most :data:`MAX_HOURS`."""
+    return check_number(flag, hours, 0.0, MAX_HOURS, low_open=True)
 
 
 def check_names(flag: str, text: str, known: Sequence[str], what: str = "solver") -> list[str]:
@@ -358,6 +382,10 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     return seeds
 
 
+#: ``iro replay``'s arrival-sequence seed when neither ``--seed`` nor ``--seeds`` is given.
+REPLAY_SEED = 42
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.problem_io import write_json_atomic
@@ -370,7 +398,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for name in policies:
         if args.batch_window == 1 and not issubclass(solvers.registered()[name], solvers.OnlineSolver):
             raise UsageError(f"--policy: {name!r} is not an online solver; replay places pods one at a time (or give --batch-window)")
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else [check_seed("--seed", args.seed)]
+    if args.seeds is not None and args.seed is not None:  # one of them would be silently ignored
+        raise UsageError("--seed and --seeds: give one")
+    if args.seeds is not None:
+        seeds = parse_seeds(args.seeds)
+    else:
+        seeds = [check_seed("--seed", REPLAY_SEED if args.seed is None else args.seed)]
     settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
     if args.out:
         check_output_file("--out", args.out)
@@ -486,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", required=True, metavar="CSV", help="node list, e.g. openb_node_list_gpu_node.csv")
     p.add_argument("--pods", required=True, metavar="CSV", help="pod list, e.g. openb_pod_list_default.csv")
     p.add_argument("--policy", required=True, metavar="NAME[,NAME]", help="online solver(s), e.g. fgd, fgd-bestfit, iro-frag")
-    p.add_argument("--seed", type=int, default=42, help="arrival-sequence seed (default 42)")
+    # default None, not 42: giving --seed with --seeds is an error, the default alone is not
+    p.add_argument("--seed", type=int, default=None, help=f"arrival-sequence seed (default {REPLAY_SEED})")
     p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51 or 1,5,9 (at most 1000, none twice); "
                                                   "the result holds their median")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")

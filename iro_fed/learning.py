@@ -14,6 +14,12 @@ import argparse
 from typing import Any
 
 EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
+#: Upper bounds of ``iro train``'s counts, generous for real use: each env is a whole simulator
+#: built up front (``--envs 100000000`` ran out of memory building them), and steps and episodes
+#: are run one by one (10^8 steps is days of training; a typo of more would never finish).
+MAX_ENVS = 256
+MAX_TRAIN_STEPS = 100_000_000
+MAX_EVAL_EPISODES = 1000
 #: Episode length per scenario for training: long enough to hold its decisions, no longer.
 TRAIN_HOURS = {"bank": 6.0, "promo-surge": 14.0}
 #: DQN settings per scenario on top of the config defaults (``--set`` overrides them). In
@@ -36,11 +42,11 @@ def register(sub: Any) -> None:
     """Add ``train`` to the ``iro`` subcommands."""
     p = sub.add_parser("train", help="train the DQN placement policy on a simulator scenario")
     p.add_argument("--scenario", required=True, metavar="NAME", help="bank, edge-iot, promo-surge or openb")
-    p.add_argument("--steps", type=int, default=20_000, help="environment steps over all envs (default 20000)")
+    p.add_argument("--steps", type=int, default=20_000, help=f"environment steps over all envs (default 20000, at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", default="policy.pt", metavar="FILE", help="checkpoint to write (default policy.pt)")
     p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, optimizer, steps)")
-    p.add_argument("--envs", type=int, default=4, help="vectorized environments (default 4)")
+    p.add_argument("--envs", type=int, default=4, help=f"vectorized environments (default 4, at most {MAX_ENVS})")
     p.add_argument("--hours", type=float, default=None,
                    help="simulated hours per episode (default: 6 for bank, 14 for promo-surge (its sale starts "
                         "at 10 h), else the scenario's length)")
@@ -48,7 +54,7 @@ def register(sub: Any) -> None:
                    help="DQN config field (see solvers/dqn/config.py), e.g. n_step=5; repeat for several")
     p.add_argument("--scenario-set", action="append", metavar="KEY=VALUE",
                    help="scenario parameter or engine setting, as in `iro simulate --set`")
-    p.add_argument("--eval-episodes", type=int, default=3, help="held-out episodes to evaluate on (default 3)")
+    p.add_argument("--eval-episodes", type=int, default=3, help=f"held-out episodes to evaluate on (default 3, at most {MAX_EVAL_EPISODES})")
     p.add_argument("--no-emissions", action="store_true", help="do not measure emissions with codecarbon")
     p.set_defaults(func=cmd_train)
 
@@ -120,6 +126,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _console,
         check_hours,
         check_input_file,
+        check_int,
         check_output_file,
         check_seed,
         split_pairs,
@@ -130,9 +137,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.scenario not in SCENARIOS:
         raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
-    for flag, value, low in (("--steps", args.steps, 1), ("--envs", args.envs, 1), ("--eval-episodes", args.eval_episodes, 0)):
-        if value < low:
-            raise UsageError(f"{flag}: must be >= {low}, got {value}")
+    check_int("--steps", args.steps, 1, MAX_TRAIN_STEPS)
+    check_int("--envs", args.envs, 1, MAX_ENVS)
+    check_int("--eval-episodes", args.eval_episodes, 0, MAX_EVAL_EPISODES)
     check_seed("--seed", args.seed)
     if args.hours is None:
         args.hours = train_hours(args.scenario)

@@ -195,6 +195,16 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def utf8_error(data: bytes, exc: UnicodeDecodeError, offset: int = 0, line: int = 1) -> str:
+    """Where ``data`` stops being UTF-8, for a message: ``not UTF-8 text: byte 0xe9 at offset 40
+    (line 2)``. ``exc`` is the error of decoding ``data`` or a suffix of it (``utf-8-sig`` drops a
+    byte-order mark); ``offset`` and ``line`` say where ``data`` starts in its file, for a caller
+    that decodes a part of it. Each caller puts its own prefix (file, flag or field) before it."""
+    at = exc.start + len(data) - len(exc.object)
+    line += data[:at].count(b"\n")
+    return f"not UTF-8 text: byte 0x{data[at]:02x} at offset {offset + at} (line {line})"
+
+
 def load_document(path: str | os.PathLike) -> dict:
     """Read a JSON or YAML file into a dict (YAML by extension .yaml/.yml)."""
     p = Path(path)
@@ -205,10 +215,7 @@ def load_document(path: str | os.PathLike) -> dict:
     try:
         text = data.decode("utf-8-sig")  # a leading byte-order mark (some editors write one) is fine
     except UnicodeDecodeError as exc:
-        at = exc.start + len(data) - len(exc.object)  # exc.object lacks the byte-order mark, if any
-        line = data[:at].count(b"\n") + 1
-        msg = f"the file is not UTF-8 text: byte 0x{data[at]:02x} at offset {at} (line {line}) is invalid"
-        raise ProblemValidationError([("", msg)], str(p)) from None
+        raise ProblemValidationError([("", utf8_error(data, exc))], str(p)) from None
     if not text.strip():
         raise ProblemValidationError([("", "the file is empty (the document must be an object)")], str(p))
     try:

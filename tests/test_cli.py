@@ -214,6 +214,29 @@ def test_parse_seeds_checks_range_duplicates_and_count():
             parse_seeds(text)
 
 
+def test_check_number_checks_finiteness_then_bounds_with_one_message():
+    from iro_fed.cli import UsageError, check_hours, check_int, check_number
+
+    assert check_number("--x", 0.0, 0.0, 1.0) == 0.0 and check_number("--x", 1.0, 0.0, 1.0) == 1.0
+    assert check_number("--x", -1e300) == -1e300  # no bounds: only finiteness
+    for value, kwargs, message in [
+        (float("nan"), {}, "--x: must be finite, got nan"),
+        (float("inf"), {"high": 5.0}, "--x: must be finite, at most 5, got inf"),
+        (float("-inf"), {"low": 0.0}, "--x: must be >= 0 and finite, got -inf"),
+        (0.0, {"low": 0.0, "low_open": True}, "--x: must be > 0 and finite, got 0"),
+        (-0.5, {"low": 0.0, "high": 1.0}, "--x: must be >= 0 and finite, at most 1, got -0.5"),
+        (2.0, {"low": 0.0, "high": 1.0}, "--x: must be >= 0 and finite, at most 1, got 2"),
+    ]:
+        with pytest.raises(UsageError) as info:
+            check_number("--x", value, **kwargs)
+        assert str(info.value) == message
+    with pytest.raises(UsageError, match=r"^--hours: must be > 0 and finite, at most 8784, got 1e\+09$"):
+        check_hours("--hours", 1e9)
+    assert check_int("--n", 5, 1, 5) == 5
+    with pytest.raises(UsageError, match=r"^--n: must be between 1 and 5, got 6$"):
+        check_int("--n", 6, 1, 5)
+
+
 # --- iro replay ---------------------------------------------------------------------------------
 
 
@@ -238,6 +261,19 @@ def test_replay_runs_on_the_small_trace(trace, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["seeds"] == [1, 3]
 
 
+def test_replay_seed_defaults_to_42_and_is_used_when_given(trace, tmp_path):
+    assert main([*trace, "--out", "r.json"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["seed"] == 42
+    assert main([*trace, "--seed", "7", "--out", "r.json"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["seed"] == 7
+
+
+def test_replay_help_keeps_the_default_seed(capsys):
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "arrival-sequence seed (default 42)" in " ".join(capsys.readouterr().out.split())
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -251,6 +287,8 @@ def test_replay_runs_on_the_small_trace(trace, tmp_path):
         (["--seeds", ""], "--seeds: expected N, N-M"),  # was: silently --seed
         (["--seeds", "5-3"], "--seeds: range '5-3' ends before it starts"),
         (["--seeds", "1,1"], "--seeds: seed 1 given twice"),
+        (["--seed", "7", "--seeds", "1-2"], "--seed and --seeds: give one"),  # was: --seed silently ignored
+        (["--seed", "42", "--seeds", "1-2"], "--seed and --seeds: give one"),  # given, even if it is the default
         (["--policy", "fgd,fgd"], "--policy: solver 'fgd' given twice"),
         (["--policy", ","], "--policy: give at least one solver name"),
         (["--policy", "fgd,nope"], "--policy: unknown solver 'nope'"),

@@ -771,7 +771,7 @@ def test_file_that_is_not_utf8(tmp_path, name: str) -> None:
     path = tmp_path / name
     path.write_bytes(b'{"domains": [],\n "nodes": [{"name": "caf\xe9"}]}')  # Latin-1, not UTF-8
     err = _load_errors(path)
-    assert err.errors == [("", "the file is not UTF-8 text: byte 0xe9 at offset 40 (line 2) is invalid")]
+    assert err.errors == [("", "not UTF-8 text: byte 0xe9 at offset 40 (line 2)")]
 
 
 @pytest.mark.parametrize(("name", "data"), [("p.json", b""), ("p.json", b" \n\t\n"), ("p.yaml", b"\n")])
@@ -787,7 +787,24 @@ def test_file_with_a_byte_order_mark_loads(small_doc, tmp_path) -> None:
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(small_doc).encode())
     assert load_problem(path).num_nodes == 3
     path.write_bytes(b"\xef\xbb\xbf{\n\xff}")
-    assert _load_errors(path).errors[0][1] == "the file is not UTF-8 text: byte 0xff at offset 5 (line 2) is invalid"
+    assert _load_errors(path).errors[0][1] == "not UTF-8 text: byte 0xff at offset 5 (line 2)"
+
+
+def test_utf8_error_says_where_the_bad_byte_is_in_the_whole_file() -> None:
+    from iro_fed.problem_io import utf8_error
+
+    def error(data: bytes, encoding: str = "utf-8") -> UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError) as info:
+            data.decode(encoding)
+        return info.value
+
+    data = b"ok\nok\n\xc3("  # a truncated two-byte sequence: the error is at its first byte
+    assert utf8_error(data, error(data)) == "not UTF-8 text: byte 0xc3 at offset 6 (line 3)"
+    bom = b"\xef\xbb\xbfa\n\xff"  # utf-8-sig's error counts from after the byte-order mark
+    assert utf8_error(bom, error(bom, "utf-8-sig")) == "not UTF-8 text: byte 0xff at offset 5 (line 2)"
+    # a part of a file (one line of a CSV read line by line): offset and line of where it starts
+    part = b"caf\xe9\n"
+    assert utf8_error(part, error(part), offset=100, line=7) == "not UTF-8 text: byte 0xe9 at offset 103 (line 7)"
 
 
 def test_invalid_field_in_file_names_the_path(small_doc, tmp_path) -> None:

@@ -182,7 +182,8 @@ def test_file_that_is_not_utf8(tmp_path, loader):
     path.write_bytes((header + row + "\n" + "caf").encode() + b"\xe9" + row[1:].encode() + b"\n")
     with pytest.raises(TraceFormatError) as info:
         loader(path)
-    assert str(info.value) == f"{path} line 3: the file is not UTF-8 text (byte 0xe9 at column 4)"
+    at = len(header) + len(row) + 1 + len("caf")
+    assert str(info.value) == f"{path}: not UTF-8 text: byte 0xe9 at offset {at} (line 3)"
 
 
 def test_file_with_a_byte_order_mark_loads(tmp_path):
@@ -233,7 +234,8 @@ def test_replay_command_exits_2_on_a_file_that_is_not_utf8(tmp_path):
     cmd = [sys.executable, "-m", "iro_fed.cli", "replay", "--nodes", str(nodes), "--pods", str(pods), "--policy", "best-fit"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert f"{pods} line 2: the file is not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"--pods: {pods}: not UTF-8 text: byte 0xe9 at offset {len(POD_HEADER) + 3} (line 2)" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_every_real_list_loads():

@@ -26,6 +26,7 @@ from iro_fed.cli import (
     UsageError,
     _console,
     check_listen_host,
+    check_number,
     check_output_file,
     check_output_folder,
     split_pairs,
@@ -42,6 +43,10 @@ STOP_GRACE_S = 30.0
 LOCAL_MAX_NODES = 64
 #: `iro fed certs --node-keys` at most (one key pair per site).
 MAX_NODE_KEYS = 1000
+#: `iro fed rounds --poll-s` and `--min-interval-s` at most: the daemon waits that long on a
+#: threading.Event, which raises OverflowError beyond ~9e9 s (a traceback after the first look).
+MAX_POLL_S = 86400.0
+MAX_INTERVAL_S = 7 * 86400.0
 
 
 def register(sub: Any) -> None:
@@ -115,9 +120,10 @@ def register(sub: Any) -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
     r.add_argument("--once", action="store_true", help="handle the waiting requests, then exit (for cron)")
-    r.add_argument("--poll-s", type=float, default=10.0, help="seconds between looks at the folder (default 10)")
+    r.add_argument("--poll-s", type=float, default=10.0,
+                   help=f"seconds between looks at the folder (default 10, at most {MAX_POLL_S:g})")
     r.add_argument("--min-interval-s", type=float, default=0.0,
-                   help="least seconds from the start of one run to the next (default 0)")
+                   help=f"least seconds from the start of one run to the next (default 0, at most {MAX_INTERVAL_S:g})")
     r.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned (default 3600)")
     r.add_argument("--app", default=None, help="Flower app folder (default: this checkout)")
     r.set_defaults(func=cmd_rounds)
@@ -160,13 +166,6 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
         except tomllib.TOMLDecodeError:
             out[key] = value.strip()  # a bare word is a string
     return out
-
-
-def _finite(flag: str, value: float, positive: bool = True) -> float:
-    """``value`` if finite and > 0 (``positive``) or >= 0; 'nan' and 'inf' pass every comparison."""
-    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
-        raise UsageError(f"{flag}: expected a finite number {'> 0' if positive else '>= 0'}, got {value}")
-    return value
 
 
 def _port(flag: str, port: int) -> int:
@@ -323,7 +322,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         raise UsageError(f"--nodes: expected 1..{LOCAL_MAX_NODES}, got {args.nodes}")
     if args.rounds < 1:
         raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
-    _finite("--timeout", args.timeout)
+    check_number("--timeout", args.timeout, 0.0, low_open=True)
     if args.json_out:  # written after the run: a bad path must fail before it, not after
         check_output_file("--json", args.json_out)
     if args.workdir:
@@ -522,10 +521,10 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     from iro_fed.federated.task import FedConfig, FedConfigError
 
     if args.rounds < 1:
-        raise UsageError(f"--rounds: expected a finite number >= 1, got {args.rounds}")
-    _finite("--poll-s", args.poll_s)
-    _finite("--min-interval-s", args.min_interval_s, positive=False)
-    _finite("--timeout", args.timeout)
+        raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
+    check_number("--poll-s", args.poll_s, 0.0, MAX_POLL_S, low_open=True)
+    check_number("--min-interval-s", args.min_interval_s, 0.0, MAX_INTERVAL_S)
+    check_number("--timeout", args.timeout, 0.0, low_open=True)
     if not args.federation.strip():
         raise UsageError("--federation: expected a connection name of FLWR_HOME's config.toml")
     overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "resume": not args.fresh}

@@ -1,10 +1,10 @@
 """``iro extender``, ``iro webhook``, ``iro scheduler``: the Kubernetes servers.
 
 Each prints a table of what it serves, then runs until SIGINT / SIGTERM. Bad arguments (an
-unreadable certificate, an unknown solver, a port out of range, a number that is not finite, a
-name Kubernetes would reject, a --host this machine cannot listen on, a --cluster-config that is
-not UTF-8 or has a field of the wrong kind) exit with status 2, naming the flag, before anything
-listens.
+unreadable certificate, an unknown solver, a port or number out of range, a number that is not
+finite, a name Kubernetes would reject, a --host this machine cannot listen on, a --cluster-config
+that is not UTF-8 or has a field of the wrong kind) exit with status 2, naming the flag, before
+anything listens.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -28,10 +27,13 @@ from iro_fed.cli import (
     _console,
     _parse_settings,
     check_input_file,
+    check_int,
     check_listen_host,
+    check_number,
     check_output_file,
     check_output_folder,
 )
+from iro_fed.learning import MAX_TRAIN_STEPS
 
 
 def _port(text: str) -> int:
@@ -52,16 +54,10 @@ def _listen_port(text: str) -> int:
     return port
 
 
-def _number(flag: str, value: float, low: float, low_open: bool = False, high: float | None = None) -> float:
-    """``value`` if finite and in [low, high] (``low_open``: low itself excluded), else a UsageError
-    naming ``flag``. float() reads 'nan' and 'inf', which pass every ``<`` test, so finiteness comes first."""
-    if not math.isfinite(value):
-        raise UsageError(f"{flag}: must be a finite number, got {value}")
-    if value < low or (low_open and value == low):
-        raise UsageError(f"{flag}: must be {'>' if low_open else '>='} {low:g}, got {value:g}")
-    if high is not None and value > high:
-        raise UsageError(f"{flag}: must be <= {high:g}, got {value:g}")
-    return value
+#: Longest batch window and NodeMetrics poll period: the scheduler's thread waits that long on a
+#: threading.Event, which raises OverflowError (the thread dies, no pod is scheduled) beyond ~9e9 s.
+MAX_WINDOW_S = 3600.0
+MAX_METRICS_POLL_S = 86400.0
 
 
 # Kubernetes names: spec.schedulerName and the Lease name are DNS-1123 subdomains, namespaces labels.
@@ -94,18 +90,19 @@ def _file(path: str | None, option: str) -> str | None:
 def _config(path: str | None) -> Any:
     """The ``--cluster-config`` file; every error names the flag and the file."""
     from iro_fed.k8s.snapshot import ClusterConfig, load_config
-    from iro_fed.problem_io import ProblemValidationError
+    from iro_fed.problem_io import ProblemValidationError, utf8_error
 
     if path is None:
         return load_config(None)
     _file(path, "--cluster-config")
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise UsageError(f"--cluster-config: cannot read {path!r}: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--cluster-config: {path!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
-                         f"at offset {exc.start})") from exc
+        raise UsageError(f"--cluster-config: {path!r}: {utf8_error(data, exc)}") from None
     yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
     try:
         if yaml_file:
@@ -165,7 +162,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
     _logging(args.verbose)
     _server_args(args)
     _url_prefix(args.url_prefix)
-    _number("--solver-weight", args.solver_weight, 0.0, high=1.0)
+    check_number("--solver-weight", args.solver_weight, 0.0, 1.0)
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     kube = cache = None
@@ -228,9 +225,8 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                   for n in (args.namespaces or "").split(",") if n.strip()]
     _k8s_name("--scheduler-name", args.scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
-    _number("--budget-s", args.budget_s, 0.0, low_open=True, high=30.0)
-    if not 1 <= args.top_k <= 1000:
-        raise UsageError(f"--top-k: must be 1..1000, got {args.top_k}")
+    check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
+    check_int("--top-k", args.top_k, 1, 1000)
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     cache = None
@@ -264,11 +260,11 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     _logging(args.verbose)
     _k8s_name("--name", args.name, max_len=253 - len("-scheduler"))  # the Lease is named NAME-scheduler
     _k8s_name("--lease-namespace", args.lease_namespace, label=True)
-    _number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
-    _number("--window-s", args.window_s, 0.0)
-    _number("--metrics-poll-s", args.metrics_poll_s, 0.0, low_open=True)
+    check_number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
+    check_number("--window-s", args.window_s, 0.0, MAX_WINDOW_S)
+    check_number("--metrics-poll-s", args.metrics_poll_s, 0.0, MAX_METRICS_POLL_S, low_open=True)
     if args.feedback_threshold is not None:
-        _number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
+        check_number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
     if args.max_batch < 1:
         raise UsageError(f"--max-batch: must be >= 1, got {args.max_batch}")
     settings = _parse_settings(args.set or [], args.solver)
@@ -337,8 +333,7 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
     """The fine-tune actions of ``iro scheduler`` on drift (they run on the loop's worker thread)."""
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
 
-    if args.fine_tune_steps < 1:
-        raise UsageError(f"--fine-tune-steps: must be >= 1, got {args.fine_tune_steps}")
+    check_int("--fine-tune-steps", args.fine_tune_steps, 1, MAX_TRAIN_STEPS)
     # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail now.
     if args.round_request:
         check_output_folder("--round-request", args.round_request)
@@ -412,19 +407,19 @@ def register(sub: Any) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     p.add_argument("--fallback", default="kube-default", metavar="NAME", help="heuristic on solver error or timeout (default kube-default)")
     p.add_argument("--time-limit-s", type=float, default=5.0, metavar="S", help="time the solver may take per batch (default 5)")
-    p.add_argument("--window-s", type=float, default=1.0, metavar="S", help="gather pending pods this long before solving (default 1)")
+    p.add_argument("--window-s", type=float, default=1.0, metavar="S", help=f"gather pending pods this long before solving (default 1, at most {MAX_WINDOW_S:g})")
     p.add_argument("--max-batch", type=int, default=500, metavar="N", help="pods per batch at most (default 500)")
     p.add_argument("--lease-namespace", default="iro-system", metavar="NS", help="namespace of the leader-election Lease")
     p.add_argument("--no-leader-elect", action="store_true", help="run without leader election (one replica only)")
     p.add_argument("--feedback-threshold", type=float, metavar="E",
                    help="track predicted vs measured node CPU utilization (metrics-server) and refit on drift above E")
-    p.add_argument("--metrics-poll-s", type=float, default=30.0, metavar="S", help="NodeMetrics poll period (default 30)")
+    p.add_argument("--metrics-poll-s", type=float, default=30.0, metavar="S", help=f"NodeMetrics poll period (default 30, at most {MAX_METRICS_POLL_S:g})")
     p.add_argument("--fine-tune-registry", metavar="DIR",
                    help="on drift, also fine-tune the DQN policy (latest version in DIR, else the shipped one) on "
                         "--fine-tune-scenario and publish it to the policy registry DIR")
     p.add_argument("--fine-tune-scenario", default="edge-iot", metavar="NAME",
                    help="simulator scenario of the DQN fine-tune (default edge-iot)")
-    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help="decisions per DQN fine-tune (default 256)")
+    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256, at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")

@@ -16,6 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from iro_fed.learning import MAX_TRAIN_STEPS
+
+#: Seconds per simulator step: ``build_scenario``'s default, which ``iro simulate`` and
+#: ``iro feedback-sim`` never change.
+STEP_S = 60.0
+
 REPORT_KEYS = (
     "score", "pending_pct", "utilization_pct", "success_rate_pct", "p99_latency_ms", "cost", "carbon_kg",
     "batch_completion_min", "deadline_misses", "burst_pods",
@@ -50,14 +56,22 @@ def register(sub: Any) -> None:
     f.add_argument("--feedback-set", action="append", metavar="KEY=VALUE",
                    help="feedback loop setting (threshold, alpha, calm, min_samples, window, calibration, refit_every, "
                         "cooldown, settle_every, latency_threshold_ms); repeat for several")
-    f.add_argument("--delay-steps", type=int, default=2, help="steps between a decision and its observation (default 2)")
+    f.add_argument("--delay-steps", type=int, default=2,
+                   help=f"steps (of {STEP_S:g} s) between a decision and its observation: 0 (the end of the decision's own "
+                        "step) up to fewer than the run's steps (default 2)")
     f.add_argument("--dqn-registry", metavar="DIR", help="fine-tune action: train the DQN locally and publish to this registry")
     f.add_argument("--dqn-policy", metavar="FILE", help="with --dqn-registry: policy to start from while the registry is empty "
                                                       "(default: the shipped one)")
-    f.add_argument("--dqn-steps", type=int, default=256, help="decisions of DQN fine-tuning per trigger (default 256)")
+    f.add_argument("--dqn-steps", type=int, default=256,
+                   help=f"decisions of DQN fine-tuning per trigger (default 256, at most {MAX_TRAIN_STEPS:,})")
     f.add_argument("--round-request", metavar="DIR", help="fine-tune action: write a federated round request into DIR/requests")
     f.add_argument("--out", metavar="FILE", help="write the JSON report (fixed keys, then per-step series) here")
     f.set_defaults(func=cmd_feedback_sim)
+
+
+def run_steps(hours: float) -> int:
+    """Steps of a run of ``hours`` (the scenarios' rounding; the command line never changes the step)."""
+    return int(round(hours * 3600 / STEP_S))
 
 
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
@@ -255,7 +269,7 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_output_folder
+    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_int, check_output_folder
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim.engine import SimConfigError
@@ -265,8 +279,13 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     _check_run_args(args)
     if args.delay_steps < 0:
         raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
-    if args.dqn_steps < 1:
-        raise UsageError(f"--dqn-steps: must be >= 1, got {args.dqn_steps}")
+    # 0 observes a decision at the end of its own step (the engine calls decided, then stepped).
+    # A delay as long as the run observes nothing: every error and trigger in the report would be empty.
+    steps = run_steps(args.hours)
+    if args.delay_steps >= steps:
+        raise UsageError(f"--delay-steps: must be less than the run's {steps} steps of {STEP_S:g} s (--hours "
+                         f"{args.hours:g}), got {args.delay_steps}: no decision would be observed")
+    check_int("--dqn-steps", args.dqn_steps, 1, MAX_TRAIN_STEPS)
     if args.dqn_policy:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
             raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")

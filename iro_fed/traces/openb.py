@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from iro_fed.model import GPU_MILLI, Domain, Node, Problem, Workload, default_power
-from iro_fed.problem_io import MAX_GPUS, MAX_NUMBER
+from iro_fed.problem_io import MAX_GPUS, MAX_NUMBER, utf8_error
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -96,14 +96,17 @@ def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list
 
 
 def _not_utf8(path: Path) -> str:
-    """Where the first byte that is not UTF-8 is (decoding reads ahead, so find it again by line)."""
+    """Where the first byte that is not UTF-8 is (decoding reads ahead, so find it again line by
+    line, never holding more than one line of a large file)."""
+    offset = 0
     with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as exc:
-                return f"{path} line {number}: the file is not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
-    return f"{path}: the file is not UTF-8 text"
+                return f"{path}: {utf8_error(line, exc, offset, number)}"
+            offset += len(line)
+    return f"{path}: not UTF-8 text"
 
 
 def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int = 0, default: int | None = None,

@@ -1,28 +1,10 @@
-"""Kubernetes quantities and Pod -> workload conversion."""
+"""Pod -> workload conversion (quantities themselves: tests/k8s/test_quantity.py)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pytest
 
-from edge_agent.workload import BadRequest, parse_quantity, pod_to_workload, request_to_workload
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("500m", "0.5"), ("1.5", "1.5"), ("1Gi", str(2**30)), ("512Mi", str(512 * 2**20)), ("1e3", "1000"),
-     ("100k", "100000"), ("1G", "1000000000"), ("0", "0"), (2, "2"), (".5", "0.5"), ("1E-3", "0.001")],
-)
-def test_quantities_are_exact(text, value):
-    assert parse_quantity(text, "q") == Decimal(value)
-
-
-@pytest.mark.parametrize("text", ["", "1.2.3", "5 m", "1mi", "-1", "1Gib", "e3", True, None, [1]])
-def test_bad_quantities_name_the_field(text):
-    with pytest.raises(BadRequest) as info:
-        parse_quantity(text, "pod.x")
-    assert info.value.field == "pod.x"
+from edge_agent.workload import BadRequest, pod_to_workload, request_to_workload
 
 
 def test_pod_requests_sum_containers_max_init_and_default_from_limits():

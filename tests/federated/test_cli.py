@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,8 +142,8 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
 
 @pytest.mark.parametrize("argv, message", [
     (["fed", "local", "--nodes", "100000"], "--nodes: expected 1..64"),
-    (["fed", "local", "--timeout", "nan"], "--timeout: expected a finite number > 0"),
-    (["fed", "local", "--timeout", "0"], "--timeout: expected a finite number > 0"),
+    (["fed", "local", "--timeout", "nan"], "--timeout: must be > 0 and finite, got nan"),
+    (["fed", "local", "--timeout", "0"], "--timeout: must be > 0 and finite, got 0"),
     (["fed", "local", "--json", f"{__file__}/out.json"], f"--json: cannot make folder '{__file__}'"),
     (["fed", "local", "--workdir", f"{__file__}/a/b"], f"'{__file__}' is a file"),
     (["fed", "local", "--registry", f"{__file__}/a/policies"], f"'{__file__}' is a file"),
@@ -187,3 +190,20 @@ def test_certs_refuse_to_replace_an_existing_ca_without_force(tmp_path, capsys) 
     assert main(["fed", "certs", "--out", str(out), "--node-keys", "1", "--force"]) == 0
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert after.keys() == before.keys() and after["ca.crt"] != before["ca.crt"] and after["node0"] != before["node0"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    # `iro fed rounds` waits that long on a threading.Event: an OverflowError traceback after its first look
+    (["--poll-s", "1e10"], "--poll-s: must be > 0 and finite, at most 86400, got 1e+10"),
+    # waited only once requests come: until then the daemon ran, to fail on the first one
+    (["--min-interval-s", "1e10"], "--min-interval-s: must be >= 0 and finite, at most 604800, got 1e+10"),
+])
+def test_rounds_waits_out_of_range_exit_2_from_the_command(tmp_path, argv, message) -> None:
+    env = dict(os.environ, FLWR_TELEMETRY_ENABLED="0")
+    # A timeout only so that a regression fails instead of hanging; a passing run exits at once.
+    proc = subprocess.run([str(Path(sys.executable).parent / "iro"), "fed", "rounds", "--requests", "req",
+                           "--federation", "p", *argv], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())  # the requests folder is not made

@@ -46,7 +46,7 @@ def test_help_lists_the_kubernetes_commands(capsys):
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
           "--fine-tune-scenario", "nope"], "--fine-tune-scenario: unknown scenario 'nope'"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
-          "--fine-tune-steps", "0"], "--fine-tune-steps: must be >= 1"),
+          "--fine-tune-steps", "0"], "--fine-tune-steps: must be between 1 and 100000000, got 0"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request", __file__],
          "exists and is not a folder"),
     ],
@@ -167,28 +167,28 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
-        (["extender", "--port", "0", "--solver-weight", "nan"], "--solver-weight: must be a finite number"),
+        (["extender", "--port", "0", "--solver-weight", "nan"], "--solver-weight: must be >= 0 and finite, at most 1, got nan"),
         (["extender", "--port", "0", "--host", "no-such-host.invalid"], "--host: cannot resolve 'no-such-host.invalid'"),
         (["extender", "--port", "0", "--host", ""], "--host: expected an IP address or host name"),
         (["extender", "--port", "0", "--url-prefix", "/a b"], "--url-prefix: expected a URL path"),
         (["extender", "--port", "0", "--ready-file", f"{__file__}/ready"], f"--ready-file: cannot make folder '{__file__}'"),
         (["extender", "--port", "0", "--cluster-config", "/"], "--cluster-config: '/' is a folder"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--budget-s", "nan"],
-         "--budget-s: must be a finite number"),
+         "--budget-s: must be > 0 and finite, at most 30, got nan"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--budget-s", "60"],
-         "--budget-s: must be <= 30"),
+         "--budget-s: must be > 0 and finite, at most 30, got 60"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--top-k", "100000"],
-         "--top-k: must be 1..1000"),
+         "--top-k: must be between 1 and 1000, got 100000"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--scheduler-name", ""],
          "--scheduler-name: must not be empty"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--namespaces", "Apps,b"],
          "--namespaces: 'Apps' is not a valid Kubernetes name"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--host", "bad host"], "--host"),
-        (["scheduler", "--time-limit-s", "nan"], "--time-limit-s: must be a finite number"),
+        (["scheduler", "--time-limit-s", "nan"], "--time-limit-s: must be > 0 and finite, got nan"),
         (["scheduler", "--time-limit-s", "0"], "--time-limit-s: must be > 0"),
-        (["scheduler", "--window-s", "inf"], "--window-s: must be a finite number"),
+        (["scheduler", "--window-s", "inf"], "--window-s: must be >= 0 and finite, at most 3600, got inf"),
         (["scheduler", "--metrics-poll-s", "-1"], "--metrics-poll-s: must be > 0"),
-        (["scheduler", "--feedback-threshold", "nan"], "--feedback-threshold: must be a finite number"),
+        (["scheduler", "--feedback-threshold", "nan"], "--feedback-threshold: must be > 0 and finite, got nan"),
         (["scheduler", "--max-batch", "0"], "--max-batch: must be >= 1"),
         (["scheduler", "--name", ""], "--name: must not be empty"),
         (["scheduler", "--name", "My_Scheduler"], "--name: 'My_Scheduler' is not a valid Kubernetes name"),
@@ -217,7 +217,7 @@ def test_metrics_port_0_is_refused(capsys):
 @pytest.mark.parametrize(
     ("name", "content", "fragment"),
     [
-        ("latin1.yaml", b"domains:\n  caf\xe9: {kind: edge}\n", "is not UTF-8 text (byte 0xe9"),
+        ("latin1.yaml", b"domains:\n  caf\xe9: {kind: edge}\n", "latin1.yaml': not UTF-8 text: byte 0xe9 at offset 14 (line 2)"),
         ("broken.json", b'{"domains": [', "is not valid JSON"),
         ("weights.yaml", b"weights: 5\n", "weights: expected a map, got int"),
         ("latency.yaml", b"latency_ms: {eu: 5}\n", "latency_ms.eu: expected a map"),
@@ -231,3 +231,23 @@ def test_bad_cluster_config_files_name_the_flag_and_file(tmp_path, capsys, name,
         assert main([*argv, "--cluster-config", str(cfg)]) == 2
         err = capsys.readouterr().err
         assert "--cluster-config" in err and name in err and fragment in err, err
+
+
+# --- waits without an upper bound: the scheduler's thread waits on a threading.Event, which
+# raises OverflowError beyond ~9e9 s (the thread died, no pod was ever scheduled) -------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--window-s", "1e10"], "--window-s: must be >= 0 and finite, at most 3600, got 1e+10"),
+        (["--metrics-poll-s", "1e10"], "--metrics-poll-s: must be > 0 and finite, at most 86400, got 1e+10"),
+        (["--fine-tune-steps", "1000000000000"], "--fine-tune-steps: must be between 1 and 100000000"),
+    ],
+)
+def test_scheduler_waits_and_counts_out_of_range_exit_2_from_the_command(tmp_path, argv, message):
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "iro"), "scheduler", "--kubeconfig", __file__, *argv],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr

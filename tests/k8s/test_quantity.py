@@ -37,6 +37,7 @@ VALID = [
     ("1.5e3", Decimal(1500)),
     ("12e-3", Decimal("0.012")),
     ("1e+3", Decimal(1000)),
+    ("1E-3", Decimal("0.001")),  # an upper-case exponent with a sign, not the "E" (exa) suffix
     ("250u", Decimal("0.00025")),
     ("100n", Decimal("1E-7")),
     (2, Decimal(2)),
@@ -52,7 +53,7 @@ def test_valid_quantities_parse_exactly(text, expected):
 @pytest.mark.parametrize(
     "text",
     ["", " ", "1 Gi", " 1", "1Gb", "1gi", "1ki", "1KiB", "Gi", "m", "1.2.3", "--1", "1e", "1e3.5", "0x10", "1,5",
-     "abc", "1Z", "e3", ".", "1mi", "1e19", "10Ei"],
+     "abc", "1Z", "e3", ".", "1mi", "1e19", "10Ei", "5 m", "1Gib"],
 )
 def test_invalid_quantities_raise_an_error_naming_field_and_value(text):
     with pytest.raises(QuantityError) as err:

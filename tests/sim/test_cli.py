@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from iro_fed.cli import main
-from iro_fed.sim.cli import REPORT_KEYS
+from iro_fed.sim.cli import REPORT_KEYS, STEP_S
 
 from .helpers import needs_data
 
@@ -72,8 +76,8 @@ def test_start_outside_the_carbon_data_exits_2(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--hours", "nan"], "--hours: must be > 0 and finite, got nan"),
-        (["--hours", "inf"], "--hours: must be > 0 and finite, got inf"),  # was an OverflowError traceback
+        (["--hours", "nan"], "--hours: must be > 0 and finite, at most 8784, got nan"),
+        (["--hours", "inf"], "--hours: must be > 0 and finite, at most 8784, got inf"),  # was an OverflowError traceback
         (["--hours", "-2"], "--hours: must be > 0 and finite"),
         (["--seed", "-1"], "--seed: must be between 0 and 2147483647"),
         (["--seed", str(2**31)], "--seed: must be between 0 and 2147483647"),  # was named as the solver's setting
@@ -110,3 +114,48 @@ def test_timeline_plot_leaves_no_temporary_file_when_it_cannot_rename(tmp_path):
     image = tmp_path / "t.svg"  # the suffix picks the format
     timeline_plot(series, str(image), "t")
     assert image.read_text().lstrip().startswith("<?xml") and sorted(p.name for p in tmp_path.iterdir()) == ["t.svg", "timeline.png"]
+
+
+# --- numbers that sized the run without a bound: exit 2 from the real `iro`, before any work ------
+
+
+def _iro(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    # A timeout only so that a regression fails instead of hanging; a passing run exits at once.
+    return subprocess.run([str(Path(sys.executable).parent / "iro"), *argv], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # every step is recorded: 1e9 hours was a MemoryError traceback (hundreds of GiB)
+        (["simulate", "--scenario", "bank", "--solver", "best-fit", "--hours", "1e9"],
+         "--hours: must be > 0 and finite, at most 8784, got 1e+09"),
+        (["feedback-sim", "--hours", "1e9"], "--hours: must be > 0 and finite, at most 8784"),
+        # a delay as long as the run: every decision's observation fell after its end (nothing observed)
+        (["feedback-sim", "--delay-steps", "100000"], "--delay-steps: must be less than the run's 720 steps of 60 s"),
+        (["feedback-sim", "--hours", "1", "--delay-steps", "60"], "--delay-steps: must be less than the run's 60 steps"),
+        (["feedback-sim", "--dqn-steps", "1000000000000"], "--dqn-steps: must be between 1 and 100000000"),
+    ],
+)
+def test_unbounded_run_sizes_exit_2_naming_the_flag(tmp_path, argv, message):
+    proc = _iro([*argv, "--out", "r.json"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@needs_data
+def test_feedback_sim_observes_with_no_delay_and_with_the_longest(tmp_path):
+    # 0: a decision is observed at the end of its own step; 59 of a 60-step run: still observed
+    for delay in ("0", "59"):
+        out = tmp_path / f"r{delay}.json"
+        assert main(["feedback-sim", "--hours", "1", "--delay-steps", delay, "--out", str(out)]) == 0
+        doc = json.loads(out.read_text())
+        assert doc["settings"]["delay_steps"] == int(delay) and doc["observations"] > 0
+
+
+def test_the_commands_step_is_the_scenarios():
+    from iro_fed.sim.scenarios import build_scenario
+
+    assert STEP_S == inspect.signature(build_scenario).parameters["step_s"].default

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -106,3 +110,28 @@ def test_env_without_decisions_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(ValueError, match="offers no decision"):
         train([PickBestEnv, NoDecisionEnv], CFG, steps=10, out=out, progress=False, track_emissions=False)
     assert not out.exists()
+
+
+# --- `iro train` counts without an upper bound: exit 2 from the real command, before any work ---
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # each env is a simulator built up front: this ran out of memory building them
+        (["--envs", "100000000"], "--envs: must be between 1 and 256, got 100000000"),
+        (["--envs", "0"], "--envs: must be between 1 and 256, got 0"),
+        (["--steps", "1000000000000"], "--steps: must be between 1 and 100000000"),  # years of training
+        (["--steps", "0"], "--steps: must be between 1 and 100000000, got 0"),
+        (["--eval-episodes", "1000000000"], "--eval-episodes: must be between 0 and 1000"),  # each a whole episode
+        (["--hours", "1e9"], "--hours: must be > 0 and finite, at most 8784"),  # every step recorded: MemoryError
+    ],
+)
+def test_train_counts_out_of_range_exit_2_naming_the_flag(tmp_path, argv, message) -> None:
+    iro = Path(sys.executable).parent / "iro"
+    # A timeout only so that a regression fails instead of hanging; a passing run exits at once.
+    proc = subprocess.run([str(iro), "train", "--scenario", "bank", "--no-emissions", *argv], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())  # no policy.pt, no metadata
