@@ -18,6 +18,7 @@ from typing import Any
 
 from iro_fed.federated.procs import parse_host_port
 from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
+from iro_fed.problem_io import utf8_error
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -332,12 +333,13 @@ def load_config(
         p = Path(path)
         base = p.resolve().parent
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except OSError as exc:
             raise ConfigError([("", f"cannot read the config file: {exc.strerror or exc}")], source) from exc
+        try:
+            text = data.decode("utf-8-sig")  # a leading byte-order mark is fine, as in problem files
         except UnicodeDecodeError as exc:  # a ValueError, not an OSError: would escape as a traceback
-            raise ConfigError([("", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})")],
-                              source) from exc
+            raise ConfigError([("", utf8_error(data, exc))], source) from None
         import yaml
 
         try:

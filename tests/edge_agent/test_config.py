@@ -146,8 +146,10 @@ def test_a_number_too_large_for_a_float_is_an_error(tmp_path, site_file):
 def test_a_config_file_that_is_not_utf8(tmp_path, site_file):
     path = tmp_path / "agent.yaml"
     path.write_bytes(f"problem: {site_file}\nsite: \"".encode() + b"\xff\xfe\"\n")
-    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xff"):
+    with pytest.raises(ConfigError, match=r"not UTF-8 text: byte 0xff at offset \d+ \(line 2\)"):
         load_config(path, env={})
+    path.write_bytes(b"\xef\xbb\xbf" + f"problem: {site_file}\n".encode())  # a byte-order mark is fine
+    assert load_config(path, env={}).problem == site_file
 
 
 def test_missing_store_folders_are_fine(tmp_path, site_file):
