@@ -163,6 +163,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
         totals["emissions_g"] += float(info.get("emissions_g", 0.0))
         meta = {
             **base_meta, "round": server_round, "nodes": info.get("nodes", []), "sites": info.get("sites", []),
+            "valid_nodes": info.get("valid_nodes", []), "valid_sites": info.get("valid_sites", []),
             "dropped": info.get("dropped", []), "skipped_high_carbon": info.get("skipped_high_carbon", []),
             "aggregated": bool(info.get("aggregated", True)), "evaluation": metrics,
             "initial_evaluation": totals.get("initial", {}), "emissions_g_round": float(info.get("emissions_g", 0.0)),
@@ -184,9 +185,12 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     result = strategy.start(grid=grid, initial_arrays=initial_record, num_rounds=cfg.num_server_rounds,
                             train_config=wire.layout_config(layout), evaluate_config=wire.layout_config(layout),
                             evaluate_fn=evaluate_fn)
+    # Flower's Result keeps an empty ArrayRecord when no round aggregated anything (every reply
+    # dropped, Bulyan short of 4f + 3): the global policy is then still the initial one.
+    final = result.arrays if len(result.arrays) else initial_record
     return {"rounds": rows, "initial": totals.get("initial", {}), "emissions_g": totals["emissions_g"],
             "registry": str(registry.root), "resumed_from": resumed_from, "result": result, "layout": layout,
-            "weights": wire.decode(result.arrays, layout)}
+            "weights": wire.decode(final, layout)}
 
 
 @app.main()

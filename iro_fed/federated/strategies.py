@@ -6,23 +6,39 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
 * **validated** every train reply against the global arrays it was sent: no ``arrays`` record,
   other array names, a shape that differs, a weight layout (names, shapes and dtypes packed into
   the one flat array, see :mod:`iro_fed.federated.wire`) missing, malformed or different from
-  the one sent, NaN or Inf, a bad ``num-examples``, or an update
-  norm ``||w - w_global||`` above ``norm_factor`` times the cohort's (lower) median norm: such a
-  reply is dropped and logged with its node id and reason, and the round continues with the rest;
-* (optionally) **preferred low-carbon sites**: every site reports its grid's current carbon
-  intensity with its reply; the next round trains only the sites at or below the median of the
-  last reports, but never fewer than ``carbon_min_fraction`` of the sampled ones (nor
-  ``min_train_nodes``), and replies are down-weighted by ``min(1, median / intensity)``.
+  the one sent, NaN or Inf, a ``num-examples`` that is not positive or above ``max_examples``
+  (what a site trains on per round: a site claiming 10^12 examples would otherwise own the
+  weighted average), or an update norm ``||w - w_global||`` above ``norm_factor`` times the
+  cohort's (lower) median norm; with a single valid reply there is no cohort, and the median of
+  the previous round's accepted norms stands in for it (none yet: not checked). Such a reply is
+  dropped and logged with its node id and reason, and the round continues with the rest; with no
+  reply left the round aggregates nothing and the global model stays the previous one;
+* **made the replies consistent** for Flower's aggregation, which raises (ending the run) when the
+  replies' metric keys differ (a site run by an edge agent adds ``experience-*`` metrics) or a
+  reply carries other array or metric records: each kept reply keeps only its ``arrays`` and the
+  scalar ``metrics`` every kept reply has;
+* (optionally) **preferred low-carbon sites**: the sites at or below the median carbon intensity
+  *at the round's time* train, but never fewer than ``carbon_min_fraction`` of the sampled ones
+  (nor ``min_train_nodes``), ties broken by site then node id; the intensity is ``carbon_fn(site,
+  round)`` for a site that has reported which site it is (the ServerApp passes the scenario's grid
+  data), else the site's last report. Replies are down-weighted by ``min(1, median / intensity)``.
 
-What happened in each round (participants, dropped replies and why, emissions) is kept in
-``strategy.rounds[server_round]`` for the ServerApp's registry metadata.
+After aggregation the ``fixed_arrays`` (buffers that are constants of the architecture, e.g.
+the distributional DQN's ``support``) are put back exactly as sent: averaging identical float
+vectors is not exact (3 equal replies weighted 3:7:11 moved them by 5e-7) and they would drift.
+
+What happened in each round (participants, what was aggregated, dropped replies and why,
+emissions) is kept in ``strategy.rounds[server_round]`` for the ServerApp's registry metadata:
+``nodes``/``sites`` are the replies the aggregate was computed from (Krum: the one it selected,
+Bulyan: its selection; none when the round aggregated nothing), ``valid_nodes``/``valid_sites``
+those that passed validation.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from typing import Any
 
@@ -30,12 +46,22 @@ import numpy as np
 
 # flwr is an optional dependency: this module is imported only by the Flower apps, the
 # federated CLI commands and the benchmark, never by core modules.
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp import strategy as fl
+from flwr.serverapp.strategy.multikrum import select_multikrum
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from iro_fed.federated.task import STRATEGIES, FedConfig, WeightLayout
+from iro_fed.federated.task import (
+    FLAT_KEY,
+    STRATEGIES,
+    FedConfig,
+    WeightLayout,
+    fixed_buffers,
+    required_nodes,
+    site_carbon,
+)
 from iro_fed.federated.wire import layout_of
 
 
@@ -46,13 +72,14 @@ def _arrays(msg: Message) -> ArrayRecord | None:
 
 
 def check_reply(msg: Message, reference: dict[str, np.ndarray],
-                layout: WeightLayout | None = None) -> tuple[str | None, float]:
+                layout: WeightLayout | None = None, max_examples: float | None = None) -> tuple[str | None, float]:
     """``(reason or None, update norm)`` for one train reply against the global arrays.
 
     ``reference`` is the ``arrays`` record that was sent (with the flat encoding: the one flat
     vector) and ``layout`` the layout sent with it; a reply must then carry the same layout, so
     a reply with the right number of values in another arrangement (e.g. a transposed matrix)
     is dropped like a wrong shape. NaN/Inf are reported with the name of the array they are in.
+    ``max_examples`` bounds ``num-examples`` (the weight of the reply in FedAvg/FedProx).
     """
     if msg.has_error():
         return None, 0.0  # Flower's own check logs and skips replies that carry an error
@@ -75,8 +102,10 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray],
         return f"array names differ (missing {missing[:3]}, unexpected {extra[:3]})", math.nan
     metrics = msg.content.metric_records.get("metrics")
     n = metrics.get("num-examples") if metrics is not None else None
-    if not isinstance(n, int | float) or not math.isfinite(float(n)) or n <= 0:
+    if not isinstance(n, int | float) or isinstance(n, bool) or not math.isfinite(float(n)) or n <= 0:
         return f"num-examples {n!r} is not a positive number", math.nan
+    if max_examples is not None and n > max_examples:
+        return f"num-examples {n!r} is more than a site trains on in a round ({max_examples:g})", math.nan
     sq = 0.0
     for key in keys:
         arr = record[key].numpy()
@@ -100,48 +129,99 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray],
 
 def validate_replies(
     replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
-    layout: WeightLayout | None = None,
+    layout: WeightLayout | None = None, max_examples: float | None = None, previous_norms: Sequence[float] = (),
 ) -> tuple[list[Message], list[dict[str, Any]]]:
     """Replies that pass :func:`check_reply` and the cohort norm test; the dropped ones with reasons."""
+    kept, dropped = _validate(replies, reference, norm_factor, layout, max_examples, previous_norms)
+    return [m for m, _ in kept], dropped
+
+
+def _lower_median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]  # with two values, the smaller one
+
+
+def _validate(
+    replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
+    layout: WeightLayout | None, max_examples: float | None, previous_norms: Sequence[float],
+) -> tuple[list[tuple[Message, float]], list[dict[str, Any]]]:
+    """:func:`validate_replies` with each kept reply's update norm."""
     replies = list(replies)
     kept: list[tuple[Message, float]] = []
     dropped: list[dict[str, Any]] = []
     for msg in replies:
-        reason, norm = check_reply(msg, reference, layout)
+        reason, norm = check_reply(msg, reference, layout, max_examples)
         if reason is None:
             kept.append((msg, norm))
         else:
             dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
-    norms = sorted(n for m, n in kept if not m.has_error())
+    norms = [n for m, n in kept if not m.has_error()]
+    # A norm "far outside the cohort" needs a cohort: one reply alone is compared with the
+    # updates accepted in the previous round (none yet: nothing to compare with, kept).
     if len(norms) >= 2:
-        median = norms[(len(norms) - 1) // 2]  # the lower median: with two replies, the smaller one
-        scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
-        limit = norm_factor * max(median, 1e-6 * scale, 1e-8)
-        survivors = []
-        for msg, norm in kept:
-            if not msg.has_error() and norm > limit:
-                dropped.append({"node": int(msg.metadata.src_node_id),
-                                "reason": f"update norm {norm:.4g} > {norm_factor:g} x cohort median {median:.4g}"})
-            else:
-                survivors.append((msg, norm))
-        kept = survivors
-    return [m for m, _ in kept], dropped
+        median, what = _lower_median(norms), "cohort median"
+    elif norms and previous_norms:
+        median, what = _lower_median(previous_norms), "previous round's median"
+    else:
+        return kept, dropped
+    scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
+    limit = norm_factor * max(median, 1e-6 * scale, 1e-8)
+    survivors = []
+    for msg, norm in kept:
+        if not msg.has_error() and norm > limit:
+            dropped.append({"node": int(msg.metadata.src_node_id),
+                            "reason": f"update norm {norm:.4g} > {norm_factor:g} x {what} {median:.4g}"})
+        else:
+            survivors.append((msg, norm))
+    return survivors, dropped
+
+
+def consistent_metrics(replies: Sequence[Message]) -> None:
+    """Leave each reply only its ``arrays`` record and the scalar ``metrics`` all of them have.
+
+    Flower's strategies raise ``InconsistentMessageReplies`` (which ends the run) when the replies'
+    metric keys differ or a reply has other array or metric records; the replies here passed
+    :func:`check_reply`, so they all have ``arrays`` and a positive ``num-examples``.
+    """
+    ok = [m for m in replies if not m.has_error()]
+    if not ok:
+        return
+    common: set[str] | None = None
+    for msg in ok:
+        keys = {k for k, v in msg.content.metric_records["metrics"].items()
+                if isinstance(v, int | float) and not isinstance(v, bool)}
+        common = keys if common is None else common & keys
+    for msg in ok:
+        content = msg.content
+        for name in [n for n in content.array_records if n != "arrays"] + \
+                    [n for n in content.metric_records if n != "metrics"]:
+            del content[name]
+        metrics = content.metric_records["metrics"]
+        for key in [k for k in metrics if k not in (common or set())]:
+            del metrics[key]
 
 
 class ValidatedStrategy:
     """Mixin placed before a Flower strategy: validation and carbon-aware participation, then ``super()``."""
 
     def __init__(self, *args: Any, norm_factor: float = 10.0, carbon_aware: bool = False,
-                 carbon_min_fraction: float = 0.5, **kwargs: Any) -> None:
+                 carbon_min_fraction: float = 0.5, max_examples: float | None = None,
+                 fixed_arrays: Iterable[str] = (), carbon_fn: Callable[[int, int], float] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.norm_factor = float(norm_factor)
         self.carbon_aware = bool(carbon_aware)
         self.carbon_min_fraction = float(carbon_min_fraction)
+        self.max_examples = None if max_examples is None else float(max_examples)
+        self.fixed_arrays = tuple(fixed_arrays)
+        self.carbon_fn = carbon_fn
         self.carbon: dict[int, float] = {}
         self.sites: dict[int, Any] = {}
         self.rounds: dict[int, dict[str, Any]] = {}
         self._reference: dict[str, np.ndarray] = {}
         self._layout: WeightLayout | None = None
+        self._accepted_norms: list[float] = []  # the last round's accepted update norms
+        self._selected: list[RecordDict] | None = None  # what Krum/Bulyan selected in this round
 
     # -- participation ------------------------------------------------------------------------
 
@@ -156,26 +236,52 @@ class ValidatedStrategy:
         info["skipped_high_carbon"] = []
         if not self.carbon_aware or len(messages) < 2:
             return messages
-        known = {m.metadata.dst_node_id: self.carbon[m.metadata.dst_node_id] for m in messages
-                 if m.metadata.dst_node_id in self.carbon}
+        known = {}
+        for m in messages:
+            value = self.intensity(int(m.metadata.dst_node_id), server_round)
+            if value is not None:
+                known[int(m.metadata.dst_node_id)] = value
+        info["carbon"] = dict(known)
         if not known:
             return messages
         median = float(np.median(list(known.values())))
-        need = max(int(getattr(self, "min_train_nodes", 1)), math.ceil(self.carbon_min_fraction * len(messages)))
-        order = sorted(messages, key=lambda m: known.get(m.metadata.dst_node_id, -math.inf))
-        chosen = [m for m in order if known.get(m.metadata.dst_node_id, -math.inf) <= median]
+        need = max(int(getattr(self, "min_train_nodes", 1)), math.ceil(self.carbon_min_fraction * len(messages)), 1)
+
+        def key(m: Message) -> tuple[float, tuple[int, float, int]]:
+            # unknown intensity first (they train: nothing says they are high), ties by site then node
+            node = int(m.metadata.dst_node_id)
+            return known.get(node, -math.inf), self._node_order(node)
+
+        order = sorted(messages, key=key)
+        chosen = [m for m in order if known.get(int(m.metadata.dst_node_id), -math.inf) <= median]
         for m in order:  # fill up to the minimum participation with the next-lowest intensities
             if len(chosen) >= need:
                 break
             if all(m is not c for c in chosen):
                 chosen.append(m)
         kept_ids = {id(m) for m in chosen}
-        skipped = [int(m.metadata.dst_node_id) for m in messages if id(m) not in kept_ids]
+        skipped = sorted(int(m.metadata.dst_node_id) for m in messages if id(m) not in kept_ids)
         info["skipped_high_carbon"] = skipped
         if skipped:
             log(INFO, "carbon-aware: round %d skips %d high-carbon site(s) %s (median %.0f gCO2/kWh)",
                 server_round, len(skipped), skipped, median)
         return chosen
+
+    def intensity(self, node: int, server_round: int) -> float | None:
+        """A node's carbon intensity at ``server_round``'s time: ``carbon_fn`` for a node whose site is
+        known, else its last report (``None``: nothing known, or not a finite value >= 0)."""
+        site = self.sites.get(node)
+        value: Any = self.carbon.get(node)
+        if self.carbon_fn is not None and isinstance(site, int) and not isinstance(site, bool) and site >= 0:
+            try:
+                value = self.carbon_fn(site, server_round)
+            except (ValueError, KeyError, IndexError) as exc:
+                log(WARNING, "carbon-aware: no intensity for site %s in round %d (%s); its last report counts",
+                    site, server_round, exc)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return None
+        value = float(value)
+        return value if math.isfinite(value) and value >= 0 else None
 
     # -- aggregation ----------------------------------------------------------------------------
 
@@ -186,15 +292,23 @@ class ValidatedStrategy:
             metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
             if metrics is not None:
                 node = int(msg.metadata.src_node_id)
-                if isinstance(metrics.get("carbon-intensity"), int | float):
-                    self.carbon[node] = float(metrics["carbon-intensity"])
+                c = metrics.get("carbon-intensity")
+                if isinstance(c, int | float) and math.isfinite(float(c)) and c >= 0:
+                    self.carbon[node] = float(c)
                 if "site" in metrics:
                     self.sites[node] = metrics["site"]
-        if self._reference:
+        sent = bool(self._reference)
+        if sent:
             reference, layout = self._reference, self._layout
         else:
             reference, layout = _first_reference(replies)
-        kept, dropped = validate_replies(replies, reference, self.norm_factor, layout)
+        checked, dropped = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
+                                     self._accepted_norms)
+        accepted = [n for m, n in checked if not m.has_error()]
+        if accepted:
+            self._accepted_norms = accepted
+        kept = [m for m, _ in checked]
+        consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
         # draws them when SuperNodes join): summing in site order makes the aggregate of the same
         # sites' replies bit-identical from one deployment to the next, whatever else was dropped.
@@ -206,24 +320,38 @@ class ValidatedStrategy:
         info = self.rounds.setdefault(server_round, {})
         ok = [m for m in kept if not m.has_error()]
         info.update({
-            "nodes": [int(m.metadata.src_node_id) for m in ok],
-            "sites": [self.sites.get(int(m.metadata.src_node_id)) for m in ok],
+            "valid_nodes": [int(m.metadata.src_node_id) for m in ok],
+            "valid_sites": [self.sites.get(int(m.metadata.src_node_id)) for m in ok],
             "dropped": dropped,
             "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
             "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
             "replay_kept": int(sum(_metric(m, "replay-kept") for m in ok)),
             "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })
-        arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
+        contents = {id(m.content): m for m in ok}  # before aggregation: FedMedian pops the arrays
+        self._selected = None
+        arrays, metrics = self._aggregate(server_round, kept)
         if arrays is None and ok:
             log(WARNING, "round %d: %s aggregated nothing from %d valid update(s); the global policy is unchanged",
                 server_round, type(self).__name__, len(ok))
+        if arrays is not None and sent and self.fixed_arrays:
+            arrays = restore_fixed(arrays, self._reference, self._layout, self.fixed_arrays)
+        used = [] if arrays is None else ok if self._selected is None else \
+            sorted((contents[id(c)] for c in self._selected), key=self._site_order)
+        info["nodes"] = [int(m.metadata.src_node_id) for m in used]
+        info["sites"] = [self.sites.get(int(m.metadata.src_node_id)) for m in used]
         info["aggregated"] = arrays is not None
         return arrays, metrics
 
+    def _aggregate(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The strategy's own aggregation of the validated replies."""
+        return super().aggregate_train(server_round, replies)  # type: ignore[misc]
+
     def _site_order(self, msg: Message) -> tuple[int, float, int]:
         """Sort key: the site the reply reports, then its node id (replies without a site last)."""
-        node = int(msg.metadata.src_node_id)
+        return self._node_order(int(msg.metadata.src_node_id))
+
+    def _node_order(self, node: int) -> tuple[int, float, int]:
         site = self.sites.get(node)
         if isinstance(site, int | float) and not isinstance(site, bool):
             return (0, float(site), node)
@@ -240,6 +368,26 @@ class ValidatedStrategy:
                 continue
             metrics = m.content.metric_records["metrics"]
             metrics["num-examples"] = float(metrics["num-examples"]) * max(0.1, median / c)
+
+
+def restore_fixed(arrays: ArrayRecord, reference: dict[str, np.ndarray], layout: WeightLayout | None,
+                  names: Iterable[str]) -> ArrayRecord:
+    """``arrays`` with the entries ``names`` (those the layout or record has) copied from ``reference``."""
+    if layout is not None:
+        if list(arrays.keys()) != [FLAT_KEY] or FLAT_KEY not in reference:
+            return arrays
+        flat = np.array(arrays[FLAT_KEY].numpy(), copy=True)
+        ref = reference[FLAT_KEY]
+        ends = np.cumsum(layout.sizes)
+        for name, end, size in zip(layout.names, ends, layout.sizes, strict=True):
+            if name in names:
+                flat[end - size:end] = ref[end - size:end]
+        return ArrayRecord({FLAT_KEY: Array(flat)})
+    out = ArrayRecord({k: v for k, v in arrays.items()})
+    for name in names:
+        if name in out and name in reference:
+            out[name] = Array(np.array(reference[name], copy=True))
+    return out
 
 
 def round_timing(replies: Sequence[Message], sent: float, received: float) -> dict[str, float]:
@@ -311,11 +459,34 @@ class FedTrimmedAvg(ValidatedStrategy, fl.FedTrimmedAvg):
 
 
 class Krum(ValidatedStrategy, fl.Krum):
-    """Flower's Krum with update validation."""
+    """Flower's Krum with update validation; the reply it selects is recorded (``nodes``/``sites``)."""
+
+    def _aggregate(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        # Flower's MultiKrum.aggregate_train, step for step, keeping the selection it makes
+        valid, _ = self._check_and_log_replies(replies, is_train=True)
+        if not valid:
+            return None, None
+        selected = select_multikrum([m.content for m in valid], num_malicious_nodes=self.num_malicious_nodes,
+                                    num_nodes_to_select=self.num_nodes_to_select)
+        self._selected = selected
+        return (aggregate_arrayrecords(selected, self.weighted_by_key),
+                self.train_metrics_aggr_fn(selected, self.weighted_by_key))
 
 
 class Bulyan(ValidatedStrategy, fl.Bulyan):
-    """Flower's Bulyan (needs ``4 * num_malicious + 3`` replies) with update validation."""
+    """Flower's Bulyan (needs ``4 * num_malicious + 3`` replies, else the round keeps the global
+    model) with update validation; its Multi-Krum selection is recorded (``nodes``/``sites``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        rule = self.selection_rule
+
+        def recording(contents: list[RecordDict], f: int, n: int) -> list[RecordDict]:
+            self._selected = rule(contents, f, n)
+            return self._selected
+
+        recording.__name__ = getattr(rule, "__name__", "selection_rule")
+        self.selection_rule = recording
 
 
 CLASSES: dict[str, type] = {"fedavg": FedAvg, "fedprox": FedProx, "fedmedian": FedMedian,
@@ -325,15 +496,19 @@ assert tuple(CLASSES) == STRATEGIES
 
 def make_strategy(name: str, cfg: FedConfig | None = None, **overrides: Any) -> Any:
     """The named strategy configured from ``cfg``; ``overrides`` go to its constructor."""
-    cfg = cfg or FedConfig(strategy=name)
     cls = CLASSES.get(name)
     if cls is None:
         raise ValueError(f"strategy: unknown {name!r} (known: {', '.join(CLASSES)})")
+    cfg = cfg or FedConfig(strategy=name, min_nodes=max(2, required_nodes(name, FedConfig.num_malicious)))
     kwargs: dict[str, Any] = {
         "fraction_train": cfg.fraction_train, "fraction_evaluate": 0.0, "min_train_nodes": cfg.min_nodes,
         "min_available_nodes": cfg.min_nodes, "norm_factor": cfg.norm_factor, "carbon_aware": cfg.carbon_aware,
         "carbon_min_fraction": cfg.carbon_min_fraction,
+        # a site trains local-steps env steps per round: a larger count is a lie that buys weight
+        "max_examples": cfg.local_steps, "fixed_arrays": fixed_buffers(cfg),
     }
+    if cfg.carbon_aware:  # the site's grid at the round's time (the data the sites report from)
+        kwargs["carbon_fn"] = lambda site, server_round: site_carbon(cfg, site, server_round)
     if name == "fedprox":
         kwargs["proximal_mu"] = cfg.proximal_mu
     elif name == "fedtrimmedavg":

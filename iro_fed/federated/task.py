@@ -51,6 +51,16 @@ EDGE_IOT_SITES: tuple[dict[str, Any], ...] = (
      "params": {"start": "2020-11-16 00:00:00", "sensor_rps": 1800.0, "jobs_per_hour": 7, "edge_nodes": 4}},
 )
 
+def required_nodes(strategy: str, num_malicious: int) -> int:
+    """Least replies a round needs for ``strategy`` to tolerate ``num_malicious`` bad ones: Krum
+    n >= 2f + 3 (Blanchard et al. 2017: n > 2f + 2), Bulyan n >= 4f + 3 (El Mhamdi et al. 2018), else 1."""
+    if strategy == "bulyan":
+        return 4 * num_malicious + 3
+    if strategy == "krum":
+        return 2 * num_malicious + 3
+    return 1
+
+
 class FedConfigError(ValueError):
     """A federated setting with a wrong name, type or value; the message names the key."""
 
@@ -76,7 +86,8 @@ class FedConfig:
     fraction_train: float = 1.0
     """Share of connected sites sampled per round."""
     min_nodes: int = 2
-    """Sites that must be connected before a round starts, and the least that train per round."""
+    """Sites that must be connected before a round starts, and the least that train per round
+    (Krum needs at least ``2 * num-malicious + 3``, Bulyan ``4 * num-malicious + 3``)."""
     eval_site: int = 4
     """Held-out site (index into the scenario's site list) the server evaluates the global policy on."""
     eval_episodes: int = 1
@@ -93,11 +104,11 @@ class FedConfig:
     norm_factor: float = 10.0
     """Update validation: a reply whose update norm exceeds this times the cohort median is dropped."""
     proximal_mu: float = 0.01
-    """FedProx proximal term sent to the sites (they add ``mu/2 * ||w - w_global||^2`` to the loss)."""
+    """FedProx proximal term sent to the sites (>= 0; see :func:`local_train` for how a site applies it)."""
     trim_beta: float = 0.2
     """FedTrimmedAvg: share cut from each tail per coordinate."""
     num_malicious: int = 1
-    """Krum / Bulyan: malicious sites to tolerate."""
+    """Krum / Bulyan: malicious sites to tolerate (``f``; see ``min-nodes``)."""
     embed_dim: int = 32
     hidden_dim: int = 64
     attention_heads: int = 2
@@ -136,8 +147,20 @@ class FedConfig:
             raise FedConfigError(f"trim-beta: expected a number in [0, 0.5), got {self.trim_beta!r}")
         if not self.norm_factor > 1.0:
             raise FedConfigError(f"norm-factor: expected > 1, got {self.norm_factor!r}")
-        if self.hours <= 0:
-            raise FedConfigError(f"hours: expected > 0, got {self.hours!r}")
+        if not (math.isfinite(self.hours) and self.hours > 0):
+            raise FedConfigError(f"hours: expected a finite number > 0, got {self.hours!r}")
+        if not (math.isfinite(self.proximal_mu) and self.proximal_mu >= 0):
+            raise FedConfigError(f"proximal-mu: expected a finite number >= 0, got {self.proximal_mu!r}")
+        if self.num_malicious < 0:
+            raise FedConfigError(f"num-malicious: expected >= 0, got {self.num_malicious!r}")
+        need = required_nodes(self.strategy, self.num_malicious)
+        if self.min_nodes < need:
+            # Flower's Bulyan aggregates nothing below 4f + 3 replies (every round would publish the
+            # unchanged policy) and Krum's selection is meaningless below 2f + 3.
+            rule = "4 x num-malicious + 3" if self.strategy == "bulyan" else "2 x num-malicious + 3"
+            raise FedConfigError(f"min-nodes: {self.strategy} with num-malicious {self.num_malicious} needs at least "
+                                 f"{need} sites per round ({rule}), got {self.min_nodes}; add sites or lower "
+                                 "num-malicious")
         if self.eval_site < 0:
             raise FedConfigError(f"eval-site: expected >= 0, got {self.eval_site!r}")
         self.dqn_config()  # DQN settings (dimensions, rates) are validated by DQNConfig itself
@@ -238,6 +261,12 @@ NOISE_BUFFERS = (".eps_in", ".eps_out")
 
 def _shared(key: str) -> bool:
     return not key.endswith(NOISE_BUFFERS)
+
+
+def fixed_buffers(cfg: FedConfig) -> list[str]:
+    """Exchanged entries that are constants of the architecture, not learned (the distributional
+    ``support``): the server keeps them as sent instead of averaging them."""
+    return [name for name, _ in build_agent(cfg).online.named_buffers() if _shared(name)]
 
 
 def get_weights(module: Any) -> dict[str, np.ndarray]:

@@ -19,9 +19,14 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E4
 from iro_fed.federated import wire  # noqa: E402
 from iro_fed.federated.inprocess import InProcessGrid  # noqa: E402
 from iro_fed.federated.strategies import CLASSES, make_strategy, validate_replies  # noqa: E402
-from iro_fed.federated.task import FedConfig, WeightLayout  # noqa: E402
+from iro_fed.federated.task import FedConfig, WeightLayout, required_nodes  # noqa: E402
 
 BASE = {"layer.weight": np.ones((3, 4), np.float32), "layer.bias": np.zeros(4, np.float32)}
+
+
+def _cfg(name: str, **kwargs) -> FedConfig:
+    """A config for ``name`` with the fewest sites per round it accepts (Krum 5, Bulyan 7 for f = 1)."""
+    return FedConfig(strategy=name, min_nodes=max(2, required_nodes(name, 1)), **kwargs)
 
 
 #: One array per layer (the format of messages without a layout).
@@ -73,7 +78,7 @@ def _shift(agg: dict[str, np.ndarray]) -> float:
 @pytest.mark.parametrize("name", ["fedavg", "fedmedian", "fedtrimmedavg", "krum", "bulyan", "fedprox"])
 def test_poisoned_reply_moves_only_fedavg_when_norm_check_is_off(name: str) -> None:
     n = 7 if name == "bulyan" else 5  # Bulyan needs 4f + 3 replies
-    strategy = make_strategy(name, FedConfig(strategy=name, min_nodes=2), norm_factor=math.inf)
+    strategy = make_strategy(name, _cfg(name), norm_factor=math.inf)
     agg = _round(strategy, _honest(n - 1) + [_poisoned()])
     shift = _shift(agg)
     if name in ("fedavg", "fedprox"):
@@ -156,7 +161,7 @@ def test_every_strategy_name_is_flowers_class() -> None:
         base = {"fedavg": fl.FedAvg, "fedprox": fl.FedProx, "fedmedian": fl.FedMedian,
                 "fedtrimmedavg": fl.FedTrimmedAvg, "krum": fl.Krum, "bulyan": fl.Bulyan}[name]
         assert issubclass(cls, base)
-        assert isinstance(make_strategy(name, FedConfig(strategy=name)), base)
+        assert isinstance(make_strategy(name, _cfg(name)), base) and isinstance(make_strategy(name), base)
 
 
 def test_error_reply_is_skipped_and_the_round_continues() -> None:
@@ -189,9 +194,12 @@ def test_one_flat_array_aggregates_exactly_like_one_array_per_layer(name: str) -
     examples = [10, 50, 20, 80, 35, 5, 60]
     results = {}
     for flat in (True, False):
-        strategy = make_strategy(name, FedConfig(strategy=name, min_nodes=2))
+        strategy = make_strategy(name, _cfg(name))
         results[flat] = _round(strategy, replies, base=base, flat=flat, examples=examples)
-        assert strategy.rounds[1]["dropped"] == [] and len(strategy.rounds[1]["nodes"]) == 7
+        info = strategy.rounds[1]
+        assert info["dropped"] == [] and len(info["valid_nodes"]) == 7
+        # what the aggregate was computed from: Krum's one reply, Bulyan's n - 2f, else all
+        assert len(info["nodes"]) == {"krum": 1, "bulyan": 5}.get(name, 7)
     assert list(results[True]) == list(base)
     for key in base:
         assert results[True][key].shape == base[key].shape and results[True][key].dtype == np.float32
