@@ -59,9 +59,11 @@ HPA's scale-down stabilization) and applied ``hpa_delay_steps`` late. Replica j 
 desired count exceeds j; scale-down removes the highest replicas (a deviation from the
 ReplicaSet, which deletes pending pods first).
 
-Energy: a powered node (on or booting) that holds pods is costed by the objective module
-(``evaluate`` of the step's placement: cost per hour, gCO2 per hour, power); a powered empty
-node adds its idle power, idle carbon and full price from the objective's coefficients.
+Energy: every step, each powered node (on or booting) is costed with the objective module's
+per-node coefficients at that step's intensity of its own domain: its full price per hour, its
+power ``idle + (peak - idle) * CPU requests / capacity`` (idle when empty) and that power times
+PUE times intensity as gCO2 per hour (the numbers ``evaluate`` gives for the step's placement plus
+the powered empty nodes; tested). ``score_every`` thins out only the objective score.
 """
 
 from __future__ import annotations
@@ -217,11 +219,31 @@ class Simulator:
         #: Optional observer (the feedback loop's simulator harness): ``decided(sim, t, problem,
         #: nodes, pods, placement)`` after each solver call, ``stepped(sim, t)`` after each step.
         self.listener: Any = None
+        self._check_signals()
         self._build_cluster()
         self._expand_pods()
         self._build_master()
 
     # --- set-up --------------------------------------------------------------------------
+
+    def _check_signals(self) -> None:
+        """Every domain's carbon series covers the run (``history + steps`` values, finite, >= 0):
+        a short series is an error here, naming the domain, not an IndexError in the middle of a
+        run (and never a wrap-around or a silently extended last value)."""
+        sc = self.sc
+        if sc.steps < 1 or sc.history < 0 or not sc.step_s > 0:
+            raise ValueError(f"scenario {sc.name!r}: steps must be >= 1, history >= 0 and step_s > 0, "
+                             f"got {sc.steps}, {sc.history}, {sc.step_s}")
+        need = sc.history + sc.steps
+        for d in sc.domains:
+            if d.name not in sc.carbon:
+                raise ValueError(f"scenario {sc.name!r}: no carbon series for domain {d.name!r}")
+            series = np.asarray(sc.carbon[d.name], dtype=np.float64)
+            if series.ndim != 1 or series.size < need:
+                raise ValueError(f"scenario {sc.name!r}: carbon series of domain {d.name!r} has {series.size} values, "
+                                 f"the run needs {need} (history {sc.history} + steps {sc.steps})")
+            if not np.all(np.isfinite(series[:need])) or np.any(series[:need] < 0):
+                raise ValueError(f"scenario {sc.name!r}: carbon series of domain {d.name!r} must be finite and >= 0 (gCO2/kWh)")
 
     def _build_cluster(self) -> None:
         sc = self.sc
@@ -429,6 +451,9 @@ class Simulator:
         if done.any():
             self.node_state[done] = ON
             self.boot_ready[done] = -1
+            # The idle clock starts when a node comes on: time spent off or booting is not idle
+            # time (else a node booted for headroom powered down again in the step it came on).
+            self.empty_since[done] = t
             self.capacity_freed = True
 
     def _remove(self, p: int, t: int, status: int) -> None:
@@ -891,7 +916,16 @@ class Simulator:
         # Service model.
         self._serve(t, running)
 
-        # Objective of the step's placement, energy, cost, carbon.
+        # Energy, cost and carbon of this step, every step (score_every thins out only the score):
+        # the objective's per-node coefficients at this step's intensities, for every powered node
+        # (booting or on); a node's power follows its CPU requests, an empty one draws idle.
+        coef = self._node_coefficients(t)
+        cpu = self.master.cpu_index
+        cpu_util = np.minimum(st.allocated[:, cpu] / np.where(self.capacity[:, cpu] > 0, self.capacity[:, cpu], 1.0), 1.0)
+        cost_h = float(coef.node_cost[powered].sum())
+        carbon_h = float((coef.carbon_idle[powered] + coef.carbon_dynamic[powered] * cpu_util[powered]).sum())
+        power = float((self.power_idle[powered] + (self.power_peak[powered] - self.power_idle[powered]) * cpu_util[powered]).sum())
+        # Objective of the step's placement.
         if t % cfg.score_every == 0 or t == sc.steps - 1:
             active = np.concatenate([running, pending])
             active.sort()
@@ -900,22 +934,24 @@ class Simulator:
             key = (active.tobytes(), self.sc.carbon_now(t).tobytes())
             if getattr(self, "_score_key", None) != key:
                 self._score_key, self._score_sub = key, self._score_problem(t, active)
-            sub = self._score_sub
-            br = evaluate(sub, st.assignment[active])
-            coef = coefficients(sub)
-            empty_on = powered & (st.pods_on_node == 0)
-            self._last = (
-                br.score,
-                br.cost_per_hour + float(coef.node_cost[empty_on].sum()),
-                br.carbon_g_per_hour + float(coef.carbon_idle[empty_on].sum()),
-                br.power_w + float(self.power_idle[empty_on].sum()),
-            )
-        score, cost_h, carbon_h, power = self._last
-        ser["score"][t] = score
+            self._last_score = evaluate(self._score_sub, st.assignment[active]).score
+        ser["score"][t] = self._last_score
         ser["cost_per_hour"][t] = cost_h
         ser["carbon_g_per_hour"][t] = carbon_h
         ser["power_w"][t] = power
         rec.add_energy(cost_h, carbon_h, power)
+
+    def _node_coefficients(self, t: int) -> Any:
+        """The objective's per-node cost and carbon coefficients at step t's intensities (cached
+        while the intensities stay; the problem holds no pods, so it is cheap to build)."""
+        key = self.sc.carbon_now(t).tobytes()
+        if getattr(self, "_coef_key", None) != key:
+            nodes_only = self.master.replace(
+                domains=self._domains_at(t), workloads=[], demand=np.zeros((0, self.demand.shape[1])),
+                wl_gpu_count=np.zeros(0, dtype=np.int32), wl_gpu_milli=np.zeros(0, dtype=np.int32),
+            )
+            self._coef_key, self._coef = key, coefficients(nodes_only)
+        return self._coef
 
     def _serve(self, t: int, running: np.ndarray) -> None:
         cfg, sc, rec, st = self.config, self.sc, self.rec, self.state
@@ -977,7 +1013,9 @@ class Simulator:
         if mult is not None:
             w_online = w_online * mult[online]
             w_other = w_other * mult[other]
-        busy = np.bincount(node, weights=w_online, minlength=len(self.nodes))
+        # float64 explicitly: np.bincount of an empty array gives int64 even with weights, and the
+        # += below then failed in a step where no replica ran but another pod did.
+        busy = np.bincount(node, weights=w_online, minlength=len(self.nodes)).astype(np.float64)
         busy += np.bincount(self.state.assignment[other], weights=w_other, minlength=len(self.nodes))
         return busy, k, lam_p, rho_p
 
@@ -1007,9 +1045,11 @@ class Simulator:
         sc, rec = self.sc, self.rec
         step_min = sc.step_s / 60.0
         in_peak = sc.in_peak(np.maximum(self.ready, 0))
-        pend = pending_stats(self.ready, self.first_placed, in_peak, step_min)
+        # A pod never placed waited until it left (dropped) or until the end of the run.
+        until = np.where((self.status == DROPPED) & (self.finished >= 0), self.finished, sc.steps)
+        pend = pending_stats(self.ready, self.first_placed, in_peak, step_min, until)
         online = self.service >= 0
-        pend_online = pending_stats(np.where(online, self.ready, -1), self.first_placed, in_peak, step_min)
+        pend_online = pending_stats(np.where(online, self.ready, -1), self.first_placed, in_peak, step_min, until)
         # Batch metrics over the jobs due inside the run (jobs due later are still in flight).
         jobs = self.is_batch & (self.duration >= 0) & (self.status != FUTURE)
         due = jobs & (((self.deadline >= 0) & (self.deadline < sc.steps)) | ((self.deadline < 0) & (self.status == COMPLETED)))
@@ -1035,7 +1075,9 @@ class Simulator:
             "pending_at_peak_pct": pend["pending_at_peak_pct"],
             "pending_at_peak_online_pct": pend_online["pending_at_peak_pct"],
             "mean_pending_min": pend["mean_pending_min"],
+            "mean_pending_placed_min": pend["mean_pending_placed_min"],
             "pending_pods": pend["pending_pods"],
+            "never_placed_pods": pend["never_placed"],
             "peak_pending_max": int(np.nanmax(ser["pending"][peak_steps])) if peak_steps.any() else 0,
             "utilization_at_peak_pct": float(np.nanmean(ser["utilization_pct"][peak_steps])) if peak_steps.any() else None,
             "energy_kwh": rec.energy_wh / 1000.0,

@@ -6,7 +6,10 @@ Definitions (what the report's keys mean):
   start a carbon-aware deferral chose) as a percent of those that became ready;
   ``pending_at_peak_pct`` the same over pods ready inside the scenario's peak windows;
   ``pending_at_peak_online_pct`` the same over service replicas only;
-  ``mean_pending_min``: mean minutes from ready to first placement over pods that waited.
+  ``mean_pending_min``: mean minutes pods that waited spent pending, from ready to their first
+  placement, or for a pod never placed to when it left or the run ended (a step counts as
+  ``step_s`` seconds); ``mean_pending_placed_min`` the same over the waiting pods that were
+  placed; ``never_placed_pods``: ready pods never placed.
 * ``utilization_pct``: requested resource-hours over powered-on resource-hours (nodes booting
   or running, empty or not; the usual cluster-utilization ratio), per resource, averaged over cpu
   and memory (and GPU when present); ``utilization_time_mean_pct`` is the plain time mean of
@@ -17,7 +20,11 @@ Definitions (what the report's keys mean):
   (each request takes its replica's latency in its step; 1 ms histogram bins).
 * ``cost``, ``carbon_kg``, ``energy_kwh``: integrals over the run of the objective module's cost
   per hour, gCO2 per hour and power for non-empty nodes, plus the idle draw, idle carbon and
-  full price of powered-on empty nodes (the objective's own per-node coefficients).
+  full price of powered-on empty nodes (the objective's own per-node coefficients). Each step
+  counts ``step_s / 3600`` hours at the values of that step: the carbon intensity of each
+  node's own domain at that step (UTC), the node's power at its CPU requests. ``energy_kwh`` is
+  IT energy (before PUE); carbon applies the domain's PUE once: a node's gCO2 per hour is
+  ``power_w * pue * intensity / 1000``. Booting nodes count as powered (idle draw, full price).
 * ``batch_completion_min``: mean minutes from arrival to completion of finished batch jobs;
   ``deadline_misses``: batch jobs that finished after their deadline or had not finished when
   the deadline passed inside the run.
@@ -113,13 +120,22 @@ class Recorder:
         self.energy_wh += power_w * hours
 
 
-def pending_stats(ready: np.ndarray, placed: np.ndarray, in_peak: np.ndarray, step_min: float) -> dict[str, Any]:
+def pending_stats(
+    ready: np.ndarray, placed: np.ndarray, in_peak: np.ndarray, step_min: float, until: np.ndarray | int
+) -> dict[str, Any]:
     """Pending metrics over pods that became ready (``ready >= 0``); ``placed`` is the step of
-    the first placement (-1 never)."""
+    the first placement (-1 never); ``until`` (per pod, or one step for all) is when a pod that
+    was never placed stopped waiting: the step it left (dropped) or the end of the run.
+
+    A pod never placed waited ``until - ready`` steps: leaving it out of ``mean_pending_min``
+    would report 0 minutes for a run where nothing could be placed (survivor bias);
+    ``mean_pending_placed_min`` is the mean over the pods that waited and were placed.
+    """
     r = ready >= 0
     n = int(r.sum())
     waited = r & ((placed < 0) | (placed > ready))
-    wait_steps = np.where(placed >= 0, placed - ready, 0)
+    end = np.broadcast_to(np.asarray(until, dtype=np.int64), ready.shape)
+    wait_steps = np.where(placed >= 0, placed - ready, np.maximum(end - ready, 0))
     peak = r & in_peak
     n_peak = int(peak.sum())
     placed_waited = waited & (placed >= 0)
@@ -129,6 +145,7 @@ def pending_stats(ready: np.ndarray, placed: np.ndarray, in_peak: np.ndarray, st
         "pending_pct": 100.0 * float(waited.sum()) / n if n else 0.0,
         "pending_at_peak_pct": 100.0 * float((waited & peak).sum()) / n_peak if n_peak else 0.0,
         "peak_ready_pods": n_peak,
-        "mean_pending_min": float(wait_steps[placed_waited].mean() * step_min) if placed_waited.any() else 0.0,
+        "mean_pending_min": float(wait_steps[waited].mean() * step_min) if waited.any() else 0.0,
+        "mean_pending_placed_min": float(wait_steps[placed_waited].mean() * step_min) if placed_waited.any() else 0.0,
         "never_placed": int((r & (placed < 0)).sum()),
     }

@@ -14,7 +14,7 @@ Carbon intensity (gCO2/kWh) comes from one of:
 :func:`load_carbon_csv` detects the format from the header. Malformed input raises
 :class:`SignalFormatError` naming the file, line and column. A :class:`CarbonSeries` is a step
 function over UTC timestamps; :meth:`CarbonSeries.window` resamples it to the simulator's step
-from a start time, and :func:`persistence_forecast` is the day-ahead forecast the deferral uses
+from a start time (the mean over each step), and :func:`persistence_forecast` is the day-ahead forecast the deferral uses
 (each future hour takes the value observed at the same time of day on the last day already seen:
 only the past is used).
 
@@ -97,8 +97,37 @@ class CarbonSeries:
         return self.values[idx]
 
     def window(self, start: float, steps: int, step_s: float) -> np.ndarray:
-        """``steps`` values from epoch ``start`` every ``step_s`` seconds."""
-        return self.at(start + step_s * np.arange(steps))
+        """``steps`` values from epoch ``start`` every ``step_s`` seconds: value i is the mean
+        intensity over ``[start + i * step_s, start + (i + 1) * step_s)``.
+
+        A step inside one sampling interval takes that sample exactly (the 60 s steps of the
+        scenarios on 15 to 60 min data); a step spanning several (hourly steps on 15 min data)
+        takes their time-weighted mean, not the sample at its start. The whole window must lie
+        inside the series' coverage.
+        """
+        a = start + step_s * np.arange(steps, dtype=np.float64)
+        b = a + step_s
+        if steps == 0:
+            return np.zeros(0)
+        if self.times.size == 1 and not np.isfinite(self.times[0]):
+            return np.full(steps, float(self.values[0]))
+        first = self.at(a)  # raises outside the coverage
+        if np.any(b > self.end):
+            raise ValueError(f"carbon series {self.name!r} covers {_iso(self.times[0])} .. {_iso(self.end)}; "
+                             f"asked for a time outside it (up to {_iso(float(b[-1]))})")
+        ia = np.searchsorted(self.times, a, side="right") - 1
+        ib = np.searchsorted(self.times, b, side="left") - 1  # the last sample starting before b
+        out = np.array(first, dtype=np.float64)
+        span = ib > ia
+        if span.any():
+            # Exact integral of the step function over each spanning step.
+            edges = np.append(self.times, self.end)
+            cum = np.concatenate([[0.0], np.cumsum(self.values * np.diff(edges))])
+            ja, jb = ia[span], ib[span]
+            integral = (cum[jb] - cum[ja] + self.values[jb] * (b[span] - self.times[jb])
+                        - self.values[ja] * (a[span] - self.times[ja]))
+            out[span] = integral / step_s
+        return out
 
     def mean(self) -> float:
         return float(self.values.mean())

@@ -31,13 +31,18 @@ def test_pending_stats_hand_case():
     ready = np.array([0, 0, 5, 12, -1, 15])
     placed = np.array([0, 3, 5, 14, -1, -1])  # pod 1 waits 3, pod 3 waits 2, pod 5 never placed
     in_peak = np.array([False, False, False, True, False, True])
-    s = pending_stats(ready, placed, in_peak, step_min=1.0)
+    s = pending_stats(ready, placed, in_peak, step_min=1.0, until=20)
     assert s["ready_pods"] == 5
     assert s["pending_pods"] == 3
     assert s["pending_pct"] == pytest.approx(60.0)
     assert s["pending_at_peak_pct"] == pytest.approx(100.0)
-    assert s["mean_pending_min"] == pytest.approx(2.5)
+    # Pod 5 waits from 15 to the end of the run (20): (3 + 2 + 5) / 3; the placed ones alone 2.5.
+    assert s["mean_pending_min"] == pytest.approx(10 / 3)
+    assert s["mean_pending_placed_min"] == pytest.approx(2.5)
     assert s["never_placed"] == 1
+    # Per pod: pod 5 left (dropped) at 17; 30 s steps halve the minutes.
+    until = np.array([20, 20, 20, 20, 20, 17])
+    assert pending_stats(ready, placed, in_peak, step_min=0.5, until=until)["mean_pending_min"] == pytest.approx(7 / 6)
 
 
 def _lat(rho_p, util, sla=100.0):

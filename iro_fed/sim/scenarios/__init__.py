@@ -77,6 +77,8 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
         raise SimConfigError(f"hours must be > 0, got {h}")
     if step_s <= 0:
         raise SimConfigError(f"step_s must be > 0, got {step_s}")
+    if int(round(h * 3600 / step_s)) < 1:  # the builders round hours to whole steps
+        raise SimConfigError(f"hours must cover at least one step of {step_s:g} s, got {h:g}")
     try:
         return entry.builder(seed, h, step_s, **converted)
     except (ValueError, KeyError) as exc:  # bad parameter values, signals or trace files

@@ -9,8 +9,10 @@
   ``iro.example/burst: PreferNoSchedule``.
 
 Online traffic follows a retail payment day (peak 14:00-16:00 UTC) from three user regions;
-on ``promo_day`` (a day index, -1 for none) a promotion multiplies the peak ``promo_factor``
-times (12x by default), ramping over three hours on each side. Batch: nightly jobs submitted
+on ``promo_day`` (a day index counted from the start's UTC date, -1 for none) a promotion
+multiplies the 14:00-16:00 UTC peak ``promo_factor`` times (12x by default), ramping over three
+hours on each side. Hours (traffic, peak windows, promotion, batch) are UTC clock hours, also
+for a start that is not midnight. Batch: nightly jobs submitted
 20:00-23:00 that must finish by 06:00 (deferrable), and daytime jobs every hour that tolerate
 15 minutes of delay (not deferrable); batch runs in the bank's own zones only. Online and batch
 compete for the same nodes. Latency: GCP round trips between europe-west3/9/2 (5 ms inside a
@@ -98,7 +100,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     base = daily_curve(PAYMENT_PROFILE, steps, step_s, start_hour)
     mult = np.ones(steps)
     if int(p["promo_day"]) >= 0:
-        mult += (float(p["promo_factor"]) - 1.0) * bump(steps, step_s, int(p["promo_day"]), (14.0, 16.0), 3.0)
+        mult += (float(p["promo_factor"]) - 1.0) * bump(steps, step_s, int(p["promo_day"]), (14.0, 16.0), 3.0, start_hour)
     tolerate_all = (Toleration(operator="Exists"),)
     services = []
     for name, region, share, cpu, mem, mu, ms, sla in SERVICES:
@@ -137,5 +139,5 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         name="bank", description="Credit-card core system: online transactions, nightly batch, public-cloud burst.",
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
-        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0 - start_hour, 16.0 - start_hour), params=p,
+        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0, 16.0, start_hour), params=p,
     )

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from iro_fed.sim.signals import CarbonSeries, carbon_zone, constant, load_latency_matrix, parse_time
+from iro_fed.sim.signals import CarbonSeries, _iso, carbon_zone, constant, load_latency_matrix, parse_time
 
 #: Hourly shape of retail payment traffic (share of the daily peak), hour 0..23, UTC.
 PAYMENT_PROFILE = (
@@ -36,16 +36,32 @@ def series_for(source: str) -> CarbonSeries:
 
 
 def carbon_window(source: str, start: str, history: int, steps: int, step_s: float) -> np.ndarray:
-    """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start``.
+    """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start`` (UTC):
+    value i is the mean intensity over step ``i - history`` (see :meth:`CarbonSeries.window`).
 
     The 2022 files (ES, NO) are read on the same month, day and time as ``start``, so that one
-    scenario can mix them with the 2020 files.
+    scenario can mix them with the 2020 files. A run that needs data outside the series (the
+    history included) is an error naming the series, its coverage and what the run needs: a
+    series never wraps around and its last value is never extended.
     """
     series = series_for(source)
     t0 = parse_time(start)
     if source in ("ES", "NO"):
-        t0 = parse_time("2022" + start.strip()[4:])
-    return series.window(t0 - history * step_s, history + steps, step_s)
+        text = start.strip()
+        if text[4:10] == "-02-29":
+            raise ValueError(f"start {start!r}: the 2022 carbon series {source} is read on the same month, day and "
+                             "time as the start, and 2022 has no February 29")
+        t0 = parse_time("2022" + text[4:])
+    lo = t0 - history * step_s
+    hi = lo + (history + steps) * step_s
+    if lo < series.start or hi > series.end:
+        raise ValueError(
+            f"carbon series {series.name!r} covers {_iso(series.start)} .. {_iso(series.end)}; asked for a time "
+            f"outside it: the run needs "
+            f"{_iso(lo)} .. {_iso(hi)} ({history * step_s / 3600.0:g} h of history before the start for the "
+            f"deferral forecast, then {steps * step_s / 3600.0:g} h)"
+        )
+    return series.window(lo, history + steps, step_s)
 
 
 def latency_between(rows: Mapping[str, str], cols: Mapping[str, str], local_ms: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
@@ -66,17 +82,26 @@ def daily_curve(profile: Sequence[float], steps: int, step_s: float, start_hour:
     return np.interp(hours % 24.0, xp, fp)
 
 
-def bump(steps: int, step_s: float, day: int, plateau: tuple[float, float], ramp_h: float) -> np.ndarray:
-    """0..1: 1 inside ``plateau`` hours of ``day``, linear ramps of ``ramp_h`` hours on both sides."""
-    hours = np.arange(steps) * step_s / 3600.0 - 24.0 * day
+def bump(steps: int, step_s: float, day: int, plateau: tuple[float, float], ramp_h: float, start_hour: float = 0.0) -> np.ndarray:
+    """0..1: 1 inside ``plateau`` hours (UTC clock hours) of ``day`` (day 0 is the start's date,
+    step 0 at ``start_hour``), linear ramps of ``ramp_h`` hours on both sides."""
+    hours = start_hour + np.arange(steps) * step_s / 3600.0 - 24.0 * day
     lo, hi = plateau
     up = np.clip((hours - (lo - ramp_h)) / ramp_h, 0.0, 1.0)
     down = np.clip(((hi + ramp_h) - hours) / ramp_h, 0.0, 1.0)
     return np.minimum(up, down)
 
 
-def hour_windows(steps: int, step_s: float, lo: float, hi: float) -> list[tuple[int, int]]:
-    """Step windows of hours [lo, hi) on every day of the run."""
+def hour_windows(steps: int, step_s: float, lo: float, hi: float, start_hour: float = 0.0) -> list[tuple[int, int]]:
+    """Step windows of the UTC clock hours [lo, hi) on every day the run overlaps (step 0 at
+    ``start_hour``), clipped to the run: a run starting at 18:00 has the next day's peak."""
     per_h = 3600.0 / step_s
-    days = int(np.ceil(steps * step_s / 86400.0))
-    return [(int(round((24 * d + lo) * per_h)), int(round((24 * d + hi) * per_h))) for d in range(days)]
+    days = int(np.ceil((start_hour + steps * step_s / 3600.0) / 24.0))
+    out = []
+    for d in range(days + 1):
+        a = int(round((24 * d + lo - start_hour) * per_h))
+        b = int(round((24 * d + hi - start_hour) * per_h))
+        a, b = max(a, 0), min(b, steps)
+        if a < b:
+            out.append((a, b))
+    return out

@@ -89,5 +89,5 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         name="edge-iot", description="Edge sites with site-bound IoT services and analytics that may run anywhere.",
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
-        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 10.0 - start_hour, 14.0 - start_hour), params=p,
+        weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 10.0, 14.0, start_hour), params=p,
     )

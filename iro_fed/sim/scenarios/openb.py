@@ -45,6 +45,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     history = int(round(86400 / step_s))
     first = min(pod.creation_time for pod in trace)
     end = max(pod.creation_time for pod in trace)
+    fit = not float(p["time_scale"])
     scale = float(p["time_scale"]) or max((end - first) / (hours * 3600.0), 1e-9)
     if scale <= 0:
         raise ValueError(f"time_scale must be >= 0, got {scale}")
@@ -71,6 +72,10 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     pods = []
     for pod in trace:
         arrival = int((pod.creation_time - first) / scale / step_s)
+        if fit:
+            # The span maps onto [0, steps * step_s]: the last-created pod lands on the run's end
+            # itself, one step past the last; it arrives in the last step (else it is lost).
+            arrival = min(arrival, steps - 1)
         if arrival >= steps:
             continue
         life = (pod.deletion_time - pod.creation_time) * stretch if pod.deletion_time >= 0 else -1
