@@ -470,14 +470,13 @@ def local_train(
     global weights and Adam from fresh moments in every round (moments kept from before the
     aggregation measured worse).
 
-    ``proximal_mu > 0`` (FedProx) pulls the result towards the global weights with the
-    proximal operator of ``mu/2 * ||w - w_global||^2``: ``w = (w_local + mu * w_global) / (1 + mu)``.
-    The DQN loop has no loss hook, so this is applied once after local training rather than in
-    every gradient step (a documented approximation of FedProx's local objective).
+    ``proximal_mu > 0`` (FedProx, Li et al., MLSys 2020): every gradient step's loss, in the
+    simulator steps and on the experience store, adds ``mu/2 * ||w - w_global||^2`` over the
+    trainable parameters, so a site's update stays near the global policy however long it trains.
 
     ``experience_db`` (the edge agent's experience store, node setting ``experience-db``): after
     the simulator steps, ``experience_updates`` more gradient steps on the site's real decisions
-    (see :func:`learn_from_experience`), before the proximal pull.
+    (see :func:`learn_from_experience`), under the same proximal term.
     """
     import torch
 
@@ -493,14 +492,12 @@ def local_train(
     agent, result = train(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k)], cfg.dqn_config(), steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
-        replay=replay,
+        replay=replay, proximal_mu=proximal_mu,
     )
     experience: dict[str, float] = {}
     if experience_db is not None:
         experience = learn_from_experience(agent, experience_db, cfg, n, experience_updates, seed)
     new = get_weights(agent.online)
-    if proximal_mu > 0:
-        new = {k: (v + proximal_mu * np.asarray(weights[k], np.float32)) / (1.0 + proximal_mu) for k, v in new.items()}
     return LocalResult(
         weights=new, num_examples=int(result.steps),
         mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,

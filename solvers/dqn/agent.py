@@ -63,6 +63,25 @@ class DQNAgent:
         self.target.eval()
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.updates = 0
+        #: FedProx (Li et al., MLSys 2020): ``(mu, anchor)`` adds ``mu/2 * ||w - anchor||^2`` over the
+        #: trainable parameters to every gradient step's loss; None: plain DQN loss.
+        self.proximal: tuple[float, dict[str, Any]] | None = None
+
+    def set_proximal(self, mu: float, anchor: dict[str, Any] | None = None) -> None:
+        """Anchor the proximal term at ``anchor`` (a state dict; default: the current online
+        weights, e.g. a federated round's global policy); ``mu`` 0 removes it."""
+        import torch
+
+        if not (mu >= 0 and mu < float("inf")):
+            raise ValueError(f"proximal_mu: expected a finite number >= 0, got {mu!r}")
+        if mu == 0:
+            self.proximal = None
+            return
+        source = self.online.state_dict() if anchor is None else anchor
+        self.proximal = (float(mu), {
+            name: torch.as_tensor(source[name], dtype=param.dtype, device=param.device).detach().clone()
+            for name, param in self.online.named_parameters() if param.requires_grad
+        })
 
     # --- acting --------------------------------------------------------------------------------
 
@@ -131,6 +150,12 @@ class DQNAgent:
                 target = rewards + discounts * target_out[rows, next_actions]
             per_sample = F.smooth_l1_loss(out[rows, actions], target, reduction="none")
         loss = (weights * per_sample).mean()
+        td_loss = loss
+        if self.proximal is not None:
+            mu, anchor = self.proximal
+            drift = sum(((param - anchor[name]) ** 2).sum() for name, param in self.online.named_parameters()
+                        if name in anchor)
+            loss = loss + 0.5 * mu * drift
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), cfg.grad_clip)
@@ -139,7 +164,7 @@ class DQNAgent:
         if self.updates % cfg.target_update_every == 0:
             self.sync_target()
         return {
-            "loss": float(loss.item()),
+            "loss": float(td_loss.item()),
             "grad_norm": float(grad_norm.item()),
             "priorities": per_sample.detach().abs().cpu().numpy(),
         }

@@ -108,6 +108,7 @@ def train(
     torch_threads: int = 1,
     time_limit_s: float | None = None,
     replay: ReplayBuffer | None = None,
+    proximal_mu: float = 0.0,
 ) -> tuple[Any, TrainResult]:
     """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
 
@@ -120,6 +121,9 @@ def train(
     ``replay`` continues filling (and learning from) an existing buffer instead of a new empty
     one, so learning resumes at once when it already holds ``learning_starts`` transitions (a
     federated site keeps its own experience from round to round); it is filled in place.
+
+    ``proximal_mu > 0`` (FedProx) adds ``mu/2 * ||w - w_start||^2`` to every gradient step's
+    loss, anchored at the starting weights (``initial_state`` or ``resume``).
     """
     import gymnasium as gym
     import torch
@@ -162,6 +166,7 @@ def train(
             agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
         start_step = int(meta.get("steps", 0))
 
+    agent.set_proximal(proximal_mu)  # anchored at the weights training starts from
     buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
     accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
     emissions = _Emissions(track_emissions, emissions_country)

@@ -243,3 +243,34 @@ def test_short_training_beats_random(distributional: bool) -> None:
     best = np.where(valid, values, -np.inf).max(1).mean()
     # closes most of the gap between a random valid choice and the best one
     assert learned > random_mean + 0.6 * (best - random_mean), (learned, random_mean, best)
+
+
+def _drift_after_training(mu: float) -> float:
+    """Distance from the start weights after 150 learning steps on the bandit task (same seed)."""
+    cfg = SMALL.replace(n_step=1, gamma=0.0, learning_rate=3e-3)
+    agent = DQNAgent(cfg, candidate_features=3, context_features=2, seed=0)
+    start = {k: v.detach().clone() for k, v in agent.online.named_parameters()}
+    agent.set_proximal(mu)
+    buf = ReplayBuffer(cfg.buffer_size, seed=0)
+    rng = np.random.default_rng(0)
+    for _step in range(150):
+        obs = _bandit_obs(rng, 4, cfg.top_k)
+        actions = agent.act(obs)
+        rewards = _reward(obs, actions)
+        for i in range(4):
+            one = {k: v[i] for k, v in obs.items()}
+            buf.add(Transition(one, int(actions[i]), float(rewards[i]), one, 0.0))
+        if len(buf) >= cfg.learning_starts:
+            agent.learn(buf.sample(cfg.batch_size))
+    return float(sum(((p.detach() - start[k]) ** 2).sum() for k, p in agent.online.named_parameters()) ** 0.5)
+
+
+def test_the_fedprox_term_holds_the_weights_near_their_anchor_in_every_step() -> None:
+    """FedProx's mu/2 ||w - w_global||^2 is in each step's loss: the larger mu, the closer training
+    stays to the starting (global) weights; mu 0 is the plain DQN."""
+    plain, weak, strong = _drift_after_training(0.0), _drift_after_training(1.0), _drift_after_training(100.0)
+    assert plain > weak > strong > 0
+    assert strong < 0.5 * plain
+    agent = DQNAgent(SMALL, 3, 2, seed=0)
+    with pytest.raises(ValueError, match="proximal_mu"):
+        agent.set_proximal(float("nan"))
