@@ -25,6 +25,7 @@ from iro_fed.cli import (
     EXIT_OK,
     UsageError,
     _console,
+    check_int,
     check_listen_host,
     check_number,
     check_output_file,
@@ -320,22 +321,12 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     if not 1 <= args.nodes <= LOCAL_MAX_NODES:
         raise UsageError(f"--nodes: expected 1..{LOCAL_MAX_NODES}, got {args.nodes}")
-    if args.rounds < 1:
-        raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
+    check_int("--rounds", args.rounds, 1, 100_000)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
-    if args.json_out:  # written after the run: a bad path must fail before it, not after
-        check_output_file("--json", args.json_out)
-    if args.workdir:
-        check_output_folder("--workdir", args.workdir)
     try:
-        check_output_folder("--registry", Path(args.registry).expanduser())
+        registry = Path(args.registry).expanduser().resolve()
     except RuntimeError:  # ~user of an unknown user
         raise UsageError(f"--registry: cannot expand the home folder of {args.registry!r}") from None
-    try:
-        from iro_fed.federated.local import FederationError, LocalFederation, TLSFiles
-    except ImportError as exc:
-        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
-    registry = Path(args.registry).expanduser().resolve()
     overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "registry": str(registry),
                                  "min-nodes": args.nodes}
     if args.strategy is not None:
@@ -351,6 +342,16 @@ def cmd_local(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if args.supernode_auth and not args.tls:
         raise UsageError("--supernode-auth needs --tls")
+    # Folders are made (like mkdir -p) only once every argument and setting is known to be good.
+    if args.json_out:  # written after the run: a bad path must fail before it, not after
+        check_output_file("--json", args.json_out)
+    if args.workdir:
+        check_output_folder("--workdir", args.workdir)
+    check_output_folder("--registry", registry)
+    try:
+        from iro_fed.federated.local import FederationError, LocalFederation, TLSFiles
+    except ImportError as exc:
+        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
     if registry.exists() and not registry.is_dir():
         raise UsageError(f"--registry: {str(registry)!r} exists and is not a folder")
     try:
@@ -520,8 +521,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     from iro_fed.federated.round_requests import RoundRequestQueue
     from iro_fed.federated.task import FedConfig, FedConfigError
 
-    if args.rounds < 1:
-        raise UsageError(f"--rounds: expected >= 1, got {args.rounds}")
+    check_int("--rounds", args.rounds, 1, 100_000)
     check_number("--poll-s", args.poll_s, 0.0, MAX_POLL_S, low_open=True)
     check_number("--min-interval-s", args.min_interval_s, 0.0, MAX_INTERVAL_S)
     check_number("--timeout", args.timeout, 0.0, low_open=True)

@@ -65,6 +65,13 @@ class FedConfigError(ValueError):
     """A federated setting with a wrong name, type or value; the message names the key."""
 
 
+#: Upper bounds of the count settings: a typo (``num-server-rounds=1e9`` as an integer, ``local-steps``
+#: with three zeros too many) must fail at once, not run for days or fill the memory.
+_COUNT_LIMITS = {"num_server_rounds": 100_000, "local_steps": 100_000_000, "top_k": 1_000, "min_nodes": 100_000,
+                 "eval_episodes": 1_000}
+#: A site's episode length in simulated hours (the carbon data covers about a year).
+MAX_SITE_HOURS = 24 * 366
+
 @dataclass(frozen=True)
 class FedConfig:
     """The app's run settings; ``[tool.flwr.app.config]`` spells each field in kebab-case."""
@@ -137,9 +144,9 @@ class FedConfig:
                 raise FedConfigError(f"{_kebab(f.name)}: expected {kind.__name__}, got {value!r}")
         if self.strategy not in STRATEGIES:
             raise FedConfigError(f"strategy: unknown {self.strategy!r} (known: {', '.join(STRATEGIES)})")
-        for name in ("num_server_rounds", "local_steps", "top_k", "min_nodes", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise FedConfigError(f"{_kebab(name)}: expected >= 1, got {getattr(self, name)!r}")
+        for name, high in _COUNT_LIMITS.items():
+            if not 1 <= getattr(self, name) <= high:
+                raise FedConfigError(f"{_kebab(name)}: expected 1..{high:,}, got {getattr(self, name)!r}")
         for name in ("fraction_train", "carbon_min_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise FedConfigError(f"{_kebab(name)}: expected a number in (0, 1], got {getattr(self, name)!r}")
@@ -147,8 +154,8 @@ class FedConfig:
             raise FedConfigError(f"trim-beta: expected a number in [0, 0.5), got {self.trim_beta!r}")
         if not self.norm_factor > 1.0:
             raise FedConfigError(f"norm-factor: expected > 1, got {self.norm_factor!r}")
-        if not (math.isfinite(self.hours) and self.hours > 0):
-            raise FedConfigError(f"hours: expected a finite number > 0, got {self.hours!r}")
+        if not (math.isfinite(self.hours) and 0 < self.hours <= MAX_SITE_HOURS):
+            raise FedConfigError(f"hours: expected a finite number > 0 and <= {MAX_SITE_HOURS}, got {self.hours!r}")
         if not (math.isfinite(self.proximal_mu) and self.proximal_mu >= 0):
             raise FedConfigError(f"proximal-mu: expected a finite number >= 0, got {self.proximal_mu!r}")
         if self.num_malicious < 0:

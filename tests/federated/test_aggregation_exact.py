@@ -139,6 +139,8 @@ def test_krum_and_bulyan_refuse_too_few_sites_per_round(name: str, f: int, need:
 @pytest.mark.parametrize(("changes", "field"), [
     ({"num_malicious": -1}, "num-malicious"), ({"proximal_mu": -0.1}, "proximal-mu"),
     ({"proximal_mu": math.nan}, "proximal-mu"), ({"hours": math.inf}, "hours"), ({"hours": math.nan}, "hours"),
+    ({"hours": 10_000.0}, "hours"), ({"num_server_rounds": 10**9}, "num-server-rounds"),
+    ({"local_steps": 10**12}, "local-steps"), ({"top_k": 10**6}, "top-k"), ({"eval_episodes": 10**6}, "eval-episodes"),
 ])
 def test_settings_out_of_range_name_the_field(changes: dict, field: str) -> None:
     with pytest.raises(FedConfigError, match=f"^{field}: "):
