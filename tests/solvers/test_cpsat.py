@@ -254,6 +254,7 @@ def test_no_hint_still_solves():
         ({"num_workers": -1}, "num_workers"),
         ({"relative_gap": 1.5}, "relative_gap"),
         ({"hint": "cpsat"}, "hint"),
+        ({"hint": "best-fit,cpsat"}, "hint"),
         ({"hint": "nope"}, "hint"),
         ({"hint": "best-fit,nope"}, "hint"),
         ({"hint": "best-fit,"}, "hint"),
@@ -401,3 +402,15 @@ def test_the_polish_swaps_pods_that_cannot_move_alone():
     assert check_placement(problem, state.assignment, state.gpu_cards) == []
     # cpsat reaches the same from any start: it is the optimum (brute force).
     assert solvers.make("cpsat").solve(problem).objective.score == pytest.approx(brute_force(problem).objective.score)
+
+
+def test_a_batch_solver_can_be_the_hint():
+    """`hint=best-fit,qubo`: the QUBO's placement (its share of the budget) is a starting point like
+    an online solver's; the best one starts CP-SAT, and the result is never below it."""
+    problem = random_problem(78, nodes=6, pods=14)
+    placement = solvers.make("cpsat", hint="best-fit,qubo", time_limit_s=5, max_deterministic_time=0.5).solve(problem)
+    hint = placement.info["hint"]
+    assert set(hint["tried"]) == {"best-fit", "qubo"}
+    assert hint["score"] == max(hint["tried"].values())
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    assert placement.objective.score >= hint["score"] - 1e-12
