@@ -1,37 +1,65 @@
 """``kube-default``: kube-scheduler's default placement, for what the problem model covers.
 
-Followed from kubernetes/kubernetes (v1.3x):
+Followed from kubernetes/kubernetes (v1.33 / v1.34, default profile; v1.30 to v1.32 differ only
+in the best-effort skip of BalancedAllocation):
 
 * ``pkg/scheduler/framework/plugins/noderesources/least_allocated.go``: NodeResourcesFit with
-  the default LeastAllocated strategy, cpu and memory weight 1 each:
-  ``(allocatable - requested) * 100 / allocatable`` in integer arithmetic per resource (0 when
-  requested > allocatable), weighted sum divided by the weight sum. ``requested`` is the node's
-  non-zero request plus the pod's non-zero request (``pkg/scheduler/util/pod_resources.go``:
-  a container without a cpu / memory request counts 100m / 200 MiB). Memory is computed in bytes.
+  the default LeastAllocated strategy, cpu and memory weight 1 each (extended resources do not
+  score: they are not in the default ``resources``):
+  ``(allocatable - requested) * 100 / allocatable`` in int64 per resource (0 when
+  requested > allocatable), then the weighted sum divided by the weight sum, int64 again (each
+  share is truncated before the average). ``requested`` is the node's ``NonZeroRequested`` plus
+  the pod's non-zero request (``resource_allocation.go``, ``pkg/scheduler/util``: a pod without
+  a cpu / memory request counts 100m / 200 MiB, for scoring only). Pods this solver placed add
+  their defaults to their node's ``NonZeroRequested`` too (``NodeInfo.update``), so best-effort
+  pods spread. Memory is computed in bytes.
 * ``noderesources/balanced_allocation.go``: fractions ``requested / allocatable`` (capped at 1,
-  actual requests) of cpu and memory; ``int64((1 - |f_cpu - f_mem| / 2) * 100)``; best-effort
-  pods (no cpu and no memory request) skip the plugin.
+  *actual* requests: ``useRequested``) of cpu and memory; with two resources
+  ``std = |f_cpu - f_mem| / 2`` and ``int64((1 - std) * 100)`` in float64 (so 0.68 vs 0 gives
+  65, not 66); best-effort pods (no cpu and no memory request) skip the plugin (PreScore Skip,
+  since v1.33: PR #130260 for issue #129138; before, they scored the node's own fractions).
 * ``plugins/tainttoleration/taint_toleration.go``: the number of ``PreferNoSchedule`` taints the
-  pod does not tolerate, normalized by ``helper.DefaultNormalizeScore(100, reverse=true)``.
+  pod does not tolerate, normalized by ``helper.DefaultNormalizeScore(100, reverse=true)``
+  (``100 - 100 * count / max`` in int64; all 100 when no node has one).
 * ``plugins/nodeaffinity/node_affinity.go``: the sum of the weights of matching preferred terms,
-  normalized by ``DefaultNormalizeScore(100, reverse=false)``.
+  normalized by ``DefaultNormalizeScore(100, reverse=false)``; a term with an empty preference
+  matches no node (``NewPreferredSchedulingTerms`` skips it).
 * ``apis/config/v1/default_plugins.go``: weights TaintToleration 3, NodeAffinity 2,
-  NodeResourcesFit 1, NodeResourcesBalancedAllocation 1 (PodTopologySpread, InterPodAffinity,
-  ImageLocality score equally on every node here: the model has no owners, pod affinity or images).
+  NodeResourcesFit 1, NodeResourcesBalancedAllocation 1, PodTopologySpread 2, InterPodAffinity 2,
+  ImageLocality 1. The last three score equally on every node here and are left out of the sum
+  (a constant does not change the choice): the model has no pod labels, owners, pod (anti-)
+  affinity or images. In particular the system default spread constraints (hostname maxSkew 3,
+  zone maxSkew 5, ScheduleAnyway) only apply to pods selected by a Service, ReplicaSet,
+  StatefulSet or ReplicationController; for a bare pod upstream skips the plugin, as here.
+  Replicas of a Deployment in a real cluster would also be spread by it; this solver does not.
 * ``schedule_one.go``: ``numFeasibleNodesToFind`` (adaptive ``percentageOfNodesToScore`` =
-  ``50 - N/125`` %, floor 5 %, at least 100 nodes), the filter scan starting at
-  ``nextStartNodeIndex`` and advancing it by the nodes processed, and ``selectHost`` (random among
-  the highest total, seeded here; upstream's reservoir sampling picks each tied node with the
-  same probability).
+  ``50 - N/125`` %, floor 5 %, at least 100 nodes; all nodes below 100), the filter scan starting
+  at ``nextStartNodeIndex`` and advancing it by the nodes processed, and ``selectHost`` (uniform
+  among the highest total: a seeded draw here, reservoir sampling upstream; same distribution,
+  different random stream).
 * ``backend/cache/node_tree.go``: the node list interleaves zones round-robin (zone key from
-  ``topology.kubernetes.io/region`` / ``zone`` labels, falling back to the node's domain).
+  ``topology.kubernetes.io/region`` / ``zone`` labels with the ``failure-domain.beta`` fallbacks).
 * ``plugins/queuesort/priority_sort.go``: pods by priority, highest first, then arrival order.
 
-Known differences: the scan checks feasible nodes in order and stops at exactly the number to
-find (upstream checks in parallel chunks and may process a few more); a node's existing
-``allocated`` usage is taken as its non-zero request (the model does not keep per-pod requests of
-what already runs there); the model's own filters (domains, latency, GPU cards) run as filter
-plugins would.
+Known differences (deliberate, the model does not carry what upstream reads):
+
+* A zero cpu / memory demand is taken as a *missing* request (the model keeps one number per
+  pod); upstream adds the default only for a missing request, per container, so an explicit
+  ``cpu: 0`` scores as 0 there, and a pod with one container lacking a request gets +100m there.
+* A node's initial ``allocated`` usage is taken as its ``NonZeroRequested``: the model does not
+  keep the requests of the pods already running there, so a best-effort pod already bound counts
+  0 instead of 100m / 200 MiB.
+* Nodes with neither a zone nor a region label are grouped by the model's domain (upstream puts
+  them all in one zone ""): a problem file's domain is its zone. The Kubernetes snapshot derives
+  the domain from these labels (else ``default``), so for real nodes both agree.
+* The scan checks feasible nodes in order and stops at exactly the number to find (upstream
+  checks in parallel chunks and may process a few more). Every ``solve`` starts the scan at
+  index 0 and reseeds (the same seed gives the same answer); upstream keeps
+  ``nextStartNodeIndex`` across scheduling cycles, so a caller that solves step by step
+  (the simulator) restarts the rotation each step. This only matters above 100 nodes.
+* Requests are rounded to the nearest milli-cpu / byte (upstream rounds fractions up).
+* The model's own filters (domains, latency, GPU cards) run as filter plugins would; pods that
+  fit nowhere stay unplaced (no preemption, no retry queue).
 """
 
 from __future__ import annotations
@@ -119,6 +147,39 @@ class KubeDefault(OnlineSolver):
         self._cpu, self._mem = cpu, mem
         self._allocatable_cpu = np.rint(problem.capacity[:, cpu]).astype(np.int64)
         self._allocatable_mem = np.rint(problem.capacity[:, mem] * MIB).astype(np.int64) if mem is not None else None
+        # What each pod adds to its node's NonZeroRequested beyond its actual request: the
+        # 100m / 200 MiB default where it requests none (NodeInfo.update, calculateResource).
+        self._default_cpu = np.where(np.rint(problem.demand[:, cpu]) == 0, DEFAULT_MILLI_CPU_REQUEST, 0).astype(np.int64)
+        self._default_mem = (
+            np.where(np.rint(problem.demand[:, mem] * MIB) == 0, DEFAULT_MEMORY_REQUEST_BYTES, 0).astype(np.int64)
+            if mem is not None
+            else None
+        )
+        self._nz_state: ClusterState | None = None
+        self._nz_cursor = 0
+
+    def non_zero_defaults(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per node, the cpu (milli) and memory (bytes) defaults of the pods ``state`` placed
+        without a request: NodeInfo.NonZeroRequested minus Requested. Kept in step with the
+        state's journal; a different state object is read from its assignment."""
+        n = state.problem.num_nodes
+        if self._nz_state is not state or self._nz_cursor > len(state.journal):
+            placed = np.flatnonzero(state.assignment >= 0)
+            where = state.assignment[placed]
+            self._nz_cpu = np.zeros(n, dtype=np.int64)
+            np.add.at(self._nz_cpu, where, self._default_cpu[placed])
+            self._nz_mem = None
+            if self._default_mem is not None:
+                self._nz_mem = np.zeros(n, dtype=np.int64)
+                np.add.at(self._nz_mem, where, self._default_mem[placed])
+            self._nz_state, self._nz_cursor = state, len(state.journal)
+        elif self._nz_cursor < len(state.journal):
+            for w, node, sign in state.journal[self._nz_cursor :]:
+                self._nz_cpu[node] += sign * self._default_cpu[w]
+                if self._nz_mem is not None and self._default_mem is not None:
+                    self._nz_mem[node] += sign * self._default_mem[w]
+            self._nz_cursor = len(state.journal)
+        return self._nz_cpu, self._nz_mem
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -142,17 +203,20 @@ class KubeDefault(OnlineSolver):
         """Each score plugin's normalized 0..100 scores over ``candidates`` (unweighted)."""
         p = state.problem
         wl = p.workloads[w]
+        # Fit scores the non-zero requests (node: NonZeroRequested; pod: defaults where it
+        # requests none); BalancedAllocation the actual ones (useRequested).
+        nz_cpu, nz_mem = self.non_zero_defaults(state)
         pod_cpu = int(round(p.demand[w, self._cpu]))
         node_cpu = np.rint(state.allocated[candidates, self._cpu]).astype(np.int64)
         cap_cpu = self._allocatable_cpu[candidates]
-        req = [node_cpu + (pod_cpu or DEFAULT_MILLI_CPU_REQUEST)]
+        req = [node_cpu + nz_cpu[candidates] + (pod_cpu or DEFAULT_MILLI_CPU_REQUEST)]
         actual = [node_cpu + pod_cpu]
         caps = [cap_cpu]
         pod_mem = 0
-        if self._mem is not None:
+        if self._mem is not None and nz_mem is not None:
             pod_mem = int(round(p.demand[w, self._mem] * MIB))
             node_mem = np.rint(state.allocated[candidates, self._mem] * MIB).astype(np.int64)
-            req.append(node_mem + (pod_mem or DEFAULT_MEMORY_REQUEST_BYTES))
+            req.append(node_mem + nz_mem[candidates] + (pod_mem or DEFAULT_MEMORY_REQUEST_BYTES))
             actual.append(node_mem + pod_mem)
             caps.append(self._allocatable_mem[candidates])
 
@@ -185,9 +249,12 @@ class KubeDefault(OnlineSolver):
             counts = np.zeros(candidates.size, dtype=np.int64)
         taint = default_normalize(counts, reverse=True)
 
-        # NodeAffinity: weights of matching preferred terms.
+        # NodeAffinity: weights of matching preferred terms. A term with an empty preference
+        # matches no node (NewPreferredSchedulingTerms skips it), not every node.
         affinity_raw = np.zeros(candidates.size, dtype=np.int64)
         for term in wl.preferred:
+            if not term.match_labels:
+                continue
             match = np.ones(candidates.size, dtype=bool)
             for key, value in term.match_labels.items():
                 codes, values = p.label_codes(key)
