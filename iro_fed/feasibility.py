@@ -14,8 +14,9 @@ kube-scheduler's framework:
 
 A pod that fits nowhere gets a reason in kube-scheduler's words
 (``pkg/scheduler/framework/types.go`` ``FitError.Error``): each node contributes the reasons of
-its first failing filter in plugin order (taints, node affinity, our domain / latency / GPU-model
-filters, then resources, where every insufficient resource counts), the histogram is sorted as
+its first failing filter in plugin order (taints, node selector, our allowed domains / latency /
+GPU-model filters, then resources, where every insufficient resource counts; a node's untolerated
+taint is the first in the node's own taint list), the histogram is sorted as
 strings and joined: ``0/12 nodes are available: 5 Insufficient cpu, 3 node(s) had untolerated
 taint {dedicated: batch}.``
 """
@@ -35,6 +36,11 @@ from iro_fed.model import GPU_MILLI, ClusterState, Problem, Workload
 EPS = 1e-9
 
 _FILTERS = ("allowed_domains", "taints", "node_selector", "latency", "gpu_model", "gpu_cards")
+#: The order in which a node's failing filters are tried (indices into ``_FILTERS``):
+#: kube-scheduler's plugin order (TaintToleration, then NodeAffinity, which a domain
+#: restriction would be in Kubernetes), our latency and GPU-model filters, then the card count
+#: (NodeResourcesFit). A node's reason is that of the first one that fails.
+_PRECEDENCE = np.array([1, 2, 0, 3, 4, 5], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,24 @@ class StaticFilter:
 
 
 _static_cache: weakref.WeakKeyDictionary[Problem, dict[tuple, StaticFilter]] = weakref.WeakKeyDictionary()
+_taint_pos_cache: weakref.WeakKeyDictionary[Problem, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def _taint_positions(problem: Problem) -> np.ndarray:
+    """``pos[n, t]``: where taint t of ``problem.taint_table`` stands in node n's own taint list
+    (a large number where the node does not have it). kube-scheduler reports the first
+    untolerated taint in the node's order (``FindMatchingUntoleratedTaint``)."""
+    pos = _taint_pos_cache.get(problem)
+    if pos is None:
+        taints, table = problem.taint_table
+        index = {t: i for i, t in enumerate(taints)}
+        pos = np.full(table.shape, np.iinfo(np.int32).max, dtype=np.int32)
+        for n, node in enumerate(problem.nodes):
+            for k, t in enumerate(node.taints):
+                pos[n, index[t]] = min(pos[n, index[t]], k)
+        pos.setflags(write=False)
+        _taint_pos_cache[problem] = pos
+    return pos
 
 
 def untolerated(workload: Workload, problem: Problem, effects: Sequence[str]) -> np.ndarray:
@@ -92,7 +116,8 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     if cols.size:
         sub = table[:, cols]
         bad = sub.any(axis=1)
-        taint_reason[bad] = np.argmax(sub[bad], axis=1)
+        order = np.where(sub, _taint_positions(problem)[:, cols], np.iinfo(np.int32).max)
+        taint_reason[bad] = np.argmin(order[bad], axis=1)
         messages = tuple(f"node(s) had untolerated taint {{{taints[c].key}: {taints[c].value}}}" for c in cols)
         fails.append(bad)
     else:
@@ -127,9 +152,9 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     fails.append(model_fail)
     fails.append(card_fail)
 
-    stacked = np.stack(fails)  # [filters, N]
+    stacked = np.stack(fails)[_PRECEDENCE]  # [filters, N], in the order they are tried
     any_fail = stacked.any(axis=0)
-    first = np.where(any_fail, np.argmax(stacked, axis=0), -1).astype(np.int8)
+    first = np.where(any_fail, _PRECEDENCE[np.argmax(stacked, axis=0)], -1).astype(np.int8)
     for a in (any_fail, first, taint_reason):
         a.setflags(write=False)
     mask = ~any_fail
@@ -178,8 +203,9 @@ def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.n
     out = np.zeros((p.num_workloads, p.num_nodes), dtype=bool)
     if p.num_workloads == 0 or p.num_nodes == 0:
         return out
-    # Additive resources: one broadcast over [W, N, R].
-    out[:] = (st.free[None, :, :] >= p.demand[:, None, :] - EPS).all(axis=2)
+    # Additive resources: one broadcast over [W, N, R]; a resource the pod does not request is
+    # not checked (as in resource_fit and NodeResourcesFit), even on an overcommitted node.
+    out[:] = ((st.free[None, :, :] >= p.demand[:, None, :] - EPS) | (p.demand[:, None, :] <= 0)).all(axis=2)
     share = (p.wl_gpu_count == 1) & (p.wl_gpu_milli < GPU_MILLI) & (p.wl_gpu_milli > 0)
     whole = (p.wl_gpu_count >= 1) & ~share
     if share.any():

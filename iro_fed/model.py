@@ -270,6 +270,15 @@ class Problem:
         return _readonly(self.domain_unit_price[self.node_domain])
 
     @cached_property
+    def initial_on(self) -> np.ndarray:
+        """``on[n]``: node n is powered on before any workload is placed (it has allocated
+        resources or a partly used GPU card); placing a pod on a node powers it on."""
+        on = (self.allocated > 0).any(axis=1) if self.num_nodes else np.zeros(0, dtype=bool)
+        if self.has_gpus:
+            on = on | ((self.gpu_free >= 0) & (self.gpu_free < GPU_MILLI)).any(axis=1)
+        return _readonly(np.asarray(on, dtype=bool))
+
+    @cached_property
     def cpu_index(self) -> int:
         return self.resource_index["cpu"]
 
@@ -378,10 +387,9 @@ class ClusterState:
         self.free_share = (self.util_free * problem.util_inv_capacity).sum(axis=1)
 
     def _node_is_on(self, rows: np.ndarray | int) -> np.ndarray:
-        on = (self.allocated[rows] > 0).any(axis=-1) | (self.pods_on_node[rows] > 0)
-        if self.problem.has_gpus:
-            on = on | (self.gpu_used[rows] > 0)
-        return on
+        # From the pod count, not from ``allocated > 0``: removing float requests can leave a
+        # residue (0.1 + 0.2 - 0.1 - 0.2 = 2.8e-17) that would keep an empty node on.
+        return self.problem.initial_on[rows] | (self.pods_on_node[rows] > 0)
 
     def _recompute_gpu_aggregates(self) -> None:
         g = self.gpu_free
@@ -475,6 +483,14 @@ class ClusterState:
         self.util_used_total -= p.util_demand[w]
         self.util_free[n] += p.util_demand[w]
         self.free_share[n] += p.util_demand[w] @ p.util_inv_capacity[n]
+        if self.pods_on_node[n] == 0:
+            # The node is back to its initial usage: take it exactly, without the float
+            # residue of the additions and subtractions (filters compare free amounts).
+            self.allocated[n] = p.allocated[n]
+            self.free[n] = p.capacity[n] - p.allocated[n]
+            used = np.append(p.allocated[n], self.gpu_used[n]) if p.has_gpus else p.allocated[n]
+            self.util_free[n] = p.util_capacity[n] - used
+            self.free_share[n] = (self.util_free[n] * p.util_inv_capacity[n]).sum()
         if not self._node_is_on(n):
             self.on[n] = False
             self.util_cap_on -= p.util_capacity[n]

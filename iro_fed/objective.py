@@ -60,8 +60,9 @@ class Breakdown:
     weighted: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        # ``+ 0.0`` turns the -0.0 of a zero penalty (-w * 0) into 0.0 in the placement file.
         return {
-            "score": round(self.score, 9),
+            "score": round(self.score, 9) + 0.0,
             "utilization_pct": round(self.utilization_pct, 6),
             "mean_latency_ms": None if self.mean_latency_ms is None else round(self.mean_latency_ms, 6),
             "cost_per_hour": round(self.cost_per_hour, 6),
@@ -71,7 +72,7 @@ class Breakdown:
             "placed": self.placed,
             "powered_on_nodes": self.powered_on_nodes,
             "terms": {k: round(v, 9) for k, v in self.terms.items()},
-            "weighted": {k: round(v, 9) for k, v in self.weighted.items()},
+            "weighted": {k: round(v, 9) + 0.0 for k, v in self.weighted.items()},
         }
 
 
@@ -125,7 +126,7 @@ def coefficients(problem: Problem) -> Coefficients:
         latency_score=lat_score,
         n_with_region=n_with_region,
         cpu_capacity=cpu_cap,
-        capacity_shape=shape_index.astype(np.int64),
+        capacity_shape=shape_index.reshape(-1).astype(np.int64),  # numpy 2.0.0 gave it shape (N, 1)
         shape_capacity=shapes,
         off_gain_base=-(w.cost * _ratio_array(node_cost, max_cost) + w.carbon * _ratio_array(carbon_idle, max_carbon)),
         latency_weighted=(w.latency * _ratio(1.0, n_with_region)) * lat_score[:, p.node_domain],
@@ -151,9 +152,21 @@ def _utilization(used_on: np.ndarray, cap_on: np.ndarray) -> float:
 
 
 def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
-    """Score a placement (or a bare assignment vector) against its problem."""
+    """Score a placement (or a bare assignment vector) against its problem.
+
+    The assignment has one entry per workload: a node index, or -1 for unplaced; any other
+    shape or value raises ValueError naming the entry."""
     assignment = np.asarray(placement if isinstance(placement, np.ndarray) else placement.assignment, dtype=np.int64)
     p = problem
+    # A short vector would score the missing pods as unplaced, a long one crash deep inside.
+    if assignment.shape != (p.num_workloads,):
+        raise ValueError(f"assignment has shape {assignment.shape}, expected ({p.num_workloads},): one node index per workload")
+    if assignment.size and (assignment.min() < -1 or assignment.max() >= p.num_nodes):
+        w = int(np.flatnonzero((assignment < -1) | (assignment >= p.num_nodes))[0])
+        raise ValueError(
+            f"assignment[{w}] ({p.workloads[w].name}): node index {int(assignment[w])} is not -1 (unplaced) "
+            f"or 0..{p.num_nodes - 1}"
+        )
     coef = coefficients(p)
     wts = p.weights
     placed = np.flatnonzero(assignment >= 0)
