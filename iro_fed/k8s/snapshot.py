@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -487,11 +488,21 @@ def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise _bad(who, f"{path}.values", f"operator {op} needs exactly one value")
-        try:
-            int(values[0])
-        except ValueError:
-            raise _bad(who, f"{path}.values[0]", f"operator {op} needs an integer value, got {values[0]!r}") from None
+        if _go_int(values[0]) is None:
+            raise _bad(who, f"{path}.values[0]", f"operator {op} needs an integer value, got {values[0]!r}")
     return on_field, key, op, tuple(values)
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _go_int(text: str | None) -> int | None:
+    """``text`` as Go's ``strconv.ParseInt(text, 10, 64)`` reads it (what kube's Gt/Lt use), else
+    None. Python's int() also takes ``1_000``, spaces and non-ASCII digits, which kube refuses."""
+    if text is None or not _GO_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def parse_term(term: Any, who: str, path: str) -> list[_Requirement]:
@@ -515,11 +526,8 @@ def _matches(req: _Requirement, name: str, labels: Mapping[str, str]) -> bool:
         return value is not None
     if op == "DoesNotExist":
         return value is None
-    try:
-        v = int(value) if value is not None else None
-    except ValueError:
-        return False
-    return v is not None and (v > int(values[0]) if op == "Gt" else v < int(values[0]))
+    v, bound = _go_int(value), _go_int(values[0])
+    return v is not None and bound is not None and (v > bound if op == "Gt" else v < bound)
 
 
 def term_matches(term: list[_Requirement], name: str, labels: Mapping[str, str]) -> bool:

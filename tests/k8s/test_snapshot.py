@@ -334,3 +334,20 @@ def test_cluster_config_of_the_wrong_shape_names_the_field(doc, field):
     with pytest.raises(ProblemValidationError) as info:
         ClusterConfig.from_dict(doc, source="cluster.yaml")
     assert any(path == field for path, _ in info.value.errors), info.value.errors
+
+
+def test_gt_and_lt_read_label_values_as_kube_does():
+    """kube reads Gt/Lt values with Go's strconv.ParseInt(v, 10, 64): '1_000', ' 7', '٣' (an
+    Arabic-Indic three) and 2**63 are not integers there, so such a node never matches; Python's
+    int() accepted the first three. A sign is fine."""
+    labels = {"a": "1_000", "b": " 7", "c": "\u0663", "d": str(2**63), "e": "+9", "f": "-1"}
+    nodes = [make_node(f"n-{k}", labels={"gen": v}) for k, v in labels.items()]
+    gt = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["-5"]}]}]}}}
+    snap = build_snapshot(nodes, [], [make_pod("p", affinity=gt)])
+    state = ClusterState(snap.problem)
+    assert [snap.problem.nodes[i].name for i in np.flatnonzero(feasible_nodes(state, 0))] == ["n-e", "n-f"]
+    bad = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["1_0"]}]}]}}}
+    with pytest.raises(PodSpecError, match=r"values\[0\].*needs an integer value, got '1_0'"):
+        build_snapshot(nodes, [], [make_pod("q", affinity=bad)])
