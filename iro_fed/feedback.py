@@ -29,9 +29,13 @@ the experience since its drift began enters these fits). Leaving the band marks
 where the *recent experience* begins (at most the EWMA's span, ``2 / alpha`` observations, back).
 When the moving error passes ``threshold`` with at least ``min_samples`` observations since then,
 one fine-tune fires, then the detector is disarmed:
-it re-arms only when the error is back in the calm band or after ``cooldown`` observations, so a
-shift triggers one fine-tune, not a storm, and a fine-tune that did not help is retried at most
-once per cooldown. During the cooldown the model keeps refitting on the growing post-drift
+it re-arms only when the error has stayed in the calm band for ``min_samples`` observations in a
+row (one dip of a noisy error is not calm) or after the cooldown, so a shift triggers one
+fine-tune, not a storm. A fine-tune that did not help (the moving error did not then stay at or
+below the threshold for ``cooldown`` observations in a row) doubles the cooldown of the next one,
+up to ``2 ** 10`` x, and until the error settles only the cooldown re-arms: an offset the model
+cannot represent (a node's base load that does not scale with requests) gives a few fine-tunes,
+ever rarer, not one per cooldown (or per lucky calm dip) forever. During the cooldown the model keeps refitting on the growing post-drift
 experience (every ``settle_every`` observations; once ``min_samples`` came after the trigger,
 on those only), part of the same fine-tune. The first
 ``calibration`` observations fit the initial model and are not judged (a calibration is
@@ -363,6 +367,15 @@ class DriftDetector:
         self._drift_count: int | None = None  # self.count then
         self.armed = True
         self._disarmed_count = 0
+        self._calm_streak = 0  # consecutive moving errors in the calm band
+        self._below_streak = 0  # consecutive moving errors at or below the threshold
+        self.unsettled = 0  # fine-tunes in a row after which the error never settled
+        self._settled = True  # below the threshold for ``cooldown`` in a row since the last fine-tune
+
+    @property
+    def cooldown_now(self) -> int:
+        """The cooldown of the current disarm: ``cooldown`` x 2 per unsettled fine-tune in a row."""
+        return self.cooldown * 2 ** min(self.unsettled, MAX_COOLDOWN_DOUBLINGS)
 
     @property
     def calm_level(self) -> float | None:
@@ -377,11 +390,17 @@ class DriftDetector:
             self.armed = True
             return False
         calm = self.value <= self.calm * self.threshold
+        self._calm_streak = self._calm_streak + 1 if calm else 0
+        self._below_streak = self._below_streak + 1 if self.value <= self.threshold else 0
+        if self._below_streak >= max(self.cooldown, 1):  # the last fine-tune helped
+            self._settled, self.unsettled = True, 0
+        # Calm re-arms only while fine-tunes help; after one that did not, only the cooldown does.
+        settled = self._calm_streak >= max(self.min_samples, 1) and self.unsettled == 0
         if calm:
             self.drift_start, self._drift_count = None, None
         elif self.drift_start is None:
             self.drift_start, self._drift_count = index, self.count
-        if not self.armed and (calm or self.count - self._disarmed_count >= self.cooldown):
+        if not self.armed and (settled or self.count - self._disarmed_count >= self.cooldown_now):
             self.armed = True
             if not calm:  # a retry judges only what came after the last fine-tune
                 self.drift_start, self._drift_count = index, self.count
@@ -389,7 +408,11 @@ class DriftDetector:
                 and self.count - self._drift_count + 1 >= self.min_samples)
 
     def disarm(self) -> None:
-        """After a fine-tune: no trigger until calm again or ``cooldown`` more errors."""
+        """After a fine-tune: no trigger until calm again or the cooldown has passed (doubled
+        when the previous fine-tune never settled)."""
+        if not self._settled:
+            self.unsettled += 1
+        self._settled = False
         self.armed = False
         self._disarmed_count = self.count
 
@@ -398,6 +421,7 @@ class DriftDetector:
         return not self.armed
 
 
+MAX_COOLDOWN_DOUBLINGS = 10
 FineTuneAction = Callable[["FeedbackLoop", Trigger], Any]
 
 
@@ -784,16 +808,18 @@ class FeedbackLoop:
 def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None) -> int:
     """Feed a perception-layer snapshot (:class:`iro_fed.metrics.ClusterSnapshot`) to ``loop``.
 
-    Every node with a decision and a CPU reading is observed (usage over the snapshot's CPU
-    capacity of the node, else the decision's); a service's P99 latency completes the decisions
-    of that class still waiting for a latency. Returns how many node observations it fed.
+    Every node with a decision and a CPU reading is observed: usage over the CPU the decision
+    predicted a share of (on Kubernetes the node's allocatable CPU, less than the machine's cores
+    a snapshot reports: dividing by those would compare shares of two different wholes), the
+    snapshot's capacity only where the decision has none. A service's P99 latency completes the
+    decisions of that class still waiting for a latency. Returns how many node observations it fed.
     """
     fed = 0
     for name, usage in snapshot.nodes.items():
         pred = loop.latest.get(name)
         if pred is None or usage.cpu_millicores is None:
             continue
-        cap = usage.cpu_capacity_millicores or pred.capacity
+        cap = pred.capacity if pred.capacity > 0 else usage.cpu_capacity_millicores
         if not cap or cap <= 0:
             continue
         loop.observe(name, float(usage.cpu_millicores) / float(cap), at=at)

@@ -53,6 +53,10 @@ def _read(resp: Any) -> Any:
 
 
 def _exception_result(exc: Exception) -> CallResult:
+    """An API error (its status and message), or status 0 for a connection that failed, was
+    dropped or timed out (urllib3's errors): the write may or may not have happened."""
+    if not hasattr(exc, "status"):
+        return CallResult(False, 0, f"{type(exc).__name__}: {exc}")
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
     message = str(getattr(exc, "reason", "") or exc)
@@ -66,7 +70,14 @@ def _exception_result(exc: Exception) -> CallResult:
 
 
 class Kube:
-    """The few API calls IRO makes, with plain-dict objects."""
+    """The few API calls IRO makes, with plain-dict objects.
+
+    Writes never raise: an API error, a dropped connection or a timeout is a :class:`CallResult`
+    (status 0 when no answer came), so one failed call cannot abort a batch; each waits at most
+    ``write_timeout_s`` for the answer (the client's default is to wait for ever).
+    """
+
+    write_timeout_s: float = 30.0
 
     def __init__(self, api: Any) -> None:
         from kubernetes import client
@@ -102,41 +113,39 @@ class Kube:
         ``v1.Status`` that the client cannot read as a ``V1Binding`` (the bind has happened by
         then), so the status code decides. Never retried: a retry after the POST would get 409."""
         from kubernetes import client
-        from kubernetes.client.rest import ApiException
 
         meta = client.V1ObjectMeta(name=name, namespace=namespace, uid=uid, annotations=annotations or None)
         body = client.V1Binding(metadata=meta, target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
         try:
-            resp = self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
-        except ApiException as exc:
+            resp = self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
+                                                           _request_timeout=self.write_timeout_s)
+        except Exception as exc:  # ApiException, or no answer (the bind may have happened): never retried here
             return _exception_result(exc)
         status = int(getattr(resp, "status", 0) or 0)
         resp_body = None
         try:
             resp_body = _read(resp)
-        except ValueError:
+        except Exception:  # the status decided; an unreadable Status body changes nothing
             pass
         return CallResult(status in (200, 201), status, "" if status in (200, 201) else str(resp_body), resp_body)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> CallResult:
-        from kubernetes.client.rest import ApiException
-
         try:
-            resp = self.core.create_namespaced_event(namespace, event, _preload_content=False)
-        except ApiException as exc:
+            resp = self.core.create_namespaced_event(namespace, event, _preload_content=False,
+                                                     _request_timeout=self.write_timeout_s)
+            return CallResult(True, int(resp.status), "", _read(resp))
+        except Exception as exc:  # ApiException, a dropped connection, a timeout, an unreadable body
             return _exception_result(exc)
-        return CallResult(True, int(resp.status), "", _read(resp))
 
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> CallResult:
         """Strategic-merge patch of ``pods/status`` (conditions merge by ``type``)."""
-        from kubernetes.client.rest import ApiException
-
         try:
             resp = self.core.patch_namespaced_pod_status(
-                name, namespace, patch, _content_type="application/strategic-merge-patch+json", _preload_content=False)
-        except ApiException as exc:
+                name, namespace, patch, _content_type="application/strategic-merge-patch+json", _preload_content=False,
+                _request_timeout=self.write_timeout_s)
+            return CallResult(True, int(resp.status), "", _read(resp))
+        except Exception as exc:  # ApiException, a dropped connection, a timeout, an unreadable body
             return _exception_result(exc)
-        return CallResult(True, int(resp.status), "", _read(resp))
 
 
 def _raw_watch() -> Any:

@@ -15,11 +15,18 @@ What this module adds around them, because the scheduler must never bind as a st
   that renew, and ``lease_duration > renew_deadline``, so the old leader has stopped binding
   before the new one starts (clock rates assumed equal, as in client-go);
 * :meth:`LeaderElector.release` on a clean stop empties ``holderIdentity`` so a follower takes
-  over at its next retry instead of waiting out the lease (client-go's ``ReleaseOnCancel``).
+  over at its next retry instead of waiting out the lease (client-go's ``ReleaseOnCancel``);
+* leadership ends as soon as a read of the Lease shows another holder (client-go's ``IsLeader``
+  compares the observed holder), not only ``renew_deadline`` after the last renew;
+* the Lease is written as client-go writes it: ``acquireTime`` / ``renewTime`` are ``MicroTime``
+  (RFC 3339 with exactly six fractional digits, which the API server requires: the Python
+  client's ``isoformat()`` drops them for a whole second, as the release's times always were),
+  and ``leaseTransitions`` starts at 0 and counts every change of holder.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -31,6 +38,63 @@ log = logging.getLogger("iro_fed.k8s.leader")
 JITTER_FACTOR = 1.2
 
 
+class MicroTime(datetime.datetime):
+    """A datetime that the Python client writes as ``metav1.MicroTime`` (RFC 3339, exactly six
+    fractional digits, ``Z``: the API server parses ``2006-01-02T15:04:05.000000Z07:00`` and
+    refuses a time without the fraction, which ``datetime.isoformat()`` drops on a whole second)."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        utc = self.astimezone(datetime.UTC) if self.tzinfo is not None else self.astimezone().astimezone(datetime.UTC)
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    @classmethod
+    def of(cls, value: datetime.datetime) -> MicroTime:
+        return cls(value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond,
+                   value.tzinfo)
+
+
+def _lease_lock(name: str, namespace: str, identity: str) -> Any:
+    """The Python client's ``LeaseLock`` writing MicroTimes and ``leaseTransitions`` as client-go does."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class Lock(LeaseLock):
+        def time_str_to_iso(self, str_time: str) -> Any:
+            return MicroTime.of(super().time_str_to_iso(str_time))
+
+        def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            spec = self.get_lease_spec(election_record)
+            spec.lease_transitions = 0
+            try:
+                self.lease_reference = self.api_instance.create_namespaced_lease(
+                    namespace, client.V1Lease(metadata=client.V1ObjectMeta(name=name), spec=spec))
+                return True
+            except ApiException as exc:  # 409 AlreadyExists: another candidate created it first
+                log.info("failed to create lease %s/%s: %s", namespace, name, exc.reason)
+                return False
+
+        def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            if self.lease_reference is None:
+                return False
+            old = self.lease_reference.spec
+            old_holder = (old.holder_identity or "") if old is not None else ""
+            transitions = (old.lease_transitions or 0) if old is not None else 0
+            new_holder = updated_record.holder_identity or ""
+            if new_holder and new_holder != old_holder:  # a takeover adds one; a renew or a release keeps it
+                transitions += 1
+            self.lease_reference.spec = self.get_lease_spec(updated_record, old)
+            self.lease_reference.spec.lease_transitions = transitions
+            try:
+                self.api_instance.replace_namespaced_lease(name=name, namespace=namespace, body=self.lease_reference)
+                return True
+            except ApiException as exc:  # 409: written by someone since our read (resourceVersion)
+                log.info("failed to update lease %s/%s: %s", namespace, name, exc.reason)
+                return False
+
+    return Lock(name, namespace, identity)
+
+
 class LeaderElector:
     """One candidate. Call :meth:`start` (a thread) and ask :meth:`is_leader` before each write."""
 
@@ -38,7 +102,6 @@ class LeaderElector:
                  renew_deadline: float = 10.0, retry_period: float = 2.0,
                  on_started: Callable[[], None] | None = None, on_stopped: Callable[[], None] | None = None) -> None:
         from kubernetes.leaderelection.leaderelection import LeaderElection
-        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
         if not isinstance(lease_duration, int) or lease_duration < 1:
             raise ValueError(f"lease_duration: whole seconds >= 1 (Lease.spec.leaseDurationSeconds), got {lease_duration!r}")
@@ -52,7 +115,7 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = float(renew_deadline)
         self.retry_period = float(retry_period)
-        self.lock = LeaseLock(name, namespace, identity)
+        self.lock = _lease_lock(name, namespace, identity)
         self.lock.api_instance = kube.coordination  # the client of this process, not the global default
         # LeaderElection only reads these attributes of its config; its Config class would
         # sys.exit() on sub-second periods, which the tests use.
@@ -93,6 +156,11 @@ class LeaderElector:
         except Exception as exc:  # API unreachable, bad answer: counts as a failed renew
             log.warning("%s: lease update failed: %s: %s", self.identity, type(exc).__name__, exc)
             ok = False
+        if not ok:
+            observed = self._election.observed_record
+            holder = getattr(observed, "holder_identity", None)
+            if holder and holder != self.identity:
+                self._lose()  # someone else holds the lease now: stop binding at once
         if ok:
             with self._state:
                 self._renewed_at = started
@@ -143,6 +211,6 @@ class LeaderElector:
         ok, record = self.lock.get(self.lock.name, self.lock.namespace)
         if not ok or record is None or record.holder_identity != self.identity:
             return False
-        now = str(time.strftime("%Y-%m-%d %H:%M:%S"))
+        now = str(datetime.datetime.now())  # the record format of the client; written as a MicroTime
         empty = LeaderElectionRecord("", "1", now, now)
         return bool(self.lock.update(self.lock.name, self.lock.namespace, empty))

@@ -17,10 +17,16 @@ Loop (leader only):
    message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it is tried
    again when the cluster changes.
 
-Bound pods are *assumed* (counted on their node) until the watch shows them, as kube-scheduler's
-cache does, so the next batch never double-books a node. Two replicas use a Lease
-(:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader binds, and it checks its
-leadership right before every Binding POST.
+Bound pods are *assumed* (counted on their node) until the watch shows that same pod (same UID:
+a StatefulSet pod recreated under its old name is another pod) bound, as kube-scheduler's cache
+does, so the next batch never double-books a node. Pods being deleted (``deletionTimestamp``) are
+not scheduled. An unschedulable pod is retried when the cluster changes, but its condition is
+patched and its ``FailedScheduling`` Event posted only when the outcome differs from the one
+already reported (kube-scheduler skips an unchanged condition and aggregates repeated Events).
+A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
+``Kube.write_timeout_s``) or an error backs off and is retried only if the pod is still pending.
+Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
+binds, and it checks its leadership right before every Binding POST.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ from iro_fed.objective import Breakdown, evaluate, marginal
 from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.scheduler")
+
+ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
+EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
 
 
 @dataclass
@@ -143,8 +152,10 @@ class IroScheduler:
             from iro_fed.k8s.feedback import NodeMetricsFeed
 
             self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s)
-        self._assumed: dict[str, tuple[dict[str, Any], float]] = {}
+        self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
+        self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
         self._unschedulable: dict[str, tuple[int, int]] = {}
+        self._reported: dict[str, tuple[str | None, str, str, float]] = {}  # key -> (UID, reason, message, when)
         self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
         self._lock = threading.Lock()
         self._node_docs: dict[tuple, dict[str, Any]] = {}
@@ -218,23 +229,42 @@ class IroScheduler:
         unschedulable on the unchanged cluster, in kube's queue order (priority, then creation)."""
         now = time.monotonic()
         version = self._cluster_version()
-        with self.cache.pods.changed:
-            bound_keys = set(self.cache.pods.store)
-        # An assumed pod counts on its node until the bound-pods watch shows it (it leaves the
-        # pending watch earlier, so that is not the signal), or for 60 s at most.
+        bound_uids = self._bound_uids()
+        with self.pending.changed:
+            pending = list(self.pending.store.items())
+        pending_uids = {key: _uid(pod) for key, pod in pending}
+        # An assumed pod counts on its node until the bound-pods watch shows that very pod (same
+        # UID: a pod of the same name there may be its deleted predecessor; it leaves the pending
+        # watch earlier, so that is not the signal), or for ASSUME_TTL_S at most.
         with self._lock:
-            for key, (_, since) in list(self._assumed.items()):
-                if key in bound_keys or now - since > 60:
+            for key, (pod, since) in list(self._assumed.items()):
+                if bound_uids.get(key) == _uid(pod) or now - since > ASSUME_TTL_S:
                     self._assumed.pop(key, None)
             for key, (until, _) in list(self._backoff.items()):
                 if until <= now:
                     self._backoff.pop(key, None)
+            for key, (uid, since) in list(self._conflicts.items()):
+                if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
+                    self._conflicts.pop(key, None)
+            for table in (self._unschedulable, self._reported):  # pods gone from the queue
+                for key in [k for k in table if k not in pending_uids]:
+                    table.pop(key, None)
             assumed, backoff = set(self._assumed), set(self._backoff)
-        with self.pending.changed:
-            pending = list(self.pending.store.items())
+            conflicts = {key: uid for key, (uid, _) in self._conflicts.items()}
         pods = []
         for key, pod in pending:
             if key in assumed or key in backoff:
+                continue
+            uid = pending_uids[key]
+            if key in conflicts and conflicts[key] == uid:
+                continue  # its Binding got 409: not retried blindly (a recreated pod has a new UID)
+            if key in bound_uids and bound_uids[key] == uid:
+                continue  # bound already; the pending watch has not caught up yet
+            meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+            if meta.get("deletionTimestamp"):
+                continue  # being deleted: kube-scheduler skips such pods too
+            status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+            if status.get("phase") in ("Succeeded", "Failed"):
                 continue
             seen = self._unschedulable.get(key)
             if seen is not None and seen == version:
@@ -245,11 +275,15 @@ class IroScheduler:
 
     # --- one batch -------------------------------------------------------------------------------
 
+    def _bound_uids(self) -> dict[str, str | None]:
+        with self.cache.pods.changed:
+            return {key: _uid(pod) for key, pod in self.cache.pods.store.items()}
+
     def _model(self) -> ClusterModel:
         bound = self.cache.pods.items()
-        bound_keys = {obj_key(p) for p in bound}
+        bound_uids = {obj_key(p): _uid(p) for p in bound}
         with self._lock:
-            extra = [pod for key, (pod, _) in self._assumed.items() if key not in bound_keys]
+            extra = [pod for key, (pod, _) in self._assumed.items() if bound_uids.get(key, "\0") != _uid(pod)]
         return ClusterModel(self.cache.nodes.items(), bound + extra, self.config, doc_cache=self._node_docs)
 
     def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
@@ -320,7 +354,9 @@ class IroScheduler:
             # (if that POST did bind it, the watch removes it first, or that batch gets a 409).
             with self._lock:
                 if result.status == 409:
-                    self._assumed[key] = (pod, time.monotonic())
+                    # Bound already (the watch will show where) or the pod was replaced: this
+                    # pod is not tried again; one recreated under the same name has a new UID.
+                    self._conflicts[key] = (meta.get("uid"), time.monotonic())
                 else:  # try again in a later batch, backing off 1, 2, 4 ... 30 s
                     delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
                     self._backoff[key] = (time.monotonic() + delay, delay)
@@ -332,6 +368,7 @@ class IroScheduler:
         with self._lock:
             self._assumed[key] = (bound, time.monotonic())
             self._unschedulable.pop(key, None)
+            self._reported.pop(key, None)
         parts = ", ".join(f"{t} {v:+.4f}" for t, v in terms.items() if abs(v) > 0)
         runner_text = f"runner-up {runner}, gap {gap:+.4f}" if runner is not None and gap is not None else "no other feasible node"
         message = (f"Successfully assigned {key} to {node} by {self.name} ({self.solver_name}): "
@@ -346,11 +383,26 @@ class IroScheduler:
         meta = pod.get("metadata") or {}
         self._unschedulable[key] = version
         if self.is_leader():
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            cond = {"type": "PodScheduled", "status": "False", "reason": kind, "message": reason,
-                    "lastProbeTime": None, "lastTransitionTime": now}
-            self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"], {"status": {"conditions": [cond]}})
-            self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
+            uid = meta.get("uid")
+            current = _pod_scheduled(pod)
+            with self._lock:
+                last = self._reported.get(key)
+            same = last is not None and last[:3] == (uid, kind, reason)
+            shown = (current is not None and current.get("status") == "False" and current.get("reason") == kind
+                     and current.get("message") == reason)
+            if not (same or shown):
+                # lastTransitionTime moves only when the status does (podutil.UpdatePodCondition).
+                was_false = current is not None and current.get("status") == "False" and current.get("lastTransitionTime")
+                now = current["lastTransitionTime"] if was_false else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                cond = {"type": "PodScheduled", "status": "False", "reason": kind, "message": reason,
+                        "lastProbeTime": None, "lastTransitionTime": now}
+                self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"], {"status": {"conditions": [cond]}})
+            # The same failure for the same pod is one Event, not one per retry (kube's recorder
+            # aggregates repeats); it is posted again after EVENT_REPEAT_S so it outlives the Event TTL.
+            if not same or time.monotonic() - last[3] > EVENT_REPEAT_S:
+                self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
+                with self._lock:
+                    self._reported[key] = (uid, kind, reason, time.monotonic())
         return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason)
 
     def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> None:
@@ -369,6 +421,20 @@ class IroScheduler:
         result = self.kube.create_event(ns, event)
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
+
+
+def _uid(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata")
+    return meta.get("uid") if isinstance(meta, Mapping) else None
+
+
+def _pod_scheduled(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's ``PodScheduled`` condition as the watch last showed it (None: none or unreadable)."""
+    status = pod.get("status")
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conds, list):
+        return None
+    return next((c for c in conds if isinstance(c, Mapping) and c.get("type") == "PodScheduled"), None)
 
 
 def _queue_key(pod: Mapping[str, Any]) -> tuple[int, str, str]:

@@ -58,3 +58,22 @@ def test_node_metrics_feed_observes_nodes_with_a_decision_and_skips_the_rest(api
     assert d.observed_util == pytest.approx(0.125)
     assert d.errors["utilization"] == pytest.approx(0.125 - 0.25)
     assert loop.by_key["ns/p2"].observed_util is None  # an unreadable quantity is not an observation
+
+
+def test_node_metrics_with_a_base_load_do_not_fine_tune_on_every_cooldown(api, kube):
+    """metrics-server counts the kubelet and system daemons, which no pod requests: every node
+    shows 2,500m more than its pods use. No usage factor explains that, so fine-tunes cannot
+    remove the error; they must come ever more rarely, not once per cooldown for ever."""
+    loop = FeedbackLoop(threshold=0.1, alpha=0.3, min_samples=5, cooldown=20, calibration=5)
+    requested = {f"n{i}": 1000.0 + 1500.0 * i for i in range(5)}  # 1000m .. 7000m of 8 cores
+    for node, req in requested.items():
+        loop.predict(f"ns/{node}-pod", node, req, 8000.0)
+    api.node_metrics = {node: {"cpu": f"{int(req + 2500)}m", "memory": "1Gi"} for node, req in requested.items()}
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600)
+    for _ in range(200):  # 1,000 observations: 50 cooldowns
+        assert feed.poll() == 5
+    at = [t.observation for t in loop.signals]
+    assert 1 <= len(at) <= 6, at
+    assert all(b - a >= 2 * 20 for a, b in zip(at[1:], at[2:], strict=False)), at
+    d = loop.by_key["ns/n0-pod"]
+    assert d.observed_util == pytest.approx(3500 / 8000)  # usage over the same allocatable CPU as predicted
