@@ -154,8 +154,8 @@ def test_cli_solve_with_qubo(tmp_path, capsys):
 @pytest.mark.parametrize("seed", [101, 102, 103])
 def test_refinement_improves_the_batch_qubo_and_stays_valid(seed):
     problem = random_problem(seed, nodes=25, pods=60)
-    batch_only = solvers.make("qubo", refine_steps=0).solve(problem)
-    refined = solvers.make("qubo").solve(problem)
+    batch_only = solvers.make("qubo", refine_steps=0, polish=False).solve(problem)
+    refined = solvers.make("qubo", polish=False).solve(problem)
     assert "refine" not in batch_only.info
     assert check_placement(problem, refined.assignment, refined.gpu_cards) == []
     info = refined.info["refine"]
@@ -210,3 +210,14 @@ def test_calibration_stops_when_a_higher_penalty_stops_paying():
     assert scores[-1] < max(scores[:-1])
     # The steps both ran are the same samples: patience only stops earlier.
     assert [s["energy"] for s in patient] == [s["energy"] for s in full[: len(patient)]]
+
+
+def test_the_polish_is_on_by_default_and_only_ever_gains():
+    """The default QUBO is the refined sampler result plus the true-R local search (drains,
+    swaps); with the same seed it is never below the sampler's own result and is valid."""
+    problem = random_problem(104, nodes=25, pods=60)
+    pure = solvers.make("qubo", seed=5, polish=False).solve(problem)
+    hybrid = solvers.make("qubo", seed=5).solve(problem)
+    assert "polish_moves" not in pure.info and hybrid.info["polish_moves"] >= 0
+    assert check_placement(problem, hybrid.assignment, hybrid.gpu_cards) == []
+    assert hybrid.objective.score >= pure.objective.score - 1e-12
