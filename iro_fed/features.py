@@ -33,8 +33,8 @@ CANDIDATE_FEATURES: tuple[str, ...] = (
     "node_util_after",  # mean used share of the node's utilization resources after placement
     "node_on",  # 1 if the node already runs pods (no power-on cost)
     "power_delta",  # extra watts of the placement (power-on + dynamic) / the largest peak power
-    "latency",  # network latency user region -> domain / the pod's limit (or 100 ms), capped at 2
-    "latency_slack",  # 1 - latency / limit (1 without a limit), floored at -1
+    "latency",  # network latency user region -> domain / the pod's limit (or 100 ms), capped at 2 (2 without data)
+    "latency_slack",  # 1 - latency / limit (1 without a limit), floored at -1 (-1 without data)
     "price",  # hourly price of the pod's requests in the node's domain / the highest among candidates
     "carbon",  # carbon intensity of the node's domain, gCO2/kWh / 1000
     "delta_r",  # marginal change of R / the largest |change| among candidates
@@ -205,10 +205,13 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     region = int(p.wl_region[w])
     limit = p.workloads[w].max_latency_ms
     if region >= 0:
-        lat = np.nan_to_num(p.latency_ms[region, dom], nan=0.0)
+        raw = p.latency_ms[region, dom]
+        # No latency data scores like the worst latency, as in the objective (score 0), not like 0 ms.
+        unknown = np.isnan(raw)
+        lat = np.where(unknown, 0.0, raw)
         ref = limit if limit else 100.0
-        out[:m, col["latency"]] = np.minimum(lat / ref, 2.0)
-        out[:m, col["latency_slack"]] = np.maximum(1.0 - lat / limit, -1.0) if limit else 1.0
+        out[:m, col["latency"]] = np.where(unknown, 2.0, np.minimum(lat / ref, 2.0))
+        out[:m, col["latency_slack"]] = np.where(unknown, -1.0, np.maximum(1.0 - lat / limit, -1.0)) if limit else 1.0
     else:
         out[:m, col["latency_slack"]] = 1.0
     price = (p.domain_unit_price[dom] * p.util_demand[w]).sum(axis=1)

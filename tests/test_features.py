@@ -112,3 +112,78 @@ def test_gpu_feeding_and_pressure_features_by_hand() -> None:
     obs, slots = observation(state, 1, k=4)
     assert obs["context"][X["pressure_cpu"]] == pytest.approx(4000 / 21500)
     assert obs["context"][X["pressure_gpu"]] == 0.0
+
+
+def _identical_nodes_problem(cpu_allocated: list[int]):
+    """Identical nodes in one domain, all running something: equal marginal gains, different fits."""
+    return problem_from_dict({
+        "resources": ["cpu", "memory"],
+        "domains": [{"name": "z", "kind": "zone", "carbon_intensity": 200.0}],
+        "nodes": [{"name": f"n{i}", "domain": "z", "capacity": {"cpu": 8000, "memory": 16384},
+                   "allocated": {"cpu": a, "memory": 1024}} for i, a in enumerate(cpu_allocated)],
+        "workloads": [{"name": "w", "requests": {"cpu": 1000, "memory": 1024}}],
+    })
+
+
+def test_preselect_breaks_ties_to_the_tighter_fit_then_the_lower_index() -> None:
+    p = _identical_nodes_problem([2000, 1000, 3000, 1000, 3000, 500])
+    state = ClusterState(p)
+    gains = marginal(p, state, 0, np.arange(6))
+    assert np.ptp(gains) < 1e-15  # a true tie on R
+    # tightest first (3000 used: n2, n4), then n0 (2000), n1, n3 (1000), n5 (500)
+    assert preselect(state, 0, 6)[0].tolist() == [2, 4, 0, 1, 3, 5]
+    # the k-th place falls inside a tie: the tie is still decided by fit and index, not by partition order
+    assert preselect(state, 0, 1)[0].tolist() == [2]
+    assert preselect(state, 0, 2)[0].tolist() == [2, 4]
+    assert preselect(state, 0, 4)[0].tolist() == [2, 4, 0, 1]
+    assert all(preselect(state, 0, 4)[0].tolist() == [2, 4, 0, 1] for _ in range(5))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_preselect_equals_a_full_sort_for_every_k(seed: int) -> None:
+    """The partition shortcut keeps exactly the full sort's head: the best node is never dropped."""
+    p = random_problem(100 + seed, nodes=40, pods=6)
+    state = ClusterState(p)
+    for w in range(p.num_workloads):
+        feasible = np.flatnonzero(feasible_nodes(state, w))
+        if feasible.size == 0:
+            continue
+        g = marginal(p, state, w, feasible)
+        full = feasible[np.lexsort((feasible, state.free_share[feasible], -np.round(g, 12)))]
+        for k in range(1, feasible.size + 2):
+            nodes, gains, num = preselect(state, w, k)
+            assert nodes.tolist() == full[:k].tolist()
+            assert num == feasible.size and gains[0] == pytest.approx(g.max())
+
+
+def test_features_are_finite_for_zero_capacities_no_gpus_and_missing_latency() -> None:
+    base = problem_from_dict({
+        "resources": ["cpu", "memory", "ephemeral"],
+        "domains": [{"name": "a", "kind": "edge"}, {"name": "b", "kind": "cloud"}],
+        "latency_ms": {"users": {"a": 5.0}},  # nothing known about b
+        "nodes": [{"name": f"n{i}", "domain": "ab"[i % 2], "capacity": {"cpu": 4000, "memory": 8192, "ephemeral": 10}}
+                  for i in range(4)],
+        "workloads": [
+            {"name": "limited", "requests": {"cpu": 1000}, "user_region": "users", "max_latency_ms": 20},
+            {"name": "empty", "requests": {}},
+            {"name": "free", "requests": {"cpu": 100}, "user_region": "users"},
+        ],
+    })
+    # What a snapshot can hold but a problem file may not: zero capacities, no power figures.
+    cap = base.capacity.copy()
+    cap[:, 2] = 0.0
+    cap[0, 1] = 0.0
+    cap[3] = 0.0
+    p = base.replace(capacity=cap, power_peak_w=np.zeros(4), power_idle_w=np.zeros(4))
+    state = ClusterState(p)
+    for w in range(p.num_workloads):
+        obs, slots = observation(state, w, 4)
+        assert np.isfinite(obs["candidates"]).all() and np.isfinite(obs["context"]).all(), w
+        assert obs["mask"][:4].tolist() == (slots >= 0).astype(int).tolist()
+    obs, slots = observation(state, 2, 4)  # no limit: n1 in b is a candidate (n3 has no capacity)
+    rows = {int(n): obs["candidates"][i] for i, n in enumerate(slots) if n >= 0}
+    assert set(rows) == {0, 1, 2}
+    assert rows[0][C["latency"]] == pytest.approx(5 / 100) and rows[0][C["latency_slack"]] == 1.0
+    # unknown latency reads as the worst (the objective scores it 0), not as 0 ms (was 0.0)
+    assert rows[1][C["latency"]] == 2.0 and rows[1][C["latency_slack"]] == 1.0
+    assert rows[1][C["gpu_free_after"]] == 0.0 and rows[1][C["gpu_unfed_after"]] == 0.0

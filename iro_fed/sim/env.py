@@ -8,7 +8,9 @@ for a deferrable pod (a batch job with a deadline). Pods with no feasible node s
 without a decision.
 
 * **Action**: ``Discrete(k + 1)``. ``obs["mask"]`` (and ``info["action_mask"]``) marks the valid
-  actions. A masked action is treated as leaving the pod pending.
+  actions. A masked action is treated as leaving the pod pending. A pod left pending is offered
+  again in the next simulator step (the engine otherwise retries pending pods only once capacity
+  frees, which would let a deferred pod wait uncharged).
 * **Reward**: the change of the shared objective R (:func:`iro_fed.objective.marginal` on the
   step's snapshot problem), in units of one unplaced pod (times the snapshot's pods over
   ``w_unplaced``), with the unplaced-pod penalty charged per decision round while a pod waits:
@@ -19,6 +21,12 @@ without a decision.
   agent's latest decision (the one whose step led there), so the penalty of stranding reaches
   the decisions that cause it; ``info["unplaceable"]`` counts them. Returns stay within a few
   tens of units.
+* **End**: the simulated ``hours`` are a time limit, not a terminal state (pods keep arriving and
+  waiting), so the last step returns ``truncated=True, terminated=False``. Its observation is the
+  decision the simulator would offer next, for the learner to bootstrap from: the first pending
+  pod (in the engine's order) that fits a node of the final cluster, else the last decided pod
+  offered again on the final cluster (a stand-in for the next arrival, beyond the horizon). Only
+  when neither fits anywhere is its mask empty (nothing to bootstrap from).
 * **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
   :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
   pod's deadline slack as context (no clock: the ``dqn`` solver ranks without one).
@@ -34,6 +42,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from iro_fed.feasibility import feasible_nodes
 from iro_fed.features import (
     CANDIDATE_FEATURES,
     CONTEXT_FEATURES,
@@ -41,7 +50,8 @@ from iro_fed.features import (
     context_features,
     order_candidates,
 )
-from iro_fed.sim.engine import DecisionRequest, SimConfig, Simulator
+from iro_fed.model import ClusterState
+from iro_fed.sim.engine import ON, PENDING, DecisionRequest, SimConfig, Simulator
 from iro_fed.sim.scenarios import build_scenario, split_settings
 
 F = len(CANDIDATE_FEATURES)
@@ -79,6 +89,8 @@ class PlacementEnv(gym.Env):
         })
         self._gen = None
         self._req: DecisionRequest | None = None
+        self._final: DecisionRequest | None = None  # after the time limit: the decision to bootstrap from
+        self._last_pod = -1  # the simulator pod of the latest decision
         self._cands = np.zeros(0, dtype=np.int64)
         self._gains = np.zeros(0)
         self._episode = 0
@@ -94,6 +106,7 @@ class PlacementEnv(gym.Env):
         config = SimConfig().with_settings({**sc.engine_defaults, **self.engine_settings})
         self.sim = Simulator(sc, None, config, seed=run_seed)
         self._gen = self.sim.iterate(agent=True)
+        self._final, self._last_pod = None, -1
         self._advance(None, first=True)
         return self._obs(), self._info()
 
@@ -101,21 +114,27 @@ class PlacementEnv(gym.Env):
         if self._gen is None:
             raise RuntimeError("call reset() before step()")
         a = int(action)
-        reward = 0.0
-        node = -1
-        if self._req is not None:
-            req = self._req
-            w_unplaced = float(req.problem.weights.unplaced) or 1.0
-            if 0 <= a < len(self._cands):
-                node = int(self._cands[a])
-                gain = float(self._gains[a]) * req.problem.num_workloads
-                reward = (gain - w_unplaced) / w_unplaced
-            else:  # leave pending (a masked action counts as that too)
-                reward = -1.0
+        if self._req is None:  # the episode already ended: nothing changes
+            return self._obs(), 0.0, False, True, self._info()
+        req = self._req
+        self._last_pod = req.pod
+        w_unplaced = float(req.problem.weights.unplaced) or 1.0
+        if 0 <= a < len(self._cands):
+            node = int(self._cands[a])
+            gain = float(self._gains[a]) * req.problem.num_workloads
+            reward = (gain - w_unplaced) / w_unplaced
+        else:  # leave pending (a masked action counts as that too)
+            node = -1
+            reward = -1.0
+            # Offer it again next step: the engine retries old pending pods only after capacity
+            # frees ("they fit nowhere"), which does not hold for a pod the agent chose to hold back.
+            self.sim.new_ready.append(int(req.pod))
         self._advance(node)
         reward -= float(self._unplaceable)
-        terminated = self._req is None
-        return self._obs(), reward, terminated, False, self._info()
+        # The simulated hours are a time limit, never a terminal state: truncate, so the learner
+        # bootstraps from the next decision instead of taking the rest of the run as worth 0.
+        truncated = self._req is None
+        return self._obs(), reward, False, truncated, self._info()
 
     # --- internals -----------------------------------------------------------------------
 
@@ -124,21 +143,44 @@ class PlacementEnv(gym.Env):
             self._req = next(self._gen) if first else self._gen.send(node)
         except StopIteration:
             self._req = None
-            self._cands = np.zeros(0, dtype=np.int64)
-            self._gains = np.zeros(0)
+            self._final = None if first else self._next_decision()
+            self._cands = self._rank(self._final) if self._final is not None else np.zeros(0, dtype=np.int64)
+            if self._final is None:
+                self._gains = np.zeros(0)
         else:
             self._cands = self._rank(self._req)
         # Pods left without a feasible node since the last decision (none is charged before the first).
         self._unplaceable = 0 if first else len(self.sim.unplaceable)
         self.sim.unplaceable.clear()
 
+    def _next_decision(self) -> DecisionRequest | None:
+        """At the time limit: the decision the simulator would offer next (see the module docstring)."""
+        sim = self.sim
+        pods = sim._pending_order(np.flatnonzero(sim.status == PENDING))
+        if self._last_pod >= 0 and self._last_pod not in pods:
+            pods = np.append(pods, self._last_pod)  # a copy of it, arriving on the final cluster
+        if pods.size == 0 or not (sim.node_state == ON).any():
+            return None
+        t = sim.sc.steps - 1
+        sub, _ = sim._snapshot(t, pods)
+        state = ClusterState(sub)
+        for i, p in enumerate(pods):
+            cand = np.flatnonzero(feasible_nodes(state, i))
+            if cand.size:
+                return DecisionRequest(t, sub, state, i, int(p), cand)
+        return None
+
     def _rank(self, req: DecisionRequest) -> np.ndarray:
         nodes, gains = order_candidates(req.state, req.local, req.candidates, self.k)
         self._gains = gains[: self.k]
         return nodes[: self.k]
 
+    def _shown(self) -> DecisionRequest | None:
+        """The decision the observation shows: the pending one, or after the end the bootstrap one."""
+        return self._req if self._req is not None else self._final
+
     def _deferrable(self) -> bool:
-        req = self._req
+        req = self._shown()
         return req is not None and bool(self.sim.is_batch[req.pod] and self.sim.deadline[req.pod] >= 0)
 
     def action_mask(self) -> np.ndarray:
@@ -158,7 +200,7 @@ class PlacementEnv(gym.Env):
 
     def _obs(self) -> dict[str, np.ndarray]:
         mask = self.action_mask().astype(np.int8)
-        req = self._req
+        req = self._shown()
         if req is None:
             return {"candidates": np.zeros((self.k, F), np.float32), "context": np.zeros(C, np.float32), "mask": mask}
         sim = self.sim

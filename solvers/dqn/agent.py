@@ -31,7 +31,9 @@ def project_distribution(
     v_min, v_max = float(support[0]), float(support[-1])
     delta = (v_max - v_min) / (atoms - 1)
     tz = (rewards.unsqueeze(1) + discounts.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
-    b = (tz - v_min) / delta
+    # float32 rounding can put an atom at v_max a hair above atoms - 1 (atoms 11 on [-7.3, 2.9]):
+    # an index out of range without the clamp.
+    b = ((tz - v_min) / delta).clamp(0, atoms - 1)
     lower, upper = b.floor().long(), b.ceil().long()
     same = (lower == upper).to(next_probs.dtype)  # b fell exactly on an atom: all mass goes there
     out = torch.zeros_like(next_probs)

@@ -46,6 +46,23 @@ def resolve_policy(path: str | os.PathLike[str] | None) -> Path:
     return p
 
 
+def _layout_difference(names: Any, expected: dict[str, list[str]]) -> str:
+    """Where a checkpoint's feature names first differ from ours, e.g. ``candidates[3]: 'a' vs 'b'``
+    (equal counts in another order read wrong columns silently, so the count alone does not say it)."""
+    if not isinstance(names, dict):
+        return f"feature_names is {type(names).__name__}, expected a mapping"
+    for part, ours in expected.items():
+        theirs = names.get(part)
+        if not isinstance(theirs, list):
+            return f"{part}: missing"
+        for i in range(max(len(theirs), len(ours))):
+            a = theirs[i] if i < len(theirs) else None
+            b = ours[i] if i < len(ours) else None
+            if a != b:
+                return f"{part}[{i}]: {a!r} in the policy, {b!r} here; {len(theirs)} vs {len(ours)} {part} features"
+    return "other feature groups"
+
+
 class LoadedPolicy:
     """A checkpoint's network in eval mode plus its metadata; checked against our features."""
 
@@ -66,8 +83,7 @@ class LoadedPolicy:
         expected = {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}
         if names is not None and names != expected:
             raise CheckpointError(f"policy {str(path)!r}: trained on other features than this version computes "
-                                  f"({len(names.get('candidates', []))}+{len(names.get('context', []))} vs "
-                                  f"{len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}); retrain it with `iro train`")
+                                  f"({_layout_difference(names, expected)}); retrain it with `iro train`")
         if (meta["candidate_features"], meta["context_features"]) != (len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)):
             raise CheckpointError(f"policy {str(path)!r}: {meta['candidate_features']}+{meta['context_features']} "
                                   f"features, this version computes {len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")

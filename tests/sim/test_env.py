@@ -32,8 +32,8 @@ def test_random_masked_episode_never_violates_the_mask_or_capacity():
     obs, info = env.reset(seed=3)
     rng = np.random.default_rng(0)
     steps, placed, total = 0, 0, 0.0
-    terminated = False
-    while not terminated:
+    truncated = False
+    while not truncated:
         mask = info["action_mask"]
         assert np.array_equal(obs["mask"].astype(bool), mask)
         assert mask[-1] == (obs["context"][CONTEXT_FEATURES.index("deferrable")] > 0)  # only jobs with slack wait
@@ -45,6 +45,7 @@ def test_random_masked_episode_never_violates_the_mask_or_capacity():
         action = int(rng.choice(valid))
         before = env.sim.state.assignment.copy()
         obs, reward, terminated, truncated, info = env.step(action)
+        assert not terminated  # the run's end is a time limit
         total += reward
         st = env.sim.state
         assert np.all(st.allocated <= env.sim.capacity + EPS)
@@ -66,7 +67,7 @@ def test_reward_is_the_objective_change_and_greedy_is_best_per_step():
         expected = (marginal(req.problem, req.state, req.local, cands) * req.problem.num_workloads - w_u) / w_u
         assert expected[0] == pytest.approx(expected.max())  # slot 0 is the objective's greedy choice
         action = greedy_action(info)
-        obs, r, done, _, info = env.step(action)
+        obs, r, _, done, info = env.step(action)
         # pods then found with no feasible node (none in this light hour) cost one unplaced pod each
         assert r == pytest.approx((expected[0] if action == 0 else -1.0) - info["unplaceable"])
         rewards.append(r)
@@ -96,7 +97,7 @@ def test_pods_left_without_a_feasible_node_are_charged_to_the_last_decision():
         req = env._req
         w_u = req.problem.weights.unplaced
         gain = marginal(req.problem, req.state, req.local, env._cands[:1])[0] * req.problem.num_workloads
-        obs, r, done, _, info = env.step(greedy_action(info))
+        obs, r, _, done, info = env.step(greedy_action(info))
         assert r == pytest.approx((gain - w_u) / w_u - info["unplaceable"])
         charged += info["unplaceable"]
         charged_steps += info["unplaceable"] > 0

@@ -274,3 +274,13 @@ def test_the_fedprox_term_holds_the_weights_near_their_anchor_in_every_step() ->
     agent = DQNAgent(SMALL, 3, 2, seed=0)
     with pytest.raises(ValueError, match="proximal_mu"):
         agent.set_proximal(float("nan"))
+
+
+@pytest.mark.parametrize(("atoms", "v_min", "v_max"), [(11, -7.3, 2.9), (62, -2.0, 2.0), (60, -3.0, 3.0), (51, -10.0, 10.0)])
+def test_c51_projection_at_the_top_of_odd_supports(atoms, v_min, v_max):
+    """A return clamped to v_max lands on the last atom, whatever float32 makes of (v_max - v_min) / delta
+    (an index one past the end crashed the update for these supports)."""
+    support = torch.linspace(v_min, v_max, atoms)
+    probs = torch.full((1, atoms), 1.0 / atoms)
+    out = project_distribution(probs, torch.tensor([100.0]), torch.tensor([0.0]), support)
+    assert out[0, -1].item() == pytest.approx(1.0) and out.sum().item() == pytest.approx(1.0)
