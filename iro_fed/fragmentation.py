@@ -40,7 +40,13 @@ class TypicalTasks:
 
 def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> TypicalTasks:
     """Group the problem's workloads and keep the most frequent groups until they cover
-    ``coverage`` of the pods; popularity is each kept group's share of them."""
+    ``coverage`` of the pods; popularity is each kept group's share of them.
+
+    As in the simulator (``GetTypicalPods`` with ``isInvolvedCpuPods`` true, threshold 95, step
+    1), CPU-only pods form groups too: such a task uses no GPU, so all of a node's free GPU milli
+    is fragmented for it. The replay passes the original pod list, not the tuned arrival
+    sequence. Deliberate difference: groups with equal counts are ordered by their key here, so
+    which of them a 95 % cut keeps is reproducible (the simulator sorts a Go map: arbitrary)."""
     p = problem
     cpu_col = p.cpu_index
     mem_col = p.resource_index.get("memory")

@@ -5,9 +5,12 @@ tried once through the solver contract (``solver.decide`` against an incremental
 :class:`~iro_fed.model.ClusterState`) and dropped when nothing fits. After every arrival the
 replay records the arrived GPU share a (rounded percent of cluster GPU capacity) and the
 allocated GPU share (percent, 2 decimals); ``alloc_gpu_pct[x]`` is the mean allocation over the
-events with a == x (or x-1 <= a <= x+1 when none), for x = 0..130. It also records the FGD
-fragmentation of the cluster (percent of GPU capacity that is free but fragmented for the
-typical tasks) and CPU / memory allocation on the same axis.
+events with a == x (or x-1 <= a <= x+1 when none), for x = 0..130, rounded to 2 decimals as the
+simulator's analysis does. It also records the FGD fragmentation of the cluster (percent of GPU
+capacity that is free but fragmented for the typical tasks) and CPU / memory allocation on the
+same axis. The typical tasks (for the metric and for the FGD policies) are those of the original
+pod list, before the arrival sequence's copies and removals, as in the simulator
+(``SetTypicalPods`` on the workload before ``TunePodsByNodeTotalResource``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.fragmentation import fragmentation, typical_tasks
+from iro_fed.fragmentation import TypicalTasks, fragmentation, typical_tasks
 from iro_fed.model import ClusterState, Problem
 from iro_fed.traces.openb import OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
 
 MAX_ARRIVED_PCT = 130
+#: Decimals of each curve point: the simulator's analysis rounds the mean to 2.
+CURVE_DECIMALS = 2
 
 
 @dataclass
@@ -66,13 +71,14 @@ class ReplayResult:
 
 
 def curve(arrived_pct: np.ndarray, values: np.ndarray) -> dict[str, float | None]:
-    """Mean of ``values`` per rounded arrival percent x = 0..130 (the spec's neighbour rule)."""
+    """Mean of ``values`` per rounded arrival percent x = 0..130 (the spec's neighbour rule),
+    rounded to :data:`CURVE_DECIMALS` as the simulator's analysis does."""
     out: dict[str, float | None] = {}
     for x in range(MAX_ARRIVED_PCT + 1):
         hit = arrived_pct == x
         if not hit.any():
             hit = (arrived_pct >= x - 1) & (arrived_pct <= x + 1)
-        out[str(x)] = round(float(values[hit].mean()), 4) if hit.any() else None
+        out[str(x)] = round(float(values[hit].mean()), CURVE_DECIMALS) if hit.any() else None
     return out
 
 
@@ -83,12 +89,15 @@ def replay_problem(
     capacity_milli: int | None = None,
     on_progress: Callable[[int], None] | None = None,
     batch_window: int = 1,
+    tasks: TypicalTasks | None = None,
 ) -> ReplayResult:
     """Replay ``problem.workloads`` in order; ``capacity_milli`` defaults to the cluster's GPU
     capacity. With ``batch_window`` 1 each pod goes through ``solver.decide`` (an online solver)
     as it arrives; with N > 1 arriving pods are queued and every N of them (and the rest at the
     end) are placed jointly by ``solver.solve`` on the current cluster; pods it leaves unplaced
-    are dropped, as in the online replay."""
+    are dropped, as in the online replay. ``tasks`` are the typical tasks of the fragmentation
+    metric (default: those of ``problem.workloads``); a solver with ``use_typical_tasks`` (the
+    FGD policies) is given the same ones."""
     p = problem
     capacity = float(capacity_milli if capacity_milli is not None else int(p.gpu_count.sum()) * 1000)
     if capacity <= 0:
@@ -99,7 +108,12 @@ def replay_problem(
     cpu_total = float(p.capacity[:, p.cpu_index].sum())
     mem_col = p.resource_index.get("memory")
     mem_total = float(p.capacity[:, mem_col].sum()) if mem_col is not None else 0.0
-    tasks = typical_tasks(p)
+    if tasks is None:
+        tasks = typical_tasks(p)
+    elif tasks.access.shape[1] != p.num_nodes:
+        raise ValueError(f"tasks: computed for {tasks.access.shape[1]} nodes, the problem has {p.num_nodes}")
+    if hasattr(solver, "use_typical_tasks"):
+        solver.use_typical_tasks(tasks)
     state = ClusterState(p)
     if batch_window == 1:
         solver.reset(p)
@@ -181,19 +195,22 @@ def replay_trace(
     batch_window: int = 1,
 ) -> ReplayResult:
     """Build the seed's arrival sequence and replay it with the registered solver ``policy``
-    (online, or any solver with ``batch_window`` > 1)."""
+    (online, or any solver with ``batch_window`` > 1); the fragmentation metric and the FGD
+    policies use the typical tasks of ``pods`` (the original list)."""
     import solvers
 
     capacity = gpu_capacity(nodes)
     if capacity <= 0:  # before the arrival sequence, which would tune the workload to 0 GPUs
         raise ValueError("nodes: the node list has no GPUs: the GPU allocation metric is undefined")
     sequence = arrival_sequence(pods, seed, capacity)
+    # The simulator takes the typical tasks from the original pod list, not the tuned sequence.
+    tasks = typical_tasks(build_problem(nodes, sorted(pods, key=lambda pod: pod.name)))
     solver = solvers.make(policy, **{"seed": seed, **(policy_params or {})})
     if batch_window == 1 and not isinstance(solver, solvers.OnlineSolver):
         raise solvers.InvalidSettingError(
             f"policy {policy!r} is not an online solver: replay places pods one at a time (or use a batch window)"
         )
-    return replay_problem(build_problem(nodes, sequence), solver, seed, capacity, on_progress, batch_window)
+    return replay_problem(build_problem(nodes, sequence), solver, seed, capacity, on_progress, batch_window, tasks)
 
 
 def median_unallocated(results: list[ReplayResult]) -> float | None:

@@ -185,16 +185,31 @@ class FgdClustering(PaperPolicy):
 
 class Fgd(PaperPolicy):
     """Fragmentation Gradient Descent: the node (and card) whose fragmentation grows least,
-    ``100 * sigmoid((F_before - F_after) / 1000)``, F over the workload's typical tasks."""
+    ``100 * sigmoid((F_before - F_after) / 1000)``, F over the workload's typical tasks (in the
+    trace replay those of the original pod list, given by :meth:`use_typical_tasks`)."""
 
     name = "fgd"
     properties = SolverProperties("online", False, "FGD: minimize the growth of GPU fragmentation for the typical tasks.")
     memory_aware: ClassVar[bool] = False
     frag_model: ClassVar[str] = "fgd"
 
+    #: Typical tasks given by :meth:`use_typical_tasks` (None: those of the problem's workloads).
+    given_tasks: TypicalTasks | None = None
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
+        """Score against ``tasks`` from the next :meth:`reset` on. The trace replay hands over the
+        typical tasks of the original pod list, as the paper's simulator does, rather than those
+        of the tuned arrival sequence (whose copies and removals shift the distribution)."""
+        self.given_tasks = tasks
+
     def reset(self, problem: Problem) -> None:
         super().reset(problem)
-        self.tasks: TypicalTasks = typical_tasks(problem)
+        given = self.given_tasks
+        if given is not None and given.access.shape[1] != problem.num_nodes:
+            raise ValueError(
+                f"typical tasks: computed for {given.access.shape[1]} nodes, the problem has {problem.num_nodes}"
+            )
+        self.tasks: TypicalTasks = given if given is not None else typical_tasks(problem)
         self._best_card: dict[int, int] = {}
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
