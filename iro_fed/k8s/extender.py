@@ -17,11 +17,14 @@ malformed (then 400 with a message).
   (:func:`iro_fed.objective.marginal`), each min-max normalized over the feasible candidates.
   If the solver fails, the kube-default ranking is used instead: no error reaches kube.
 * bind: ``ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}`` -> ``{"Error": ""}``; the
-  Binding is created once with ``_preload_content=False``, never retried.
+  Binding (with the pod's UID as precondition: a wrong UID gets the API server's 409) is created
+  once with ``_preload_content=False``, never retried. A node the synced node cache does not
+  know gets an ``Error`` and no Binding (the API server would bind to any name).
 * preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
   ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
-  IRO's constraints once the proposed victims are gone, with the same victims (an extender may
-  drop nodes; it never invents victims here).
+  IRO's constraints once the proposed victims are gone (the node's usage recomputed from its
+  bound pods minus the victims, GPU cards included), with the same victims (an extender may
+  drop nodes; it never invents victims here, and kube resolves each UID on that node).
 
 Without a kubeconfig the extender is stateless (NodeList mode): it knows what the Node objects in
 the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation). With one,
@@ -47,12 +50,13 @@ import numpy as np
 from iro_fed.feasibility import EPS, resource_fit, static_filter
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import (
+    TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
     PodSpecError,
     Snapshot,
+    apply_usage,
     obj_key,
-    pod_demand,
 )
 from iro_fed.model import GPU_MILLI, ClusterState
 from iro_fed.objective import marginal
@@ -411,6 +415,13 @@ class Extender:
             raise BadRequest(missing[0], f"required (ExtenderBindingArgs: {', '.join(missing)} missing)")
         if self.kube is None:
             return {"Error": "this extender cannot bind: it was started without --kubeconfig"}
+        node = args["Node"]
+        if self.cache is not None and self.cache.synced and node not in self.cache.nodes.store:
+            # The API server binds to any name, even a node that does not exist: the pod would
+            # then sit on a phantom node until the pod GC deletes it. Refuse; kube retries the pod.
+            return {"Error": f"binding {args['PodNamespace']}/{args['PodName']}: node {node!r} is not in the "
+                             "extender's node cache (no such node, or not seen yet): no Binding created"}
+        # The UID goes into the Binding: the API server then refuses (409) a pod recreated under the same name.
         uid = args.get("PodUID") or None
         result = self.kube.bind(args["PodNamespace"], args["PodName"], args["Node"], uid=uid)
         if result.ok:
@@ -437,28 +448,44 @@ class Extender:
             base = model.with_pods([pod])
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError
             raise BadRequest.wrap(exc, "Pod") from exc
-        keep: dict[str, Any] = {}
-        bound = {((p.get("metadata") or {}).get("uid")): p for p in self.cache.pods.items()}
-        base_state = ClusterState(base.problem)  # built once; each proposal edits its own copy
-        for node, victims in checked.items():
-            i = base.problem.node_index.get(node)
-            if i is None:
+        problem = base.problem
+        docs = {d["name"]: d for d in model.node_docs}
+        # Each proposed node's usage is recomputed from the pods bound to it minus the victims,
+        # the way the model counted it (GPU cards included, finished pods excluded): a victim
+        # frees only what it holds on that node.
+        on_node: dict[str, list[dict[str, Any]]] = {node: [] for node in checked}
+        for p in self.cache.pods.items():
+            status = p.get("status")
+            if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
                 continue
-            state = base_state.copy()
-            for v in victims["Pods"]:
-                vpod = bound.get(v["UID"])
-                if vpod is None:
-                    continue
-                try:
-                    d = pod_demand(vpod, self.config.resources).requests
-                except ValueError:  # a bound pod the model cannot read frees nothing it knows of
-                    continue
-                for r, amount in d.items():
-                    ri = base.problem.resource_index[r]
-                    state.allocated[i, ri] -= amount
-                    state.free[i, ri] += amount
+            node_name = (p.get("spec") or {}).get("nodeName")
+            if isinstance(node_name, str) and node_name in on_node:
+                on_node[node_name].append(p)
+        keep: dict[str, Any] = {}
+        state = ClusterState(problem)  # built once; each proposal edits its node's row, then puts it back
+        for node, victims in checked.items():
+            i = problem.node_index.get(node)
+            if i is None or node not in docs:
+                continue
+            gone = {v["UID"] for v in victims["Pods"] if v["UID"]}
+            left = [p for p in on_node[node] if (p.get("metadata") or {}).get("uid") not in gone]
+            doc = dict(docs[node])
+            apply_usage(doc, left, model.config.resources, [])
+            saved = (state.allocated[i].copy(), state.free[i].copy(), state.gpu_free[i].copy())
+            for r, amount in doc["allocated"].items():
+                ri = problem.resource_index.get(r)
+                if ri is not None:
+                    state.allocated[i, ri] = amount
+                    state.free[i, ri] = problem.capacity[i, ri] - amount
+            cards = doc["gpu_free_milli"]
+            if cards:
+                state.gpu_free[i, : len(cards)] = cards
+                state._refresh_gpu_row(i)  # the per-node GPU aggregates resource_fit reads
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = victims
+            state.allocated[i], state.free[i], state.gpu_free[i] = saved
+            if cards:
+                state._refresh_gpu_row(i)
         return {"NodeNameToMetaVictims": keep}
 
 

@@ -3,10 +3,16 @@
 For a pod CREATE that is selected (its labels match ``selector``, or its namespace is in
 ``namespaces``; with neither set every pod is), the webhook either
 
-* ``mode="scheduler-name"``: sets ``spec.schedulerName`` to IRO's scheduler, or
+* ``mode="scheduler-name"``: sets ``spec.schedulerName`` to IRO's scheduler (unless the pod chose
+  a scheduler other than ``default-scheduler``: left unchanged, with a warning), or
 * ``mode="affinity"``: adds one *preferred* node-affinity term per recommended node (the top-K
   of the configured solver's ranking on the current cluster, weight 100 for the best, down to 1
-  by the normalized score), so kube-scheduler keeps the final say.
+  by the normalized score), so kube-scheduler keeps the final say; a node the pod already
+  prefers by the same ``matchFields`` term is not added twice (reinvocation is idempotent).
+
+The patch only adds under ``/spec`` (parents created as needed, the pod's own terms kept), so no
+path is built from label or annotation keys. The webhook has no side effects (``sideEffects:
+None``): a ``dryRun`` review gets the same answer.
 
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
 the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
@@ -25,6 +31,7 @@ import concurrent.futures
 import copy
 import json
 import logging
+import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -113,6 +120,8 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
     spec = pod.get("spec")
     if not isinstance(spec, dict):  # the patches add under /spec: without it they would not apply
         raise BadPod(f"{where}.spec", f"expected an object, got {json_kind(spec)}")
+    if spec.get("schedulerName") is not None and not isinstance(spec["schedulerName"], str):
+        raise BadPod(f"{where}.spec.schedulerName", f"expected a string, got {json_kind(spec['schedulerName'])}")
     if mode == "affinity":
         node = spec
         for k in ("affinity", "nodeAffinity"):
@@ -130,15 +139,67 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
     return pod
 
 
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_key_error(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (``[prefix/]name``), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return f"label key {key!r}: the prefix must be a DNS subdomain (lower case, at most 253 characters)"
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        return (f"label key {key!r}: the name must be 1-63 characters of [A-Za-z0-9-_.], "
+                "starting and ending with a letter or digit")
+    return None
+
+
 def parse_selector(text: str | None) -> dict[str, str]:
-    """``a=b,c=d`` -> {"a": "b", "c": "d"} (matchLabels)."""
+    """``a=b,c==d`` -> {"a": "b", "c": "d"}: an equality-based label selector (a matchLabels).
+
+    ``k=v`` and ``k==v`` mean the same, as in kubectl; ``!=``, ``in``/``notin`` and bare keys
+    (existence) are refused rather than read as a key or value with ``=``/``!`` in it, which
+    would never match; keys and values must be valid label keys and values.
+    """
     out: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        if "!=" in part:
+            raise ValueError(f"{part!r}: only equality (key=value) is supported, not !=")
         key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"expected key=value, got {part!r}")
-        out[key.strip()] = value.strip()
+        if value.startswith("="):
+            value = value[1:]  # k==v
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValueError(f"expected key=value, got {part!r} (set-based and existence selectors are not supported)")
+        err = _label_key_error(key)
+        if err:
+            raise ValueError(err)
+        if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
+            raise ValueError(f"label value {value!r} of {key!r}: at most 63 characters of [A-Za-z0-9-_.], "
+                             "starting and ending with a letter or digit")
+        if key in out and out[key] != value:
+            raise ValueError(f"label key {key!r} is given twice with different values ({out[key]!r}, {value!r}): no pod would match")
+        out[key] = value
     return out
+
+
+def _node_of_term(term: Any) -> str | None:
+    """The node of a preferred term that is exactly ``matchFields metadata.name In [node]`` (ours), else None."""
+    if not isinstance(term, dict) or not isinstance(term.get("preference"), dict):
+        return None
+    pref = term["preference"]
+    fields = pref.get("matchFields")
+    if pref.get("matchExpressions") or not isinstance(fields, list) or len(fields) != 1 or not isinstance(fields[0], dict):
+        return None
+    f = fields[0]
+    values = f.get("values")
+    if f.get("key") != "metadata.name" or f.get("operator") != "In" or not isinstance(values, list) or len(values) != 1:
+        return None
+    return values[0] if isinstance(values[0], str) else None
+
+
+#: What spec.schedulerName says when the pod did not choose a scheduler (the API server's default).
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 class Webhook:
@@ -221,9 +282,15 @@ class Webhook:
         terms = [{"weight": max(1, int(round(1 + 99 * score))),
                   "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}}
                  for node, score in recommended]
+        spec = pod.get("spec") or {}
+        # A node the pod already prefers by the same term (a reinvocation after another webhook
+        # changed the pod, or a pod spec copied from one we mutated) is not added again: a second
+        # term would double that node's weight.
+        existing = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        have = {_node_of_term(t) for t in existing} - {None}
+        terms = [t for t in terms if t["preference"]["matchFields"][0]["values"][0] not in have]
         if not terms:
             return []
-        spec = pod.get("spec") or {}
         affinity = spec.get("affinity")
         if not affinity:
             return [{"op": "add", "path": "/spec/affinity",
@@ -281,6 +348,11 @@ class Webhook:
         if not self.selected(pod, namespace):
             return [], []
         if self.mode == "scheduler-name":
+            chosen = (pod.get("spec") or {}).get("schedulerName")
+            if chosen and chosen not in (DEFAULT_SCHEDULER, self.scheduler_name):
+                # The pod chose another scheduler (gang scheduling, a batch system...): taking it
+                # over would break what that scheduler provides.
+                return [], [f"iro-fed webhook: the pod asks for scheduler {chosen!r}; schedulerName left unchanged"]
             return self.scheduler_patch(pod), []
         future = self._pool.submit(self.recommend, pod, namespace)
         try:
