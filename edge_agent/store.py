@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.backoff import Backoff
+
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -244,11 +246,10 @@ class ExperienceStore:
         # the flushes waiting for them, and when to try them again.
         self._pending: deque[tuple[Transition | None, Outcome | None]] = deque()
         self._waiters: list[threading.Event] = []
-        self._backoff_first = min(max(float(batch_s), _RETRY_FIRST_S), _RETRY_MAX_S)
-        self._backoff = self._backoff_first
+        self._backoff = Backoff(min(max(float(batch_s), _RETRY_FIRST_S), _RETRY_MAX_S), _RETRY_MAX_S, jitter=0.0)
         self._retry_at = 0.0
         self._file_error = ""  # the OperationalError that keeps the pending records waiting
-        self._delay = self._backoff  # the wait before the retry now due
+        self._delay = 0.0  # the wait before the retry now due (set with the first failure)
         self._dropped_pending = 0  # over max_pending since the file last worked
         self._writer = threading.Thread(target=self._run, name="experience-writer", daemon=True)
         self._writer.start()
@@ -365,12 +366,11 @@ class ExperienceStore:
                 self.last_error = f"{type(record_error).__name__}: {record_error}"
         self._pending = deque(rest)
         if not rest:
-            self._backoff = self._backoff_first
+            self._backoff.reset()
             self._dropped_pending = 0
             return
         # Every record would fail alike (each after the busy timeout): wait before the next try.
-        self._delay = self._backoff
-        self._backoff = min(self._delay * 2, _RETRY_MAX_S)
+        self._delay = self._backoff.next_delay()
         self._retry_at = time.monotonic() + self._delay
         self._file_error = f"{type(file_error).__name__}: {file_error}"
         self._bound()

@@ -89,9 +89,8 @@ def _make_folder(flag: str, folder: Path) -> None:
     """Make ``folder`` and its missing parents, or say which part of the path is in the way."""
     if folder.is_dir():
         return
-    blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
-    if folder.exists() or blocker is not None:
-        in_the_way = folder if folder.exists() else blocker
+    in_the_way = folder if folder.exists() else next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:
         raise UsageError(f"{flag}: cannot make folder {str(folder)!r}: {str(in_the_way)!r} is a file")
     try:
         folder.mkdir(parents=True, exist_ok=True)

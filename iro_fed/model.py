@@ -495,6 +495,18 @@ class ClusterState:
             self.on[n] = False
             self.util_cap_on -= p.util_capacity[n]
 
+    @classmethod
+    def with_assignment(
+        cls, problem: Problem, assignment: np.ndarray, gpu_cards: Mapping[int, Sequence[int]] | None = None
+    ) -> ClusterState:
+        """The problem's cluster with each workload on its node of ``assignment`` (-1: unplaced)
+        and on its ``gpu_cards`` (default: the usual card choice)."""
+        state = cls(problem)
+        cards = gpu_cards or {}
+        for w in np.flatnonzero(np.asarray(assignment) >= 0):
+            state.place(int(w), int(assignment[w]), cards.get(int(w)))
+        return state
+
     def copy(self) -> ClusterState:
         other = object.__new__(ClusterState)
         other.problem = self.problem

@@ -68,7 +68,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "workloads[].gpu": frozenset({"count", "milli", "models"}),
     "workloads[].tolerations[]": frozenset({"key", "operator", "value", "effect"}),
     "workloads[].preferred_node_affinity[]": frozenset({"weight", "match_labels"}),
-    "weights": frozenset({"utilization", "latency", "cost", "carbon", "unplaced"}),
+    "weights": frozenset(Weights.__dataclass_fields__),
 }
 
 

@@ -217,10 +217,32 @@ class OnlineSolver(Solver):
         """Start a new run on ``problem``: reseed, clear per-run state. ``solve`` calls it."""
         self._session = problem
         self.rng = np.random.default_rng(self.seed)
+        self._cache_state: ClusterState | None = None
+        self._cursor = 0
 
     def _ensure(self, problem: Problem) -> None:
         if self._session is not problem:
             self.reset(problem)
+
+    # --- per-node caches kept in step with the state through its journal -------------------
+
+    def sync(self, state: ClusterState) -> None:
+        """Refresh the per-node caches for the nodes that changed since the last call."""
+        if self._cache_state is not state or self._cursor > len(state.journal):
+            self._cache_state = state
+            self._cursor = len(state.journal)
+            self.rebuild_caches(state)
+            return
+        if self._cursor < len(state.journal):
+            entries = state.journal[self._cursor :]
+            self._cursor = len(state.journal)
+            self.apply_changes(state, entries)
+
+    def rebuild_caches(self, state: ClusterState) -> None:
+        """Compute the caches from scratch (subclasses with caches override)."""
+
+    def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
+        """Update the caches for journal entries (workload, node, +1 placed / -1 removed)."""
 
     # --- one decision -------------------------------------------------------------------
 

@@ -127,7 +127,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, explain, feasible_matrix, feasible_nodes
+from iro_fed.feasibility import EPS, explain, feasible_matrix, feasible_nodes, resource_fit
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -306,12 +306,14 @@ def drain_nodes(problem: Problem, state: ClusterState, deadline: float | None = 
     find this: moving one pod off a node never powers it off, so no step of the chain gains
     (200 pods on 20 nodes: leaving 3 pods out to power one node off raised R by 0.0017, which
     CP-SAT's search from the hint did not find in 30 s). Returns the pods moved."""
-    if problem.num_workloads == 0:
+    # Only nodes that power off once empty: one held on by load that is not the problem's to move
+    # gains nothing from losing its pods.
+    nodes = np.flatnonzero((state.pods_on_node > 0) & ~problem.initial_on)
+    if nodes.size == 0:
         return 0
     score = evaluate(problem, state.assignment).score
-    nodes = np.flatnonzero(state.pods_on_node > 0)
     moved = 0
-    size = problem.util_demand.sum(axis=1) if problem.util_demand.size else np.zeros(problem.num_workloads)
+    size = problem.util_demand.sum(axis=1)
     for n in nodes[np.argsort(state.pods_on_node[nodes], kind="stable")]:
         if deadline is not None and time.perf_counter() > deadline:
             break
@@ -323,10 +325,6 @@ def drain_nodes(problem: Problem, state: ClusterState, deadline: float | None = 
         old = [(int(w), state.gpu_cards.get(int(w), ())) for w in pods]
         for w, _ in old:
             state.remove(w)
-        if state.on[n]:  # held on by load that is not the problem's to move
-            for w, cards in old:
-                state.place(w, n, cards)
-            continue
         for w, _ in old:
             mask = feasible_nodes(state, w)
             mask[n] = False
@@ -418,9 +416,10 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
         cards_a, cards_b = state.gpu_cards.get(a, ()), state.gpu_cards.get(b, ())
         state.remove(a)
         state.remove(b)
-        if feasible_nodes(state, a)[n]:
+        # The static filters passed the screen: only resources and cards are left to check.
+        if resource_fit(state, a, np.array([n]))[0]:
             state.place(a, n)
-            if feasible_nodes(state, b)[m]:
+            if resource_fit(state, b, np.array([m]))[0]:
                 state.place(b, m)
                 new_score = evaluate(problem, state.assignment).score
                 if new_score > score + POLISH_TOL:
@@ -1148,7 +1147,8 @@ class CpSat(Solver):
                     starts[name], _, _ = hint_solver.run(p)
                 else:  # a batch solver (qubo): its share of the budget, split between such hints
                     share = HINT_BATCH_SHARE * (end - start) / len(batch)
-                    starts[name] = _state_of(p, hint_solver.solve_until(p, min(end, time.perf_counter() + share)))
+                    found = hint_solver.solve_until(p, min(end, time.perf_counter() + share))
+                    starts[name] = ClusterState.with_assignment(p, found.assignment, found.gpu_cards)
                 tried[name] = evaluate(p, starts[name].assignment).score
             chosen = max(tried, key=tried.__getitem__)  # max keeps the first of equals
             hint_state = starts[chosen]
@@ -1297,14 +1297,6 @@ class CpSat(Solver):
             k = min(p.num_nodes, k + 1) if res.status == "optimal" else max(2, k - 1)
         stats.update(deterministic_time=used, end_score=current, last_nodes=k)
         return state, stats
-
-
-def _state_of(p: Problem, placement: Placement) -> ClusterState:
-    """A placement as a cluster state (the pods on their nodes and cards)."""
-    state = ClusterState(p)
-    for w in np.flatnonzero(placement.assignment >= 0):
-        state.place(int(w), int(placement.assignment[w]), placement.gpu_cards.get(int(w)))
-    return state
 
 
 def _static_mask(p: Problem, w: int) -> np.ndarray:

@@ -34,7 +34,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 class PaperPolicy(OnlineSolver):
-    """Shared parts: the pod's numbers, node-name tie order, journal-synced per-node caches."""
+    """Shared parts: the pod's numbers, node-name tie order (per-node caches: :meth:`OnlineSolver.sync`)."""
 
     parameters: ClassVar[dict[str, Param]] = {
         "seed": SEED,
@@ -47,32 +47,10 @@ class PaperPolicy(OnlineSolver):
         order = by_name[self.rng.permutation(problem.num_nodes)] if problem.num_nodes else by_name
         self.tie_rank = np.empty(problem.num_nodes, dtype=np.int64)
         self.tie_rank[order] = np.arange(problem.num_nodes)
-        self._cache_state: ClusterState | None = None
-        self._cursor = 0
 
     def select(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> int:
         tied = np.flatnonzero(scores == scores.max())
         return int(tied[np.argmin(self.tie_rank[candidates[tied]])]) if tied.size > 1 else int(tied[0])
-
-    # --- per-node caches kept in step with the state through its journal -------------------
-
-    def sync(self, state: ClusterState) -> None:
-        """Refresh the per-node caches for the nodes that changed since the last call."""
-        if self._cache_state is not state or self._cursor > len(state.journal):
-            self._cache_state = state
-            self._cursor = len(state.journal)
-            self.rebuild_caches(state)
-            return
-        if self._cursor < len(state.journal):
-            entries = state.journal[self._cursor :]
-            self._cursor = len(state.journal)
-            self.apply_changes(state, entries)
-
-    def rebuild_caches(self, state: ClusterState) -> None:
-        """Compute the caches from scratch (subclasses with caches override)."""
-
-    def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
-        """Update the caches for journal entries (workload, node, +1 placed / -1 removed)."""
 
 
 def pod_numbers(problem: Problem, w: int) -> tuple[float, int, int, int]:

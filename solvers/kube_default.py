@@ -155,31 +155,24 @@ class KubeDefault(OnlineSolver):
             if mem is not None
             else None
         )
-        self._nz_state: ClusterState | None = None
-        self._nz_cursor = 0
 
-    def non_zero_defaults(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray | None]:
+    def rebuild_caches(self, state: ClusterState) -> None:
         """Per node, the cpu (milli) and memory (bytes) defaults of the pods ``state`` placed
-        without a request: NodeInfo.NonZeroRequested minus Requested. Kept in step with the
-        state's journal; a different state object is read from its assignment."""
-        n = state.problem.num_nodes
-        if self._nz_state is not state or self._nz_cursor > len(state.journal):
-            placed = np.flatnonzero(state.assignment >= 0)
-            where = state.assignment[placed]
-            self._nz_cpu = np.zeros(n, dtype=np.int64)
-            np.add.at(self._nz_cpu, where, self._default_cpu[placed])
-            self._nz_mem = None
-            if self._default_mem is not None:
-                self._nz_mem = np.zeros(n, dtype=np.int64)
-                np.add.at(self._nz_mem, where, self._default_mem[placed])
-            self._nz_state, self._nz_cursor = state, len(state.journal)
-        elif self._nz_cursor < len(state.journal):
-            for w, node, sign in state.journal[self._nz_cursor :]:
-                self._nz_cpu[node] += sign * self._default_cpu[w]
-                if self._nz_mem is not None and self._default_mem is not None:
-                    self._nz_mem[node] += sign * self._default_mem[w]
-            self._nz_cursor = len(state.journal)
-        return self._nz_cpu, self._nz_mem
+        without a request: NodeInfo.NonZeroRequested minus Requested (see :meth:`OnlineSolver.sync`)."""
+        placed = np.flatnonzero(state.assignment >= 0)
+        where = state.assignment[placed]
+        self._nz_cpu = np.zeros(state.problem.num_nodes, dtype=np.int64)
+        np.add.at(self._nz_cpu, where, self._default_cpu[placed])
+        self._nz_mem = None
+        if self._default_mem is not None:
+            self._nz_mem = np.zeros(state.problem.num_nodes, dtype=np.int64)
+            np.add.at(self._nz_mem, where, self._default_mem[placed])
+
+    def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
+        for w, node, sign in entries:
+            self._nz_cpu[node] += sign * self._default_cpu[w]
+            if self._nz_mem is not None and self._default_mem is not None:
+                self._nz_mem[node] += sign * self._default_mem[w]
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -205,7 +198,8 @@ class KubeDefault(OnlineSolver):
         wl = p.workloads[w]
         # Fit scores the non-zero requests (node: NonZeroRequested; pod: defaults where it
         # requests none); BalancedAllocation the actual ones (useRequested).
-        nz_cpu, nz_mem = self.non_zero_defaults(state)
+        self.sync(state)
+        nz_cpu, nz_mem = self._nz_cpu, self._nz_mem
         pod_cpu = int(round(p.demand[w, self._cpu]))
         node_cpu = np.rint(state.allocated[candidates, self._cpu]).astype(np.int64)
         cap_cpu = self._allocatable_cpu[candidates]

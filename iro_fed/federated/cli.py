@@ -317,11 +317,11 @@ def _daemon_env() -> dict[str, str]:
 def cmd_local(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from iro_fed.federated.task import FedConfig, FedConfigError
+    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
 
     if not 1 <= args.nodes <= LOCAL_MAX_NODES:
         raise UsageError(f"--nodes: expected 1..{LOCAL_MAX_NODES}, got {args.nodes}")
-    check_int("--rounds", args.rounds, 1, 100_000)
+    check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     try:
         registry = Path(args.registry).expanduser().resolve()
@@ -519,9 +519,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     import time
 
     from iro_fed.federated.round_requests import RoundRequestQueue
-    from iro_fed.federated.task import FedConfig, FedConfigError
+    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
 
-    check_int("--rounds", args.rounds, 1, 100_000)
+    check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
     check_number("--poll-s", args.poll_s, 0.0, MAX_POLL_S, low_open=True)
     check_number("--min-interval-s", args.min_interval_s, 0.0, MAX_INTERVAL_S)
     check_number("--timeout", args.timeout, 0.0, low_open=True)

@@ -278,10 +278,7 @@ class ValidatedStrategy:
             except (ValueError, KeyError, IndexError) as exc:
                 log(WARNING, "carbon-aware: no intensity for site %s in round %d (%s); its last report counts",
                     site, server_round, exc)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return None
-        value = float(value)
-        return value if math.isfinite(value) and value >= 0 else None
+        return _intensity(value)
 
     # -- aggregation ----------------------------------------------------------------------------
 
@@ -292,9 +289,9 @@ class ValidatedStrategy:
             metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
             if metrics is not None:
                 node = int(msg.metadata.src_node_id)
-                c = metrics.get("carbon-intensity")
-                if isinstance(c, int | float) and math.isfinite(float(c)) and c >= 0:
-                    self.carbon[node] = float(c)
+                c = _intensity(metrics.get("carbon-intensity"))
+                if c is not None:
+                    self.carbon[node] = c
                 if "site" in metrics:
                     self.sites[node] = metrics["site"]
         sent = bool(self._reference)
@@ -368,6 +365,14 @@ class ValidatedStrategy:
                 continue
             metrics = m.content.metric_records["metrics"]
             metrics["num-examples"] = float(metrics["num-examples"]) * max(0.1, median / c)
+
+
+def _intensity(value: Any) -> float | None:
+    """``value`` as a carbon intensity: a finite number >= 0 (gCO2/kWh), else None."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def restore_fixed(arrays: ArrayRecord, reference: dict[str, np.ndarray], layout: WeightLayout | None,

@@ -67,8 +67,9 @@ class FedConfigError(ValueError):
 
 #: Upper bounds of the count settings: a typo (``num-server-rounds=1e9`` as an integer, ``local-steps``
 #: with three zeros too many) must fail at once, not run for days or fill the memory.
-_COUNT_LIMITS = {"num_server_rounds": 100_000, "local_steps": 100_000_000, "top_k": 1_000, "min_nodes": 100_000,
-                 "eval_episodes": 1_000}
+MAX_SERVER_ROUNDS = 100_000  # also the bound of `iro fed local/rounds --rounds`
+_COUNT_LIMITS = {"num_server_rounds": MAX_SERVER_ROUNDS, "local_steps": 100_000_000, "top_k": 1_000,
+                 "min_nodes": 100_000, "eval_episodes": 1_000}
 #: A site's episode length in simulated hours (the carbon data covers about a year).
 MAX_SITE_HOURS = 24 * 366
 

@@ -130,19 +130,17 @@ class Kube:
         return CallResult(status in (200, 201), status, "" if status in (200, 201) else str(resp_body), resp_body)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> CallResult:
-        try:
-            resp = self.core.create_namespaced_event(namespace, event, _preload_content=False,
-                                                     _request_timeout=self.write_timeout_s)
-            return CallResult(True, int(resp.status), "", _read(resp))
-        except Exception as exc:  # ApiException, a dropped connection, a timeout, an unreadable body
-            return _exception_result(exc)
+        return self._write(self.core.create_namespaced_event, namespace, event)
 
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> CallResult:
         """Strategic-merge patch of ``pods/status`` (conditions merge by ``type``)."""
+        return self._write(self.core.patch_namespaced_pod_status, name, namespace, patch,
+                           _content_type="application/strategic-merge-patch+json")
+
+    def _write(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> CallResult:
+        """``call`` (a client write) waiting at most ``write_timeout_s``, its JSON answer as the body."""
         try:
-            resp = self.core.patch_namespaced_pod_status(
-                name, namespace, patch, _content_type="application/strategic-merge-patch+json", _preload_content=False,
-                _request_timeout=self.write_timeout_s)
+            resp = call(*args, _preload_content=False, _request_timeout=self.write_timeout_s, **kwargs)
             return CallResult(True, int(resp.status), "", _read(resp))
         except Exception as exc:  # ApiException, a dropped connection, a timeout, an unreadable body
             return _exception_result(exc)

@@ -50,13 +50,15 @@ import numpy as np
 from iro_fed.feasibility import EPS, resource_fit, static_filter
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import (
-    TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
     PodSpecError,
     Snapshot,
     apply_usage,
+    metadata_error,
+    node_cache_key,
     obj_key,
+    pods_by_node,
 )
 from iro_fed.model import GPU_MILLI, ClusterState
 from iro_fed.objective import marginal
@@ -94,18 +96,9 @@ class BadRequest(ValueError):
 
 def _check_meta(meta: Mapping[str, Any], where: str) -> None:
     """The metadata fields the extender reads (cache keys, the pod's shape key) have their kube types."""
-    for k in ("namespace", "uid", "resourceVersion", "generateName"):
-        if meta.get(k) is not None and not isinstance(meta[k], str):
-            raise BadRequest(f"{where}.metadata.{k}", f"expected a string, got {json_kind(meta[k])}")
-    for k in ("labels", "annotations"):
-        m = meta.get(k)
-        if m is None:
-            continue
-        if not isinstance(m, dict):
-            raise BadRequest(f"{where}.metadata.{k}", f"expected an object of strings, got {json_kind(m)}")
-        for key, v in m.items():
-            if not isinstance(v, str):
-                raise BadRequest(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_kind(v)}")
+    err = metadata_error(meta, ("namespace", "uid", "resourceVersion", "generateName"))
+    if err:
+        raise BadRequest(f"{where}.metadata.{err[0]}", err[1])
 
 
 def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,16 +247,16 @@ class Extender:
             if not self.cache.synced:
                 raise PodSpecError("the extender's node cache has not synced with the API server yet")
             return self.cache.model()
-        key = tuple(((n.get("metadata") or {}).get("name"), (n.get("metadata") or {}).get("resourceVersion"),
-                     (n.get("metadata") or {}).get("uid")) for n in nodes)
-        if all(k[1] for k in key):
+        key = tuple(node_cache_key(n) for n in nodes)
+        cacheable = None not in key  # every node has a resourceVersion
+        if cacheable:
             with self._snap_lock:
                 model = self._nodelist_models.get(key)
                 if model is not None:
                     self._nodelist_models.move_to_end(key)
                     return model
         model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs)
-        if all(k[1] for k in key):
+        if cacheable:
             with self._snap_lock:
                 self._nodelist_models[key] = model
                 while len(self._nodelist_models) > 4:
@@ -449,44 +442,42 @@ class Extender:
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError
             raise BadRequest.wrap(exc, "Pod") from exc
         problem = base.problem
-        docs = {d["name"]: d for d in model.node_docs}
         # Each proposed node's usage is recomputed from the pods bound to it minus the victims,
         # the way the model counted it (GPU cards included, finished pods excluded): a victim
         # frees only what it holds on that node.
-        on_node: dict[str, list[dict[str, Any]]] = {node: [] for node in checked}
-        for p in self.cache.pods.items():
-            status = p.get("status")
-            if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
-                continue
-            node_name = (p.get("spec") or {}).get("nodeName")
-            if isinstance(node_name, str) and node_name in on_node:
-                on_node[node_name].append(p)
+        on_node = pods_by_node(self.cache.pods.items())
         keep: dict[str, Any] = {}
-        state = ClusterState(problem)  # built once; each proposal edits its node's row, then puts it back
+        state = ClusterState(problem)  # built once; each proposal sets its node's row, then puts it back
         for node, victims in checked.items():
             i = problem.node_index.get(node)
-            if i is None or node not in docs:
+            if i is None:
                 continue
             gone = {v["UID"] for v in victims["Pods"] if v["UID"]}
-            left = [p for p in on_node[node] if (p.get("metadata") or {}).get("uid") not in gone]
-            doc = dict(docs[node])
+            left = [p for p in on_node.get(node, ()) if (p.get("metadata") or {}).get("uid") not in gone]
+            doc = dict(model.node_docs[i])  # the model's node docs are the problem's nodes, in order
             apply_usage(doc, left, model.config.resources, [])
-            saved = (state.allocated[i].copy(), state.free[i].copy(), state.gpu_free[i].copy())
+            allocated = problem.allocated[i].copy()
             for r, amount in doc["allocated"].items():
                 ri = problem.resource_index.get(r)
                 if ri is not None:
-                    state.allocated[i, ri] = amount
-                    state.free[i, ri] = problem.capacity[i, ri] - amount
-            cards = doc["gpu_free_milli"]
-            if cards:
-                state.gpu_free[i, : len(cards)] = cards
-                state._refresh_gpu_row(i)  # the per-node GPU aggregates resource_fit reads
+                    allocated[ri] = amount
+            gpu_free = problem.gpu_free[i].copy()
+            gpu_free[: len(doc["gpu_free_milli"])] = doc["gpu_free_milli"]
+            _set_node_usage(state, i, allocated, gpu_free)
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = victims
-            state.allocated[i], state.free[i], state.gpu_free[i] = saved
-            if cards:
-                state._refresh_gpu_row(i)
+            _set_node_usage(state, i, problem.allocated[i], problem.gpu_free[i])
         return {"NodeNameToMetaVictims": keep}
+
+
+def _set_node_usage(state: ClusterState, i: int, allocated: np.ndarray, gpu_free: np.ndarray) -> None:
+    """Node ``i`` of ``state`` (no pod placed there) with this usage, and the per-node GPU
+    aggregates resource_fit reads."""
+    state.allocated[i] = allocated
+    state.free[i] = state.problem.capacity[i] - allocated
+    state.gpu_free[i] = gpu_free
+    if gpu_free.size:
+        state._refresh_gpu_row(i)
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:

@@ -44,8 +44,7 @@ class MicroTime(datetime.datetime):
     refuses a time without the fraction, which ``datetime.isoformat()`` drops on a whole second)."""
 
     def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
-        utc = self.astimezone(datetime.UTC) if self.tzinfo is not None else self.astimezone().astimezone(datetime.UTC)
-        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return self.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # naive: local time, as astimezone reads it
 
     @classmethod
     def of(cls, value: datetime.datetime) -> MicroTime:

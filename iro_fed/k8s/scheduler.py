@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,15 @@ from iro_fed.feasibility import feasible_nodes
 from iro_fed.feedback import placement_terms
 from iro_fed.k8s.client import ClusterCache, Kube, Reflector
 from iro_fed.k8s.quantity import QuantityError
-from iro_fed.k8s.snapshot import ANN_GPU_CARDS, ClusterConfig, ClusterModel, PodSpecError, Snapshot, obj_key
+from iro_fed.k8s.snapshot import (
+    ANN_GPU_CARDS,
+    TERMINAL_PHASES,
+    ClusterConfig,
+    ClusterModel,
+    PodSpecError,
+    Snapshot,
+    obj_key,
+)
 from iro_fed.model import ClusterState
 from iro_fed.objective import Breakdown, evaluate, marginal
 from iro_fed.problem_io import ProblemValidationError
@@ -229,10 +237,12 @@ class IroScheduler:
         unschedulable on the unchanged cluster, in kube's queue order (priority, then creation)."""
         now = time.monotonic()
         version = self._cluster_version()
-        bound_uids = self._bound_uids()
         with self.pending.changed:
             pending = list(self.pending.store.items())
         pending_uids = {key: _uid(pod) for key, pod in pending}
+        with self._lock:
+            assumed_keys = list(self._assumed)
+        bound_uids = self._bound_uids([*pending_uids, *assumed_keys])
         # An assumed pod counts on its node until the bound-pods watch shows that very pod (same
         # UID: a pod of the same name there may be its deleted predecessor; it leaves the pending
         # watch earlier, so that is not the signal), or for ASSUME_TTL_S at most.
@@ -264,7 +274,7 @@ class IroScheduler:
             if meta.get("deletionTimestamp"):
                 continue  # being deleted: kube-scheduler skips such pods too
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
-            if status.get("phase") in ("Succeeded", "Failed"):
+            if status.get("phase") in TERMINAL_PHASES:
                 continue
             seen = self._unschedulable.get(key)
             if seen is not None and seen == version:
@@ -275,9 +285,12 @@ class IroScheduler:
 
     # --- one batch -------------------------------------------------------------------------------
 
-    def _bound_uids(self) -> dict[str, str | None]:
+    def _bound_uids(self, keys: Iterable[str]) -> dict[str, str | None]:
+        """The UIDs of the bound pods (bound-pods watch) among ``keys``: a lookup per key, not a
+        pass over every bound pod of the cluster on each queue read."""
         with self.cache.pods.changed:
-            return {key: _uid(pod) for key, pod in self.cache.pods.store.items()}
+            store = self.cache.pods.store
+            return {key: _uid(store[key]) for key in keys if key in store}
 
     def _model(self) -> ClusterModel:
         bound = self.cache.pods.items()
@@ -308,9 +321,7 @@ class IroScheduler:
         problem = snap.problem
         placement = self.solver.solve(problem)
         info = placement.info or {}
-        state = ClusterState(problem)
-        for w in np.flatnonzero(placement.assignment >= 0):
-            state.place(int(w), int(placement.assignment[w]), placement.gpu_cards.get(int(w)))
+        state = ClusterState.with_assignment(problem, placement.assignment, placement.gpu_cards)
         to_bind = []
         with_all = evaluate(problem, placement.assignment) if (placement.assignment >= 0).any() else None
         for w, pod in enumerate(good):

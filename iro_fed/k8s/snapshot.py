@@ -239,6 +239,25 @@ def _str_map(value: Any, who: str, path: str) -> dict[str, str]:
     return out
 
 
+def metadata_error(meta: Mapping[str, Any], string_keys: Iterable[str]) -> tuple[str, str] | None:
+    """The first field of an object's ``metadata`` a server reads that has not its kube type, as
+    (path inside metadata, why), or None: each of ``string_keys`` a string when given, ``labels``
+    and ``annotations`` objects of strings. For request checks (the extender's and the webhook's)."""
+    for k in string_keys:
+        if meta.get(k) is not None and not isinstance(meta[k], str):
+            return k, f"expected a string, got {json_kind(meta[k])}"
+    for k in ("labels", "annotations"):
+        m = meta.get(k)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            return k, f"expected an object of strings, got {json_kind(m)}"
+        for key, v in m.items():
+            if not isinstance(v, str):
+                return f"{k}.{key}", f"expected a string, got {json_kind(v)}"
+    return None
+
+
 def resource_amount(resource: str, value: Any, where: str) -> float:
     """One quantity in the model's unit for ``resource`` (raises :class:`QuantityError`).
 
@@ -258,9 +277,9 @@ def resource_amount(resource: str, value: Any, where: str) -> float:
 def _amount(resource: str, value: Any, who: str, path: str) -> float:
     """:func:`resource_amount` with the error as a :class:`PodSpecError` naming ``path``."""
     try:
-        return resource_amount(resource, value, path)
-    except QuantityError as exc:
-        raise _bad(who, path, str(exc).removeprefix(f"{path}: ")) from None
+        return resource_amount(resource, value, "")
+    except QuantityError as exc:  # its message without a field: the path goes in _bad's frame
+        raise _bad(who, path, str(exc)) from None
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -683,6 +702,22 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
     node["gpu_free_milli"] = cards
 
 
+def pods_by_node(pods: Iterable[Mapping[str, Any]], warnings: list[str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
+    """The pods a node's usage counts (:func:`apply_usage`), by ``spec.nodeName``: finished pods
+    (``Succeeded``, ``Failed``) are left out; a ``nodeName`` that is not a string goes to ``warnings``."""
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        status = pod.get("status") if isinstance(pod, Mapping) else None
+        if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
+            continue
+        node_name = _spec(pod).get("nodeName")
+        if isinstance(node_name, str) and node_name:
+            by_node.setdefault(node_name, []).append(pod)
+        elif node_name and warnings is not None:  # a list would not even hash: say so instead of crashing the model
+            warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {json_kind(node_name)}")
+    return by_node
+
+
 def annotated_usage(node_obj: Mapping[str, Any], node: dict[str, Any], resources: Sequence[str]) -> None:
     """NodeList mode: usage from the ``iro-fed.io/allocated`` node annotation, if any."""
     who = f"node {node['name']}"
@@ -734,16 +769,7 @@ class ClusterModel:
         self.node_objects: dict[str, Mapping[str, Any]] = {}
         docs = []
         kinds: dict[str, str] = {}
-        by_node: dict[str, list[Mapping[str, Any]]] = {}
-        for pod in bound_pods or ():
-            status = pod.get("status") if isinstance(pod, Mapping) else None
-            if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
-                continue
-            node_name = _spec(pod).get("nodeName")
-            if isinstance(node_name, str) and node_name:
-                by_node.setdefault(node_name, []).append(pod)
-            elif node_name:  # a list would not even hash: say so instead of crashing the model
-                self.warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {json_kind(node_name)}")
+        by_node = pods_by_node(bound_pods or (), self.warnings)
         for obj in nodes:
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
-from iro_fed.k8s.snapshot import ClusterConfig
+from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import json_kind
 
@@ -107,16 +107,9 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
     if meta is not None:
         if not isinstance(meta, dict):
             raise BadPod(f"{where}.metadata", f"expected an object, got {json_kind(meta)}")
-        for k in ("name", "generateName", "namespace"):
-            if meta.get(k) is not None and not isinstance(meta[k], str):
-                raise BadPod(f"{where}.metadata.{k}", f"expected a string, got {json_kind(meta[k])}")
-        for k in ("labels", "annotations"):
-            m = meta.get(k)
-            if m is not None and not isinstance(m, dict):
-                raise BadPod(f"{where}.metadata.{k}", f"expected an object of strings, got {json_kind(m)}")
-            for key, v in (m or {}).items():
-                if not isinstance(v, str):
-                    raise BadPod(f"{where}.metadata.{k}.{key}", f"expected a string, got {json_kind(v)}")
+        err = metadata_error(meta, ("name", "generateName", "namespace"))
+        if err:
+            raise BadPod(f"{where}.metadata.{err[0]}", err[1])
     spec = pod.get("spec")
     if not isinstance(spec, dict):  # the patches add under /spec: without it they would not apply
         raise BadPod(f"{where}.spec", f"expected an object, got {json_kind(spec)}")

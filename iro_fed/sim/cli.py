@@ -69,11 +69,6 @@ def register(sub: Any) -> None:
     f.set_defaults(func=cmd_feedback_sim)
 
 
-def run_steps(hours: float) -> int:
-    """Steps of a run of ``hours`` (the scenarios' rounding; the command line never changes the step)."""
-    return int(round(hours * 3600 / STEP_S))
-
-
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     from iro_fed.cli import split_pairs
 
@@ -274,6 +269,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.feedback import run_feedback_sim
+    from iro_fed.sim.scenarios.common import run_steps
     from iro_fed.sim.signals import SignalFormatError
 
     _check_run_args(args)
@@ -281,7 +277,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         raise UsageError(f"--delay-steps: must be >= 0, got {args.delay_steps}")
     # 0 observes a decision at the end of its own step (the engine calls decided, then stepped).
     # A delay as long as the run observes nothing: every error and trigger in the report would be empty.
-    steps = run_steps(args.hours)
+    steps = run_steps(args.hours, STEP_S)  # the scenarios' rounding (the command line never changes the step)
     if args.delay_steps >= steps:
         raise UsageError(f"--delay-steps: must be less than the run's {steps} steps of {STEP_S:g} s (--hours "
                          f"{args.hours:g}), got {args.delay_steps}: no decision would be observed")

@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, resource_fit, static_filter
+from iro_fed.feasibility import EPS, feasible_nodes, resource_fit, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
 from iro_fed.objective import coefficients, evaluate
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, weighted_percentile
@@ -388,7 +388,7 @@ class Simulator:
     ) -> Generator[DecisionRequest, int, None]:
         """The step loop as a generator. In agent mode it yields a :class:`DecisionRequest` per
         pod that has a feasible node and expects the chosen node of the snapshot problem back
-        (``send``); -1 leaves the pod pending."""
+        (``send``); -1 leaves the pod pending (it is offered again in the next step)."""
         self._reset_state()
         sc = self.sc
         for t in range(sc.steps):
@@ -735,8 +735,6 @@ class Simulator:
                 self._apply(int(p), n, None, t)
 
     def _decide_agent(self, t: int) -> Generator[DecisionRequest, int, None]:
-        from iro_fed.feasibility import feasible_nodes
-
         pods = self._to_decide()
         if pods.size == 0:
             return
@@ -753,11 +751,32 @@ class Simulator:
             self.rec.decisions += 1
             node = yield DecisionRequest(t, sub, sub_state, i, int(p), cand)
             if node is None or node < 0:
+                # Offer it again next step: old pending pods are retried only after capacity frees
+                # ("they fit nowhere"), which does not hold for a pod the agent chose to hold back.
+                self.new_ready.append(int(p))
                 continue
             if node not in cand:
                 raise ValueError(f"agent chose node {node}, not a feasible candidate of pod {self.workloads[p].name!r}")
             cards = sub_state.place(i, int(node))
             self._apply(int(p), int(avail[node]), cards, t)
+
+    def next_request(self, last_pod: int = -1) -> DecisionRequest | None:
+        """After an agent-mode run: the decision the simulator would offer next (for a learner to
+        bootstrap from): the first pending pod, in the engine's order, that fits a node of the final
+        cluster, else ``last_pod`` (the latest decided pod) offered again on it; None when neither fits."""
+        pods = self._pending_order(np.flatnonzero(self.status == PENDING))
+        if last_pod >= 0 and last_pod not in pods:
+            pods = np.append(pods, last_pod)  # a copy of it, arriving on the final cluster
+        if pods.size == 0 or not (self.node_state == ON).any():
+            return None
+        t = self.sc.steps - 1
+        sub, _ = self._snapshot(t, pods)
+        state = ClusterState(sub)
+        for i, p in enumerate(pods):
+            cand = np.flatnonzero(feasible_nodes(state, i))
+            if cand.size:
+                return DecisionRequest(t, sub, state, i, int(p), cand)
+        return None
 
     def _autoscale(self, t: int) -> None:
         cfg = self.config

@@ -42,7 +42,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from iro_fed.feasibility import feasible_nodes
 from iro_fed.features import (
     CANDIDATE_FEATURES,
     CONTEXT_FEATURES,
@@ -50,8 +49,7 @@ from iro_fed.features import (
     context_features,
     order_candidates,
 )
-from iro_fed.model import ClusterState
-from iro_fed.sim.engine import ON, PENDING, DecisionRequest, SimConfig, Simulator
+from iro_fed.sim.engine import DecisionRequest, SimConfig, Simulator
 from iro_fed.sim.scenarios import build_scenario, split_settings
 
 F = len(CANDIDATE_FEATURES)
@@ -123,12 +121,9 @@ class PlacementEnv(gym.Env):
             node = int(self._cands[a])
             gain = float(self._gains[a]) * req.problem.num_workloads
             reward = (gain - w_unplaced) / w_unplaced
-        else:  # leave pending (a masked action counts as that too)
+        else:  # leave pending (a masked action counts as that too; the engine offers it again next step)
             node = -1
             reward = -1.0
-            # Offer it again next step: the engine retries old pending pods only after capacity
-            # frees ("they fit nowhere"), which does not hold for a pod the agent chose to hold back.
-            self.sim.new_ready.append(int(req.pod))
         self._advance(node)
         reward -= float(self._unplaceable)
         # The simulated hours are a time limit, never a terminal state: truncate, so the learner
@@ -143,7 +138,7 @@ class PlacementEnv(gym.Env):
             self._req = next(self._gen) if first else self._gen.send(node)
         except StopIteration:
             self._req = None
-            self._final = None if first else self._next_decision()
+            self._final = None if first else self.sim.next_request(self._last_pod)
             self._cands = self._rank(self._final) if self._final is not None else np.zeros(0, dtype=np.int64)
             if self._final is None:
                 self._gains = np.zeros(0)
@@ -152,23 +147,6 @@ class PlacementEnv(gym.Env):
         # Pods left without a feasible node since the last decision (none is charged before the first).
         self._unplaceable = 0 if first else len(self.sim.unplaceable)
         self.sim.unplaceable.clear()
-
-    def _next_decision(self) -> DecisionRequest | None:
-        """At the time limit: the decision the simulator would offer next (see the module docstring)."""
-        sim = self.sim
-        pods = sim._pending_order(np.flatnonzero(sim.status == PENDING))
-        if self._last_pod >= 0 and self._last_pod not in pods:
-            pods = np.append(pods, self._last_pod)  # a copy of it, arriving on the final cluster
-        if pods.size == 0 or not (sim.node_state == ON).any():
-            return None
-        t = sim.sc.steps - 1
-        sub, _ = sim._snapshot(t, pods)
-        state = ClusterState(sub)
-        for i, p in enumerate(pods):
-            cand = np.flatnonzero(feasible_nodes(state, i))
-            if cand.size:
-                return DecisionRequest(t, sub, state, i, int(p), cand)
-        return None
 
     def _rank(self, req: DecisionRequest) -> np.ndarray:
         nodes, gains = order_candidates(req.state, req.local, req.candidates, self.k)

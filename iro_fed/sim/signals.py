@@ -32,6 +32,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +80,9 @@ class CarbonSeries:
     def start(self) -> float:
         return float(self.times[0])
 
-    @property
+    @cached_property
     def end(self) -> float:
-        """The last timestamp plus one sampling interval (the series' coverage)."""
+        """The last timestamp plus one sampling interval (the series' coverage; computed once)."""
         if self.times.size == 1 and not np.isfinite(self.times[0]):
             return float("inf")  # a constant
         step = float(np.median(np.diff(self.times))) if self.times.size > 1 else 3600.0

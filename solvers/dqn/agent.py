@@ -69,20 +69,16 @@ class DQNAgent:
         #: trainable parameters to every gradient step's loss; None: plain DQN loss.
         self.proximal: tuple[float, dict[str, Any]] | None = None
 
-    def set_proximal(self, mu: float, anchor: dict[str, Any] | None = None) -> None:
-        """Anchor the proximal term at ``anchor`` (a state dict; default: the current online
-        weights, e.g. a federated round's global policy); ``mu`` 0 removes it."""
-        import torch
-
+    def set_proximal(self, mu: float) -> None:
+        """Anchor the proximal term at the current online weights (e.g. a federated round's global
+        policy); ``mu`` 0 removes it."""
         if not (mu >= 0 and mu < float("inf")):
             raise ValueError(f"proximal_mu: expected a finite number >= 0, got {mu!r}")
         if mu == 0:
             self.proximal = None
             return
-        source = self.online.state_dict() if anchor is None else anchor
         self.proximal = (float(mu), {
-            name: torch.as_tensor(source[name], dtype=param.dtype, device=param.device).detach().clone()
-            for name, param in self.online.named_parameters() if param.requires_grad
+            name: param.detach().clone() for name, param in self.online.named_parameters() if param.requires_grad
         })
 
     # --- acting --------------------------------------------------------------------------------

@@ -221,19 +221,7 @@ def _reward(obs: dict[str, np.ndarray], actions: np.ndarray) -> np.ndarray:
 def test_short_training_beats_random(distributional: bool) -> None:
     cfg = SMALL.replace(distributional=distributional, n_step=1, gamma=0.0, learning_rate=3e-3)
     agent = DQNAgent(cfg, candidate_features=3, context_features=2, seed=0)
-    buf = PrioritizedReplayBuffer(cfg.buffer_size, alpha=cfg.priority_alpha, seed=0)
-    rng = np.random.default_rng(0)
-    for _step in range(300):
-        obs = _bandit_obs(rng, 4, cfg.top_k)
-        actions = agent.act(obs)
-        rewards = _reward(obs, actions)
-        for i in range(4):
-            one = {k: v[i] for k, v in obs.items()}
-            buf.add(Transition(one, int(actions[i]), float(rewards[i]), one, 0.0))
-        if len(buf) >= cfg.learning_starts:
-            batch = buf.sample(cfg.batch_size, beta=0.6)
-            stats = agent.learn(batch)
-            buf.update_priorities(batch["indices"], stats["priorities"])
+    _train_on_bandit(agent, cfg, PrioritizedReplayBuffer(cfg.buffer_size, alpha=cfg.priority_alpha, seed=0), 300)
     test_rng = np.random.default_rng(123)
     obs = _bandit_obs(test_rng, 500, cfg.top_k)
     learned = _reward(obs, agent.act(obs, explore=False)).mean()
@@ -245,15 +233,11 @@ def test_short_training_beats_random(distributional: bool) -> None:
     assert learned > random_mean + 0.6 * (best - random_mean), (learned, random_mean, best)
 
 
-def _drift_after_training(mu: float) -> float:
-    """Distance from the start weights after 150 learning steps on the bandit task (same seed)."""
-    cfg = SMALL.replace(n_step=1, gamma=0.0, learning_rate=3e-3)
-    agent = DQNAgent(cfg, candidate_features=3, context_features=2, seed=0)
-    start = {k: v.detach().clone() for k, v in agent.online.named_parameters()}
-    agent.set_proximal(mu)
-    buf = ReplayBuffer(cfg.buffer_size, seed=0)
+def _train_on_bandit(agent: DQNAgent, cfg: DQNConfig, buf: ReplayBuffer, steps: int) -> None:
+    """``steps`` rounds of 4 bandit decisions into ``buf``, one learning step per round once it
+    holds ``learning_starts`` (priorities updated when the buffer keeps them)."""
     rng = np.random.default_rng(0)
-    for _step in range(150):
+    for _step in range(steps):
         obs = _bandit_obs(rng, 4, cfg.top_k)
         actions = agent.act(obs)
         rewards = _reward(obs, actions)
@@ -261,7 +245,20 @@ def _drift_after_training(mu: float) -> float:
             one = {k: v[i] for k, v in obs.items()}
             buf.add(Transition(one, int(actions[i]), float(rewards[i]), one, 0.0))
         if len(buf) >= cfg.learning_starts:
-            agent.learn(buf.sample(cfg.batch_size))
+            if isinstance(buf, PrioritizedReplayBuffer):
+                batch = buf.sample(cfg.batch_size, beta=0.6)
+                buf.update_priorities(batch["indices"], agent.learn(batch)["priorities"])
+            else:
+                agent.learn(buf.sample(cfg.batch_size))
+
+
+def _drift_after_training(mu: float) -> float:
+    """Distance from the start weights after 150 learning steps on the bandit task (same seed)."""
+    cfg = SMALL.replace(n_step=1, gamma=0.0, learning_rate=3e-3)
+    agent = DQNAgent(cfg, candidate_features=3, context_features=2, seed=0)
+    start = {k: v.detach().clone() for k, v in agent.online.named_parameters()}
+    agent.set_proximal(mu)
+    _train_on_bandit(agent, cfg, ReplayBuffer(cfg.buffer_size, seed=0), 150)
     return float(sum(((p.detach() - start[k]) ** 2).sum() for k, p in agent.online.named_parameters()) ** 0.5)
 
 

@@ -62,6 +62,7 @@ SCENARIOS: dict[str, ScenarioEntry] = {
 def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s: float = 60.0, **params: Any) -> Scenario:
     """Build a registered scenario; unknown names and parameters raise with the known ones."""
     from iro_fed.sim.engine import SimConfigError, convert_setting
+    from iro_fed.sim.scenarios.common import run_steps
 
     entry = SCENARIOS.get(name)
     if entry is None:
@@ -77,7 +78,7 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
         raise SimConfigError(f"hours must be > 0, got {h}")
     if step_s <= 0:
         raise SimConfigError(f"step_s must be > 0, got {step_s}")
-    if int(round(h * 3600 / step_s)) < 1:  # the builders round hours to whole steps
+    if run_steps(h, step_s) < 1:  # the builders round hours to whole steps
         raise SimConfigError(f"hours must cover at least one step of {step_s:g} s, got {h:g}")
     try:
         return entry.builder(seed, h, step_s, **converted)

@@ -33,6 +33,7 @@ from iro_fed.sim.scenarios.common import (
     daily_curve,
     hour_windows,
     latency_between,
+    run_steps,
 )
 from iro_fed.sim.signals import parse_time
 
@@ -71,7 +72,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The bank scenario for ``hours`` from ``start`` (see the module docstring)."""
     p = {**PARAMS, **params}
     rng = np.random.default_rng(seed)
-    steps = int(round(hours * 3600 / step_s))
+    steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     start_hour = (parse_time(p["start"]) % 86400) / 3600.0
     domains = [

@@ -35,6 +35,11 @@ def series_for(source: str) -> CarbonSeries:
     return _series_cache[source]
 
 
+def run_steps(hours: float, step_s: float) -> int:
+    """Steps of a run of ``hours`` (every builder rounds to whole steps this way)."""
+    return int(round(hours * 3600 / step_s))
+
+
 def carbon_window(source: str, start: str, history: int, steps: int, step_s: float) -> np.ndarray:
     """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start`` (UTC):
     value i is the mean intensity over step ``i - history`` (see :meth:`CarbonSeries.window`).

@@ -18,7 +18,14 @@ import numpy as np
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario, Service
-from iro_fed.sim.scenarios.common import IOT_PROFILE, carbon_window, daily_curve, hour_windows, latency_between
+from iro_fed.sim.scenarios.common import (
+    IOT_PROFILE,
+    carbon_window,
+    daily_curve,
+    hour_windows,
+    latency_between,
+    run_steps,
+)
 from iro_fed.sim.signals import parse_time
 
 PARAMS = {
@@ -46,7 +53,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The edge-IoT scenario (see the module docstring)."""
     p = {**PARAMS, **params}
     rng = np.random.default_rng(seed)
-    steps = int(round(hours * 3600 / step_s))
+    steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     start_hour = (parse_time(p["start"]) % 86400) / 3600.0
     domains, carbon, pools = [], {}, []

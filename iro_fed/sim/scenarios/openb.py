@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import carbon_window, latency_between
+from iro_fed.sim.scenarios.common import carbon_window, latency_between, run_steps
 from iro_fed.sim.signals import data_dir, parse_time
 
 PARAMS = {
@@ -41,7 +41,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     if int(p["nodes"]) > 0:
         nodes = nodes[: int(p["nodes"])]
     trace = load_pods(folder / p["pods_file"])
-    steps = int(round(hours * 3600 / step_s))
+    steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     first = min(pod.creation_time for pod in trace)
     end = max(pod.creation_time for pod in trace)

@@ -17,7 +17,7 @@ import numpy as np
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import carbon_window, latency_between
+from iro_fed.sim.scenarios.common import carbon_window, latency_between, run_steps
 from iro_fed.sim.signals import parse_time
 
 PARAMS = {
@@ -50,7 +50,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The promo-surge scenario (see the module docstring)."""
     p = {**PARAMS, **params}
     rng = np.random.default_rng(seed)
-    steps = int(round(hours * 3600 / step_s))
+    steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     domains = [
         Domain("zone-de", "zone", "DE", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.2}, 1.3),
