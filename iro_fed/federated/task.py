@@ -631,11 +631,10 @@ def site_carbon(cfg: FedConfig, site: int, server_round: int) -> float:
     from iro_fed.sim.scenarios import build_scenario
 
     profile = site_profile(cfg.scenario, site)
-    sc = build_scenario(cfg.scenario, seed=cfg.seed, hours=1.0, **profile["params"])
-    series = np.asarray(sc.carbon[profile["domain"]])  # the day before the start, then the run
+    sc = build_scenario(cfg.scenario, seed=cfg.seed, hours=24.0, **profile["params"])
+    series = np.asarray(sc.carbon[profile["domain"]])  # history steps of the day before, then the run
     per_h = int(round(3600.0 / sc.step_s))
-    idx = min(((server_round - 1) % 24) * per_h, len(series) - 1)
-    return float(series[idx])
+    return float(series[sc.history + ((server_round - 1) % 24) * per_h])
 
 
 def default_registry(cfg: FedConfig) -> Path:

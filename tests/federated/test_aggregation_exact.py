@@ -255,17 +255,17 @@ def _expected(cfg: FedConfig, n: int, server_round: int) -> list[int]:
 
 def test_carbon_aware_picks_by_the_intensity_at_the_rounds_time() -> None:
     # Before: by the intensities reported in the site's last round (round 1 here, as skipped sites
-    # never report again): from round 8 on site 0 is cleaner than site 2, and site 2 still trained.
+    # never report again): late in the day London (site 3) is cleaner than Madrid (site 0) and was still skipped.
     cfg = FedConfig(min_nodes=2, carbon_aware=True, carbon_min_fraction=0.5)
     strategy = make_strategy("fedavg", cfg)
     n = 4
     round1 = [site_carbon(cfg, s, 1) for s in range(n)]
     assert _aggregate(strategy, [0.01 * (s + 1) for s in range(n)],
                       metrics=[{"carbon-intensity": c} for c in round1]) is not None
-    picks = {r: _chosen_sites(strategy, n, r) for r in range(2, 13)}
-    assert picks == {r: _expected(cfg, n, r) for r in range(2, 13)}
-    assert len({tuple(v) for v in picks.values()}) > 1  # the ranking changes during the day (round 8 here)
-    assert picks == {r: _chosen_sites(strategy, n, r) for r in range(2, 13)}  # the same again: deterministic
+    picks = {r: _chosen_sites(strategy, n, r) for r in range(2, 27)}
+    assert picks == {r: _expected(cfg, n, r) for r in range(2, 27)}
+    assert len({tuple(v) for v in picks.values()}) > 1  # the ranking changes during the day (rounds 23-24 here)
+    assert picks == {r: _chosen_sites(strategy, n, r) for r in range(2, 27)}  # the same again: deterministic
 
 
 def test_carbon_aware_never_trains_zero_sites() -> None:
@@ -304,3 +304,30 @@ def test_fedprox_mu_reaches_the_client_and_pulls_its_update_towards_the_global_w
         updates[name] = math.sqrt(sum(float(np.sum((got[k].astype(np.float64) - base[k]) ** 2)) for k in base))
     # same site, round and seed: the proximal term shrinks the step from the global weights
     assert 0 < updates["fedprox"] < updates["fedavg"]
+
+
+def test_site_carbon_reads_the_rounds_hour_of_the_sites_own_day() -> None:
+    # Before: indexed from the start of the scenario's carbon window, which holds the day before
+    # the start (the deferral forecast's history), so round r read the previous day's hour r - 1.
+    from iro_fed.federated.task import site_profile
+    from iro_fed.sim.scenarios.common import series_for
+    from iro_fed.sim.scenarios.edge_iot import SITES
+    from iro_fed.sim.signals import parse_time
+
+    cfg = FedConfig()
+    zones = {name: zone for name, zone, _, _ in SITES}
+    checked = 0
+    for site in range(4):
+        profile = site_profile(cfg.scenario, site)
+        start = profile["params"]["start"]
+        zone = zones[profile["domain"]]
+        series = series_for(zone)
+        t0 = parse_time(("2022" + start[4:]) if zone in ("ES", "NO") else start)
+        for server_round in (1, 8, 25):
+            hour = (server_round - 1) % 24
+            want = float(series.at(t0 + 3600.0 * hour))
+            yesterday = float(series.at(t0 + 3600.0 * (hour - 24)))
+            got = site_carbon(cfg, site, server_round)
+            assert got == pytest.approx(want), (site, server_round)
+            checked += got != pytest.approx(yesterday)
+    assert checked > 0  # the two days differ somewhere, so the old indexing would have failed
