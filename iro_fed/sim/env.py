@@ -4,7 +4,8 @@ An episode is one simulator run of a scenario (``hours`` long). Whenever the sim
 pending pod with at least one feasible node, the agent picks among the top-``k`` feasible
 candidate nodes, ranked by the objective's marginal change (:func:`iro_fed.features.order_candidates`),
 or action ``k``: leave the pod pending (it is offered again next simulator step), allowed only
-for a deferrable pod (a batch job with a deadline). Pods with no feasible node stay pending
+for a deferrable pod (a batch job with a deadline that it still meets when it starts one step
+later; once its slack is spent it must be placed). Pods with no feasible node stay pending
 without a decision.
 
 * **Action**: ``Discrete(k + 1)``. ``obs["mask"]`` (and ``info["action_mask"]``) marks the valid
@@ -158,8 +159,11 @@ class PlacementEnv(gym.Env):
         return self._req if self._req is not None else self._final
 
     def _deferrable(self) -> bool:
+        """A batch job with a deadline that it still meets after waiting one more step."""
         req = self._shown()
-        return req is not None and bool(self.sim.is_batch[req.pod] and self.sim.deadline[req.pod] >= 0)
+        if req is None or not (self.sim.is_batch[req.pod] and self.sim.deadline[req.pod] >= 0):
+            return False
+        return bool(self.sim.deadline[req.pod] - req.step - self.sim.remaining[req.pod] >= 1)
 
     def action_mask(self) -> np.ndarray:
         mask = np.zeros(self.k + 1, dtype=bool)

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from iro_fed.features import candidate_features, order_candidates  # noqa: E402
+from iro_fed.features import CONTEXT_FEATURES, candidate_features, order_candidates  # noqa: E402
 from iro_fed.sim.engine import PENDING  # noqa: E402
 from iro_fed.sim.env import PlacementEnv, greedy_action  # noqa: E402
 from solvers.dqn.replay import NStepAccumulator  # noqa: E402
@@ -55,7 +55,8 @@ def test_the_time_limit_truncates_and_offers_a_decision_to_bootstrap_from() -> N
 
 
 def test_a_pod_still_pending_at_the_end_is_the_bootstrap_decision() -> None:
-    env = PlacementEnv("bank", hours=1, k=4, seed=1, settings=EVENING)
+    # Half an hour: the jobs of 19:45-19:52 still have slack at the end (15 steps each).
+    env = PlacementEnv("bank", hours=0.5, k=4, seed=1, settings=EVENING)
     _, info = env.reset(seed=1)
     done, deferred = False, 0
     while not done:
@@ -90,3 +91,29 @@ def test_a_deferred_pod_is_offered_again_in_the_next_step_at_minus_one_per_round
     # The engine retried old pending pods only once capacity freed (delays of 2-3 steps here, with
     # no charge meanwhile); a pod held back by choice fits, so it is offered again next step.
     assert len(delays) >= 5 and set(delays) == {1}
+
+
+def test_a_job_whose_slack_is_spent_cannot_be_deferred() -> None:
+    # Before: any batch job with a deadline could be held back, even one that would miss the
+    # deadline by waiting (slack 0 or less), so a policy could defer it past its deadline.
+    env = PlacementEnv("bank", hours=1, k=4, seed=1, settings=EVENING)
+    _, info = env.reset(seed=1)
+    sim = env.sim
+    checked = 0
+    done = False
+    while not done:
+        pod, step = env._req.pod, info["step"]
+        if sim.is_batch[pod] and sim.deadline[pod] >= 0:
+            slack = int(sim.deadline[pod] - step - sim.remaining[pod])
+            assert bool(info["action_mask"][-1]) == (slack >= 1)
+            if slack >= 1:
+                saved = int(sim.deadline[pod])
+                sim.deadline[pod] = step + sim.remaining[pod]  # no slack left: it must start now
+                assert not env.action_mask()[-1]
+                assert env._obs()["context"][CONTEXT_FEATURES.index("deferrable")] == 0.0
+                sim.deadline[pod] = saved
+                assert env.action_mask()[-1]
+                checked += 1
+        _, _, terminated, truncated, info = env.step(greedy_action(info))
+        done = terminated or truncated
+    assert checked > 0
