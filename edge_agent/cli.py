@@ -124,6 +124,8 @@ def _federated_summary(cfg: object, store_path: object) -> dict | None:
 def _bench(args: argparse.Namespace) -> int:
     import solvers
     from edge_agent.bench import machine, run_bench
+    from edge_agent.recommend import MAX_K
+    from iro_fed.cli import UsageError, check_int
     from iro_fed.problem_io import write_json_atomic
 
     def bad(message: str) -> int:
@@ -131,12 +133,14 @@ def _bench(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
     # Upper bounds keep a typo from generating a site or a request list that exhausts memory;
-    # --k is a request's k (1..1000, docs/edge_agent.md).
-    for name, value, low, high in (("--nodes", args.nodes, 1, BENCH_MAX_NODES),
-                                   ("--requests", args.requests, 10, BENCH_MAX_REQUESTS),
-                                   ("--clients", args.clients, 1, BENCH_MAX_CLIENTS), ("--k", args.k, 1, 1000)):
-        if not low <= value <= high:
-            return bad(f"{name}: must be {low}..{high}, got {value}")
+    # --k is a request's k (the bound of /recommend's k). Worded as every command line words a bound.
+    try:
+        for name, value, low, high in (("--nodes", args.nodes, 1, BENCH_MAX_NODES),
+                                       ("--requests", args.requests, 10, BENCH_MAX_REQUESTS),
+                                       ("--clients", args.clients, 1, BENCH_MAX_CLIENTS), ("--k", args.k, 1, MAX_K)):
+            check_int(name, value, low, high)
+    except UsageError as exc:
+        return bad(str(exc))
     names = [s.strip() for s in args.solvers.split(",") if s.strip()]
     unknown = [n for n in names if n not in solvers.registered()]
     if not names or unknown:
@@ -151,7 +155,7 @@ def _bench(args: argparse.Namespace) -> int:
         if not isinstance(solver, OnlineSolver):
             return bad(f"--solvers: {name!r} is a batch solver; /recommend needs an online solver (one with rank)")
     if args.out:
-        from iro_fed.cli import UsageError, check_output_file
+        from iro_fed.cli import check_output_file
 
         try:  # checked before the bench, which takes minutes, not after it
             check_output_file("--out", args.out)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iro_fed.federated.procs import parse_host_port
+from iro_fed.limits import MAX_TOP_K
 from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
 from iro_fed.problem_io import utf8_error
 
@@ -158,6 +159,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_STORE_PATH": "store.path",
     "IRO_AGENT_STORE_MAX_ROWS": "store.max_rows",
     "IRO_AGENT_STORE_MAX_PENDING": "store.max_pending",
+    "IRO_AGENT_STORE_BUSY_TIMEOUT_S": "store.busy_timeout_s",
     "IRO_AGENT_LOG_LEVEL": "log_level",
     "IRO_AGENT_FEDERATED_ENABLED": "federated.enabled",
     "IRO_AGENT_FEDERATED_MODE": "federated.mode",
@@ -219,7 +221,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "federated.restart_stable_s": ("float", (0.0, None)),
     "federated.check_interval_s": ("float", (0.01, None)),
     "federated.stop_timeout_s": ("float", (0.0, 600)),
-    "federated.observation_k": ("int", (1, 1000)),
+    "federated.observation_k": ("int", (1, MAX_TOP_K)),  # the federation's top-k bound
     "log_level": ("str", LOG_LEVELS),
     "shutdown_timeout_s": ("float", (0.0, None)),
 }

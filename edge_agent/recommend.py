@@ -22,12 +22,11 @@ import numpy as np
 
 from edge_agent.workload import BadRequest, pod_warnings, request_to_workload
 from iro_fed.feasibility import explain, feasible_nodes
+from iro_fed.limits import MAX_TOP_K as MAX_K
 from iro_fed.metrics.snapshot import ClusterSnapshot
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate, marginal
 from iro_fed.problem_io import ProblemValidationError, load_document, problem_from_dict, problem_to_dict
-
-MAX_K = 1000
 
 
 class SiteError(ValueError):

@@ -19,6 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from iro_fed import limits
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 
@@ -123,8 +125,9 @@ def check_listen_host(flag: str, host: str) -> str:
 
 
 #: Most simulated hours a run may have (a leap year; the carbon data covers about one year). Every
-#: step is recorded, so ``--hours 1e9`` would try to allocate hundreds of GiB before failing.
-MAX_HOURS = 24 * 366
+#: step is recorded, so ``--hours 1e9`` would try to allocate hundreds of GiB before failing. The
+#: federated sites' ``hours`` share it (iro_fed.limits).
+MAX_HOURS = limits.MAX_HOURS
 
 
 def check_hours(flag: str, hours: float) -> float:

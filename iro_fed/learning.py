@@ -13,13 +13,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from iro_fed import limits
+
 EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
 #: Upper bounds of ``iro train``'s counts, generous for real use: each env is a whole simulator
 #: built up front (``--envs 100000000`` ran out of memory building them), and steps and episodes
 #: are run one by one (10^8 steps is days of training; a typo of more would never finish).
+#: Steps and episodes are shared with the federated settings and the fine-tune flags (iro_fed.limits).
 MAX_ENVS = 256
-MAX_TRAIN_STEPS = 100_000_000
-MAX_EVAL_EPISODES = 1000
+MAX_TRAIN_STEPS = limits.MAX_TRAIN_STEPS
+MAX_EVAL_EPISODES = limits.MAX_EVAL_EPISODES
 #: Episode length per scenario for training: long enough to hold its decisions, no longer.
 TRAIN_HOURS = {"bank": 6.0, "promo-surge": 14.0}
 #: DQN settings per scenario on top of the config defaults (``--set`` overrides them). In

@@ -32,6 +32,8 @@ DEFAULT_PEAK_W_PER_GPU = 300.0
 DEFAULT_IDLE_SHARE = 0.4
 #: Latency scale of the objective's latency term ref / (ref + ms), see iro_fed.objective.
 DEFAULT_LATENCY_REF_MS = 10.0
+#: The columns of ``Problem.nonzero_demand`` / ``initial_nonzero`` (cpu in millicores, memory in MiB).
+NONZERO_RESOURCES = ("cpu", "memory")
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,17 @@ class Problem:
 
     The arrays are read-only views; solvers never mutate a problem, they work on a
     :class:`ClusterState` copy of its mutable part.
+
+    Optional, for kube-scheduler's scoring (``kube-default``), from the Kubernetes snapshot:
+    ``nonzero_demand[W, 2]`` is each workload's non-zero request and ``initial_nonzero[N, 2]``
+    each node's ``NonZeroRequested`` (the sum over the pods already bound there), columns
+    :data:`NONZERO_RESOURCES` (cpu millicores, memory MiB; 0 where the problem lacks the
+    resource). A non-zero request is the request with kube's default (100m / 200 MiB) put in
+    for each container that sets none of that resource, which one number per pod cannot tell
+    apart from an explicit 0. ``None`` (problem files, traces): callers fall back to
+    ``demand`` / ``allocated``. :meth:`replace` drops ``nonzero_demand`` when ``demand`` or
+    ``workloads`` change without it, and ``initial_nonzero`` when ``allocated`` does, so the
+    data never describes other pods than the problem's.
     """
 
     def __init__(
@@ -153,6 +166,8 @@ class Problem:
         power_peak_w: np.ndarray,
         weights: Weights = Weights(),
         latency_ref_ms: float = DEFAULT_LATENCY_REF_MS,
+        nonzero_demand: np.ndarray | None = None,
+        initial_nonzero: np.ndarray | None = None,
     ) -> None:
         self.resources = tuple(resources)
         self.domains = tuple(domains)
@@ -176,6 +191,8 @@ class Problem:
         self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
         self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
         self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
+        self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
+        self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
 
         self.node_domain = _frozen(
             np.array([self.domain_index[n.domain] for n in self.nodes], dtype=np.int32),
@@ -327,10 +344,18 @@ class Problem:
             "power_peak_w": self.power_peak_w,
             "weights": self.weights,
             "latency_ref_ms": self.latency_ref_ms,
+            "nonzero_demand": self.nonzero_demand,
+            "initial_nonzero": self.initial_nonzero,
         }
         unknown = set(changes) - set(args)
         if unknown:
             raise TypeError(f"Problem.replace: unknown field(s) {', '.join(sorted(unknown))}")
+        # Non-zero requests describe the pods behind demand / allocated: other pods or another
+        # usage without new ones means none (the scorer falls back to demand / allocated).
+        if ("demand" in changes or "workloads" in changes) and "nonzero_demand" not in changes:
+            changes = {**changes, "nonzero_demand": None}
+        if "allocated" in changes and "initial_nonzero" not in changes:
+            changes = {**changes, "initial_nonzero": None}
         args.update(changes)
         return Problem(**args)
 
@@ -342,6 +367,7 @@ class Problem:
             demand=self.demand[idx],
             wl_gpu_count=self.wl_gpu_count[idx],
             wl_gpu_milli=self.wl_gpu_milli[idx],
+            nonzero_demand=None if self.nonzero_demand is None else self.nonzero_demand[idx],
         )
 
     def with_cluster(self, allocated: np.ndarray, gpu_free: np.ndarray) -> Problem:
@@ -409,6 +435,32 @@ class ClusterState:
         self.gpu_max_free[n] = int(row.max())
         self.gpu_left[n] = int(row[row > 0].sum())
         self.gpu_used[n] = float(((row >= 0) * (GPU_MILLI - np.maximum(row, 0))).sum())
+
+    def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray) -> None:
+        """Give node ``n`` another base usage (what it holds besides this state's workloads):
+        ``allocated`` per resource and ``gpu_free`` milli free on its first cards (the node's
+        cards, or the whole padded row of ``gpu_free``), every aggregate kept as a
+        fresh state of a problem with that usage would have it. For a what-if (the extender's
+        preemption check: a node without its victims); ``n`` must hold none of this state's
+        workloads, and removing the last one from it later restores the problem's usage."""
+        if self.pods_on_node[n]:
+            raise ValueError(f"node {self.problem.nodes[n].name!r} holds {int(self.pods_on_node[n])} placed workload(s)")
+        p = self.problem
+        self.allocated[n] = allocated
+        self.free[n] = p.capacity[n] - self.allocated[n]
+        on = bool((self.allocated[n] > 0).any())
+        if self.gpu_free.shape[1]:
+            self.gpu_free[n, : len(gpu_free)] = gpu_free
+            self._refresh_gpu_row(n)
+            row = self.gpu_free[n]
+            on = on or bool(((row >= 0) & (row < GPU_MILLI)).any())
+        used = np.append(self.allocated[n], self.gpu_used[n]) if p.has_gpus else self.allocated[n]
+        self.util_used_total += used - (p.util_capacity[n] - self.util_free[n])
+        self.util_free[n] = p.util_capacity[n] - used
+        self.free_share[n] = (self.util_free[n] * p.util_inv_capacity[n]).sum()
+        if on != bool(self.on[n]):
+            self.on[n] = on
+            self.util_cap_on += p.util_capacity[n] if on else -p.util_capacity[n]
 
     def util_used(self) -> np.ndarray:
         """used[N, R'] matching ``problem.util_capacity``."""
@@ -536,6 +588,27 @@ def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         arr = arr.reshape(shape)
     if arr.shape != shape:
         raise ValueError(f"array has shape {arr.shape}, expected {shape}")
+    return _readonly(arr)
+
+
+def _optional_nonzero(a: Any, rows: int, name: str) -> np.ndarray | None:
+    """A read-only float64 ``[rows, 2]`` array of non-zero requests (None stays None); the
+    error names the field: the wrong shape, or a value that is not finite and >= 0."""
+    if a is None:
+        return None
+    try:
+        arr = np.array(a, dtype=np.float64, copy=True)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected numbers, shape ({rows}, {len(NONZERO_RESOURCES)})") from None
+    shape = (rows, len(NONZERO_RESOURCES))
+    if arr.size == 0 and rows == 0:
+        arr = arr.reshape(shape)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: array has shape {arr.shape}, expected {shape} ({', '.join(NONZERO_RESOURCES)})")
+    bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i, j = (int(x) for x in bad[0])
+        raise ValueError(f"{name}[{i}, {j}] ({NONZERO_RESOURCES[j]}): must be finite and >= 0, got {float(arr[i, j])!r}")
     return _readonly(arr)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -56,6 +57,12 @@ MIN_CAPACITY = 1e-6
 MAX_GPUS = 1024
 #: Priority bounds: Kubernetes priorities are int32.
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+#: Kubernetes names (DNS-1123; the k8s commands and servers check them, the lengths are theirs):
+#: a label is lowercase letters, digits and '-', starting and ending with a letter or digit; a
+#: subdomain is labels joined by dots. Anchored with \A and \Z, not ^ and $: ``$`` also matches
+#: before a trailing newline, which let "name\n" through; so .match and .fullmatch agree.
+DNS_LABEL = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS_SUBDOMAIN = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 #: Fields the loader reads, per object (for :func:`unknown_fields`).
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "": frozenset({"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}),

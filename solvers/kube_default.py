@@ -9,10 +9,13 @@ in the best-effort skip of BalancedAllocation):
   ``(allocatable - requested) * 100 / allocatable`` in int64 per resource (0 when
   requested > allocatable), then the weighted sum divided by the weight sum, int64 again (each
   share is truncated before the average). ``requested`` is the node's ``NonZeroRequested`` plus
-  the pod's non-zero request (``resource_allocation.go``, ``pkg/scheduler/util``: a pod without
-  a cpu / memory request counts 100m / 200 MiB, for scoring only). Pods this solver placed add
-  their defaults to their node's ``NonZeroRequested`` too (``NodeInfo.update``), so best-effort
-  pods spread. Memory is computed in bytes.
+  the pod's non-zero request (``resource_allocation.go``, ``framework/types.go``
+  ``calculateResource``, ``pkg/scheduler/util``: ``PodRequests`` with each container that has
+  no cpu / memory request counted as 100m / 200 MiB, for scoring only; an explicit 0 stays 0).
+  The Kubernetes snapshot computes both exactly from the pods (``Problem.nonzero_demand`` for
+  the pending pods, ``Problem.initial_nonzero`` per node from the bound ones). Pods this solver
+  placed add their non-zero request to their node's ``NonZeroRequested`` too
+  (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes.
 * ``noderesources/balanced_allocation.go``: fractions ``requested / allocatable`` (capped at 1,
   *actual* requests: ``useRequested``) of cpu and memory; with two resources
   ``std = |f_cpu - f_mem| / 2`` and ``int64((1 - std) * 100)`` in float64 (so 0.68 vs 0 gives
@@ -43,12 +46,16 @@ in the best-effort skip of BalancedAllocation):
 
 Known differences (deliberate, the model does not carry what upstream reads):
 
-* A zero cpu / memory demand is taken as a *missing* request (the model keeps one number per
-  pod); upstream adds the default only for a missing request, per container, so an explicit
+* Only for problems without ``nonzero_demand`` (problem files, traces; the Kubernetes snapshot
+  has it): a zero cpu / memory demand is taken as a *missing* request (one number per pod);
+  upstream adds the default only for a missing request, per container, so an explicit
   ``cpu: 0`` scores as 0 there, and a pod with one container lacking a request gets +100m there.
-* A node's initial ``allocated`` usage is taken as its ``NonZeroRequested``: the model does not
-  keep the requests of the pods already running there, so a best-effort pod already bound counts
-  0 instead of 100m / 200 MiB.
+* Only for problems without ``initial_nonzero`` (problem files, traces, the extender's NodeList
+  mode, a problem whose ``allocated`` was replaced): a node's initial ``allocated`` usage is
+  taken as its ``NonZeroRequested``, so a best-effort pod already bound counts 0 instead of
+  100m / 200 MiB.
+* Pod-level ``spec.resources`` and in-place resize status are not read (nor by the snapshot's
+  requests).
 * Nodes with neither a zone nor a region label are grouped by the model's domain (upstream puts
   them all in one zone ""): a problem file's domain is its zone. The Kubernetes snapshot derives
   the domain from these labels (else ``default``), so for real nodes both agree.
@@ -147,32 +154,48 @@ class KubeDefault(OnlineSolver):
         self._cpu, self._mem = cpu, mem
         self._allocatable_cpu = np.rint(problem.capacity[:, cpu]).astype(np.int64)
         self._allocatable_mem = np.rint(problem.capacity[:, mem] * MIB).astype(np.int64) if mem is not None else None
-        # What each pod adds to its node's NonZeroRequested beyond its actual request: the
-        # 100m / 200 MiB default where it requests none (NodeInfo.update, calculateResource).
-        self._default_cpu = np.where(np.rint(problem.demand[:, cpu]) == 0, DEFAULT_MILLI_CPU_REQUEST, 0).astype(np.int64)
-        self._default_mem = (
-            np.where(np.rint(problem.demand[:, mem] * MIB) == 0, DEFAULT_MEMORY_REQUEST_BYTES, 0).astype(np.int64)
-            if mem is not None
-            else None
-        )
+        # Each pod's non-zero request (cpu milli, memory bytes): exact from the snapshot, else a
+        # zero demand taken as a missing request (the model keeps one number per pod).
+        actual_cpu = np.rint(problem.demand[:, cpu]).astype(np.int64)
+        actual_mem = np.rint(problem.demand[:, mem] * MIB).astype(np.int64) if mem is not None else None
+        if problem.nonzero_demand is not None:
+            self._pod_nz_cpu = np.rint(problem.nonzero_demand[:, 0]).astype(np.int64)
+            self._pod_nz_mem = np.rint(problem.nonzero_demand[:, 1] * MIB).astype(np.int64) if mem is not None else None
+        else:
+            self._pod_nz_cpu = np.where(actual_cpu == 0, DEFAULT_MILLI_CPU_REQUEST, actual_cpu)
+            self._pod_nz_mem = (
+                np.where(actual_mem == 0, DEFAULT_MEMORY_REQUEST_BYTES, actual_mem) if actual_mem is not None else None
+            )
+        # A node's NonZeroRequested = base + what the pods placed here add (NodeInfo.update). The
+        # base is the bound pods' sum when the snapshot gave it (placed pods then add their whole
+        # non-zero request); else the node's current allocated, which already holds the placed
+        # pods' actual requests, so they add only the difference.
+        if problem.initial_nonzero is not None:
+            self._initial_cpu: np.ndarray | None = np.rint(problem.initial_nonzero[:, 0]).astype(np.int64)
+            self._initial_mem = np.rint(problem.initial_nonzero[:, 1] * MIB).astype(np.int64) if mem is not None else None
+            self._add_cpu, self._add_mem = self._pod_nz_cpu, self._pod_nz_mem
+        else:
+            self._initial_cpu = self._initial_mem = None
+            self._add_cpu = self._pod_nz_cpu - actual_cpu
+            self._add_mem = self._pod_nz_mem - actual_mem if self._pod_nz_mem is not None and actual_mem is not None else None
 
     def rebuild_caches(self, state: ClusterState) -> None:
-        """Per node, the cpu (milli) and memory (bytes) defaults of the pods ``state`` placed
-        without a request: NodeInfo.NonZeroRequested minus Requested (see :meth:`OnlineSolver.sync`)."""
+        """Per node, what the pods ``state`` placed add to its NonZeroRequested beyond the base of
+        :meth:`plugin_scores`, cpu (milli) and memory (bytes) (see :meth:`OnlineSolver.sync`)."""
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
         self._nz_cpu = np.zeros(state.problem.num_nodes, dtype=np.int64)
-        np.add.at(self._nz_cpu, where, self._default_cpu[placed])
+        np.add.at(self._nz_cpu, where, self._add_cpu[placed])
         self._nz_mem = None
-        if self._default_mem is not None:
+        if self._add_mem is not None:
             self._nz_mem = np.zeros(state.problem.num_nodes, dtype=np.int64)
-            np.add.at(self._nz_mem, where, self._default_mem[placed])
+            np.add.at(self._nz_mem, where, self._add_mem[placed])
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
         for w, node, sign in entries:
-            self._nz_cpu[node] += sign * self._default_cpu[w]
-            if self._nz_mem is not None and self._default_mem is not None:
-                self._nz_mem[node] += sign * self._default_mem[w]
+            self._nz_cpu[node] += sign * self._add_cpu[w]
+            if self._nz_mem is not None and self._add_mem is not None:
+                self._nz_mem[node] += sign * self._add_mem[w]
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -196,21 +219,23 @@ class KubeDefault(OnlineSolver):
         """Each score plugin's normalized 0..100 scores over ``candidates`` (unweighted)."""
         p = state.problem
         wl = p.workloads[w]
-        # Fit scores the non-zero requests (node: NonZeroRequested; pod: defaults where it
-        # requests none); BalancedAllocation the actual ones (useRequested).
+        # Fit scores the non-zero requests (node: NonZeroRequested; pod: its non-zero request);
+        # BalancedAllocation the actual ones (useRequested).
         self.sync(state)
         nz_cpu, nz_mem = self._nz_cpu, self._nz_mem
         pod_cpu = int(round(p.demand[w, self._cpu]))
         node_cpu = np.rint(state.allocated[candidates, self._cpu]).astype(np.int64)
+        base_cpu = self._initial_cpu[candidates] if self._initial_cpu is not None else node_cpu
         cap_cpu = self._allocatable_cpu[candidates]
-        req = [node_cpu + nz_cpu[candidates] + (pod_cpu or DEFAULT_MILLI_CPU_REQUEST)]
+        req = [base_cpu + nz_cpu[candidates] + self._pod_nz_cpu[w]]
         actual = [node_cpu + pod_cpu]
         caps = [cap_cpu]
         pod_mem = 0
-        if self._mem is not None and nz_mem is not None:
+        if self._mem is not None and nz_mem is not None and self._pod_nz_mem is not None:
             pod_mem = int(round(p.demand[w, self._mem] * MIB))
             node_mem = np.rint(state.allocated[candidates, self._mem] * MIB).astype(np.int64)
-            req.append(node_mem + nz_mem[candidates] + (pod_mem or DEFAULT_MEMORY_REQUEST_BYTES))
+            base_mem = self._initial_mem[candidates] if self._initial_mem is not None else node_mem
+            req.append(base_mem + nz_mem[candidates] + self._pod_nz_mem[w])
             actual.append(node_mem + pod_mem)
             caps.append(self._allocatable_mem[candidates])
 

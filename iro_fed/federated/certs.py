@@ -27,7 +27,7 @@ TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key")
 #: Validity bounds of :func:`make_tls` in days (ten years at most: a longer-lived private CA is
 #: one whose key is more likely to leak before it expires).
 MIN_DAYS, MAX_DAYS = 1, 3650
-_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
+_DNS_LABEL = re.compile(r"\A(?!-)[A-Za-z0-9_-]{1,63}(?<!-)\Z")  # \Z: "$" would accept a trailing newline
 
 
 def check_host(host: str) -> str:

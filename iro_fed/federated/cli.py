@@ -170,9 +170,7 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def _port(flag: str, port: int) -> int:
-    if not 1 <= port <= 65535:
-        raise UsageError(f"{flag}: expected a port 1..65535, got {port}")
-    return port
+    return check_int(flag, port, 1, 65535)
 
 
 # Flower's own reading of --node-config (flwr.common.config.parse_config_args): key=value pairs, a
@@ -319,8 +317,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
 
-    if not 1 <= args.nodes <= LOCAL_MAX_NODES:
-        raise UsageError(f"--nodes: expected 1..{LOCAL_MAX_NODES}, got {args.nodes}")
+    check_int("--nodes", args.nodes, 1, LOCAL_MAX_NODES)
     check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     try:
@@ -650,10 +647,8 @@ def _file_run(queue: RoundRequestQueue, claimed: list[RoundRequest], result: dic
 def cmd_certs(args: argparse.Namespace) -> int:
     from iro_fed.federated import certs
 
-    if not 0 <= args.node_keys <= MAX_NODE_KEYS:
-        raise UsageError(f"--node-keys: expected 0..{MAX_NODE_KEYS}, got {args.node_keys}")
-    if not certs.MIN_DAYS <= args.days <= certs.MAX_DAYS:
-        raise UsageError(f"--days: expected {certs.MIN_DAYS}..{certs.MAX_DAYS}, got {args.days}")
+    check_int("--node-keys", args.node_keys, 0, MAX_NODE_KEYS)
+    check_int("--days", args.days, certs.MIN_DAYS, certs.MAX_DAYS)
     hosts = args.host or ["localhost", "127.0.0.1"]
     for host in hosts:
         try:

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from iro_fed import limits
+
 #: Strategy names accepted by ``strategy`` (Flower's own implementations).
 STRATEGIES: tuple[str, ...] = ("fedavg", "fedprox", "fedmedian", "fedtrimmedavg", "krum", "bulyan")
 
@@ -67,11 +69,12 @@ class FedConfigError(ValueError):
 
 #: Upper bounds of the count settings: a typo (``num-server-rounds=1e9`` as an integer, ``local-steps``
 #: with three zeros too many) must fail at once, not run for days or fill the memory.
+#: Steps, top-k, episodes and hours are those of ``iro train`` / ``iro simulate`` (iro_fed.limits).
 MAX_SERVER_ROUNDS = 100_000  # also the bound of `iro fed local/rounds --rounds`
-_COUNT_LIMITS = {"num_server_rounds": MAX_SERVER_ROUNDS, "local_steps": 100_000_000, "top_k": 1_000,
-                 "min_nodes": 100_000, "eval_episodes": 1_000}
+_COUNT_LIMITS = {"num_server_rounds": MAX_SERVER_ROUNDS, "local_steps": limits.MAX_TRAIN_STEPS, "top_k": limits.MAX_TOP_K,
+                 "min_nodes": 100_000, "eval_episodes": limits.MAX_EVAL_EPISODES}
 #: A site's episode length in simulated hours (the carbon data covers about a year).
-MAX_SITE_HOURS = 24 * 366
+MAX_SITE_HOURS = limits.MAX_HOURS
 
 @dataclass(frozen=True)
 class FedConfig:

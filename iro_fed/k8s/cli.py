@@ -10,10 +10,8 @@ anything listens.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
 import signal
 import threading
 from pathlib import Path
@@ -33,7 +31,8 @@ from iro_fed.cli import (
     check_output_file,
     check_output_folder,
 )
-from iro_fed.learning import MAX_TRAIN_STEPS
+from iro_fed.limits import MAX_TOP_K, MAX_TRAIN_STEPS
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN
 
 
 def _port(text: str) -> int:
@@ -60,17 +59,13 @@ MAX_WINDOW_S = 3600.0
 MAX_METRICS_POLL_S = 86400.0
 
 
-# Kubernetes names: spec.schedulerName and the Lease name are DNS-1123 subdomains, namespaces labels.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
 def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) -> str:
     """``value`` if Kubernetes accepts it as a name (a pod would never match a scheduler name it rejects)."""
     if not value:
         raise UsageError(f"{flag}: must not be empty")
     limit = 63 if label else max_len
-    if len(value) > limit or not (_DNS_LABEL if label else _DNS_SUBDOMAIN).match(value):
+    # spec.schedulerName and the Lease name are DNS-1123 subdomains, namespaces labels.
+    if len(value) > limit or not (DNS_LABEL if label else DNS_SUBDOMAIN).fullmatch(value):
         kind = "DNS-1123 label" if label else "DNS-1123 subdomain"
         raise UsageError(f"{flag}: {value!r} is not a valid Kubernetes name ({kind}: lowercase letters, digits"
                          f"{'' if label else ', dots'} and '-', at most {limit} characters)")
@@ -88,33 +83,16 @@ def _file(path: str | None, option: str) -> str | None:
 
 
 def _config(path: str | None) -> Any:
-    """The ``--cluster-config`` file; every error names the flag and the file."""
-    from iro_fed.k8s.snapshot import ClusterConfig, load_config
-    from iro_fed.problem_io import ProblemValidationError, utf8_error
+    """The ``--cluster-config`` file; every error names the flag and the file. Read by the one
+    document loader (``problem_io.load_document``: a byte-order mark is fine, the same messages
+    as every other file)."""
+    from iro_fed.k8s.snapshot import load_config
+    from iro_fed.problem_io import ProblemValidationError
 
-    if path is None:
-        return load_config(None)
-    _file(path, "--cluster-config")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--cluster-config: cannot read {path!r}: {exc.strerror or exc}") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--cluster-config: {path!r}: {utf8_error(data, exc)}") from None
-    yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
-    try:
-        if yaml_file:
-            import yaml
-
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
-        raise UsageError(f"--cluster-config: {path!r} is not valid {'YAML' if yaml_file else 'JSON'}: {exc}") from exc
-    try:  # the shapes and values, each error with its field
-        return ClusterConfig.from_dict(doc, source=path)
+    if path is not None:
+        _file(path, "--cluster-config")
+    try:  # unreadable, not UTF-8, not JSON/YAML, then the shapes and values, each error with its field
+        return load_config(path)
     except ProblemValidationError as exc:
         raise UsageError(f"--cluster-config: {exc}") from exc
 
@@ -226,7 +204,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _k8s_name("--scheduler-name", args.scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
-    check_int("--top-k", args.top_k, 1, 1000)
+    check_int("--top-k", args.top_k, 1, MAX_TOP_K)
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     cache = None

@@ -463,21 +463,11 @@ class Extender:
                     allocated[ri] = amount
             gpu_free = problem.gpu_free[i].copy()
             gpu_free[: len(doc["gpu_free_milli"])] = doc["gpu_free_milli"]
-            _set_node_usage(state, i, allocated, gpu_free)
+            state.set_node_usage(i, allocated, gpu_free)
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = victims
-            _set_node_usage(state, i, problem.allocated[i], problem.gpu_free[i])
+            state.set_node_usage(i, problem.allocated[i], problem.gpu_free[i])
         return {"NodeNameToMetaVictims": keep}
-
-
-def _set_node_usage(state: ClusterState, i: int, allocated: np.ndarray, gpu_free: np.ndarray) -> None:
-    """Node ``i`` of ``state`` (no pod placed there) with this usage, and the per-node GPU
-    aggregates resource_fit reads."""
-    state.allocated[i] = allocated
-    state.free[i] = state.problem.capacity[i] - allocated
-    state.gpu_free[i] = gpu_free
-    if gpu_free.size:
-        state._refresh_gpu_row(i)
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:

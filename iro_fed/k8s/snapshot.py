@@ -19,7 +19,10 @@ Mapping (documented for users in ``docs/kubernetes.md``):
 * a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
   (plus restartable init containers, i.e. sidecars), or the largest init container if that is
   more, plus ``spec.overhead`` (kube's ``PodRequests``); a container without a request but with
-  a limit requests its limit; ``pods`` is 1;
+  a limit requests its limit; ``pods`` is 1; alongside it the pod's non-zero cpu / memory
+  request for kube-scheduler's scoring (:func:`nonzero_requests`), for pending pods
+  (``Problem.nonzero_demand``) and summed per node over the bound pods
+  (``Problem.initial_nonzero``, kube's ``NodeInfo.NonZeroRequested``);
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
   (1..1000) asks for that share of one card instead; ``iro-fed.io/gpu-cards`` on a bound pod
   (written by IRO's scheduler through the Binding) says which cards it holds;
@@ -52,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.k8s.quantity import QuantityError, count, cpu_millicores, memory_mib, plain
-from iro_fed.model import GPU_MILLI, Problem
+from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import ProblemValidationError, json_kind, load_document, problem_from_dict
 
 PREFIX = "iro-fed.io/"
@@ -73,6 +76,9 @@ ANN_ALLOWED_DOMAINS = "iro-fed.io/allowed-domains"
 #: there (``{"cpu": "3500m", "memory": "6Gi"}``), for extenders that see no pods.
 ANN_NODE_ALLOCATED = "iro-fed.io/allocated"
 AFFINITY_LABEL_PREFIX = "iro-fed.io/affinity-"
+#: What kube-scheduler's scoring counts for a container without a cpu / memory request, in model
+#: units (``schedutil.DefaultMilliCPURequest`` 100m, ``DefaultMemoryRequest`` 200 MiB).
+NONZERO_DEFAULTS = {"cpu": 100.0, "memory": 200.0}
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -364,6 +370,8 @@ class PodDemand:
     requests: dict[str, float]
     gpu_count: int = 0
     gpu_milli: int = 0
+    #: kube's non-zero (cpu, memory) request (:func:`nonzero_requests`), for scoring only.
+    nonzero: tuple[float, float] = (0.0, 0.0)
 
 
 def _request_names(resources: Sequence[str]) -> tuple[str, ...]:
@@ -433,15 +441,48 @@ def _who(pod: Any) -> str:
     return f"pod {key}" if key else "pod"
 
 
-def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
-    """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
-    in model units (:func:`resource_amount`): every name of ``resources`` (0 when not asked for;
-    ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards).
+def nonzero_requests(containers: Iterable[Mapping[str, float]], init_containers: Iterable[tuple[Mapping[str, float], bool]],
+                     overhead: Mapping[str, float], resources: Sequence[str]) -> tuple[float, float]:
+    """The pod's non-zero (cpu, memory) request that kube-scheduler scores with
+    (``NodeInfo.update`` / ``calculateResource`` and ``resource_allocation.go``): ``PodRequests``
+    with ``NonMissingContainerRequests``, i.e. :func:`effective_requests` after each container
+    (app, init and sidecar alike) that has no cpu / memory request at all gets
+    :data:`NONZERO_DEFAULTS` for it. Only a *missing* request is replaced: an explicit ``0``
+    stays 0, and a limit without a request already is a request (API defaulting,
+    :func:`container_requests`). Overhead is added as is. A column whose resource is not in
+    ``resources`` is 0 (nothing scores it). Pod-level ``spec.resources`` is not read (as
+    :func:`pod_requests`)."""
+    def fill(req: Mapping[str, float]) -> dict[str, float]:
+        out = dict(req)
+        for r in NONZERO_RESOURCES:
+            if r in resources and r not in req:
+                out[r] = NONZERO_DEFAULTS[r]
+        return out
 
-    The one reader of container requests: the snapshot (:func:`pod_demand`) and the edge agent's
-    ``/recommend`` (``edge_agent.workload``) both call it, so they read a pod alike. A field of
-    the wrong type or a bad quantity raises :class:`PodSpecError` naming its JSON path.
-    """
+    total = effective_requests([fill(c) for c in containers], [(fill(r), side) for r, side in init_containers], overhead)
+    cpu, mem = (total.get(r, 0.0) if r in resources else 0.0 for r in NONZERO_RESOURCES)
+    return cpu, mem
+
+
+def _misses_a_scored_request(apps: list[dict[str, float]], inits: list[tuple[dict[str, float], bool]],
+                             resources: Sequence[str]) -> bool:
+    """Whether some container lacks a cpu / memory request that :func:`nonzero_requests` would fill."""
+    scored = [r for r in NONZERO_RESOURCES if r in resources]
+    for req in apps:
+        for r in scored:
+            if r not in req:
+                return True
+    for req, _ in inits:
+        for r in scored:
+            if r not in req:
+                return True
+    return False
+
+
+def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]
+               ) -> tuple[list[dict[str, float]], list[tuple[dict[str, float], bool]], dict[str, float]]:
+    """A pod's parsed container requests: (app containers, init containers with their sidecar
+    flag, overhead), as :func:`effective_requests` takes them."""
     who = _who(pod)
     if not isinstance(pod, Mapping):
         raise _bad(who, "", f"expected a v1.Pod object, got {json_kind(pod)}")
@@ -455,7 +496,10 @@ def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, 
         inits.append((req, _opt_str(c, "restartPolicy", who, path) == "Always"))
     overhead = _obj(spec.get("overhead"), who, "spec.overhead")
     extra = {r: _amount(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
-    total = effective_requests(apps, inits, extra)
+    return apps, inits, extra
+
+
+def _total_requests(total: Mapping[str, float], resources: Sequence[str]) -> dict[str, float]:
     out = {r: total.get(r, 0.0) for r in resources}
     if "pods" in resources:
         out["pods"] = 1.0
@@ -463,10 +507,29 @@ def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, 
     return out
 
 
+def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
+    """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
+    in model units (:func:`resource_amount`): every name of ``resources`` (0 when not asked for;
+    ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards).
+
+    The one reader of container requests: the snapshot (:func:`pod_demand`) and the edge agent's
+    ``/recommend`` (``edge_agent.workload``) both call it, so they read a pod alike. A field of
+    the wrong type or a bad quantity raises :class:`PodSpecError` naming its JSON path.
+    """
+    return _total_requests(effective_requests(*_pod_parts(pod, resources)), resources)
+
+
 def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
-    """What the pod asks for in model units: :func:`pod_requests`, with GPUs as cards or a share."""
+    """What the pod asks for in model units: :func:`pod_requests`, with GPUs as cards or a share,
+    and its non-zero request (:func:`nonzero_requests`) from the same parse."""
     who = _who(pod)
-    total = pod_requests(pod, resources)
+    apps, inits, overhead = _pod_parts(pod, resources)
+    raw = effective_requests(apps, inits, overhead)
+    total = _total_requests(raw, resources)
+    if _misses_a_scored_request(apps, inits, resources):
+        nonzero = nonzero_requests(apps, inits, overhead, resources)
+    else:  # the usual pod: its non-zero request is its request
+        nonzero = (raw.get("cpu", 0.0) if "cpu" in resources else 0.0, raw.get("memory", 0.0) if "memory" in resources else 0.0)
     gpus = int(total[GPU_RESOURCE])
     requests = {r: total[r] for r in resources}
     meta = _obj(pod.get("metadata"), who, "metadata")
@@ -481,8 +544,8 @@ def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
             raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {milli}")
         if gpus > 1:
             raise _bad(who, where, f"is a share of one card, but the pod requests {gpus} {GPU_RESOURCE}")
-        return PodDemand(requests, 1, milli)
-    return PodDemand(requests, gpus, GPU_MILLI if gpus else 0)
+        return PodDemand(requests, 1, milli, nonzero)
+    return PodDemand(requests, gpus, GPU_MILLI if gpus else 0, nonzero)
 
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -594,6 +657,13 @@ def workload_doc(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequen
     synthetic affinity label are added to ``extra_labels[label]``. A field of the wrong type
     raises :class:`PodSpecError` naming its JSON path (``spec.tolerations[0].key``).
     """
+    return _workload(pod, resources, nodes, extra_labels)[0]
+
+
+def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+              extra_labels: dict[str, set[str]]) -> tuple[dict[str, Any], PodDemand]:
+    """:func:`workload_doc` and the pod's :class:`PodDemand` (its non-zero request is not a
+    problem-file field)."""
     who = _who(pod)
     demand = pod_demand(pod, resources)  # checks that pod, spec and metadata are objects
     spec = _obj(pod.get("spec"), who, "spec")
@@ -652,7 +722,7 @@ def workload_doc(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequen
     wl["node_selector"] = selector
     if preferred:
         wl["preferred_node_affinity"] = preferred
-    return wl
+    return wl, demand
 
 
 # --- usage of bound pods -------------------------------------------------------------------
@@ -667,9 +737,13 @@ def _parse_cards(text: str | None) -> list[int] | None:
         return None
 
 
-def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resources: Sequence[str], warnings: list[str]) -> None:
-    """Fill ``allocated`` and ``gpu_free_milli`` of a node doc from the pods bound to it."""
+def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resources: Sequence[str],
+                warnings: list[str]) -> tuple[float, float]:
+    """Fill ``allocated`` and ``gpu_free_milli`` of a node doc from the pods bound to it; return
+    their summed non-zero (cpu, memory) request, kube's ``NodeInfo.NonZeroRequested`` (not
+    clamped to allocatable: kube does not clamp it either)."""
     alloc = dict.fromkeys(resources, 0.0)
+    nonzero = [0.0, 0.0]
     cards = [GPU_MILLI] * int(node.get("gpus", 0))
     for pod in pods:
         try:
@@ -679,6 +753,8 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
             continue
         for r in resources:
             alloc[r] += d.requests.get(r, 0.0)
+        nonzero[0] += d.nonzero[0]
+        nonzero[1] += d.nonzero[1]
         if d.gpu_count and cards:
             take = d.gpu_milli if d.gpu_count == 1 else GPU_MILLI
             chosen = _parse_cards((_meta(pod).get("annotations") or {}).get(ANN_GPU_CARDS))
@@ -700,6 +776,7 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
             alloc[r] = cap
     node["allocated"] = alloc
     node["gpu_free_milli"] = cards
+    return nonzero[0], nonzero[1]
 
 
 def pods_by_node(pods: Iterable[Mapping[str, Any]], warnings: list[str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
@@ -768,6 +845,7 @@ class ClusterModel:
         self.warnings: list[str] = []
         self.node_objects: dict[str, Mapping[str, Any]] = {}
         docs = []
+        nonzero: list[tuple[float, float]] = []  # per doc, from its bound pods (none in NodeList mode)
         kinds: dict[str, str] = {}
         by_node = pods_by_node(bound_pods or (), self.warnings)
         for obj in nodes:
@@ -788,14 +866,18 @@ class ClusterModel:
             if bound_pods is None:
                 annotated_usage(obj, doc, res)
             else:
-                apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
+                nonzero.append(apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings))
             if doc["labels"].get(DOMAIN_KIND_LABEL):
                 kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
             docs.append(doc)
         self.node_docs = docs
         domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
         self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
-        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
+        problem = problem_from_dict(self.skeleton, source="cluster snapshot")
+        if bound_pods is not None:
+            # The node annotation of NodeList mode gives a sum, not pods: no NonZeroRequested there.
+            problem = problem.replace(initial_nonzero=np.array(nonzero, dtype=np.float64).reshape(len(docs), 2))
+        self.problem = problem
         self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
@@ -809,7 +891,8 @@ class ClusterModel:
     def with_pods(self, pods: Sequence[Mapping[str, Any]]) -> Snapshot:
         """A snapshot whose workloads are ``pods`` (pending), in order."""
         extra: dict[str, set[str]] = {}
-        wls = [workload_doc(p, self.config.resources, self.node_docs, extra) for p in pods]
+        parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
+        wls = [wl for wl, _ in parsed]
         # Workloads are validated by the problem-file loader against an empty cluster of the same
         # domains and resources, then grafted onto the cached cluster problem.
         small_doc = dict(self.skeleton, nodes=[], workloads=wls)
@@ -823,6 +906,7 @@ class ClusterModel:
             "demand": small.demand,
             "wl_gpu_count": small.wl_gpu_count,
             "wl_gpu_milli": small.wl_gpu_milli,
+            "nonzero_demand": np.array([d.nonzero for _, d in parsed], dtype=np.float64).reshape(len(pods), 2),
         }
         if extra:
             nodes = list(base.nodes)

@@ -43,6 +43,7 @@ import numpy as np
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
 from iro_fed.model import ClusterState
+from iro_fed.problem_io import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
 from iro_fed.problem_io import json_kind
 
 log = logging.getLogger("iro_fed.k8s.webhook")
@@ -133,7 +134,6 @@ def _check_pod(pod: Any, mode: str) -> Mapping[str, Any]:
 
 
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _label_key_error(key: str) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from iro_fed.learning import MAX_TRAIN_STEPS
+from iro_fed.limits import MAX_TRAIN_STEPS
 
 #: Seconds per simulator step: ``build_scenario``'s default, which ``iro simulate`` and
 #: ``iro feedback-sim`` never change.

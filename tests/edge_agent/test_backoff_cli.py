@@ -60,9 +60,10 @@ def test_bad_config_files_exit_2_without_a_traceback(tmp_path, write_config, cap
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--nodes", "1000000000"], "--nodes: must be 1..100000"),
-        (["--clients", "100000"], "--clients: must be 1..256"),
-        (["--k", "5000"], "--k: must be 1..1000"),
+        (["--nodes", "1000000000"], "--nodes: must be between 1 and 100000, got 1000000000"),
+        (["--clients", "100000"], "--clients: must be between 1 and 256, got 100000"),
+        (["--k", "5000"], "--k: must be between 1 and 1000, got 5000"),
+        (["--requests", "5"], "--requests: must be between 10 and 1000000, got 5"),
         (["--solvers", "cpsat"], "'cpsat' is a batch solver"),
         (["--out", "{tmp}/afile/bench.json"], "--out: cannot make folder '{tmp}/afile': '{tmp}/afile' is a file"),
     ],

@@ -141,14 +141,14 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["fed", "local", "--nodes", "100000"], "--nodes: expected 1..64"),
+    (["fed", "local", "--nodes", "100000"], "--nodes: must be between 1 and 64, got 100000"),
     (["fed", "local", "--timeout", "nan"], "--timeout: must be > 0 and finite, got nan"),
     (["fed", "local", "--timeout", "0"], "--timeout: must be > 0 and finite, got 0"),
     (["fed", "local", "--json", f"{__file__}/out.json"], f"--json: cannot make folder '{__file__}'"),
     (["fed", "local", "--workdir", f"{__file__}/a/b"], f"'{__file__}' is a file"),
     (["fed", "local", "--registry", f"{__file__}/a/policies"], f"'{__file__}' is a file"),
-    (["fed", "server", "--insecure", "--port", "0"], "--port: expected a port 1..65535"),
-    (["fed", "server", "--insecure", "--port", "70000"], "--port: expected a port 1..65535"),
+    (["fed", "server", "--insecure", "--port", "0"], "--port: must be between 1 and 65535, got 0"),
+    (["fed", "server", "--insecure", "--port", "70000"], "--port: must be between 1 and 65535, got 70000"),
     (["fed", "server", "--insecure", "--host", ""], "--host: expected an IP address or host name"),
     (["fed", "server", "--insecure", "--host", "no-such-host.invalid"], "--host: cannot resolve"),
     (["fed", "server", "--insecure", "--database", f"{__file__}/state.db"], "--database: cannot make folder"),
@@ -156,7 +156,7 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
     (["fed", "node", "--superlink", "h:99999", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
     (["fed", "node", "--superlink", "https://h:8000", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
     (["fed", "node", "--superlink", "[]:8000", "--site", "0", "--insecure"], "--superlink: expected HOST:PORT"),
-    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--port", "0"], "--port: expected a port"),
+    (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--port", "0"], "--port: must be between 1 and 65535, got 0"),
     (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "zone eu"],
      "--node-config: expected space-separated key=value pairs"),
     (["fed", "node", "--superlink", "h:1", "--site", "0", "--insecure", "--node-config", "zone=eu-west"],
@@ -168,10 +168,11 @@ def test_fed_node_runs_the_supernode_with_a_warm_executor_and_stops_both(tmp_pat
     (["fed", "local", "--registry", "/nonexistent/p", "--local-steps", "1000000000"], "local-steps: expected 1..100,000,000"),
     (["fed", "local", "--registry", "/nonexistent/p", "--set", "hours=100000"], "hours: expected a finite number > 0"),
     (["fed", "certs", "--out", f"{__file__}/a/pki"], f"--out: cannot make folder '{__file__}/a/pki'"),
-    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "0"], "--days: expected 1..3650"),
-    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "100000"], "--days: expected 1..3650"),
-    (["fed", "certs", "--out", "/nonexistent/pki", "--node-keys", "1000000"], "--node-keys: expected 0..1000"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "0"], "--days: must be between 1 and 3650, got 0"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--days", "100000"], "--days: must be between 1 and 3650, got 100000"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--node-keys", "1000000"], "--node-keys: must be between 0 and 1000, got 1000000"),
     (["fed", "certs", "--out", "/nonexistent/pki", "--host", "fl example"], "--host: 'fl example' is neither"),
+    (["fed", "certs", "--out", "/nonexistent/pki", "--host", "fl.example\n"], "--host: 'fl.example\\n' is neither"),
 ])
 def test_hostile_arguments_exit_2_naming_the_argument(argv, message, capsys) -> None:
     assert main(argv) == 2

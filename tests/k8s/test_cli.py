@@ -193,6 +193,11 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
         (["scheduler", "--name", ""], "--name: must not be empty"),
         (["scheduler", "--name", "My_Scheduler"], "--name: 'My_Scheduler' is not a valid Kubernetes name"),
         (["scheduler", "--lease-namespace", ""], "--lease-namespace: must not be empty"),
+        # `$` matched before a trailing newline: each of these was accepted as a Kubernetes name
+        (["scheduler", "--name", "iro\n"], "--name: 'iro\\n' is not a valid Kubernetes name"),
+        (["scheduler", "--lease-namespace", "kube-system\n"], "--lease-namespace: 'kube-system\\n' is not a valid Kubernetes name"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--scheduler-name", "iro\n"],
+         "--scheduler-name: 'iro\\n' is not a valid Kubernetes name"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry",
           f"{__file__}/reg"], f"--fine-tune-registry: cannot make folder '{__file__}/reg': '{__file__}' is a file"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request",
@@ -217,8 +222,9 @@ def test_metrics_port_0_is_refused(capsys):
 @pytest.mark.parametrize(
     ("name", "content", "fragment"),
     [
-        ("latin1.yaml", b"domains:\n  caf\xe9: {kind: edge}\n", "latin1.yaml': not UTF-8 text: byte 0xe9 at offset 14 (line 2)"),
-        ("broken.json", b'{"domains": [', "is not valid JSON"),
+        ("latin1.yaml", b"domains:\n  caf\xe9: {kind: edge}\n", "not UTF-8 text: byte 0xe9 at offset 14 (line 2)"),
+        ("broken.json", b'{"domains": [', "not valid JSON"),
+        ("list.json", b"[1, 2]", "the document must be an object, got list"),
         ("weights.yaml", b"weights: 5\n", "weights: expected a map, got int"),
         ("latency.yaml", b"latency_ms: {eu: 5}\n", "latency_ms.eu: expected a map"),
         ("resources.yaml", b"resources: cpu\n", "resources: expected a list"),
@@ -231,6 +237,20 @@ def test_bad_cluster_config_files_name_the_flag_and_file(tmp_path, capsys, name,
         assert main([*argv, "--cluster-config", str(cfg)]) == 2
         err = capsys.readouterr().err
         assert "--cluster-config" in err and name in err and fragment in err, err
+
+
+@pytest.mark.parametrize("name", ["bom.json", "bom.yaml"])
+def test_a_cluster_config_with_a_byte_order_mark_loads(tmp_path, capsys, monkeypatch, name):
+    """Read by the one document loader, as every other file: a leading BOM (some editors write
+    one) is fine. json.loads refused it ('Unexpected UTF-8 BOM'), so --cluster-config did."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    body = '{"domains": {"edge-1": {"kind": "edge"}}}' if name.endswith(".json") else "domains:\n  edge-1: {kind: edge}\n"
+    cfg = tmp_path / name
+    cfg.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    # The scheduler reads the config first, then needs a cluster: the config was accepted.
+    assert main(["scheduler", "--cluster-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "--cluster-config" not in err and "--kubeconfig: required" in err, err
 
 
 # --- waits without an upper bound: the scheduler's thread waits on a threading.Event, which

@@ -297,6 +297,39 @@ def test_preempt_keeps_nodes_where_the_victims_make_room(serve, api, kube, cache
     assert res == {"NodeNameToMetaVictims": {"machine1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}}
 
 
+def test_set_node_usage_leaves_the_state_of_a_problem_with_that_usage():
+    """The preempt check's what-if (a node without its victims) through ClusterState's public
+    method: every aggregate equals a fresh state of the problem with that usage, and putting the
+    problem's usage back restores the state exactly."""
+    from iro_fed.problem_io import problem_from_dict
+    from iro_fed.testing import random_problem_doc
+
+    fields = ("allocated", "free", "gpu_free", "gpu_full", "gpu_max_free", "gpu_left", "gpu_used", "on",
+              "util_used_total", "util_cap_on", "util_free", "free_share")
+    doc = random_problem_doc(3, nodes=6, pods=4)
+    problem = problem_from_dict(doc)
+    n = next(i for i, node in enumerate(doc["nodes"]) if node.get("gpus", 0) >= 2)
+    node = doc["nodes"][n]
+    new_alloc = {"cpu": node["capacity"]["cpu"] // 2, "memory": 0}
+    new_cards = [250] + [1000] * (node["gpus"] - 1)
+    changed = dict(doc, nodes=[*doc["nodes"][:n], dict(node, allocated=new_alloc, gpu_free_milli=new_cards),
+                               *doc["nodes"][n + 1:]])
+    expected = ClusterState(problem_from_dict(changed))
+    fresh = ClusterState(problem)
+    state = ClusterState(problem)
+    state.set_node_usage(n, np.array([new_alloc[r] for r in problem.resources], dtype=np.float64), np.array(new_cards))
+    for f in fields:
+        assert np.allclose(getattr(state, f), getattr(expected, f)), f
+    state.set_node_usage(n, problem.allocated[n], problem.gpu_free[n])
+    for f in fields:
+        assert np.allclose(getattr(state, f), getattr(fresh, f)), f
+    # a node that holds a placed workload has no base usage to set apart from it
+    w = int(np.flatnonzero(problem.wl_gpu_count == 0)[0])
+    state.place(w, n)
+    with pytest.raises(ValueError, match="placed workload"):
+        state.set_node_usage(n, problem.allocated[n], problem.gpu_free[n])
+
+
 # --- upstream's TestSchedulerWithExtenders, with our extender in the loop ---------------------
 
 
