@@ -6,7 +6,8 @@ problems (kubernetes-client/python #547, #825: ``create_namespaced_pod_binding``
 ``v1.Status`` back and fails to read it as a ``V1Binding`` although the bind happened).
 
 :class:`Reflector` keeps a local copy of a list of objects from a list + watch, relisting when
-the watch reports 410 Gone, as client-go's reflector does.
+the watch reports 410 Gone, as client-go's reflector does; like it, it asks for watch bookmarks,
+so that a watch of a quiet kind resumes from a recent version instead of relisting.
 """
 
 from __future__ import annotations
@@ -163,16 +164,27 @@ class Reflector:
 
     ``store`` maps ``namespace/name`` to the object; ``version`` counts changes; ``synced`` is
     set after the first list. ``on_event(type, obj)`` is called for every change (``SYNC`` for
-    each object of a (re)list).
+    each object of a (re)list). ``resource_version`` is the version the next watch starts from.
+
+    Watches ask for bookmarks (``allowWatchBookmarks=true``; ``bookmarks=False`` does not): a
+    BOOKMARK event only moves ``resource_version`` (its object carries nothing else; it is no
+    change and ``on_event`` does not see it). Without them a watch on a kind that rarely changes
+    restarts, after ``watch_timeout_s``, from the version of its last change, which the API
+    server may have compacted since (changes of other kinds move the version too): 410 Gone and
+    a full relist, each time. ``lists`` counts the lists made.
     """
 
     def __init__(self, list_func: Callable[..., Any], name: str, field_selector: str | None = None,
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None, watch_timeout_s: int = 60) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None, watch_timeout_s: int = 60,
+                 bookmarks: bool = True) -> None:
         self.list_func = list_func
         self.name = name
         self.field_selector = field_selector
         self.on_event = on_event
         self.watch_timeout_s = watch_timeout_s
+        self.bookmarks = bookmarks
+        self.resource_version = ""
+        self.lists = 0
         self.store: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.synced = threading.Event()
@@ -195,11 +207,17 @@ class Reflector:
 
     def stop(self) -> None:
         self._stop.set()
-        w = self._watch
-        if w is not None:
-            w.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        # watch.Watch.stop() unblocks a read only once the response has arrived (and stream()
+        # clears its flag when it starts): a watch being opened right now would go on for up
+        # to watch_timeout_s, so stop whichever watch is current until the thread ends.
+        deadline = time.monotonic() + 5.0
+        while True:
+            w = self._watch
+            if w is not None:
+                w.stop()
+            if self._thread is None or not self._thread.is_alive() or time.monotonic() >= deadline:
+                break
+            self._thread.join(timeout=0.05)
 
     def items(self) -> list[dict[str, Any]]:
         with self.changed:
@@ -214,6 +232,7 @@ class Reflector:
         kwargs = {"field_selector": self.field_selector} if self.field_selector else {}
         doc = _read(self.list_func(_preload_content=False, **kwargs))
         items = doc.get("items") or []
+        self.lists += 1
         with self.changed:
             self.store = {self.key(o): o for o in items}
         for o in items:
@@ -229,19 +248,25 @@ class Reflector:
         backoff = 0.2
         while not self._stop.is_set():
             try:
-                rv = self._list()
+                self.resource_version = self._list()
                 backoff = 0.2
                 while not self._stop.is_set():
                     self._watch = _raw_watch()
-                    kwargs: dict[str, Any] = {"resource_version": rv, "timeout_seconds": self.watch_timeout_s}
+                    kwargs: dict[str, Any] = {"resource_version": self.resource_version,
+                                              "timeout_seconds": self.watch_timeout_s}
                     if self.field_selector:
                         kwargs["field_selector"] = self.field_selector
+                    if self.bookmarks:
+                        kwargs["allow_watch_bookmarks"] = True
                     for event in self._watch.stream(self.list_func, **kwargs):
                         obj = event["raw_object"]
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        meta = obj.get("metadata") if isinstance(obj, dict) else None
+                        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                        if rv:
+                            self.resource_version = str(rv)
                         etype = event["type"]
                         if etype == "BOOKMARK":
-                            continue
+                            continue  # only the version moves (client-go's reflector does the same)
                         with self.changed:
                             if etype == "DELETED":
                                 self.store.pop(self.key(obj), None)

@@ -14,15 +14,25 @@ Loop (leader only):
    (from :func:`iro_fed.objective.evaluate` with and without the pod), the runner-up node and the
    gap (from :func:`iro_fed.objective.marginal`);
 4. a pod that fits nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with kube's
-   message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it is tried
-   again when the cluster changes.
+   message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it waits in the
+   unschedulable queue (below).
 
 Bound pods are *assumed* (counted on their node) until the watch shows that same pod (same UID:
 a StatefulSet pod recreated under its old name is another pod) bound, as kube-scheduler's cache
 does, so the next batch never double-books a node. Pods being deleted (``deletionTimestamp``) are
-not scheduled. An unschedulable pod is retried when the cluster changes, but its condition is
-patched and its ``FailedScheduling`` Event posted only when the outcome differs from the one
-already reported (kube-scheduler skips an unchanged condition and aggregates repeated Events).
+not scheduled.
+
+Unschedulable pods wait as in kube-scheduler's queue (``pkg/scheduler/internal/queue``): each
+failed attempt doubles the pod's backoff (``pod_initial_backoff_s`` 1 s, at most
+``pod_max_backoff_s`` 10 s, counted from the attempt), and the pod is tried again only when its
+backoff is over *and* nodes or bound pods changed since that attempt, or when it has waited
+``max_unschedulable_s`` (5 min) whatever happened. In a real cluster some pod status changes all
+the time: without this every unschedulable pod would be solved again on each of them. A pod
+updated as kube's ``isPodUpdated`` sees it (anything but ``resourceVersion``, ``generation``,
+``managedFields``, ``finalizers`` and status: the scheduler's own condition patch is no update),
+or replaced (new UID), is tried at once with its attempts reset. Its condition is patched and
+its ``FailedScheduling`` Event posted only when the outcome differs from the one already reported
+(kube-scheduler skips an unchanged condition and aggregates repeated Events).
 A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
 ``Kube.write_timeout_s``) or an error backs off and is retried only if the pod is still pending.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
@@ -32,13 +42,14 @@ binds, and it checks its leadership right before every Binding POST.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +76,10 @@ log = logging.getLogger("iro_fed.k8s.scheduler")
 
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
+# kube-scheduler's defaults (podInitialBackoffDuration, podMaxBackoffDuration, podMaxInUnschedulablePodsDuration)
+POD_INITIAL_BACKOFF_S = 1.0
+POD_MAX_BACKOFF_S = 10.0
+MAX_UNSCHEDULABLE_S = 300.0
 
 
 @dataclass
@@ -79,6 +94,25 @@ class PodOutcome:
     terms: dict[str, float] = field(default_factory=dict)
     runner_up: str | None = None
     gap: float | None = None
+    attempts: int | None = None  # unschedulable / invalid: failed attempts in a row, this one included
+    backoff_s: float | None = None  # ... and the backoff before the next one
+
+
+@dataclass
+class QueuedPod:
+    """An unschedulable pod in the queue (the part of kube's ``QueuedPodInfo`` that is used)."""
+
+    uid: str | None
+    spec: str  # the pod as isPodUpdated compares it (see _pod_spec_key)
+    resource_version: str | None  # the version ``spec`` was read from: same version, same spec
+    attempts: int
+    since: float  # the scheduler's clock at the last failed attempt
+    cluster: tuple[int, int]  # (nodes, bound pods) versions when that attempt started
+    backoff_s: float
+
+    @property
+    def retry_at(self) -> float:
+        return self.since + self.backoff_s
 
 
 @dataclass
@@ -126,13 +160,26 @@ class IroScheduler:
                  lease_name: str | None = None, lease_namespace: str = "iro-system",
                  lease_duration: int = 15, renew_deadline: float = 10.0, retry_period: float = 2.0,
                  leader_election: bool = True, feedback: Any = None, metrics_poll_s: float | None = None,
-                 bind_workers: int = 8, watch_timeout_s: int = 60) -> None:
+                 bind_workers: int = 8, watch_timeout_s: int = 60,
+                 pod_initial_backoff_s: float = POD_INITIAL_BACKOFF_S, pod_max_backoff_s: float = POD_MAX_BACKOFF_S,
+                 max_unschedulable_s: float = MAX_UNSCHEDULABLE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         import solvers
 
         if window_s < 0:
             raise ValueError(f"window_s: must be >= 0, got {window_s}")
         if max_batch < 1:
             raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
+        if not pod_initial_backoff_s > 0:
+            raise ValueError(f"pod_initial_backoff_s: must be > 0, got {pod_initial_backoff_s}")
+        if not pod_max_backoff_s >= pod_initial_backoff_s:
+            raise ValueError(f"pod_max_backoff_s: must be >= pod_initial_backoff_s ({pod_initial_backoff_s}), got {pod_max_backoff_s}")
+        if not max_unschedulable_s > 0:
+            raise ValueError(f"max_unschedulable_s: must be > 0, got {max_unschedulable_s}")
+        self.pod_initial_backoff_s = float(pod_initial_backoff_s)
+        self.pod_max_backoff_s = float(pod_max_backoff_s)
+        self.max_unschedulable_s = float(max_unschedulable_s)
+        self.clock = clock  # every delay of the queue is measured on it (tests drive a fake one)
         self.kube = kube
         self.name = name
         self.solver_name = solver
@@ -162,7 +209,7 @@ class IroScheduler:
             self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s)
         self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
         self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
-        self._unschedulable: dict[str, tuple[int, int]] = {}
+        self._unschedulable: dict[str, QueuedPod] = {}
         self._reported: dict[str, tuple[str | None, str, str, float]] = {}  # key -> (UID, reason, message, when)
         self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
         self._lock = threading.Lock()
@@ -208,7 +255,7 @@ class IroScheduler:
             self.cache.wait_synced(0.1)
             self.pending.synced.wait(0.1)
         while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
+            self._wake.wait(timeout=self._next_wake_s())
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -232,10 +279,60 @@ class IroScheduler:
     def _cluster_version(self) -> tuple[int, int]:
         return (self.cache.nodes.version, self.cache.pods.version)
 
+    def backoff_s(self, attempts: int) -> float:
+        """kube's ``calculateBackoffDuration``: the initial backoff, doubled per further attempt,
+        at most ``pod_max_backoff_s``."""
+        delay = self.pod_initial_backoff_s
+        for _ in range(1, attempts):
+            if delay >= self.pod_max_backoff_s / 2:
+                return self.pod_max_backoff_s
+            delay *= 2
+        return min(delay, self.pod_max_backoff_s)
+
+    def queue_status(self) -> dict[str, dict[str, Any]]:
+        """The unschedulable pods: ``namespace/name`` -> attempts, backoff, seconds until the
+        backoff ends (0: over; the pod then waits for a cluster change), seconds until the
+        ``max_unschedulable_s`` flush, and whether the cluster changed since its last attempt."""
+        now = self.clock()
+        version = self._cluster_version()
+        with self._lock:
+            queued = list(self._unschedulable.items())
+        return {key: {"attempts": q.attempts, "backoff_s": q.backoff_s,
+                      "retry_in_s": max(q.retry_at - now, 0.0),
+                      "flush_in_s": max(q.since + self.max_unschedulable_s - now, 0.0),
+                      "cluster_changed": version != q.cluster}
+                for key, q in queued}
+
+    def _next_wake_s(self) -> float:
+        """How long the loop may sleep: until the first backoff ends, within 0.05 .. 1 s."""
+        now = self.clock()
+        with self._lock:
+            due = [q.retry_at - now for q in self._unschedulable.values() if q.retry_at > now]
+        return min(max(min(due, default=1.0), 0.05), 1.0)
+
+    def _still_unschedulable(self, key: str, pod: Mapping[str, Any], uid: str | None, now: float,
+                             version: tuple[int, int]) -> bool:
+        """Whether ``pod``, which failed before, is still to wait (see the module's notes)."""
+        with self._lock:
+            q = self._unschedulable.get(key)
+        if q is None:
+            return False
+        rv = _resource_version(pod)
+        if q.uid != uid or (rv != q.resource_version and _pod_spec_key(pod) != q.spec):
+            with self._lock:  # replaced or updated: a new start, attempts reset (tried now)
+                if self._unschedulable.get(key) is q:
+                    self._unschedulable.pop(key)
+            return False
+        if rv != q.resource_version:
+            q.resource_version = rv  # a status change only (our own condition patch, say)
+        if now - q.since >= self.max_unschedulable_s:
+            return False  # flushed after waiting long enough, changed cluster or not
+        return not (now >= q.retry_at and version != q.cluster)
+
     def ready_pods(self) -> list[dict[str, Any]]:
-        """Pending pods not assumed bound, not backing off after a failed bind and not
-        unschedulable on the unchanged cluster, in kube's queue order (priority, then creation)."""
-        now = time.monotonic()
+        """Pending pods not assumed bound, not backing off after a failed bind and not waiting
+        in the unschedulable queue, in kube's queue order (priority, then creation)."""
+        now = self.clock()
         version = self._cluster_version()
         with self.pending.changed:
             pending = list(self.pending.store.items())
@@ -276,8 +373,7 @@ class IroScheduler:
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
             if status.get("phase") in TERMINAL_PHASES:
                 continue
-            seen = self._unschedulable.get(key)
-            if seen is not None and seen == version:
+            if self._still_unschedulable(key, pod, uid, now, version):
                 continue
             pods.append(pod)
         pods.sort(key=_queue_key)
@@ -367,17 +463,17 @@ class IroScheduler:
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
-                    self._conflicts[key] = (meta.get("uid"), time.monotonic())
+                    self._conflicts[key] = (meta.get("uid"), self.clock())
                 else:  # try again in a later batch, backing off 1, 2, 4 ... 30 s
                     delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
-                    self._backoff[key] = (time.monotonic() + delay, delay)
+                    self._backoff[key] = (self.clock() + delay, delay)
             log.warning("binding %s to %s: HTTP %s %s", key, node, result.status, result.message)
             return PodOutcome(key, node, status, result.message, delta, terms, runner, gap)
         bound = dict(pod, spec=dict(pod.get("spec") or {}, nodeName=node))
         if annotations:
             bound["metadata"] = dict(meta, annotations={**(meta.get("annotations") or {}), **annotations})
         with self._lock:
-            self._assumed[key] = (bound, time.monotonic())
+            self._assumed[key] = (bound, self.clock())
             self._unschedulable.pop(key, None)
             self._reported.pop(key, None)
         parts = ", ".join(f"{t} {v:+.4f}" for t, v in terms.items() if abs(v) > 0)
@@ -392,7 +488,14 @@ class IroScheduler:
     def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: tuple[int, int]) -> PodOutcome:
         key = obj_key(pod)
         meta = pod.get("metadata") or {}
-        self._unschedulable[key] = version
+        uid, spec = _uid(pod), _pod_spec_key(pod)
+        with self._lock:  # back to the unschedulable queue, one attempt more than the last time
+            last_try = self._unschedulable.get(key)
+            attempts = last_try.attempts + 1 if last_try is not None and (last_try.uid, last_try.spec) == (uid, spec) else 1
+            queued = QueuedPod(uid, spec, _resource_version(pod), attempts, self.clock(), version, self.backoff_s(attempts))
+            self._unschedulable[key] = queued
+        log.debug("%s: %s (attempt %d; tried again after %.0f s if the cluster changes, after %.0f s anyway)",
+                  key, reason, attempts, queued.backoff_s, self.max_unschedulable_s)
         if self.is_leader():
             uid = meta.get("uid")
             current = _pod_scheduled(pod)
@@ -410,11 +513,12 @@ class IroScheduler:
                 self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"], {"status": {"conditions": [cond]}})
             # The same failure for the same pod is one Event, not one per retry (kube's recorder
             # aggregates repeats); it is posted again after EVENT_REPEAT_S so it outlives the Event TTL.
-            if not same or time.monotonic() - last[3] > EVENT_REPEAT_S:
+            if not same or self.clock() - last[3] > EVENT_REPEAT_S:
                 self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
                 with self._lock:
-                    self._reported[key] = (uid, kind, reason, time.monotonic())
-        return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason)
+                    self._reported[key] = (uid, kind, reason, self.clock())
+        return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason,
+                          attempts=queued.attempts, backoff_s=queued.backoff_s)
 
     def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> None:
         meta = pod.get("metadata") or {}
@@ -437,6 +541,23 @@ class IroScheduler:
 def _uid(pod: Mapping[str, Any]) -> str | None:
     meta = pod.get("metadata")
     return meta.get("uid") if isinstance(meta, Mapping) else None
+
+
+def _resource_version(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata")
+    return meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+
+
+def _pod_spec_key(pod: Mapping[str, Any]) -> str:
+    """The pod as kube's ``isPodUpdated`` compares two versions of it: everything but
+    ``resourceVersion``, ``generation``, ``managedFields``, ``finalizers`` and the status."""
+    meta = pod.get("metadata")
+    meta = {k: v for k, v in meta.items() if k not in _NOT_AN_UPDATE} if isinstance(meta, Mapping) else meta
+    rest = {k: v for k, v in pod.items() if k not in ("metadata", "status")}
+    return json.dumps([meta, rest], sort_keys=True, default=str)
+
+
+_NOT_AN_UPDATE = frozenset({"resourceVersion", "generation", "managedFields", "finalizers"})
 
 
 def _pod_scheduled(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

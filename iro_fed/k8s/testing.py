@@ -6,11 +6,14 @@ IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeco
 (:meth:`FakeApiServer.write_kubeconfig`). It implements:
 
 * ``/api/v1/nodes`` and ``/api/v1/pods`` (and namespaced pods): list and watch (chunked
-  ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"ERROR", "object": ...}`` lines, ``resourceVersion``,
-  ``timeoutSeconds``, ``fieldSelector`` with ``=``, ``==``, ``!=`` on ``spec.nodeName``,
-  ``spec.schedulerName``, ``metadata.name``, ``metadata.namespace``, ``status.phase``, and
-  ``labelSelector`` equality; objects entering or leaving a field selector are sent as ADDED /
-  DELETED as the API server does; a too old ``resourceVersion`` gets a 410 ``Expired`` ERROR);
+  ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": ...}`` lines,
+  ``resourceVersion``, ``timeoutSeconds``, ``fieldSelector`` with ``=``, ``==``, ``!=`` on
+  ``spec.nodeName``, ``spec.schedulerName``, ``metadata.name``, ``metadata.namespace``,
+  ``status.phase``, and ``labelSelector`` equality; objects entering or leaving a field selector
+  are sent as ADDED / DELETED as the API server does; a too old ``resourceVersion`` (older than
+  :meth:`FakeApiServer.compact`, or than the last ``history_limit`` events) gets a 410
+  ``Expired`` ERROR; with ``allowWatchBookmarks=true`` a BOOKMARK carrying the current
+  ``resourceVersion`` every ``bookmark_interval_s`` and before the watch ends);
 * ``pods/binding`` POST: 201 with a ``v1.Status`` body (as the API server answers), 409 when the
   pod already has a node, binding annotations copied onto the pod;
 * ``pods/status`` PATCH (strategic merge, with ``status.conditions`` merged by ``type``; JSON
@@ -150,14 +153,25 @@ def json_patch(doc: dict[str, Any], ops: list[Mapping[str, Any]]) -> dict[str, A
 class FakeApiServer:
     """The loopback API server. Use as a context manager or call :meth:`start` / :meth:`stop`."""
 
-    def __init__(self) -> None:
+    def __init__(self, history_limit: int | None = None) -> None:
+        if history_limit is not None and history_limit < 1:
+            raise ValueError(f"history_limit: must be >= 1 or None, got {history_limit}")
         self._lock = threading.Condition()
         self._rv = 100
         self._objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in ("nodes", "pods", "events", "leases")}
         # (rv, kind, type, old object, new object)
         self._history: list[tuple[int, str, str, dict | None, dict]] = []
         self._compacted_rv = 0
+        #: Keep at most this many events (all kinds together) for watches, as etcd compaction
+        #: does: a watch from a version older than the oldest kept event gets 410 Expired.
+        self.history_limit = history_limit
+        self._dropped_rv: dict[str, int] = {}  # kind -> newest event of that kind compacted away
         self._watch_generation = 0
+        self._close_generation = 0
+        self._open_watches: dict[str, int] = {}
+        #: With ``allowWatchBookmarks=true`` a watch gets a BOOKMARK this often (and one before it
+        #: ends at ``timeoutSeconds`` or :meth:`close_watches`); None: only before it ends.
+        self.bookmark_interval_s: float | None = 60.0
         self._stopping = False
         self.requests: list[dict[str, Any]] = []
         self._writes_in_flight = 0  # POST/PUT/PATCH/DELETE being handled (see requests_to)
@@ -240,6 +254,7 @@ class FakeApiServer:
             stored = copy.deepcopy(obj)
             self._objects[kind][key] = stored
             self._history.append((rv, kind, event or ("MODIFIED" if old else "ADDED"), old, stored))
+            self._trim()
             self._lock.notify_all()
             return copy.deepcopy(stored)
 
@@ -252,8 +267,19 @@ class FakeApiServer:
             rv = self._next_rv()
             gone["metadata"]["resourceVersion"] = str(rv)
             self._history.append((rv, kind, "DELETED", old, gone))
+            self._trim()
             self._lock.notify_all()
             return gone
+
+    def _trim(self) -> None:
+        """Drop the oldest events beyond ``history_limit`` (the caller holds the lock)."""
+        if self.history_limit is None or len(self._history) <= self.history_limit:
+            return
+        dropped = self._history[: len(self._history) - self.history_limit]
+        del self._history[: len(dropped)]
+        for rv, kind, *_ in dropped:
+            self._dropped_rv[kind] = rv
+        self._compacted_rv = max(self._compacted_rv, dropped[-1][0])
 
     def add_node(self, node: dict[str, Any]) -> dict[str, Any]:
         return self._put("nodes", copy.deepcopy(node))
@@ -296,6 +322,19 @@ class FakeApiServer:
             self._compacted_rv = self._rv + 1
             self._history.clear()
             self._lock.notify_all()
+
+    def close_watches(self) -> None:
+        """End every open watch the way its ``timeoutSeconds`` would: events not sent yet go out,
+        then a BOOKMARK with the current version to a watch that asked for bookmarks. Nothing is
+        expired: a client may resume from the version it last saw, if not compacted."""
+        with self._lock:
+            self._close_generation += 1
+            self._lock.notify_all()
+
+    def open_watches(self, kind: str) -> int:
+        """How many watches of ``kind`` (``"pods"``, ``"nodes"`` ...) are being served now."""
+        with self._lock:
+            return self._open_watches.get(kind, 0)
 
     def requests_to(self, method: str, pattern: str) -> list[dict[str, Any]]:
         """Logged requests whose method matches the regex ``method`` (``"PUT|POST"``) and whose
@@ -418,6 +457,13 @@ def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             _merge_patch(target[k], v)
         else:
             target[k] = copy.deepcopy(v)
+
+
+def _bookmark_object(kind: str, rv: int) -> dict[str, Any]:
+    """A BOOKMARK's object: the watched kind with only ``metadata.resourceVersion`` set."""
+    kinds = {"nodes": "Node", "pods": "Pod", "events": "Event", "leases": "Lease"}
+    api = "coordination.k8s.io/v1" if kind == "leases" else "v1"
+    return {"kind": kinds[kind], "apiVersion": api, "metadata": {"resourceVersion": str(rv)}}
 
 
 def _now() -> str:
@@ -568,15 +614,19 @@ class _Handler(JsonHandler):
         timeout = float(q.get("timeoutSeconds") or 300)
         deadline = time.monotonic() + timeout
         rv_text = q.get("resourceVersion") or ""
+        if rv_text not in ("", "0") and not rv_text.isdigit():
+            return self._reply(400, _status(400, "BadRequest", f"resourceVersion: invalid value {rv_text!r}"))
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         self._log(200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        registered = False
         try:
             expired = None
             with api._lock:
-                generation = api._watch_generation
+                generation, closing_generation = api._watch_generation, api._close_generation
                 if rv_text in ("", "0"):
                     # No version: synthetic ADDED events for the current state, then changes.
                     initial = [copy.deepcopy(o) for o in api._objects[kind].values() if _matches(o, fields, labels)]
@@ -586,24 +636,40 @@ class _Handler(JsonHandler):
                     since = int(rv_text)
                     if since < api._compacted_rv:
                         expired = _status(410, "Expired", f"too old resource version: {since} ({api._compacted_rv})")
+                if expired is None:
+                    api._open_watches[kind] = api._open_watches.get(kind, 0) + 1
+                    registered = True
+                    api._lock.notify_all()
             if expired is not None:
                 self._chunk(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
                 self._chunk(b"")
                 return
             for obj in initial:
                 self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+            interval = api.bookmark_interval_s
+            next_bookmark = time.monotonic() + interval if interval else None
             while True:
+                bookmark = False
                 with api._lock:
                     if api._stopping or api._watch_generation != generation:
                         break  # expired watches end before sending anything newer than the expiry
+                    if since < api._dropped_rv.get(kind, 0):
+                        # events of this kind this watch had not sent yet were compacted away
+                        expired = _status(410, "Expired", f"too old resource version: {since} ({api._dropped_rv[kind]})")
+                        break
                     pending = [h for h in api._history if h[0] > since and h[1] == kind]
-                    if not pending:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            break
-                        api._lock.wait(min(left, 0.5))
+                    now_t = time.monotonic()
+                    ending = now_t >= deadline or api._close_generation != closing_generation
+                    if bookmarks and next_bookmark is not None and now_t >= next_bookmark:
+                        bookmark = True
+                        next_bookmark = now_t + interval
+                    if not (pending or ending or bookmark):
+                        wake = min(deadline, next_bookmark) if bookmarks and next_bookmark is not None else deadline
+                        api._lock.wait(min(wake - now_t, 0.5))
                         continue
-                    since = pending[-1][0]
+                    # Everything up to the current version has been looked at: events of other
+                    # kinds do not concern this watch, and a bookmark may carry this version.
+                    since = api._rv
                 lines = []
                 for _, _, etype, old, new in pending:
                     was = _matches(old, fields, labels) if etype != "ADDED" else False
@@ -620,11 +686,24 @@ class _Handler(JsonHandler):
                         out = None
                     if out:
                         lines.append(json.dumps({"type": out, "object": new}).encode() + b"\n")
+                if bookmarks and (bookmark or ending):
+                    # As the API server does before a watch ends at timeoutSeconds (and now and
+                    # then): the version the client may resume from, and nothing else.
+                    lines.append(json.dumps({"type": "BOOKMARK", "object": _bookmark_object(kind, since)}).encode() + b"\n")
                 for line in lines:
                     self._chunk(line)
+                if ending:
+                    break
+            if expired is not None:
+                self._chunk(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+        finally:
+            if registered:
+                with api._lock:
+                    api._open_watches[kind] -= 1
+                    api._lock.notify_all()
 
 
 # --- object builders for tests and demos -------------------------------------------------------

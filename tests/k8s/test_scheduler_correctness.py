@@ -76,12 +76,13 @@ def test_a_recreated_pod_of_the_same_name_does_not_confirm_the_assumed_one(api, 
 
 
 def test_an_unchanged_failure_is_reported_once_while_the_cluster_churns(api, kubeconfig):
-    """Every change of a bound pod (a status update) makes the scheduler retry an unschedulable
-    pod; the same failure must not be patched and posted as a new Event on every retry."""
+    """A change of a bound pod (a status update) makes the scheduler retry an unschedulable pod
+    once its backoff is over (short here); the same failure must not be patched and posted as a
+    new Event on every retry."""
     api.add_node(make_node("n0", cpu="4"))
     api.add_pod(make_pod("running", cpu="1", node="n0"))
     api.add_pod(make_pod("big", cpu="8", scheduler="iro"))
-    s = scheduler(kubeconfig).start()
+    s = scheduler(kubeconfig, pod_initial_backoff_s=0.05, pod_max_backoff_s=0.2).start()
     try:
         assert api.wait_for(lambda: len(outcomes(s, "default/big")) >= 1, 10)
         first = api.get("pods", "default/big")["status"]["conditions"][0]
