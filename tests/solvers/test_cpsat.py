@@ -18,7 +18,16 @@ from iro_fed.model import ClusterState
 from iro_fed.objective import evaluate
 from iro_fed.testing import brute_force, random_problem
 from solvers import InvalidSettingError
-from solvers.cpsat import PlacementModel, improve, pack_gpu, pod_groups
+from solvers.cpsat import (
+    PlacementModel,
+    _single_pod_round,
+    drain_nodes,
+    improve,
+    insert_by_eviction,
+    pack_gpu,
+    pod_groups,
+    swap_pods,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BANK = REPO / "examples" / "problems" / "bank-three-zone.json"
@@ -402,6 +411,44 @@ def test_the_polish_swaps_pods_that_cannot_move_alone():
     assert check_placement(problem, state.assignment, state.gpu_cards) == []
     # cpsat reaches the same from any start: it is the optimum (brute force).
     assert solvers.make("cpsat").solve(problem).objective.score == pytest.approx(brute_force(problem).objective.score)
+
+
+def test_the_polish_places_an_unplaced_pod_by_moving_one_pod_out_of_its_way():
+    """A large pod fits only on the green node, where a small pod sits that prefers it (lower
+    carbon, already on); the small pod fits on the grey node too. No single move, drain or swap
+    places the large pod (the small one never gains by leaving alone, swaps exchange placed pods);
+    evicting the small one to the grey node does, and is worth the large pod's unplaced penalty."""
+    doc = {
+        "resources": ["cpu", "memory"],
+        "domains": [{"name": "green", "carbon_intensity": 50.0}, {"name": "grey", "carbon_intensity": 500.0}],
+        "nodes": [{"name": "g1", "domain": "green", "capacity": {"cpu": 4000, "memory": 8192}},
+                  {"name": "x1", "domain": "grey", "capacity": {"cpu": 2000, "memory": 8192}}],
+        "workloads": [
+            {"name": "small", "requests": {"cpu": 1000, "memory": 1024}},
+            {"name": "large", "requests": {"cpu": 3500, "memory": 4096}},
+        ],
+    }
+    problem = problem_from_dict(doc)
+    state = ClusterState(problem)
+    state.place(0, 0)
+    before = evaluate(problem, state.assignment)
+    assert _single_pod_round(problem, state, None) == 0 and drain_nodes(problem, state) == 0
+    assert swap_pods(problem, state) == 0 and state.assignment.tolist() == [0, -1]
+    assert insert_by_eviction(problem, state) == 2
+    assert state.assignment.tolist() == [1, 0]
+    after = evaluate(problem, state.assignment)
+    assert after.unplaced == 0 and after.score > before.score + 1e-6
+    assert check_placement(problem, state.assignment, state.gpu_cards) == []
+    state = ClusterState(problem)
+    state.place(0, 0)
+    assert improve(problem, state) == 2 and state.assignment.tolist() == [1, 0]
+    # cpsat reaches the same: it is the optimum (brute force).
+    assert solvers.make("cpsat").solve(problem).objective.score == pytest.approx(brute_force(problem).objective.score)
+    # Where the move loses (the small pod has nowhere else to go), nothing moves.
+    tight = problem_from_dict({**doc, "nodes": [doc["nodes"][0], {**doc["nodes"][1], "capacity": {"cpu": 500, "memory": 8192}}]})
+    state = ClusterState(tight)
+    state.place(0, 0)
+    assert insert_by_eviction(tight, state) == 0 and state.assignment.tolist() == [0, -1]
 
 
 def test_a_batch_solver_can_be_the_hint():
