@@ -33,6 +33,7 @@ from iro_fed.model import (
     DEFAULT_LATENCY_REF_MS,
     DOMAIN_KINDS,
     GPU_MILLI,
+    NONZERO_RESOURCES,
     TAINT_EFFECTS,
     WORKLOAD_CLASSES,
     Domain,
@@ -68,10 +69,11 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "": frozenset({"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}),
     "domains[]": frozenset({"name", "kind", "carbon_zone", "carbon_intensity", "price_per_hour", "pue"}),
     "nodes[]": frozenset({"name", "domain", "capacity", "allocated", "gpus", "gpu_model", "gpu_free_milli", "labels", "taints",
-                          "power_idle_w", "power_peak_w"}),
+                          "power_idle_w", "power_peak_w", "nonzero_allocated"}),
     "nodes[].taints[]": frozenset({"key", "value", "effect"}),
     "workloads[]": frozenset({"name", "requests", "gpu", "class", "user_region", "max_latency_ms", "node_selector",
-                              "tolerations", "allowed_domains", "priority", "deadline_s", "preferred_node_affinity"}),
+                              "tolerations", "allowed_domains", "priority", "deadline_s", "preferred_node_affinity",
+                              "nonzero_requests"}),
     "workloads[].gpu": frozenset({"count", "milli", "models"}),
     "workloads[].tolerations[]": frozenset({"key", "operator", "value", "effect"}),
     "workloads[].preferred_node_affinity[]": frozenset({"weight", "match_labels"}),
@@ -329,6 +331,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     # --- nodes ---
     nodes: list[Node] = []
     cap_rows, alloc_rows, gpu_counts, gpu_free_rows, idle, peak = [], [], [], [], [], []
+    node_nonzero = _NonzeroColumn("nodes", "nonzero_allocated")
     node_seen: dict[str, int] = {}
     for i, n in enumerate(_list(c, doc, "nodes", required=True)):
         p = f"nodes[{i}]"
@@ -367,6 +370,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for k in alloc_doc:
             if k not in res_names:
                 c.fail(f"{p}.allocated.{k}", f"unknown resource {k!r}")
+        nz_alloc = node_nonzero.read(c, n, p, res_names)
         gpus = c.get(n, "gpus", p, int, default=0)
         gpus_ok = gpus is not None
         if gpus is not None and gpus < 0:
@@ -424,6 +428,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         if name is None or dom is None:
             continue
         nodes.append(Node(name, dom, labels, tuple(taints), model))
+        node_nonzero.rows.append(nz_alloc)
         cap_rows.append(cap)
         alloc_rows.append(alloc)
         gpu_counts.append(gpus)
@@ -434,6 +439,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     # --- workloads ---
     workloads: list[Workload] = []
     dem_rows, wl_gc, wl_gm = [], [], []
+    wl_nonzero = _NonzeroColumn("workloads", "nonzero_requests")
     wl_seen: dict[str, int] = {}
     for i, w in enumerate(_list(c, doc, "workloads", required=False)):
         p = f"workloads[{i}]"
@@ -453,6 +459,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if k not in res_names:
                 hint = "; GPUs go in 'gpu'" if k in ("gpu", "nvidia.com/gpu") else ""
                 c.fail(f"{p}.requests.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}{hint})")
+        nz_req = wl_nonzero.read(c, w, p, res_names)
         gpu = c.get(w, "gpu", p, dict, default=None)
         count, milli, models = 0, 0, ()
         if gpu is not None:
@@ -549,6 +556,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             )
         )
         dem_rows.append(dem)
+        wl_nonzero.rows.append(nz_req)
         wl_gc.append(count)
         wl_gm.append(milli)
 
@@ -563,6 +571,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     latency_ref = c.get(doc, "latency_ref_ms", "", float, default=DEFAULT_LATENCY_REF_MS)
     if latency_ref is not None and latency_ref <= 0:
         c.fail("latency_ref_ms", f"must be > 0, got {latency_ref}")
+    node_nonzero.check(c)
+    wl_nonzero.check(c)
     if c.errors:
         raise ProblemValidationError(c.errors, source)
 
@@ -588,7 +598,58 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         power_peak_w=np.array(peak, dtype=np.float64),
         weights=Weights(**wvals),
         latency_ref_ms=latency_ref or DEFAULT_LATENCY_REF_MS,
+        nonzero_demand=wl_nonzero.array(),
+        initial_nonzero=node_nonzero.array(),
     )
+
+
+class _NonzeroColumn:
+    """The optional per-object non-zero cpu / memory of kube-scheduler's scoring: per workload
+    ``nonzero_requests`` (``Problem.nonzero_demand``), per node ``nonzero_allocated``
+    (``Problem.initial_nonzero``), each ``{"cpu": .., "memory": ..}`` in the units of
+    ``requests`` / ``allocated`` for the resources of :data:`NONZERO_RESOURCES` that the problem
+    has (both required). Every object of the list gives it, or none does: the array is
+    the problem's or absent, and a half-filled one would score the rest by another rule."""
+
+    def __init__(self, section: str, key: str) -> None:
+        self.section, self.key = section, key
+        self.rows: list[list[float] | None] = []  # per object built, None where it gave none
+        self.given: list[str] = []  # paths of the objects that give it
+        self.missing: list[str] = []  # ... and of those that do not
+
+    def read(self, c: _Checker, obj: Mapping, path: str, res_names: list[str]) -> list[float] | None:
+        if obj.get(self.key) is None:
+            self.missing.append(path)
+            return None
+        self.given.append(path)
+        doc = c.get(obj, self.key, path, dict)
+        row = [0.0] * len(NONZERO_RESOURCES)  # a resource the problem lacks has a 0 column (nothing scores it)
+        if doc is None:  # mistyped, reported
+            return row
+        for j, r in enumerate(NONZERO_RESOURCES):
+            if r not in res_names:
+                continue
+            if r not in doc:
+                c.fail(f"{path}.{self.key}.{r}", "required field is missing")
+                continue
+            row[j] = c.number(doc[r], f"{path}.{self.key}.{r}", minimum=0.0) or 0.0
+        for k in doc:
+            if k not in NONZERO_RESOURCES or k not in res_names:
+                scored = [r for r in NONZERO_RESOURCES if r in res_names]
+                c.fail(f"{path}.{self.key}.{k}", f"unknown resource {k!r} (only {', '.join(scored)}: what kube-scheduler scores)")
+        return row
+
+    def check(self, c: _Checker) -> None:
+        if self.given and self.missing:
+            others = f" ({len(self.missing) - 1} more lack it)" if len(self.missing) > 1 else ""
+            c.fail(f"{self.missing[0]}.{self.key}",
+                   f"required, since {self.given[0]} gives it: give it for all {len(self.given) + len(self.missing)}"
+                   f" {self.section} or for none{others}")
+
+    def array(self) -> np.ndarray | None:
+        if not self.rows or any(r is None for r in self.rows):
+            return None
+        return np.array(self.rows, dtype=np.float64).reshape(len(self.rows), len(NONZERO_RESOURCES))
 
 
 def unknown_fields(doc: Any) -> list[str]:
@@ -627,6 +688,11 @@ def _num(x: float) -> int | float:
     return int(x) if float(x).is_integer() else float(x)
 
 
+def _nonzero_doc(problem: Problem, row: np.ndarray) -> dict[str, int | float]:
+    """A row of ``nonzero_demand`` / ``initial_nonzero`` as the file's object (the problem's resources only)."""
+    return {r: _num(row[j]) for j, r in enumerate(NONZERO_RESOURCES) if r in problem.resources}
+
+
 def problem_to_dict(problem: Problem) -> dict:
     """The problem as a document that :func:`problem_from_dict` reads back to an equal problem."""
     doc: dict[str, Any] = {"resources": list(problem.resources), "domains": [], "latency_ms": {}, "nodes": [], "workloads": []}
@@ -660,6 +726,8 @@ def problem_to_dict(problem: Problem) -> dict:
             "power_idle_w": float(problem.power_idle_w[i]),
             "power_peak_w": float(problem.power_peak_w[i]),
         }
+        if problem.initial_nonzero is not None:
+            node["nonzero_allocated"] = _nonzero_doc(problem, problem.initial_nonzero[i])
         doc["nodes"].append(node)
     for i, w in enumerate(problem.workloads):
         wl: dict[str, Any] = {
@@ -668,6 +736,8 @@ def problem_to_dict(problem: Problem) -> dict:
             "class": w.klass,
             "priority": w.priority,
         }
+        if problem.nonzero_demand is not None:
+            wl["nonzero_requests"] = _nonzero_doc(problem, problem.nonzero_demand[i])
         if problem.wl_gpu_count[i] > 0:
             wl["gpu"] = {"count": int(problem.wl_gpu_count[i]), "milli": int(problem.wl_gpu_milli[i]), "models": list(w.gpu_models)}
         if w.user_region:

@@ -15,7 +15,10 @@ in the best-effort skip of BalancedAllocation):
   The Kubernetes snapshot computes both exactly from the pods (``Problem.nonzero_demand`` for
   the pending pods, ``Problem.initial_nonzero`` per node from the bound ones). Pods this solver
   placed add their non-zero request to their node's ``NonZeroRequested`` too
-  (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes.
+  (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes. The snapshot
+  rounds each pod's request as upstream does (``MilliValue`` / ``Value`` of the pod's exact
+  total: up to a whole millicore / byte), so its numbers are whole here; a fractional number
+  of a problem file (numbers, not quantities) is taken to the nearest millicore / byte.
 * ``noderesources/balanced_allocation.go``: fractions ``requested / allocatable`` (capped at 1,
   *actual* requests: ``useRequested``) of cpu and memory; with two resources
   ``std = |f_cpu - f_mem| / 2`` and ``int64((1 - std) * 100)`` in float64 (so 0.68 vs 0 gives
@@ -54,8 +57,9 @@ Known differences (deliberate, the model does not carry what upstream reads):
   mode, a problem whose ``allocated`` was replaced): a node's initial ``allocated`` usage is
   taken as its ``NonZeroRequested``, so a best-effort pod already bound counts 0 instead of
   100m / 200 MiB.
-* Pod-level ``spec.resources`` and in-place resize status are not read (nor by the snapshot's
-  requests).
+* In-place resize status (``status.containerStatuses[].allocatedResources`` / ``resources``)
+  is not read: a pod being resized counts its spec requests (upstream the largest of spec,
+  allocated and actuated). Pod-level ``spec.resources.requests`` are read, as upstream.
 * Nodes with neither a zone nor a region label are grouped by the model's domain (upstream puts
   them all in one zone ""): a problem file's domain is its zone. The Kubernetes snapshot derives
   the domain from these labels (else ``default``), so for real nodes both agree.
@@ -64,7 +68,6 @@ Known differences (deliberate, the model does not carry what upstream reads):
   index 0 and reseeds (the same seed gives the same answer); upstream keeps
   ``nextStartNodeIndex`` across scheduling cycles, so a caller that solves step by step
   (the simulator) restarts the rotation each step. This only matters above 100 nodes.
-* Requests are rounded to the nearest milli-cpu / byte (upstream rounds fractions up).
 * The model's own filters (domains, latency, GPU cards) run as filter plugins would; pods that
   fit nowhere stay unplaced (no preemption, no retry queue).
 """

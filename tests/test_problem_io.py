@@ -951,3 +951,101 @@ def test_placement_file_errors_name_the_field(small_doc) -> None:
         placement_from_dict(problem, {"assignments": {}, "unplaced": {"ghost": "x"}})
     with pytest.raises(ValueError, match="status: must be one of"):
         placement_from_dict(problem, {"assignments": {name: None}, "status": "great"})
+
+
+# --------------------------------------------------------------------------------------------
+# kube-scheduler's non-zero requests: optional per workload `nonzero_requests` and per node
+# `nonzero_allocated` (Problem.nonzero_demand / initial_nonzero). Before, a problem file lost
+# them: written from a Kubernetes snapshot and read back, kube-default scored by its fallback.
+# --------------------------------------------------------------------------------------------
+
+
+def with_nonzero(problem: Problem) -> Problem:
+    w, n = problem.num_workloads, problem.num_nodes
+    # Fractions too: 3 bytes of memory is 3 / 2**20 MiB, which must come back bit for bit.
+    demand = np.column_stack([np.arange(w) * 100.0 + 100.0, np.full(w, 3 / 2**20) + np.arange(w) * 200.0])
+    initial = np.column_stack([np.arange(n) * 250.0, np.arange(n) * 512.5])
+    return problem.replace(nonzero_demand=demand, initial_nonzero=initial)
+
+
+def test_nonzero_arrays_round_trip_through_the_dict(rich: Problem) -> None:
+    p = with_nonzero(rich)
+    doc = problem_to_dict(p)
+    # Beside `requests` / `allocated`, in their units, for cpu and memory only.
+    assert doc["workloads"][1]["nonzero_requests"] == {"cpu": 200, "memory": 200 + 3 / 2**20}
+    assert doc["nodes"][1]["nonzero_allocated"] == {"cpu": 250, "memory": 512.5}
+    again = problem_from_dict(json.loads(json.dumps(doc, allow_nan=False)))
+    assert again.nonzero_demand.dtype == again.initial_nonzero.dtype == np.float64
+    np.testing.assert_array_equal(again.nonzero_demand, p.nonzero_demand)
+    np.testing.assert_array_equal(again.initial_nonzero, p.initial_nonzero)
+    assert_same_problem(p, again)
+    assert problem_to_dict(again) == doc
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_nonzero_arrays_round_trip_through_a_file(rich: Problem, tmp_path, suffix: str) -> None:
+    p = with_nonzero(rich)
+    path = tmp_path / f"problem{suffix}"
+    write_problem(p, path)
+    loaded = load_problem(path)
+    np.testing.assert_array_equal(loaded.nonzero_demand, p.nonzero_demand)
+    np.testing.assert_array_equal(loaded.initial_nonzero, p.initial_nonzero)
+
+
+def test_a_problem_without_memory_writes_and_reads_only_cpu(small_doc) -> None:
+    small_doc["resources"] = ["cpu"]
+    for obj in small_doc["nodes"] + small_doc["workloads"]:
+        for key in ("capacity", "allocated", "requests"):
+            if key in obj:
+                obj[key] = {"cpu": obj[key]["cpu"]}
+        obj.update({"nonzero_allocated": {"cpu": 10}} if "capacity" in obj else {"nonzero_requests": {"cpu": 100}})
+    for d in small_doc["domains"]:
+        d["price_per_hour"].pop("memory")
+    p = problem_from_dict(small_doc)
+    assert p.nonzero_demand.tolist() == [[100.0, 0.0]] * 3  # the memory column is 0: nothing scores it
+    assert p.initial_nonzero.tolist() == [[10.0, 0.0]] * 3
+    assert problem_to_dict(p)["workloads"][0]["nonzero_requests"] == {"cpu": 100}
+
+
+def test_a_file_without_nonzero_fields_loads_with_none(small_doc) -> None:
+    p = problem_from_dict(small_doc)
+    assert p.nonzero_demand is None and p.initial_nonzero is None
+    doc = problem_to_dict(p)
+    assert not any("nonzero_requests" in w for w in doc["workloads"])
+    assert not any("nonzero_allocated" in n for n in doc["nodes"])
+    assert unknown_fields(problem_to_dict(with_nonzero(p))) == []  # fields the loader reads
+
+
+def _nonzero_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    for n in doc["nodes"]:
+        n["nonzero_allocated"] = {"cpu": 100, "memory": 200}
+    for w in doc["workloads"]:
+        w["nonzero_requests"] = {"cpu": 100, "memory": 200}
+    return doc
+
+
+NONZERO_ERRORS = [
+    ("negative", _set("workloads/1/nonzero_requests/cpu", -1), "workloads[1].nonzero_requests.cpu", "must be >= 0"),
+    ("string", _set("nodes/0/nonzero_allocated/memory", "200Mi"), "nodes[0].nonzero_allocated.memory", "string"),
+    ("bool", _set("nodes/2/nonzero_allocated/cpu", True), "nodes[2].nonzero_allocated.cpu", "boolean"),
+    ("nan", _set("workloads/0/nonzero_requests/memory", float("nan")), "workloads[0].nonzero_requests.memory", "finite"),
+    ("too large", _set("workloads/0/nonzero_requests/cpu", 1e11), "workloads[0].nonzero_requests.cpu", "at most 1e+10"),
+    ("missing memory", _set("workloads/2/nonzero_requests", {"cpu": 100}), "workloads[2].nonzero_requests.memory",
+     "required field is missing"),
+    ("unknown resource", _set("nodes/1/nonzero_allocated/gpu", 1), "nodes[1].nonzero_allocated.gpu", "unknown resource 'gpu'"),
+    ("not an object", _set("workloads/0/nonzero_requests", [100, 200]), "workloads[0].nonzero_requests", "expected an object"),
+    ("one workload lacks it", lambda d: d["workloads"][2].pop("nonzero_requests"), "workloads[2].nonzero_requests",
+     "required, since workloads[0] gives it: give it for all 3 workloads or for none"),
+    ("one node lacks it", lambda d: d["nodes"][0].pop("nonzero_allocated"), "nodes[0].nonzero_allocated",
+     "required, since nodes[1] gives it"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "path", "fragment"), [c[1:] for c in NONZERO_ERRORS], ids=[c[0] for c in NONZERO_ERRORS])
+def test_bad_nonzero_values_name_the_field(small_doc, mutate, path, fragment) -> None:
+    doc = _nonzero_doc(small_doc)
+    problem_from_dict(copy.deepcopy(doc))  # the base document is valid
+    mutate(doc)
+    errors = errors_of(doc)
+    assert [p for p, _ in errors] == [path], errors
+    assert fragment in errors[0][1], errors

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,9 @@ def _listen_port(text: str) -> int:
 #: threading.Event, which raises OverflowError (the thread dies, no pod is scheduled) beyond ~9e9 s.
 MAX_WINDOW_S = 3600.0
 MAX_METRICS_POLL_S = 86400.0
+#: Longest pod backoff and unschedulable wait (kube-scheduler's defaults are 1 s, 10 s and 5 min).
+MAX_POD_BACKOFF_S = 3600.0
+MAX_UNSCHEDULABLE_S = 86400.0
 
 
 def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) -> str:
@@ -232,10 +236,21 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 # --- scheduler --------------------------------------------------------------------------------
 
 
-def cmd_scheduler(args: argparse.Namespace) -> int:
+@dataclass
+class SchedulerParts:
+    """What ``iro scheduler`` runs, built from its arguments (:func:`build_scheduler`)."""
+
+    scheduler: Any  # iro_fed.k8s.scheduler.IroScheduler, not started
+    settings: dict[str, Any] = field(default_factory=dict)  # the solver's --set values
+    feedback: Any = None  # iro_fed.feedback.FeedbackLoop with --feedback-threshold
+    registry: Any = None  # prometheus_client.CollectorRegistry with --metrics-port
+
+
+def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
+    """Check every ``iro scheduler`` argument (a UsageError names the flag) and build the
+    scheduler, its feedback loop and its metrics registry; nothing is started or listens yet."""
     from iro_fed.k8s.scheduler import IroScheduler
 
-    _logging(args.verbose)
     _k8s_name("--name", args.name, max_len=253 - len("-scheduler"))  # the Lease is named NAME-scheduler
     _k8s_name("--lease-namespace", args.lease_namespace, label=True)
     check_number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
@@ -245,6 +260,12 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         check_number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
     if args.max_batch < 1:
         raise UsageError(f"--max-batch: must be >= 1, got {args.max_batch}")
+    check_number("--pod-initial-backoff-s", args.pod_initial_backoff_s, 0.0, MAX_POD_BACKOFF_S, low_open=True)
+    check_number("--pod-max-backoff-s", args.pod_max_backoff_s, 0.0, MAX_POD_BACKOFF_S, low_open=True)
+    if args.pod_max_backoff_s < args.pod_initial_backoff_s:  # kube-scheduler's config validation too
+        raise UsageError(f"--pod-max-backoff-s: must be >= --pod-initial-backoff-s ({args.pod_initial_backoff_s:g}), "
+                         f"got {args.pod_max_backoff_s:g}")
+    check_number("--max-unschedulable-s", args.max_unschedulable_s, 0.0, MAX_UNSCHEDULABLE_S, low_open=True)
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     import solvers
@@ -258,13 +279,12 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     feedback, registry = None, None
     if args.metrics_port is not None:
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import CollectorRegistry
         except ImportError as exc:
             raise UsageError("--metrics-port: needs prometheus-client (pip install 'iro-fed[agent]')") from exc
         registry = CollectorRegistry()
     if args.feedback_threshold is not None:
         from iro_fed.k8s.feedback import FeedbackLoop
-
 
         def on_drift(signal: Any) -> None:
             logging.getLogger("iro_fed.k8s.feedback").warning(
@@ -278,10 +298,57 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                              time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
                              config=config, lease_namespace=args.lease_namespace,
                              leader_election=not args.no_leader_elect, feedback=feedback,
-                             metrics_poll_s=args.metrics_poll_s if feedback is not None else None)
+                             metrics_poll_s=args.metrics_poll_s if feedback is not None else None,
+                             pod_initial_backoff_s=args.pod_initial_backoff_s, pod_max_backoff_s=args.pod_max_backoff_s,
+                             max_unschedulable_s=args.max_unschedulable_s)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if registry is not None:
+        registry.register(QueueCollector(sched))
+    return SchedulerParts(sched, settings, feedback, registry)
+
+
+class QueueCollector:
+    """The scheduler's unschedulable queue as Prometheus metrics, read from
+    ``IroScheduler.queue_status()`` at each scrape: ``iro_scheduler_unschedulable_pods`` (a
+    gauge: pods waiting after a failed attempt) and ``iro_scheduler_pod_backoff_seconds`` (a
+    gauge histogram of their current backoff, one bucket per step of the doubling, so
+    ``histogram_quantile`` reads it without ``rate``)."""
+
+    UNSCHEDULABLE = "iro_scheduler_unschedulable_pods"
+    BACKOFF = "iro_scheduler_pod_backoff_seconds"
+    MAX_BUCKETS = 40  # a tiny initial backoff under a large maximum: the rest goes to +Inf
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        steps = (scheduler.backoff_s(a) for a in range(1, self.MAX_BUCKETS + 1))
+        self.bounds = sorted(set(steps))
+
+    def describe(self) -> list[Any]:
+        return list(self._families({}))
+
+    def collect(self) -> list[Any]:
+        return list(self._families(self.scheduler.queue_status()))
+
+    def _families(self, queue: dict[str, dict[str, Any]]) -> Any:
+        from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
+
+        yield GaugeMetricFamily(self.UNSCHEDULABLE, "Pods waiting in iro scheduler's unschedulable queue after a failed "
+                                "attempt (until their backoff is over and the cluster changed, or max-unschedulable-s).",
+                                value=len(queue))
+        backoffs = [float(q["backoff_s"]) for q in queue.values()]
+        buckets = [(str(b), sum(1 for x in backoffs if x <= b)) for b in self.bounds] + [("+Inf", len(backoffs))]
+        yield GaugeHistogramMetricFamily(self.BACKOFF, "Current backoff of the pods in the unschedulable queue (seconds).",
+                                         buckets=buckets, gsum_value=sum(backoffs))
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    _logging(args.verbose)
+    parts = build_scheduler(args)
+    sched, feedback, registry = parts.scheduler, parts.feedback, parts.registry
+    if registry is not None:
+        from prometheus_client import start_http_server
+
         try:
             start_http_server(args.metrics_port, registry=registry)
         except OSError as exc:
@@ -289,8 +356,10 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     _settings_table("iro scheduler", [
         ("scheduler name", args.name),
         ("identity", sched.identity),
-        ("solver", f"{args.solver} {settings or ''}".strip() + f" (fallback {args.fallback} after {args.time_limit_s:g} s)"),
+        ("solver", f"{args.solver} {parts.settings or ''}".strip() + f" (fallback {args.fallback} after {args.time_limit_s:g} s)"),
         ("batch window", f"{args.window_s:g} s, at most {args.max_batch} pods"),
+        ("unschedulable queue", f"backoff {args.pod_initial_backoff_s:g} s doubling to {args.pod_max_backoff_s:g} s, "
+                                f"retried after {args.max_unschedulable_s:g} s anyway"),
         ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
         ("feedback", "off" if feedback is None else
          f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
@@ -387,6 +456,14 @@ def register(sub: Any) -> None:
     p.add_argument("--time-limit-s", type=float, default=5.0, metavar="S", help="time the solver may take per batch (default 5)")
     p.add_argument("--window-s", type=float, default=1.0, metavar="S", help=f"gather pending pods this long before solving (default 1, at most {MAX_WINDOW_S:g})")
     p.add_argument("--max-batch", type=int, default=500, metavar="N", help="pods per batch at most (default 500)")
+    p.add_argument("--pod-initial-backoff-s", type=float, default=1.0, metavar="S",
+                   help=f"an unschedulable pod's backoff after its first failed attempt, doubled after each "
+                        f"further one (default 1, as kube-scheduler; at most {MAX_POD_BACKOFF_S:g})")
+    p.add_argument("--pod-max-backoff-s", type=float, default=10.0, metavar="S",
+                   help=f"longest backoff, >= --pod-initial-backoff-s (default 10; at most {MAX_POD_BACKOFF_S:g})")
+    p.add_argument("--max-unschedulable-s", type=float, default=300.0, metavar="S",
+                   help="retry an unschedulable pod after this long even if the cluster did not change "
+                        f"(default 300, kube's podMaxInUnschedulablePodsDuration; at most {MAX_UNSCHEDULABLE_S:g})")
     p.add_argument("--lease-namespace", default="iro-system", metavar="NS", help="namespace of the leader-election Lease")
     p.add_argument("--no-leader-elect", action="store_true", help="run without leader election (one replica only)")
     p.add_argument("--feedback-threshold", type=float, metavar="E",
@@ -400,7 +477,7 @@ def register(sub: Any) -> None:
     p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256, at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
-    p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (feedback error, drift) on P")
+    p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_scheduler)

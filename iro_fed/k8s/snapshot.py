@@ -19,7 +19,10 @@ Mapping (documented for users in ``docs/kubernetes.md``):
 * a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
   (plus restartable init containers, i.e. sidecars), or the largest init container if that is
   more, plus ``spec.overhead`` (kube's ``PodRequests``); a container without a request but with
-  a limit requests its limit; ``pods`` is 1; alongside it the pod's non-zero cpu / memory
+  a limit requests its limit; pod-level ``spec.resources.requests`` (PodLevelResources) replace
+  the containers' sum for cpu, memory and hugepages; summed exactly and rounded up once per pod
+  (cpu to a whole millicore, memory to a whole byte, as kube's ``MilliValue`` / ``Value`` of the
+  pod's total); ``pods`` is 1; alongside it the pod's non-zero cpu / memory
   request for kube-scheduler's scoring (:func:`nonzero_requests`), for pending pods
   (``Problem.nonzero_demand``) and summed per node over the bound pods
   (``Problem.initial_nonzero``, kube's ``NodeInfo.NonZeroRequested``);
@@ -49,12 +52,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
+from decimal import ROUND_CEILING, Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.quantity import QuantityError, count, cpu_millicores, memory_mib, plain
+from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import ProblemValidationError, json_kind, load_document, problem_from_dict
 
@@ -264,26 +268,60 @@ def metadata_error(meta: Mapping[str, Any], string_keys: Iterable[str]) -> tuple
     return None
 
 
+#: Arithmetic on exact quantities: a quantity is at most 2^63 - 1 with 9 decimals (nano), so
+#: 60 digits hold any sum of a pod's containers without rounding (the default context has 28).
+_EXACT = Context(prec=60)
+
+
+def _memory_like(resource: str) -> bool:
+    return resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")
+
+
+def exact_amount(resource: str, value: Any, where: str) -> Decimal:
+    """One quantity, exact (not rounded), in the unit kube rounds it to: ``cpu`` in millicores;
+    ``memory``, ``ephemeral-storage`` and hugepages in bytes; ``pods`` and extended resources as
+    whole counts; anything else in its base unit. Raises :class:`QuantityError` (a negative
+    quantity too). Pod requests are summed exactly and rounded once (:func:`model_amount`), as
+    kube sums ``resource.Quantity`` values in ``PodRequests`` and rounds the pod's total."""
+    if resource == "pods" or "/" in resource:
+        return Decimal(count(value, where))
+    q = parse_quantity(value, where)
+    if q < 0:
+        raise QuantityError(where, value, "must not be negative")
+    return q.scaleb(3, context=_EXACT) if resource == "cpu" else q
+
+
+def model_amount(resource: str, exact: Decimal) -> float:
+    """An exact amount (:func:`exact_amount`, or a sum of them) in the model's unit, rounded up
+    as kube rounds a quantity: cpu to whole millicores (``MilliValue``), memory-like resources to
+    whole bytes (``Value``) before the conversion to MiB."""
+    if resource == "cpu":
+        return float(int(exact.to_integral_value(rounding=ROUND_CEILING)))
+    if _memory_like(resource):
+        return int(exact.to_integral_value(rounding=ROUND_CEILING)) / MIB
+    return float(exact)
+
+
 def resource_amount(resource: str, value: Any, where: str) -> float:
     """One quantity in the model's unit for ``resource`` (raises :class:`QuantityError`).
 
     The one unit table: ``cpu`` in millicores; ``memory``, ``ephemeral-storage`` and hugepages in
     MiB; ``pods`` and extended resources (``vendor/name``, ``nvidia.com/gpu``) as whole counts;
-    anything else in its base unit.
+    anything else in its base unit. Rounded up as kube rounds one quantity (a node's
+    allocatable: ``NewResource``); a pod's request is rounded once, on its total.
     """
-    if resource == "cpu":
-        return float(cpu_millicores(value, where))
-    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
-        return memory_mib(value, where)
-    if resource == "pods" or "/" in resource:
-        return float(count(value, where))
-    return plain(value, where)
+    return model_amount(resource, exact_amount(resource, value, where))
 
 
 def _amount(resource: str, value: Any, who: str, path: str) -> float:
     """:func:`resource_amount` with the error as a :class:`PodSpecError` naming ``path``."""
+    return model_amount(resource, _exact(resource, value, who, path))
+
+
+def _exact(resource: str, value: Any, who: str, path: str) -> Decimal:
+    """:func:`exact_amount` with the error as a :class:`PodSpecError` naming ``path``."""
     try:
-        return resource_amount(resource, value, "")
+        return exact_amount(resource, value, "")
     except QuantityError as exc:  # its message without a field: the path goes in _bad's frame
         raise _bad(who, path, str(exc)) from None
 
@@ -380,52 +418,58 @@ def _request_names(resources: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r for r in (*resources, GPU_RESOURCE) if r != "pods"))
 
 
+def _container_exact(container: Any, resources: Sequence[str], field: str, who: str) -> dict[str, Decimal]:
+    """:func:`container_requests`, exact (:func:`exact_amount`)."""
+    c = _obj(container, who, field, required=True)
+    res = _obj(c.get("resources"), who, f"{field}.resources")
+    req = _obj(res.get("requests"), who, f"{field}.resources.requests")
+    lim = _obj(res.get("limits"), who, f"{field}.resources.limits")
+    out: dict[str, Decimal] = {}
+    for r in _request_names(resources):
+        if r in req:
+            out[r] = _exact(r, req[r], who, f"{field}.resources.requests.{r}")
+        elif r in lim:  # API defaulting: a limit without a request requests the limit
+            out[r] = _exact(r, lim[r], who, f"{field}.resources.limits.{r}")
+    return out
+
+
 def container_requests(container: Any, resources: Sequence[str], field: str = "container", who: str = "") -> dict[str, float]:
     """One container's requests in model units (:func:`resource_amount`), for the names of
     ``resources`` (but ``pods``) and ``nvidia.com/gpu``; a resource without a request but with a
     limit requests its limit (API defaulting). ``field`` is the container's JSON path
     (``spec.containers[0]``) and ``who`` the object errors name (``pod shop/web``)."""
-    c = _obj(container, who, field, required=True)
-    res = _obj(c.get("resources"), who, f"{field}.resources")
-    req = _obj(res.get("requests"), who, f"{field}.resources.requests")
-    lim = _obj(res.get("limits"), who, f"{field}.resources.limits")
-    out: dict[str, float] = {}
-    for r in _request_names(resources):
-        if r in req:
-            out[r] = _amount(r, req[r], who, f"{field}.resources.requests.{r}")
-        elif r in lim:  # API defaulting: a limit without a request requests the limit
-            out[r] = _amount(r, lim[r], who, f"{field}.resources.limits.{r}")
-    return out
+    return {r: model_amount(r, v) for r, v in _container_exact(container, resources, field, who).items()}
 
 
-def _add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+def _add(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(a)
     for k, v in b.items():
-        out[k] = out.get(k, 0.0) + v
+        out[k] = out.get(k, 0) + v  # int 0: the values may be Decimals, which do not add to floats
     return out
 
 
-def _max(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+def _max(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(a)
     for k, v in b.items():
-        out[k] = max(out.get(k, 0.0), v)
+        out[k] = max(out.get(k, 0), v)
     return out
 
 
-def effective_requests(containers: Iterable[Mapping[str, float]], init_containers: Iterable[tuple[Mapping[str, float], bool]],
-                       overhead: Mapping[str, float]) -> dict[str, float]:
+def effective_requests(containers: Iterable[Mapping[str, Any]], init_containers: Iterable[tuple[Mapping[str, Any], bool]],
+                       overhead: Mapping[str, Any]) -> dict[str, Any]:
     """kube's ``resourcehelper.PodRequests`` from parsed requests: ``init_containers`` are
     ``(requests, is_sidecar)`` in spec order (a sidecar has ``restartPolicy: Always`` and keeps
-    running next to the app).
+    running next to the app). The values are numbers of one kind: floats, or the exact
+    Decimals of :func:`exact_amount` (as the snapshot calls it, rounding the total once).
 
     ``max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead``.
     The one place this formula lives: the snapshot and the agent's ``/recommend`` both use it.
     """
-    total: dict[str, float] = {}
+    total: dict[str, Any] = {}
     for req in containers:
         total = _add(total, req)
-    init_max: dict[str, float] = {}
-    sidecars: dict[str, float] = {}
+    init_max: dict[str, Any] = {}
+    sidecars: dict[str, Any] = {}
     for req, is_sidecar in init_containers:
         if is_sidecar:
             sidecars = _add(sidecars, req)
@@ -441,30 +485,51 @@ def _who(pod: Any) -> str:
     return f"pod {key}" if key else "pod"
 
 
-def nonzero_requests(containers: Iterable[Mapping[str, float]], init_containers: Iterable[tuple[Mapping[str, float], bool]],
-                     overhead: Mapping[str, float], resources: Sequence[str]) -> tuple[float, float]:
+#: Exact (:func:`exact_amount`) forms of :data:`NONZERO_DEFAULTS`: 100 millicores, 200 MiB in bytes.
+_NONZERO_EXACT = {"cpu": Decimal(100), "memory": Decimal(200 * MIB)}
+
+
+def _pod_level_resource(resource: str) -> bool:
+    """Whether pod-level ``spec.resources`` may name ``resource`` (kube's
+    ``IsSupportedPodLevelResource``: cpu, memory, hugepages)."""
+    return resource in ("cpu", "memory") or resource.startswith("hugepages-")
+
+
+def _with_pod_level(containers_total: Mapping[str, Decimal], pod_level: Mapping[str, Decimal],
+                    overhead: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    """The end of ``PodRequests``: the pod-level requests replace the containers' aggregate for
+    the resources they name (``applyPodLevelResources``), then the overhead is added."""
+    return _add({**containers_total, **pod_level}, overhead)
+
+
+def nonzero_requests(containers: Iterable[Mapping[str, Decimal]], init_containers: Iterable[tuple[Mapping[str, Decimal], bool]],
+                     overhead: Mapping[str, Decimal], resources: Sequence[str],
+                     pod_level: Mapping[str, Decimal] | None = None) -> tuple[float, float]:
     """The pod's non-zero (cpu, memory) request that kube-scheduler scores with
     (``NodeInfo.update`` / ``calculateResource`` and ``resource_allocation.go``): ``PodRequests``
     with ``NonMissingContainerRequests``, i.e. :func:`effective_requests` after each container
     (app, init and sidecar alike) that has no cpu / memory request at all gets
     :data:`NONZERO_DEFAULTS` for it. Only a *missing* request is replaced: an explicit ``0``
     stays 0, and a limit without a request already is a request (API defaulting,
-    :func:`container_requests`). Overhead is added as is. A column whose resource is not in
-    ``resources`` is 0 (nothing scores it). Pod-level ``spec.resources`` is not read (as
-    :func:`pod_requests`)."""
-    def fill(req: Mapping[str, float]) -> dict[str, float]:
+    :func:`container_requests`). A pod-level request (``pod_level``, PodLevelResources) replaces
+    the containers' sum, defaults and all, for the resource it names; overhead is added as is.
+    The requests are exact (:func:`exact_amount`); the result is in model units, rounded up once.
+    A column whose resource is not in ``resources`` is 0 (nothing scores it)."""
+    def fill(req: Mapping[str, Decimal]) -> dict[str, Decimal]:
         out = dict(req)
         for r in NONZERO_RESOURCES:
             if r in resources and r not in req:
-                out[r] = NONZERO_DEFAULTS[r]
+                out[r] = _NONZERO_EXACT[r]
         return out
 
-    total = effective_requests([fill(c) for c in containers], [(fill(r), side) for r, side in init_containers], overhead)
-    cpu, mem = (total.get(r, 0.0) if r in resources else 0.0 for r in NONZERO_RESOURCES)
+    with localcontext(_EXACT):
+        aggregate = effective_requests([fill(c) for c in containers], [(fill(r), side) for r, side in init_containers], {})
+        total = _with_pod_level(aggregate, pod_level or {}, overhead)
+    cpu, mem = (model_amount(r, total[r]) if r in resources and r in total else 0.0 for r in NONZERO_RESOURCES)
     return cpu, mem
 
 
-def _misses_a_scored_request(apps: list[dict[str, float]], inits: list[tuple[dict[str, float], bool]],
+def _misses_a_scored_request(apps: list[dict[str, Decimal]], inits: list[tuple[dict[str, Decimal], bool]],
                              resources: Sequence[str]) -> bool:
     """Whether some container lacks a cpu / memory request that :func:`nonzero_requests` would fill."""
     scored = [r for r in NONZERO_RESOURCES if r in resources]
@@ -479,57 +544,98 @@ def _misses_a_scored_request(apps: list[dict[str, float]], inits: list[tuple[dic
     return False
 
 
-def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]
-               ) -> tuple[list[dict[str, float]], list[tuple[dict[str, float], bool]], dict[str, float]]:
-    """A pod's parsed container requests: (app containers, init containers with their sidecar
-    flag, overhead), as :func:`effective_requests` takes them."""
+@dataclass
+class _PodParts:
+    """A pod's parsed requests, exact (:func:`exact_amount`), as ``PodRequests`` combines them."""
+
+    apps: list[dict[str, Decimal]]
+    inits: list[tuple[dict[str, Decimal], bool]]  # with the sidecar flag (restartPolicy: Always)
+    overhead: dict[str, Decimal]
+    pod_level: dict[str, Decimal]  # spec.resources.requests (after API defaulting), supported names only
+
+    def total(self) -> dict[str, Decimal]:
+        """kube's ``PodRequests``, exact."""
+        with localcontext(_EXACT):
+            return _with_pod_level(effective_requests(self.apps, self.inits, {}), self.pod_level, self.overhead)
+
+
+def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
+    """A pod's parsed requests: app containers, init containers with their sidecar flag,
+    overhead and pod-level requests, exact, with every error naming its JSON path."""
     who = _who(pod)
     if not isinstance(pod, Mapping):
         raise _bad(who, "", f"expected a v1.Pod object, got {json_kind(pod)}")
     spec = _obj(pod.get("spec"), who, "spec")
-    apps = [container_requests(c, resources, f"spec.containers[{i}]", who)
+    apps = [_container_exact(c, resources, f"spec.containers[{i}]", who)
             for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
     inits = []
     for i, c in enumerate(_items(spec.get("initContainers"), who, "spec.initContainers")):
         path = f"spec.initContainers[{i}]"
-        req = container_requests(c, resources, path, who)
+        req = _container_exact(c, resources, path, who)
         inits.append((req, _opt_str(c, "restartPolicy", who, path) == "Always"))
     overhead = _obj(spec.get("overhead"), who, "spec.overhead")
-    extra = {r: _amount(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
-    return apps, inits, extra
+    extra = {r: _exact(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
+    return _PodParts(apps, inits, extra, _pod_level_requests(spec, apps, inits, resources, who))
 
 
-def _total_requests(total: Mapping[str, float], resources: Sequence[str]) -> dict[str, float]:
-    out = {r: total.get(r, 0.0) for r in resources}
+def _pod_level_requests(spec: Mapping[str, Any], apps: list[dict[str, Decimal]], inits: list[tuple[dict[str, Decimal], bool]],
+                        resources: Sequence[str], who: str) -> dict[str, Decimal]:
+    """Pod-level ``spec.resources.requests`` (PodLevelResources, k8s 1.32+, on by default since
+    1.34; an API server with the feature off drops the field) for the names kube supports there
+    and the model reads. A pod-level limit without a request is defaulted as the API server does
+    (``defaultPodRequests``): cpu and memory to the containers' aggregate request if some
+    container requests them, else (and hugepages always) to the pod-level limit."""
+    if spec.get("resources") is None:  # the usual pod
+        return {}
+    res = _obj(spec.get("resources"), who, "spec.resources")
+    requests = _obj(res.get("requests"), who, "spec.resources.requests")
+    limits = _obj(res.get("limits"), who, "spec.resources.limits")
+    names = [r for r in _request_names(resources) if _pod_level_resource(r)]
+    out = {r: _exact(r, requests[r], who, f"spec.resources.requests.{r}") for r in names if r in requests}
+    defaulted = [r for r in names if r in limits and r not in out]
+    if defaulted:
+        with localcontext(_EXACT):
+            aggregate = effective_requests(apps, inits, {})
+        for r in defaulted:
+            limit = _exact(r, limits[r], who, f"spec.resources.limits.{r}")
+            out[r] = aggregate[r] if r in aggregate and not r.startswith("hugepages-") else limit
+    return out
+
+
+def _total_requests(total: Mapping[str, Decimal], resources: Sequence[str]) -> dict[str, float]:
+    """An exact ``PodRequests`` total in model units, rounded up once (:func:`model_amount`)."""
+    out = {r: model_amount(r, total[r]) if r in total else 0.0 for r in resources}
     if "pods" in resources:
         out["pods"] = 1.0
-    out[GPU_RESOURCE] = total.get(GPU_RESOURCE, 0.0)
+    out[GPU_RESOURCE] = model_amount(GPU_RESOURCE, total[GPU_RESOURCE]) if GPU_RESOURCE in total else 0.0
     return out
 
 
 def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
-    """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`)
-    in model units (:func:`resource_amount`): every name of ``resources`` (0 when not asked for;
-    ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards).
+    """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`,
+    pod-level ``spec.resources.requests`` replacing the containers' sum for cpu, memory and
+    hugepages) in model units (:func:`resource_amount`): every name of ``resources`` (0 when not
+    asked for; ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards). Summed
+    exactly, then rounded up once as kube does (``MilliValue`` / ``Value`` of the pod's total):
+    two containers of 0.4m request 1m, not 2m.
 
     The one reader of container requests: the snapshot (:func:`pod_demand`) and the edge agent's
     ``/recommend`` (``edge_agent.workload``) both call it, so they read a pod alike. A field of
     the wrong type or a bad quantity raises :class:`PodSpecError` naming its JSON path.
     """
-    return _total_requests(effective_requests(*_pod_parts(pod, resources)), resources)
+    return _total_requests(_pod_parts(pod, resources).total(), resources)
 
 
 def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
     """What the pod asks for in model units: :func:`pod_requests`, with GPUs as cards or a share,
     and its non-zero request (:func:`nonzero_requests`) from the same parse."""
     who = _who(pod)
-    apps, inits, overhead = _pod_parts(pod, resources)
-    raw = effective_requests(apps, inits, overhead)
-    total = _total_requests(raw, resources)
-    if _misses_a_scored_request(apps, inits, resources):
-        nonzero = nonzero_requests(apps, inits, overhead, resources)
+    parts = _pod_parts(pod, resources)
+    total = _total_requests(parts.total(), resources)
+    if _misses_a_scored_request(parts.apps, parts.inits, resources):
+        nonzero = nonzero_requests(parts.apps, parts.inits, parts.overhead, resources, parts.pod_level)
     else:  # the usual pod: its non-zero request is its request
-        nonzero = (raw.get("cpu", 0.0) if "cpu" in resources else 0.0, raw.get("memory", 0.0) if "memory" in resources else 0.0)
+        nonzero = (total["cpu"] if "cpu" in resources else 0.0, total["memory"] if "memory" in resources else 0.0)
     gpus = int(total[GPU_RESOURCE])
     requests = {r: total[r] for r in resources}
     meta = _obj(pod.get("metadata"), who, "metadata")
