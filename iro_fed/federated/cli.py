@@ -132,8 +132,9 @@ def register(sub: Any) -> None:
     c = fsub.add_parser("certs", help="make a CA, a SuperLink certificate and SuperNode auth keys",
                         description="Write ca.crt/ca.key, server.crt/server.key and nodeN/nodeN.pub into --out.")
     c.add_argument("--out", required=True, help="folder to write into")
-    c.add_argument("--host", action="append", default=[], help="SuperLink DNS name or IP (repeatable; default "
-                                                                 "localhost and 127.0.0.1)")
+    c.add_argument("--host", action="append", default=[], help="SuperLink DNS name or IP (repeatable; localhost "
+                                                                 "and 127.0.0.1 are always added: the SuperLink's "
+                                                                 "SuperExec dials 127.0.0.1)")
     c.add_argument("--node-keys", type=int, default=0, help=f"SuperNode authentication key pairs to make (0..{MAX_NODE_KEYS})")
     c.add_argument("--days", type=int, default=365, help="validity in days, 1..3650 (default 365)")
     c.add_argument("--force", action="store_true",
@@ -649,7 +650,9 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
     check_int("--node-keys", args.node_keys, 0, MAX_NODE_KEYS)
     check_int("--days", args.days, certs.MIN_DAYS, certs.MAX_DAYS)
-    hosts = args.host or ["localhost", "127.0.0.1"]
+    # The SuperLink's own SuperExec dials 127.0.0.1 and verifies the certificate, so the loopback
+    # names are always in it; the first --host stays the subject's common name.
+    hosts = [*args.host, *(h for h in ("localhost", "127.0.0.1") if h not in args.host)]
     for host in hosts:
         try:
             certs.check_host(host)

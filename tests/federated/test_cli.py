@@ -66,8 +66,11 @@ def test_certs_then_tls_server_and_node_commands(tmp_path, capsys) -> None:
                  "--node-keys", "2"]) == 0
     cert = x509.load_pem_x509_certificate((out / "server.crt").read_bytes())
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.DNSName) == ["fl.example.org"]
-    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.5"]
+    # The loopback names are always added: the SuperLink's SuperExec dials 127.0.0.1 and verifies
+    # the certificate (before, --host replaced them and no ServerApp could start).
+    assert san.get_values_for_type(x509.DNSName) == ["fl.example.org", "localhost"]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.5", "127.0.0.1"]
+    assert cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "fl.example.org"
     ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
     cert.verify_directly_issued_by(ca)
     assert (out / "server.key").stat().st_mode & 0o077 == 0  # private keys are not readable by others
