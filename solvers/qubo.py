@@ -63,8 +63,10 @@ in a row found no better repaired read. ``penalty`` fixes ``alpha`` (and ``l1 = 
 and the placed pods fit (additive resources, and GPU cards packed best-fit decreasing, checked
 with :func:`iro_fed.feasibility.check_placement`). Repair: a pod set on several nodes keeps the
 one with the best objective bias, pods are put on a :class:`~iro_fed.model.ClusterState` best
-bias first and dropped where their node is already full, then unplaced pods are placed greedily
-by the objective's :func:`~iro_fed.objective.marginal` (when it is positive).
+bias first and dropped where their node is already full (where the default card choice, pod by
+pod, would strand a GPU pod on a node whose GPU pods pack, they take the cards of that packing,
+so a feasible read keeps every pod), then unplaced pods are placed greedily by the objective's
+:func:`~iro_fed.objective.marginal` (when it is positive).
 
 **Polish** (``polish``, on by default): after the refinement, the local search of
 :func:`solvers.cpsat.improve` scored with the true R: single-pod moves, node drains and pairwise
@@ -72,7 +74,9 @@ swaps between full nodes, which the refinement's two-node sub-QUBOs should find 
 (the capacity penalties' slope, below). It is a hybrid, as qbsolv and D-Wave's hybrid solvers
 are: ``polish=false`` gives the sampler's refined result alone, and ``info["polish_moves"]``
 says what the polish changed. On the benchmark's 100 x 20 problems (seeds 0-2) 150 refinement
-steps (the default) plus the polish give R -0.630 / -0.725 / -0.586 in 1.6-1.7 s, against
+steps (the default) plus the polish give R -0.633 / -0.725 / -0.589 in 1.6-1.7 s (-0.630 /
+-0.725 / -0.586 before the repair kept the card packing of feasible reads: another path of the
+refinement, not a loss of the repair), against
 -0.648 / -0.733 / -0.602 in about 1.9 s for the former default of 200 steps alone (2.2-3.0 % of
 |R| below CP-SAT instead of 4.4-5.9 %); 200 steps plus the polish are within 0.004 of 150 and
 take 1.85-1.98 s; 100 steps lose 0.04 at 20 x 5 (seed 0). The polish's swap screen (resources
@@ -107,8 +111,9 @@ penalty's slope, about ``P`` per pod and ``P`` at least the unplaced penalty ``w
 100 times the objective's differences between nodes, so the ground state of the QUBO packs
 nodes rather than choosing the best ones.
 
-``info`` reports, per batch and in total: the best energy, the feasible-read fraction, the
-penalty used, the repairs and the calibration steps; ``refine``: steps, accepted steps and the
+``info`` reports, per batch (``batches``): the best energy, the feasible-read fraction, the
+penalty used, the repairs and the calibration steps; in total: the last batch's energy (each
+batch is its own BQM), the mean feasible-read fraction, the penalties, the repairs; ``refine``: steps, accepted steps and the
 gain of R.
 """
 
@@ -161,6 +166,8 @@ class RangeParam(Param):
             parts = list(value)
         else:
             raise InvalidSettingError(f"{where}: expected 'low,high', got {value!r}")
+        if any(isinstance(v, bool) for v in parts):  # float(True) is 1.0: not a temperature
+            raise InvalidSettingError(f"{where}: expected two numbers 'low,high', got {value!r}")
         try:
             pair = tuple(float(v) for v in parts)
         except (TypeError, ValueError):
@@ -179,9 +186,12 @@ class Qubo(Solver):
     parameters: ClassVar[dict[str, Param]] = {
         "seed": SEED,
         "sampler": Param("sa", str, "dwave-samplers sampler: simulated annealing or tabu search.", choices=("sa", "tabu")),
-        "num_reads": Param(16, int, "Reads (independent anneals) per sampling call.", minimum=1),
+        # Upper bounds: the sampler allocates reads x variables and one temperature per sweep up front
+        # (num_sweeps=2**40 asked for 8 TiB and failed inside the solve).
+        "num_reads": Param(16, int, "Reads (independent anneals) per sampling call.", minimum=1, maximum=100_000),
         "num_sweeps": Param(
-            300, int, "Sweeps per simulated-annealing read (tabu: variable updates per search, per variable).", minimum=1
+            300, int, "Sweeps per simulated-annealing read (tabu: variable updates per search, per variable).", minimum=1,
+            maximum=10_000_000,
         ),
         "beta_range": RangeParam(
             None, tuple, "Simulated annealing's inverse temperatures 'hot,cold' (none: from the model's biases).",
@@ -324,11 +334,9 @@ class Qubo(Solver):
             binfo.update(energy=0.0, feasible_fraction=1.0, penalty=None, repairs=0, best_feasible=True)
             return state, binfo
         best_state, best_score = None, -math.inf
-        alphas = [self.penalty] if self.penalty is not None else [
-            self.penalty_start * self.penalty_growth**k for k in range(self.max_penalty_steps)
-        ]
-        if not calibrate:
-            alphas = alphas[:1]
+        alphas = [self.penalty] if self.penalty is not None else _penalty_steps(
+            self.penalty_start, self.penalty_growth, self.max_penalty_steps if calibrate else 1, model.scale
+        )
         repairs = 0
         reads = self.num_reads if reads is None else reads
         max_decoded = reads if max_decoded is None else max_decoded
@@ -439,6 +447,22 @@ def default_beta_range(bqm: Any) -> list[float]:
     low = float(smallest.min())
     cold = math.log(int((smallest == low).sum()) / 0.01) / (2 * low)
     return [hot, cold]
+
+
+def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> list[float]:
+    """The calibration's multipliers ``start * growth**k``, ``k < steps``, up to the last whose
+    penalty ``alpha * scale`` is a finite float (``growth**k`` itself raises OverflowError past
+    it: 1.6**1510, so ``max_penalty_steps=2000`` would crash before the first step)."""
+    alphas: list[float] = []
+    for k in range(steps):
+        try:
+            alpha = start * growth**k
+        except OverflowError:
+            break
+        if alphas and not math.isfinite(alpha * scale):
+            break
+        alphas.append(alpha)
+    return alphas
 
 
 def _greedy(p: Problem, state: ClusterState, pods: np.ndarray) -> int:
@@ -679,11 +703,47 @@ class _BatchModel:
             if ks:
                 k = max(ks, key=lambda j: self.cx[j])
                 wanted.append((-self.cx[k], i, k))
-        for _, i, k in sorted(wanted):
+        wanted.sort()
+        # Each pod takes the default card choice, in bias order. That can strand a GPU pod on a
+        # node that fits all of its pods when packed best-fit decreasing, as decode checks them
+        # (cards 750 / 750, shares 250, 250, 500, 500: both 250s on one card leave no card
+        # with 500 free), so a read that decode calls feasible would lose a pod. Then the
+        # node's GPU pods are placed again on the cards of that packing (any subset of a
+        # packing that fits still fits).
+        plans: dict[int, list[int]] = {}
+        for _, i, k in wanted:
+            w = int(self.pods[i])
+            if p.wl_gpu_count[w] > 0:
+                plans.setdefault(int(self.pn[k]), []).append(w)
+        packed: dict[int, tuple[int, ...]] = {}
+        for n, gpu in plans.items():
+            plan = pack_gpu(p, n, gpu, state.gpu_free[n])
+            if plan is not None:
+                packed.update(zip(gpu, plan, strict=True))
+        placed_gpu: dict[int, list[int]] = {}  # node -> GPU pods placed on it so far
+        repacked: set[int] = set()
+        for _, i, k in wanted:
             w, n = int(self.pods[i]), int(self.pn[k])
-            if feasible_nodes(state, w)[n]:
-                state.place(w, n)
+            fits = bool(feasible_nodes(state, w)[n])
+            if not fits and w in packed and n not in repacked and self._fits_but_cards(state, w, n):
+                for v in placed_gpu.get(n, []):
+                    state.remove(v)
+                for v in placed_gpu.get(n, []):
+                    state.place(v, n, packed[v])
+                repacked.add(n)
+                fits = bool(feasible_nodes(state, w)[n])
+            if fits:
+                state.place(w, n, packed.get(w) if n in repacked else None)
+                if p.wl_gpu_count[w] > 0:
+                    placed_gpu.setdefault(n, []).append(w)
             else:
                 changes += 1  # dropped from an overfull node
         changes += _greedy(p, state, self.pods)
         return state, changes
+
+    def _fits_but_cards(self, state: ClusterState, w: int, n: int) -> bool:
+        """Pod ``w``'s additive resources fit node ``n`` (its static filters passed when it
+        became a candidate): only the card choice can be in the way."""
+        d = self.p.demand[w]
+        need = d > 0
+        return bool((state.free[n, need] >= d[need] - EPS).all())
