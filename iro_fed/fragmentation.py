@@ -8,10 +8,11 @@ sum over the workload's *typical tasks*: pods grouped by (cpu, per-card GPU mill
 GPU models), the most frequent groups covering 95 % of pods, popularity renormalized over them
 (shared/spec/fgd-replay.md; the simulator's ``utils.NodeGpuShareFragAmountScore``).
 
-Written as ``frag = free * 1 - sum_t p_t * satisfied_t * usable_t`` so that one pass over the
-distinct per-card thresholds and one vector expression per task score many candidate
-(node, card) variants at once. With ``memory_aware`` a task is also unsatisfied when the node
-lacks its memory (our extension; the paper ignores memory).
+Written as ``frag = sum_t n_t * (satisfied_t ? stranded_t : free) / sum_t n_t`` (n_t the group's
+pods, all integers until the one division) so that one pass over the distinct per-card
+thresholds and one vector expression per task score many candidate (node, card) variants at
+once, and equal fragmentation compares equal. With ``memory_aware`` a task is also
+unsatisfied when the node lacks its memory (our extension; the paper ignores memory).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class TypicalTasks:
     count: np.ndarray  # [T] cards
     popularity: np.ndarray  # [T], sums to 1
     access: np.ndarray  # [T, N] the node's GPU model is allowed
+    #: [T] pods per group (popularity = mass / mass.sum()), or None. With it the "fgd" model sums
+    #: integers and divides once, so placements that leave F unchanged give exactly dF = 0.
+    mass: np.ndarray | None = None
 
 
 def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> TypicalTasks:
@@ -45,8 +49,11 @@ def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> Typic
     As in the simulator (``GetTypicalPods`` with ``isInvolvedCpuPods`` true, threshold 95, step
     1), CPU-only pods form groups too: such a task uses no GPU, so all of a node's free GPU milli
     is fragmented for it. The replay passes the original pod list, not the tuned arrival
-    sequence. Deliberate difference: groups with equal counts are ordered by their key here, so
-    which of them a 95 % cut keeps is reproducible (the simulator sorts a Go map: arbitrary)."""
+    sequence. Groups with equal counts are ordered as the simulator's ``TargetPodList`` sorts
+    them (``sort.Reverse`` of count, then ``PodResource.Less``): larger CPU, then per-card milli,
+    card count and GPU model string first, which decides what a 95 % cut keeps (gpuspec10)."""
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage!r}")
     p = problem
     cpu_col = p.cpu_index
     mem_col = p.resource_index.get("memory")
@@ -59,8 +66,10 @@ def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> Typic
         counts[key] += 1
         mem_sum[key] = mem_sum.get(key, 0.0) + (float(p.demand[w, mem_col]) if mem_col is not None else 0.0)
     total = sum(counts.values())
-    # Most frequent first; equal counts in a fixed order so runs are reproducible.
-    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1], kv[0][2], kv[0][3]))
+    # Most frequent first; equal counts by the simulator's key, descending (models as "A|B").
+    ordered = sorted(
+        counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1], kv[0][2], "|".join(kv[0][3])), reverse=True
+    )
     kept: list[tuple[tuple, int]] = []
     covered = 0
     for key, n in ordered:
@@ -82,6 +91,7 @@ def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> Typic
         count=np.array([k[2] for k, _ in kept], dtype=np.int64),
         popularity=mass / mass.sum() if mass.sum() > 0 else np.zeros(len(kept)),
         access=access,
+        mass=mass.astype(np.int64),
     )
 
 
@@ -113,20 +123,26 @@ def fragmentation(
         return _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
     if model != "fgd":
         raise ValueError(f"model must be 'fgd', 'copies' or 'blend', got {model!r}")
-    free = np.maximum(cards, 0)
-    total = free.sum(axis=1).astype(np.float64)
-    frag = total * tasks.popularity.sum()
+    # Per task the fragmented milli is an integer (all free milli, or that of the cards too small
+    # for it). Weighted by the groups' pod counts the sum stays an integer: one division at the end
+    # keeps F exact, so a placement that leaves F unchanged scores sigmoid(0) (50) as upstream,
+    # not 49 from rounding noise of the popularity-weighted float sum.
+    exact = tasks.mass is not None and tasks.mass.sum() > 0
+    weight = tasks.mass if exact else tasks.popularity
+    free = np.maximum(cards, 0).astype(np.int64)
+    total = free.sum(axis=1)
+    frag = total * (weight[tasks.milli <= 0].sum())
     gpu_tasks = np.flatnonzero(tasks.milli > 0)
     for threshold in np.unique(tasks.milli[gpu_tasks]):
         fits = cards >= threshold
         n_fit = fits.sum(axis=1)
-        usable = np.where(fits, free, 0).sum(axis=1)
+        stranded = np.where(fits, 0, free).sum(axis=1)
         for t in gpu_tasks[tasks.milli[gpu_tasks] == threshold]:
             sat = tasks.access[t, nodes] & (cpu_left >= tasks.cpu[t]) & (n_fit >= tasks.count[t])
             if memory_left is not None:
                 sat &= memory_left >= tasks.memory[t]
-            frag -= tasks.popularity[t] * np.where(sat, usable, 0)
-    return frag
+            frag = frag + weight[t] * np.where(sat, stranded, total)
+    return frag / tasks.mass.sum() if exact else np.asarray(frag, dtype=np.float64)
 
 
 def _fragmentation_copies(

@@ -18,6 +18,7 @@ Needs OR-Tools (extra ``cpsat``), imported when called.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,10 +90,15 @@ def card_prices(demand: Mapping[int, float], card_milli: int = GPU_MILLI) -> Car
     scale; whole cards as size ``card_milli``), and the value of every free amount."""
     from ortools.linear_solver import pywraplp
 
-    sizes = sorted(s for s, d in demand.items() if d > 0)
-    for s in sizes:
-        if not 0 < s <= card_milli:
-            raise ValueError(f"demand: sizes must be 1..{card_milli} milli, got {s}")
+    if isinstance(card_milli, bool) or not isinstance(card_milli, (int, np.integer)) or card_milli < 1:
+        raise ValueError(f"card_milli must be a positive integer, got {card_milli!r}")
+    for s, d in demand.items():
+        # An infinite count would scale the LP to nothing (every price 0); NaN or negative has no meaning.
+        if not isinstance(d, (int, float, np.integer, np.floating)) or not math.isfinite(d) or d < 0:
+            raise ValueError(f"demand: the count of size {s!r} must be a finite number >= 0, got {d!r}")
+        if d > 0 and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 < s <= card_milli):
+            raise ValueError(f"demand: sizes must be integers 1..{card_milli} milli, got {s!r}")
+    sizes = sorted(int(s) for s, d in demand.items() if d > 0)
     value = np.zeros(card_milli + 1)
     if not sizes:
         return CardPrices({}, value)

@@ -156,7 +156,9 @@ class FgdClustering(PaperPolicy):
         counts = self.kind_count[candidates, 1:]  # GPU kinds only
         kinds_here = (counts > 0).sum(axis=1)
         same = counts[:, kind - 1] > 0
-        base = 25 * (int(MAX_GPU) - state.gpu_left[candidates].astype(np.int64)) // int(MAX_GPU)
+        used = 25 * (int(MAX_GPU) - state.gpu_left[candidates].astype(np.int64))
+        # Go's integer division truncates toward zero: a node with more than 8 free cards gets 0, not -1.
+        base = np.sign(used) * (np.abs(used) // int(MAX_GPU))
         bonus = np.where(same, np.where(kinds_here == 1, 75, 50), np.where(kinds_here == 0, 25, 0))
         return base + bonus
 

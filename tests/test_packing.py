@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from iro_fed.packing import arcs, card_prices
+from iro_fed.packing import arc_flow, arcs, card_prices
 from iro_fed.traces.bound import least_cards
 
 pytest.importorskip("ortools")
@@ -74,3 +74,68 @@ def test_arcs_keep_one_order_per_card() -> None:
     # Sizes 600 and 400: non-increasing arcs are 0->600, 0->400, 600->1000 (400 after 600), 400->800 (400 after 400).
     assert sorted(arcs([600, 400], 1000)) == [(0, 400), (0, 600), (400, 400), (600, 400)]
     assert (400, 600) in set(arcs([600, 400], 1000, non_increasing=False))
+
+
+def test_bad_counts_and_card_sizes_name_the_argument() -> None:
+    # An infinite count used to scale the LP to nothing (every price 0); NaN and negative counts
+    # were dropped silently and a fractional size crashed with an IndexError.
+    for demand in ({300: float("inf")}, {300: float("nan")}, {300: -1}):
+        with pytest.raises(ValueError, match="demand: the count of size 300"):
+            card_prices(demand)
+    with pytest.raises(ValueError, match="demand: sizes must be integers"):
+        card_prices({300.5: 1})
+    for card in (0, -5, 1.5):
+        with pytest.raises(ValueError, match="card_milli"):
+            card_prices({1: 1}, card_milli=card)
+    assert card_prices({1500: 0, 300: 3}).price == pytest.approx({300: 1 / 3})  # a zero count is no demand
+
+
+def fewest_bins(items: list[int], card: int) -> int:
+    """Brute force: place the items, largest first, into every distinct open bin or a new one."""
+    items = sorted(items, reverse=True)
+    best = len(items)
+
+    def place(i: int, bins: list[int]) -> None:
+        nonlocal best
+        if len(bins) >= best:
+            return
+        if i == len(items):
+            best = len(bins)
+            return
+        for b in sorted({b for b in bins if b + items[i] <= card}):
+            j = bins.index(b)
+            bins[j] += items[i]
+            place(i + 1, bins)
+            bins[j] -= items[i]
+        place(i + 1, [*bins, items[i]])
+
+    place(0, [])
+    return best
+
+
+@pytest.mark.parametrize("non_increasing", [True, False])
+def test_arc_flow_integer_program_is_exact_on_small_instances(non_increasing: bool) -> None:
+    from ortools.sat.python import cp_model
+
+    rng = random.Random(7)
+    for _ in range(40):
+        card = rng.choice([10, 13, 20])
+        items = [rng.randint(1, card) for _ in range(rng.randint(1, 8))]
+        counts = {s: items.count(s) for s in set(items)}
+        model = cp_model.CpModel()
+        by_size, leaving = arc_flow(
+            sorted(counts, reverse=True), card, lambda _p, s, m=model, c=counts: m.new_int_var(0, c[s], ""), model.add,
+            non_increasing,
+        )
+        for s, n in counts.items():
+            model.add(sum(by_size[s]) == n)
+        model.minimize(sum(leaving))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.solve(model) == cp_model.OPTIMAL
+        want = fewest_bins(items, card)
+        assert round(solver.objective_value) == want, (card, items)
+        # The LP prices are worth the LP optimum: between the volume bound and the integer optimum.
+        prices = card_prices(counts, card_milli=card)
+        lp = sum(n * prices.price[s] for s, n in counts.items())
+        assert sum(items) / card - 1e-6 <= lp <= want + 1e-6
