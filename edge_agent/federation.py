@@ -17,6 +17,11 @@
 ``federated.mode: connect``: a SuperNode run by someone else; the agent only checks that its
 ClientAppIo (runtime API) port on 127.0.0.1 answers.
 
+A registered SuperNode that loses the SuperLink (it went away, the network broke) keeps running
+and retries on its own (Flower's ``Connection attempt failed, retrying in N seconds``); the agent
+then reports it as not connected (state ``running``, ``superlink_lost_at``) until Flower says
+``Connection successful after ...`` or the node registers again.
+
 Either way the state is in ``/federation``, ``/healthz``, ``/readyz`` (as a degradation, never
 as not-ready: the agent keeps serving with its last good policy) and the metrics
 ``iro_agent_supernode_up``, ``iro_agent_supernode_connected`` and ``iro_agent_supernode_restarts_total``.
@@ -58,6 +63,9 @@ CLIENT_TAG = "IRO-FED-CLIENT"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FLOWER_LINE = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*:\s*(.*)$")
 _NODE_ID = re.compile(r"SuperNode ID: (\d+)")
+#: Flower's retry messages (flwr.supercore.retry): the SuperLink is unreachable / reachable again.
+_LINK_LOST = "Connection attempt failed"
+_LINK_BACK = "Connection successful after"
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
            "CRITICAL": logging.CRITICAL}
 
@@ -137,6 +145,7 @@ class SuperNodeSupervisor:
         self.state = "stopped"
         self.port = fed.clientappio_port
         self.node_id: str | None = None
+        self.link_lost_at: float | None = None  # when the SuperNode last failed to reach the SuperLink
         self.restarts = 0
         self.starts = 0
         self.last_exit: dict[str, Any] | None = None
@@ -160,6 +169,7 @@ class SuperNodeSupervisor:
                 "mode": self.fed.mode, "state": self.state, "up": self.up, "superlink": self.fed.superlink or None,
                 "site": self.fed.site, "clientappio": f"127.0.0.1:{self.port}" if self.port else None,
                 "node_id": self.node_id, "connected": self.state == "connected",
+                "superlink_lost_at": self.link_lost_at,
                 "restarts": self.restarts, "last_exit": self.last_exit,
                 "experience_db": str(self.experience_db) if self.experience_db else None,
                 "client_rounds": self.client_rounds, "last_client_round": self.last_client,
@@ -184,6 +194,8 @@ class SuperNodeSupervisor:
         if st["state"] == "connected":
             return None
         if st["state"] == "running":
+            if st["node_id"] is not None and st["superlink_lost_at"] is not None:
+                return f"supernode lost the superlink {self.fed.superlink} (it keeps retrying)"
             return f"supernode not registered with the superlink {self.fed.superlink} yet (it keeps retrying)"
         if st["restart_in_s"] is not None:
             last = st["last_exit"] or {}
@@ -196,7 +208,7 @@ class SuperNodeSupervisor:
         with self._lock:
             self.state = state
         self.metrics.supernode_up.set(1 if self.up else 0)
-        self.metrics.supernode_connected.set(1 if (self.up and self.node_id is not None) else 0)
+        self.metrics.supernode_connected.set(1 if state == "connected" else 0)
 
     # --- start / stop -----------------------------------------------------------------------
 
@@ -280,6 +292,7 @@ class SuperNodeSupervisor:
         with self._lock:
             self.proc = proc
             self.node_id = None
+            self.link_lost_at = None
             self.starts += 1
             self.next_start_at = None
         self._reader = threading.Thread(target=self._read_output, args=(proc,), name="supernode-output", daemon=True)
@@ -340,7 +353,7 @@ class SuperNodeSupervisor:
                             and time.monotonic() >= next_executor and (self.executor is None or self.executor.poll() is not None)):
                         self._spawn_executor(proc)
                         next_executor = time.monotonic() + 2.0  # not more often if it keeps dying
-                    if self.node_id is not None and self.state == "running":
+                    if self.node_id is not None and self.link_lost_at is None and self.state == "running":
                         self._set("connected")
                 if self.stopping.is_set():
                     return
@@ -447,9 +460,29 @@ class SuperNodeSupervisor:
         if node:
             with self._lock:
                 self.node_id = node.group(1)
+                self.link_lost_at = None
             event(self.log, logging.INFO, "supernode registered with the superlink", node_id=node.group(1), pid=pid,
                   superlink=self.fed.superlink)
             if self.state == "running":
+                self._set("connected")
+        elif _LINK_LOST in msg and level >= logging.WARNING:  # (its DEBUG twin repeats the same failure)
+            with self._lock:
+                lost = self.link_lost_at is None and self.node_id is not None
+                if self.link_lost_at is None:
+                    self.link_lost_at = time.time()
+            if lost:
+                event(self.log, logging.WARNING, "supernode lost the superlink (it keeps retrying)",
+                      node_id=self.node_id, pid=pid, superlink=self.fed.superlink)
+            if self.state == "connected":
+                self._set("running")
+        elif _LINK_BACK in msg:
+            with self._lock:
+                back = self.link_lost_at is not None and self.node_id is not None
+                self.link_lost_at = None
+            if back:
+                event(self.log, logging.INFO, "supernode reached the superlink again", node_id=self.node_id, pid=pid,
+                      superlink=self.fed.superlink)
+            if self.state == "running" and self.node_id is not None:
                 self._set("connected")
         self.child_log.log(level, msg, extra={"fields": {"pid": pid, "source": "supernode"}})
         return level

@@ -73,6 +73,14 @@ def load_solver_policy(version_dir: Path, metadata: dict[str, Any]) -> OnlineSol
         raise PolicyLoadError(f"{version_dir / METADATA}: {exc}") from exc
     if not isinstance(solver, OnlineSolver):
         raise PolicyLoadError(f"{version_dir / METADATA}: solver {name!r} cannot rank nodes (not an online solver)")
+    # A solver that loads its model lazily (the dqn solver's ``loaded``) would only fail at its
+    # first rank, after it replaced the last good version: load it here, so a corrupt checkpoint
+    # or one trained on other features is refused while the old version keeps serving.
+    if isinstance(getattr(type(solver), "loaded", None), property):
+        try:
+            solver.loaded  # noqa: B018 - the property loads and checks the checkpoint
+        except solvers.SolverError as exc:
+            raise PolicyLoadError(f"{version_dir}: {exc}") from exc
     return solver
 
 

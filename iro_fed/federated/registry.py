@@ -11,13 +11,21 @@ Layout (read by the ``dqn`` solver's ``policy=DIR`` and by the edge agent)::
 
 A version is complete before ``latest`` names it: the checkpoint and its JSON are written
 atomically first, then ``latest`` is replaced with ``os.replace``; readers never see a partial
-file or a pointer to a missing version. One writer (the ServerApp) per folder.
+file or a pointer to a missing version. A write that fails (disk full) removes its version folder.
+
+Several writers may share a folder (the ServerApp of ``iro fed rounds`` and the feedback loop's
+``DQNFineTune``): a version number is taken by creating its folder (``mkdir`` fails for the
+second writer, which takes the next number), and ``latest`` only moves forward (a writer that
+finishes after a higher version was published leaves ``latest`` on it).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -81,31 +89,59 @@ class PolicyRegistry:
         for key in ("config", "candidate_features", "context_features"):
             if key not in metadata:
                 raise RegistryError(f"registry {str(self.root)!r}: metadata lacks {key!r}")
-        self.root.mkdir(parents=True, exist_ok=True)
-        existing = self.versions()
-        version = (existing[-1] + 1) if existing else 1
-        path = self.path(version)
         tensors = {k: (v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v))) for k, v in state_dict.items()}
-        meta = {**metadata, "version": version, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        save_checkpoint(path, tensors, meta)
-        summary = {k: meta[k] for k in ("round", "strategy", "nodes", "sites", "evaluation", "created_at") if k in meta}
-        write_json_atomic(path.parent / "metadata.json", {
-            "version": f"v{version:04d}", "solver": "dqn", "params": {"policy": "{version_dir}/" + CHECKPOINT},
-            **summary,
-        })
-        self._point_latest(f"v{version:04d}/{CHECKPOINT}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        version = self._reserve()
+        path = self.path(version)
+        try:
+            meta = {**metadata, "version": version, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            save_checkpoint(path, tensors, meta)
+            summary = {k: meta[k] for k in ("round", "strategy", "nodes", "sites", "evaluation", "created_at") if k in meta}
+            # as policy.json has them (numpy numbers as floats), not a TypeError after the checkpoint is written
+            summary = json.loads(json.dumps(summary, default=float))
+            write_json_atomic(path.parent / "metadata.json", {
+                "version": f"v{version:04d}", "solver": "dqn", "params": {"policy": "{version_dir}/" + CHECKPOINT},
+                **summary,
+            })
+        except BaseException as exc:
+            shutil.rmtree(path.parent, ignore_errors=True)  # never a half-written version left behind
+            if isinstance(exc, OSError | RuntimeError):  # torch.save reports a full disk as a RuntimeError
+                raise RegistryError(f"registry {str(self.root)!r}: cannot write version v{version:04d} "
+                                    f"(disk full or not writable?): {exc}") from exc
+            raise
+        self._point_latest(version)
         return version, path
 
-    def _point_latest(self, target: str) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(target + "\n")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.root / "latest")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    def _reserve(self) -> int:
+        """The next version number, taken by creating its folder (another writer's mkdir fails)."""
+        existing = self.versions()
+        version = (existing[-1] + 1) if existing else 1
+        while True:
+            try:
+                self.path(version).parent.mkdir()
+                return version
+            except FileExistsError:  # another writer's (or a failed write's leftover): the next one
+                version += 1
+
+    def _point_latest(self, version: int) -> None:
+        """Point ``latest`` at ``version`` unless it names a higher one already (it never moves back)."""
+        with open(self.root / ".publish.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the read and the replace below, one writer at a time
+            try:
+                current = self.latest_version()
+            except (RegistryError, OSError, UnicodeDecodeError):
+                current = None  # a damaged pointer is replaced
+            if current is not None and current > version and self.path(current).is_file():
+                return
+            fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(f"v{version:04d}/{CHECKPOINT}\n")
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, self.root / "latest")
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
     def load(self, version: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(state_dict, metadata)`` of a version (default: ``latest``)."""
@@ -117,8 +153,6 @@ class PolicyRegistry:
         return load_checkpoint(self.path(v))
 
     def metadata(self, version: int) -> dict[str, Any]:
-        import json
-
         from solvers.dqn.checkpoint import metadata_path
 
         return json.loads(metadata_path(self.path(version)).read_text(encoding="utf-8"))

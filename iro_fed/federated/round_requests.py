@@ -102,7 +102,12 @@ class RoundRequestQueue:
             try:
                 req = read_request(path)
             except RoundRequestError as exc:
-                moved = self._move(path, "rejected")
+                if not path.exists():  # another consumer claimed it between the listing and the read
+                    continue
+                try:
+                    moved = self._move(path, "rejected")
+                except FileNotFoundError:  # ... or between the read and the move
+                    continue
                 write_json_atomic(moved.with_name(moved.stem + ".error"), {"file": moved.name, "error": str(exc)})
                 rejected.append((moved, str(exc)))
                 continue

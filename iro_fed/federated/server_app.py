@@ -112,10 +112,21 @@ def polling_grid(grid: Grid) -> PollingGrid:
 def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str, Any], int | None]:
     """The global policy a run starts from and the registry version it came from: with
     ``resume`` the registry's latest (which must have this run's architecture), else a fresh one."""
+    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+
     agent = build_agent(cfg)
     version = registry.latest_version() if cfg.resume else None
     if version is not None:
-        state, _ = registry.load(version)
+        try:
+            state, meta = registry.load(version)
+        except ValueError as exc:  # 'latest' names a missing or damaged version
+            raise ValueError(f"resume: registry {str(registry.root)!r} 'latest' names version {version}, which "
+                             f"cannot be read: {exc}") from None
+        # Same counts in another order fit the network but feed it other columns (as the dqn solver checks).
+        names = meta.get("feature_names")
+        if names is not None and names != {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}:
+            raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} was trained on other "
+                             f"features than this version computes; start a fresh run (resume=false, `iro fed rounds --fresh`)")
         try:
             agent.online.load_state_dict(state)
         except RuntimeError as exc:  # another architecture (embed-dim, hidden-dim, top-k ...)

@@ -101,10 +101,14 @@ def test_latest_is_replaced_not_rewritten_and_a_failed_publish_leaves_it(tmp_pat
     assert registry.publish({"w": np.full(2, 2.0, np.float32)}, _meta(2))[0] == 2
     assert old.read_text() == "v0001/policy.pt\n"  # a new file took its name: that reader sees all of v1
     assert (registry.root / "latest").read_text() == "v0002/policy.pt\n"
-    # a publish that fails half way (its metadata.json cannot be written) does not move latest
-    (registry.root / "v0003" / "metadata.json").mkdir(parents=True)
+    # a publish that fails before it points latest (its pointer lock cannot be opened) does not move latest
+    # (a folder such as v0003 that is already there is another writer's: the next writer skips it,
+    # see test_review_registry.py; a write that fails half way removes its version, ibid.)
+    (registry.root / ".publish.lock").unlink()
+    (registry.root / ".publish.lock").mkdir()
     with pytest.raises(OSError):
         registry.publish({"w": np.full(2, 3.0, np.float32)}, _meta(3))
+    (registry.root / ".publish.lock").rmdir()
     assert registry.latest_version() == 2
     np.testing.assert_array_equal(registry.load()[0]["w"].numpy(), np.full(2, 2.0, np.float32))
     assert not [p for p in registry.root.iterdir() if p.name.startswith(".latest.")]
