@@ -250,6 +250,8 @@ class Qubo(Solver):
             info["penalty"] = [bi["penalty"] for bi in done]
             info["repairs"] = int(sum(bi["repairs"] for bi in done))
             info["all_batches_feasible"] = all(bi["best_feasible"] for bi in done)
+        else:  # nothing sampled (no pods, or the deadline had passed): the keys are still there
+            info.update(energy=None, feasible_fraction=None, penalty=[], repairs=0, all_batches_feasible=True)
         return Placement(
             assignment=state.assignment.copy(),
             gpu_cards=dict(state.gpu_cards),

@@ -146,3 +146,12 @@ def test_sampler_sizes_past_what_can_be_allocated_are_refused_by_name(key, value
     # Before: accepted, then a MemoryError inside the solve (8 TiB of temperatures for 2**40 sweeps).
     with pytest.raises(InvalidSettingError, match=key):
         solvers.make("qubo", **{key: value})
+
+
+def test_info_keys_are_there_when_nothing_was_sampled() -> None:
+    # Before: energy, feasible_fraction, penalty and repairs were missing when no batch was sampled.
+    problem = problem_from_dict({"domains": [{"name": "d"}], "workloads": [],
+                                 "nodes": [{"name": "n", "domain": "d", "capacity": {"cpu": 1000, "memory": 1024}}]})
+    placement = solvers.make("qubo").solve(problem)
+    assert {"energy", "feasible_fraction", "penalty", "repairs"} <= set(placement.info)
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
