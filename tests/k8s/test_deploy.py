@@ -18,8 +18,10 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = ["deploy/base", "deploy/overlays/edge", "deploy/overlays/cloud"]
-KUSTOMIZATIONS = ["deploy", "deploy/base", "deploy/overlays/edge", "deploy/overlays/cloud", "deploy/prometheus"]
+# The opt-in overlays (webhook-affinity, edge-hostnetwork) render and validate like the others.
+TARGETS = ["deploy/base", "deploy/overlays/edge", "deploy/overlays/cloud", "deploy/overlays/webhook-affinity",
+           "deploy/overlays/edge-hostnetwork"]
+KUSTOMIZATIONS = ["deploy", "deploy/base", *TARGETS[1:], "deploy/prometheus"]
 # The Kubernetes minor the manifests target (the kube-scheduler image's); validated against it and the newest
 # schema kubernetes-validate ships.
 TARGET_K8S = "1.32.0"
@@ -49,8 +51,6 @@ BASE_OBJECTS = {
     ("RoleBinding", "iro-system", "iro-kube-scheduler-leases"),
     ("Deployment", "iro-system", "iro-kube-scheduler"),
     ("ServiceAccount", "iro-system", "iro-webhook"),
-    ("ClusterRole", "", "iro-webhook"),
-    ("ClusterRoleBinding", "", "iro-webhook"),
     ("Deployment", "iro-system", "iro-webhook"),
     ("Service", "iro-system", "iro-webhook"),
     ("MutatingWebhookConfiguration", "", "iro-webhook"),
@@ -71,8 +71,53 @@ EXPECTED_OBJECTS = {
     "deploy/overlays/edge": BASE_OBJECTS - FED_SERVER,
     "deploy/overlays/cloud": BASE_OBJECTS | {("PodDisruptionBudget", "iro-system", "iro-webhook"),
                                              ("PodDisruptionBudget", "iro-system", "iro-scheduler")},
+    "deploy/overlays/webhook-affinity": BASE_OBJECTS | {("ClusterRole", "", "iro-webhook-affinity"),
+                                                        ("ClusterRoleBinding", "", "iro-webhook-affinity")},
+    "deploy/overlays/edge-hostnetwork": BASE_OBJECTS,
 }
-WINDOW = {"deploy/base": "--window-s=1", "deploy/overlays/edge": "--window-s=0.2", "deploy/overlays/cloud": "--window-s=2"}
+WINDOW = {"deploy/base": "--window-s=1", "deploy/overlays/edge": "--window-s=0.2", "deploy/overlays/cloud": "--window-s=2",
+          "deploy/overlays/webhook-affinity": "--window-s=1", "deploy/overlays/edge-hostnetwork": "--window-s=1"}
+# Objects an overlay changes (same key as the base's, other content): counted once more among the distinct objects.
+CHANGED = {"deploy/overlays/edge": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
+           "deploy/overlays/cloud": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
+           "deploy/overlays/webhook-affinity": {"Deployment/iro-webhook"},
+           "deploy/overlays/edge-hostnetwork": {"DaemonSet/iro-edge-agent"}}
+
+# --- RBAC: what the code calls ------------------------------------------------------------------
+# Every Kubernetes API call of `iro scheduler`, by the Python client's method name (found by
+# `grep -rn "\.core\.\|coordination\|CustomObjectsApi\|_namespaced_" iro_fed/k8s` and in the client's
+# LeaseLock, which leader.py subclasses), with the (apiGroup, resource, verbs) the API server
+# authorizes it as. test_scheduler_api_calls_are_the_table keeps this table equal to the code;
+# test_scheduler_rbac_grants_exactly_the_table keeps the manifests equal to this table.
+SCHEDULER_CALLS = {
+    # client.py: Kube.list_nodes; ClusterCache's Reflector(kube.core.list_node) lists, then watches.
+    "list_node": ("", "nodes", {"list", "watch"}),
+    # client.py: Kube.list_pods; ClusterCache's bound-pods Reflector; scheduler.py: the pending-pods
+    # Reflector(kube.core.list_pod_for_all_namespaces) (list, then watch, all namespaces).
+    "list_pod_for_all_namespaces": ("", "pods", {"list", "watch"}),
+    # client.py Kube.bind: self.core.create_namespaced_pod_binding (scheduler.py _bind).
+    "create_namespaced_pod_binding": ("", "pods/binding", {"create"}),
+    # client.py Kube.patch_pod_status: self.core.patch_namespaced_pod_status (PodScheduled=False).
+    "patch_namespaced_pod_status": ("", "pods/status", {"patch"}),
+    # client.py Kube.create_event: self.core.create_namespaced_event (core v1, never events.k8s.io).
+    "create_namespaced_event": ("", "events", {"create"}),
+    # client.py Kube.node_metrics: list_cluster_custom_object("metrics.k8s.io", "v1beta1", "nodes")
+    # (feedback.py NodeMetricsFeed.poll, with --feedback-threshold).
+    "list_cluster_custom_object": ("metrics.k8s.io", "nodes", {"list"}),
+}
+# Leader election on the Lease "<--name>-scheduler" in --lease-namespace (only that name, but
+# create, which RBAC cannot limit by name).
+SCHEDULER_LEASE_CALLS = {
+    "create_namespaced_lease": "create",  # leader.py Lock.create
+    "read_namespaced_lease": "get",  # kubernetes/leaderelection/resourcelock/leaselock.py LeaseLock.get
+    "replace_namespaced_lease": "update",  # leader.py Lock.update (renew, release)
+}
+SCHEDULER_SOURCES = ["iro_fed/k8s/client.py", "iro_fed/k8s/scheduler.py", "iro_fed/k8s/leader.py",
+                     "iro_fed/k8s/feedback.py"]
+# `iro webhook --mode affinity` (cli.py cmd_webhook): ClusterCache's two Reflectors, nothing else;
+# `--mode scheduler-name` calls no API at all.
+WEBHOOK_AFFINITY_CALLS = {"list_node": SCHEDULER_CALLS["list_node"],
+                          "list_pod_for_all_namespaces": SCHEDULER_CALLS["list_pod_for_all_namespaces"]}
 EXTENDER_FIELDS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS",
                    "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"}
 CONFIG_FIELDS = {"apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
@@ -176,6 +221,18 @@ def test_config_map_references_resolve_to_the_generated_names(rendered):
     referenced = {v["configMap"]["name"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
                   for v in d["spec"]["template"]["spec"].get("volumes", []) if "configMap" in v}
     assert referenced and referenced <= config_maps
+    # Each --cluster-config / --config file is a key of the ConfigMap mounted at its folder.
+    data = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    for d in (d for d in docs if d["kind"] in ("Deployment", "DaemonSet")):
+        spec = d["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            mounts = {m["mountPath"]: volumes[m["name"]] for m in c.get("volumeMounts", [])}
+            for arg in c.get("args", []):
+                if arg.startswith(("--cluster-config=", "--config=")):
+                    path = Path(arg.split("=", 1)[1])
+                    volume = mounts.get(str(path.parent), {})
+                    assert path.name in data.get(volume.get("configMap", {}).get("name"), {}), (d["metadata"]["name"], arg)
 
 
 def test_every_object_validates_against_the_kubernetes_schema():
@@ -189,7 +246,7 @@ def test_every_object_validates_against_the_kubernetes_schema():
     versions = sorted({v for v in (TARGET_K8S, latest_version()) if v in supported})
     assert versions, f"kubernetes-validate supports neither {TARGET_K8S} nor its latest"
     distinct = {json.dumps(d, sort_keys=True): d for t in TARGETS for d in _render(t)}
-    assert len(distinct) == len(set.union(*EXPECTED_OBJECTS.values())) + 4  # + the changed DaemonSet/Deployment
+    assert len(distinct) == len(set.union(*EXPECTED_OBJECTS.values())) + sum(map(len, CHANGED.values()))
     for version in versions:
         for doc in distinct.values():
             kv.validate(doc, version, strict=True)  # raises ValidationError naming the field
@@ -209,22 +266,85 @@ def test_webhook_configuration_is_safe(rendered):
     assert budget < hook["timeoutSeconds"]  # answers before the API server gives up
 
 
-def test_scheduler_rbac_is_exactly_what_the_scheduler_needs(rendered):
+def _grants(docs: list[dict], account: str, namespace: str = "iro-system") -> set[tuple]:
+    """(apiGroup, resource, verb, namespace or "*", resourceNames) that the bindings of the rendered
+    objects give the ServiceAccount ``namespace/account`` (a RoleBinding's only in its namespace)."""
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+             for d in docs if d["kind"] in ("ClusterRole", "Role")}
+    granted = set()
+    for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if not any(s.get("kind") == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace
+                   for s in b.get("subjects", [])):
+            continue
+        scope = b["metadata"]["namespace"] if b["kind"] == "RoleBinding" else "*"
+        ref = b["roleRef"]
+        role_ns = b["metadata"]["namespace"] if ref["kind"] == "Role" else ""
+        role = roles.get((ref["kind"], role_ns, ref["name"]))
+        assert role is not None, f"{b['metadata']['name']}: binds {ref['kind']} {ref['name']}, not in the manifests"
+        for rule in role["rules"]:
+            names = tuple(sorted(rule.get("resourceNames", []))) or None
+            granted |= {(g, r, v, scope, names) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return granted
+
+
+def _needed(calls: dict[str, tuple[str, str, set[str]]]) -> set[tuple]:
+    return {(g, r, v, "*", None) for g, r, verbs in calls.values() for v in verbs}
+
+
+def _client_api_methods() -> set[str]:
+    """Method names of the Kubernetes client's API classes the code can reach."""
+    from kubernetes import client
+
+    return {m for api in (client.CoreV1Api, client.CoordinationV1Api, client.CustomObjectsApi, client.EventsV1Api)
+            for m in dir(api) if not m.startswith("_") and not m.endswith("_with_http_info")}
+
+
+def test_scheduler_api_calls_are_the_table():
+    """The table above is the code: every client call in the scheduler's modules (and the client's
+    LeaseLock that leader.py builds on) is in it, and every entry is still called."""
+    pytest.importorskip("kubernetes")
+    import kubernetes.leaderelection.resourcelock.leaselock as leaselock
+
+    methods = _client_api_methods()
+    sources = {p: (ROOT / p).read_text() for p in SCHEDULER_SOURCES} | {"leaselock": Path(leaselock.__file__).read_text()}
+    called = {name for text in sources.values() for name in re.findall(r"\.(\w+)", text) if name in methods}
+    assert called == set(SCHEDULER_CALLS) | set(SCHEDULER_LEASE_CALLS)
+    # The custom-object list is metrics-server's NodeMetrics, the group and resource of the table.
+    assert re.search(r'list_cluster_custom_object\("metrics\.k8s\.io", "v1beta1", "nodes"', sources["iro_fed/k8s/client.py"])
+    assert "LeaseLock" in sources["iro_fed/k8s/leader.py"] and "api_instance.read_namespaced_lease" in sources["leaselock"]
+
+
+def test_scheduler_rbac_grants_exactly_the_table(rendered):
+    """What the bindings give the scheduler's ServiceAccount is exactly what its calls need: cluster-wide
+    for the table's calls, and for the Lease only in --lease-namespace, get/update only on its name."""
     _, docs = rendered
-    rules = find(docs, "ClusterRole", "iro-scheduler")["rules"]
-    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-        ("", "pods/binding", "create"), ("", "pods/status", "patch"),
-        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "events", "create"), ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
-        ("metrics.k8s.io", "nodes", "get"), ("metrics.k8s.io", "nodes", "list"),
-    }
-    lease_rules = find(docs, "Role", "iro-scheduler-leases")["rules"]
-    assert {v for r in lease_rules for v in r["verbs"]} == {"get", "create", "update"}
-    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in lease_rules)
+    dep = find(docs, "Deployment", "iro-scheduler")["spec"]["template"]["spec"]
+    opts = dict(a.split("=", 1) for a in dep["containers"][0]["args"] if "=" in a)
+    lease_ns, lease = opts["--lease-namespace"], f"{opts['--name']}-scheduler"
+    needed = _needed(SCHEDULER_CALLS) | {
+        ("coordination.k8s.io", "leases", v, lease_ns, None if v == "create" else (lease,))
+        for v in SCHEDULER_LEASE_CALLS.values()}
+    granted = _grants(docs, dep["serviceAccountName"])
+    assert granted == needed, f"extra: {sorted(granted - needed, key=str)}; missing: {sorted(needed - granted, key=str)}"
     assert all("*" not in v for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"] for v in r["verbs"])
+
+
+def test_webhook_rbac_is_what_its_mode_calls(rendered):
+    """scheduler-name mode calls no API: no role, no token. Only deploy/overlays/webhook-affinity runs
+    --mode affinity, and grants exactly its cluster cache's list + watch."""
+    target, docs = rendered
+    spec = find(docs, "Deployment", "iro-webhook")["spec"]["template"]["spec"]
+    (mode,) = [a.split("=", 1)[1] for a in spec["containers"][0]["args"] if a.startswith("--mode=")]
+    granted = _grants(docs, spec["serviceAccountName"])
+    account = find(docs, "ServiceAccount", "iro-webhook")
+    if target.endswith("webhook-affinity"):
+        assert mode == "affinity"
+        assert granted == _needed(WEBHOOK_AFFINITY_CALLS)
+        assert spec["automountServiceAccountToken"] is True
+    else:
+        assert mode == "scheduler-name"
+        assert granted == set()
+        assert spec["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
 
 
 def test_kube_scheduler_configuration_matches_the_extender_sidecar(rendered):
@@ -289,6 +409,17 @@ def test_overlays_differ_where_they_should(rendered):
                            for name in ("iro-webhook", "iro-scheduler")}
     else:
         assert "nodeSelector" not in agent and scheduler["replicas"] == 2
+    # hostNetwork (the node's network counters) only where the operator opted in, with cluster DNS and
+    # the agent listening on the node's address instead of every host interface.
+    (container,) = agent["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    if target.endswith("edge-hostnetwork"):
+        assert agent["hostNetwork"] is True and agent["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert env["IRO_AGENT_HOST"] == {"name": "IRO_AGENT_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        assert [(p["containerPort"], p.get("hostPort")) for p in container["ports"]] == [(9464, 9464)]
+    else:
+        assert "hostNetwork" not in agent and "dnsPolicy" not in agent
+        assert env["IRO_AGENT_HOST"]["value"] == "0.0.0.0"
 
 
 def test_cluster_config_sample_loads():

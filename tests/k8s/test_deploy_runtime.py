@@ -9,6 +9,12 @@
 * The SuperLink starts its own SuperExec, which connects to the listen address with ``0.0.0.0``
   replaced by ``127.0.0.1`` and verifies the server certificate: the ``iro fed certs`` commands
   the READMEs give must put that address into the certificate.
+* The ServerApp evaluates on the held-out site in the simulator, which reads the shared data folder
+  from ``$IRO_DATA_DIR``: the pod sets it to a mounted volume, and the init container that fills
+  that volume, run here as written in the manifest, leaves a folder the evaluation's environment
+  builds from (and stops with a clear error when the image holds no data).
+* ``iro scheduler``, run with the Deployment's arguments against the loopback API server
+  (:mod:`iro_fed.k8s.testing`), makes only requests its rendered RBAC allows, and uses every grant.
 * The recording rules' ConfigMap keeps a fixed name for the Prometheus that mounts it.
 """
 
@@ -16,12 +22,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 import yaml
@@ -209,3 +219,197 @@ def test_systemd_units_run_iro_command_lines_that_parse():
         assert Path(argv[0]).name == "iro", unit.name
         args = parser.parse_args(argv[1:])
         assert callable(getattr(args, "func", None)), unit.name
+
+
+# --- the federated server's data -----------------------------------------------------------------
+
+_EVAL_ENV = """
+from iro_fed.federated.task import FedConfig, make_site_env
+env = make_site_env("edge-iot", FedConfig().eval_site, 0)  # what evaluate_policy builds each round
+env.reset(seed=0)
+print("evaluation environment built")
+"""
+
+
+def _data_init(spec: dict, data_dir: str) -> dict:
+    """The init container that mounts, writable, the volume holding ``data_dir``."""
+    mounts = {(c["name"], m["mountPath"]): m for c in spec.get("initContainers", []) for m in c.get("volumeMounts", [])}
+    found = [c for c in spec.get("initContainers", []) for m in c.get("volumeMounts", [])
+             if not m.get("readOnly") and _under(data_dir, [m["mountPath"]])]
+    assert len(found) == 1, f"no init container fills {data_dir}: {sorted(mounts)}"
+    return found[0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fed_server_data_folder_is_a_mounted_volume(target):
+    """IRO_DATA_DIR is set (an installed package has no data beside it) to a mounted volume, which an
+    init container fills before the SuperLink starts (or a claim that already holds it)."""
+    spec, c = _fed_server(target)
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    assert env.get("IRO_DATA_DIR"), "the ServerApp's simulator would look for the data beside the package"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (mount,) = [m for m in c["volumeMounts"] if _under(env["IRO_DATA_DIR"], [m["mountPath"]])]
+    volume = volumes[mount["name"]]
+    assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
+    if "emptyDir" in volume:
+        init = _data_init(spec, env["IRO_DATA_DIR"])
+        assert any(m["name"] == mount["name"] for m in init["volumeMounts"])
+        assert {e["name"]: e.get("value") for e in init["env"]}["IRO_DATA_DIR"] == env["IRO_DATA_DIR"]
+
+
+def _run_data_init(init: dict, source: Path, dest: Path) -> subprocess.CompletedProcess:
+    """The init container's command as the manifest writes it, this interpreter as its `python`."""
+    argv = [*init["command"], *init.get("args", [])]
+    assert argv[0] in ("python", "python3"), argv
+    env = {**os.environ, **{e["name"]: e["value"] for e in init["env"]},
+           "IRO_DATA_SOURCE": str(source), "IRO_DATA_DIR": str(dest)}
+    return subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_fed_server_init_container_fills_the_data_the_evaluation_reads(tmp_path):
+    from iro_fed.sim.signals import data_dir
+
+    source = data_dir()
+    if not (source / "carbon").is_dir():
+        pytest.skip(f"no simulator data at {source} (set IRO_DATA_DIR)")
+    spec, c = _fed_server("deploy/base")
+    data = {e["name"]: e.get("value") for e in c["env"]}["IRO_DATA_DIR"]
+    init = _data_init(spec, data)
+    dest = tmp_path / "data"
+    done = _run_data_init(init, source, dest)
+    assert done.returncode == 0, done.stderr
+    # The ServerApp's evaluation environment builds from the copy alone (IRO_DATA_DIR as in the pod).
+    env = dict(os.environ, IRO_DATA_DIR=str(dest))
+    built = subprocess.run([sys.executable, "-c", _EVAL_ENV], capture_output=True, text=True, env=env, timeout=300)
+    assert built.returncode == 0 and "evaluation environment built" in built.stdout, built.stderr
+    # An image without the data, or with a broken file, stops the pod at start with the reason.
+    done = _run_data_init(init, tmp_path / "missing", tmp_path / "out1")
+    assert done.returncode == 1 and f"IRO_DATA_SOURCE: no data folder at {tmp_path / 'missing'}" in done.stderr, done.stderr
+    broken = tmp_path / "broken"
+    shutil.copytree(source, broken)
+    (broken / "latency" / "gcp_latency_matrix.csv").write_text("not,a,matrix\n")
+    done = _run_data_init(init, broken, tmp_path / "out2")
+    assert done.returncode == 1 and "IRO_DATA_DIR: " in done.stderr and "gcp_latency_matrix.csv line 1" in done.stderr, done.stderr
+
+
+# --- the scheduler's requests against its RBAC ---------------------------------------------------
+
+_CORE = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<rest>.+)$")
+_GROUP = re.compile(r"^/apis/(?P<group>[^/]+)/[^/]+/(?:namespaces/(?P<ns>[^/]+)/)?(?P<rest>.+)$")
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _attributes(request: dict) -> tuple[str, str, str, str, str | None]:
+    """(apiGroup, resource[/subresource], verb, namespace or "", name) of a logged request, as the API
+    server's RequestInfoResolver derives them for RBAC."""
+    m = _CORE.match(request["path"]) or _GROUP.match(request["path"])
+    assert m, request
+    group = m.groupdict().get("group") or ""
+    resource, name, *sub = m["rest"].split("/") + [None]
+    sub = [x for x in sub if x]
+    if request["method"] == "GET":
+        watch = parse_qs(request["query"]).get("watch", [""])[-1].lower() in ("true", "1")
+        verb = "get" if name else "watch" if watch else "list"
+    else:
+        verb = _VERBS[request["method"]]
+    return group, "/".join([resource, *sub]), verb, m["ns"] or "", name
+
+
+def _bound_grants(docs: list[dict], account: str, namespace: str) -> list[tuple]:
+    """Every (role, scope, apiGroup, resource, verb, resourceNames) that the rendered bindings give the
+    ServiceAccount ``namespace/account``; scope is a RoleBinding's namespace or "*"."""
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+             for d in docs if d["kind"] in ("ClusterRole", "Role")}
+    grants = []
+    for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if not any(s.get("kind") == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace
+                   for s in b.get("subjects", [])):
+            continue
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], b["metadata"]["namespace"] if ref["kind"] == "Role" else "", ref["name"])]
+        scope = b["metadata"]["namespace"] if b["kind"] == "RoleBinding" else "*"
+        grants += [(role["metadata"]["name"], scope, g, r, v, tuple(rule.get("resourceNames", [])))
+                   for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
+    return grants
+
+
+def _allowing(grants: list[tuple], attrs: tuple) -> set[tuple]:
+    """The grants that allow a request's (apiGroup, resource, verb, namespace, name), as RBAC matches them."""
+    group, resource, verb, ns, name = attrs
+    return {g for g in grants if g[1] in ("*", ns) and g[2:5] == (group, resource, verb) and (not g[5] or name in g[5])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_scheduler_requests_only_what_its_rbac_grants(tmp_path):
+    """The real `iro scheduler` with the Deployment's own arguments (the cluster config of the base, a
+    free metrics port, a short NodeMetrics period so the feedback loop polls during the test): every
+    request it makes is allowed by the rendered roles, and every granted (rule, verb) is used."""
+    pytest.importorskip("kubernetes")
+    from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
+
+    docs = _render("deploy/base")
+    (dep,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "iro-scheduler"]
+    pod = dep["spec"]["template"]["spec"]
+    account, ns = pod["serviceAccountName"], dep["metadata"]["namespace"]
+    (c,) = pod["containers"]
+    args = []
+    for a in c["args"]:
+        flag = a.split("=", 1)[0]
+        args.append({"--cluster-config": f"--cluster-config={ROOT / 'deploy/base/cluster-config.yaml'}",
+                     "--metrics-port": f"--metrics-port={_free_port()}",
+                     "--metrics-poll-s": "--metrics-poll-s=0.2"}.get(flag, a))
+    with FakeApiServer() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        api.add_node(make_node("n1", cpu="4", memory="8Gi"))
+        api.node_metrics["n1"] = {"cpu": "3", "memory": "6Gi"}
+        api.add_pod(make_pod("fits", cpu="1", memory="1Gi", scheduler="iro"))
+        api.add_pod(make_pod("too-big", cpu="64", memory="1Gi", scheduler="iro"))  # fits nowhere
+        proc = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *args, f"--kubeconfig={kubeconfig}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        try:
+            def seen(verb: str, pattern: str) -> bool:
+                return any(_attributes(r)[2] == verb and re.search(pattern, r["path"]) for r in api.requests)
+
+            # Each kind of call once (the watches too), then a clean stop: no waiting on time.
+            done = api.wait_for(lambda: proc.poll() is not None or all(seen(v, p) for v, p in [
+                ("watch", r"^/api/v1/nodes$"), ("watch", r"^/api/v1/pods$"), ("create", r"/pods/fits/binding$"),
+                ("patch", r"/pods/too-big/status$"), ("create", r"/events$"), ("list", r"^/apis/metrics\.k8s\.io/"),
+                ("create", r"/leases$")]), timeout=120)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # a clean stop releases the Lease (get + update)
+            out, err = proc.communicate(timeout=60)
+        assert done and proc.returncode == 0, err[-3000:]
+        requests = api.requests_to(".*", ".*")
+    assert any(r["method"] == "PUT" and "/leases/" in r["path"] for r in requests), "the Lease was not released"
+    grants = _bound_grants(docs, account, ns)
+    used = set()
+    for r in requests:
+        attrs = _attributes(r)
+        allowing = _allowing(grants, attrs)
+        assert allowing, f"{r['method']} {r['path']}?{r['query']} ({attrs}) is not allowed by the RBAC of {account}"
+        used |= allowing
+    assert used == set(grants), f"granted, never requested: {sorted(set(grants) - used)}"
+
+
+def test_dockerfile_holds_what_the_manifests_run():
+    """deploy/Dockerfile (not built here): the extras of every command the pods run, the data where the
+    fed server's init container reads it, and the pods' user."""
+    import tomllib
+
+    text = (ROOT / "deploy/Dockerfile").read_text()
+    extras = set(re.search(r'pip install "\.\[([^\]]+)\]"', text)[1].split(","))
+    known = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    # iro scheduler/extender/webhook: k8s; edge-agent: agent; iro fed server's ServerApp: fed, dqn, sim.
+    assert {"k8s", "agent", "fed", "dqn", "sim"} <= extras <= known, extras
+    spec, _ = _fed_server("deploy/base")
+    source = {e["name"]: e.get("value") for c in spec["initContainers"] for e in c.get("env", [])}["IRO_DATA_SOURCE"]
+    assert re.search(rf"^COPY --from=data \. {re.escape(source)}$", text, re.M), source
+    docs = _render("deploy/base")
+    users = {d["spec"]["template"]["spec"]["securityContext"]["runAsUser"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")}
+    (user,) = re.findall(r"^USER (\d+)", text, re.M)
+    assert users == {int(user)}, users
