@@ -54,7 +54,7 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import FederatedConfig
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.store import PolicySample
-from iro_fed.federated.procs import find_flower_bin, free_port, signal_process, toml_value
+from iro_fed.federated.procs import config_arg, find_flower_bin, free_port, signal_process
 
 #: Environment variable set on the SuperNode; its value (the FLWR_HOME) is inherited by all it starts.
 MARKER = "IRO_AGENT_SUPERNODE_OF"
@@ -76,7 +76,7 @@ def node_config_arg(fed: FederatedConfig, experience_db: Path | None) -> str:
     if experience_db is not None:
         entries["experience-db"] = str(experience_db)
     entries.update(fed.node_config)
-    return " ".join(f"{k}={toml_value(v)}" for k, v in entries.items())
+    return config_arg(entries)
 
 
 def supernode_argv(fed: FederatedConfig, port: int, experience_db: Path | None = None) -> list[str]:

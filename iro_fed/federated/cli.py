@@ -513,10 +513,7 @@ def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
-    import threading
-    import time
-
-    from iro_fed.federated.round_requests import RoundRequestQueue
+    from iro_fed.federated.round_requests import ConsumerBusyError, RoundRequestQueue
     from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
 
     check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
@@ -530,7 +527,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         overrides["registry"] = args.registry
     overrides.update(parse_sets(args.set))
     try:
-        from iro_fed.federated.local import FederationError, app_dir, flwr_run, flwr_stop
+        from iro_fed.federated.local import app_dir
     except ImportError as exc:
         raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
     try:
@@ -544,6 +541,28 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         queue = RoundRequestQueue(args.requests)
     except (ValueError, OSError) as exc:
         raise UsageError(f"--requests: {str(exc).removeprefix('root: ')}") from exc
+    try:
+        # One consumer per folder, from here to the end: start-up recovery (below) then never takes
+        # a live consumer's running claims, which would run twice.
+        queue.lock()
+    except ConsumerBusyError as exc:
+        raise UsageError(f"--requests: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--requests: cannot take {str(queue.lock_path)!r}: {exc}") from exc
+    try:
+        return _consume(args, queue, app, overrides, rounds)
+    finally:
+        queue.unlock()
+
+
+def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, overrides: dict[str, Any],
+             rounds: int) -> int:
+    """The loop of ``iro fed rounds`` once it is the folder's consumer."""
+    import threading
+    import time
+
+    from iro_fed.federated.local import FederationError, flwr_run, flwr_stop
+    from iro_fed.federated.round_requests import ClaimLostError
 
     err = _console(stderr=True)
     stop = threading.Event()
@@ -585,37 +604,43 @@ def cmd_rounds(args: argparse.Namespace) -> int:
             claimed, rejected = queue.claim()
             for path, why in rejected:
                 err.print(f"[yellow]rejected {path.name}: {why}[/yellow]", highlight=False)
-            if claimed:
-                wait = last_start + args.min_interval_s - time.monotonic()
-                if (wait > 0 and stop.wait(wait)) or stop.is_set():
-                    queue.release(claimed)
-                    break
-                last_start = time.monotonic()
-                sites = sorted({req.site for req in claimed})
-                err.print(f"run: {len(claimed)} request(s) from {', '.join(sites)}; {rounds} round(s) on "
-                          f"{args.federation!r}", highlight=False)
-                run_ids.clear()
-                env = _daemon_env()
-                try:
-                    result = flwr_run(app, args.federation, overrides, env, Path.cwd(), timeout=args.timeout,
-                                      started=running.append, on_run_id=on_run_id)
-                except FederationError as exc:
-                    if stop.is_set():  # stopped mid-run: stop the run itself too; the requests wait for the next consumer
-                        for run_id in run_ids:
-                            why = flwr_stop(run_id, args.federation, env, Path.cwd())
-                            err.print(f"run {run_id}: " + ("stopped on the SuperLink" if why is None else why),
-                                      highlight=False)
+            try:
+                if claimed:
+                    wait = last_start + args.min_interval_s - time.monotonic()
+                    if (wait > 0 and stop.wait(wait)) or stop.is_set():
                         queue.release(claimed)
                         break
-                    failed += 1
-                    record = queue.finish(claimed, False, {"federation": args.federation, "error": str(exc)[-4000:]})
-                    err.print(f"[red]run failed; requests filed under {record.parent}[/red]\n{exc}", highlight=False)
-                else:
-                    failed += not _file_run(queue, claimed, result, rounds, args.federation)
-                finally:
-                    running.clear()
-                    if grace is not None:
-                        grace.cancel()
+                    last_start = time.monotonic()
+                    sites = sorted({req.site for req in claimed})
+                    err.print(f"run: {len(claimed)} request(s) from {', '.join(sites)}; {rounds} round(s) on "
+                              f"{args.federation!r}", highlight=False)
+                    run_ids.clear()
+                    env = _daemon_env()
+                    try:
+                        result = flwr_run(app, args.federation, overrides, env, Path.cwd(), timeout=args.timeout,
+                                          started=running.append, on_run_id=on_run_id)
+                    except FederationError as exc:
+                        if stop.is_set():  # stopped mid-run: stop the run itself too; the requests wait again
+                            for run_id in run_ids:
+                                why = flwr_stop(run_id, args.federation, env, Path.cwd())
+                                err.print(f"run {run_id}: " + ("stopped on the SuperLink" if why is None else why),
+                                          highlight=False)
+                            queue.release(claimed)
+                            break
+                        failed += 1
+                        record = queue.finish(claimed, False,
+                                              {"federation": args.federation, "error": str(exc)[-4000:]})
+                        err.print(f"[red]run failed; requests filed under {record.parent}[/red]\n{exc}",
+                                  highlight=False)
+                    else:
+                        failed += not _file_run(queue, claimed, result, rounds, args.federation)
+                    finally:
+                        running.clear()
+                        if grace is not None:
+                            grace.cancel()
+            except ClaimLostError as exc:  # someone moved a claim away meanwhile: said, the loop goes on
+                failed += 1
+                err.print(f"[red]{exc}[/red]", highlight=False)
             if args.once:
                 break
             stop.wait(args.poll_s)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from iro_fed.federated.executor import READY_LINE
-from iro_fed.federated.procs import find_flower_bin, free_port, signal_process, toml_value
+from iro_fed.federated.procs import config_arg, find_flower_bin, free_port, signal_process
 from iro_fed.federated.server_app import POLL_ENV, ROUND_TAG
 
 #: Lines of `flwr run --stream` that mean the ServerApp failed (flwr run itself may still exit 0).
@@ -86,7 +86,7 @@ def flower_bin(name: str) -> str:
 
 
 def run_config_arg(overrides: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+    return config_arg(overrides)
 
 
 @dataclass

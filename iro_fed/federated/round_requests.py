@@ -14,6 +14,11 @@ system), so a request is always in exactly one place and none is lost:
 * ``rounds/rejected/``: files that are not round requests, each with a ``<stem>.error`` (JSON)
   saying why.
 
+One consumer at a time per folder: a consumer holds ``rounds/consumer.lock`` (``flock``, which
+the kernel releases when the process dies, however it dies) from its first claim or recovery on;
+another one is refused with :class:`ConsumerBusyError` naming the holder. So ``recover`` only ever
+finds the claims of a consumer that is gone, never those of a live one (which would run twice).
+
 The folder may be the policy registry itself (the writers' default), which lists only its
 ``vNNNN`` versions.
 
@@ -22,8 +27,10 @@ Flower-free: the queue works (and is tested) without the ``fed`` extra.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -36,10 +43,25 @@ from iro_fed.problem_io import write_json_atomic
 FORMAT = FederatedRoundRequest.FORMAT
 RUN_FORMAT = "iro-fed/round-run/1"
 STATES = ("requests", "running", "done", "failed", "rejected")
+LOCK_NAME = "consumer.lock"  # in ROOT/rounds/
 
 
 class RoundRequestError(ValueError):
     """A file in ``requests/`` that is not a round request; the message says why."""
+
+
+class ConsumerBusyError(RuntimeError):
+    """Another live consumer holds the folder's consumer lock; the message names the folder and it."""
+
+    def __init__(self, root: Path, holder: str) -> None:
+        super().__init__(f"{str(root)!r} is consumed by another `iro fed rounds` ({holder}); only one consumer "
+                         "may run per request folder")
+        self.root, self.holder = root, holder
+
+
+class ClaimLostError(RuntimeError):
+    """Claimed requests that were no longer in ``running/`` when the consumer filed or released them
+    (moved away by someone else); the message names them."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,46 @@ class RoundRequestQueue:
             raise ValueError(f"root: {str(self.root)!r} exists and is not a folder")
         for state in STATES:
             self.folder(state).mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "rounds" / LOCK_NAME
+
+    def lock(self) -> None:
+        """Become the folder's one consumer (idempotent): take ``rounds/consumer.lock`` without
+        waiting and write this process's pid and host into it; :class:`ConsumerBusyError` while
+        another live consumer holds it. Held until :meth:`unlock` or the process ends."""
+        if self._lock_fd is not None:
+            return
+        # os.open's descriptor is not inherited by child processes (flwr run), so a run that
+        # outlives a killed consumer does not keep the folder locked.
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise ConsumerBusyError(self.root, holder or "pid unknown") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        """Stop being the consumer (the lock file stays; only its lock matters)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the last descriptor releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> RoundRequestQueue:
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unlock()
 
     def folder(self, state: str) -> Path:
         """``ROOT/requests`` (waiting, where the writers put them), else ``ROOT/rounds/<state>``."""
@@ -90,19 +152,30 @@ class RoundRequestQueue:
         return self._files("requests")
 
     def recover(self) -> list[Path]:
-        """Put requests left in ``running/`` (a consumer that died mid-run) back in ``requests/``."""
-        return [self._move(p, "requests") for p in self._files("running")]
+        """Put requests left in ``running/`` (a consumer that died mid-run) back in ``requests/``.
+        Takes the consumer lock first: with a live consumer it raises :class:`ConsumerBusyError`
+        and leaves that consumer's claims alone."""
+        self.lock()
+        recovered = []
+        for path in self._files("running"):
+            try:
+                recovered.append(self._move(path, "requests"))
+            except FileNotFoundError:  # moved away meanwhile by someone else (not a consumer)
+                continue
+        return recovered
 
     def claim(self) -> tuple[list[RoundRequest], list[tuple[Path, str]]]:
         """Move every waiting request into ``running/``; files that are not requests go to
-        ``rejected/`` with the reason. Returns (claimed, rejected)."""
+        ``rejected/`` with the reason. Returns (claimed, rejected). Takes the consumer lock first
+        (:class:`ConsumerBusyError` while another consumer holds it)."""
+        self.lock()
         claimed: list[RoundRequest] = []
         rejected: list[tuple[Path, str]] = []
         for path in self.pending():
             try:
                 req = read_request(path)
             except RoundRequestError as exc:
-                if not path.exists():  # another consumer claimed it between the listing and the read
+                if not path.exists():  # removed between the listing and the read (not by a consumer: the lock)
                     continue
                 try:
                     moved = self._move(path, "rejected")
@@ -113,18 +186,28 @@ class RoundRequestQueue:
                 continue
             try:
                 claimed.append(replace(req, path=self._move(path, "running")))
-            except FileNotFoundError:  # another consumer took it first
+            except FileNotFoundError:  # removed meanwhile
                 continue
         return claimed, rejected
 
     def release(self, claimed: Sequence[RoundRequest]) -> None:
-        """Put claimed requests back (the run was stopped before it finished)."""
+        """Put claimed requests back (the run was stopped before it finished); those no longer in
+        ``running/`` raise :class:`ClaimLostError` once the others are back."""
+        lost = []
         for req in claimed:
-            self._move(req.path, "requests")
+            try:
+                self._move(req.path, "requests")
+            except FileNotFoundError:
+                lost.append(req.path.name)
+        if lost:
+            raise ClaimLostError(f"{', '.join(lost)}: no longer in {str(self.folder('running'))!r} (moved away "
+                                 "while this consumer ran them), not put back")
 
     def finish(self, claimed: Sequence[RoundRequest], ok: bool, result: Mapping[str, Any]) -> Path:
         """Move the requests of a finished run into ``done/`` (``ok``) or ``failed/``, beside a
-        ``<time>-run.json`` record of the run; returns the record's path."""
+        ``<time>-run.json`` record of the run; returns the record's path. Requests no longer in
+        ``running/`` are listed under ``missing`` in the record, which is still written, and then
+        raise :class:`ClaimLostError` naming them and the record."""
         state = "done" if ok else "failed"
         now = time.gmtime()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", now)
@@ -133,12 +216,20 @@ class RoundRequestQueue:
         while record.exists():
             n += 1
             record = self.folder(state) / f"{stamp}-run-{n}.json"
-        moved = [self._move(req.path, state) for req in claimed]
+        moved, lost = [], []
+        for req in claimed:
+            try:
+                moved.append(self._move(req.path, state))
+            except FileNotFoundError:
+                lost.append(req.path.name)
         write_json_atomic(record, {
             "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), "ok": ok,
             "requests": [p.name for p in moved], "sites": sorted({req.site for req in claimed}),
-            "reasons": [req.reason for req in claimed], **result,
+            "reasons": [req.reason for req in claimed], **result, **({"missing": lost} if lost else {}),
         })
+        if lost:
+            raise ClaimLostError(f"{', '.join(lost)}: no longer in {str(self.folder('running'))!r} when the run "
+                                 f"finished (moved away while this consumer ran them); run recorded in {str(record)!r}")
         return record
 
     def _move(self, path: Path, state: str) -> Path:

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
-
-from iro_fed.problem_io import write_file_atomic
 
 FORMAT = "iro-fed-dqn/1"
 
 
 class CheckpointError(ValueError):
     """A missing, unreadable or incompatible policy checkpoint; the message names the file."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, a read-only folder); the message names
+    the file. An OSError, so the command line reports it as one (``iro train``: exit 2)."""
 
 
 def metadata_path(path: str | os.PathLike[str]) -> Path:
@@ -34,16 +38,46 @@ def metadata_path(path: str | os.PathLike[str]) -> Path:
 
 
 def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], metadata: dict[str, Any]) -> Path:
-    """Write ``path`` (.pt) and its ``.json`` metadata; a reader never sees a partial file."""
+    """Write ``path`` (.pt) and its ``.json`` metadata; a reader never sees a partial file.
+
+    Both are written to temporary files beside their targets and renamed into place only once both
+    are whole, so a failed write (a full disk) leaves the old pair (or none), never a new checkpoint
+    with old or missing metadata (short of a failing rename), and no temporary file. It raises
+    :class:`CheckpointWriteError` (an OSError) naming the path, not torch's ``RuntimeError:
+    [enforce fail at inline_container.cc] ... unexpected pos``.
+    """
     import torch
 
     path = Path(path)
+    meta_path = metadata_path(path)
     meta = {"format": FORMAT, **metadata}
     text = json.dumps(meta, indent=2, sort_keys=True, default=float)
     payload = {"format": FORMAT, "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
                "metadata_json": text}
-    write_file_atomic(path, lambda tmp: torch.save(payload, tmp))
-    write_file_atomic(metadata_path(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8"))
+    for target in (path, meta_path):
+        if target.is_dir():  # os.replace would fail only once the other file is in place
+            raise CheckpointWriteError(f"policy {str(path)!r}: cannot write the checkpoint: "
+                                       f"{str(target)!r} is a folder")
+    temps: list[str] = []
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for target, write in ((path, lambda fh: torch.save(payload, fh)),
+                              (meta_path, lambda fh: fh.write((text + "\n").encode("utf-8")))):
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)  # readable by others, as write_file_atomic leaves files
+        os.replace(temps[0], path)
+        os.replace(temps[1], meta_path)
+    except (OSError, RuntimeError) as exc:  # torch reports a short write as a RuntimeError
+        raise CheckpointWriteError(f"policy {str(path)!r}: cannot write the checkpoint (disk full or not "
+                                   f"writable?): {exc}") from exc
+    finally:
+        for tmp in temps:
+            Path(tmp).unlink(missing_ok=True)  # those not renamed into place
     return path
 
 

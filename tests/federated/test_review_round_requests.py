@@ -1,29 +1,35 @@
-"""Two consumers of one round-request folder (review finding): a request is consumed once, and
-the consumer that comes second neither crashes nor files the request as rejected."""
+"""Two consumers of one round-request folder (review findings): a request is consumed once; a
+second consumer is refused while the first lives, and a request that vanishes between the listing
+and the move is skipped, not filed as rejected."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from iro_fed.federated.round_requests import RoundRequestQueue
+import pytest
+
+from iro_fed.federated.round_requests import ConsumerBusyError, RoundRequestQueue
 
 
 class _Overtaken(RoundRequestQueue):
-    """A consumer that another consumer overtakes between listing ``requests/`` and reading a file
-    (real files and moves, the order forced)."""
+    """A consumer whose listed request is taken away between listing ``requests/`` and reading the
+    file (real files and moves, the order forced): first another consumer tries to claim it, then
+    someone moves it out of the folder by hand."""
 
     def pending(self) -> list[Path]:
         listed = super().pending()
-        self.other = RoundRequestQueue(self.root).claim()
+        with pytest.raises(ConsumerBusyError):  # a second consumer cannot claim beside this one
+            RoundRequestQueue(self.root).claim()
+        for path in listed:
+            path.rename(self.root / path.name)
         return listed
 
 
-def test_a_request_another_consumer_claimed_first_is_skipped(tmp_path, write_round_request):
-    write_round_request(tmp_path, "edge-madrid")
+def test_a_request_that_vanishes_before_the_claim_is_skipped(tmp_path, write_round_request):
+    path = Path(write_round_request(tmp_path, "edge-madrid"))
     second = _Overtaken(tmp_path)
     claimed, rejected = second.claim()  # was: FileNotFoundError moving the vanished file to rejected/
     assert (claimed, rejected) == ([], [])
-    first_claimed, first_rejected = second.other
-    assert [r.site for r in first_claimed] == ["edge-madrid"] and first_rejected == []
     assert list((tmp_path / "rounds" / "rejected").iterdir()) == []
-    assert [p.name for p in (tmp_path / "rounds" / "running").iterdir()] == [first_claimed[0].path.name]
+    assert list((tmp_path / "rounds" / "running").iterdir()) == []
+    assert (tmp_path / path.name).is_file()

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from iro_fed.federated.registry import PolicyRegistry
-from iro_fed.federated.round_requests import RUN_FORMAT, RoundRequestQueue
+from iro_fed.federated.round_requests import RUN_FORMAT, ClaimLostError, ConsumerBusyError, RoundRequestQueue
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A consumer as its own process: claims what waits, prints the claimed names, then on "finish" on
+# stdin files them as done and prints the record's path.
+_CONSUMER = """
+import json, sys
+from iro_fed.federated.round_requests import RoundRequestQueue
+queue = RoundRequestQueue(sys.argv[1])
+claimed, _ = queue.claim()
+print(json.dumps([r.path.name for r in claimed]), flush=True)
+if sys.stdin.readline().strip() == "finish":
+    print(queue.finish(claimed, True, {"rounds": []}), flush=True)
+"""
+
+
+def start_consumer(root: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _CONSUMER, str(root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
 
 
 def test_claim_moves_requests_to_running_and_finish_files_them_with_a_record(tmp_path, write_round_request):
@@ -35,15 +56,69 @@ def test_failed_runs_are_kept_and_stopped_or_crashed_runs_put_back(tmp_path, wri
     claimed, _ = queue.claim()
     queue.release(claimed)  # stopped before it finished
     assert [p.name for p in queue.pending()] == [claimed[0].path.name]
-    claimed, _ = queue.claim()
-    # the consumer died here: a new one puts the request back before anything else
-    assert [p.name for p in RoundRequestQueue(tmp_path).recover()] == [claimed[0].path.name]
+    queue.unlock()
+    consumer = start_consumer(tmp_path)  # a real consumer process claims it ...
+    (name,) = json.loads(consumer.stdout.readline())
+    consumer.kill()  # ... and dies mid-run (SIGKILL: nothing of its own runs any more)
+    consumer.wait(timeout=60)
+    assert [p.name for p in (tmp_path / "rounds" / "running").iterdir()] == [name]
+    # a new consumer puts the request back before anything else
+    queue = RoundRequestQueue(tmp_path)
+    assert [p.name for p in queue.recover()] == [name]
     claimed, _ = queue.claim()
     record = queue.finish(claimed, False, {"error": "flwr run failed (status 1)"})
     assert record.parent == tmp_path / "rounds" / "failed" and json.loads(record.read_text())["ok"] is False
     assert (tmp_path / "rounds" / "failed" / claimed[0].path.name).is_file()
     again = queue.finish([], True, {})  # a second record in the same second gets its own name
     assert again != record
+
+
+def test_a_live_consumers_claims_are_not_recovered_and_a_second_consumer_is_refused(tmp_path, write_round_request):
+    # Review finding: a second `iro fed rounds` started beside a running one put the first one's
+    # claim back in requests/ at start-up, ran it again, and the first one's finish() raised
+    # FileNotFoundError.
+    write_round_request(tmp_path, "edge-madrid")
+    consumer = start_consumer(tmp_path)
+    try:
+        (name,) = json.loads(consumer.stdout.readline())
+        second = RoundRequestQueue(tmp_path)
+        with pytest.raises(ConsumerBusyError, match=f"pid {consumer.pid} on .*only one consumer") as busy:
+            second.recover()
+        assert str(tmp_path) in str(busy.value)
+        with pytest.raises(ConsumerBusyError):
+            second.claim()
+        assert [p.name for p in (tmp_path / "rounds" / "running").iterdir()] == [name]
+        assert second.pending() == []
+        out, err = consumer.communicate("finish\n", timeout=60)  # the first consumer files its run
+        assert consumer.returncode == 0, err
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+    doc = json.loads(Path(out.strip()).read_text())
+    assert doc["ok"] is True and doc["requests"] == [name] and (tmp_path / "rounds" / "done" / name).is_file()
+    # once it is gone, the next consumer takes over, with nothing to recover
+    assert second.recover() == [] and second.claim() == ([], [])
+
+
+def test_finishing_a_claim_that_was_moved_away_says_so_and_records_the_run(tmp_path, write_round_request):
+    write_round_request(tmp_path, "a")
+    write_round_request(tmp_path, "b")
+    queue = RoundRequestQueue(tmp_path)
+    claimed, _ = queue.claim()
+    gone = claimed[0].path
+    gone.rename(tmp_path / gone.name)  # an operator moved it out of running/
+    with pytest.raises(ClaimLostError, match=f"{gone.name}: no longer in .*running.*run recorded in") as lost:
+        queue.finish(claimed, True, {"rounds": []})  # was: FileNotFoundError from os.replace
+    (record,) = (tmp_path / "rounds" / "done").glob("*-run.json")
+    assert str(record) in str(lost.value)
+    doc = json.loads(record.read_text())
+    assert doc["requests"] == [claimed[1].path.name] and doc["missing"] == [gone.name]
+    assert (tmp_path / "rounds" / "done" / claimed[1].path.name).is_file()
+    write_round_request(tmp_path, "c")
+    claimed, _ = queue.claim()
+    claimed[0].path.unlink()
+    with pytest.raises(ClaimLostError, match="not put back"):
+        queue.release(claimed)
 
 
 @pytest.mark.parametrize(("text", "why"), [

@@ -165,3 +165,37 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
         assert [p.name for p in (reg / "requests").iterdir()] == [path.name] and registry.versions() == [1, 2]
     out = capsys.readouterr().out
     assert "done: 2 request(s), 1 round(s), versions v0001" in out and "versions v0002" in out
+
+
+def test_a_second_consumer_of_one_request_folder_exits_2_naming_the_folder_and_the_holder(
+        tmp_path, monkeypatch, capsys, write_round_request) -> None:
+    # Review finding: its start-up recovery put the live consumer's running claim back to wait,
+    # so the request ran twice. Now it is refused before it touches the folder.
+    from iro_fed.cli import main
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    reg = tmp_path / "policies"
+    write_round_request(reg, "edge-madrid")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom iro_fed.federated.round_requests import RoundRequestQueue\n"
+         "queue = RoundRequestQueue(sys.argv[1])\nclaimed, _ = queue.claim()\nprint(claimed[0].path.name, flush=True)\n"
+         "sys.stdin.readline()\n", str(reg)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        name = holder.stdout.readline().strip()
+        assert main(rounds_argv(reg)) == 2
+        err = capsys.readouterr().err
+        assert f"--requests: {str(reg)!r} is consumed by another `iro fed rounds` (pid {holder.pid} on" in err, err
+        assert "only one consumer may run per request folder" in err
+        assert [p.name for p in (reg / "rounds" / "running").iterdir()] == [name]  # left to its consumer
+        assert list((reg / "requests").iterdir()) == []
+        holder.communicate("\n", timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert holder.returncode == 0
+    # its consumer is gone without filing it: the next one takes the folder and puts it back
+    from iro_fed.federated.round_requests import RoundRequestQueue
+
+    assert [p.name for p in RoundRequestQueue(reg).recover()] == [name]
