@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,11 +36,15 @@ class TypicalTasks:
     memory: np.ndarray  # [T] MiB (mean over the group's pods)
     milli: np.ndarray  # [T] milli per card (0 for CPU-only tasks)
     count: np.ndarray  # [T] cards
-    popularity: np.ndarray  # [T], sums to 1
     access: np.ndarray  # [T, N] the node's GPU model is allowed
-    #: [T] pods per group (popularity = mass / mass.sum()), or None. With it the "fgd" model sums
-    #: integers and divides once, so placements that leave F unchanged give exactly dF = 0.
-    mass: np.ndarray | None = None
+    #: [T] pods per group. The "fgd" model sums these integers and divides once, so placements
+    #: that leave F unchanged give exactly dF = 0.
+    mass: np.ndarray
+
+    @cached_property
+    def popularity(self) -> np.ndarray:
+        """[T] each group's share of the kept pods (sums to 1)."""
+        return self.mass / self.mass.sum() if self.mass.sum() > 0 else np.zeros(len(self.mass))
 
 
 def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> TypicalTasks:
@@ -83,15 +88,13 @@ def typical_tasks(problem: Problem, coverage: float = DEFAULT_COVERAGE) -> Typic
         if milli and models:
             allowed = [model_index[m] for m in models if m in model_index]
             access[t] = np.isin(p.node_gpu_model, np.array(allowed, dtype=np.int32))
-    mass = np.array([n for _, n in kept], dtype=np.float64)
     return TypicalTasks(
         cpu=np.array([k[0] for k, _ in kept], dtype=np.float64),
         memory=np.array([mem_sum[k] / n for k, n in kept], dtype=np.float64),
         milli=np.array([k[1] for k, _ in kept], dtype=np.int64),
         count=np.array([k[2] for k, _ in kept], dtype=np.int64),
-        popularity=mass / mass.sum() if mass.sum() > 0 else np.zeros(len(kept)),
         access=access,
-        mass=mass.astype(np.int64),
+        mass=np.array([n for _, n in kept], dtype=np.int64),
     )
 
 
@@ -127,11 +130,10 @@ def fragmentation(
     # for it). Weighted by the groups' pod counts the sum stays an integer: one division at the end
     # keeps F exact, so a placement that leaves F unchanged scores sigmoid(0) (50) as upstream,
     # not 49 from rounding noise of the popularity-weighted float sum.
-    exact = tasks.mass is not None and tasks.mass.sum() > 0
-    weight = tasks.mass if exact else tasks.popularity
+    mass = tasks.mass
     free = np.maximum(cards, 0).astype(np.int64)
     total = free.sum(axis=1)
-    frag = total * (weight[tasks.milli <= 0].sum())
+    frag = total * (mass[tasks.milli <= 0].sum())
     gpu_tasks = np.flatnonzero(tasks.milli > 0)
     for threshold in np.unique(tasks.milli[gpu_tasks]):
         fits = cards >= threshold
@@ -141,8 +143,9 @@ def fragmentation(
             sat = tasks.access[t, nodes] & (cpu_left >= tasks.cpu[t]) & (n_fit >= tasks.count[t])
             if memory_left is not None:
                 sat &= memory_left >= tasks.memory[t]
-            frag = frag + weight[t] * np.where(sat, stranded, total)
-    return frag / tasks.mass.sum() if exact else np.asarray(frag, dtype=np.float64)
+            frag = frag + mass[t] * np.where(sat, stranded, total)
+    pods = int(mass.sum())
+    return frag / pods if pods else frag.astype(np.float64)  # no typical tasks: all zero
 
 
 def _fragmentation_copies(

@@ -261,15 +261,15 @@ def improve(
     :func:`drain_nodes`, (``swaps``) :func:`swap_pods`, :func:`insert_by_eviction`, and
     single-pod moves again after any of them moved something. Returns the number of moves (a
     drained node counts its pods, a swap or an insertion two)."""
+    # Each tried only while the ones before it moved nothing and time is left.
+    larger = [drain_nodes, *([swap_pods] if swaps else []), insert_by_eviction]
     moves = 0
     for _ in range(max_rounds):
         moved = _single_pod_round(problem, state, deadline)
-        if moved == 0 and (deadline is None or time.perf_counter() <= deadline):
-            moved = drain_nodes(problem, state, deadline)
-        if swaps and moved == 0 and (deadline is None or time.perf_counter() <= deadline):
-            moved = swap_pods(problem, state, deadline)
-        if moved == 0 and (deadline is None or time.perf_counter() <= deadline):
-            moved = insert_by_eviction(problem, state, deadline)
+        for move in larger:
+            if moved or (deadline is not None and time.perf_counter() > deadline):
+                break
+            moved = move(problem, state, deadline)
         moves += moved
         if moved == 0 or (deadline is not None and time.perf_counter() > deadline):
             break
@@ -396,8 +396,7 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
     a, b = placed[i], placed[j]
     m, n = node[i], node[j]
     d = problem.demand
-    fits = ((state.free[n] + d[b] - d[a] >= -EPS) | (d[a] <= 0)).all(axis=1)
-    fits &= ((state.free[m] + d[a] - d[b] >= -EPS) | (d[b] <= 0)).all(axis=1)
+    fits = _room_after(state.free[n], d[b], d[a]) & _room_after(state.free[m], d[a], d[b])
     static = {int(w): _static_mask(problem, int(w)) for w in np.unique(np.concatenate([a[fits], b[fits]]))}
     fits[fits] = [bool(static[int(x)][int(y)] and static[int(u)][int(v)])
                   for x, y, u, v in zip(a[fits], n[fits], b[fits], m[fits], strict=True)]
@@ -438,6 +437,12 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
     return 2 * swaps
 
 
+def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray) -> np.ndarray:
+    """Per row: ``coming``'s additive resources fit ``free`` once ``leaving`` is out (a resource
+    it does not request is not checked, as in resource_fit). The swap and eviction screens."""
+    return ((free + leaving - coming >= -EPS) | (coming <= 0)).all(axis=1)
+
+
 #: Most (unplaced pod, node, evicted pod) tries of :func:`insert_by_eviction` per call.
 EVICT_MAX_TRIES = 5_000
 
@@ -462,24 +467,19 @@ def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | 
     for u in out:
         u = int(u)
         mask = _static_mask(problem, u) & (state.pods_on_node > 0)
-        if not mask.any():
-            continue
         # Pods v on u's nodes whose leaving makes room for u's additive resources.
         on = np.flatnonzero(np.isin(state.assignment, np.flatnonzero(mask)))
         if on.size == 0:
             continue
-        n_of = state.assignment[on]
-        room = state.free[n_of] + d[on] - d[u]
-        on = on[((room >= -EPS) | (d[u] <= 0)).all(axis=1)]
+        on = on[_room_after(state.free[state.assignment[on]], d[on], d[u])]
         # Cheapest evictions first: the pods whose own placement is worth least.
         on = on[np.argsort(d[on].sum(axis=1), kind="stable")]
         for v in on:
             if tries >= EVICT_MAX_TRIES or (deadline is not None and time.perf_counter() > deadline):
                 return 2 * inserted
             v = int(v)
+            # Every try before this one was undone (an insertion ends u's loop): v is where it was.
             n, cards_v = int(state.assignment[v]), state.gpu_cards.get(v, ())
-            if n < 0:  # moved by an earlier insertion
-                continue
             tries += 1
             state.remove(v)
             if resource_fit(state, u, np.array([n]))[0]:

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -125,6 +124,8 @@ class PolicyRegistry:
 
     def _point_latest(self, version: int) -> None:
         """Point ``latest`` at ``version`` unless it names a higher one already (it never moves back)."""
+        from iro_fed.problem_io import write_file_atomic
+
         with open(self.root / ".publish.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the read and the replace below, one writer at a time
             try:
@@ -133,15 +134,8 @@ class PolicyRegistry:
                 current = None  # a damaged pointer is replaced
             if current is not None and current > version and self.path(current).is_file():
                 return
-            fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(f"v{version:04d}/{CHECKPOINT}\n")
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, self.root / "latest")
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_file_atomic(self.root / "latest",
+                              lambda tmp: Path(tmp).write_text(f"v{version:04d}/{CHECKPOINT}\n", encoding="utf-8"))
 
     def load(self, version: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(state_dict, metadata)`` of a version (default: ``latest``)."""

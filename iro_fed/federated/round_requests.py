@@ -156,13 +156,8 @@ class RoundRequestQueue:
         Takes the consumer lock first: with a live consumer it raises :class:`ConsumerBusyError`
         and leaves that consumer's claims alone."""
         self.lock()
-        recovered = []
-        for path in self._files("running"):
-            try:
-                recovered.append(self._move(path, "requests"))
-            except FileNotFoundError:  # moved away meanwhile by someone else (not a consumer)
-                continue
-        return recovered
+        moved = [self._move(path, "requests") for path in self._files("running")]
+        return [path for path in moved if path is not None]  # None: moved away meanwhile (not by a consumer)
 
     def claim(self) -> tuple[list[RoundRequest], list[tuple[Path, str]]]:
         """Move every waiting request into ``running/``; files that are not requests go to
@@ -175,30 +170,19 @@ class RoundRequestQueue:
             try:
                 req = read_request(path)
             except RoundRequestError as exc:
-                if not path.exists():  # removed between the listing and the read (not by a consumer: the lock)
-                    continue
-                try:
-                    moved = self._move(path, "rejected")
-                except FileNotFoundError:  # ... or between the read and the move
-                    continue
-                write_json_atomic(moved.with_name(moved.stem + ".error"), {"file": moved.name, "error": str(exc)})
-                rejected.append((moved, str(exc)))
+                # None: removed between the listing and the move (not by a consumer: the lock)
+                if (moved := self._move(path, "rejected")) is not None:
+                    write_json_atomic(moved.with_name(moved.stem + ".error"), {"file": moved.name, "error": str(exc)})
+                    rejected.append((moved, str(exc)))
                 continue
-            try:
-                claimed.append(replace(req, path=self._move(path, "running")))
-            except FileNotFoundError:  # removed meanwhile
-                continue
+            if (moved := self._move(path, "running")) is not None:
+                claimed.append(replace(req, path=moved))
         return claimed, rejected
 
     def release(self, claimed: Sequence[RoundRequest]) -> None:
         """Put claimed requests back (the run was stopped before it finished); those no longer in
         ``running/`` raise :class:`ClaimLostError` once the others are back."""
-        lost = []
-        for req in claimed:
-            try:
-                self._move(req.path, "requests")
-            except FileNotFoundError:
-                lost.append(req.path.name)
+        _, lost = self._move_claimed(claimed, "requests")
         if lost:
             raise ClaimLostError(f"{', '.join(lost)}: no longer in {str(self.folder('running'))!r} (moved away "
                                  "while this consumer ran them), not put back")
@@ -216,12 +200,7 @@ class RoundRequestQueue:
         while record.exists():
             n += 1
             record = self.folder(state) / f"{stamp}-run-{n}.json"
-        moved, lost = [], []
-        for req in claimed:
-            try:
-                moved.append(self._move(req.path, state))
-            except FileNotFoundError:
-                lost.append(req.path.name)
+        moved, lost = self._move_claimed(claimed, state)
         write_json_atomic(record, {
             "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), "ok": ok,
             "requests": [p.name for p in moved], "sites": sorted({req.site for req in claimed}),
@@ -232,7 +211,17 @@ class RoundRequestQueue:
                                  f"finished (moved away while this consumer ran them); run recorded in {str(record)!r}")
         return record
 
-    def _move(self, path: Path, state: str) -> Path:
+    def _move(self, path: Path, state: str) -> Path | None:
+        """Move ``path`` into ``state``'s folder; None when it is no longer there (moved away meanwhile)."""
         target = self.folder(state) / path.name
-        os.replace(path, target)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return None
         return target
+
+    def _move_claimed(self, claimed: Sequence[RoundRequest], state: str) -> tuple[list[Path], list[str]]:
+        """Move claimed requests into ``state``'s folder: (where they went, names of those no longer in ``running/``)."""
+        moved = [self._move(req.path, state) for req in claimed]
+        return ([path for path in moved if path is not None],
+                [req.path.name for req, path in zip(claimed, moved, strict=True) if path is None])

@@ -242,13 +242,12 @@ class SchedulerParts:
 
     scheduler: Any  # iro_fed.k8s.scheduler.IroScheduler, not started
     settings: dict[str, Any] = field(default_factory=dict)  # the solver's --set values
-    feedback: Any = None  # iro_fed.feedback.FeedbackLoop with --feedback-threshold
     registry: Any = None  # prometheus_client.CollectorRegistry with --metrics-port
 
 
 def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     """Check every ``iro scheduler`` argument (a UsageError names the flag) and build the
-    scheduler, its feedback loop and its metrics registry; nothing is started or listens yet."""
+    scheduler (with its feedback loop) and its metrics registry; nothing is started or listens yet."""
     from iro_fed.k8s.scheduler import IroScheduler
 
     _k8s_name("--name", args.name, max_len=253 - len("-scheduler"))  # the Lease is named NAME-scheduler
@@ -305,7 +304,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
         raise UsageError(str(exc)) from exc
     if registry is not None:
         registry.register(QueueCollector(sched))
-    return SchedulerParts(sched, settings, feedback, registry)
+    return SchedulerParts(sched, settings, registry)
 
 
 class QueueCollector:
@@ -345,7 +344,8 @@ class QueueCollector:
 def cmd_scheduler(args: argparse.Namespace) -> int:
     _logging(args.verbose)
     parts = build_scheduler(args)
-    sched, feedback, registry = parts.scheduler, parts.feedback, parts.registry
+    sched, registry = parts.scheduler, parts.registry
+    feedback = sched.feedback
     if registry is not None:
         from prometheus_client import start_http_server
 

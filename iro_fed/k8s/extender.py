@@ -461,9 +461,7 @@ class Extender:
                 ri = problem.resource_index.get(r)
                 if ri is not None:
                     allocated[ri] = amount
-            gpu_free = problem.gpu_free[i].copy()
-            gpu_free[: len(doc["gpu_free_milli"])] = doc["gpu_free_milli"]
-            state.set_node_usage(i, allocated, gpu_free)
+            state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype))
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = victims
             state.set_node_usage(i, problem.allocated[i], problem.gpu_free[i])

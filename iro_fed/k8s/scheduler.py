@@ -497,7 +497,6 @@ class IroScheduler:
         log.debug("%s: %s (attempt %d; tried again after %.0f s if the cluster changes, after %.0f s anyway)",
                   key, reason, attempts, queued.backoff_s, self.max_unschedulable_s)
         if self.is_leader():
-            uid = meta.get("uid")
             current = _pod_scheduled(pod)
             with self._lock:
                 last = self._reported.get(key)

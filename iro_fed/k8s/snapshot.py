@@ -10,7 +10,7 @@ Mapping (documented for users in ``docs/kubernetes.md``):
 * node capacity: ``status.allocatable`` (``cpu`` in millicores, ``memory`` in MiB; the other
   resources named in :class:`ClusterConfig` ``resources``: ``pods`` and extended resources as
   whole counts, ``ephemeral-storage`` and hugepages in MiB, everything else in its base unit:
-  :func:`resource_amount`); GPUs: ``nvidia.com/gpu``; GPU model: label
+  :func:`model_amount`); GPUs: ``nvidia.com/gpu``; GPU model: label
   ``nvidia.com/gpu.product`` (or ``iro-fed.io/gpu-model``);
 * domain: label ``topology.kubernetes.io/zone``, else ``topology.kubernetes.io/region``, else
   ``default``; its kind from the config or the node label ``iro-fed.io/domain-kind``;
@@ -80,9 +80,6 @@ ANN_ALLOWED_DOMAINS = "iro-fed.io/allowed-domains"
 #: there (``{"cpu": "3500m", "memory": "6Gi"}``), for extenders that see no pods.
 ANN_NODE_ALLOCATED = "iro-fed.io/allocated"
 AFFINITY_LABEL_PREFIX = "iro-fed.io/affinity-"
-#: What kube-scheduler's scoring counts for a container without a cpu / memory request, in model
-#: units (``schedutil.DefaultMilliCPURequest`` 100m, ``DefaultMemoryRequest`` 200 MiB).
-NONZERO_DEFAULTS = {"cpu": 100.0, "memory": 200.0}
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -302,19 +299,15 @@ def model_amount(resource: str, exact: Decimal) -> float:
     return float(exact)
 
 
-def resource_amount(resource: str, value: Any, where: str) -> float:
-    """One quantity in the model's unit for ``resource`` (raises :class:`QuantityError`).
+def _amount(resource: str, value: Any, who: str, path: str) -> float:
+    """One quantity in the model's unit for ``resource``, the error as a :class:`PodSpecError`
+    naming ``path``.
 
     The one unit table: ``cpu`` in millicores; ``memory``, ``ephemeral-storage`` and hugepages in
     MiB; ``pods`` and extended resources (``vendor/name``, ``nvidia.com/gpu``) as whole counts;
     anything else in its base unit. Rounded up as kube rounds one quantity (a node's
     allocatable: ``NewResource``); a pod's request is rounded once, on its total.
     """
-    return model_amount(resource, exact_amount(resource, value, where))
-
-
-def _amount(resource: str, value: Any, who: str, path: str) -> float:
-    """:func:`resource_amount` with the error as a :class:`PodSpecError` naming ``path``."""
     return model_amount(resource, _exact(resource, value, who, path))
 
 
@@ -419,7 +412,10 @@ def _request_names(resources: Sequence[str]) -> tuple[str, ...]:
 
 
 def _container_exact(container: Any, resources: Sequence[str], field: str, who: str) -> dict[str, Decimal]:
-    """:func:`container_requests`, exact (:func:`exact_amount`)."""
+    """One container's requests, exact (:func:`exact_amount`), for the names of ``resources``
+    (but ``pods``) and ``nvidia.com/gpu``; a resource without a request but with a limit
+    requests its limit (API defaulting). ``field`` is the container's JSON path
+    (``spec.containers[0]``) and ``who`` the object errors name (``pod shop/web``)."""
     c = _obj(container, who, field, required=True)
     res = _obj(c.get("resources"), who, f"{field}.resources")
     req = _obj(res.get("requests"), who, f"{field}.resources.requests")
@@ -431,14 +427,6 @@ def _container_exact(container: Any, resources: Sequence[str], field: str, who: 
         elif r in lim:  # API defaulting: a limit without a request requests the limit
             out[r] = _exact(r, lim[r], who, f"{field}.resources.limits.{r}")
     return out
-
-
-def container_requests(container: Any, resources: Sequence[str], field: str = "container", who: str = "") -> dict[str, float]:
-    """One container's requests in model units (:func:`resource_amount`), for the names of
-    ``resources`` (but ``pods``) and ``nvidia.com/gpu``; a resource without a request but with a
-    limit requests its limit (API defaulting). ``field`` is the container's JSON path
-    (``spec.containers[0]``) and ``who`` the object errors name (``pod shop/web``)."""
-    return {r: model_amount(r, v) for r, v in _container_exact(container, resources, field, who).items()}
 
 
 def _add(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,8 +473,10 @@ def _who(pod: Any) -> str:
     return f"pod {key}" if key else "pod"
 
 
-#: Exact (:func:`exact_amount`) forms of :data:`NONZERO_DEFAULTS`: 100 millicores, 200 MiB in bytes.
-_NONZERO_EXACT = {"cpu": Decimal(100), "memory": Decimal(200 * MIB)}
+#: What kube-scheduler's scoring counts for a container without a cpu / memory request, exact
+#: (:func:`exact_amount`: millicores, bytes): ``schedutil.DefaultMilliCPURequest`` 100m,
+#: ``DefaultMemoryRequest`` 200 MiB.
+NONZERO_DEFAULTS = {"cpu": Decimal(100), "memory": Decimal(200 * MIB)}
 
 
 def _pod_level_resource(resource: str) -> bool:
@@ -511,7 +501,7 @@ def nonzero_requests(containers: Iterable[Mapping[str, Decimal]], init_container
     (app, init and sidecar alike) that has no cpu / memory request at all gets
     :data:`NONZERO_DEFAULTS` for it. Only a *missing* request is replaced: an explicit ``0``
     stays 0, and a limit without a request already is a request (API defaulting,
-    :func:`container_requests`). A pod-level request (``pod_level``, PodLevelResources) replaces
+    :func:`_container_exact`). A pod-level request (``pod_level``, PodLevelResources) replaces
     the containers' sum, defaults and all, for the resource it names; overhead is added as is.
     The requests are exact (:func:`exact_amount`); the result is in model units, rounded up once.
     A column whose resource is not in ``resources`` is 0 (nothing scores it)."""
@@ -519,7 +509,7 @@ def nonzero_requests(containers: Iterable[Mapping[str, Decimal]], init_container
         out = dict(req)
         for r in NONZERO_RESOURCES:
             if r in resources and r not in req:
-                out[r] = _NONZERO_EXACT[r]
+                out[r] = NONZERO_DEFAULTS[r]
         return out
 
     with localcontext(_EXACT):
@@ -533,15 +523,7 @@ def _misses_a_scored_request(apps: list[dict[str, Decimal]], inits: list[tuple[d
                              resources: Sequence[str]) -> bool:
     """Whether some container lacks a cpu / memory request that :func:`nonzero_requests` would fill."""
     scored = [r for r in NONZERO_RESOURCES if r in resources]
-    for req in apps:
-        for r in scored:
-            if r not in req:
-                return True
-    for req, _ in inits:
-        for r in scored:
-            if r not in req:
-                return True
-    return False
+    return any(r not in req for req in (*apps, *(req for req, _ in inits)) for r in scored)
 
 
 @dataclass
@@ -614,7 +596,7 @@ def _total_requests(total: Mapping[str, Decimal], resources: Sequence[str]) -> d
 def pod_requests(pod: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
     """A pod's effective request (kube's ``resourcehelper.PodRequests``, :func:`effective_requests`,
     pod-level ``spec.resources.requests`` replacing the containers' sum for cpu, memory and
-    hugepages) in model units (:func:`resource_amount`): every name of ``resources`` (0 when not
+    hugepages) in model units (:func:`model_amount`): every name of ``resources`` (0 when not
     asked for; ``pods`` is 1, the pod itself) plus ``nvidia.com/gpu`` (whole cards). Summed
     exactly, then rounded up once as kube does (``MilliValue`` / ``Value`` of the pod's total):
     two containers of 0.4m request 1m, not 2m.

@@ -361,9 +361,8 @@ class FakeApiServer:
         with self._lock:
             items = [copy.deepcopy(o) for o in self._objects[kind].values() if _matches(o, fields, labels)]
             rv = self._rv
-        list_kind = {"nodes": "NodeList", "pods": "PodList", "events": "EventList", "leases": "LeaseList"}[kind]
-        api = "coordination.k8s.io/v1" if kind == "leases" else "v1"
-        return {"kind": list_kind, "apiVersion": api, "metadata": {"resourceVersion": str(rv)}, "items": items}
+        obj_kind, api = _KINDS[kind]
+        return {"kind": f"{obj_kind}List", "apiVersion": api, "metadata": {"resourceVersion": str(rv)}, "items": items}
 
     def _bind(self, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.binding_hook is not None:
@@ -459,11 +458,15 @@ def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[k] = copy.deepcopy(v)
 
 
+#: The served kinds (as in the URL) -> (their ``kind``, ``apiVersion``).
+_KINDS = {"nodes": ("Node", "v1"), "pods": ("Pod", "v1"), "events": ("Event", "v1"),
+          "leases": ("Lease", "coordination.k8s.io/v1")}
+
+
 def _bookmark_object(kind: str, rv: int) -> dict[str, Any]:
     """A BOOKMARK's object: the watched kind with only ``metadata.resourceVersion`` set."""
-    kinds = {"nodes": "Node", "pods": "Pod", "events": "Event", "leases": "Lease"}
-    api = "coordination.k8s.io/v1" if kind == "leases" else "v1"
-    return {"kind": kinds[kind], "apiVersion": api, "metadata": {"resourceVersion": str(rv)}}
+    obj_kind, api = _KINDS[kind]
+    return {"kind": obj_kind, "apiVersion": api, "metadata": {"resourceVersion": str(rv)}}
 
 
 def _now() -> str:
@@ -647,7 +650,7 @@ class _Handler(JsonHandler):
             for obj in initial:
                 self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
             interval = api.bookmark_interval_s
-            next_bookmark = time.monotonic() + interval if interval else None
+            next_bookmark = time.monotonic() + interval if bookmarks and interval else None
             while True:
                 bookmark = False
                 with api._lock:
@@ -660,11 +663,11 @@ class _Handler(JsonHandler):
                     pending = [h for h in api._history if h[0] > since and h[1] == kind]
                     now_t = time.monotonic()
                     ending = now_t >= deadline or api._close_generation != closing_generation
-                    if bookmarks and next_bookmark is not None and now_t >= next_bookmark:
+                    if next_bookmark is not None and now_t >= next_bookmark:
                         bookmark = True
                         next_bookmark = now_t + interval
                     if not (pending or ending or bookmark):
-                        wake = min(deadline, next_bookmark) if bookmarks and next_bookmark is not None else deadline
+                        wake = min(deadline, next_bookmark) if next_bookmark is not None else deadline
                         api._lock.wait(min(wake - now_t, 0.5))
                         continue
                     # Everything up to the current version has been looked at: events of other

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from iro_fed.problem_io import write_file_atomic
 
 FORMAT = "iro-fed-dqn/1"
 
@@ -26,6 +29,28 @@ class CheckpointError(ValueError):
 class CheckpointWriteError(OSError):
     """A checkpoint that could not be written (a full disk, a read-only folder); the message names
     the file. An OSError, so the command line reports it as one (``iro train``: exit 2)."""
+
+
+@contextmanager
+def write_errors(what: str) -> Iterator[None]:
+    """An OSError of the writes inside, or torch's RuntimeError for a short write, as
+    :class:`CheckpointWriteError`: ``<what> (disk full or not writable?): <error>``."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError
+        raise CheckpointWriteError(f"{what} (disk full or not writable?): {exc}") from exc
+
+
+def _synced(write: Callable[[IO[bytes]], object]) -> Callable[[str], None]:
+    """A :func:`write_file_atomic` writer: ``write(fh)`` on the temporary file, synced to disk."""
+
+    def run(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    return run
 
 
 def metadata_path(path: str | os.PathLike[str]) -> Path:
@@ -58,26 +83,15 @@ def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], me
         if target.is_dir():  # os.replace would fail only once the other file is in place
             raise CheckpointWriteError(f"policy {str(path)!r}: cannot write the checkpoint: "
                                        f"{str(target)!r} is a folder")
-    temps: list[str] = []
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for target, write in ((path, lambda fh: torch.save(payload, fh)),
-                              (meta_path, lambda fh: fh.write((text + "\n").encode("utf-8")))):
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            temps.append(tmp)
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)  # readable by others, as write_file_atomic leaves files
-        os.replace(temps[0], path)
-        os.replace(temps[1], meta_path)
-    except (OSError, RuntimeError) as exc:  # torch reports a short write as a RuntimeError
-        raise CheckpointWriteError(f"policy {str(path)!r}: cannot write the checkpoint (disk full or not "
-                                   f"writable?): {exc}") from exc
-    finally:
-        for tmp in temps:
-            Path(tmp).unlink(missing_ok=True)  # those not renamed into place
+
+    def both(meta_tmp: str) -> None:
+        # the metadata's temporary file is whole before the checkpoint's is written and renamed
+        # into place; the metadata's rename follows (write_file_atomic removes whichever is left)
+        _synced(lambda fh: fh.write((text + "\n").encode("utf-8")))(meta_tmp)
+        write_file_atomic(path, _synced(lambda fh: torch.save(payload, fh)))
+
+    with write_errors(f"policy {str(path)!r}: cannot write the checkpoint"):
+        write_file_atomic(meta_path, both)
     return path
 
 

@@ -130,7 +130,7 @@ def train(
 
     from iro_fed.problem_io import write_file_atomic
     from solvers.dqn.agent import DQNAgent
-    from solvers.dqn.checkpoint import CheckpointWriteError, load_checkpoint, save_checkpoint
+    from solvers.dqn.checkpoint import load_checkpoint, save_checkpoint, write_errors
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
@@ -247,12 +247,9 @@ def train(
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         save_checkpoint(out, agent.online.state_dict(), meta)
-        optimizer_state = agent.optimizer.state_dict()
-        try:
-            write_file_atomic(optimizer_path(out), lambda tmp: torch.save(optimizer_state, tmp))
-        except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError
-            raise CheckpointWriteError(f"optimizer state {str(optimizer_path(out))!r}: cannot write it (disk full or "
-                                       f"not writable?): {exc}") from exc
+        optimizer_state, opt_path = agent.optimizer.state_dict(), optimizer_path(out)
+        with write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
+            write_file_atomic(opt_path, lambda tmp: torch.save(optimizer_state, tmp))
     return agent, result
 
 

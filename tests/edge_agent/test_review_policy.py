@@ -17,18 +17,13 @@ from iro_fed.federated import task  # noqa: E402
 from iro_fed.federated.registry import PolicyRegistry  # noqa: E402
 from iro_fed.model import ClusterState  # noqa: E402
 from iro_fed.problem_io import load_problem  # noqa: E402
+from tests.federated.test_review_registry import _meta, _state  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _publish(registry: PolicyRegistry, **meta: Any) -> Path:
-    cfg = task.FedConfig(embed_dim=8, hidden_dim=16)
-    cand_f, ctx_f = task.feature_sizes()
-    net = task.build_agent(cfg).online
-    _, path = registry.publish({k: v.detach().clone() for k, v in net.state_dict().items()},
-                               {"config": cfg.dqn_config().to_dict(), "candidate_features": cand_f,
-                                "context_features": ctx_f, **meta})
-    return path
+    return registry.publish(_state(), _meta(**meta))[1]
 
 
 @pytest.mark.parametrize("broken", ["corrupt", "other-features"])

@@ -234,9 +234,7 @@ def test_constant_buffers_come_back_exactly_as_sent(name: str) -> None:
 
 
 def _chosen_sites(strategy, n: int, server_round: int) -> list[int]:
-    grid = InProcessGrid([{"site": i} for i in range(n)], FedConfig().to_run_config())
-    sent = list(strategy.configure_train(server_round, wire.encode(BASE)[0], wire.layout_config(wire.encode(BASE)[1]),
-                                         grid))
+    sent, _ = _send(strategy, n, server_round)
     return sorted(strategy.sites[int(m.metadata.dst_node_id)] for m in sent)
 
 

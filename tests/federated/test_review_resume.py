@@ -10,27 +10,20 @@ pytest.importorskip("flwr")
 from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES  # noqa: E402
 from iro_fed.federated.registry import PolicyRegistry  # noqa: E402
 from iro_fed.federated.server_app import initial_weights  # noqa: E402
-from iro_fed.federated.task import FedConfig, build_agent, feature_sizes, get_weights  # noqa: E402
-
-
-def _publish(registry: PolicyRegistry, cfg: FedConfig, **meta: object) -> int:
-    cand_f, ctx_f = feature_sizes()
-    net = build_agent(cfg).online
-    version, _ = registry.publish({k: v.detach().clone() for k, v in net.state_dict().items()},
-                                  {"config": cfg.dqn_config().to_dict(), "candidate_features": cand_f,
-                                   "context_features": ctx_f, **meta})
-    return version
+from iro_fed.federated.task import FedConfig, build_agent, get_weights  # noqa: E402
+from tests.federated.test_review_registry import _meta, _state  # noqa: E402
 
 
 def test_resume_refuses_a_policy_trained_on_reordered_features(tmp_path):
     cfg = FedConfig(registry=str(tmp_path / "reg"), embed_dim=8, hidden_dim=16, resume=True)
     registry = PolicyRegistry(tmp_path / "reg")
-    _publish(registry, cfg, feature_names={"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)})
+    registry.publish(_state(), _meta(feature_names={"candidates": list(CANDIDATE_FEATURES),
+                                                    "context": list(CONTEXT_FEATURES)}))
     weights, version = initial_weights(cfg, registry)  # this release's features: resumed
     assert version == 1 and set(weights) == set(get_weights(build_agent(cfg).online))
     # the same counts in another order load into the network but would feed it other columns
-    _publish(registry, cfg, feature_names={"candidates": list(reversed(CANDIDATE_FEATURES)),
-                                           "context": list(CONTEXT_FEATURES)})
+    registry.publish(_state(), _meta(feature_names={"candidates": list(reversed(CANDIDATE_FEATURES)),
+                                                    "context": list(CONTEXT_FEATURES)}))
     with pytest.raises(ValueError, match="registry version 2 of .* was trained on other features"):
         initial_weights(cfg, registry)
 
@@ -38,7 +31,7 @@ def test_resume_refuses_a_policy_trained_on_reordered_features(tmp_path):
 def test_resume_from_a_latest_that_names_a_missing_version_says_so(tmp_path):
     cfg = FedConfig(registry=str(tmp_path / "reg"), embed_dim=8, hidden_dim=16, resume=True)
     registry = PolicyRegistry(tmp_path / "reg")
-    _publish(registry, cfg)
+    registry.publish(_state(), _meta())  # the network of FedConfig(embed_dim=8, hidden_dim=16)
     (tmp_path / "reg" / "latest").write_text("v0007/policy.pt\n")  # a registry copied without its last version
     with pytest.raises(ValueError, match=r"'latest' names version 7, which cannot be read: .*v0007/policy.pt"):
         initial_weights(cfg, registry)

@@ -24,6 +24,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("torch")
 
 from iro_fed.federated.registry import PolicyRegistry  # noqa: E402
+from tests.federated.test_round_requests import start_consumer  # noqa: E402
 
 TINY = {"local-steps": 48, "hours": 1.0, "learning-starts": 16, "batch-size": 16, "track-emissions": False,
         "embed-dim": 16, "hidden-dim": 32, "min-nodes": 2}
@@ -177,13 +178,9 @@ def test_a_second_consumer_of_one_request_folder_exits_2_naming_the_folder_and_t
     monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
     reg = tmp_path / "policies"
     write_round_request(reg, "edge-madrid")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom iro_fed.federated.round_requests import RoundRequestQueue\n"
-         "queue = RoundRequestQueue(sys.argv[1])\nclaimed, _ = queue.claim()\nprint(claimed[0].path.name, flush=True)\n"
-         "sys.stdin.readline()\n", str(reg)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    holder = start_consumer(reg)  # claims the request and holds it until a line on stdin ("\n": not filed)
     try:
-        name = holder.stdout.readline().strip()
+        (name,) = json.loads(holder.stdout.readline())
         assert main(rounds_argv(reg)) == 2
         err = capsys.readouterr().err
         assert f"--requests: {str(reg)!r} is consumed by another `iro fed rounds` (pid {holder.pid} on" in err, err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import urllib.request
 import pytest
 
 from iro_fed.cli import build_parser, main
+from iro_fed.federated.procs import free_port
 from iro_fed.k8s.cli import QueueCollector, build_scheduler
 from iro_fed.k8s.testing import make_node, make_pod
 
@@ -67,12 +67,6 @@ def test_bad_queue_values_exit_2_naming_the_flag(argv, message, capsys, monkeypa
     assert main(["scheduler", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "--kubeconfig" not in err, err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> str:

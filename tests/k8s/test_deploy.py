@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -266,12 +267,11 @@ def test_webhook_configuration_is_safe(rendered):
     assert budget < hook["timeoutSeconds"]  # answers before the API server gives up
 
 
-def _grants(docs: list[dict], account: str, namespace: str = "iro-system") -> set[tuple]:
-    """(apiGroup, resource, verb, namespace or "*", resourceNames) that the bindings of the rendered
-    objects give the ServiceAccount ``namespace/account`` (a RoleBinding's only in its namespace)."""
+def _bound_rules(docs: list[dict], account: str, namespace: str = "iro-system") -> Iterator[tuple[dict, str, dict]]:
+    """(role, scope, rule) for every rule that the bindings of the rendered objects give the
+    ServiceAccount ``namespace/account``; scope is a RoleBinding's namespace or "*"."""
     roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
              for d in docs if d["kind"] in ("ClusterRole", "Role")}
-    granted = set()
     for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         if not any(s.get("kind") == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace
                    for s in b.get("subjects", [])):
@@ -282,8 +282,16 @@ def _grants(docs: list[dict], account: str, namespace: str = "iro-system") -> se
         role = roles.get((ref["kind"], role_ns, ref["name"]))
         assert role is not None, f"{b['metadata']['name']}: binds {ref['kind']} {ref['name']}, not in the manifests"
         for rule in role["rules"]:
-            names = tuple(sorted(rule.get("resourceNames", []))) or None
-            granted |= {(g, r, v, scope, names) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+            yield role, scope, rule
+
+
+def _grants(docs: list[dict], account: str, namespace: str = "iro-system") -> set[tuple]:
+    """(apiGroup, resource, verb, namespace or "*", resourceNames) that the bindings of the rendered
+    objects give the ServiceAccount ``namespace/account`` (a RoleBinding's only in its namespace)."""
+    granted = set()
+    for _, scope, rule in _bound_rules(docs, account, namespace):
+        names = tuple(sorted(rule.get("resourceNames", []))) or None
+        granted |= {(g, r, v, scope, names) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     return granted
 
 

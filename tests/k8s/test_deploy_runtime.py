@@ -27,33 +27,23 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from iro_fed.federated.procs import free_port
+from tests.k8s.test_deploy import ROOT, _bound_rules, _render, find
+
 TARGETS = ["deploy/base", "deploy/overlays/cloud"]  # the edge overlay has no federated server
 FED_README = ROOT / "deploy/federated/README.md"
 
 
-def _render(target: str) -> list[dict]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not installed (Debian package kubernetes-client)")
-    out = subprocess.run([kubectl, "kustomize", str(ROOT / target)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
 def _fed_server(target: str) -> tuple[dict, dict]:
     """(pod spec, superlink container) of the rendered federated server."""
-    (dep,) = [d for d in _render(target) if d["kind"] == "Deployment" and d["metadata"]["name"] == "iro-fed-server"]
-    spec = dep["spec"]["template"]["spec"]
+    spec = find(_render(target), "Deployment", "iro-fed-server")["spec"]["template"]["spec"]
     (container,) = [c for c in spec["containers"] if c["name"] == "superlink"]
     return spec, container
 
@@ -146,8 +136,9 @@ def _unshare_works() -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -rm` (user and mount namespaces) to copy the pod's filesystem")
 def test_serverapp_steps_run_in_the_fed_server_pod_filesystem():
+    if not _unshare_works():  # checked here, not at collection: it starts a process
+        pytest.skip("needs `unshare -rm` (user and mount namespaces) to copy the pod's filesystem")
     spec, c = _fed_server("deploy/base")
     env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
     writable = " ".join(_writable_mounts(spec, c))
@@ -318,19 +309,9 @@ def _attributes(request: dict) -> tuple[str, str, str, str, str | None]:
 def _bound_grants(docs: list[dict], account: str, namespace: str) -> list[tuple]:
     """Every (role, scope, apiGroup, resource, verb, resourceNames) that the rendered bindings give the
     ServiceAccount ``namespace/account``; scope is a RoleBinding's namespace or "*"."""
-    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
-             for d in docs if d["kind"] in ("ClusterRole", "Role")}
-    grants = []
-    for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
-        if not any(s.get("kind") == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace
-                   for s in b.get("subjects", [])):
-            continue
-        ref = b["roleRef"]
-        role = roles[(ref["kind"], b["metadata"]["namespace"] if ref["kind"] == "Role" else "", ref["name"])]
-        scope = b["metadata"]["namespace"] if b["kind"] == "RoleBinding" else "*"
-        grants += [(role["metadata"]["name"], scope, g, r, v, tuple(rule.get("resourceNames", [])))
-                   for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
-    return grants
+    return [(role["metadata"]["name"], scope, g, r, v, tuple(rule.get("resourceNames", [])))
+            for role, scope, rule in _bound_rules(docs, account, namespace)
+            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
 
 
 def _allowing(grants: list[tuple], attrs: tuple) -> set[tuple]:
@@ -339,21 +320,14 @@ def _allowing(grants: list[tuple], attrs: tuple) -> set[tuple]:
     return {g for g in grants if g[1] in ("*", ns) and g[2:5] == (group, resource, verb) and (not g[5] or name in g[5])}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_scheduler_requests_only_what_its_rbac_grants(tmp_path):
+def test_scheduler_requests_only_what_its_rbac_grants(api, kubeconfig):
     """The real `iro scheduler` with the Deployment's own arguments (the cluster config of the base, a
     free metrics port, a short NodeMetrics period so the feedback loop polls during the test): every
     request it makes is allowed by the rendered roles, and every granted (rule, verb) is used."""
-    pytest.importorskip("kubernetes")
-    from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
+    from iro_fed.k8s.testing import make_node, make_pod
 
     docs = _render("deploy/base")
-    (dep,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "iro-scheduler"]
+    dep = find(docs, "Deployment", "iro-scheduler")
     pod = dep["spec"]["template"]["spec"]
     account, ns = pod["serviceAccountName"], dep["metadata"]["namespace"]
     (c,) = pod["containers"]
@@ -361,30 +335,28 @@ def test_scheduler_requests_only_what_its_rbac_grants(tmp_path):
     for a in c["args"]:
         flag = a.split("=", 1)[0]
         args.append({"--cluster-config": f"--cluster-config={ROOT / 'deploy/base/cluster-config.yaml'}",
-                     "--metrics-port": f"--metrics-port={_free_port()}",
+                     "--metrics-port": f"--metrics-port={free_port()}",
                      "--metrics-poll-s": "--metrics-poll-s=0.2"}.get(flag, a))
-    with FakeApiServer() as api:
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        api.add_node(make_node("n1", cpu="4", memory="8Gi"))
-        api.node_metrics["n1"] = {"cpu": "3", "memory": "6Gi"}
-        api.add_pod(make_pod("fits", cpu="1", memory="1Gi", scheduler="iro"))
-        api.add_pod(make_pod("too-big", cpu="64", memory="1Gi", scheduler="iro"))  # fits nowhere
-        proc = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *args, f"--kubeconfig={kubeconfig}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        try:
-            def seen(verb: str, pattern: str) -> bool:
-                return any(_attributes(r)[2] == verb and re.search(pattern, r["path"]) for r in api.requests)
+    api.add_node(make_node("n1", cpu="4", memory="8Gi"))
+    api.node_metrics["n1"] = {"cpu": "3", "memory": "6Gi"}
+    api.add_pod(make_pod("fits", cpu="1", memory="1Gi", scheduler="iro"))
+    api.add_pod(make_pod("too-big", cpu="64", memory="1Gi", scheduler="iro"))  # fits nowhere
+    proc = subprocess.Popen([sys.executable, "-m", "iro_fed.cli", *args, f"--kubeconfig={kubeconfig}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        def seen(verb: str, pattern: str) -> bool:
+            return any(_attributes(r)[2] == verb and re.search(pattern, r["path"]) for r in api.requests)
 
-            # Each kind of call once (the watches too), then a clean stop: no waiting on time.
-            done = api.wait_for(lambda: proc.poll() is not None or all(seen(v, p) for v, p in [
-                ("watch", r"^/api/v1/nodes$"), ("watch", r"^/api/v1/pods$"), ("create", r"/pods/fits/binding$"),
-                ("patch", r"/pods/too-big/status$"), ("create", r"/events$"), ("list", r"^/apis/metrics\.k8s\.io/"),
-                ("create", r"/leases$")]), timeout=120)
-        finally:
-            proc.send_signal(signal.SIGTERM)  # a clean stop releases the Lease (get + update)
-            out, err = proc.communicate(timeout=60)
-        assert done and proc.returncode == 0, err[-3000:]
-        requests = api.requests_to(".*", ".*")
+        # Each kind of call once (the watches too), then a clean stop: no waiting on time.
+        done = api.wait_for(lambda: proc.poll() is not None or all(seen(v, p) for v, p in [
+            ("watch", r"^/api/v1/nodes$"), ("watch", r"^/api/v1/pods$"), ("create", r"/pods/fits/binding$"),
+            ("patch", r"/pods/too-big/status$"), ("create", r"/events$"), ("list", r"^/apis/metrics\.k8s\.io/"),
+            ("create", r"/leases$")]), timeout=120)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # a clean stop releases the Lease (get + update)
+        out, err = proc.communicate(timeout=60)
+    assert done and proc.returncode == 0, err[-3000:]
+    requests = api.requests_to(".*", ".*")
     assert any(r["method"] == "PUT" and "/leases/" in r["path"] for r in requests), "the Lease was not released"
     grants = _bound_grants(docs, account, ns)
     used = set()

@@ -29,22 +29,12 @@ from iro_fed.k8s.testing import (
 )
 from iro_fed.model import ClusterState
 from iro_fed.objective import marginal
+from tests.k8s.helpers import serving
 
 
 @pytest.fixture
 def serve():
-    servers = []
-
-    def start(ext: Extender, prefix: str = "/iro") -> ExtenderServer:
-        srv = ExtenderServer(ext, "127.0.0.1", 0, prefix)
-        srv.serve_in_thread()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    yield from serving(lambda ext, prefix="/iro": ExtenderServer(ext, "127.0.0.1", 0, prefix))
 
 
 def post(url: str, path: str, body: bytes | Any) -> tuple[int, Any]:

@@ -17,24 +17,14 @@ import pytest
 from iro_fed.k8s.client import ClusterCache
 from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.testing import make_node, make_pod
+from tests.k8s.helpers import serving
 
 FILTER_RESULT_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
 @pytest.fixture
 def serve():
-    servers = []
-
-    def start(ext: Extender) -> ExtenderServer:
-        srv = ExtenderServer(ext, "127.0.0.1", 0, "/iro")
-        srv.serve_in_thread()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    yield from serving(lambda ext: ExtenderServer(ext, "127.0.0.1", 0, "/iro"))
 
 
 def post(srv: ExtenderServer, verb: str, body: Any) -> tuple[int, Any]:

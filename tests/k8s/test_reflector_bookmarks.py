@@ -5,29 +5,20 @@ server (with a compaction window) and the real kubernetes client."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
 
-from iro_fed.k8s.client import Kube, Reflector
+from iro_fed.k8s.client import Reflector
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
 
 
 @pytest.fixture
-def small_api() -> Iterator[FakeApiServer]:
-    """A server that keeps only the last 5 events for watches (etcd compaction, made small)."""
-    server = FakeApiServer(history_limit=5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def small_kube(small_api: FakeApiServer, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(str(small_api.write_kubeconfig(tmp_path / "kubeconfig.yaml")), user_agent="iro-test")
+def small_api(api: FakeApiServer) -> FakeApiServer:
+    """The conftest server, keeping only the last 5 events for watches (etcd compaction, made small;
+    its history is empty until the test adds something)."""
+    api.history_limit = 5
+    return api
 
 
 def pod_requests(api: FakeApiServer, watch: bool) -> list[dict[str, str]]:
@@ -58,11 +49,11 @@ def quiet_watch_times_out(api: FakeApiServer, r: Reflector) -> None:
     assert api.wait_for(lambda: len(pod_requests(api, watch=True)) >= 2 and api.open_watches("pods") == 1, 15)
 
 
-def test_a_watch_with_bookmarks_resumes_from_the_bookmark_without_a_relist(small_api, small_kube):
+def test_a_watch_with_bookmarks_resumes_from_the_bookmark_without_a_relist(small_api, kube):
     api = small_api
     api.add_pod(make_pod("a"))
     events: list[tuple[str, str]] = []
-    r = Reflector(small_kube.core.list_pod_for_all_namespaces, "pods", watch_timeout_s=60,
+    r = Reflector(kube.core.list_pod_for_all_namespaces, "pods", watch_timeout_s=60,
                   on_event=lambda t, o: events.append((t, o["metadata"]["name"])))
     try:
         quiet_watch_times_out(api, r)
@@ -83,10 +74,10 @@ def test_a_watch_with_bookmarks_resumes_from_the_bookmark_without_a_relist(small
     assert r.version == version_before + 1
 
 
-def test_without_bookmarks_the_same_watch_relists(small_api, small_kube):
+def test_without_bookmarks_the_same_watch_relists(small_api, kube):
     api = small_api
     api.add_pod(make_pod("a"))
-    r = Reflector(small_kube.core.list_pod_for_all_namespaces, "pods", watch_timeout_s=60, bookmarks=False)
+    r = Reflector(kube.core.list_pod_for_all_namespaces, "pods", watch_timeout_s=60, bookmarks=False)
     try:
         quiet_watch_times_out(api, r)
         watches = pod_requests(api, watch=True)

@@ -11,16 +11,7 @@ from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.model import ClusterState
 from iro_fed.objective import evaluate
 from iro_fed.problem_io import ProblemValidationError
-
-
-def _pod_with(containers, init=(), overhead=None):
-    pod = make_pod("p")
-    pod["spec"]["containers"] = [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
-    if init:
-        pod["spec"]["initContainers"] = [dict({"name": f"i{i}"}, **r) for i, r in enumerate(init)]
-    if overhead:
-        pod["spec"]["overhead"] = overhead
-    return pod
+from tests.k8s.helpers import pod_with as _pod_with
 
 
 def test_requests_sum_containers_and_take_the_largest_init_container():

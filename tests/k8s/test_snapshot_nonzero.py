@@ -15,16 +15,7 @@ import pytest
 
 from iro_fed.k8s.snapshot import ClusterConfig, ClusterModel, build_snapshot, pod_demand
 from iro_fed.k8s.testing import make_node, make_pod
-
-
-def _pod(containers, init=(), overhead=None, node=None):
-    pod = make_pod("p", node=node)
-    pod["spec"]["containers"] = [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
-    if init:
-        pod["spec"]["initContainers"] = [dict({"name": f"i{i}"}, **r) for i, r in enumerate(init)]
-    if overhead:
-        pod["spec"]["overhead"] = overhead
-    return pod
+from tests.k8s.helpers import pod_with as _pod
 
 
 def test_missing_request_gets_the_default_and_an_explicit_zero_stays_zero():

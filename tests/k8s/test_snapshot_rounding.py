@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import solvers
 from iro_fed.k8s.snapshot import PodSpecError, build_snapshot, pod_demand, pod_requests
 from iro_fed.k8s.testing import make_node, make_pod
-from iro_fed.model import ClusterState
 from iro_fed.problem_io import problem_from_dict, problem_to_dict
+from tests.k8s.helpers import fit_and_balance
 
 R = ("cpu", "memory")
 MIB = 2**20
@@ -34,13 +33,6 @@ def pod(containers: list[dict[str, Any]], *, node: str | None = None, name: str 
     p["spec"]["containers"] = [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
     p["spec"].update(spec)
     return p
-
-
-def fit_and_balance(problem, w: int = 0) -> tuple[list[int], list[int]]:
-    solver = solvers.make("kube-default")
-    solver.reset(problem)
-    scores = solver.plugin_scores(ClusterState(problem), w, np.arange(problem.num_nodes))
-    return scores["NodeResourcesFit"].tolist(), scores["NodeResourcesBalancedAllocation"].tolist()
 
 
 # --- rounding ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from iro_fed.k8s.client import ClusterCache
 from iro_fed.k8s.testing import json_patch, make_node, make_pod, self_signed_cert
 from iro_fed.k8s.webhook import Webhook, WebhookServer
+from tests.k8s.helpers import serving
 
 pytest.importorskip("cryptography")
 
@@ -29,18 +30,7 @@ def tls(tmp_path_factory) -> tuple[str, str]:
 
 @pytest.fixture
 def serve(tls):
-    servers = []
-
-    def start(hook: Webhook) -> WebhookServer:
-        srv = WebhookServer(hook, tls[0], tls[1], "127.0.0.1", 0)
-        srv.serve_in_thread()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    yield from serving(lambda hook: WebhookServer(hook, tls[0], tls[1], "127.0.0.1", 0))
 
 
 @functools.lru_cache(maxsize=4)

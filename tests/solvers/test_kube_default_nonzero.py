@@ -18,6 +18,7 @@ import solvers
 from iro_fed.k8s.snapshot import build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.model import ClusterState
+from tests.k8s.helpers import fit_and_balance
 
 # 2000m cpu, 4096 MiB memory: 100m is 5 points of cpu share, 200 MiB 4.9 points of memory.
 NODE = {"cpu": "2", "memory": "4Gi"}
@@ -25,13 +26,6 @@ NODE = {"cpu": "2", "memory": "4Gi"}
 
 def nodes(*names: str) -> list[dict[str, Any]]:
     return [make_node(n, **NODE) for n in names]
-
-
-def fit_and_balance(problem, w: int = 0) -> tuple[list[int], list[int]]:
-    solver = solvers.make("kube-default")
-    solver.reset(problem)
-    scores = solver.plugin_scores(ClusterState(problem), w, np.arange(problem.num_nodes))
-    return scores["NodeResourcesFit"].tolist(), scores["NodeResourcesBalancedAllocation"].tolist()
 
 
 def pod_with(name: str, containers: list[dict[str, Any]], node: str | None = None) -> dict[str, Any]:

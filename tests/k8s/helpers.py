@@ -1,0 +1,53 @@
+"""Helpers shared by the Kubernetes tests (the fixtures of the loopback API server are in conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+
+import solvers
+from iro_fed.k8s.testing import make_pod
+from iro_fed.model import ClusterState
+
+S = TypeVar("S")
+
+
+def pod_with(containers, init=(), overhead=None, node=None):
+    """Pod ``p`` whose containers have these ``resources``, with these init containers (each
+    the rest of its container object: ``resources``, ``restartPolicy``) and overhead."""
+    pod = make_pod("p", node=node)
+    pod["spec"]["containers"] = [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
+    if init:
+        pod["spec"]["initContainers"] = [dict({"name": f"i{i}"}, **r) for i, r in enumerate(init)]
+    if overhead:
+        pod["spec"]["overhead"] = overhead
+    return pod
+
+
+def serving(make: Callable[..., S]) -> Iterator[Callable[..., S]]:
+    """The body of a ``serve`` fixture (``yield from serving(make)``): it yields ``start(*args)``,
+    which makes a server with ``make(*args)`` and serves it in a thread; every server started is
+    shut down after the test."""
+    servers: list[Any] = []
+
+    def start(*args: Any, **kwargs: Any) -> S:
+        srv = make(*args, **kwargs)
+        srv.serve_in_thread()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def fit_and_balance(problem, w: int = 0) -> tuple[list[int], list[int]]:
+    """kube-default's NodeResourcesFit and NodeResourcesBalancedAllocation scores of workload
+    ``w`` on every node of ``problem``."""
+    solver = solvers.make("kube-default")
+    solver.reset(problem)
+    scores = solver.plugin_scores(ClusterState(problem), w, np.arange(problem.num_nodes))
+    return scores["NodeResourcesFit"].tolist(), scores["NodeResourcesBalancedAllocation"].tolist()
