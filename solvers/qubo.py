@@ -626,7 +626,9 @@ class _BatchModel:
                 sel = milli >= t
                 room = row[row >= t]
                 need = milli[sel] * cards[sel]
-                if need.sum() > room.sum():
+                # At a whole card the milli sum is the card count times 1000: the same
+                # constraint as the count below, which alone keeps its penalty single.
+                if t < GPU_MILLI and need.sum() > room.sum():
                     next_var = self._constraint(gk[sel], need, float(room.sum()), next_var)
                 if t > GPU_MILLI / 2 and cards[sel].sum() > room.size:
                     next_var = self._constraint(gk[sel], cards[sel], float(room.size), next_var)

@@ -70,6 +70,25 @@ def test_unbalanced_penalty_is_the_papers_formula_with_h_the_room_left():
             assert bqm.energy(read) - base.energy(read) == pytest.approx(alpha * model.scale * (-l1 * h + h * h), abs=1e-9)
 
 
+def test_whole_card_capacity_is_penalized_once():
+    """Whole-card pods on a node with two fully free cards: the card count constraint. At
+    1000 milli the milli-sum constraint is the same constraint (times 1000), which used to add
+    the same penalty a second time."""
+    doc = {
+        "domains": [{"name": "a", "carbon_intensity": 100.0, "price_per_hour": {"cpu": 0.03}}],
+        "nodes": [{"name": "g", "domain": "a", "capacity": {"cpu": 8000, "memory": 8192}, "gpus": 2}],
+        "workloads": [{"name": f"w{i}", "requests": {"cpu": 100, "memory": 64}, "gpu": {"count": 1, "milli": 1000}}
+                      for i in range(3)],
+    }
+    problem = problem_from_dict(doc)
+    model = _BatchModel(problem, ClusterState(problem), np.arange(3), 8, "unbalanced")
+    bqm, base = model.bqm(1.0, 1.0), model.bqm(0.0)
+    for placed in range(4):
+        read = _sample(model, np.array([0] * placed + [-1] * (3 - placed)))
+        h = 2.0 - placed
+        assert bqm.energy(read) - base.energy(read) == pytest.approx(model.scale * (-h + h * h), abs=1e-9)
+
+
 def _shares_doc() -> dict:
     """Two cards with 750 milli free each; shares 250, 250, 500, 500 fit only as 250 + 500
     per card. The 250s carry a latency reward, so their objective bias ranks them first."""
