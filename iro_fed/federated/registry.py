@@ -83,7 +83,7 @@ class PolicyRegistry:
         import torch
 
         from iro_fed.problem_io import write_json_atomic
-        from solvers.dqn.checkpoint import save_checkpoint
+        from solvers.dqn.checkpoint import CheckpointWriteError, save_checkpoint
 
         for key in ("config", "candidate_features", "context_features"):
             if key not in metadata:
@@ -104,9 +104,11 @@ class PolicyRegistry:
             })
         except BaseException as exc:
             shutil.rmtree(path.parent, ignore_errors=True)  # never a half-written version left behind
-            if isinstance(exc, OSError | RuntimeError):  # torch.save reports a full disk as a RuntimeError
-                raise RegistryError(f"registry {str(self.root)!r}: cannot write version v{version:04d} "
-                                    f"(disk full or not writable?): {exc}") from exc
+            where = f"registry {str(self.root)!r}: cannot write version v{version:04d}"
+            if isinstance(exc, CheckpointWriteError):  # its message already says what failed and why
+                raise RegistryError(f"{where}: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise RegistryError(f"{where} (disk full or not writable?): {exc}") from exc
             raise
         self._point_latest(version)
         return version, path
