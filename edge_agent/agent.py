@@ -43,7 +43,7 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import AgentConfig
 from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
-from edge_agent.metrics import HANDLERS, AgentMetrics
+from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter
 from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
 from edge_agent.store import ExperienceStore, Outcome, Transition
@@ -81,7 +81,7 @@ class Agent:
         # What /recommend ranks against, swapped as a whole by the perception loop.
         self.view = SiteView(self.base_site, self.base_site, False, 0)
         self.recommender = Recommender(self.base_site, cfg.recommend.k)
-        self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all")
+        self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all", NetworkCounter(cfg.collect.network_interfaces))
         self.store = (
             ExperienceStore(cfg.store.path, cfg.store.max_rows, max_pending=cfg.store.max_pending,
                             busy_timeout_s=cfg.store.busy_timeout_s)

@@ -71,6 +71,9 @@ class PrometheusConfig:
 @dataclass
 class CollectConfig:
     interval_s: float = 10.0
+    # Interfaces summed in iro_node_network_bytes: a regular expression matched against whole names
+    # (a list of names in the file); empty: the physical NICs (edge_agent.metrics.NetworkCounter).
+    network_interfaces: str = ""
 
 
 @dataclass
@@ -156,6 +159,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_SCORING": "prometheus.scoring",
     "IRO_AGENT_DISCOVER_NODES": "prometheus.discover_nodes",
     "IRO_AGENT_COLLECT_INTERVAL_S": "collect.interval_s",
+    "IRO_AGENT_NETWORK_INTERFACES": "collect.network_interfaces",
     "IRO_AGENT_STORE_PATH": "store.path",
     "IRO_AGENT_STORE_MAX_ROWS": "store.max_rows",
     "IRO_AGENT_STORE_MAX_PENDING": "store.max_pending",
@@ -174,7 +178,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_FEDERATED_FLWR_HOME": "federated.flwr_home",
 }
 
-# key -> (kind, check); kinds: str, int, float, bool, path, dict, queries
+# key -> (kind, check); kinds: str, int, float, bool, path, dict, queries, interfaces
 _SCHEMA: dict[str, tuple[str, Any]] = {
     "problem": ("path", None),
     "site": ("str", None),
@@ -198,6 +202,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "prometheus.discover_nodes": ("bool", None),
     "prometheus.queries": ("queries", None),
     "collect.interval_s": ("float", (0.01, None)),
+    "collect.network_interfaces": ("interfaces", None),
     "store.path": ("path", None),
     "store.max_rows": ("int", (1, None)),
     "store.max_pending": ("int", (1, 10_000_000)),
@@ -231,7 +236,8 @@ _SECTIONS = {"listen", "recommend", "policy", "prometheus", "collect", "store", 
 def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text: bool) -> Any:
     """The typed value, or raise ValueError with the message (the caller adds the key)."""
     if value is None:
-        if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name", "federated.superlink"):
+        if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name", "federated.superlink",
+                                        "collect.network_interfaces"):
             return None if kind == "path" else ""
         raise ValueError("must not be null")
     if kind in ("int", "float"):
@@ -300,6 +306,8 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
         if not isinstance(value, Mapping):
             raise ValueError(f"expected a mapping, got {type(value).__name__}")
         return dict(value)
+    if kind == "interfaces":
+        return _interfaces_pattern(value)
     if kind == "queries":
         if not isinstance(value, Mapping):
             raise ValueError(f"expected a mapping of query name -> PromQL, got {type(value).__name__}")
@@ -309,6 +317,25 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
             # from_dict names the sub-key itself; strip our key so it is not repeated.
             raise ValueError(str(exc).removeprefix(f"{key}.")) from None
     raise AssertionError(kind)
+
+
+def _interfaces_pattern(value: Any) -> str:
+    """``collect.network_interfaces``: a regular expression (checked here, not at the first reading),
+    or a list of interface names, which becomes one matching exactly those."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError('an empty list counts no interface; leave it empty ("") for the physical NICs')
+        for name in value:
+            if not isinstance(name, str) or not name or any(c.isspace() or c in "/:" for c in name):
+                raise ValueError(f"expected interface names such as eth0, got {name!r}")
+        return "|".join(re.escape(n) for n in value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a regular expression or a list of interface names, got {type(value).__name__} {value!r}")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression {value!r}: {exc}") from None
+    return value
 
 
 def _assign(cfg: AgentConfig, key: str, value: Any) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from iro_fed.metrics.local import LocalSample
@@ -13,10 +18,15 @@ HANDLERS = ("recommend", "outcome", "healthz", "readyz", "metrics", "snapshot", 
 class AgentMetrics:
     """Counters, histograms and gauges of one agent (see docs/edge_agent.md for the list)."""
 
-    def __init__(self, node: str, site: str) -> None:
+    def __init__(self, node: str, site: str, network: NetworkCounter | None = None) -> None:
+        """``network`` reads iro_node_network_bytes (default: the uplink interfaces of this process's
+        network namespace, see :class:`NetworkCounter`)."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.node, self.site = node, site
+        self.network = NetworkCounter() if network is None else network
+        self._net_prev: tuple[float, float, float] | None = None  # (taken_at, rx, tx) of the last sample
+        self._net_interfaces: tuple[str, ...] | None = None  # None: psutil's sum (no /proc/net/dev)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("iro_agent_requests", "HTTP requests served, by handler and status code.",
                                 ["handler", "code"], registry=r)
@@ -80,6 +90,19 @@ class AgentMetrics:
             "Decisions of the experience store the ClientApp trained on in its last round.", registry=r)
 
     def set_local(self, sample: LocalSample) -> None:
+        """Record a psutil reading; its network bytes are replaced by :attr:`network`'s (psutil sums
+        every interface: lo, veth pairs, bridges and tunnels count the same traffic again)."""
+        net = self.network.read()
+        if net is not None:
+            rx, tx, self._net_interfaces = net
+            rx_rate = tx_rate = 0.0
+            prev = self._net_prev
+            if prev is not None and sample.taken_at > prev[0]:
+                dt = sample.taken_at - prev[0]
+                rx_rate, tx_rate = (rx - prev[1]) / dt, (tx - prev[2]) / dt  # totals never decrease
+            self._net_prev = (sample.taken_at, rx, tx)
+            sample = dataclasses.replace(sample, net_rx_bytes_total=rx, net_tx_bytes_total=tx,
+                                         net_rx_bytes_per_s=rx_rate, net_tx_bytes_per_s=tx_rate)
         labels = (self.node, self.site)
         self.node_cpu_used.labels(*labels).set(sample.cpu_used_cores)
         self.node_cpu_capacity.labels(*labels).set(sample.cpu_capacity_cores)
@@ -103,7 +126,7 @@ class _LocalCounters:
         return []
 
     def collect(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         s = self.m._local
         if s is None:
@@ -113,8 +136,110 @@ class _LocalCounters:
         disk.add_metric([self.m.node, self.m.site, "read"], s.disk_read_ops_total)
         disk.add_metric([self.m.node, self.m.site, "write"], s.disk_write_ops_total)
         yield disk
-        net = CounterMetricFamily("iro_node_network_bytes", "Network bytes since boot.",
+        net = CounterMetricFamily("iro_node_network_bytes",
+                                  "Network bytes of the node's uplink interfaces (physical NICs, or "
+                                  "collect.network_interfaces), since each came up.",
                                   labels=["node", "site", "direction"])
         net.add_metric([self.m.node, self.m.site, "rx"], s.net_rx_bytes_total)
         net.add_metric([self.m.node, self.m.site, "tx"], s.net_tx_bytes_total)
         yield net
+        counted = self.m._net_interfaces
+        if counted is not None:
+            # Which interfaces the counter sums: an empty family says the selection matches nothing.
+            info = GaugeMetricFamily("iro_node_network_interface_info",
+                                     "Interfaces summed in iro_node_network_bytes (value 1).",
+                                     labels=["node", "site", "interface"])
+            for name in counted:
+                info.add_metric([self.m.node, self.m.site, name], 1)
+            yield info
+
+
+#: Names of virtual interfaces, used when /sys cannot tell (not mounted or not readable): loopback,
+#: the pods' veth pairs, container and VM bridges, overlay tunnels, VPNs and kube-proxy's IPVS dummy.
+VIRTUAL_INTERFACE_NAMES = ("lo",)
+VIRTUAL_INTERFACE_PREFIXES = ("veth", "cni", "docker", "br-", "flannel", "cali", "cilium", "vxlan", "tunl", "tun",
+                              "tap", "wg", "kube-ipvs", "virbr", "lxc", "kube-bridge", "weave", "genev_sys",
+                              "ovs-system", "nodelocaldns", "dummy")
+
+
+def read_net_dev(proc_root: str | os.PathLike[str] = "/proc") -> dict[str, tuple[int, int]]:
+    """(received, sent) bytes per interface from ``<proc_root>/net/dev``, which lists the interfaces
+    of the reading process's network namespace (the node's only with hostNetwork)."""
+    path = Path(proc_root) / "net" / "dev"
+    counters: dict[str, tuple[int, int]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        name, colon, rest = line.partition(":")  # Linux interface names cannot contain ':'
+        if not colon or number <= 2:  # the two header lines
+            continue
+        fields = rest.split()
+        try:
+            counters[name.strip()] = (int(fields[0]), int(fields[8]))
+        except (IndexError, ValueError):
+            raise ValueError(f"{path}: line {number} is not an interface's counters: {line.strip()[:120]!r}") from None
+    return counters
+
+
+def interface_is_virtual(name: str, sys_root: str | os.PathLike[str] = "/sys") -> bool | None:
+    """True when ``/sys/class/net/<name>`` resolves under ``/sys/devices/virtual/`` (the kernel puts a
+    network device without a parent bus there: lo, veth, bridges, tunnels, bonds, VLANs); False for
+    a device on a bus (PCI, virtio, USB: a NIC); None when /sys does not list it."""
+    entry = Path(sys_root) / "class" / "net" / name
+    if not os.path.lexists(entry):
+        return None
+    virtual = os.path.realpath(Path(sys_root) / "devices" / "virtual")
+    return os.path.realpath(entry).startswith(virtual + os.sep)
+
+
+def virtual_by_name(name: str) -> bool:
+    """The fallback of :func:`interface_is_virtual`: the name says virtual (see VIRTUAL_INTERFACE_PREFIXES)."""
+    return name in VIRTUAL_INTERFACE_NAMES or name.startswith(VIRTUAL_INTERFACE_PREFIXES)
+
+
+class NetworkCounter:
+    """The node's network bytes: the sum over the uplink interfaces of /proc/net/dev.
+
+    Summing every interface counts traffic that leaves a pod on its veth, again on the bridge and
+    again on the NIC, and counts loopback traffic at all. By default only physical interfaces
+    count (not under /sys/devices/virtual: bond and VLAN traffic is counted on their member NICs).
+    Where there is none - a pod's own network namespace (its eth0 is a veth), a node that is
+    itself a container, or /sys unreadable - every interface whose name is not a virtual one's
+    (:data:`VIRTUAL_INTERFACE_PREFIXES`, and lo) counts. ``interfaces``, a regular expression
+    matched against whole names (``collect.network_interfaces``), replaces both rules.
+
+    The totals only grow, as a Prometheus counter must: each interface adds what it gained since
+    the last read (all of it when it is new or its counter restarted), and an interface that goes
+    away keeps what it added.
+    """
+
+    def __init__(self, interfaces: str = "", proc_root: str | os.PathLike[str] = "/proc",
+                 sys_root: str | os.PathLike[str] = "/sys") -> None:
+        try:
+            self.pattern = re.compile(interfaces) if interfaces else None
+        except re.error as exc:
+            raise ValueError(f"network interfaces: not a valid regular expression {interfaces!r}: {exc}") from None
+        self.proc_root, self.sys_root = proc_root, sys_root
+        self._last: dict[str, tuple[int, int]] = {}
+        self._rx = self._tx = 0
+
+    def select(self, names: Iterable[str]) -> list[str]:
+        """The interfaces that count, of ``names`` (see the class)."""
+        names = list(names)
+        if self.pattern is not None:
+            return [n for n in names if self.pattern.fullmatch(n)]
+        physical = [n for n in names if interface_is_virtual(n, self.sys_root) is False]
+        return physical or [n for n in names if not virtual_by_name(n)]
+
+    def read(self) -> tuple[float, float, tuple[str, ...]] | None:
+        """(received, sent, interfaces counted); None without a /proc/net/dev (not Linux)."""
+        try:
+            counters = read_net_dev(self.proc_root)
+        except FileNotFoundError:
+            return None
+        chosen = self.select(counters)
+        for name in chosen:
+            rx, tx = counters[name]
+            last_rx, last_tx = self._last.get(name, (0, 0))
+            self._rx += rx - last_rx if rx >= last_rx else rx
+            self._tx += tx - last_tx if tx >= last_tx else tx
+            self._last[name] = (rx, tx)
+        return float(self._rx), float(self._tx), tuple(chosen)

@@ -4,6 +4,8 @@ psutil is imported when a :class:`LocalCollector` is built (the ``agent`` extra)
 this module is imported. Counters (disk operations, network bytes) are cumulative since boot,
 as Prometheus counters should be; :class:`LocalSample` also carries per-second rates over
 the interval since the previous sample (IOPS, bytes/s) for a human reading the agent's state.
+psutil's network bytes sum every interface; the edge agent replaces them with
+``edge_agent.metrics.NetworkCounter`` (the physical NICs only, counted once).
 """
 
 from __future__ import annotations
