@@ -34,6 +34,11 @@ DEFAULT_IDLE_SHARE = 0.4
 DEFAULT_LATENCY_REF_MS = 10.0
 #: The columns of ``Problem.nonzero_demand`` / ``initial_nonzero`` (cpu in millicores, memory in MiB).
 NONZERO_RESOURCES = ("cpu", "memory")
+#: What kube-scheduler's scoring counts for a *missing* cpu / memory request, in those units
+#: (``schedutil.DefaultMilliCPURequest`` 100m, ``DefaultMemoryRequest`` 200 MiB): the one copy,
+#: read by the Kubernetes snapshot (per container) and by ``kube-default`` (per pod, for a
+#: problem without ``nonzero_demand``).
+NONZERO_DEFAULTS = {"cpu": 100.0, "memory": 200.0}
 
 
 @dataclass(frozen=True)
@@ -138,8 +143,8 @@ class Problem:
     ``nonzero_demand[W, 2]`` is each workload's non-zero request and ``initial_nonzero[N, 2]``
     each node's ``NonZeroRequested`` (the sum over the pods already bound there), columns
     :data:`NONZERO_RESOURCES` (cpu millicores, memory MiB; 0 where the problem lacks the
-    resource). A non-zero request is the request with kube's default (100m / 200 MiB) put in
-    for each container that sets none of that resource, which one number per pod cannot tell
+    resource). A non-zero request is the request with kube's default (:data:`NONZERO_DEFAULTS`)
+    put in for each container that sets none of that resource, which one number per pod cannot tell
     apart from an explicit 0. ``None`` (problem files, traces): callers fall back to
     ``demand`` / ``allocated``. :meth:`replace` drops ``nonzero_demand`` when ``demand`` or
     ``workloads`` change without it, and ``initial_nonzero`` when ``allocated`` does, so the

@@ -15,10 +15,13 @@ in the best-effort skip of BalancedAllocation):
   The Kubernetes snapshot computes both exactly from the pods (``Problem.nonzero_demand`` for
   the pending pods, ``Problem.initial_nonzero`` per node from the bound ones). Pods this solver
   placed add their non-zero request to their node's ``NonZeroRequested`` too
-  (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes. The snapshot
-  rounds each pod's request as upstream does (``MilliValue`` / ``Value`` of the pod's exact
-  total: up to a whole millicore / byte), so its numbers are whole here; a fractional number
-  of a problem file (numbers, not quantities) is taken to the nearest millicore / byte.
+  (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes. Every amount
+  is rounded up as ``resource.Quantity`` rounds (``MilliValue`` / ``Value``: cpu to a whole
+  millicore, memory to a whole byte; :func:`kube_units`): the snapshot's numbers are whole
+  already, a problem file's fractional ones (``100.5`` millicores -> 101m) round up per pod, as
+  ``NodeInfo`` adds each pod's rounded request, and once per node for its allocatable, its
+  initial usage and ``nonzero_allocated``. Float noise is not a fraction (100.0000000001 stays
+  100m), so a snapshot written as a problem file scores the same.
 * ``noderesources/balanced_allocation.go``: fractions ``requested / allocatable`` (capped at 1,
   *actual* requests: ``useRequested``) of cpu and memory; with two resources
   ``std = |f_cpu - f_mem| / 2`` and ``int64((1 - std) * 100)`` in float64 (so 0.68 vs 0 gives
@@ -50,7 +53,8 @@ in the best-effort skip of BalancedAllocation):
 Known differences (deliberate, the model does not carry what upstream reads):
 
 * Only for problems without ``nonzero_demand`` (problem files, traces; the Kubernetes snapshot
-  has it): a zero cpu / memory demand is taken as a *missing* request (one number per pod);
+  has it): a zero cpu / memory demand (after rounding up: 0.4m is 1m, not missing) is taken as
+  a *missing* request and gets :data:`iro_fed.model.NONZERO_DEFAULTS` (one number per pod);
   upstream adds the default only for a missing request, per container, so an explicit
   ``cpu: 0`` scores as 0 there, and a pod with one container lacking a request gets +100m there.
 * Only for problems without ``initial_nonzero`` (problem files, traces, the extender's NodeList
@@ -79,15 +83,19 @@ from typing import ClassVar
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, untolerated
-from iro_fed.model import ClusterState, Problem
+from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 
 MAX_NODE_SCORE = 100
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
-DEFAULT_MILLI_CPU_REQUEST = 100
-DEFAULT_MEMORY_REQUEST_BYTES = 200 * 1024 * 1024
 MIB = 1024 * 1024
+#: kube's integer unit per model unit of each scored resource: cpu millicores (MilliValue),
+#: memory bytes (Value) from MiB.
+KUBE_UNITS = {"cpu": 1, "memory": MIB}
+#: Float noise below a whole unit that is not a fraction to round up (as ``solvers.cpsat``'s
+#: ``INTEGRAL_TOL``), relative to the amount (at least 1 unit).
+ROUND_UP_TOL = 1e-12
 PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
@@ -101,6 +109,18 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
         percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     num = num_all_nodes * percentage // 100
     return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def kube_units(amount: np.ndarray | float, scale: np.ndarray | float, magnitude: np.ndarray | float | None = None) -> np.ndarray:
+    """Model amounts in kube's integer unit (``scale`` of them per model unit: :data:`KUBE_UNITS`;
+    an array of scales applies per column), rounded up as ``resource.Quantity``'s ``MilliValue``
+    / ``Value`` round: 100.5 millicores is 101m, 1.5 bytes is 2. Float noise is not a fraction:
+    what lies within :data:`ROUND_UP_TOL` of ``magnitude`` (default: the amount; pass the
+    operands' size for a difference) above a whole unit stays that unit (100.0000000001
+    millicores is 100m, 0.1 + 0.2 - 0.3 is 0)."""
+    scaled = np.asarray(amount, dtype=np.float64) * scale
+    size = np.abs(scaled) if magnitude is None else np.abs(np.asarray(magnitude, dtype=np.float64)) * scale
+    return np.ceil(scaled - ROUND_UP_TOL * np.maximum(1.0, size)).astype(np.int64)
 
 
 def zone_interleaved_order(problem: Problem) -> np.ndarray:
@@ -152,53 +172,47 @@ class KubeDefault(OnlineSolver):
         self.node_order = zone_interleaved_order(problem)
         self.next_start_node_index = 0
         self.num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, problem.num_nodes)
-        cpu = problem.resource_index["cpu"]
-        mem = problem.resource_index.get("memory")
-        self._cpu, self._mem = cpu, mem
-        self._allocatable_cpu = np.rint(problem.capacity[:, cpu]).astype(np.int64)
-        self._allocatable_mem = np.rint(problem.capacity[:, mem] * MIB).astype(np.int64) if mem is not None else None
-        # Each pod's non-zero request (cpu milli, memory bytes): exact from the snapshot, else a
-        # zero demand taken as a missing request (the model keeps one number per pod).
-        actual_cpu = np.rint(problem.demand[:, cpu]).astype(np.int64)
-        actual_mem = np.rint(problem.demand[:, mem] * MIB).astype(np.int64) if mem is not None else None
+        # The scored resources (cpu always, memory when the problem has it): one column each in
+        # the arrays below, in kube's integer unit.
+        names = [r for r in NONZERO_RESOURCES if r in problem.resource_index]
+        self._cols = np.array([problem.resource_index[r] for r in names], dtype=np.int64)
+        self._scales = np.array([KUBE_UNITS[r] for r in names], dtype=np.float64)
+        nz_cols = [NONZERO_RESOURCES.index(r) for r in names]
+        self._allocatable = kube_units(problem.capacity[:, self._cols], self._scales)
+        # Each pod's actual and non-zero request: the non-zero one exact from the snapshot, else
+        # a zero demand taken as a missing request (the model keeps one number per pod).
+        self._pod_actual = kube_units(problem.demand[:, self._cols], self._scales)
         if problem.nonzero_demand is not None:
-            self._pod_nz_cpu = np.rint(problem.nonzero_demand[:, 0]).astype(np.int64)
-            self._pod_nz_mem = np.rint(problem.nonzero_demand[:, 1] * MIB).astype(np.int64) if mem is not None else None
+            self._pod_nz = kube_units(problem.nonzero_demand[:, nz_cols], self._scales)
         else:
-            self._pod_nz_cpu = np.where(actual_cpu == 0, DEFAULT_MILLI_CPU_REQUEST, actual_cpu)
-            self._pod_nz_mem = (
-                np.where(actual_mem == 0, DEFAULT_MEMORY_REQUEST_BYTES, actual_mem) if actual_mem is not None else None
-            )
-        # A node's NonZeroRequested = base + what the pods placed here add (NodeInfo.update). The
-        # base is the bound pods' sum when the snapshot gave it (placed pods then add their whole
-        # non-zero request); else the node's current allocated, which already holds the placed
-        # pods' actual requests, so they add only the difference.
+            defaults = kube_units(np.array([NONZERO_DEFAULTS[r] for r in names]), self._scales)
+            self._pod_nz = np.where(self._pod_actual == 0, defaults, self._pod_actual)
+        # A node's NonZeroRequested = its base + the non-zero requests of the pods placed there
+        # (NodeInfo.update). The base is the bound pods' sum when the problem gives it, else what
+        # the node holds besides the placed pods (its usage taken as non-zero: see the docstring).
+        self._initial_nz: np.ndarray | None = None
         if problem.initial_nonzero is not None:
-            self._initial_cpu: np.ndarray | None = np.rint(problem.initial_nonzero[:, 0]).astype(np.int64)
-            self._initial_mem = np.rint(problem.initial_nonzero[:, 1] * MIB).astype(np.int64) if mem is not None else None
-            self._add_cpu, self._add_mem = self._pod_nz_cpu, self._pod_nz_mem
-        else:
-            self._initial_cpu = self._initial_mem = None
-            self._add_cpu = self._pod_nz_cpu - actual_cpu
-            self._add_mem = self._pod_nz_mem - actual_mem if self._pod_nz_mem is not None and actual_mem is not None else None
+            self._initial_nz = kube_units(problem.initial_nonzero[:, nz_cols], self._scales)
 
     def rebuild_caches(self, state: ClusterState) -> None:
-        """Per node, what the pods ``state`` placed add to its NonZeroRequested beyond the base of
-        :meth:`plugin_scores`, cpu (milli) and memory (bytes) (see :meth:`OnlineSolver.sync`)."""
+        """Per node and scored resource, the pods ``state`` placed there: their summed demand
+        (model units, to tell the node's own usage from ``state.allocated``), and their rounded
+        actual and non-zero requests (kube's units) (see :meth:`OnlineSolver.sync`)."""
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
-        self._nz_cpu = np.zeros(state.problem.num_nodes, dtype=np.int64)
-        np.add.at(self._nz_cpu, where, self._add_cpu[placed])
-        self._nz_mem = None
-        if self._add_mem is not None:
-            self._nz_mem = np.zeros(state.problem.num_nodes, dtype=np.int64)
-            np.add.at(self._nz_mem, where, self._add_mem[placed])
+        shape = (state.problem.num_nodes, self._cols.size)
+        self._placed_amount = np.zeros(shape, dtype=np.float64)
+        self._placed_actual = np.zeros(shape, dtype=np.int64)
+        self._placed_nz = np.zeros(shape, dtype=np.int64)
+        np.add.at(self._placed_amount, where, state.problem.demand[np.ix_(placed, self._cols)])
+        np.add.at(self._placed_actual, where, self._pod_actual[placed])
+        np.add.at(self._placed_nz, where, self._pod_nz[placed])
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
         for w, node, sign in entries:
-            self._nz_cpu[node] += sign * self._add_cpu[w]
-            if self._nz_mem is not None and self._add_mem is not None:
-                self._nz_mem[node] += sign * self._add_mem[w]
+            self._placed_amount[node] += sign * state.problem.demand[w, self._cols]
+            self._placed_actual[node] += sign * self._pod_actual[w]
+            self._placed_nz[node] += sign * self._pod_nz[w]
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -223,42 +237,30 @@ class KubeDefault(OnlineSolver):
         p = state.problem
         wl = p.workloads[w]
         # Fit scores the non-zero requests (node: NonZeroRequested; pod: its non-zero request);
-        # BalancedAllocation the actual ones (useRequested).
+        # BalancedAllocation the actual ones (useRequested). A node's usage besides the placed
+        # pods (state.allocated less their demand: the problem's, or a what-if's) rounds up once,
+        # each placed pod adds its own rounded request, as NodeInfo adds pods.
         self.sync(state)
-        nz_cpu, nz_mem = self._nz_cpu, self._nz_mem
-        pod_cpu = int(round(p.demand[w, self._cpu]))
-        node_cpu = np.rint(state.allocated[candidates, self._cpu]).astype(np.int64)
-        base_cpu = self._initial_cpu[candidates] if self._initial_cpu is not None else node_cpu
-        cap_cpu = self._allocatable_cpu[candidates]
-        req = [base_cpu + nz_cpu[candidates] + self._pod_nz_cpu[w]]
-        actual = [node_cpu + pod_cpu]
-        caps = [cap_cpu]
-        pod_mem = 0
-        if self._mem is not None and nz_mem is not None and self._pod_nz_mem is not None:
-            pod_mem = int(round(p.demand[w, self._mem] * MIB))
-            node_mem = np.rint(state.allocated[candidates, self._mem] * MIB).astype(np.int64)
-            base_mem = self._initial_mem[candidates] if self._initial_mem is not None else node_mem
-            req.append(base_mem + nz_mem[candidates] + self._pod_nz_mem[w])
-            actual.append(node_mem + pod_mem)
-            caps.append(self._allocatable_mem[candidates])
+        used = state.allocated[candidates[:, None], self._cols]
+        own = kube_units(used - self._placed_amount[candidates], self._scales, magnitude=used)
+        base = self._initial_nz[candidates] if self._initial_nz is not None else own
+        req = base + self._placed_nz[candidates] + self._pod_nz[w]  # [candidates, resources]
+        actual = own + self._placed_actual[candidates] + self._pod_actual[w]
+        caps = self._allocatable[candidates]
 
         # NodeResourcesFit, LeastAllocated, weight 1 per resource.
-        total = np.zeros(candidates.size, dtype=np.int64)
-        weight_sum = np.zeros(candidates.size, dtype=np.int64)
-        for r, c in zip(req, caps, strict=True):
-            total += least_allocated(r, c)
-            weight_sum += c > 0
+        total = least_allocated(req, caps).sum(axis=1)
+        weight_sum = (caps > 0).sum(axis=1)
         fit = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
 
         # NodeResourcesBalancedAllocation (skipped for best-effort pods).
-        if pod_cpu == 0 and pod_mem == 0:
+        if not self._pod_actual[w].any():
             balanced = np.zeros(candidates.size, dtype=np.int64)
         else:
-            fractions = [np.minimum(a / np.where(c > 0, c, 1), 1.0) for a, c in zip(actual, caps, strict=True)]
-            valid = [c > 0 for c in caps]
-            if len(fractions) == 2:
-                both = valid[0] & valid[1]
-                std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+            fractions = np.minimum(actual / np.where(caps > 0, caps, 1), 1.0)
+            if self._cols.size == 2:
+                both = (caps > 0).all(axis=1)
+                std = np.where(both, np.abs((fractions[:, 0] - fractions[:, 1]) / 2), 0.0)
             else:
                 std = np.zeros(candidates.size)
             balanced = np.trunc((1 - std) * MAX_NODE_SCORE).astype(np.int64)

@@ -59,8 +59,8 @@ from typing import Any
 import numpy as np
 
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
-from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, Problem
-from iro_fed.problem_io import ProblemValidationError, json_kind, load_document, problem_from_dict
+from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
+from iro_fed.problem_io import MAX_NUMBER, ProblemValidationError, json_kind, load_document, problem_from_dict
 
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -473,10 +473,10 @@ def _who(pod: Any) -> str:
     return f"pod {key}" if key else "pod"
 
 
-#: What kube-scheduler's scoring counts for a container without a cpu / memory request, exact
-#: (:func:`exact_amount`: millicores, bytes): ``schedutil.DefaultMilliCPURequest`` 100m,
-#: ``DefaultMemoryRequest`` 200 MiB.
-NONZERO_DEFAULTS = {"cpu": Decimal(100), "memory": Decimal(200 * MIB)}
+#: What kube-scheduler's scoring counts for a container without a cpu / memory request,
+#: :data:`iro_fed.model.NONZERO_DEFAULTS` (model units: millicores, MiB) exact in the units of
+#: :func:`exact_amount` (millicores, bytes): 100m, 200 MiB.
+NONZERO_EXACT = {r: Decimal(v) * (MIB if _memory_like(r) else 1) for r, v in NONZERO_DEFAULTS.items()}
 
 
 def _pod_level_resource(resource: str) -> bool:
@@ -499,7 +499,7 @@ def nonzero_requests(containers: Iterable[Mapping[str, Decimal]], init_container
     (``NodeInfo.update`` / ``calculateResource`` and ``resource_allocation.go``): ``PodRequests``
     with ``NonMissingContainerRequests``, i.e. :func:`effective_requests` after each container
     (app, init and sidecar alike) that has no cpu / memory request at all gets
-    :data:`NONZERO_DEFAULTS` for it. Only a *missing* request is replaced: an explicit ``0``
+    :data:`NONZERO_EXACT` for it. Only a *missing* request is replaced: an explicit ``0``
     stays 0, and a limit without a request already is a request (API defaulting,
     :func:`_container_exact`). A pod-level request (``pod_level``, PodLevelResources) replaces
     the containers' sum, defaults and all, for the resource it names; overhead is added as is.
@@ -509,7 +509,7 @@ def nonzero_requests(containers: Iterable[Mapping[str, Decimal]], init_container
         out = dict(req)
         for r in NONZERO_RESOURCES:
             if r in resources and r not in req:
-                out[r] = NONZERO_DEFAULTS[r]
+                out[r] = NONZERO_EXACT[r]
         return out
 
     with localcontext(_EXACT):
@@ -867,6 +867,13 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
     return nonzero[0], nonzero[1]
 
 
+def _nonzero_allocated(nonzero: tuple[float, float], resources: Sequence[str]) -> dict[str, float]:
+    """A node's summed non-zero request (:func:`apply_usage`) as the problem file's
+    ``nonzero_allocated`` (the scored resources the problem has). Kept under the file's largest
+    number: a node asked for more than that scores 0 either way (its capacity is below it)."""
+    return {r: min(v, MAX_NUMBER) for r, v in zip(NONZERO_RESOURCES, nonzero, strict=True) if r in resources}
+
+
 def pods_by_node(pods: Iterable[Mapping[str, Any]], warnings: list[str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
     """The pods a node's usage counts (:func:`apply_usage`), by ``spec.nodeName``: finished pods
     (``Succeeded``, ``Failed``) are left out; a ``nodeName`` that is not a string goes to ``warnings``."""
@@ -933,7 +940,6 @@ class ClusterModel:
         self.warnings: list[str] = []
         self.node_objects: dict[str, Mapping[str, Any]] = {}
         docs = []
-        nonzero: list[tuple[float, float]] = []  # per doc, from its bound pods (none in NodeList mode)
         kinds: dict[str, str] = {}
         by_node = pods_by_node(bound_pods or (), self.warnings)
         for obj in nodes:
@@ -954,18 +960,17 @@ class ClusterModel:
             if bound_pods is None:
                 annotated_usage(obj, doc, res)
             else:
-                nonzero.append(apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings))
+                nonzero = apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
+                doc["nonzero_allocated"] = _nonzero_allocated(nonzero, res)
             if doc["labels"].get(DOMAIN_KIND_LABEL):
                 kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
             docs.append(doc)
         self.node_docs = docs
         domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
         self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
-        problem = problem_from_dict(self.skeleton, source="cluster snapshot")
-        if bound_pods is not None:
-            # The node annotation of NodeList mode gives a sum, not pods: no NonZeroRequested there.
-            problem = problem.replace(initial_nonzero=np.array(nonzero, dtype=np.float64).reshape(len(docs), 2))
-        self.problem = problem
+        # The nodes' NonZeroRequested is their docs' nonzero_allocated (none in NodeList mode:
+        # the node annotation gives a sum, not pods), so the problem is built once.
+        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
         self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:

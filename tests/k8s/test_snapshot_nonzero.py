@@ -15,6 +15,8 @@ import pytest
 
 from iro_fed.k8s.snapshot import ClusterConfig, ClusterModel, build_snapshot, pod_demand
 from iro_fed.k8s.testing import make_node, make_pod
+from iro_fed.problem_io import problem_from_dict
+from tests.k8s.helpers import fit_and_balance
 from tests.k8s.helpers import pod_with as _pod
 
 
@@ -131,3 +133,33 @@ def test_the_arrays_are_read_only():
         p.nonzero_demand[0, 0] = 1.0
     with pytest.raises(ValueError):
         p.initial_nonzero[0, 0] = 1.0
+
+
+# --- the cluster problem is built once, from node docs that carry nonzero_allocated ------------
+# Before, ClusterModel built its problem from docs without it and then replaced initial_nonzero:
+# the documents (``skeleton``, ``node_docs``) did not say what the problem held, so a problem
+# rebuilt from them, or a node doc written as a problem file, lost the nodes' NonZeroRequested.
+
+
+def test_the_cluster_documents_carry_the_nodes_nonzero_allocated():
+    bound = [make_pod("be", cpu=None, memory=None, node="n1"), make_pod("half", cpu="1", memory=None, node="n2")]
+    model = ClusterModel([make_node("n1"), make_node("n2"), make_node("n3")], bound)
+    assert [d["nonzero_allocated"] for d in model.node_docs] == [
+        {"cpu": 100.0, "memory": 200.0}, {"cpu": 1000.0, "memory": 200.0}, {"cpu": 0.0, "memory": 0.0}]
+    again = problem_from_dict(model.skeleton)
+    np.testing.assert_array_equal(again.initial_nonzero, model.problem.initial_nonzero)
+    assert model.problem.initial_nonzero.tolist() == [[100.0, 200.0], [1000.0, 200.0], [0.0, 0.0]]
+    # Only the scored resources the problem has; NodeList mode (no pods) has none.
+    cpu_only = ClusterModel([make_node("n1")], bound[:1], ClusterConfig(resources=("cpu",)))
+    assert cpu_only.node_docs[0]["nonzero_allocated"] == {"cpu": 100.0}
+    assert "nonzero_allocated" not in ClusterModel([make_node("n1")], None).node_docs[0]
+
+
+def test_a_bound_pod_asking_more_than_a_problem_number_still_builds_the_model():
+    # 1Ei of memory is 1.1e12 MiB, past the problem file's largest number (1e10). The node's
+    # NonZeroRequested is kept at 1e10: above any allocatable, so memory scores 0 as upstream.
+    model = ClusterModel([make_node("n1", cpu="2", memory="4Gi")], [make_pod("huge", cpu="1", memory="1Ei", node="n1")])
+    assert model.problem.initial_nonzero.tolist() == [[1000.0, 1e10]]
+    assert any("exceeds allocatable" in w for w in model.warnings)
+    # The pending pod (500m / 512Mi): cpu (2000 - 1500) * 100 // 2000 = 25, memory 0 -> 12.
+    assert fit_and_balance(model.with_pods([make_pod("p")]).problem)[0] == [12]
