@@ -35,6 +35,11 @@ its ``FailedScheduling`` Event posted only when the outcome differs from the one
 (kube-scheduler skips an unchanged condition and aggregates repeated Events).
 A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
 ``Kube.write_timeout_s``) or an error backs off and is retried only if the pod is still pending.
+The loop sleeps until something can change a decision: the pending-pods watch (a pod arrives or
+is updated), the node and bound-pod watches while pods wait in the unschedulable queue (a node
+added or updated, a bound pod deleted: kube's ``MoveAllToActiveOrBackoffQueue`` on cluster
+events; a pod still in its backoff waits it out), becoming leader, or the end of the next timer
+(a backoff, the flush, a bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
 binds, and it checks its leadership right before every Binding POST.
 """
@@ -162,7 +167,7 @@ class IroScheduler:
                  leader_election: bool = True, feedback: Any = None, metrics_poll_s: float | None = None,
                  bind_workers: int = 8, watch_timeout_s: int = 60,
                  pod_initial_backoff_s: float = POD_INITIAL_BACKOFF_S, pod_max_backoff_s: float = POD_MAX_BACKOFF_S,
-                 max_unschedulable_s: float = MAX_UNSCHEDULABLE_S,
+                 max_unschedulable_s: float = MAX_UNSCHEDULABLE_S, poll_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         import solvers
 
@@ -176,9 +181,12 @@ class IroScheduler:
             raise ValueError(f"pod_max_backoff_s: must be >= pod_initial_backoff_s ({pod_initial_backoff_s}), got {pod_max_backoff_s}")
         if not max_unschedulable_s > 0:
             raise ValueError(f"max_unschedulable_s: must be > 0, got {max_unschedulable_s}")
+        if not 0 < poll_s <= threading.TIMEOUT_MAX:  # Event.wait raises OverflowError beyond TIMEOUT_MAX
+            raise ValueError(f"poll_s: must be > 0 and at most {threading.TIMEOUT_MAX}, got {poll_s}")
         self.pod_initial_backoff_s = float(pod_initial_backoff_s)
         self.pod_max_backoff_s = float(pod_max_backoff_s)
         self.max_unschedulable_s = float(max_unschedulable_s)
+        self.poll_s = float(poll_s)  # the longest sleep with no event and no timer due: only a safety net
         self.clock = clock  # every delay of the queue is measured on it (tests drive a fake one)
         self.kube = kube
         self.name = name
@@ -218,6 +226,7 @@ class IroScheduler:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(bind_workers, 1), thread_name_prefix="iro-bind")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watchers: list[threading.Thread] = []
         self.batches: list[BatchResult] = []
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -225,6 +234,11 @@ class IroScheduler:
     def start(self) -> IroScheduler:
         self.cache.start()
         self.pending.start()
+        for reflector in (self.cache.nodes, self.cache.pods):
+            t = threading.Thread(target=self._wake_on_changes, args=(reflector,),
+                                 name=f"iro-scheduler-wake-{reflector.name}", daemon=True)
+            t.start()
+            self._watchers.append(t)
         if self.elector is not None:
             self.elector.start()
         if self.metrics_feed is not None:
@@ -237,6 +251,11 @@ class IroScheduler:
         """Stop; ``release=False`` leaves the lease to expire (what a crash does)."""
         self._stop.set()
         self._wake.set()
+        for reflector in (self.cache.nodes, self.cache.pods):
+            with reflector.changed:  # _wake_on_changes checks _stop under this lock before waiting
+                reflector.changed.notify_all()
+        for t in self._watchers:
+            t.join(timeout=5)
         if self.elector is not None:
             self.elector.stop(release=release)
         if self._thread is not None:
@@ -274,6 +293,29 @@ class IroScheduler:
             if self.ready_pods():
                 self._wake.set()
 
+    def _wake_on_changes(self, reflector: Reflector) -> None:
+        """Wakes the loop after each change of ``reflector`` (nodes or bound pods) while pods wait
+        in the unschedulable queue: a new or larger node, or a bound pod gone, may fit them now.
+        It follows the reflector's ``version`` rather than its ``on_event`` (called before the
+        version moves), so the woken loop always sees the change the queue compares against; and
+        it counts a relist that emptied the store, which no ``on_event`` reports."""
+        with reflector.changed:
+            seen = reflector.version
+        while True:
+            with reflector.changed:
+                while reflector.version == seen and not self._stop.is_set():
+                    reflector.changed.wait()
+                seen = reflector.version
+            if self._stop.is_set():
+                return
+            with self._lock:
+                waiting = bool(self._unschedulable)
+            # No pod waits on the cluster otherwise (new pods come with their own watch event); a
+            # pod whose failed attempt is still being recorded waits for its backoff timer, and
+            # then sees this change in the versions.
+            if waiting:
+                self._wake.set()
+
     # --- queue -----------------------------------------------------------------------------------
 
     def _cluster_version(self) -> tuple[int, int]:
@@ -304,11 +346,20 @@ class IroScheduler:
                 for key, q in queued}
 
     def _next_wake_s(self) -> float:
-        """How long the loop may sleep: until the first backoff ends, within 0.05 .. 1 s."""
+        """How long the loop may sleep: until the next timer of the queue ends (an unschedulable
+        pod's backoff or flush, a failed bind's backoff, an assumed or 409'd pod's ASSUME_TTL_S),
+        within 0.05 s .. ``poll_s``. Watch events wake it earlier (see :meth:`_wake_on_changes`).
+        Each delay is computed as its check in :meth:`ready_pods` computes it, so the loop never
+        wakes just short of a timer and then sleeps on."""
         now = self.clock()
         with self._lock:
-            due = [q.retry_at - now for q in self._unschedulable.values() if q.retry_at > now]
-        return min(max(min(due, default=1.0), 0.05), 1.0)
+            due = [t for q in self._unschedulable.values()
+                   for t in (q.retry_at - now, self.max_unschedulable_s - (now - q.since))]
+            due += [until - now for until, _ in self._backoff.values()]
+            # These expire strictly after ASSUME_TTL_S: at exactly 0 the next wake is 0.05 s on.
+            ttl = [ASSUME_TTL_S - (now - since) for _, since in (*self._assumed.values(), *self._conflicts.values())]
+        ahead = [d for d in due if d > 0] + [d for d in ttl if d >= 0]
+        return min(max(min(ahead, default=self.poll_s), 0.05), self.poll_s)
 
     def _still_unschedulable(self, key: str, pod: Mapping[str, Any], uid: str | None, now: float,
                              version: tuple[int, int]) -> bool:
