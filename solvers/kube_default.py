@@ -96,6 +96,9 @@ KUBE_UNITS = {"cpu": 1, "memory": MIB}
 #: Float noise below a whole unit that is not a fraction to round up (as ``solvers.cpsat``'s
 #: ``INTEGRAL_TOL``), relative to the amount (at least 1 unit).
 ROUND_UP_TOL = 1e-12
+#: ... but never a whole unit: at 1 TiB (1.1e12 bytes) 1e-12 relative is 1.1 bytes, which took a
+#: whole amount one byte down; float noise there is about 1e-4 bytes.
+MAX_NOISE_UNITS = 1e-3
 PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
@@ -120,7 +123,7 @@ def kube_units(amount: np.ndarray | float, scale: np.ndarray | float, magnitude:
     millicores is 100m, 0.1 + 0.2 - 0.3 is 0)."""
     scaled = np.asarray(amount, dtype=np.float64) * scale
     size = np.abs(scaled) if magnitude is None else np.abs(np.asarray(magnitude, dtype=np.float64)) * scale
-    return np.ceil(scaled - ROUND_UP_TOL * np.maximum(1.0, size)).astype(np.int64)
+    return np.ceil(scaled - np.minimum(ROUND_UP_TOL * np.maximum(1.0, size), MAX_NOISE_UNITS)).astype(np.int64)
 
 
 def zone_interleaved_order(problem: Problem) -> np.ndarray:
@@ -172,47 +175,62 @@ class KubeDefault(OnlineSolver):
         self.node_order = zone_interleaved_order(problem)
         self.next_start_node_index = 0
         self.num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, problem.num_nodes)
-        # The scored resources (cpu always, memory when the problem has it): one column each in
-        # the arrays below, in kube's integer unit.
+        # The scored resources (cpu always, memory when the problem has it), in kube's integer
+        # unit; per-node arrays are kept one per resource (1-D arrays index fastest per decision).
         names = [r for r in NONZERO_RESOURCES if r in problem.resource_index]
-        self._cols = np.array([problem.resource_index[r] for r in names], dtype=np.int64)
-        self._scales = np.array([KUBE_UNITS[r] for r in names], dtype=np.float64)
+        self._cols = [problem.resource_index[r] for r in names]
+        self._scales = [float(KUBE_UNITS[r]) for r in names]
         nz_cols = [NONZERO_RESOURCES.index(r) for r in names]
-        self._allocatable = kube_units(problem.capacity[:, self._cols], self._scales)
-        # Each pod's actual and non-zero request: the non-zero one exact from the snapshot, else
-        # a zero demand taken as a missing request (the model keeps one number per pod).
-        self._pod_actual = kube_units(problem.demand[:, self._cols], self._scales)
+        self._allocatable = [kube_units(problem.capacity[:, c], s) for c, s in zip(self._cols, self._scales, strict=True)]
+        self._cap_count = np.sum([a > 0 for a in self._allocatable], axis=0, dtype=np.int64)
+        self._cap_all = np.all([a > 0 for a in self._allocatable], axis=0)
+        # Each pod's actual and non-zero request [W, resources]: the non-zero one exact from the
+        # snapshot, else a zero demand taken as a missing request (the model keeps one number per pod).
+        scales = np.array(self._scales)
+        self._pod_actual = kube_units(problem.demand[:, self._cols], scales)
         if problem.nonzero_demand is not None:
-            self._pod_nz = kube_units(problem.nonzero_demand[:, nz_cols], self._scales)
+            self._pod_nz = kube_units(problem.nonzero_demand[:, nz_cols], scales)
         else:
-            defaults = kube_units(np.array([NONZERO_DEFAULTS[r] for r in names]), self._scales)
+            defaults = kube_units(np.array([NONZERO_DEFAULTS[r] for r in names]), scales)
             self._pod_nz = np.where(self._pod_actual == 0, defaults, self._pod_actual)
         # A node's NonZeroRequested = its base + the non-zero requests of the pods placed there
         # (NodeInfo.update). The base is the bound pods' sum when the problem gives it, else what
         # the node holds besides the placed pods (its usage taken as non-zero: see the docstring).
-        self._initial_nz: np.ndarray | None = None
+        self._initial_nz: list[np.ndarray] | None = None
         if problem.initial_nonzero is not None:
-            self._initial_nz = kube_units(problem.initial_nonzero[:, nz_cols], self._scales)
+            self._initial_nz = [kube_units(problem.initial_nonzero[:, j], s) for j, s in zip(nz_cols, self._scales, strict=True)]
+        # Whole numbers throughout (every snapshot; most problem files): a node's usage is then a
+        # whole number of kube units too, so per decision it is only read, not rounded up apart
+        # from the placed pods' share.
+        self._whole = all(
+            bool(np.array_equal(kube_units(a[:, c], s), a[:, c] * s))
+            for a in (problem.capacity, problem.demand, problem.allocated)
+            for c, s in zip(self._cols, self._scales, strict=True)
+        )
 
     def rebuild_caches(self, state: ClusterState) -> None:
-        """Per node and scored resource, the pods ``state`` placed there: their summed demand
-        (model units, to tell the node's own usage from ``state.allocated``), and their rounded
-        actual and non-zero requests (kube's units) (see :meth:`OnlineSolver.sync`)."""
+        """Per node and scored resource, the pods ``state`` placed there: their rounded actual
+        and non-zero requests (kube's units) and their summed demand (model units, to tell the
+        node's own usage from ``state.allocated`` when numbers are fractional) (see
+        :meth:`OnlineSolver.sync`)."""
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
-        shape = (state.problem.num_nodes, self._cols.size)
-        self._placed_amount = np.zeros(shape, dtype=np.float64)
-        self._placed_actual = np.zeros(shape, dtype=np.int64)
-        self._placed_nz = np.zeros(shape, dtype=np.int64)
-        np.add.at(self._placed_amount, where, state.problem.demand[np.ix_(placed, self._cols)])
-        np.add.at(self._placed_actual, where, self._pod_actual[placed])
-        np.add.at(self._placed_nz, where, self._pod_nz[placed])
+        n = state.problem.num_nodes
+        self._placed_actual = [np.bincount(where, self._pod_actual[placed, j], n).astype(np.int64) for j in range(len(self._cols))]
+        self._placed_nz = [np.bincount(where, self._pod_nz[placed, j], n).astype(np.int64) for j in range(len(self._cols))]
+        self._placed_amount = [np.bincount(where, state.problem.demand[placed, c], n) for c in self._cols]
+        # What the placed pods add to NonZeroRequested beyond their actual requests (a node
+        # without a given base scores its usage plus this).
+        self._placed_extra = [nz - actual for nz, actual in zip(self._placed_nz, self._placed_actual, strict=True)]
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
+        demand = state.problem.demand
         for w, node, sign in entries:
-            self._placed_amount[node] += sign * state.problem.demand[w, self._cols]
-            self._placed_actual[node] += sign * self._pod_actual[w]
-            self._placed_nz[node] += sign * self._pod_nz[w]
+            for j, c in enumerate(self._cols):
+                self._placed_actual[j][node] += sign * self._pod_actual[w, j]
+                self._placed_nz[j][node] += sign * self._pod_nz[w, j]
+                self._placed_amount[j][node] += sign * demand[w, c]
+                self._placed_extra[j][node] += sign * (self._pod_nz[w, j] - self._pod_actual[w, j])
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -241,26 +259,36 @@ class KubeDefault(OnlineSolver):
         # pods (state.allocated less their demand: the problem's, or a what-if's) rounds up once,
         # each placed pod adds its own rounded request, as NodeInfo adds pods.
         self.sync(state)
-        used = state.allocated[candidates[:, None], self._cols]
-        own = kube_units(used - self._placed_amount[candidates], self._scales, magnitude=used)
-        base = self._initial_nz[candidates] if self._initial_nz is not None else own
-        req = base + self._placed_nz[candidates] + self._pod_nz[w]  # [candidates, resources]
-        actual = own + self._placed_actual[candidates] + self._pod_actual[w]
-        caps = self._allocatable[candidates]
-
-        # NodeResourcesFit, LeastAllocated, weight 1 per resource.
-        total = least_allocated(req, caps).sum(axis=1)
-        weight_sum = (caps > 0).sum(axis=1)
+        best_effort = not self._pod_actual[w].any()
+        total = np.zeros(candidates.size, dtype=np.int64)
+        fractions = []
+        for j, (c, scale) in enumerate(zip(self._cols, self._scales, strict=True)):
+            used = state.allocated[candidates, c]
+            if self._whole:
+                used_units = np.rint(used * scale).astype(np.int64)
+                if self._initial_nz is None:  # own usage + placed pods' non-zero = usage + their extra
+                    requested = used_units + self._placed_extra[j][candidates]
+                else:
+                    requested = self._initial_nz[j][candidates] + self._placed_nz[j][candidates]
+            else:
+                own = kube_units(used - self._placed_amount[j][candidates], scale, magnitude=used)
+                used_units = own + self._placed_actual[j][candidates]
+                base = self._initial_nz[j][candidates] if self._initial_nz is not None else own
+                requested = base + self._placed_nz[j][candidates]
+            cap = self._allocatable[j][candidates]
+            # NodeResourcesFit, LeastAllocated, weight 1 per resource.
+            total += least_allocated(requested + self._pod_nz[w, j], cap)
+            if not best_effort:
+                fractions.append(np.minimum((used_units + self._pod_actual[w, j]) / np.where(cap > 0, cap, 1), 1.0))
+        weight_sum = self._cap_count[candidates]
         fit = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
 
         # NodeResourcesBalancedAllocation (skipped for best-effort pods).
-        if not self._pod_actual[w].any():
+        if best_effort:
             balanced = np.zeros(candidates.size, dtype=np.int64)
         else:
-            fractions = np.minimum(actual / np.where(caps > 0, caps, 1), 1.0)
-            if self._cols.size == 2:
-                both = (caps > 0).all(axis=1)
-                std = np.where(both, np.abs((fractions[:, 0] - fractions[:, 1]) / 2), 0.0)
+            if len(fractions) == 2:
+                std = np.where(self._cap_all[candidates], np.abs((fractions[0] - fractions[1]) / 2), 0.0)
             else:
                 std = np.zeros(candidates.size)
             balanced = np.trunc((1 - std) * MAX_NODE_SCORE).astype(np.int64)

@@ -113,6 +113,10 @@ def test_kube_units_rounds_up_past_float_noise_only():
     assert kube_units(1.5 / MIB, MIB).tolist() == 2
     # A difference rounds with the operands' noise: (0.1 + 0.2) - 0.3 is 5.6e-17, not 1m.
     assert kube_units((0.1 + 0.2) - 0.3, 1, magnitude=0.1 + 0.2).tolist() == 0
+    # Large whole amounts stay whole: 1 TiB of memory is 2**40 bytes, not one byte less (the
+    # relative tolerance alone spans more than a byte there).
+    assert kube_units(np.array([1048576.0, 3 * 1048576.0]), MIB).tolist() == [2**40, 3 * 2**40]
+    assert kube_units(1e12 + 0.5, 1).tolist() == 10**12 + 1
 
 
 def test_one_copy_of_the_non_zero_defaults():
