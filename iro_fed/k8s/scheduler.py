@@ -198,7 +198,9 @@ class IroScheduler:
         self.solver = solvers.make("fallback", primary=solver, primary_params=solver_params or {}, fallback=fallback,
                                    time_limit_s=time_limit_s)
         self.config = config or ClusterConfig()
-        self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s)
+        # refresh_s=0: no background model builds; the scheduler builds its own (with the pods it
+        # assumed) from the cache's stores when it solves.
+        self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s, refresh_s=0)
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",

@@ -224,3 +224,18 @@ def test_poll_s_defaults_to_one_second(kubeconfig):
 def test_a_bad_poll_s_is_refused_by_name(kubeconfig, poll_s):
     with pytest.raises(ValueError, match=r"^poll_s: must be > 0"):
         IroScheduler(Kube.from_kubeconfig(kubeconfig), leader_election=False, poll_s=poll_s)
+
+
+def test_the_cluster_cache_builds_no_models_of_its_own(api, start):
+    """The scheduler solves on a model it builds itself (with the pods it assumed bound), so its
+    cache must not rebuild one in the background after every change (it did, every 0.5 s while
+    pods churned, and nothing read it)."""
+    api.add_node(make_node("n0", cpu="8"))
+    for i in range(3):
+        api.add_pod(make_pod(f"p{i}", cpu="1", scheduler="iro"))
+    s = start()
+    assert api.wait_for(lambda: all(node_of(api, f"p{i}") == "n0" for i in range(3)), 20)
+    api.add_node(make_node("n1", cpu="8"))
+    api.add_pod(make_pod("p3", cpu="1", scheduler="iro"))
+    assert api.wait_for(lambda: node_of(api, "p3") is not None, 20)
+    assert s.cache.refresh_s == 0 and s.cache.builds == 0
