@@ -150,7 +150,7 @@ class _LocalCounters:
                                      "Interfaces summed in iro_node_network_bytes (value 1).",
                                      labels=["node", "site", "interface"])
             for name in counted:
-                info.add_metric([self.m.node, self.m.site, name], 1)
+                info.add_metric([self.m.node, self.m.site, printable_name(name)], 1)
             yield info
 
 
@@ -159,7 +159,11 @@ class _LocalCounters:
 VIRTUAL_INTERFACE_NAMES = ("lo",)
 VIRTUAL_INTERFACE_PREFIXES = ("veth", "cni", "docker", "br-", "flannel", "cali", "cilium", "vxlan", "tunl", "tun",
                               "tap", "wg", "kube-ipvs", "virbr", "lxc", "kube-bridge", "weave", "genev_sys",
-                              "ovs-system", "nodelocaldns", "dummy")
+                              "ovs-system", "nodelocaldns", "dummy",
+                              # the fallback device of each tunnel module, made in every namespace
+                              # (a pod's too) once the module is loaded: sit0, gre0, ip6tnl0, ...
+                              "sit", "gre", "erspan", "ip6tnl", "ip6gre", "ip_vti", "ip6_vti",
+                              "ifb")  # ifb: traffic redirected from another interface (tc ingress shaping)
 
 
 def read_net_dev(proc_root: str | os.PathLike[str] = "/proc") -> dict[str, tuple[int, int]]:
@@ -167,7 +171,10 @@ def read_net_dev(proc_root: str | os.PathLike[str] = "/proc") -> dict[str, tuple
     of the reading process's network namespace (the node's only with hostNetwork)."""
     path = Path(proc_root) / "net" / "dev"
     counters: dict[str, tuple[int, int]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    # A name is any bytes but '/', ':' and whitespace, printed as they are: decoded as the OS decodes
+    # file names, so that one that is not UTF-8 still names its /sys entry (see printable_name).
+    text = os.fsdecode(path.read_bytes())
+    for number, line in enumerate(text.splitlines(), 1):
         name, colon, rest = line.partition(":")  # Linux interface names cannot contain ':'
         if not colon or number <= 2:  # the two header lines
             continue
@@ -190,6 +197,20 @@ def interface_is_virtual(name: str, sys_root: str | os.PathLike[str] = "/sys") -
     return os.path.realpath(entry).startswith(virtual + os.sep)
 
 
+def interface_index(name: str, sys_root: str | os.PathLike[str] = "/sys") -> int | None:
+    """The device's ifindex (``/sys/class/net/<name>/ifindex``): it stays with the device when it is
+    renamed, and a device made again under the same name gets another; None when /sys cannot tell."""
+    try:
+        return int((Path(sys_root) / "class" / "net" / name / "ifindex").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def printable_name(name: str) -> str:
+    """``name`` for a label: bytes that are not UTF-8 (kept by os.fsdecode) as ``\\xff`` escapes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def virtual_by_name(name: str) -> bool:
     """The fallback of :func:`interface_is_virtual`: the name says virtual (see VIRTUAL_INTERFACE_PREFIXES)."""
     return name in VIRTUAL_INTERFACE_NAMES or name.startswith(VIRTUAL_INTERFACE_PREFIXES)
@@ -208,7 +229,10 @@ class NetworkCounter:
 
     The totals only grow, as a Prometheus counter must: each interface adds what it gained since
     the last read (all of it when it is new or its counter restarted), and an interface that goes
-    away keeps what it added.
+    away keeps what it added. An interface is followed by its ifindex where /sys gives one: renamed,
+    it goes on from its last reading; made again under the same name (another ifindex), or gone
+    from a reading and back, it is new. A decrease is taken as a restart, as Prometheus and psutil
+    take it (a 32-bit counter that wraps loses what it counted past 2**32 before the wrap).
     """
 
     def __init__(self, interfaces: str = "", proc_root: str | os.PathLike[str] = "/proc",
@@ -218,7 +242,8 @@ class NetworkCounter:
         except re.error as exc:
             raise ValueError(f"network interfaces: not a valid regular expression {interfaces!r}: {exc}") from None
         self.proc_root, self.sys_root = proc_root, sys_root
-        self._last: dict[str, tuple[int, int]] = {}
+        # ifindex (or name without /sys) -> (name, rx, tx) at the last reading that counted it
+        self._last: dict[int | str, tuple[str, int, int]] = {}
         self._rx = self._tx = 0
 
     def select(self, names: Iterable[str]) -> list[str]:
@@ -236,10 +261,19 @@ class NetworkCounter:
         except FileNotFoundError:
             return None
         chosen = self.select(counters)
+        last: dict[int | str, tuple[str, int, int]] = {}
         for name in chosen:
             rx, tx = counters[name]
-            last_rx, last_tx = self._last.get(name, (0, 0))
+            index = interface_index(name, self.sys_root)
+            key: int | str = name if index is None else index
+            _, last_rx, last_tx = self._last.get(key, (name, 0, 0))
             self._rx += rx - last_rx if rx >= last_rx else rx
             self._tx += tx - last_tx if tx >= last_tx else tx
-            self._last[name] = (rx, tx)
+            last[key] = (name, rx, tx)
+        # One not chosen this time but still listed keeps its reading; one that went away is
+        # forgotten: back again, its counters started over at 0, and all it has is new.
+        for key, entry in self._last.items():
+            if key not in last and entry[0] in counters:
+                last[key] = entry
+        self._last = last
         return float(self._rx), float(self._tx), tuple(chosen)

@@ -193,3 +193,77 @@ def test_the_setting_reaches_a_running_agent(start_agent) -> None:
                   if f.name == "iro_node_network_interface_info" for s in f.samples}
         time.sleep(0.1)
     assert listed == {"lo"}
+
+
+def set_ifindex(sys: Path, name: str, index: int) -> None:
+    """``/sys/class/net/<name>/ifindex``, the kernel's number for the device (new for each device)."""
+    (sys / "class" / "net" / name / "ifindex").write_text(f"{index}\n")
+
+
+def test_an_interface_that_went_away_counts_from_zero_when_it_comes_back(tmp_path: Path) -> None:
+    proc, sys = tmp_path / "proc", write_sys(tmp_path / "sys", {"eth0": PCI, "eth1": "pci0000:00/0000:00:04.0"})
+    counter = NetworkCounter(proc_root=write_proc(proc, {"eth0": (1_000, 100), "eth1": (500, 50)}), sys_root=sys)
+    assert counter.read()[:2] == (1_500.0, 150.0)
+    write_proc(proc, {"eth0": (1_000, 100)})  # eth1 unplugged
+    assert counter.read() == (1_500.0, 150.0, ("eth0",))
+    # Plugged in again: its counters started at 0 and passed the old reading before this one.
+    write_proc(proc, {"eth0": (1_000, 100), "eth1": (600, 60)})
+    assert counter.read() == (2_100.0, 210.0, ("eth0", "eth1"))
+
+
+def test_an_interface_made_again_between_readings_counts_from_zero(tmp_path: Path) -> None:
+    # The driver reloaded (or the USB NIC was replugged) between two readings: the name is back, the
+    # device is new (another ifindex), and its counters grew past the old ones - no decrease to see.
+    proc, sys = tmp_path / "proc", write_sys(tmp_path / "sys", {"eth0": PCI})
+    set_ifindex(sys, "eth0", 2)
+    counter = NetworkCounter(proc_root=write_proc(proc, {"eth0": (1_000, 100)}), sys_root=sys)
+    assert counter.read()[:2] == (1_000.0, 100.0)
+    set_ifindex(sys, "eth0", 7)
+    write_proc(proc, {"eth0": (1_200, 120)})
+    assert counter.read()[:2] == (2_200.0, 220.0)
+    write_proc(proc, {"eth0": (1_300, 130)})  # the same device: only what it gained
+    assert counter.read()[:2] == (2_300.0, 230.0)
+
+
+def test_a_renamed_interface_is_not_counted_again(tmp_path: Path) -> None:
+    # ``ip link set eth1 name lan1``: the same device (same ifindex, counters go on) under a new name.
+    proc, sys = tmp_path / "proc", write_sys(tmp_path / "sys", {"eth0": PCI, "eth1": "pci0000:00/0000:00:04.0"})
+    set_ifindex(sys, "eth0", 2)
+    set_ifindex(sys, "eth1", 3)
+    counter = NetworkCounter(proc_root=write_proc(proc, {"eth0": (1_000, 100), "eth1": (500, 50)}), sys_root=sys)
+    assert counter.read()[:2] == (1_500.0, 150.0)
+    (sys / "class" / "net" / "eth1").rename(sys / "class" / "net" / "lan1")
+    write_proc(proc, {"eth0": (1_000, 100), "lan1": (650, 65)})
+    assert counter.read() == (1_650.0, 165.0, ("eth0", "lan1"))
+
+
+def test_an_interface_name_that_is_not_utf8(tmp_path: Path) -> None:
+    # Linux takes any bytes but '/', ':' and spaces in a name (``ip link add $'\xff0' type dummy``),
+    # and /proc/net/dev prints them as they are: neither the reading nor /metrics may fail on one.
+    (tmp_path / "proc" / "net").mkdir(parents=True)
+    lines = [f"{name:>6}: {rx} 1 0 0 0 0 0 0 {tx} 1 0 0 0 0 0 0\n".encode() for name, rx, tx in
+             (("lo", 5, 5), ("eth0", 1_000, 100))]
+    lines.append(b"\xff0: 40 1 0 0 0 0 0 0 4 1 0 0 0 0 0 0\n")
+    (tmp_path / "proc" / "net" / "dev").write_bytes(HEADER.encode() + b"".join(lines))
+    sys = write_sys(tmp_path / "sys", {"lo": "virtual", "eth0": PCI})
+    assert NetworkCounter(proc_root=tmp_path / "proc", sys_root=sys).read() == (1_000.0, 100.0, ("eth0",))
+    # Chosen (every interface but lo), its name is shown with the byte escaped.
+    metrics = AgentMetrics("n1", "edge-1", NetworkCounter("(?!lo$).*", proc_root=tmp_path / "proc", sys_root=sys))
+    metrics.set_local(sample(1.0, {}))
+    assert exposed(metrics) == ({"rx": 1_040.0, "tx": 104.0}, ["\\xff0", "eth0"])
+
+
+def test_pod_namespace_leaves_out_the_kernels_tunnel_devices(tmp_path: Path) -> None:
+    # A pod's namespace also has the fallback device of each tunnel module the node loaded (sit0,
+    # ip6tnl0, gre0, ...: "@NONE" in ``ip link``), virtual and not the pod's eth0.
+    counters = {"lo": (9, 9), "tunl0": (0, 0), "sit0": (1, 1), "ip6tnl0": (2, 2), "gre0": (3, 3), "gretap0": (4, 4),
+                "erspan0": (5, 5), "ip_vti0": (6, 6), "ip6_vti0": (7, 7), "ip6gre0": (8, 8), "eth0": (64_000, 32_000)}
+    proc = write_proc(tmp_path / "proc", counters)
+    sys = write_sys(tmp_path / "sys", {name: "virtual" for name in counters})
+    assert NetworkCounter(proc_root=proc, sys_root=sys).read() == (64_000.0, 32_000.0, ("eth0",))
+
+
+def test_without_sys_ifb_devices_are_left_out(tmp_path: Path) -> None:
+    # ifb0/ifb1 (tc ingress shaping) carry the traffic redirected from another interface again.
+    proc = write_proc(tmp_path / "proc", {"lo": (1, 1), "eth0": (1_000, 100), "ifb0": (900, 0), "ifb1": (0, 0)})
+    assert NetworkCounter(proc_root=proc, sys_root=tmp_path / "no-sys").read() == (1_000.0, 100.0, ("eth0",))
