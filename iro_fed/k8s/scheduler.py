@@ -34,12 +34,14 @@ or replaced (new UID), is tried at once with its attempts reset. Its condition i
 its ``FailedScheduling`` Event posted only when the outcome differs from the one already reported
 (kube-scheduler skips an unchanged condition and aggregates repeated Events).
 A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
-``Kube.write_timeout_s``) or an error backs off and is retried only if the pod is still pending.
+``Kube.write_timeout_s``) or an error backs off (1, 2, 4 ... 30 s) and is retried only if the pod is
+still pending; so do the pods of a batch that raised.
 The loop sleeps until something can change a decision: the pending-pods watch (a pod arrives or
-is updated), the node and bound-pod watches while pods wait in the unschedulable queue (a node
-added or updated, a bound pod deleted: kube's ``MoveAllToActiveOrBackoffQueue`` on cluster
-events; a pod still in its backoff waits it out), becoming leader, or the end of the next timer
-(a backoff, the flush, a bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net.
+is updated), the node and bound-pod watches when a pod waits in the unschedulable queue with its
+backoff over (a node added or updated, a bound pod deleted: kube's
+``MoveAllToActiveOrBackoffQueue`` on cluster events; a pod still in its backoff waits it out and
+its timer wakes the loop), becoming leader, or the end of the next timer (a backoff, the flush, a
+bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
 binds, and it checks its leadership right before every Binding POST.
 """
@@ -171,8 +173,8 @@ class IroScheduler:
                  clock: Callable[[], float] = time.monotonic) -> None:
         import solvers
 
-        if window_s < 0:
-            raise ValueError(f"window_s: must be >= 0, got {window_s}")
+        if not 0 <= window_s <= threading.TIMEOUT_MAX:  # nan passed `< 0`; inf made Event.wait raise in the loop
+            raise ValueError(f"window_s: must be >= 0 and at most {threading.TIMEOUT_MAX}, got {window_s}")
         if max_batch < 1:
             raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
         if not pod_initial_backoff_s > 0:
@@ -234,6 +236,9 @@ class IroScheduler:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> IroScheduler:
+        if self._thread is not None or self._stop.is_set():
+            # A second loop (and second watches) would solve and bind the same pods twice.
+            raise RuntimeError("IroScheduler.start: already started (or stopped); make a new scheduler")
         self.cache.start()
         self.pending.start()
         for reflector in (self.cache.nodes, self.cache.pods):
@@ -290,7 +295,12 @@ class IroScheduler:
             if pods and self.is_leader():
                 try:
                     self.batches.append(self.schedule_batch(pods))
-                except Exception:  # keep scheduling; the pods stay pending and are retried
+                except Exception:  # keep scheduling; the pods stay pending and are retried after a backoff
+                    # (kube's queue puts a pod whose attempt errored in backoffQ): tried again at once,
+                    # a batch that fails every time would spin the loop and the log.
+                    with self._lock:
+                        for pod in pods:
+                            self._back_off(obj_key(pod))
                     log.exception("batch of %d pods failed", len(pods))
             if self.ready_pods():
                 self._wake.set()
@@ -310,13 +320,22 @@ class IroScheduler:
                 seen = reflector.version
             if self._stop.is_set():
                 return
-            with self._lock:
-                waiting = bool(self._unschedulable)
-            # No pod waits on the cluster otherwise (new pods come with their own watch event); a
-            # pod whose failed attempt is still being recorded waits for its backoff timer, and
-            # then sees this change in the versions.
-            if waiting:
+            if self._ready_on_change():
                 self._wake.set()
+
+    def _ready_on_change(self) -> bool:
+        """Whether a cluster change makes a queued pod ready, so that the loop must wake: one
+        whose backoff is over and whose last attempt saw an older cluster (kube moves it to
+        activeQ). A pod still backing off is left to its backoff timer, which ends the loop's
+        sleep anyway and then sees the change in the versions (kube's backoffQ); so is a pod
+        whose failed attempt is still being recorded. A replica that is not the leader schedules
+        nothing (it is woken when it becomes leader). Waking for those too woke the loop on each
+        bound-pod change of the cluster (status updates included) for nothing."""
+        if not self.is_leader():
+            return False
+        now, version = self.clock(), self._cluster_version()
+        with self._lock:
+            return any(now >= q.retry_at and version != q.cluster for q in self._unschedulable.values())
 
     # --- queue -----------------------------------------------------------------------------------
 
@@ -383,7 +402,7 @@ class IroScheduler:
         return not (now >= q.retry_at and version != q.cluster)
 
     def ready_pods(self) -> list[dict[str, Any]]:
-        """Pending pods not assumed bound, not backing off after a failed bind and not waiting
+        """Pending pods not assumed bound, not backing off after a failed bind or batch and not waiting
         in the unschedulable queue, in kube's queue order (priority, then creation)."""
         now = self.clock()
         version = self._cluster_version()
@@ -400,16 +419,14 @@ class IroScheduler:
             for key, (pod, since) in list(self._assumed.items()):
                 if bound_uids.get(key) == _uid(pod) or now - since > ASSUME_TTL_S:
                     self._assumed.pop(key, None)
-            for key, (until, _) in list(self._backoff.items()):
-                if until <= now:
-                    self._backoff.pop(key, None)
             for key, (uid, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
-            for table in (self._unschedulable, self._reported):  # pods gone from the queue
+            for table in (self._unschedulable, self._reported, self._backoff):  # pods gone from the queue
                 for key in [k for k in table if k not in pending_uids]:
                     table.pop(key, None)
-            assumed, backoff = set(self._assumed), set(self._backoff)
+            assumed = set(self._assumed)
+            backoff = {key for key, (until, _) in self._backoff.items() if until > now}
             conflicts = {key: uid for key, (uid, _) in self._conflicts.items()}
         pods = []
         for key, pod in pending:
@@ -518,8 +535,7 @@ class IroScheduler:
                     # pod is not tried again; one recreated under the same name has a new UID.
                     self._conflicts[key] = (meta.get("uid"), self.clock())
                 else:  # try again in a later batch, backing off 1, 2, 4 ... 30 s
-                    delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
-                    self._backoff[key] = (self.clock() + delay, delay)
+                    self._back_off(key)
             log.warning("binding %s to %s: HTTP %s %s", key, node, result.status, result.message)
             return PodOutcome(key, node, status, result.message, delta, terms, runner, gap)
         bound = dict(pod, spec=dict(pod.get("spec") or {}, nodeName=node))
@@ -537,6 +553,13 @@ class IroScheduler:
         if self.feedback is not None:
             self.feedback.record_placement(key, node, problem, state, explained=(delta, terms))
         return PodOutcome(key, node, "bound", message, delta, terms, runner, gap)
+
+    def _back_off(self, key: str) -> None:
+        """Under ``_lock``: the pod is tried again after 1, 2, 4 ... 30 s (doubled per failure in
+        a row; the entry stays after it ends so the next delay doubles, and goes when the pod
+        leaves the pending watch)."""
+        delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
+        self._backoff[key] = (self.clock() + delay, delay)
 
     def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: tuple[int, int]) -> PodOutcome:
         key = obj_key(pod)

@@ -239,3 +239,118 @@ def test_the_cluster_cache_builds_no_models_of_its_own(api, start):
     api.add_pod(make_pod("p3", cpu="1", scheduler="iro"))
     assert api.wait_for(lambda: node_of(api, "p3") is not None, 20)
     assert s.cache.refresh_s == 0 and s.cache.builds == 0
+
+
+# --- review fixes ---------------------------------------------------------------------------------
+
+
+def test_a_cluster_change_wakes_the_loop_only_for_a_pod_it_makes_ready(api, kubeconfig):
+    """A pod still in its backoff is woken by its own timer (kube's backoffQ), so a change then
+    must not wake the loop: the wake thread woke it for every node or bound-pod change (every
+    status update of a running pod, in a real cluster) while any pod was queued."""
+    clock = Clock()
+    api.add_node(make_node("n0", cpu="4"))
+    api.add_pod(make_pod("big", cpu="8", scheduler="iro"))
+    s = queued(kubeconfig, clock)
+    try:
+        assert solve(s) == ["unschedulable"]  # backoff 1 s
+        api.add_node(make_node("n1", cpu="2"))
+        s.cache.nodes._list()
+        assert s._next_wake_s() == pytest.approx(1.0)  # its timer wakes the loop ...
+        assert not s._ready_on_change()  # ... so the change does not (it did: a pod was queued)
+        clock.advance(1.0)
+        assert s._ready_on_change()  # backoff over: the change makes it ready
+        assert s.ready_pods()
+        assert solve(s) == ["unschedulable"]  # tried against this cluster: it waits again
+        assert not s._ready_on_change()
+    finally:
+        s.stop()
+
+
+def test_a_replica_that_does_not_lead_is_not_woken_by_cluster_changes(api, kubeconfig):
+    clock = Clock()
+    api.add_node(make_node("n0", cpu="4"))
+    api.add_pod(make_pod("big", cpu="8", scheduler="iro"))
+    s = queued(kubeconfig, clock, leader_election=True)  # its elector never started: not the leader
+    try:
+        assert solve(s) == ["unschedulable"]  # queued while it led, say
+        clock.advance(1.0)
+        api.add_node(make_node("n1", cpu="2"))
+        s.cache.nodes._list()
+        # Its loop would only find it is not the leader; becoming leader wakes it anyway.
+        assert not s.is_leader() and not s._ready_on_change()
+    finally:
+        s.stop()
+
+
+def _always_fail(ns: str, name: str, body: dict[str, Any]) -> None:
+    raise InjectedError(500, "InternalError", "etcd timed out")
+
+
+def test_a_failed_binding_backs_off_doubling(api, kubeconfig):
+    """1, 2, 4 ... s as documented: each entry was dropped when it ended, so every retry of a
+    Binding that kept failing waited 1 s again."""
+    clock = Clock()
+    api.add_node(make_node("n0", cpu="4"))
+    api.add_pod(make_pod("p", cpu="1", scheduler="iro"))
+    s = queued(kubeconfig, clock)
+    try:
+        api.binding_hook = _always_fail
+        for delay in (1.0, 2.0, 4.0):
+            assert solve(s) == ["bind-error"]
+            assert s._next_wake_s() == pytest.approx(delay)
+            clock.advance(delay - 0.5)
+            assert s.ready_pods() == []  # still backing off
+            clock.advance(0.5)
+        api.binding_hook = None
+        assert solve(s) == ["bound"]
+        s.pending._list()
+        s.ready_pods()
+        assert "default/p" not in s._backoff  # gone with the pod
+    finally:
+        s.stop()
+
+
+def test_a_batch_that_raises_backs_its_pods_off_instead_of_spinning(api, start, caplog):
+    """A batch that raised left its pods ready, so the loop solved them again at once, for ever
+    (window_s=0: a hot loop logging a traceback each time). Now they back off as after a failed
+    Binding. The batch raises here because the model cannot read a node's allocatable cpu."""
+    clock = Clock()
+    node = make_node("n0", cpu="4")
+    node["status"]["allocatable"]["cpu"] = "abc"
+    api.add_node(node)
+    api.add_pod(make_pod("p", cpu="1", scheduler="iro"))
+    s = start(clock=clock)
+
+    def failures() -> int:
+        return sum("batch of 1 pods failed" in r.getMessage() for r in caplog.records)
+
+    assert api.wait_for(lambda: failures() >= 1, 20)
+    # The fake clock does not move: backing off, the pod is not tried again until it does.
+    assert s.ready_pods() == [] and s._next_wake_s() == pytest.approx(1.0)
+    clock.advance(1.0)
+    s._wake.set()
+    assert api.wait_for(lambda: failures() >= 2, 20)
+    assert s._next_wake_s() == pytest.approx(2.0) and s.ready_pods() == []
+    assert failures() == 2 and not s.batches
+
+
+def test_start_twice_is_refused(api, start, kubeconfig):
+    api.add_node(make_node("n0", cpu="4"))
+    s = start()
+    threads = len(s._watchers)
+    with pytest.raises(RuntimeError, match="already started"):
+        s.start()  # a second loop would solve and bind the same pods again
+    assert len(s._watchers) == threads
+    stopped = IroScheduler(Kube.from_kubeconfig(kubeconfig), leader_election=False)
+    stopped.stop()
+    with pytest.raises(RuntimeError, match="already started"):
+        stopped.start()
+
+
+@pytest.mark.parametrize("window_s", [-1, math.nan, math.inf, 1e300])
+def test_a_bad_window_s_is_refused_by_name(kubeconfig, window_s):
+    # nan was taken (as 0); inf and 1e300 made the loop's Event.wait raise OverflowError at the
+    # first batch, which ended the scheduler's thread.
+    with pytest.raises(ValueError, match=r"^window_s: must be >= 0"):
+        IroScheduler(Kube.from_kubeconfig(kubeconfig), leader_election=False, window_s=window_s)
