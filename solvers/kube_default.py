@@ -21,7 +21,9 @@ in the best-effort skip of BalancedAllocation):
   already, a problem file's fractional ones (``100.5`` millicores -> 101m) round up per pod, as
   ``NodeInfo`` adds each pod's rounded request, and once per node for its allocatable, its
   initial usage and ``nonzero_allocated``. Float noise is not a fraction (100.0000000001 stays
-  100m), so a snapshot written as a problem file scores the same.
+  100m), so a snapshot written as a problem file scores the same. A capacity of
+  :data:`iro_fed.problem_io.MIN_CAPACITY` or less is an allocatable of 0 (the resource is not
+  scored on that node, as upstream): the snapshot's stand-in for a node with none of it.
 * ``noderesources/balanced_allocation.go``: fractions ``requested / allocatable`` (capped at 1,
   *actual* requests: ``useRequested``) of cpu and memory; with two resources
   ``std = |f_cpu - f_mem| / 2`` and ``int64((1 - std) * 100)`` in float64 (so 0.68 vs 0 gives
@@ -84,6 +86,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, untolerated
 from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
+from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 
 MAX_NODE_SCORE = 100
@@ -123,7 +126,21 @@ def kube_units(amount: np.ndarray | float, scale: np.ndarray | float, magnitude:
     millicores is 100m, 0.1 + 0.2 - 0.3 is 0)."""
     scaled = np.asarray(amount, dtype=np.float64) * scale
     size = np.abs(scaled) if magnitude is None else np.abs(np.asarray(magnitude, dtype=np.float64)) * scale
+    return _ceil_units(scaled, size)
+
+
+def _ceil_units(scaled: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """:func:`kube_units` of amounts already in kube units (``size``: their magnitude)."""
     return np.ceil(scaled - np.minimum(ROUND_UP_TOL * np.maximum(1.0, size), MAX_NOISE_UNITS)).astype(np.int64)
+
+
+def _sum_by_node(where: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per node, the sum of ``values`` at ``where``, in ``values``' dtype: int64 sums exact past
+    2**53 (bincount adds in float64), and a float sum a float array even when nothing is placed
+    (bincount of no weights is int64, and ``+=`` of a fractional demand would then truncate it)."""
+    out = np.zeros(n, dtype=values.dtype)
+    np.add.at(out, where, values)
+    return out
 
 
 def zone_interleaved_order(problem: Problem) -> np.ndarray:
@@ -181,7 +198,12 @@ class KubeDefault(OnlineSolver):
         self._cols = [problem.resource_index[r] for r in names]
         self._scales = [float(KUBE_UNITS[r]) for r in names]
         nz_cols = [NONZERO_RESOURCES.index(r) for r in names]
-        self._allocatable = [kube_units(problem.capacity[:, c], s) for c, s in zip(self._cols, self._scales, strict=True)]
+        # The problem's smallest capacity is the snapshot's stand-in for a node with none of the
+        # resource (allocatable 0: upstream leaves it out of both scores); above it, rounded up.
+        self._allocatable = [
+            np.where(problem.capacity[:, c] <= MIN_CAPACITY, 0, kube_units(problem.capacity[:, c], s))
+            for c, s in zip(self._cols, self._scales, strict=True)
+        ]
         self._cap_count = np.sum([a > 0 for a in self._allocatable], axis=0, dtype=np.int64)
         self._cap_all = np.all([a > 0 for a in self._allocatable], axis=0)
         # Each pod's actual and non-zero request [W, resources]: the non-zero one exact from the
@@ -199,12 +221,13 @@ class KubeDefault(OnlineSolver):
         self._initial_nz: list[np.ndarray] | None = None
         if problem.initial_nonzero is not None:
             self._initial_nz = [kube_units(problem.initial_nonzero[:, j], s) for j, s in zip(nz_cols, self._scales, strict=True)]
-        # Whole numbers throughout (every snapshot; most problem files): a node's usage is then a
-        # whole number of kube units too, so per decision it is only read, not rounded up apart
-        # from the placed pods' share.
+        # Whole demands (every snapshot; most problem files): the placed pods then add a whole
+        # number of kube units to a node's usage, and ceil(own + k) = ceil(own) + k, so per
+        # decision the usage is rounded up as a whole, not apart from the placed pods' share.
+        # Capacity and usage need not be whole: a node's own usage may be fractional (a
+        # problem's, or a what-if's from ClusterState.set_node_usage) and still rounds up once.
         self._whole = all(
-            bool(np.array_equal(kube_units(a[:, c], s), a[:, c] * s))
-            for a in (problem.capacity, problem.demand, problem.allocated)
+            bool(np.array_equal(kube_units(problem.demand[:, c], s), problem.demand[:, c] * s))
             for c, s in zip(self._cols, self._scales, strict=True)
         )
 
@@ -216,9 +239,9 @@ class KubeDefault(OnlineSolver):
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
         n = state.problem.num_nodes
-        self._placed_actual = [np.bincount(where, self._pod_actual[placed, j], n).astype(np.int64) for j in range(len(self._cols))]
-        self._placed_nz = [np.bincount(where, self._pod_nz[placed, j], n).astype(np.int64) for j in range(len(self._cols))]
-        self._placed_amount = [np.bincount(where, state.problem.demand[placed, c], n) for c in self._cols]
+        self._placed_actual = [_sum_by_node(where, self._pod_actual[placed, j], n) for j in range(len(self._cols))]
+        self._placed_nz = [_sum_by_node(where, self._pod_nz[placed, j], n) for j in range(len(self._cols))]
+        self._placed_amount = [_sum_by_node(where, state.problem.demand[placed, c], n) for c in self._cols]
         # What the placed pods add to NonZeroRequested beyond their actual requests (a node
         # without a given base scores its usage plus this).
         self._placed_extra = [nz - actual for nz, actual in zip(self._placed_nz, self._placed_actual, strict=True)]
@@ -265,7 +288,8 @@ class KubeDefault(OnlineSolver):
         for j, (c, scale) in enumerate(zip(self._cols, self._scales, strict=True)):
             used = state.allocated[candidates, c]
             if self._whole:
-                used_units = np.rint(used * scale).astype(np.int64)
+                scaled = used * scale
+                used_units = _ceil_units(scaled, scaled)
                 if self._initial_nz is None:  # own usage + placed pods' non-zero = usage + their extra
                     requested = used_units + self._placed_extra[j][candidates]
                 else:

@@ -60,7 +60,14 @@ import numpy as np
 
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
-from iro_fed.problem_io import MAX_NUMBER, ProblemValidationError, json_kind, load_document, problem_from_dict
+from iro_fed.problem_io import (
+    MAX_NUMBER,
+    MIN_CAPACITY,
+    ProblemValidationError,
+    json_kind,
+    load_document,
+    problem_from_dict,
+)
 
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -345,8 +352,11 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
             raise _bad(who, f"{path}.{r}", "is missing")
         capacity[r] = _amount(r, alloc[r], who, f"{path}.{r}")
         if capacity[r] <= 0:
-            # The model needs capacity > 0; a node with none of a resource cannot take pods asking for it.
-            capacity[r] = 1e-9
+            # The model needs capacity > 0 (at least MIN_CAPACITY, or the problem does not load):
+            # a node with none of a resource takes no pod asking for it (a request is a whole
+            # millicore / count, or a byte: only a pod of 1 byte would fit), and kube-default
+            # reads MIN_CAPACITY as allocatable 0.
+            capacity[r] = MIN_CAPACITY
     gpus = int(_amount(GPU_RESOURCE, alloc[GPU_RESOURCE], who, f"{path}.{GPU_RESOURCE}")) if GPU_RESOURCE in alloc else 0
     spec = _obj(node.get("spec"), who, "spec")
     taints = []
