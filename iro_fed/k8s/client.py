@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +159,19 @@ def _raw_watch() -> Any:
     return RawWatch()
 
 
+def _versions(store: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Each object's ``metadata.resourceVersion`` by key, or None when one has none (then a
+    relist cannot be told unchanged)."""
+    out = {}
+    for key, obj in store.items():
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if not rv:
+            return None
+        out[key] = rv
+    return out
+
+
 class Reflector:
     """A local copy of nodes or pods kept current by list + watch (client-go's reflector).
 
@@ -234,11 +247,17 @@ class Reflector:
         items = doc.get("items") or []
         self.lists += 1
         with self.changed:
-            self.store = {self.key(o): o for o in items}
+            store = {self.key(o): o for o in items}
+            # A relist (after a 410 or a lost connection) that finds every object as it was is
+            # no change: the version stays, so nothing waiting on a change wakes or rebuilds.
+            before, after = _versions(self.store), _versions(store)
+            unchanged = self.synced.is_set() and after is not None and before == after
+            self.store = store
         for o in items:
             if self.on_event:
                 self.on_event("SYNC", o)
-        self._bump()
+        if not unchanged:
+            self._bump()
         self.synced.set()
         return str(doc["metadata"].get("resourceVersion", ""))
 

@@ -80,6 +80,7 @@ def test_without_bookmarks_the_same_watch_relists(small_api, kube):
     r = Reflector(kube.core.list_pod_for_all_namespaces, "pods", watch_timeout_s=60, bookmarks=False)
     try:
         quiet_watch_times_out(api, r)
+        version_synced = r.version
         watches = pod_requests(api, watch=True)
         assert "allowWatchBookmarks" not in watches[0]
         # it resumed from its last pod event's version: 410 Expired, a relist, then a new watch
@@ -88,6 +89,26 @@ def test_without_bookmarks_the_same_watch_relists(small_api, kube):
     finally:
         r.stop()
     assert r.lists == 2 and set(r.store) == {"default/a"}
+    # the relist found pod a as it was: no change, so the version (what waiters follow) stays
+    assert r.version == version_synced
+
+
+def test_a_relist_moves_the_version_only_when_something_changed(api, kube):
+    """The lists themselves, one after another (no watch): the first syncs, one that finds
+    every object at its resourceVersion is no change, one with a new pod or a changed one is."""
+    api.add_pod(make_pod("a"))
+    r = Reflector(kube.core.list_pod_for_all_namespaces, "pods")
+    r._list()
+    synced = r.version
+    assert r.synced.is_set() and synced == 1
+    r._list()
+    assert r.version == synced
+    api.add_pod(make_pod("b"))
+    r._list()
+    assert r.version == synced + 1 and set(r.store) == {"default/a", "default/b"}
+    api.delete("pods", "default/a")
+    r._list()
+    assert r.version == synced + 2 and set(r.store) == {"default/b"}
 
 
 def test_periodic_bookmarks_move_the_version_of_an_open_watch(api, kube):
