@@ -62,7 +62,10 @@ class DQNAgent:
         self.online = QNetwork(cfg, candidate_features, context_features).to(self.device)
         self.target = QNetwork(cfg, candidate_features, context_features).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
-        self.target.eval()
+        # NoisyNet (Fortunato et al. 2018, Alg. 1): the target values the next state with its own
+        # noise sample, drawn in each update; eval mode would drop it (the net has no dropout or
+        # batch norm, so the mode changes nothing else).
+        self.target.train(cfg.noisy)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.updates = 0
         #: FedProx (Li et al., MLSys 2020): ``(mu, anchor)`` adds ``mu/2 * ||w - anchor||^2`` over the
@@ -143,10 +146,13 @@ class DQNAgent:
                 target = project_distribution(next_probs, rewards, discounts, self.online.support)
             log_p = out[rows, actions]
             per_sample = -(target * log_p).sum(dim=1)
+            priorities = per_sample.detach()  # Rainbow prioritizes by the distributional loss
         else:
             with torch.no_grad():
                 target = rewards + discounts * target_out[rows, next_actions]
             per_sample = F.smooth_l1_loss(out[rows, actions], target, reduction="none")
+            # |TD error| (Schaul et al. 2016), not the Huber loss (0.5 * delta**2 below 1)
+            priorities = (target - out[rows, actions]).detach()
         loss = (weights * per_sample).mean()
         td_loss = loss
         if self.proximal is not None:
@@ -164,7 +170,7 @@ class DQNAgent:
         return {
             "loss": float(td_loss.item()),
             "grad_norm": float(grad_norm.item()),
-            "priorities": per_sample.detach().abs().cpu().numpy(),
+            "priorities": priorities.abs().cpu().numpy(),
         }
 
     def sync_target(self) -> None:

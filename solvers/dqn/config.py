@@ -112,6 +112,16 @@ class DQNConfig:
         """Candidate slots plus the optional defer action (always the last index)."""
         return self.top_k + (1 if self.defer_action else 0)
 
+    def architecture(self) -> dict[str, Any]:
+        """The settings that shape the network (its weights, or what the same weights compute):
+        a checkpoint's weights fit another config only where these agree."""
+        names = ["defer_action", "embed_dim", "hidden_dim", "attention", "dueling", "noisy", "distributional"]
+        if self.attention:
+            names.append("attention_heads")  # same weight shapes for any head count, another function
+        if self.distributional:
+            names += ["atoms", "v_min", "v_max"]  # the support is saved with the weights
+        return {name: getattr(self, name) for name in names}
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -5,9 +5,10 @@ collect with the online network (noisy layers or epsilon), learn from replay, co
 network, write the checkpoint. The environments must produce dict observations with
 ``candidates[K, F]``, ``context[C]`` and ``mask[A]`` (``iro_fed.sim.env.PlacementEnv`` does).
 
-``--resume`` restores the online and target weights, the optimizer's moments and the step
-count; the replay buffer is not saved (it would be far larger than the policy) and refills
-before learning resumes.
+``--resume`` restores the online weights (the target network starts as a copy of them), the
+optimizer's moments and the step count; the learning rate and Adam epsilon are the config's. The
+config must describe the checkpoint's network (:meth:`DQNConfig.architecture`). The replay
+buffer is not saved (it would be far larger than the policy) and refills before learning resumes.
 """
 
 from __future__ import annotations
@@ -159,11 +160,19 @@ def train(
         if (meta["candidate_features"], meta["context_features"]) != (cand_f, ctx_f):
             raise ValueError(f"--resume {resume}: trained on {meta['candidate_features']}+{meta['context_features']} "
                              f"features, the env has {cand_f}+{ctx_f}")
-        agent.online.load_state_dict(state)
+        _check_architecture(resume, meta["config"], cfg)
+        try:
+            agent.online.load_state_dict(state)
+        except RuntimeError as exc:  # weights that do not fit the checkpoint's own config
+            raise ValueError(f"--resume {resume}: its weights do not fit its config ({exc})") from exc
         agent.target.load_state_dict(state)
         opt = optimizer_path(resume)
         if opt.is_file():
             agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
+            # load_state_dict brings back the saved run's hyperparameters too; the moments are
+            # what resuming keeps, the rate is this run's
+            for group in agent.optimizer.param_groups:
+                group["lr"], group["eps"] = cfg.learning_rate, cfg.adam_eps
         start_step = int(meta.get("steps", 0))
 
     agent.set_proximal(proximal_mu)  # anchored at the weights training starts from
@@ -251,6 +260,22 @@ def train(
         with write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
             write_file_atomic(opt_path, lambda tmp: torch.save(optimizer_state, tmp))
     return agent, result
+
+
+def _check_architecture(path: str | Path, saved: Any, cfg: DQNConfig) -> None:
+    """``ValueError`` naming each network setting where a checkpoint's config and ``cfg`` differ
+    (other weight shapes, or the same weights computing another function: attention heads, the
+    C51 support)."""
+    try:
+        theirs = DQNConfig.from_dict(dict(saved)).architecture()
+    except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+        raise ValueError(f"--resume {path}: its config is not readable ({exc})") from exc
+    ours = cfg.architecture()
+    differ = [f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here"
+              for name in sorted(set(theirs) | set(ours)) if theirs.get(name) != ours.get(name)]
+    if differ:
+        raise ValueError(f"--resume {path}: the checkpoint is another network ({'; '.join(differ)}); resume "
+                         "with its settings (its .json metadata lists them) or train a new policy")
 
 
 def _progress(enabled: bool, console: Any) -> Any:
