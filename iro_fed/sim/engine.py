@@ -122,6 +122,10 @@ class SimConfig:
     usage_shift_factor: float = 1.0  # ... use this many times the CPU they used before
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # nan passes every range check below
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SimConfigError(f"setting {f.name!r}: must be a finite number, got {value!r}")
         if self.deferral not in ("carbon", "none"):
             raise SimConfigError(f"setting 'deferral': must be carbon or none, got {self.deferral!r}")
         for name in ("consolidate_every", "idle_off_steps", "hpa_delay_steps", "hpa_stabilization_steps", "min_defer_slack_steps", "defer_margin_steps"):
@@ -163,18 +167,22 @@ class SimConfig:
 
 
 def convert_setting(key: str, value: Any, kind: type) -> Any:
-    """A setting value of type ``kind`` from a Python value or a command-line string."""
+    """A setting value of type ``kind`` from a Python value or a command-line string; a float
+    must be finite (no setting or scenario parameter means anything at nan or inf, and nan
+    passes every range check: ``load=nan`` built an empty surge, ``queue_cap=inf`` divided by 0)."""
     if isinstance(value, str) and kind in (bool, int, float):
         from solvers.base import InvalidSettingError, _parse_text  # the solvers' own text-to-type conversion
 
         try:
-            return _parse_text(value, kind, f"setting {key!r}")
+            value = _parse_text(value, kind, f"setting {key!r}")
         except InvalidSettingError as exc:
             raise SimConfigError(str(exc)) from None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+    elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise SimConfigError(f"setting {key!r}: expected {kind.__name__}, got {value!r}")
+    if kind is float and not math.isfinite(value):
+        raise SimConfigError(f"setting {key!r}: must be a finite number, got {value!r}")
     return value
 
 

@@ -25,9 +25,10 @@ Definitions (what the report's keys mean):
   node's own domain at that step (UTC), the node's power at its CPU requests. ``energy_kwh`` is
   IT energy (before PUE); carbon applies the domain's PUE once: a node's gCO2 per hour is
   ``power_w * pue * intensity / 1000``. Booting nodes count as powered (idle draw, full price).
-* ``batch_completion_min``: mean minutes from arrival to completion of finished batch jobs;
-  ``deadline_misses``: batch jobs that finished after their deadline or had not finished when
-  the deadline passed inside the run.
+* ``batch_completion_min``: mean minutes from arrival to completion of the finished batch jobs
+  due inside the run (a job whose deadline lies past the run's end is left out, finished or
+  not; one without a deadline counts once finished); ``deadline_misses``: batch jobs that
+  finished after their deadline or had not finished when the deadline passed inside the run.
 * ``burst_pods``: pods placed at least once on a node of a ``cloud`` domain.
 * ``score``: mean over steps of the objective R (``iro_fed.objective.evaluate``) of the step's
   placement of the active pods (running and pending).

@@ -73,6 +73,13 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
         if key not in defaults:
             raise SimConfigError(f"scenario {name!r}: unknown parameter {key!r} (known: {', '.join(sorted(defaults))})")
         converted[key] = convert_setting(key, value, type(defaults[key]))
+    if "start" in converted:  # every builder reads it; its parse error named the text, not the setting
+        from iro_fed.sim.signals import parse_time
+
+        try:
+            parse_time(converted["start"])
+        except ValueError as exc:
+            raise SimConfigError(f"scenario {name!r}: setting 'start': {exc}") from None
     h = entry.default_hours if hours is None else float(hours)
     if h <= 0:
         raise SimConfigError(f"hours must be > 0, got {h}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -44,29 +46,56 @@ def carbon_window(source: str, start: str, history: int, steps: int, step_s: flo
     """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start`` (UTC):
     value i is the mean intensity over step ``i - history`` (see :meth:`CarbonSeries.window`).
 
-    The 2022 files (ES, NO) are read on the same month, day and time as ``start``, so that one
-    scenario can mix them with the 2020 files. A run that needs data outside the series (the
-    history included) is an error naming the series, its coverage and what the run needs: a
-    series never wraps around and its last value is never extended.
+    The 2022 files (ES, NO) are read on the same month, day and UTC time as each step
+    (:func:`on_calendar_year`), so that one scenario can mix them with the 2020 files and a given
+    moment reads the same 2022 hour whatever the run's start; February 29 of a leap year reads
+    February 28 (2022 has none). A run that needs data outside the series (the history
+    included; for a 2022 series, beyond one calendar year) is an error naming the series, its
+    coverage and what the run needs: a series never wraps around and its last value is never
+    extended.
     """
     series = series_for(source)
     t0 = parse_time(start)
-    if source in ("ES", "NO"):
-        text = start.strip()
-        if text[4:10] == "-02-29":
-            raise ValueError(f"start {start!r}: the 2022 carbon series {source} is read on the same month, day and "
-                             "time as the start, and 2022 has no February 29")
-        t0 = parse_time("2022" + text[4:])
     lo = t0 - history * step_s
     hi = lo + (history + steps) * step_s
-    if lo < series.start or hi > series.end:
+    read = series
+    if source in ("ES", "NO"):
+        read = on_calendar_year(series, datetime.fromtimestamp(lo, tz=UTC).year)
+    if lo < read.start or hi > read.end:
         raise ValueError(
             f"carbon series {series.name!r} covers {_iso(series.start)} .. {_iso(series.end)}; asked for a time "
             f"outside it: the run needs "
             f"{_iso(lo)} .. {_iso(hi)} ({history * step_s / 3600.0:g} h of history before the start for the "
             f"deferral forecast, then {steps * step_s / 3600.0:g} h)"
+            + ("" if read is series else f", read on the same month, day and UTC time within one calendar year "
+               f"({_iso(read.start)} .. {_iso(read.end)} here)")
         )
-    return series.window(lo, history + steps, step_s)
+    return read.window(lo, history + steps, step_s)
+
+
+def on_calendar_year(series: CarbonSeries, year: int) -> CarbonSeries:
+    """A series of one non-leap calendar year (the 2022 files) moved to ``year`` by month, day and
+    UTC time: every moment of ``year`` reads the same moment of the data's year. In a leap year
+    February 29 repeats February 28 and March 1 on reads March 1 (moving the series by a fixed
+    offset instead read every day after February 29 one day late). A series that is not of one
+    non-leap year is moved by the whole-year offset alone."""
+    src = datetime.fromtimestamp(series.start, tz=UTC).year
+    shift = _year_start(year) - _year_start(src)
+    times, values = series.times, series.values
+    feb28, mar1 = _year_start(src) + 58 * 86400.0, _year_start(src) + 59 * 86400.0
+    if calendar.isleap(src) or not calendar.isleap(year) or not (series.start <= feb28 and mar1 < series.end):
+        return CarbonSeries(series.name, times + shift, values)
+    before, feb, after = times < feb28, (times > feb28) & (times < mar1), times > mar1
+    # Breakpoints at both midnights so each copied day is exact whatever the sampling.
+    day_t = np.concatenate([[feb28], times[feb]])
+    day_v = np.concatenate([[float(series.at(feb28))], values[feb]])
+    new_t = np.concatenate([times[before], day_t, day_t + 86400.0, [mar1 + 86400.0], times[after] + 86400.0]) + shift
+    new_v = np.concatenate([values[before], day_v, day_v, [float(series.at(mar1))], values[after]])
+    return CarbonSeries(series.name, new_t, new_v)
+
+
+def _year_start(year: int) -> float:
+    return datetime(year, 1, 1, tzinfo=UTC).timestamp()
 
 
 def latency_between(rows: Mapping[str, str], cols: Mapping[str, str], local_ms: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:

@@ -1,13 +1,15 @@
 """``promo-surge``: an e-commerce flash sale of heterogeneous pods that fragments capacity.
 
 Two zones of a private cloud (``zone-de`` grid DE, ``zone-fr`` grid FR), each with GPU nodes
-(64 cores, 256 GiB, 8 cards) and CPU nodes (32 cores, 128 GiB), no cloud burst. From 10:00 a
-surge of long-running pods arrives over two hours, a mix of the shapes an online shop runs in a
+(64 cores, 256 GiB, 8 cards) and CPU nodes (32 cores, 128 GiB), no cloud burst. From
+``surge_start_h`` (10:00 UTC; a UTC clock hour, the first at or after the run's start) a surge
+of long-running pods arrives over ``surge_hours`` (two hours), a mix of the shapes an online shop runs in a
 sale: GPU recommendation / vision inference taking a share of a card or whole cards, CPU-heavy
 checkout and search pods, memory-heavy cache pods. Its total demand is close to the cluster's
 capacity (``load`` of the tighter of CPU and GPU), so the outcome turns on how well a scheduler
 packs shapes: spreading leaves many nodes with leftovers that fit no large pod. The sale ends at
-``sale_end_h``, when the surge pods leave. Peak window for the pending metric: the surge. Nodes
+``sale_end_h`` (18:00 UTC, the first such clock hour after the surge began, at least
+``surge_hours`` after it), when the surge pods leave. Peak window for the pending metric: the surge. Nodes
 stay powered (``power_down`` off): the scenario measures packing, not power management.
 """
 
@@ -32,6 +34,9 @@ PARAMS = {
     "sale_end_h": 18.0,
 }
 DEFAULT_HOURS = 24.0
+#: Bounds on the surge's size: ``load`` x capacity in pods is built up front.
+MAX_LOAD = 100.0
+MAX_NODES = 10000
 
 # (kind, weight, cpu m, memory MiB, gpu count, gpu milli)
 SHAPES = (
@@ -49,6 +54,7 @@ SHAPES = (
 def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The promo-surge scenario (see the module docstring)."""
     p = {**PARAMS, **params}
+    _check(p)
     rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
@@ -71,9 +77,14 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     weights = np.array([s[1] for s in SHAPES])
     weights = weights / weights.sum()
     per_h = 3600.0 / step_s
-    t0 = int(round(float(p["surge_start_h"]) * per_h))
+    # UTC clock hours, as the bank's peak: the first surge_start_h o'clock at or after the start,
+    # the sale's end the first sale_end_h o'clock after the surge began (counting them from the
+    # run's start put the surge at 16:00 for a 06:00 start).
+    start_hour = (parse_time(p["start"]) % 86400) / 3600.0
+    surge_start, sale_end = float(p["surge_start_h"]), float(p["sale_end_h"])
+    t0 = int(round(((surge_start - start_hour) % 24.0) * per_h))
     span = max(1, int(round(float(p["surge_hours"]) * per_h)))
-    end = int(round(float(p["sale_end_h"]) * per_h))
+    end = t0 + int(round(((sale_end - surge_start) % 24.0) * per_h))
     pods: list[PodSpec] = []
     cpu_sum = gpu_sum = 0.0
     i = 0
@@ -97,3 +108,23 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         engine_defaults={"power_down": False},
         notes={"cpu_capacity": cpu_cap, "gpu_capacity_milli": gpu_cap, "surge_pods": len(pods)},
     )
+
+
+def _check(p: dict) -> None:
+    """Parameter ranges (the builder loops until the surge reaches ``load`` x capacity)."""
+    # GPU nodes: at least one (the surge is sized on GPU capacity too; with none it is empty).
+    for key, low in (("gpu_nodes", 1), ("cpu_nodes", 0)):
+        if not low <= int(p[key]) <= MAX_NODES:
+            raise ValueError(f"setting {key!r}: must be between {low} and {MAX_NODES}, got {p[key]}")
+    if not 0.0 < float(p["load"]) <= MAX_LOAD:
+        raise ValueError(f"setting 'load': must be > 0 and at most {MAX_LOAD:g}, got {p['load']}")
+    for key in ("surge_start_h", "sale_end_h"):
+        if not 0.0 <= float(p[key]) < 24.0:
+            raise ValueError(f"setting {key!r}: a UTC clock hour in [0, 24), got {p[key]}")
+    if not 0.0 < float(p["surge_hours"]) <= 24.0:
+        raise ValueError(f"setting 'surge_hours': must be > 0 and at most 24, got {p['surge_hours']}")
+    sale = (float(p["sale_end_h"]) - float(p["surge_start_h"])) % 24.0
+    if sale < float(p["surge_hours"]):
+        raise ValueError(f"setting 'sale_end_h': the sale ends {sale:g} h after the surge starts at "
+                         f"{float(p['surge_start_h']):g}:00, before the {float(p['surge_hours']):g} h surge is over "
+                         "(a pod arriving after it would never leave)")
