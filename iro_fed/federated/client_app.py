@@ -97,11 +97,13 @@ _log = logging.getLogger(__name__)
 
 
 def replay_fingerprint(cfg: FedConfig) -> str:
-    """The settings a stored buffer's transitions depend on (shapes, n-step returns, capacity)."""
+    """The settings a stored buffer's transitions depend on (shapes, n-step returns, capacity,
+    and the exponent its stored priorities were raised to)."""
     d = cfg.dqn_config()
     cand_f, ctx_f = feature_sizes()
     return json.dumps({"scenario": cfg.scenario, "top_k": d.top_k, "defer": d.defer_action, "features": [cand_f, ctx_f],
                        "buffer_size": d.buffer_size, "prioritized": d.prioritized, "n_step": d.n_step,
+                       "priority_alpha": d.priority_alpha if d.prioritized else None,
                        "gamma": d.gamma, "hours": cfg.hours}, sort_keys=True)
 
 

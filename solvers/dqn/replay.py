@@ -255,4 +255,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"replay state: expected {self.count} finite priorities >= 0")
         self.tree = SumTree(self.capacity)
         self.tree.update(np.arange(self.count), priorities)
-        self.max_priority = float(np.asarray(arrays[MAX_PRIORITY_KEY]).reshape(-1)[0])
+        top = np.asarray(arrays[MAX_PRIORITY_KEY], dtype=np.float64).reshape(-1)
+        if top.size != 1 or not np.isfinite(top[0]) or top[0] <= 0:
+            raise ValueError(f"replay state: {MAX_PRIORITY_KEY!r} must be one finite number > 0, got {top.tolist()}")
+        self.max_priority = float(top[0])

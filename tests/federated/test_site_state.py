@@ -67,6 +67,22 @@ def test_replay_state_that_does_not_fit_is_refused() -> None:
         PrioritizedReplayBuffer(16).load_state_arrays({k: v for k, v in state.items() if k != "_priorities"})
     with pytest.raises(ValueError, match="'reward' has 9 rows, expected 10"):
         PrioritizedReplayBuffer(16).load_state_arrays({**state, "reward": state["reward"][:9]})
+    # the largest priority, which every new transition gets: was an IndexError (empty) or taken as is
+    for bad in (np.zeros(0), np.array([np.nan]), np.array([0.0]), np.array([-1.0]), np.array([1.0, 2.0])):
+        with pytest.raises(ValueError, match="must be one finite number > 0"):
+            PrioritizedReplayBuffer(16).load_state_arrays({**state, "_max_priority": bad})
+
+
+def test_a_buffer_stored_under_another_priority_exponent_is_not_continued() -> None:
+    """Stored priorities are already raised to priority_alpha: under another alpha (a release
+    that changes the learner's default) they would weigh the replay wrongly, so the fingerprint
+    holds it."""
+    import json
+
+    from iro_fed.federated.client_app import replay_fingerprint
+
+    cfg = FedConfig(**TINY)
+    assert json.loads(replay_fingerprint(cfg))["priority_alpha"] == cfg.dqn_config().priority_alpha
 
 
 def test_train_continues_a_filled_buffer_and_learns_from_the_first_step() -> None:
