@@ -142,6 +142,29 @@ def _as_requests(requests: Mapping[str, float] | float) -> dict[str, float]:
     return {DEFAULT_CLASS: float(requests)} if float(requests) else {}
 
 
+def _amount(value: Any, what: str) -> float:
+    """``value`` as a finite float >= 0, else a ValueError naming ``what``. One NaN capacity or
+    request would make the moving error NaN for good (NaN is never above the threshold: no
+    fine-tune again) or make every refit of the window raise, so it is refused before anything
+    is recorded."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _checked_requests(requests: Mapping[str, float] | float, what: str = "requests") -> dict[str, float]:
+    """:func:`_as_requests` of input that must be finite millicores >= 0 (ValueError names the class)."""
+    if isinstance(requests, Mapping):
+        out = {}
+        for k, v in requests.items():
+            if amount := _amount(v, f"{what}[{str(k)!r}]"):
+                out[str(k)] = amount
+        return out
+    v = _amount(requests, what)
+    return {DEFAULT_CLASS: v} if v else {}
+
+
 @dataclass
 class UsageModel:
     """Node CPU utilization = ``min(sum_c factor_c * requested_c / capacity, max_util)``.
@@ -328,6 +351,14 @@ class FeedbackConfig:
     latency_alpha: float | None = None  # EWMA weight for latency (None: alpha)
 
     def __post_init__(self) -> None:
+        # Numbers first (a string or bool is not one), and finite: an infinite threshold passes
+        # "> 0" but never fires, so drift would go unnoticed for good.
+        for name in ("threshold", "alpha", "calm", "latency_threshold_ms", "latency_alpha"):
+            v = getattr(self, name)
+            if v is None and name.startswith("latency"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValueError(f"{name}: must be a finite number, got {v!r}")
         if not self.threshold > 0:
             raise ValueError(f"threshold: must be > 0, got {self.threshold}")
         for name in ("alpha", "latency_alpha"):
@@ -342,7 +373,8 @@ class FeedbackConfig:
                 raise ValueError(f"{name}: must be an integer >= 0, got {v!r}")
         if self.window < 1:
             raise ValueError(f"window: must be >= 1, got {self.window}")
-        if self.calibration is not None and (not isinstance(self.calibration, int) or self.calibration < 0):
+        if self.calibration is not None and (not isinstance(self.calibration, int) or isinstance(self.calibration, bool)
+                                             or self.calibration < 0):
             raise ValueError(f"calibration: must be an integer >= 0 or None, got {self.calibration!r}")
         if self.latency_threshold_ms is not None and not self.latency_threshold_ms > 0:
             raise ValueError(f"latency_threshold_ms: must be > 0, got {self.latency_threshold_ms}")
@@ -452,6 +484,8 @@ class FeedbackLoop:
             raise ValueError(f"{unknown[0]}: unknown feedback setting (known: {', '.join(sorted(known))})")
         self.config = replace(config or FeedbackConfig(), **settings)
         cfg = self.config
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # keep=0 broke every record_decision
+            raise ValueError(f"keep: must be an integer >= 1, got {keep!r}")
         self.model = model or UsageModel()
         self.actions = list(actions)
         self.on_drift = on_drift
@@ -461,7 +495,8 @@ class FeedbackLoop:
         self.experience: deque[Sample] = deque(maxlen=cfg.window)
         self.latency_experience: deque[tuple[int, str, float, float]] = deque(maxlen=cfg.window)
         self.latest: dict[str, Decision] = {}
-        self.pending: dict[str, list[Decision]] = {}
+        self.pending: dict[str, list[Decision]] = {}  # per node, in the order made: not observed yet
+        self._basis: dict[str, Decision] = {}  # per node, the newest decision an observation completed
         self.by_key: dict[str, Decision] = {}
         self.decisions: deque[Decision] = deque(maxlen=keep)
         self.signals: list[Trigger] = []  # fine-tunes
@@ -518,9 +553,14 @@ class FeedbackLoop:
                         klass: str = DEFAULT_CLASS, delta_r: float | None = None,
                         terms: Mapping[str, float] | None = None, network_latency_ms: float | None = None,
                         at: float | None = None) -> Decision:
-        """A placement was made: ``requests`` are the node's CPU requests by class with the pod."""
+        """A placement was made: ``requests`` are the node's CPU requests by class with the pod.
+        Requests, capacity and ``network_latency_ms`` must be finite and >= 0 (ValueError names
+        the argument; nothing is recorded)."""
+        req = _checked_requests(requests)
+        capacity = _amount(capacity, "capacity")
+        if network_latency_ms is not None:
+            network_latency_ms = _amount(network_latency_ms, "network_latency_ms")
         with self._lock:
-            req = _as_requests(requests)
             d = Decision(key, node, klass, req, float(capacity), self.model.predict(req, capacity),
                          self.clock() if at is None else at, delta_r, dict(terms or {}), network_latency_ms,
                          self.model.predict_latency(klass, network_latency_ms),
@@ -529,6 +569,13 @@ class FeedbackLoop:
                 old = self.decisions[0]
                 if self.by_key.get(old.key) is old:
                     del self.by_key[old.key]
+                # A node never measured (metrics-server down, a node it does not report) kept up
+                # to 1,000 decisions each for good: what leaves ``decisions`` stops waiting too.
+                waiting = self.pending.get(old.node)
+                if waiting and waiting[0] is old:  # the oldest decision: first of its node's, if waiting
+                    del waiting[0]
+                    if not waiting:
+                        del self.pending[old.node]
             self.latest[node] = d
             waiting = self.pending.setdefault(node, [])
             waiting.append(d)
@@ -561,20 +608,43 @@ class FeedbackLoop:
 
     def observe(self, node: str, observed_util: float, *, requests: Mapping[str, float] | None = None,
                 capacity: float | None = None, at: float | None = None) -> float | None:
-        """A measured CPU share of ``node``. Completes the node's decisions waiting for it, adds one
-        sample (the node's ``requests`` by class now, else those of its latest decision) and
-        returns the absolute error of the current model on it (None: nothing known of the node)."""
+        """A measured CPU share of ``node``, measured at ``at`` (default: now, by the loop's clock).
+        Completes the node's decisions made at or before ``at`` (a measurement taken before a
+        placement cannot show its pod: later ones keep waiting), adds one sample (the node's
+        ``requests`` by class now, else those of its newest decision made by ``at``) and returns
+        the absolute error of the current model on it (None: nothing known of the node then)."""
         if not (isinstance(observed_util, int | float) and math.isfinite(observed_util) and observed_util >= 0):
             raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, got {observed_util!r}")
+        given = _checked_requests(requests) if requests is not None else None
+        if capacity is not None:
+            capacity = _amount(capacity, "capacity")
         fired: Trigger | None = None
         with self._lock:
             pred = self.latest.get(node)
-            if pred is None and (requests is None or capacity is None):
+            if pred is None and (given is None or capacity is None):
                 return None
-            req = _as_requests(requests) if requests is not None else dict(pred.requests)
-            cap = float(capacity) if capacity is not None else pred.capacity
             now = self.clock() if at is None else at
-            for d in self.pending.pop(node, []):
+            waiting = self.pending.get(node, [])
+            done = [d for d in waiting if d.at <= now]
+            req, cap = given, capacity
+            if req is None:
+                # What the node held when measured: its newest decision made by then.
+                known = [d for d in (self._basis.get(node), *done) if d is not None and d.at <= now]
+                basis = known[-1] if known else pred if pred is not None and pred.at <= now else None
+                if basis is None:  # every decision known on the node came after the measurement
+                    return None
+                req = dict(basis.requests)
+            if cap is None and pred is not None:  # capacity does not change with what runs on the node
+                cap = pred.capacity
+            cap = float(cap or 0.0)
+            later = [d for d in waiting if d.at > now]
+            if later:
+                self.pending[node] = later
+            else:
+                self.pending.pop(node, None)
+            if done:
+                self._basis[node] = done[-1]
+            for d in done:
                 d.observed_util = float(observed_util)
                 d.observed_at = now
                 d.errors["utilization"] = float(observed_util) - d.predicted_util
@@ -591,8 +661,12 @@ class FeedbackLoop:
             elif unknown:
                 # A class never fitted (a new kind of pod) is calibrated, not judged: the model
                 # never claimed to know it.
+                # Only observations a fit can use count (a saturated node says nothing of its
+                # pods): a class seen only on saturated nodes was "calibrated" (a refit and a
+                # record) on every observation, and never fitted.
+                usable = cap > 0 and float(observed_util) < self.model.saturated
                 for c in unknown:
-                    self._unfitted[c] = self._unfitted.get(c, 0) + 1
+                    self._unfitted[c] = self._unfitted.get(c, 0) + usable
                 if any(self._unfitted[c] >= max(self.config.min_samples, 1) for c in unknown):
                     self._calibrate(now, start=self._regime_start)
             else:
@@ -612,10 +686,16 @@ class FeedbackLoop:
         against the model's expectation (None: no decision with a user region for it)."""
         if not (isinstance(latency_ms, int | float) and math.isfinite(latency_ms) and latency_ms >= 0):
             raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}")
-        fired: Trigger | None = None
         with self._lock:
             d = self.by_key.get(key)
-            if d is None or d.network_latency_ms is None:
+        return None if d is None else self._observe_latency_of(d, latency_ms, at)
+
+    def _observe_latency_of(self, d: Decision, latency_ms: float, at: float | None) -> float | None:
+        """:meth:`observe_latency` of one decision (not looked up by key: a pod rescheduled under
+        the same name has two)."""
+        fired: Trigger | None = None
+        with self._lock:
+            if d.network_latency_ms is None:
                 return None
             expected = self.model.predict_latency(d.klass, d.network_latency_ms)
             now = self.clock() if at is None else at
@@ -653,8 +733,11 @@ class FeedbackLoop:
         before = dict(self.model.factors)
         samples = [s for s in self.experience if s.index >= start]
         after, mae = self._refit(samples)
-        for c in after:
-            self._unfitted.pop(c, None)
+        for c in list(self._unfitted):  # fitted now; any other starts counting afresh
+            if c in after:
+                del self._unfitted[c]
+            else:
+                self._unfitted[c] = 0
         self.calibrated = True
         self.calibrations.append(Trigger("calibration", now, self.observations, "utilization", float("nan"),
                                          self.threshold, len(samples), before, after, mae))
@@ -828,10 +911,13 @@ def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None)
         if stats.p99_latency_ms is None:
             continue
         with loop._lock:  # the scheduler may record decisions meanwhile
+            # Only each pod's current decision: one rescheduled under the same name left its old
+            # decision waiting, and observe_latency(key) then judged the new one again on every
+            # snapshot while the old never completed.
             waiting = [d for d in loop.decisions if d.klass == service and d.observed_latency_ms is None
-                       and d.network_latency_ms is not None]
+                       and d.network_latency_ms is not None and loop.by_key.get(d.key) is d]
         for d in waiting:
-            loop.observe_latency(d.key, float(stats.p99_latency_ms), at=at)
+            loop._observe_latency_of(d, float(stats.p99_latency_ms), at)
     return fed
 
 
@@ -940,9 +1026,13 @@ class DQNFineTune:
         self.results: list[dict[str, Any]] = []
 
     def _start_policy(self) -> str | None:
-        """The registry's latest version, else ``policy``, else None (the shipped default)."""
+        """The registry's latest version, else the checkpoint ``out`` once this action wrote it
+        (each fine-tune goes on from the last: starting again from ``policy`` overwrote what the
+        previous one learned), else ``policy``, else None (the shipped default)."""
         if self.registry is not None and (self.registry / "latest").is_file():
             return str(self.registry)
+        if self.out is not None and self.results and self.out.is_file():
+            return str(self.out)
         return self.policy
 
     def __call__(self, loop: FeedbackLoop | None, trigger: Trigger | None) -> str:

@@ -428,3 +428,127 @@ def test_a_node_with_nothing_requested_is_judged_without_dividing_by_the_predict
     assert loop.observe("n0", 0.05) == pytest.approx(0.05)
     assert loop.by_key["ns/p"].errors["utilization"] == pytest.approx(0.05)
     assert loop.observe("n0", 0.0, requests={}, capacity=0.0) == 0.0  # no capacity: share 0, no error
+
+
+# --- review: bad values, bounded memory, rescheduled pods, measurement times ----------------------------
+
+
+def _calibrated_loop(**kw) -> FeedbackLoop:
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, **kw)
+    loop.record_decision("p", "n", 4000.0, 8000.0)
+    loop.observe("n", 0.5)
+    loop.observe("n", 0.5)
+    assert loop.calibrated and loop.model.factors == {"default": pytest.approx(1.0)}
+    return loop
+
+
+def test_a_nan_capacity_is_refused_and_cannot_silence_the_drift_detector():
+    """One observation with capacity NaN made the moving error NaN for good: NaN is never above
+    the threshold, so no fine-tune ever fired again, whatever the error."""
+    loop = _calibrated_loop()
+    with pytest.raises(ValueError, match="capacity: expected a finite number >= 0, got nan"):
+        loop.observe("n", 0.5, requests=4000.0, capacity=float("nan"))
+    assert loop.observations == 2  # nothing recorded
+    for _ in range(10):
+        loop.observe("n", 0.95)  # the pods now use almost twice their requests
+    assert np.isfinite(loop.moving_error) and len(loop.signals) == 1
+
+
+def test_bad_requests_capacity_or_latency_of_a_decision_are_refused_and_nothing_is_recorded():
+    """A NaN request was recorded; every refit of the window then raised inside observe()
+    ("nnls: a and b must be finite"), after the observation had been counted."""
+    loop = FeedbackLoop(threshold=0.1, calibration=2)
+    for kwargs, field_name in (({"requests": {"web": float("nan")}}, r"requests\['web'\]"),
+                               ({"requests": {"web": -500.0}}, r"requests\['web'\]"),
+                               ({"requests": float("inf")}, "requests"),
+                               ({"capacity": float("nan")}, "capacity"),
+                               ({"capacity": -8000.0}, "capacity"),
+                               ({"network_latency_ms": float("nan")}, "network_latency_ms")):
+        args = {"requests": {"web": 1000.0}, "capacity": 8000.0, **kwargs}
+        latency = args.pop("network_latency_ms", None)
+        with pytest.raises(ValueError, match=field_name):
+            loop.record_decision("p", "n", args["requests"], args["capacity"], network_latency_ms=latency)
+    assert not loop.decisions and not loop.latest and not loop.pending and not loop.by_key
+    with pytest.raises(ValueError, match=r"requests\['web'\]"):
+        loop.observe("n", 0.5, requests={"web": float("nan")}, capacity=8000.0)
+    assert loop.observations == 0 and not loop.experience
+
+
+def test_settings_must_be_finite_numbers_and_keep_positive():
+    for kwargs, name in (({"threshold": float("inf")}, "threshold"),  # would never fire
+                         ({"latency_threshold_ms": float("inf")}, "latency_threshold_ms"),
+                         ({"threshold": "0.1"}, "threshold"), ({"alpha": "x"}, "alpha"),
+                         ({"calibration": True}, "calibration")):
+        with pytest.raises(ValueError, match=name):
+            FeedbackConfig(**kwargs)
+    for keep in (0, -1):  # keep=0 raised IndexError in every record_decision
+        with pytest.raises(ValueError, match="keep: must be an integer >= 1"):
+            FeedbackLoop(keep=keep)
+
+
+def test_feedback_sim_refuses_an_infinite_threshold_naming_the_setting(tmp_path, capsys):
+    from iro_fed.cli import main
+
+    out = tmp_path / "report.json"
+    rc = main(["feedback-sim", "--scenario", "edge-iot", "--hours", "0.1", "--feedback-set", "threshold=inf",
+               "--out", str(out)])
+    assert rc == 2 and "--feedback-set threshold" in capsys.readouterr().err and not out.exists()
+
+
+def test_decisions_waiting_for_a_node_never_measured_are_bounded_by_keep():
+    """metrics-server down, or a node it does not report: each node kept up to 1,000 decisions
+    waiting, long after ``decisions`` (``keep``) had let them go."""
+    loop = FeedbackLoop(keep=10)
+    for i in range(50):
+        loop.record_decision(f"ns/p{i}", f"ghost-{i % 2}", 1000.0, 8000.0)
+    waiting = [d for ds in loop.pending.values() for d in ds]
+    assert len(waiting) == 10 and {id(d) for d in waiting} == {id(d) for d in loop.decisions}
+    loop.observe("ghost-0", 0.2)  # what is left still completes
+    assert all(d.observed_util == 0.2 for d in loop.decisions if d.node == "ghost-0")
+
+
+def test_a_class_seen_only_on_saturated_nodes_is_not_recalibrated_on_every_observation():
+    """Measurements capped at 100 % are left out of fits, so a class seen only on saturated nodes
+    can never be fitted; it was "calibrated" (a refit and a record) on every observation."""
+    loop = FeedbackLoop(threshold=0.1, calibration=5, min_samples=5, model=UsageModel(saturated=0.98, max_util=1.0))
+    for _ in range(20):
+        loop.observe("n0", 0.25, requests={"web": 4000.0}, capacity=8000.0)
+    for _ in range(200):
+        loop.observe("n1", 1.0, requests={"web": 2000.0, "hog": 8000.0}, capacity=8000.0)
+    assert len(loop.calibrations) == 1 and "hog" not in loop.model.factors
+    for _ in range(5):  # usable observations of it: calibrated once there are min_samples
+        loop.observe("n2", (0.5 * 2000 + 0.6 * 1000) / 8000, requests={"web": 2000.0, "hog": 1000.0}, capacity=8000.0)
+    assert len(loop.calibrations) == 2 and loop.model.factors["hog"] == pytest.approx(0.6, abs=1e-6)
+
+
+def test_a_pod_rescheduled_under_the_same_name_is_judged_once_per_snapshot():
+    """A StatefulSet pod recreated on another node has two decisions under one name. A snapshot
+    observed the new one once per waiting decision (twice here, and again on every later snapshot,
+    as the old one never completed)."""
+    from iro_fed.feedback import observe_snapshot
+    from iro_fed.metrics import ClusterSnapshot, ServiceStats
+
+    loop = FeedbackLoop(threshold=0.1, calibration=0)
+    old = loop.record_decision("ns/web-0", "n0", {"web": 1000.0}, 8000.0, klass="web", network_latency_ms=2.0)
+    new = loop.record_decision("ns/web-0", "n1", {"web": 1000.0}, 8000.0, klass="web", network_latency_ms=10.0)
+    snap = ClusterSnapshot(taken_at=0.0, source="test", services={"web": ServiceStats(p99_latency_ms=12.0)})
+    for _ in range(3):
+        observe_snapshot(loop, snap)
+    assert new.observed_latency_ms == 12.0 and new.errors["latency_ms"] == pytest.approx(2.0)
+    assert old.observed_latency_ms is None  # its pod is gone: not judged by the new one's latency
+    assert [(k, net) for _, k, net, _ in loop.latency_experience] == [("web", 10.0)]
+
+
+def test_a_measurement_older_than_a_decision_does_not_complete_it():
+    loop = FeedbackLoop(threshold=0.1, calibration=0)
+    d1 = loop.record_decision("ns/a", "n", {"default": 2000.0}, 8000.0, at=100.0)
+    assert loop.observe("n", 0.25, at=150.0) == pytest.approx(0.0)
+    d2 = loop.record_decision("ns/b", "n", {"default": 6000.0}, 8000.0, at=200.0)
+    # measured at 180, before d2: compared with the 2000m the node held then, d2 keeps waiting
+    assert loop.observe("n", 0.25, at=180.0) == pytest.approx(0.0)
+    assert d1.observed_util == 0.25 and d2.observed_util is None
+    assert loop.observe("n", 0.75, at=210.0) == pytest.approx(0.0)
+    assert d2.observed_util == 0.75 and d2.errors["utilization"] == pytest.approx(0.0) and d2.observed_at == 210.0
+    fresh = FeedbackLoop(threshold=0.1, calibration=0)
+    fresh.record_decision("ns/c", "m", 1000.0, 8000.0, at=300.0)
+    assert fresh.observe("m", 0.5, at=250.0) is None and fresh.observations == 0  # nothing known of m then

@@ -3,11 +3,37 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
 import iro_fed.feedback as generic
+import iro_fed.k8s.testing as fake_api
 from iro_fed.k8s.feedback import FeedbackLoop, NodeMetricsFeed, UsageModel
+
+T0 = 1_796_000_000.0  # a fixed time for the decisions and the measurements (2026-11-29)
+
+
+def rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+@pytest.fixture
+def measured_at(monkeypatch: pytest.MonkeyPatch) -> Callable[[float | None], None]:
+    """Sets the ``timestamp`` the loopback API server gives NodeMetrics: a fixed time, or (None)
+    a new second on every measurement, as metrics-server's change after each kubelet scrape."""
+
+    def set_clock(at: float | None) -> None:
+        if at is None:
+            ticks = itertools.count(int(T0))
+            monkeypatch.setattr(fake_api, "_now", lambda: rfc3339(next(ticks)))
+        else:
+            monkeypatch.setattr(fake_api, "_now", lambda: rfc3339(at))
+
+    return set_clock
 
 
 def test_the_loop_is_the_generic_one():
@@ -45,8 +71,9 @@ def test_one_class_shift_triggers_one_fine_tune_and_the_error_comes_back_down():
     assert loop.model.factor == pytest.approx(1.8, abs=0.05)
 
 
-def test_node_metrics_feed_observes_nodes_with_a_decision_and_skips_the_rest(api, kube):
-    loop = FeedbackLoop(threshold=0.1, calibration=0)
+def test_node_metrics_feed_observes_nodes_with_a_decision_and_skips_the_rest(api, kube, measured_at):
+    measured_at(T0)
+    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: T0 - 60)  # decided a minute before
     loop.predict("ns/p0", "n0", 2000.0, 8000.0)
     api.node_metrics = {"n0": {"cpu": "1", "memory": "1Gi"},  # 1000m of 8000m
                         "n1": {"cpu": "3", "memory": "1Gi"},  # no decision there: skipped
@@ -60,11 +87,12 @@ def test_node_metrics_feed_observes_nodes_with_a_decision_and_skips_the_rest(api
     assert loop.by_key["ns/p2"].observed_util is None  # an unreadable quantity is not an observation
 
 
-def test_node_metrics_with_a_base_load_do_not_fine_tune_on_every_cooldown(api, kube):
+def test_node_metrics_with_a_base_load_do_not_fine_tune_on_every_cooldown(api, kube, measured_at):
     """metrics-server counts the kubelet and system daemons, which no pod requests: every node
     shows 2,500m more than its pods use. No usage factor explains that, so fine-tunes cannot
     remove the error; they must come ever more rarely, not once per cooldown for ever."""
-    loop = FeedbackLoop(threshold=0.1, alpha=0.3, min_samples=5, cooldown=20, calibration=5)
+    measured_at(None)  # every poll reads new measurements
+    loop = FeedbackLoop(threshold=0.1, alpha=0.3, min_samples=5, cooldown=20, calibration=5, clock=lambda: T0 - 60)
     requested = {f"n{i}": 1000.0 + 1500.0 * i for i in range(5)}  # 1000m .. 7000m of 8 cores
     for node, req in requested.items():
         loop.predict(f"ns/{node}-pod", node, req, 8000.0)
@@ -77,3 +105,46 @@ def test_node_metrics_with_a_base_load_do_not_fine_tune_on_every_cooldown(api, k
     assert all(b - a >= 2 * 20 for a, b in zip(at[1:], at[2:], strict=False)), at
     d = loop.by_key["ns/n0-pod"]
     assert d.observed_util == pytest.approx(3500 / 8000)  # usage over the same allocatable CPU as predicted
+
+
+# --- review: which measurement belongs to which decision ---------------------------------------------
+
+
+def test_node_metrics_measured_before_a_placement_do_not_complete_it(api, kube, measured_at):
+    """metrics-server serves the kubelet's last scrape (15-60 s old): read right after a bind,
+    it cannot show the new pod. It completed the decision with the node's usage without the pod
+    (error -0.25 here) and fitted it against requests with the pod."""
+    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: T0)
+    loop.predict("ns/p0", "n0", 2000.0, 8000.0)  # bound at T0 ...
+    api.node_metrics = {"n0": {"cpu": "2", "memory": "1Gi"}}
+    measured_at(T0 - 2)  # ... measured 2 s before (whole seconds: taken at T0 - 1 at the latest)
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600)
+    assert feed.poll() == 0 and loop.observations == 0
+    assert loop.by_key["ns/p0"].observed_util is None  # still waiting for a measurement that can show it
+    measured_at(T0 + 15)  # the next scrape
+    assert feed.poll() == 1
+    d = loop.by_key["ns/p0"]
+    assert d.observed_util == pytest.approx(0.25) and d.errors["utilization"] == pytest.approx(0.0)
+    assert d.observed_at == T0 + 16  # the end of that second
+
+
+def test_a_measurement_between_two_placements_is_fitted_against_the_requests_it_saw(api, kube, measured_at):
+    now = [T0]
+    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: now[0])
+    loop.predict("ns/p0", "n0", 2000.0, 8000.0)  # at T0: 2000m on the node
+    now[0] = T0 + 30
+    loop.predict("ns/p1", "n0", 6000.0, 8000.0)  # at T0 + 30: 6000m
+    api.node_metrics = {"n0": {"cpu": "2", "memory": "1Gi"}}
+    measured_at(T0 + 10)  # after the first bind, before the second
+    assert NodeMetricsFeed(kube, loop, interval_s=3600).poll() == 1
+    assert loop.by_key["ns/p0"].observed_util == pytest.approx(0.25)
+    assert loop.by_key["ns/p1"].observed_util is None
+    assert loop.experience[-1].requests == {"default": 2000.0}  # not the 6000m that came later
+    assert loop.errors[-1] == pytest.approx(0.0)
+
+
+def test_a_poll_interval_that_is_not_positive_is_refused(kube):
+    loop = FeedbackLoop(threshold=0.1)
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="interval_s: must be a finite number > 0"):
+            NodeMetricsFeed(kube, loop, interval_s=bad)
