@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
+import secrets
 import threading
 import time
 from collections import deque
@@ -954,7 +956,9 @@ def network_latency(problem: Any, w: int, n: int) -> float | None:
 
 
 class FederatedRoundRequest:
-    """Asks for a federated round: writes ``ROOT/requests/<time>-<site>-<n>.json`` atomically.
+    """Asks for a federated round: writes ``ROOT/requests/<time>-<site>-<pid>-<n>-<random>.json``
+    atomically. The process id and a random part keep two writers (two processes of one site, or
+    one restarted within the same second) from replacing each other's waiting request.
 
     The file (format ``iro-fed/round-request/1``) names the site, the reason and the trigger's
     numbers; the federated server or an operator acts on it (see docs/feedback.md).
@@ -976,7 +980,7 @@ class FederatedRoundRequest:
         folder = self.root / "requests"
         folder.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        path = folder / f"{stamp}-{self.site}-{len(self.written) + 1:04d}.json"
+        path = folder / f"{stamp}-{self.site}-{os.getpid()}-{len(self.written) + 1:04d}-{secrets.token_hex(4)}.json"
         write_json_atomic(path, {
             "format": self.FORMAT, "requested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "site": self.site, "reason": f"{trigger.quantity} moving error {trigger.moving_error:.4f} "

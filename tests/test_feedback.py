@@ -265,6 +265,18 @@ def _trigger_once(loop: FeedbackLoop) -> None:
         loop.observe("n", 0.9)
 
 
+def test_two_writers_of_one_site_in_the_same_second_keep_both_requests(tmp_path):
+    """A restarted process (its counter starts again at 1) or a second process of the same site
+    writing within the same second: before, both named the file <second>-<site>-0001.json and the
+    second replaced the first, unprocessed, request."""
+    first = FederatedRoundRequest(tmp_path / "registry", site="edge-madrid")
+    again = FederatedRoundRequest(tmp_path / "registry", site="edge-madrid")
+    for req in (first, again):
+        _trigger_once(FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[req]))
+    files = sorted((tmp_path / "registry" / "requests").iterdir())
+    assert len(files) == 2 and {f.name for f in files} == {first.written[0].name, again.written[0].name}
+
+
 def test_federated_round_request_is_written_atomically(tmp_path):
     req = FederatedRoundRequest(tmp_path / "registry", site="edge-madrid")
     loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=2, actions=[req])
