@@ -3,15 +3,18 @@ JSON-over-HTTP/1.1 request handler and a server thread.
 
 :class:`RoutedJsonHandler` (the extender, the webhook and the edge agent) is the hardened one:
 strict framing (Content-Length only, digits only, repeated only with the same value, as Go's
-net/http reads it; no Transfer-Encoding: it is how requests are smuggled past a proxy), a body
+net/http reads it; no Transfer-Encoding: it is how requests are smuggled past a proxy; no header
+line that is not ``Name: value``: the stdlib would end the headers there), a body
 limit checked before anything is read (and no ``100 Continue`` for a body that will not be
 read), a deadline for the whole body and another for the request line and headers together
 (:class:`DeadlineReader`: a client that trickles bytes cannot hold a thread), every method token
 routed (405 with ``Allow``, 404), JSON replies for every error naming the field (the stdlib's
 own included: 400, 408, 411, 413, 414, 431, 505), and a connection that is closed whenever the
 next request's first byte is unknown, after a lingering read so that a client still sending
-reads its reply. :class:`ConnectionLimit` caps a threading server's open connections (one
-thread each): beyond the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
+reads its reply. A server's :class:`ByteBudget` (``body_budget``) bounds the bytes of bodies
+parsed and answered at once (503 with ``Retry-After: 1`` past the body deadline).
+:class:`ConnectionLimit` caps a threading server's open connections (one thread each): beyond
+the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
 :func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong.
 """
 
@@ -187,6 +190,22 @@ def _check_scalar(value: Any, path: tuple[str | int, ...], surrogates: bool) -> 
         raise JsonBodyError(f"{value.text} is not a JSON number", _path(path))
 
 
+def _malformed_header_line(headers: Any) -> str | None:
+    """The first header line that is not ``Name: value`` (``Name : value``, no colon, a first line
+    that starts with a space), or None. The stdlib's parser ends the headers at such a line and
+    keeps the lines after it (a ``Content-Length``, a ``Transfer-Encoding``) as a "payload" no one
+    reads: the request was then served without them, and its body read as the next request on
+    the connection (a desync that a proxy in front would not share). Go's net/http refuses it."""
+    defects = getattr(headers, "defects", None)
+    if not defects:
+        return None
+    line = getattr(defects[0], "line", None)
+    if line is None:  # MissingHeaderBodySeparatorDefect: the bad line is the first of the payload
+        payload = headers.get_payload()
+        line = payload.splitlines()[0] if isinstance(payload, str) and payload else str(defects[0])
+    return line.rstrip("\r\n")
+
+
 class JsonHandler(BaseHTTPRequestHandler):
     """Keep-alive HTTP/1.1 with JSON replies; access lines go to the debug log."""
 
@@ -258,6 +277,7 @@ class RoutedJsonHandler(JsonHandler):
         self._body_state = "read"  # nothing of a body pending (see _settle_body)
         self._responded = False
         self._continue_withheld = False
+        self._budget_held = 0  # bytes of the server's body_budget this request holds (see read_json)
         try:
             self.raw_requestline = self.rfile.readline(65537)
             if not self.raw_requestline:
@@ -323,6 +343,14 @@ class RoutedJsonHandler(JsonHandler):
     def _dispatch(self) -> None:
         # Without "100 Continue" the client may never send the body: it is not waited for.
         self._body_state = "withheld" if self._continue_withheld else "unread"
+        try:
+            self._dispatch_routed()
+        finally:
+            if self._budget_held:
+                self.server.body_budget.release(self._budget_held)  # type: ignore[attr-defined]
+                self._budget_held = 0
+
+    def _dispatch_routed(self) -> None:
         path = self.route_path()
         try:
             self._declared_length()  # framing first, whatever the path and method: a bad one is refused and closes
@@ -359,6 +387,8 @@ class RoutedJsonHandler(JsonHandler):
         headers: dict[str, str] = {}
         if code == 405:
             headers["Allow"] = getattr(self, "_allow", "")
+        elif code == 503:
+            headers["Retry-After"] = "1"
         if not self.keep_alive_after_error(code) or not self._settle_body():
             self.close_connection = True
         self._send(code, {self.error_key: message, "field": field}, headers)
@@ -391,6 +421,11 @@ class RoutedJsonHandler(JsonHandler):
             return False
         if not _METHOD.fullmatch(self.command):
             self.send_error(400, f"request line: not a method: {self.command[:20]!r}")
+            return False
+        bad = _malformed_header_line(self.headers)
+        if bad is not None:
+            self.send_error(400, f"headers: malformed header line (expected 'Name: value'): {bad[:60]!r}")
+            self._body_state = "refused"  # a body may follow: linger so that the client reads the 400
             return False
         return True
 
@@ -472,6 +507,15 @@ class RoutedJsonHandler(JsonHandler):
     def read_json(self) -> Any:
         """The body parsed by :func:`loads_strict`; errors are 400s naming the field."""
         raw = self.read_body()
+        budget: ByteBudget | None = getattr(self.server, "body_budget", None)
+        if budget is not None and raw:
+            # A parsed body takes up to ~30 times its size ("[{},{},...]"): the server's budget
+            # bounds what all requests parse and hold at once, whatever their number.
+            wait = (self._reader.deadline or time.monotonic()) - time.monotonic()
+            if not budget.acquire(len(raw), wait):
+                raise HttpError(503, f"body: {len(raw)} bytes do not fit in the {budget.limit} bytes of bodies the server "
+                                "parses at once before the body deadline: retry", "body")
+            self._budget_held = len(raw)
         try:
             return loads_strict(raw)
         except JsonBodyError as exc:
@@ -485,6 +529,8 @@ class RoutedJsonHandler(JsonHandler):
             length = self._declared_length()
         except HttpError:
             length = None
+        if _malformed_header_line(self.headers) is not None:
+            length = None  # refused with a 400 once the headers are in (parse_request): no go-ahead
         methods = self.routes().get(self.route_path()) or {}
         if (length is None or length > self.max_body_bytes or self.command not in _BODY_METHODS
                 or self.command not in methods):
@@ -515,6 +561,37 @@ class RoutedJsonHandler(JsonHandler):
                 left -= len(chunk)
         except OSError:
             pass
+
+
+class ByteBudget:
+    """How many bytes of request bodies a server parses and answers at once. A server sets one as
+    its ``body_budget``: a handler holds ``len(body)`` of it from parsing the body until its reply
+    is sent, waiting (at most until its body deadline) while others hold too much; a body larger
+    than the whole budget is let through alone."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"body budget: must be >= 1 byte, got {limit}")
+        self.limit = limit
+        self.held = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int, timeout: float) -> bool:
+        """Hold ``n`` bytes; False when they were not free within ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self.held and self.held + n > self.limit:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            self.held += n
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.held -= n
+            self._cond.notify_all()
 
 
 class DeadlineReader(socket.SocketIO):

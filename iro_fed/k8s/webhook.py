@@ -14,6 +14,10 @@ The patch only adds under ``/spec`` (parents created as needed, the pod's own te
 path is built from label or annotation keys. The webhook has no side effects (``sideEffects:
 None``): a ``dryRun`` review gets the same answer.
 
+Only a core (``""`` group) ``Pod`` is changed. The certificate and key files are loaded again
+for new connections when they change (a renewed Secret). The bodies parsed at once are bounded
+(``MAX_PARSE_BYTES``; past that a request waits, then gets 503 with ``Retry-After: 1``).
+
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
 the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
 base64 RFC 6902 patch. The webhook always answers within ``budget_s`` (keep it below the
@@ -31,6 +35,7 @@ import concurrent.futures
 import copy
 import json
 import logging
+import os
 import re
 import ssl
 import threading
@@ -40,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
+from iro_fed.k8s.httpjson import ByteBudget, ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
@@ -48,7 +53,13 @@ from iro_fed.problem_io import json_kind
 
 log = logging.getLogger("iro_fed.k8s.webhook")
 MODES = ("scheduler-name", "affinity")
-MAX_BODY_BYTES = 16 * 1024 * 1024
+#: An AdmissionReview of a pod is well under this (the API server takes 3 MiB a request, etcd stores
+#: 1.5 MiB an object). A parsed body takes up to ~30 times its size ("[{},{},...]": 440 MB for
+#: 16 MiB, past the deployment's 512 MiB limit from one request of any pod that reaches the Service).
+MAX_BODY_BYTES = 8 * 1024 * 1024
+#: The bytes of bodies parsed and answered at once (:class:`~iro_fed.k8s.httpjson.ByteBudget`):
+#: about 250 MB of parsed JSON at worst, however many connections send.
+MAX_PARSE_BYTES = 8 * 1024 * 1024
 
 
 class BadReview(ValueError):
@@ -333,8 +344,11 @@ class Webhook:
         return reply
 
     def _decide(self, request: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-        kind = (request.get("kind") or {}).get("kind")
-        if kind != "Pod" or request.get("operation") != "CREATE" or request.get("subResource"):
+        gvk = request.get("kind") or {}
+        # A core v1 Pod only: a custom resource of kind "Pod" in another group (a configuration
+        # with apiGroups ["*"]) has no spec.schedulerName or node affinity to set.
+        if gvk.get("kind") != "Pod" or gvk.get("group") or request.get("operation") != "CREATE" \
+                or request.get("subResource"):
             return [], []
         pod = _check_pod(request.get("object"), self.mode)
         namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
@@ -360,6 +374,13 @@ class Webhook:
         return self.affinity_patch(pod, recommended), []
 
 
+def _tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
 class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     """HTTPS server for a :class:`Webhook` (``POST /mutate``, ``GET /healthz``); at most
     ``max_connections`` open at once (more are closed at once, see :meth:`refuse_connection`)."""
@@ -367,6 +388,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     max_body_bytes = MAX_BODY_BYTES  # the API server caps an object at about 3 MiB
+    max_parse_bytes = MAX_PARSE_BYTES
     #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
     #: API server has given up on the call anyway.
     body_timeout_s = 10.0
@@ -376,13 +398,43 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
 
     def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
         self.webhook = webhook
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(cert_file, key_file)
+        self.body_budget = ByteBudget(self.max_parse_bytes)
+        self._tls_files = (cert_file, key_file)
+        self._tls_lock = threading.Lock()
+        self._tls_stamp = self._tls_files_stamp()
+        self._tls_bad_stamp: tuple | None = None
+        self.tls_context = _tls_context(cert_file, key_file)
         super().__init__((host, port), _WebhookHandler)
         # The TLS handshake runs in the request's thread (see _WebhookHandler.setup), so a slow
         # or plain-HTTP client never blocks accept().
-        self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+        self.socket = self.tls_context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    def _tls_files_stamp(self) -> tuple:
+        return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in map(os.stat, self._tls_files))
+
+    def current_tls_context(self) -> ssl.SSLContext:
+        """The TLS context for a new connection, loaded again when the certificate or key file has
+        changed: cert-manager renews the Secret and the kubelet swaps the mounted files, and the
+        certificate loaded at start would be served until it expired (every call failing then,
+        and failurePolicy: Ignore admitting every pod unchanged). A pair that does not load (a
+        key that does not match its certificate) keeps the current context, with a warning."""
+        try:
+            stamp = self._tls_files_stamp()
+        except OSError:
+            return self.tls_context
+        if stamp == self._tls_stamp or stamp == self._tls_bad_stamp:
+            return self.tls_context
+        with self._tls_lock:
+            if stamp not in (self._tls_stamp, self._tls_bad_stamp):
+                try:
+                    self.tls_context = _tls_context(*self._tls_files)
+                    self._tls_stamp = stamp
+                    log.info("TLS certificate %s reloaded", self._tls_files[0])
+                except (OSError, ssl.SSLError) as exc:
+                    self._tls_bad_stamp = stamp
+                    log.warning("TLS certificate %s changed but does not load (%s): still serving the previous one",
+                                self._tls_files[0], exc)
+        return self.tls_context
 
     @property
     def url(self) -> str:
@@ -414,6 +466,7 @@ class _WebhookHandler(RoutedJsonHandler):
 
     def setup(self) -> None:
         self.request.settimeout(self.timeout)
+        self.request.context = self.server.current_tls_context()  # a renewed certificate from the next connection on
         self.request.do_handshake()  # CPython bounds the whole handshake by the timeout, not each read
         super().setup()
 
