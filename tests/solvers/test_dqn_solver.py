@@ -166,3 +166,18 @@ def test_iro_train_to_a_json_name_keeps_the_checkpoint(tmp_path, capsys) -> None
     assert f"metadata {tmp_path / 'p.meta.json'}" in capsys.readouterr().out.replace("\n", "")
     assert json.loads((tmp_path / "p.meta.json").read_text())["steps"] == 8
     assert main(["solve", "examples/problems/bank-three-zone.json", "--solver", "dqn", "--set", f"policy={out}"]) == 0
+
+
+def test_loading_a_policy_leaves_the_hosts_torch_generator_alone():
+    """A process that loads the dqn solver (the edge agent, a user's program) keeps its own torch
+    random stream: building the agent seeded torch's global generator with 0."""
+    import torch
+
+    from iro_fed.testing import random_problem
+
+    problem = random_problem(1, nodes=3, pods=2)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    solvers.make("dqn").solve(problem)
+    assert torch.equal(torch.rand(4), expected)
