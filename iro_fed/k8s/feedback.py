@@ -3,16 +3,19 @@
 The loop itself (decisions, usage model, drift detection, fine-tuning, Prometheus metrics) is
 :mod:`iro_fed.feedback`; its names are re-exported here so older imports keep working.
 :class:`NodeMetricsFeed` polls ``metrics.k8s.io`` NodeMetrics and feeds each node's measured
-CPU share (usage / the node's allocatable CPU of its latest decision) to
-:meth:`~iro_fed.feedback.FeedbackLoop.observe` at the measurement's ``timestamp``:
-metrics-server serves the kubelet's last scrape (15-60 s old), and a measurement taken before a
-placement cannot show its pod, so it does not complete that decision.
+CPU share to :meth:`~iro_fed.feedback.FeedbackLoop.observe` at the measurement's
+``timestamp``: metrics-server serves the kubelet's last scrape (15-60 s old), and a measurement
+taken before a placement cannot show its pod, so it does not complete that decision. Each
+measurement is fed once (metrics-server refreshes a node's usage once per scrape, 60 s by
+default, more slowly than the feed polls), against the node's current requests and allocatable
+CPU when the caller can tell them (the scheduler's cache), else those of its latest decision.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,8 +29,8 @@ from iro_fed.feedback import (
     UsageModel,
 )
 
-__all__ = ["Decision", "DriftSignal", "FeedbackConfig", "FeedbackLoop", "NodeMetricsFeed", "Prediction", "Trigger",
-           "UsageModel"]
+__all__ = ["CurrentNode", "Decision", "DriftSignal", "FeedbackConfig", "FeedbackLoop", "NodeMetricsFeed", "Prediction",
+           "Trigger", "UsageModel"]
 
 
 def _timestamp(value: Any) -> float | None:
@@ -43,29 +46,62 @@ def _timestamp(value: Any) -> float | None:
     return at.timestamp()
 
 
+#: What a node holds now: its CPU requests (millicores) by workload class and its allocatable CPU
+#: (millicores); None when the node is not known (any more).
+CurrentNode = Callable[[str], tuple[Mapping[str, float], float] | None]
+
+
 class NodeMetricsFeed:
     """Feeds a :class:`FeedbackLoop` with measured node CPU utilization from metrics-server
-    (``metrics.k8s.io`` NodeMetrics usage / the node's allocatable CPU of the prediction).
+    (``metrics.k8s.io`` NodeMetrics usage over the node's allocatable CPU).
 
     Measurements are fed at the end of the second their ``timestamp`` names (``metav1.Time`` has
     whole seconds: none is taken as older than it may be); the loop's clock must be epoch seconds,
     as its default is, so the scheduler's clock and the kubelets' are compared: they are assumed
-    to agree to within a poll."""
+    to agree to within a poll.
 
-    def __init__(self, kube: Any, loop: FeedbackLoop, interval_s: float = 30.0) -> None:
+    Each measurement is fed once: metrics-server keeps serving a node's last scrape (the window
+    ``[timestamp - window, timestamp]``) until the next one, 60 s later by default, so a poll
+    every 30 s read each one twice, which doubled its weight in the moving error and let a
+    trigger fire on half the evidence. Per node, an item whose ``timestamp`` is not newer than
+    the last one fed is skipped (an item without a readable ``timestamp`` cannot be told apart:
+    it is fed at the poll's time, as before).
+
+    ``current(node) -> (requests by class, allocatable CPU) | None``: what the node holds now
+    (the scheduler's cache). The requests recorded with the node's latest decision go stale as
+    pods finish or are deleted: a node that emptied kept being compared with requests it no
+    longer had (systematic negative errors, spurious fine-tunes). With ``current`` a node it
+    does not know (None) is skipped, and so is a measurement older than the node's latest
+    decision (the cache already counts that pod, the measurement cannot show it: the next
+    scrape will). Without it, the requests of the node's newest decision made by the
+    measurement's time and that decision's capacity are used.
+    """
+
+    def __init__(self, kube: Any, loop: FeedbackLoop, interval_s: float = 30.0,
+                 current: CurrentNode | None = None) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) \
                 or not math.isfinite(interval_s) or interval_s <= 0:  # 0 would poll the API server in a busy loop
             raise ValueError(f"interval_s: must be a finite number > 0, got {interval_s!r}")
+        if current is not None and not callable(current):
+            raise ValueError(f"current: expected a callable node -> (requests, capacity) or None, got {current!r}")
         self.kube = kube
         self.loop = loop
         self.interval_s = interval_s
+        self.current = current
         self.polls = 0
         self.errors = 0
+        self.repeats = 0  # items skipped because they were fed already (the same scrape read again)
+        self._fed_at: dict[str, float] = {}  # node -> timestamp of the last measurement fed
+        self._polling = threading.Lock()  # a poll by hand beside the thread's must not feed an item twice
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def poll(self) -> int:
         """One read of NodeMetrics; returns how many observations it fed."""
+        with self._polling:
+            return self._poll()
+
+    def _poll(self) -> int:
         from iro_fed.k8s.quantity import QuantityError, cpu_millicores
 
         fed = 0
@@ -73,15 +109,33 @@ class NodeMetricsFeed:
             node = (item.get("metadata") or {}).get("name")
             pred = self.loop.latest.get(node)
             cpu = (item.get("usage") or {}).get("cpu")
-            if pred is None or cpu is None or pred.capacity_cpu <= 0:
+            if pred is None or cpu is None:
+                continue  # only nodes the loop made decisions on are judged
+            stamp = _timestamp(item.get("timestamp"))
+            if stamp is not None and stamp <= self._fed_at.get(node, -math.inf):
+                self.repeats += 1
+                continue
+            at = None if stamp is None else stamp + 1.0
+            if self.current is not None:
+                now = self.current(node)
+                if now is None:
+                    continue  # the node is gone (or not in the cache yet)
+                requests, capacity = now
+                if at is not None and pred.at > at:
+                    continue  # measured before the node's latest placement, which the cache counts
+            else:
+                requests, capacity = None, pred.capacity_cpu
+            if not capacity or capacity <= 0:
                 continue
             try:
                 used = cpu_millicores(cpu, f"NodeMetrics {node}: usage.cpu")
             except QuantityError:
                 continue
-            at = _timestamp(item.get("timestamp"))
-            if self.loop.observe(node, used / pred.capacity_cpu, at=None if at is None else at + 1.0) is None:
+            if self.loop.observe(node, used / capacity, requests=requests, capacity=capacity if requests is not None else None,
+                                 at=at) is None:
                 continue  # measured before any decision on the node: nothing to compare
+            if stamp is not None:
+                self._fed_at[node] = stamp
             fed += 1
         self.polls += 1
         return fed
@@ -94,6 +148,9 @@ class NodeMetricsFeed:
                 self.errors += 1
 
     def start(self) -> NodeMetricsFeed:
+        if self._thread is not None or self._stop.is_set():
+            # A second thread would feed every measurement twice (the same race as no dedupe).
+            raise RuntimeError("NodeMetricsFeed.start: already started (or stopped); make a new feed")
         self._thread = threading.Thread(target=self._run, name="node-metrics-feed", daemon=True)
         self._thread.start()
         return self

@@ -218,7 +218,10 @@ class IroScheduler:
         if feedback is not None and metrics_poll_s:
             from iro_fed.k8s.feedback import NodeMetricsFeed
 
-            self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s)
+            # Judged against what each node holds now (the cache), not the requests recorded with
+            # its latest placement: pods finish and are deleted meanwhile.
+            self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s, current=self._node_cpu)
+        self._feed_pods: tuple[int, dict[str, list[Mapping[str, Any]]]] = (-1, {})  # (pods version, pods by node)
         self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
         self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
         self._unschedulable: dict[str, QueuedPod] = {}
@@ -448,6 +451,40 @@ class IroScheduler:
             pods.append(pod)
         pods.sort(key=_queue_key)
         return pods
+
+    # --- the NodeMetrics feed ------------------------------------------------------------------
+
+    def _node_cpu(self, node: str) -> tuple[dict[str, float], float] | None:
+        """``node``'s CPU requests now (millicores, one class as :meth:`FeedbackLoop.record_placement`
+        records them) and its allocatable CPU, read as the cluster model reads them (the bound pods
+        of the cache that have not finished, plus those bound here that the watch has not shown
+        yet); None when the cache does not hold the node or cannot read it. For the feed's thread."""
+        from iro_fed.feedback import DEFAULT_CLASS
+        from iro_fed.k8s.snapshot import apply_usage, node_doc, pods_by_node
+
+        res = self.config.resources
+        if "cpu" not in res:
+            return None
+        with self.cache.nodes.changed:
+            obj = self.cache.nodes.store.get(node)
+        if obj is None:
+            return None
+        with self._lock:
+            assumed = [(key, pod) for key, (pod, _) in self._assumed.items() if (pod.get("spec") or {}).get("nodeName") == node]
+        with self.cache.pods.changed:
+            version = self.cache.pods.version
+            store = self.cache.pods.store
+            bound = list(store.values()) if version != self._feed_pods[0] else None
+            # As _model: an assumed pod counts until the watch shows that very pod (same UID).
+            extra = [pod for key, pod in assumed if key not in store or _uid(store[key]) != _uid(pod)]
+        if bound is not None:  # one pass over the bound pods per change of them, not one per node
+            self._feed_pods = (version, pods_by_node(bound))
+        try:
+            doc = node_doc(obj, res)
+            apply_usage(doc, [*self._feed_pods[1].get(node, ()), *extra], res, [])
+        except ValueError:  # PodSpecError, QuantityError: an unreadable node, nothing to compare with
+            return None
+        return {DEFAULT_CLASS: float(doc["allocated"]["cpu"])}, float(doc["capacity"]["cpu"])
 
     # --- one batch -------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeco
 * ``pods/status`` PATCH (strategic merge, with ``status.conditions`` merged by ``type``; JSON
   merge patch; JSON patch);
 * core ``events`` and ``events.k8s.io/v1`` events POST / GET;
-* ``metrics.k8s.io/v1beta1`` NodeMetrics list (usage set by the test in ``node_metrics``);
+* ``metrics.k8s.io/v1beta1`` NodeMetrics list (usage set by the test in ``node_metrics``, or
+  with its ``timestamp`` by :meth:`FakeApiServer.set_node_metrics`; else stamped now);
 * ``coordination.k8s.io/v1`` leases GET / POST / PUT with optimistic concurrency: a PUT whose
   ``metadata.resourceVersion`` is stale gets 409 Conflict, a POST of an existing lease 409
   AlreadyExists.
@@ -177,6 +178,9 @@ class FakeApiServer:
         self._writes_in_flight = 0  # POST/PUT/PATCH/DELETE being handled (see requests_to)
         #: metrics-server's NodeMetrics: node name -> {"cpu": "1500m", "memory": "2Gi"} (usage).
         self.node_metrics: dict[str, dict[str, str]] = {}
+        #: The ``timestamp`` of each node's NodeMetrics (epoch seconds: when metrics-server's last
+        #: scrape of it was taken); a node not here is stamped with the time of each list.
+        self.node_metrics_at: dict[str, float] = {}
         #: Called with (namespace, name, binding body) before a binding is applied; may raise
         #: :class:`InjectedError` to answer with an error instead.
         self.binding_hook: Callable[[str, str, dict], None] | None = None
@@ -283,6 +287,17 @@ class FakeApiServer:
 
     def add_node(self, node: dict[str, Any]) -> dict[str, Any]:
         return self._put("nodes", copy.deepcopy(node))
+
+    def set_node_metrics(self, node: str, cpu: str, memory: str = "1Gi", at: float | None = None) -> None:
+        """A new scrape of ``node`` as metrics-server serves it: usage ``cpu`` / ``memory``
+        (quantities) taken at ``at`` (epoch seconds; None: stamped with the time of each list).
+        metrics-server serves the same scrape, with the same timestamp, until the next one."""
+        with self._lock:
+            self.node_metrics[node] = {"cpu": cpu, "memory": memory}
+            if at is None:
+                self.node_metrics_at.pop(node, None)
+            else:
+                self.node_metrics_at[node] = float(at)
 
     def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         pod = copy.deepcopy(pod)
@@ -528,7 +543,10 @@ class _Handler(JsonHandler):
             fields = [*fields, ("metadata.namespace", "=", args["ns"])]
         if route == "nodemetrics":
             with self.api._lock:
-                items = [{"metadata": {"name": n}, "timestamp": _now(), "window": "30s", "usage": dict(u)}
+                stamped = self.api.node_metrics_at
+                items = [{"metadata": {"name": n}, "window": "30s", "usage": dict(u),
+                          "timestamp": _now() if n not in stamped else
+                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamped[n]))}
                          for n, u in self.api.node_metrics.items()]
             return self._reply(200, {"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items})
         if route in ("nodes", "pods", "events", "leases"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 
@@ -148,3 +149,131 @@ def test_a_poll_interval_that_is_not_positive_is_refused(kube):
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="interval_s: must be a finite number > 0"):
             NodeMetricsFeed(kube, loop, interval_s=bad)
+
+
+# --- review: each scrape once, against what the node holds now ---------------------------------------
+
+
+def test_each_node_metrics_scrape_is_fed_once(api, kube):
+    """metrics-server serves a node's last scrape (same ``timestamp``) until the next one, 60 s
+    later by default, and the feed polls every 30 s: each measurement was observed twice, which
+    doubled its weight in the moving error."""
+    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: T0 - 60)
+    loop.predict("ns/p0", "n0", 2000.0, 8000.0)
+    loop.predict("ns/p1", "n1", 4000.0, 8000.0)
+    api.set_node_metrics("n0", "2", at=T0)
+    api.set_node_metrics("n1", "4", at=T0)
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600)
+    assert feed.poll() == 2 and loop.observations == 2
+    assert feed.poll() == 0 and loop.observations == 2  # the same two scrapes, read again
+    assert feed.repeats == 2
+    api.set_node_metrics("n0", "3", at=T0 + 60)  # n0 scraped again, n1 not yet
+    assert feed.poll() == 1 and loop.observations == 3
+    assert loop.experience[-1].observed == pytest.approx(3000 / 8000)
+    api.set_node_metrics("n1", "4", at=T0 - 60)  # an older scrape (another metrics-server replica): not newer
+    assert feed.poll() == 0 and loop.observations == 3
+
+
+def test_a_feed_started_twice_is_refused(kube):
+    loop = FeedbackLoop(threshold=0.1)
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600).start()
+    try:
+        with pytest.raises(RuntimeError, match="already started"):
+            feed.start()  # two threads would feed every poll twice
+    finally:
+        feed.stop()
+    with pytest.raises(RuntimeError, match="already started"):
+        feed.start()  # nor restarted once stopped
+    assert sum(t.name == "node-metrics-feed" and t.is_alive() for t in threading.enumerate()) == 0
+
+
+def test_node_metrics_are_judged_against_the_requests_the_node_holds_now(api, kube):
+    """The feed compared every measurement with the requests recorded at the node's latest
+    placement: pods that finished since still counted, and a node that emptied gave errors of
+    -0.75 on every scrape, so the loop fine-tuned on nothing."""
+    now: dict[str, tuple[dict[str, float], float] | None] = {"n0": ({"default": 1500.0}, 8000.0), "n1": None}
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=0, clock=lambda: T0 - 60)
+    loop.predict("ns/p0", "n0", 6000.0, 8000.0)  # 6000m when it was placed; 1500m of it still runs
+    loop.predict("ns/p1", "n1", 1000.0, 8000.0)  # n1 is gone from the cluster
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600, current=now.get)
+    api.set_node_metrics("n0", "1500m", at=T0)
+    api.set_node_metrics("n1", "1", at=T0)
+    assert feed.poll() == 1  # n1: not known now, not judged
+    assert loop.experience[-1].requests == {"default": 1500.0} and loop.experience[-1].capacity == 8000.0
+    assert loop.errors[-1] == pytest.approx(0.0)
+    assert loop.by_key["ns/p0"].observed_util == pytest.approx(1500 / 8000)  # the decision is completed
+    now["n0"] = ({}, 8000.0)  # every pod of n0 finished
+    for i in range(1, 11):
+        api.set_node_metrics("n0", "0", at=T0 + 60 * i)
+        assert feed.poll() == 1
+    assert list(loop.errors)[-10:] == [0.0] * 10
+    assert loop.signals == []  # nothing drifted
+
+
+def test_with_current_requests_a_measurement_older_than_the_latest_placement_waits(api, kube):
+    """The node's current requests count a pod placed after the measurement, which cannot show
+    it: the measurement is skipped, the next scrape is judged."""
+    clock = [T0]
+    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: clock[0])
+    loop.predict("ns/p0", "n0", 2000.0, 8000.0)  # placed at T0; the cache counts it
+    feed = NodeMetricsFeed(kube, loop, interval_s=3600, current=lambda node: ({"default": 2000.0}, 8000.0))
+    api.set_node_metrics("n0", "0", at=T0 - 30)  # scraped before the pod started
+    assert feed.poll() == 0 and loop.observations == 0
+    api.set_node_metrics("n0", "2", at=T0 + 30)
+    assert feed.poll() == 1 and loop.errors[-1] == pytest.approx(0.0)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` until it holds (the scheduler's cache follows the API server's watch)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_scheduler_feeds_node_metrics_with_the_requests_in_its_cache(api, kubeconfig):
+    """``iro scheduler``: a pod that finished and one another scheduler placed are what the node
+    holds now; the requests recorded when its pods were placed (3000m) are not."""
+    from iro_fed.k8s.client import Kube
+    from iro_fed.k8s.scheduler import IroScheduler
+    from iro_fed.k8s.testing import make_node, make_pod
+
+    def finish(name: str) -> None:
+        pod = api.get("pods", f"default/{name}")
+        api.update("pods", dict(pod, status=dict(pod["status"], phase="Succeeded")))
+
+    def cached(name: str) -> str | None:
+        """The phase of the pod in the scheduler's cache (None: not there)."""
+        pod = s.cache.pods.store.get(f"default/{name}")
+        return None if pod is None else pod["status"].get("phase", "")
+
+    api.add_node(make_node("n0", cpu="8"))
+    loop = FeedbackLoop(threshold=0.1, alpha=0.5, min_samples=2, calibration=0)
+    kube = Kube.from_kubeconfig(kubeconfig, user_agent="iro-scheduler/feedback")
+    s = IroScheduler(kube, identity="a", leader_election=False, window_s=0.1, watch_timeout_s=5,
+                     feedback=loop, metrics_poll_s=3600)  # polled by hand below
+    s.start()
+    try:
+        for name in ("p0", "p1"):
+            api.add_pod(make_pod(name, cpu="1500m", scheduler="iro"))
+        assert api.wait_for(lambda: all((api.get("pods", f"default/{p}") or {}).get("spec", {}).get("nodeName")
+                                        for p in ("p0", "p1")), 15)
+        assert wait_until(lambda: "n0" in loop.latest and loop.latest["n0"].requested_cpu == 3000.0)
+        finish("p0")
+        api.add_pod(make_pod("other", cpu="500m", node="n0"))
+        assert wait_until(lambda: cached("p0") == "Succeeded" and cached("other"))
+        api.set_node_metrics("n0", "2", at=time.time() + 60)
+        assert s.metrics_feed.poll() == 1
+        assert loop.experience[-1].requests == {"default": 2000.0} and loop.experience[-1].capacity == 8000.0
+        assert loop.errors[-1] == pytest.approx(0.0)
+        finish("p1")  # the node empties
+        api.delete("pods", "default/other")
+        assert wait_until(lambda: cached("p1") == "Succeeded" and cached("other") is None)
+        for i in range(2, 8):
+            api.set_node_metrics("n0", "0", at=time.time() + 60 * i)
+            assert s.metrics_feed.poll() == 1
+    finally:
+        s.stop()
+    assert list(loop.errors)[-6:] == [0.0] * 6 and loop.signals == []

@@ -308,14 +308,24 @@ def test_feedback_from_node_metrics_detects_drift_and_refits(api, kubeconfig):
         requested = {n: 0 for n in ("n0", "n1", "n2")}
         for i in range(6):
             requested[node_of(api, f"p{i}")] += 1500
+        # Each poll reads a new scrape (a minute later: metrics-server serves one scrape until
+        # the next, and the feed counts each once), after every placement.
+        scrape = iter(range(1, 100))
+
+        def scraped(factor: float) -> None:
+            at = time.time() + 60 * next(scrape)
+            for n, m in requested.items():
+                api.set_node_metrics(n, f"{int(m * factor)}m", at=at)
+
         # calibrated first: usage equals requests
-        api.node_metrics = {n: {"cpu": f"{m}m", "memory": "1Gi"} for n, m in requested.items()}
         for _ in range(2):
+            scraped(1.0)
             assert s.metrics_feed.poll() == len(fb.latest)
+        assert s.metrics_feed.poll() == 0  # the same scrape read again is not a new observation
         assert fb.signals == [] and fb.moving_error < 0.01
         # then the shift
-        api.node_metrics = {n: {"cpu": f"{int(m * 1.8)}m", "memory": "1Gi"} for n, m in requested.items()}
         for _ in range(6):  # the moving error decays with the refitted model's (near zero) errors
+            scraped(1.8)
             s.metrics_feed.poll()
     finally:
         s.stop()
