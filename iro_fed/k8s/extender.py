@@ -233,6 +233,19 @@ class Extender:
         self._nodelist_models: OrderedDict[tuple, ClusterModel] = OrderedDict()
         self.stats: dict[str, int] = {"filter": 0, "prioritize": 0, "bind": 0, "preempt": 0, "solver_fallbacks": 0,
                                       "bad_requests": 0, "errors": 0}
+        # Counted from every request's thread: ``stats[k] += 1`` is a read, an add and a write, which
+        # Python does not promise to run as one step (a thread switch between them loses a count).
+        self._stats_lock = threading.Lock()
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to ``stats[key]`` (safe from any thread)."""
+        with self._stats_lock:
+            self.stats[key] += n
+
+    def stats_snapshot(self) -> dict[str, int]:
+        """A consistent copy of ``stats``."""
+        with self._stats_lock:
+            return dict(self.stats)
 
     # --- snapshots -------------------------------------------------------------------------
 
@@ -307,7 +320,7 @@ class Extender:
     # --- verbs -------------------------------------------------------------------------------
 
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        self.stats["filter"] += 1
+        self.count("filter")
         pod = _pod(args)
         nodes, asked = _node_args(args)
         try:
@@ -359,7 +372,7 @@ class Extender:
             solver_scores = self._solver_scores(state, cand, self.solver)
         except Exception as exc:  # a failing solver must not fail scheduling
             fallback_reason = f"{self.solver_name} failed: {type(exc).__name__}: {exc}"
-            self.stats["solver_fallbacks"] += 1
+            self.count("solver_fallbacks")
             log.warning("prioritize: %s; using the kube-default ranking", fallback_reason)
             solver_scores = self._solver_scores(state, cand, self.fallback)
         delta = marginal(p, state, 0, cand)
@@ -391,7 +404,7 @@ class Extender:
             return (cand == chosen).astype(np.float64)
 
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        self.stats["prioritize"] += 1
+        self.count("prioritize")
         pod = _pod(args)
         nodes, asked = _node_args(args)
         snap = self._checked_snapshot(pod, nodes)
@@ -399,7 +412,7 @@ class Extender:
         return [{"Host": n, "Score": scores[n]} for n in asked]
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
-        self.stats["bind"] += 1
+        self.count("bind")
         for k in ("PodName", "PodNamespace", "Node", "PodUID"):
             if args.get(k) is not None and not isinstance(args[k], str):
                 raise BadRequest(k, f"expected a string, got {json_kind(args[k])}")
@@ -423,7 +436,7 @@ class Extender:
                          f"(HTTP {result.status}): {result.message}"}
 
     def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        self.stats["preempt"] += 1
+        self.count("preempt")
         pod = _pod(args)
         key = "NodeNameToVictims" if args.get("NodeNameToVictims") is not None else "NodeNameToMetaVictims"
         proposals = args.get(key)
@@ -559,14 +572,14 @@ class _ExtenderHandler(RoutedJsonHandler):
     def on_error(self, code: int) -> None:
         ext = self.server.extender
         if code >= 500:
-            ext.stats["errors"] += 1
+            ext.count("errors")
         elif code not in (404, 405):
-            ext.stats["bad_requests"] += 1
+            ext.count("bad_requests")
 
     def _health(self) -> None:
         ext = self.server.extender
         ready = urlsplit(self.path).path == "/healthz" or ext.cache is None or ext.cache.synced
-        self._send(200 if ready else 503, {"ok": ready, "stats": dict(ext.stats)})
+        self._send(200 if ready else 503, {"ok": ready, "stats": ext.stats_snapshot()})
 
     def _verb(self, verb: str) -> None:
         ext = self.server.extender
@@ -583,7 +596,7 @@ class _ExtenderHandler(RoutedJsonHandler):
             message = f"internal error in {verb}: {type(exc).__name__}: {exc}"
             if verb != "filter":
                 raise HttpError(500, message) from None
-            ext.stats["errors"] += 1
+            ext.count("errors")
             return self._send(200, {"Nodes": None, "NodeNames": None, "FailedNodes": {},
                                     "FailedAndUnresolvableNodes": {}, "Error": message})
         log.debug("%s %s in %.2f ms", verb, obj_key(args["Pod"]) if isinstance(args.get("Pod"), dict) else "",

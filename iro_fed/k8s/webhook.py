@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
-import copy
 import json
 import logging
 import os
@@ -233,7 +232,20 @@ class Webhook:
         self.config = config or ClusterConfig()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iro-webhook")
         self._solver_lock = threading.Lock()
+        # Counted from every request's thread: ``stats[k] += 1`` is a read, an add and a write, which
+        # Python does not promise to run as one step (a thread switch between them loses a count).
+        self._stats_lock = threading.Lock()
         self.stats = {"reviews": 0, "mutated": 0, "skipped": 0, "warnings": 0, "bad_requests": 0}
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to ``stats[key]`` (safe from any thread)."""
+        with self._stats_lock:
+            self.stats[key] += n
+
+    def stats_snapshot(self) -> dict[str, int]:
+        """A consistent copy of ``stats``."""
+        with self._stats_lock:
+            return dict(self.stats)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -261,8 +273,11 @@ class Webhook:
             raise RuntimeError("affinity mode needs a cluster view: start the webhook with --kubeconfig")
         if not self.cache.synced:
             raise RuntimeError("the webhook's cluster cache has not synced yet")
-        pod = copy.deepcopy(dict(pod))
-        meta = pod.setdefault("metadata", {})
+        # Only the metadata is changed (a namespace and name for the model; the snapshot reads the
+        # rest): a shallow copy of the pod and its metadata. A deep copy of the whole request object
+        # (unknown fields included) ran here in the pool, outside the parse budget and past budget_s.
+        pod = dict(pod)
+        meta = pod["metadata"] = dict(pod.get("metadata") or {})
         meta.setdefault("namespace", namespace)
         if not meta.get("name"):
             meta["name"] = (meta.get("generateName") or "pod-") + "(new)"
@@ -321,7 +336,7 @@ class Webhook:
         warning (what kubectl shows) and in ``status``.
         """
         request = _check_envelope(doc)
-        self.stats["reviews"] += 1
+        self.count("reviews")
         response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
         reply = {"apiVersion": doc["apiVersion"], "kind": "AdmissionReview", "response": response}
         try:
@@ -335,12 +350,12 @@ class Webhook:
         if patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-            self.stats["mutated"] += 1
+            self.count("mutated")
         else:
-            self.stats["skipped"] += 1
+            self.count("skipped")
         if warnings:
             response["warnings"] = warnings
-            self.stats["warnings"] += 1
+            self.count("warnings")
         return reply
 
     def _decide(self, request: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -479,10 +494,10 @@ class _WebhookHandler(RoutedJsonHandler):
 
     def on_error(self, code: int) -> None:
         if code not in (404, 405):
-            self.server.webhook.stats["bad_requests"] += 1
+            self.server.webhook.count("bad_requests")
 
     def _health(self) -> None:
-        self._send(200, {"ok": True, "stats": dict(self.server.webhook.stats)})
+        self._send(200, {"ok": True, "stats": self.server.webhook.stats_snapshot()})
 
     def _mutate(self) -> None:
         doc = self.read_json()

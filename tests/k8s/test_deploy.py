@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-# The opt-in overlays (webhook-affinity, edge-hostnetwork) render and validate like the others.
+# The opt-in overlays (webhook-affinity, edge-hostnetwork, webhook-network-policy) render and validate like the others.
 TARGETS = ["deploy/base", "deploy/overlays/edge", "deploy/overlays/cloud", "deploy/overlays/webhook-affinity",
-           "deploy/overlays/edge-hostnetwork"]
+           "deploy/overlays/edge-hostnetwork", "deploy/overlays/webhook-network-policy"]
 KUSTOMIZATIONS = ["deploy", "deploy/base", *TARGETS[1:], "deploy/prometheus"]
 # The Kubernetes minor the manifests target (the kube-scheduler image's); validated against it and the newest
 # schema kubernetes-validate ships.
@@ -75,9 +75,11 @@ EXPECTED_OBJECTS = {
     "deploy/overlays/webhook-affinity": BASE_OBJECTS | {("ClusterRole", "", "iro-webhook-affinity"),
                                                         ("ClusterRoleBinding", "", "iro-webhook-affinity")},
     "deploy/overlays/edge-hostnetwork": BASE_OBJECTS,
+    "deploy/overlays/webhook-network-policy": BASE_OBJECTS | {("NetworkPolicy", "iro-system", "iro-webhook")},
 }
 WINDOW = {"deploy/base": "--window-s=1", "deploy/overlays/edge": "--window-s=0.2", "deploy/overlays/cloud": "--window-s=2",
-          "deploy/overlays/webhook-affinity": "--window-s=1", "deploy/overlays/edge-hostnetwork": "--window-s=1"}
+          "deploy/overlays/webhook-affinity": "--window-s=1", "deploy/overlays/edge-hostnetwork": "--window-s=1",
+          "deploy/overlays/webhook-network-policy": "--window-s=1"}
 # Objects an overlay changes (same key as the base's, other content): counted once more among the distinct objects.
 CHANGED = {"deploy/overlays/edge": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
            "deploy/overlays/cloud": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
@@ -265,6 +267,42 @@ def test_webhook_configuration_is_safe(rendered):
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     budget = float(next(a for a in args if a.startswith("--budget-s=")).split("=")[1])
     assert budget < hook["timeoutSeconds"]  # answers before the API server gives up
+
+
+# The placeholder of deploy/overlays/webhook-network-policy/network-policy.yaml (TEST-NET-1: matches no host).
+NETWORK_POLICY_PLACEHOLDER = "192.0.2.0/24"
+
+
+def test_only_the_network_policy_overlay_restricts_who_reaches_the_webhook(rendered):
+    """The webhook has no client authentication: deploy/overlays/webhook-network-policy lets only the
+    control plane's addresses (the documented CIDR to edit) reach its port, and nothing else in."""
+    import ipaddress
+
+    target, docs = rendered
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    if not target.endswith("webhook-network-policy"):
+        assert policies == []  # opt-in: the CIDR differs in every cluster
+        return
+    (policy,) = policies
+    spec = policy["spec"]
+    pod = find(docs, "Deployment", "iro-webhook")["spec"]["template"]
+    assert spec["podSelector"] == {"matchLabels": pod["metadata"]["labels"]}  # exactly the webhook's pods
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    # Only address blocks: a pod or namespace selector would let pods in.
+    assert [list(peer) for peer in rule["from"]] == [["ipBlock"]]
+    cidrs = [peer["ipBlock"]["cidr"] for peer in rule["from"]]
+    assert cidrs == [NETWORK_POLICY_PLACEHOLDER] and all(ipaddress.ip_network(c) for c in cidrs)
+    assert not any(peer["ipBlock"].get("except") for peer in rule["from"])
+    # The policy sees the pod's port: the one the Service forwards its port 443 to (by name).
+    (container,) = pod["spec"]["containers"]
+    (service_port,) = find(docs, "Service", "iro-webhook")["spec"]["ports"]
+    target_port = next(p["containerPort"] for p in container["ports"] if p["name"] == service_port["targetPort"])
+    assert target_port == 8443 and "--port=8443" in container["args"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": target_port}]
+    # The CIDR to edit is marked where it is.
+    text = (ROOT / target / "network-policy.yaml").read_text()
+    assert "EDIT" in text and NETWORK_POLICY_PLACEHOLDER in text
 
 
 def _bound_rules(docs: list[dict], account: str, namespace: str = "iro-system") -> Iterator[tuple[dict, str, dict]]:

@@ -114,6 +114,78 @@ def test_affinity_mode_prefers_the_solvers_top_k_nodes(serve, tls, api, kube):
         cache.stop()
 
 
+@pytest.fixture
+def affinity_cache(api, kube):
+    """A synced cluster cache of four nodes for affinity mode."""
+    for name, cpu in (("big", "16"), ("snug", "2"), ("mid", "4"), ("tiny", "1")):
+        api.add_node(make_node(name, cpu=cpu, memory="16Gi"))
+    cache = ClusterCache(kube, watch_timeout_s=5).start()
+    try:
+        assert cache.wait_synced(10)
+        yield cache
+    finally:
+        cache.stop()
+
+
+def test_affinity_patch_on_a_pod_with_terms_is_exact_and_the_request_is_not_changed(serve, tls, affinity_cache):
+    srv = serve(Webhook("affinity", cache=affinity_cache, solver="best-fit", top_k=2))
+    theirs = {"weight": 5, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}
+    pod = make_pod("job", cpu="1500m", affinity={
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [theirs]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}})
+    pod["metadata"].pop("name")
+    pod["metadata"]["generateName"] = "job-"
+    pod["metadata"].pop("namespace", None)
+    before = copy.deepcopy(pod)
+    hook = srv.webhook
+    req = review(pod)
+    out = hook.review(req)["response"]
+    ours = [{"weight": w, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}}
+            for n, w in (("snug", 100), ("mid", 1))]
+    # Appended one by one to the pod's own list; nothing else of the pod touched.
+    assert json.loads(base64.b64decode(out["patch"])) == [
+        {"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", "value": t}
+        for t in ours]
+    # The recommendation names the pod (generateName, the review's namespace) on a copy: the
+    # request's object is as it came.
+    assert req["request"]["object"] == before
+    _, served = call(srv, tls[0], review(pod))
+    assert served["response"]["patch"] == out["patch"]
+
+
+def test_recommend_does_not_copy_what_it_does_not_change(affinity_cache):
+    """A deep copy of the whole request object ran in the pool, outside the parse budget and past
+    budget_s: a large field the webhook never reads cost a copy of every object in it."""
+    import tracemalloc
+
+    hook = Webhook("affinity", cache=affinity_cache, solver="best-fit", top_k=2)
+    small = make_pod("job", cpu="1500m")
+    large = copy.deepcopy(small)
+    large["example.com/unknown"] = [{"k": i} for i in range(100_000)]  # ~20 MB copied, as read
+    large["spec"]["example.com/unknown"] = [{"k": i} for i in range(100_000)]
+    assert hook.recommend(small, "default") == [("snug", 1.0), ("mid", 0.0)]  # the cluster's model is built once
+
+    def peak(pod: dict) -> tuple[list, int]:
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            out = hook.recommend(pod, "default")
+            return out, tracemalloc.get_traced_memory()[1] - base
+        finally:
+            if started:
+                tracemalloc.stop()
+
+    small_out, small_peak = peak(small)
+    large_out, large_peak = peak(large)
+    assert large_out == small_out
+    assert large_peak - small_peak < 2 << 20, (small_peak, large_peak)  # was ~40 MB more
+    assert large["example.com/unknown"][0] == {"k": 0} and "name" in large["metadata"]
+    hook.close()
+
+
 def test_a_late_recommendation_admits_the_pod_unchanged_within_the_budget(serve, tls):
     release = threading.Event()
     hook = Webhook("affinity", budget_s=0.2)
