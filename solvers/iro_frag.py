@@ -27,8 +27,8 @@ It keeps FGD's node-order tie rule (solvers/fgd.py) and changes what is minimize
 
 Measured (median unallocated GPU % at 100 % arrival, seeds 42..51, FGD in brackets, the
 share-packing bound of ``iro_fed.traces.bound`` after the slash; benchmarks/README.md):
-default 3.92 (4.69) / 3.84, gpushare40 5.42 (6.00) / 5.41, multigpu50 2.59 (2.92) / 2.06,
-gpuspec10 4.05 (5.39) / 3.84, cpu250 5.58 (6.93) / 3.83 (2026-12-05, after the replay's typical
+default 3.92 (4.69) / 3.83, gpushare40 5.42 (6.00) / 5.41, multigpu50 2.59 (2.92) / 2.06,
+gpuspec10 4.05 (5.39) / 3.83, cpu250 5.58 (6.93) / 3.83 (2026-12-05, after the replay's typical
 tasks came from the original list and FGD's review; before: default 3.97 (4.73), gpushare40 5.49
 (5.94), multigpu50 2.60 (2.93), gpuspec10 3.99 (5.39), cpu250 5.83 (7.01)). The previous rule (Sum-of-Squares,
 copies_weight 0.3) gave 4.45, 5.87, 2.86, 4.43, 5.39. With the prices, copies_weight 0.15 beat

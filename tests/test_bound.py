@@ -67,3 +67,37 @@ def test_arrived_shares_stops_at_the_arrival_limit() -> None:
     ]
     assert arrived_shares(pods, capacity_milli=3000) == {500: 1, 300: 1}
     assert arrived_shares(pods, capacity_milli=3000, arrived_pct=50.0) == {500: 1}
+
+
+def test_bound_is_on_the_value_the_replay_reports() -> None:
+    # The replay's value at 100 % is a mean over the events whose rounded arrived percent is 100,
+    # from 99.5 % to 100.5 % arrived. Here the shares that arrive by exactly 100 % (600, 600, 500)
+    # strand 1300 milli (0.13 %), but a two-card pod then pushes the arrival past 100 % and fails, and
+    # the shares after it (400, 400, 500) fill those rests: a policy that places every share reports
+    # 0.04 %. The bound at the instant of 100 % alone (0.13) was above what the policy reaches.
+    import solvers
+    from iro_fed.replay import replay_problem
+    from iro_fed.traces.bound import share_packing_bound
+    from iro_fed.traces.openb import OpenbNode, build_problem
+
+    nodes = [OpenbNode(f"n{i:03d}", 128_000, 1_000_000, 8, "T4") for i in range(125)]  # 1000 cards
+    sequence = [OpenbPod(f"w{i:03d}", 1000, 100, 8, 1000) for i in range(124)]  # 99.2 %
+    sequence += [OpenbPod("five", 1000, 100, 5, 1000)]  # 99.7 %: the first event at 100
+    sequence += [OpenbPod(f"s{i}", 1000, 100, 1, m) for i, m in enumerate((600, 600, 500))]  # 99.87 %
+    sequence += [OpenbPod("two", 1000, 100, 2, 1000)]  # 100.07 %: no two free cards left, fails
+    sequence += [OpenbPod(f"t{i}", 1000, 100, 1, m) for i, m in enumerate((400, 400, 500))]  # 100.2 %
+    sequence += [OpenbPod(f"c{i:02d}", 1000, 100, 0, 0) for i in range(20)]  # CPU-only, still 100.2 %
+    capacity = 1_000_000
+    result = replay_problem(build_problem(nodes, sequence), solvers.make("fgd-bestfit", seed=0), seed=0)
+    assert result.failed_pods == 1 and result.failed_gpu_milli == 2000  # every share was placed
+    reported = result.unallocated_gpu_pct_at_100
+    assert reported == pytest.approx(0.04)  # (0.3 + 0.24 + 0.18 + 0.13 + 0.13 + 0.09 + 0.05) / 28
+    bound = share_packing_bound(sequence, capacity)
+    assert bound.unallocated_gpu_pct <= reported + 1e-9
+    assert bound.unallocated_gpu_pct == pytest.approx(0.04)  # tight here: each event at its most
+    # The packing of the shares arrived by exactly 100 % is still reported beside it.
+    assert (bound.shares, bound.cards, bound.waste_milli) == (3, 3, 1300)
+    with pytest.raises(ValueError, match="arrived_pct"):
+        share_packing_bound(sequence, capacity, arrived_pct=99.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no arrival event at 110 %"):
+        share_packing_bound(sequence, capacity, arrived_pct=110)

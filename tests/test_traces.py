@@ -247,3 +247,38 @@ def test_every_real_list_loads():
     assert [len(load_nodes(data / f"openb_node_list_{k}.csv")) for k in ("all_node", "gpu_node")] == [1523, 1213]
     counts = {k: len(load_pods(data / f"openb_pod_list_{k}.csv")) for k in ("default", "gpushare40", "multigpu50", "gpuspec10", "cpu250")}
     assert counts["default"] == 8152 and min(counts.values()) > 0
+
+
+# --- rows the csv module skips or splits: the line named is the file's own ------------------
+
+
+def test_error_names_the_files_line_after_a_blank_line_and_a_quoted_line_break(tmp_path):
+    # Blank lines are skipped by the reader and a quoted field may span lines: counting rows named
+    # line 3 (the line before) for the bad row on line 4.
+    text = POD_HEADER + "a,1,1,0,0,\n\nb,lots,1,0,0,\n"
+    with pytest.raises(TraceFormatError, match=r"line 4: cpu_milli: expected an integer, got 'lots'$"):
+        load_pods(write(tmp_path, "blank.csv", text))
+    text = POD_HEADER + '"a\nb",1,1,0,0,\nc,1,1,0,q,\n'
+    with pytest.raises(TraceFormatError, match=r"line 4: gpu_milli: expected an integer, got 'q'$"):
+        load_pods(write(tmp_path, "quoted.csv", text))
+
+
+def test_row_with_more_fields_than_the_header_is_refused(tmp_path):
+    # Without a gpu_spec column, a sixth field "T4" was silently dropped: the pod lost its GPU model
+    # constraint. A shifted or over-long row is broken, not data to drop.
+    path = write(tmp_path, "extra.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,0,0\nb,1000,1024,1,500,T4\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_pods(path)
+    assert str(info.value) == f"{path} line 3: 6 fields, the header has 5 (name, cpu_milli, memory_mib, num_gpu, gpu_milli)"
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,2,T4,8\n")
+    with pytest.raises(TraceFormatError, match=r"line 2: 6 fields, the header has 5"):
+        load_nodes(nodes)
+
+
+def test_replay_command_exits_2_on_a_row_with_extra_fields(tmp_path, capsys):
+    from iro_fed.cli import main
+
+    nodes = write(tmp_path, "n.csv", NODES)
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500,T4\n")
+    assert main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd"]) == 2
+    assert f"--pods: {pods} line 2: 6 fields, the header has 5" in capsys.readouterr().err

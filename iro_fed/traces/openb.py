@@ -85,7 +85,15 @@ def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list
             for row in reader:
                 if len(rows) == MAX_TRACE_ROWS:
                     raise TraceFormatError(f"{p} line {reader.line_num}: more than {MAX_TRACE_ROWS:,} rows")
-                rows.append((len(rows) + 2, row))
+                # The reader's own line count: blank lines (skipped) and quoted line breaks would
+                # shift a count of rows, and the error would name the wrong line.
+                line = reader.line_num
+                if None in row:  # more fields than the header: a shifted row, not data to drop
+                    extra = len(row[None])  # type: ignore[index]
+                    raise TraceFormatError(
+                        f"{p} line {line}: {len(header) + extra} fields, the header has {len(header)} ({', '.join(header)})"
+                    )
+                rows.append((line, row))
         except UnicodeDecodeError:
             raise TraceFormatError(_not_utf8(p)) from None
         except csv.Error as exc:
