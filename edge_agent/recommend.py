@@ -26,7 +26,7 @@ from iro_fed.limits import MAX_TOP_K as MAX_K
 from iro_fed.metrics.snapshot import ClusterSnapshot
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate, marginal
-from iro_fed.problem_io import ProblemValidationError, load_document, problem_from_dict, problem_to_dict
+from iro_fed.problem_io import MAX_NUMBER, ProblemValidationError, load_document, problem_from_dict, problem_to_dict
 
 
 class SiteError(ValueError):
@@ -62,13 +62,17 @@ def add_discovered_nodes(base: Problem, snapshot: ClusterSnapshot, domain: str) 
 
     Returns the problem and a key of what was added (equal keys: the same problem). Sites with
     resources other than cpu and memory get no discovered nodes (their capacity is unknown).
+    A series the problem loader would refuse (a blank node name, a capacity over
+    :data:`~iro_fed.problem_io.MAX_NUMBER`) is left out: it failed the whole snapshot before, so
+    one bad series turned load-aware scoring off for the site.
     """
     if set(base.resources) - {"cpu", "memory"} or domain not in base.domain_index:
         return base, ()
     extra = tuple(
         (name, int(u.cpu_capacity_millicores), int(u.memory_capacity_mib))
         for name, u in sorted(snapshot.nodes.items())
-        if name not in base.node_index and (u.cpu_capacity_millicores or 0) >= 1 and (u.memory_capacity_mib or 0) >= 1
+        if name not in base.node_index and name.strip()
+        and 1 <= (u.cpu_capacity_millicores or 0) <= MAX_NUMBER and 1 <= (u.memory_capacity_mib or 0) <= MAX_NUMBER
     )
     if not extra:
         return base, ()

@@ -133,10 +133,19 @@ def request_to_workload(body: Any, resources: tuple[str, ...]) -> tuple[dict[str
     """The workload object of a request body and its kind (``workload`` or ``pod``).
 
     Accepts the workload object itself, a Pod, or ``{"workload": {...}}`` / ``{"pod": {...}}``
-    (the wrapper may also carry ``k``, read by the caller).
+    (the wrapper may also carry ``k``, read by the caller, and nothing else: another field, or
+    both ``pod`` and ``workload``, is a :class:`BadRequest` naming it).
     """
     if not isinstance(body, Mapping):
         raise BadRequest("body", f"expected a JSON object, got {type(body).__name__}")
+    if "pod" in body or "workload" in body:
+        # The wrapper's fields are its own: one not known (a typo of k) or both objects would be
+        # ignored silently otherwise (the pod won over the workload).
+        if "pod" in body and "workload" in body:
+            raise BadRequest("workload", "give either pod or workload, not both")
+        unknown = [str(key) for key in body if key not in ("pod", "workload", "k")]
+        if unknown:
+            raise BadRequest(unknown[0], "unknown field of the request (known: pod or workload, and k)")
     if "pod" in body:
         pod = _mapping(body["pod"], "pod", required=True)
         return pod_to_workload(pod, resources), "pod"

@@ -8,6 +8,7 @@ with the URL and, for query errors, Prometheus's own ``errorType`` and ``error``
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import urllib.error
@@ -54,6 +55,31 @@ def _float(text: Any) -> float:
         return math.nan
 
 
+def _seconds(x: float) -> str:
+    """A duration parameter (``timeout``, ``step``) as plain seconds: Prometheus reads a float
+    ("0.5", "1e-05") or a duration of whole units ("2s", "500ms"), so "0.5s" or "1.5s" (what
+    ``f"{x:g}s"`` gave) is a 400 bad_data on every query, and ``:g`` kept only 6 digits."""
+    return repr(float(x))
+
+
+def _point(pair: Any, promql: str) -> tuple[float, float]:
+    """One ``[<unix_time>, "<value>"]`` pair of a result; anything else is a PrometheusQueryError."""
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise PrometheusQueryError(f"query {promql!r}: expected a [time, value] pair, got {str(pair)[:100]}")
+    try:
+        ts = float(pair[0])
+    except (TypeError, ValueError):
+        raise PrometheusQueryError(f"query {promql!r}: not a timestamp: {str(pair[0])[:100]}") from None
+    return ts, _float(pair[1])
+
+
+def _labels(item: Any, promql: str) -> dict[str, str]:
+    metric = item.get("metric", {}) if isinstance(item, dict) else None
+    if not isinstance(metric, dict):
+        raise PrometheusQueryError(f"query {promql!r}: expected a series object with labels, got {str(item)[:100]}")
+    return {str(k): str(v) for k, v in metric.items()}
+
+
 class PrometheusClient:
     """Queries one Prometheus server.
 
@@ -96,6 +122,10 @@ class PrometheusClient:
             raise PrometheusUnavailable(f"{url}: cannot connect: {reason}") from exc
         except (ConnectionError, OSError) as exc:
             raise PrometheusUnavailable(f"{url}: {exc}") from exc
+        except http.client.HTTPException as exc:
+            # Not OSErrors: a peer that does not speak HTTP (BadStatusLine), one that closed the
+            # connection mid-answer (IncompleteRead), too many headers.
+            raise PrometheusUnavailable(f"{url}: broken HTTP answer: {type(exc).__name__}: {str(exc).strip()[:200]}") from exc
         try:
             doc = json.loads(body)
         except ValueError as exc:
@@ -106,17 +136,20 @@ class PrometheusClient:
 
     def query(self, promql: str, time: float | None = None) -> list[Sample]:
         """An instant query; returns the vector (a scalar comes back as one unlabeled sample)."""
-        data = self._get("/api/v1/query", {"query": promql, "time": time, "timeout": f"{self.timeout_s:g}s"})
+        data = self._get("/api/v1/query", {"query": promql, "time": time, "timeout": _seconds(self.timeout_s)})
         kind = data.get("resultType") if isinstance(data, dict) else None
         result = data.get("result") if isinstance(data, dict) else None
         if kind == "vector" and isinstance(result, list):
             out = []
             for item in result:
-                ts, val = item.get("value", (math.nan, "NaN"))
-                out.append(Sample(dict(item.get("metric", {})), _float(val), float(ts)))
+                labels = _labels(item, promql)
+                # A native histogram sample has "histogram", not "value": no float value (NaN).
+                ts, val = _point(item["value"], promql) if "value" in item else (math.nan, math.nan)
+                out.append(Sample(labels, val, ts))
             return out
-        if kind == "scalar" and isinstance(result, list) and len(result) == 2:
-            return [Sample({}, _float(result[1]), float(result[0]))]
+        if kind == "scalar" and isinstance(result, list):
+            ts, val = _point(result, promql)
+            return [Sample({}, val, ts)]
         raise PrometheusQueryError(f"query {promql!r}: expected an instant vector or scalar, got {kind!r}")
 
     def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[Series]:
@@ -127,21 +160,26 @@ class PrometheusClient:
             raise ValueError(f"end ({end}) is before start ({start})")
         data = self._get(
             "/api/v1/query_range",
-            {"query": promql, "start": start, "end": end, "step": f"{step_s:g}", "timeout": f"{self.timeout_s:g}s"},
+            {"query": promql, "start": start, "end": end, "step": _seconds(step_s), "timeout": _seconds(self.timeout_s)},
         )
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(result, list):
             raise PrometheusQueryError(f"query_range {promql!r}: expected a matrix")
-        return [
-            Series(dict(item.get("metric", {})), [(float(t), _float(v)) for t, v in item.get("values", [])])
-            for item in data.get("result", [])
-        ]
+        out = []
+        for item in result:
+            labels = _labels(item, promql)
+            values = item.get("values", [])
+            if not isinstance(values, list):
+                raise PrometheusQueryError(f"query_range {promql!r}: expected a list of values, got {str(values)[:100]}")
+            out.append(Series(labels, [_point(pair, promql) for pair in values]))
+        return out
 
     def ready(self) -> bool:
         """True when the server answers ``/-/ready`` with 200."""
         try:
             with urllib.request.urlopen(f"{self.base_url}/-/ready", timeout=self.timeout_s) as resp:  # noqa: S310
                 return resp.status == 200
-        except (urllib.error.URLError, OSError, TimeoutError):
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException):
             return False
 
 
