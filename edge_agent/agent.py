@@ -49,7 +49,7 @@ from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, 
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
-from iro_fed.metrics.prometheus import PrometheusClient
+from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
@@ -213,7 +213,10 @@ class Agent:
             if self.prometheus_state["up"] is None:
                 degraded.append("prometheus not read yet: scoring with requests")
             elif self.prometheus_state["up"] is False:
-                degraded.append("prometheus unreachable: scoring with requests")
+                # Unreachable, or answering but the snapshot failed (a rejected query, a bad series).
+                why = ("unreachable" if self.prometheus_state.get("unreachable", True)
+                       else f"read failed ({self.prometheus_state['last_error']})")
+                degraded.append(f"prometheus {why}: scoring with requests")
         if note.get("fallback_reason"):
             degraded.append(note["fallback_reason"])
         federation = None
@@ -294,7 +297,8 @@ class Agent:
             self.view = SiteView(view.site, view.site, False, view.discovered)
             self.load_aware_nodes = 0
             self.metrics.load_aware.set(0)
-            self.prometheus_state.update(up=False, last_error=f"{type(exc).__name__}: {exc}")
+            self.prometheus_state.update(up=False, last_error=f"{type(exc).__name__}: {exc}",
+                                         unreachable=isinstance(exc, PrometheusUnavailable))
             raise
         self.snapshot = snap
         site = self.view.site
@@ -310,7 +314,7 @@ class Agent:
         self.view = SiteView(site, cluster, cluster is not site, len(self._discovered))
         self.load_aware_nodes = used
         self.metrics.load_aware.set(1 if cluster is not site else 0)
-        self.prometheus_state.update(up=True, last_error=None, last_success=snap.taken_at)
+        self.prometheus_state.update(up=True, last_error=None, last_success=snap.taken_at, unreachable=False)
 
     def _policy_step(self) -> None:
         assert self.policy is not None

@@ -78,3 +78,39 @@ def test_connections_are_bounded(start_agent, http):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     held[1].close()
+
+
+def test_a_prometheus_that_answers_but_fails_the_read_is_not_called_unreachable(start_agent, http):
+    """A reachable Prometheus whose answers cannot be read (here: 400 bad_data for every query,
+    as a rejected query override gets) is reported with the reason, not as unreachable."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        agent, url = start_agent(prometheus={"url": f"http://127.0.0.1:{server.server_address[1]}", "scoring": "usage",
+                                             "timeout_s": 2, "refresh_interval_s": 0.1})
+        deadline = time.monotonic() + 10
+        while agent.prometheus_state["up"] is not False and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, ready = http("GET", f"{url}/readyz")
+    finally:
+        server.shutdown()
+    reasons = [d for d in ready["degraded"] if d.startswith("prometheus")]
+    assert len(reasons) == 1 and reasons[0].startswith("prometheus read failed (PrometheusQueryError"), reasons
