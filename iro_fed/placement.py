@@ -71,33 +71,62 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
 
     if not isinstance(doc, dict):
         raise ValueError(f"invalid placement file: the document must be an object, got {type(doc).__name__}")
+    errors = []
+
+    def section(key: str) -> dict[str, Any]:
+        # A missing or null section is empty; any other non-object would crash the loops below.
+        value = doc.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            errors.append(f"{key}: expected an object, got {type(value).__name__}")
+            return {}
+        return value
+
     assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
     wl_index = {w.name: i for i, w in enumerate(problem.workloads)}
-    errors = []
-    for name, node in (doc.get("assignments") or {}).items():
+    for name, node in section("assignments").items():
         if name not in wl_index:
             errors.append(f"assignments.{name}: unknown workload")
             continue
         if node is None:
+            continue
+        if not isinstance(node, str):
+            errors.append(f"assignments.{name}: expected a node name or null, got {type(node).__name__}")
             continue
         if node not in problem.node_index:
             errors.append(f"assignments.{name}: unknown node {node!r}")
             continue
         assignment[wl_index[name]] = problem.node_index[node]
     cards = {}
-    for name, card_list in (doc.get("gpu_assignments") or {}).items():
+    for name, card_list in section("gpu_assignments").items():
         if name not in wl_index:
             errors.append(f"gpu_assignments.{name}: unknown workload")
         elif not isinstance(card_list, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in card_list):
             errors.append(f"gpu_assignments.{name}: expected a list of card indices, got {card_list!r}")
+        elif assignment[wl_index[name]] < 0:
+            errors.append(f"gpu_assignments.{name}: the workload is not placed")
         else:
             cards[wl_index[name]] = tuple(card_list)
     reasons = {}
-    for name, reason in (doc.get("unplaced") or {}).items():
+    for name, reason in section("unplaced").items():
         if name not in wl_index:
             errors.append(f"unplaced.{name}: unknown workload")
+        elif assignment[wl_index[name]] >= 0:
+            errors.append(f"unplaced.{name}: the workload is placed on {problem.nodes[assignment[wl_index[name]]].name!r}")
         else:
             reasons[wl_index[name]] = str(reason)
+    timing: dict[str, float] = {}
+    for key, value in section("timing").items():
+        # A range test rather than isfinite: NaN fails it, and a huge int has no float to test.
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not -1e300 <= value <= 1e300:
+            errors.append(f"timing.{key}: expected a finite number of seconds, got {type(value).__name__}")
+        else:
+            timing[key] = float(value)
+    params, info = section("params"), section("info")
+    solver = doc.get("solver", "")
+    if not isinstance(solver, str):
+        errors.append(f"solver: expected a solver name, got {type(solver).__name__}")
     status = doc.get("status", "feasible")
     if status not in STATUSES:
         errors.append(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -107,11 +136,11 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
         assignment=assignment,
         gpu_cards=cards,
         reasons=reasons,
-        solver=doc.get("solver", ""),
-        params=dict(doc.get("params") or {}),
+        solver=solver,
+        params=dict(params),
         status=status,
-        timing=dict(doc.get("timing") or {}),
-        info=dict(doc.get("info") or {}),
+        timing=timing,
+        info=dict(info),
     )
     p.objective = evaluate(problem, p)
     return p

@@ -68,21 +68,24 @@ class Param:
         if isinstance(value, str) and self.kind is not str:
             value = _parse_text(value, self.kind, where)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an int past float's range (10**400): not a finite number
+                raise InvalidSettingError(f"{where}: must be finite, got {_show(value)}") from None
         if self.kind is bool and not isinstance(value, bool):
-            raise InvalidSettingError(f"{where}: expected true or false, got {value!r}")
+            raise InvalidSettingError(f"{where}: expected true or false, got {_show(value)}")
         if self.kind in (int, float) and isinstance(value, bool):
-            raise InvalidSettingError(f"{where}: expected a number, got {value!r}")
+            raise InvalidSettingError(f"{where}: expected a number, got {_show(value)}")
         if not isinstance(value, self.kind):
-            raise InvalidSettingError(f"{where}: expected {self.kind.__name__}, got {type(value).__name__} {value!r}")
+            raise InvalidSettingError(f"{where}: expected {self.kind.__name__}, got {type(value).__name__} {_show(value)}")
         if self.kind is float and not np.isfinite(value):
-            raise InvalidSettingError(f"{where}: must be finite, got {value!r}")
+            raise InvalidSettingError(f"{where}: must be finite, got {_show(value)}")
         if self.choices is not None and value not in self.choices:
-            raise InvalidSettingError(f"{where}: must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+            raise InvalidSettingError(f"{where}: must be one of {', '.join(map(str, self.choices))}, got {_show(value)}")
         if self.minimum is not None and value < self.minimum:
-            raise InvalidSettingError(f"{where}: must be >= {self.minimum}, got {value!r}")
+            raise InvalidSettingError(f"{where}: must be >= {self.minimum}, got {_show(value)}")
         if self.maximum is not None and value > self.maximum:
-            raise InvalidSettingError(f"{where}: must be <= {self.maximum}, got {value!r}")
+            raise InvalidSettingError(f"{where}: must be <= {self.maximum}, got {_show(value)}")
         return value
 
 
@@ -106,7 +109,19 @@ def _parse_text(text: str, kind: type, where: str) -> Any:
             return value
     except ValueError:
         pass
-    raise InvalidSettingError(f"{where}: cannot read {text!r} as {kind.__name__}")
+    raise InvalidSettingError(f"{where}: cannot read {_show(text)} as {kind.__name__}")
+
+
+def _show(value: Any) -> str:
+    """A short repr for error messages: a huge int has no repr (Python refuses ints of over
+    4,300 digits as text) and a long string would flood the message."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding such an int
+        return "(too large to print)"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -278,8 +293,14 @@ class OnlineSolver(Solver):
         if cand.size == 0:
             return []
         scores = np.asarray(self.score(state, w, cand), dtype=np.float64)
-        top = np.argsort(-scores, kind="stable")[:k]
+        top = self.rank_order(state, w, cand, scores)[:k]
         return [(int(cand[i]), float(scores[i])) for i in top]
+
+    def rank_order(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Indices into ``candidates``, best first, for :meth:`rank`: by score, ties by index.
+        A subclass whose :meth:`select` breaks ties another deterministic way overrides it, so
+        that ``rank``'s first node is ``decide``'s."""
+        return np.argsort(-scores, kind="stable")
 
     # --- whole problem ------------------------------------------------------------------
 

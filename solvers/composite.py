@@ -109,7 +109,11 @@ class TimeBudget(Solver):
                 state, reasons, pending = ClusterState(problem), {}, list(range(problem.num_workloads))
         if pending and self._then is not None:
             self._then.reset(problem)
-        for w in pending:
+        for i, w in enumerate(pending):
+            # The caller's deadline (a composite's time limit) still binds ``then``: past it, stop
+            # as any online solver does rather than place every pod left of a huge problem.
+            if deadline is not None and self._then is not None and time.perf_counter() > deadline:
+                raise DeadlineExceeded(f"deadline passed with {len(pending) - i} pod(s) left after the budget")
             if self._then is None:
                 reasons[w] = f"time budget of {self.budget_s:g} s spent before this pod was considered"
                 continue

@@ -96,5 +96,10 @@ class GreedyObjective(DenseScorer):
             return int(tied[0])
         return int(tied[np.argmax(-free_share_after(state, w, candidates[tied]))])
 
+    def rank_order(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        # The order of select: rounded score, then best fit (least share left), then node order.
+        best = np.round(scores, self.tie_decimals)
+        return np.lexsort((free_share_after(state, w, candidates), -best))
+
 
 HEURISTICS = (FirstFit, BestFit, WorstFit, DotProduct, RandomFit, GreedyObjective)
