@@ -238,14 +238,18 @@ def explain(state: ClusterState, w: int) -> str:
         ti = sf.taint_reason[sf.taint_reason >= 0]
         for idx, k in zip(*np.unique(ti, return_counts=True), strict=True):
             counts[sf.taint_messages[int(idx)]] += int(k)
-    # Resources: every insufficient resource of a statically fine node counts (NodeResourcesFit).
+    # Resources: every insufficient resource of a node that reaches NodeResourcesFit counts; a
+    # node with too few GPU cards (static "Insufficient gpu") reaches it too, so its cpu /
+    # memory shortages count beside the gpu one, as kube lists all of a node's shortfalls.
     ok_nodes = np.flatnonzero(sf.mask)
-    if ok_nodes.size:
+    fit_nodes = np.flatnonzero(sf.mask | (sf.first_fail == 5))
+    if fit_nodes.size:
         demand = p.demand[w]
         for r in np.flatnonzero(demand > 0):
-            k = int((state.free[ok_nodes, r] < demand[r] - EPS).sum())
+            k = int((state.free[fit_nodes, r] < demand[r] - EPS).sum())
             if k:
                 counts[f"Insufficient {p.resources[r]}"] += k
+    if ok_nodes.size:
         count = int(p.wl_gpu_count[w])
         if count > 0:
             milli = int(p.wl_gpu_milli[w])

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import reprlib
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -176,6 +177,8 @@ class _Checker:
                 self.fail(path, f"keys must not be empty, got {_show(k)}")
             elif not isinstance(v, str):
                 self.fail(f"{path}.{k}", f"expected a string, got {json_kind(v)} {_show(v)}")
+            elif str(k) in out:  # YAML's 1 and "1": two keys, one label (the last would win silently)
+                self.fail(f"{path}.{k}", f"duplicate key {str(k)!r} (keys are read as text)")
             else:
                 out[str(k)] = v
         return out
@@ -195,12 +198,29 @@ def json_kind(value: Any) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr (a few levels, a few items each), huge ints as in :func:`_show`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxdict, self.maxtuple = 3, 8, 8, 8
+        self.maxstring = self.maxother = 80
+
+    def repr_int(self, x: int, level: int) -> str:
+        return _show(x)
+
+
+_SHORT_REPR = _ShortRepr()
+
+
 def _show(value: Any, limit: int = 80) -> str:
     """repr(value), shortened: an error message must stay readable whatever the input holds."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
         # repr of a huge int is useless, and fails beyond 4300 digits (sys.int_info)
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
+    # A container's full repr can be huge for a small file: YAML aliases nest one list many
+    # times over (a 400-byte file whose repr is gigabytes), so only its first items are shown.
+    text = _SHORT_REPR.repr(value) if isinstance(value, (list, dict, tuple)) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -260,7 +280,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     else:
         for i, r in enumerate(resources):
             if not isinstance(r, str) or not r:
-                c.fail(f"resources[{i}]", f"expected a resource name, got {r!r}")
+                c.fail(f"resources[{i}]", f"expected a resource name, got {_show(r)}")
             elif r in res_names:
                 c.fail(f"resources[{i}]", f"duplicate resource {r!r}")
             elif r == "gpu":
@@ -325,6 +345,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             v = c.number(ms, f"{p}.{dom}", minimum=0.0)
             if v is not None and seen[dom] < len(values):
                 values[domain_names.index(dom)] = v
+        if str(region) in regions:  # YAML's 1 and "1": one name, two rows (the first was lost)
+            c.fail(p, f"duplicate user region {str(region)!r} (names are read as text)")
+            continue
         regions.append(str(region))
         lat_rows.append(values)
 
@@ -483,7 +506,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             model_list = c.get(gpu, "models", f"{p}.gpu", list, default=[]) or []
             bad = [m for m in model_list if not isinstance(m, str)]
             if bad:
-                c.fail(f"{p}.gpu.models", f"expected GPU model names, got {bad!r}")
+                c.fail(f"{p}.gpu.models", f"expected GPU model names, got {_show(bad)}")
             models = tuple(m for m in model_list if isinstance(m, str))
         klass = c.get(w, "class", p, str, default="online")
         if klass is not None and klass not in WORKLOAD_CLASSES:
