@@ -102,3 +102,20 @@ def test_yaml_alias_bomb_is_refused_by_field(tmp_path: Path) -> None:
         load_problem(path)
     assert [p for p, _ in exc.value.errors] == ["nodes[0].capacity.cpu"]
     assert exc.value.errors[0][1].startswith("expected a finite number, got list [[[[")
+
+
+def test_the_extenders_reasons_list_every_shortfall_of_a_node_with_too_few_gpu_cards() -> None:
+    # The extender's FailedNodes say the same as explain: the cpu shortage too, and the node stays
+    # unresolvable (no preemption gives it a second card).
+    import numpy as np
+
+    from iro_fed.k8s.extender import node_reasons
+
+    problem = problem_from_dict({
+        "domains": [{"name": "d"}],
+        "nodes": [_node("one-card", gpus=1), _node("no-gpu")],
+        "workloads": [{"name": "w", "requests": {"cpu": 2000}, "gpu": {"count": 2}}],
+    })
+    reasons = node_reasons(ClusterState(problem), 0, np.arange(2))
+    assert reasons == {0: ("Insufficient cpu, Insufficient nvidia.com/gpu", True),
+                       1: ("Insufficient cpu, Insufficient nvidia.com/gpu", True)}

@@ -170,12 +170,16 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
             out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
         elif code == 3:
             out[n] = (f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}", True)
-        elif code >= 0:
+        elif code >= 0 and code != 5:
             out[n] = (_STATIC_REASONS[code], True)
         else:
+            # NodeResourcesFit lists every shortage of the node, cards included.
             parts = [f"Insufficient {p.resources[r]}" for r in np.flatnonzero(p.demand[w] > 0)
                      if state.free[n, r] < p.demand[w, r] - EPS]
             count = int(p.wl_gpu_count[w])
+            if code == 5:  # fewer cards than the pod asks for: no preemption can help
+                out[n] = (", ".join([*parts, _STATIC_REASONS[5]]), True)
+                continue
             if count:
                 short = (state.gpu_max_free[n] < p.wl_gpu_milli[w]) if (count == 1 and p.wl_gpu_milli[w] < GPU_MILLI) \
                     else (state.gpu_full[n] < count)
