@@ -10,15 +10,16 @@ Grammar (``quantity.go``)::
     <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>
 
 Values are :class:`decimal.Decimal` so ``0.1`` CPU is exactly 100 millicores. As in
-Kubernetes, CPU is rounded up to whole millicores (``MilliValue``) and memory up to whole
-bytes (``Value``) before the conversion to MiB.
+Kubernetes, a parsed value is rounded up (away from zero) to a whole nano (``1e-50`` is 1n),
+CPU up to whole millicores (``MilliValue``) and memory up to whole bytes (``Value``) before
+the conversion to MiB.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_UP, Decimal, InvalidOperation, localcontext
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3),
@@ -26,6 +27,9 @@ _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), ""
 # The exponent form comes before the plain "E" (exa) suffix: "1E3" is 1000, "1E" is 10**18.
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)$")
 MIB = 2**20
+_NANO = Decimal("1e-9")
+#: The exponent of ``1e<n>`` is an int32 in Kubernetes (``suffix.go``); larger ones are refused.
+_MAX_EXPONENT = 2**31 - 1
 #: Kubernetes caps quantities at 2^63-1 in their canonical unit; anything beyond is rejected.
 _MAX = Decimal(2**63 - 1)
 
@@ -73,27 +77,37 @@ def parse_quantity(value: str | int | float, field: str = "") -> Decimal:
 def _parse_text(text: str) -> Decimal:
     """The value of a quantity string (cached: clusters repeat a few dozen spellings);
     ValueError says why it is not one."""
-    m = _QUANTITY.match(text)
+    # fullmatch: "$" alone would also accept a trailing newline ("1\n"), which ParseQuantity refuses.
+    m = _QUANTITY.fullmatch(text)
     if m is None:
         raise ValueError("expected <number><suffix> with suffix one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<exponent>")
     number, suffix = m.group(1), m.group(2)
     with localcontext() as ctx:
-        ctx.prec = 60
+        # Exact: enough digits for the number times 2**60 (19 digits), and any exponent, so a
+        # long fraction is not rounded away before the nano rounding below (ParseQuantity uses
+        # arbitrary precision for it).
+        ctx.prec = max(60, len(number) + 30)
+        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN
         try:
             base = Decimal(number)
             if suffix in _BINARY:
                 result = base * _BINARY[suffix]
             elif suffix and suffix[0] in "eE" and len(suffix) > 1:
+                digits = suffix[1:].lstrip("+-").lstrip("0")
+                if len(digits) > 10 or int(digits or 0) > _MAX_EXPONENT:  # int() of 5000 digits would fail
+                    raise ValueError(f"exponent {suffix[1:]} out of range")
                 exponent = int(suffix[1:])
-                if abs(exponent) > 40:
-                    raise ValueError(f"exponent {exponent} out of range")
                 result = base.scaleb(exponent)
             else:
                 result = base * _DECIMAL[suffix]
         except InvalidOperation as exc:
             raise ValueError("not a number") from exc
-    if abs(result) > _MAX:
-        raise ValueError("too large (Kubernetes quantities are at most 2^63-1)")
+        if abs(result) > _MAX:
+            raise ValueError("too large (Kubernetes quantities are at most 2^63-1)")
+        if result == 0:
+            return Decimal(0)  # not 0E+50, whose exponent later arithmetic would have to carry
+        if result.as_tuple().exponent < -9:  # kube keeps nanos: "if you want some, you get some"
+            result = result.quantize(_NANO, rounding=ROUND_UP)
     return result
 
 

@@ -10,7 +10,7 @@ Mapping (documented for users in ``docs/kubernetes.md``):
 * node capacity: ``status.allocatable`` (``cpu`` in millicores, ``memory`` in MiB; the other
   resources named in :class:`ClusterConfig` ``resources``: ``pods`` and extended resources as
   whole counts, ``ephemeral-storage`` and hugepages in MiB, everything else in its base unit:
-  :func:`model_amount`); GPUs: ``nvidia.com/gpu``; GPU model: label
+  :func:`model_amount`; a resource the node does not list has none); GPUs: ``nvidia.com/gpu``; GPU model: label
   ``nvidia.com/gpu.product`` (or ``iro-fed.io/gpu-model``);
 * domain: label ``topology.kubernetes.io/zone``, else ``topology.kubernetes.io/region``, else
   ``default``; its kind from the config or the node label ``iro-fed.io/domain-kind``;
@@ -348,9 +348,9 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
     alloc = _obj(status.get("allocatable") or status.get("capacity"), who, path)
     capacity: dict[str, float] = {}
     for r in resources:
-        if r not in alloc:
-            raise _bad(who, f"{path}.{r}", "is missing")
-        capacity[r] = _amount(r, alloc[r], who, f"{path}.{r}")
+        # A resource the node does not list is allocatable 0, as kube's NewResource reads it
+        # (an extended resource such as example.com/fpga is only on the nodes that have it).
+        capacity[r] = _amount(r, alloc[r], who, f"{path}.{r}") if r in alloc else 0.0
         if capacity[r] <= 0:
             # The model needs capacity > 0 (at least MIN_CAPACITY, or the problem does not load):
             # a node with none of a resource takes no pod asking for it (a request is a whole
