@@ -23,7 +23,10 @@ class Backoff:
 
     def next_delay(self) -> float:
         """Record one more failure and return how long to wait before the next try."""
-        base = min(self.initial_s * self.factor**self.failures, self.max_s)
+        try:
+            base = min(self.initial_s * self.factor**self.failures, self.max_s)
+        except OverflowError:  # factor**failures past the float range (about 1024 doublings): long capped
+            base = self.max_s
         self.failures += 1
         spread = base * self.jitter
         return min(max(base + self._rng.uniform(-spread, spread), 0.0), self.max_s)

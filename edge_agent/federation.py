@@ -5,7 +5,8 @@
 
 * in its own session / process group, with a private ``FLWR_HOME`` and ``FLWR_TELEMETRY_ENABLED=0``
   and a marker in its environment that every process it starts inherits (Flower's SuperExec and
-  ClientApp processes), so none can be left behind;
+  ClientApp processes), so none can be left behind, and (Linux) a parent-death signal: SIGTERM
+  when the agent dies, ``kill -9`` included (see :func:`with_parent_death_signal`);
 * with its output (Flower's log, and the ClientApp's) turned into the agent's JSON log lines
   (``logger`` ``edge_agent.supernode``); ``SuperNode ID: N`` marks it registered with the SuperLink;
 * restarted after it exits, with exponential backoff (:class:`edge_agent.backoff.Backoff`; a run
@@ -41,6 +42,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -66,6 +68,26 @@ _NODE_ID = re.compile(r"SuperNode ID: (\d+)")
 #: Flower's retry messages (flwr.supercore.retry): the SuperLink is unreachable / reachable again.
 _LINK_LOST = "Connection attempt failed"
 _LINK_BACK = "Connection successful after"
+# Runs before the SuperNode (and the warm executor): asks Linux to SIGTERM it when the agent's
+# thread that started it dies (the agent killed with kill -9 included; the setting survives the
+# exec), and gives up if the agent is already gone. Without it a SuperNode in its own session
+# outlived a killed agent for good (registered as the site beside the next agent's) unless a later
+# agent reused its FLWR_HOME.
+_PDEATHSIG = ("import ctypes, os, signal, sys\n"
+              "if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:\n"  # PR_SET_PDEATHSIG
+              "    sys.exit('prctl(PR_SET_PDEATHSIG) failed: ' + os.strerror(ctypes.get_errno()))\n"
+              "if os.getppid() != int(sys.argv[1]):\n"
+              "    sys.exit('the edge agent exited before its supernode started')\n"
+              "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def with_parent_death_signal(argv: list[str]) -> list[str]:
+    """``argv`` run so that the process gets SIGTERM when this (agent) process dies (Linux; else as is)."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-c", _PDEATHSIG, str(os.getpid()), *argv]
+
+
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
            "CRITICAL": logging.CRITICAL}
 
@@ -287,7 +309,7 @@ class SuperNodeSupervisor:
         argv = supernode_argv(self.fed, self.port, self.experience_db)
         assert self.flwr_home is not None
         self.flwr_home.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=self._env(), cwd=str(self.flwr_home), start_new_session=True)
         with self._lock:
             self.proc = proc
@@ -315,7 +337,7 @@ class SuperNodeSupervisor:
         app_root = str(Path(__file__).resolve().parents[1])  # the checkout holding iro_fed and solvers
         env["PYTHONPATH"] = os.pathsep.join(p for p in (app_root, env.get("PYTHONPATH", "")) if p)
         try:
-            ex = subprocess.Popen(executor_command(self.port, node.pid), stdin=subprocess.DEVNULL,
+            ex = subprocess.Popen(with_parent_death_signal(executor_command(self.port, node.pid)), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(self.flwr_home),
                                   start_new_session=True)
         except OSError as exc:
@@ -428,10 +450,15 @@ class SuperNodeSupervisor:
         level = logging.INFO
         for raw in proc.stdout:
             line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).rstrip()
-            if line:
-                level = self._handle_line(line, proc.pid, level)
-            else:
+            if not line:
                 level = logging.INFO  # a blank line ends a multi-line message
+                continue
+            try:
+                level = self._handle_line(line, proc.pid, level)
+            except Exception as exc:  # never stop reading: a pipe nobody drains blocks the child once full
+                level = logging.INFO
+                event(self.log, logging.WARNING, "supernode output line not handled", pid=proc.pid,
+                      error=f"{type(exc).__name__}: {exc}", line=line[:500])
         proc.stdout.close()
 
     def _handle_line(self, line: str, pid: int, level: int = logging.INFO) -> int:
@@ -454,7 +481,8 @@ class SuperNodeSupervisor:
                 samples = doc.get("experience-samples")
                 if isinstance(samples, int | float):
                     self.metrics.federated_experience_samples.set(samples)
-                event(self.child_log, logging.INFO, "clientapp round", pid=pid, **dict(doc))
+                # Its keys go in as fields, never as event()'s own arguments ("pid", "msg", "level").
+                self.child_log.info("clientapp round", extra={"fields": {**doc, "pid": pid}})
                 return logging.INFO
         node = _NODE_ID.search(msg)
         if node:

@@ -98,18 +98,20 @@ class RegistryPolicySource:
     def latest_version(self) -> str:
         """The version name ``latest`` points to."""
         pointer = self.registry / LATEST
-        if not self.registry.is_dir():
-            raise PolicyLoadError(f"policy registry {self.registry} does not exist")
-        if pointer.is_symlink():
-            return Path(pointer.readlink()).name
+        # Every way the folder or the pointer can be unreadable (gone, no permission, not UTF-8) is a
+        # PolicyLoadError: the caller keeps the last good policy and reports why.
         try:
+            if not self.registry.is_dir():
+                raise PolicyLoadError(f"policy registry {self.registry} does not exist")
+            if pointer.is_symlink():
+                return Path(pointer.readlink()).name
             text = pointer.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             raise PolicyLoadError(f"policy registry {self.registry} has no '{LATEST}' pointer yet") from None
         except IsADirectoryError:
             return pointer.resolve().name
-        except OSError as exc:
-            raise PolicyLoadError(f"{pointer}: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            raise PolicyLoadError(f"{pointer}: cannot read: {exc}") from exc
         # "v0002" or a path inside the version folder ("v0002/policy.pt", as iro_fed.federated.registry writes).
         version = text.split("/", 1)[0]
         if not version or text.startswith("/") or version in (".", ".."):
