@@ -1,7 +1,8 @@
 """The ``edge-agent`` command (also ``python -m edge_agent``).
 
 ``edge-agent run --config agent.yaml [--port P]`` serves until SIGTERM or SIGINT, then stops
-cleanly (exit 0). Bad settings exit 2 with every error naming its key.
+cleanly (exit 0). Bad settings exit 2 with every error naming its key. Ctrl-C before the agent
+serves (reading the settings, building the site) or during ``bench`` exits 130 without a traceback.
 """
 
 from __future__ import annotations
@@ -42,12 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:  # `run` handles SIGINT itself once it serves; before that, and in bench, it lands here
+        print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
     from edge_agent.config import ConfigError, load_config
     from edge_agent.logs import setup_logging
     from edge_agent.recommend import SiteError
     from iro_fed.problem_io import ProblemValidationError
 
-    args = build_parser().parse_args(argv)
     if args.command == "bench":
         return _bench(args)
     store_path = None

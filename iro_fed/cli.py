@@ -106,7 +106,9 @@ def check_input_file(flag: str, path: str | Path) -> Path:
     if src.is_dir():
         raise UsageError(f"{flag}: {str(src)!r} is a folder; give a file")
     if not src.is_file():
-        raise UsageError(f"{flag}: no such file {str(src)!r}")
+        # a FIFO, socket or device is there but is no file to read: "no such file" would mislead
+        raise UsageError(f"{flag}: {str(src)!r} is not a regular file" if src.exists()
+                         else f"{flag}: no such file {str(src)!r}")
     return src
 
 
@@ -151,7 +153,9 @@ def check_names(flag: str, text: str, known: Sequence[str], what: str = "solver"
 
 def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:
     """``KEY=VALUE`` strings of a repeated ``flag`` as ``(key, value)``; keys stripped, with
-    dashes as underscores (or underscores as dashes with ``kebab``); values as given."""
+    dashes as underscores (or underscores as dashes with ``kebab``); values as given. A key given
+    twice is a UsageError: every caller builds a dict, where the later value would silently win
+    (``--set local-steps=8 ... --set local_steps=64`` reads as one key)."""
     out = []
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -159,6 +163,8 @@ def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> 
         key = key.replace("_", "-") if kebab else key.replace("-", "_")
         if not sep or not key:
             raise UsageError(f"{flag}: expected KEY=VALUE, got {pair!r}")
+        if any(key == k for k, _ in out):
+            raise UsageError(f"{flag} {key}: given twice")
         out.append((key, value))
     return out
 

@@ -25,6 +25,7 @@ from iro_fed.cli import (
     EXIT_OK,
     UsageError,
     _console,
+    check_input_file,
     check_int,
     check_listen_host,
     check_number,
@@ -208,8 +209,8 @@ def parse_node_config(text: str) -> dict[str, Any]:
 
 
 def _need_file(flag: str, path: str | None) -> str | None:
-    if path is not None and not Path(path).is_file():
-        raise UsageError(f"{flag}: no such file {path!r}")
+    if path is not None:
+        check_input_file(flag, path)  # a folder or a FIFO is named as such, not "no such file"
     return str(Path(path).resolve()) if path else None
 
 
@@ -267,7 +268,7 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
                         print(f"iro fed node: the SuperNode's Runtime API did not listen on 127.0.0.1:{executor_port} "
                               f"within {start_timeout_s:.0f} s", file=sys.stderr)
                         stop_all()
-                        return node.wait(timeout=20)
+                        return _exit_status(node.wait(timeout=20))
                     time.sleep(0.2)
             pause = 1.0
             while node.poll() is None and not stopping:
@@ -282,14 +283,16 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
                     print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
                           f"{pause:.0f} s", file=sys.stderr)
                     time.sleep(pause)
-        return node.wait()
+        return _exit_status(node.wait())
     except KeyboardInterrupt:
+        # Ctrl-C: 130 by convention, whatever the child answers our SIGTERM with (flower-superlink
+        # exits 3 on SIGTERM, a plain process dies of it: -15, which sys.exit would turn into 241).
         stop_all(signal.SIGINT)
         try:
-            return node.wait(timeout=20)
+            node.wait(timeout=20)
         except subprocess.TimeoutExpired:
             _signal_groups(procs, signal.SIGKILL)
-            return 130
+        return 130
     finally:
         stop_all()
         for proc in procs[1:]:
@@ -298,6 +301,12 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
             except subprocess.TimeoutExpired:
                 _signal_groups([proc], signal.SIGKILL)
         signal.signal(signal.SIGTERM, old)
+
+
+def _exit_status(returncode: int) -> int:
+    """A child's exit status as ours: Popen reports a death by signal N as -N, which sys.exit(-N)
+    would turn into 256-N; the shell's convention is 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _daemon_env() -> dict[str, str]:
