@@ -154,8 +154,8 @@ def check_names(flag: str, text: str, known: Sequence[str], what: str = "solver"
 def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> list[tuple[str, str]]:
     """``KEY=VALUE`` strings of a repeated ``flag`` as ``(key, value)``; keys stripped, with
     dashes as underscores (or underscores as dashes with ``kebab``); values as given. A key given
-    twice is a UsageError: every caller builds a dict, where the later value would silently win
-    (``--set local-steps=8 ... --set local_steps=64`` reads as one key)."""
+    again overrides the earlier one, as a repeated option does (a script appends its override to
+    a base command line)."""
     out = []
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -163,8 +163,6 @@ def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> 
         key = key.replace("_", "-") if kebab else key.replace("-", "_")
         if not sep or not key:
             raise UsageError(f"{flag}: expected KEY=VALUE, got {pair!r}")
-        if any(key == k for k, _ in out):
-            raise UsageError(f"{flag} {key}: given twice")
         out.append((key, value))
     return out
 

@@ -92,35 +92,6 @@ def test_fed_supervisor_stop_gives_a_shell_exit_status(fifo, sig, status):
     assert "Traceback" not in done.stderr
 
 
-# --- a --set key given twice -------------------------------------------------------------------
-
-
-def test_solve_refuses_a_set_key_given_twice_and_writes_nothing(problem_file, tmp_path):
-    # Was: exit 0 with seed=2, the first value dropped without a word.
-    out = tmp_path / "placement.json"
-    done = _run(str(BIN / "iro"), "solve", str(problem_file), "--solver", "best-fit",
-                "--set", "seed=1", "--set", "seed=2", "--out", str(out))
-    assert done.returncode == 2, done.stderr
-    assert "--set seed: given twice" in done.stderr
-    assert not out.exists()
-
-
-def test_fed_set_refuses_one_key_in_two_spellings():
-    # local-steps and local_steps are the same setting (keys are read in kebab-case): was the
-    # second value silently winning (here it is bad, so the old error named only it).
-    pytest.importorskip("flwr")
-    done = _run(str(BIN / "iro"), "fed", "local", "--set", "local-steps=8", "--set", "local_steps=-1")
-    assert done.returncode == 2, done.stderr
-    assert "--set local-steps: given twice" in done.stderr
-
-
-def test_extender_refuses_a_set_key_given_twice():
-    done = _run(str(BIN / "iro"), "extender", "--port", "0", "--host", "127.0.0.1",
-                "--set", "seed=1", "--set", " seed=3")
-    assert done.returncode == 2, done.stderr
-    assert "--set seed: given twice" in done.stderr
-
-
 # --- files that are there but are not files -----------------------------------------------------
 
 
