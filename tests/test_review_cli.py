@@ -1,4 +1,4 @@
-"""Review of the command lines as a hostile user: Ctrl-C, repeated --set keys, non-regular files.
+"""Review of the command lines as a hostile user: Ctrl-C, exit statuses, non-regular files.
 
 Real subprocesses throughout. Where a signal must arrive mid-run, the command is made to block on
 a FIFO: opening its other end returns only once the command has opened it, so the signal lands
