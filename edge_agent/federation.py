@@ -304,13 +304,18 @@ class SuperNodeSupervisor:
             signal_process(pid, signal.SIGKILL)
         self.reaped_on_start = left
 
+    def _popen(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """``argv`` in FLWR_HOME, in its own session, its output piped to :meth:`_read_output`, and
+        stopped with the agent (:func:`with_parent_death_signal`)."""
+        return subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env, cwd=str(self.flwr_home), start_new_session=True)
+
     def _spawn(self) -> subprocess.Popen:
         self.port = self.fed.clientappio_port or free_port()
         argv = supernode_argv(self.fed, self.port, self.experience_db)
         assert self.flwr_home is not None
         self.flwr_home.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=self._env(), cwd=str(self.flwr_home), start_new_session=True)
+        proc = self._popen(argv, self._env())
         with self._lock:
             self.proc = proc
             self.node_id = None
@@ -337,9 +342,7 @@ class SuperNodeSupervisor:
         app_root = str(Path(__file__).resolve().parents[1])  # the checkout holding iro_fed and solvers
         env["PYTHONPATH"] = os.pathsep.join(p for p in (app_root, env.get("PYTHONPATH", "")) if p)
         try:
-            ex = subprocess.Popen(with_parent_death_signal(executor_command(self.port, node.pid)), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(self.flwr_home),
-                                  start_new_session=True)
+            ex = self._popen(executor_command(self.port, node.pid), env)
         except OSError as exc:
             event(self.log, logging.WARNING, "could not start the clientapp executor", error=str(exc))
             return

@@ -25,7 +25,6 @@ class AgentMetrics:
 
         self.node, self.site = node, site
         self.network = NetworkCounter() if network is None else network
-        self._net_prev: tuple[float, float, float] | None = None  # (taken_at, rx, tx) of the last sample
         self._net_interfaces: tuple[str, ...] | None = None  # None: psutil's sum (no /proc/net/dev)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("iro_agent_requests", "HTTP requests served, by handler and status code.",
@@ -96,11 +95,10 @@ class AgentMetrics:
         if net is not None:
             rx, tx, self._net_interfaces = net
             rx_rate = tx_rate = 0.0
-            prev = self._net_prev
-            if prev is not None and sample.taken_at > prev[0]:
-                dt = sample.taken_at - prev[0]
-                rx_rate, tx_rate = (rx - prev[1]) / dt, (tx - prev[2]) / dt  # totals never decrease
-            self._net_prev = (sample.taken_at, rx, tx)
+            prev = self._local  # its bytes are the counter's too: psutil reads the same /proc/net/dev
+            if prev is not None and sample.taken_at > prev.taken_at:
+                dt = sample.taken_at - prev.taken_at  # totals never decrease
+                rx_rate, tx_rate = (rx - prev.net_rx_bytes_total) / dt, (tx - prev.net_tx_bytes_total) / dt
             sample = dataclasses.replace(sample, net_rx_bytes_total=rx, net_tx_bytes_total=tx,
                                          net_rx_bytes_per_s=rx_rate, net_tx_bytes_per_s=tx_rate)
         labels = (self.node, self.site)

@@ -167,23 +167,32 @@ def split_pairs(pairs: Sequence[str] | None, flag: str, kebab: bool = False) -> 
     return out
 
 
-def _parse_settings(pairs: Sequence[str], solver_name: str) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to typed settings, converted by the solver's declared parameters."""
+def _parse_settings(pairs: Sequence[str] | None, solver_name: str, flag: str = "--set",
+                    flag_value_errors: bool = False) -> dict[str, Any]:
+    """``KEY=VALUE`` strings of ``flag`` to typed settings, converted by the solver's declared
+    parameters. A bad value raises the solver's InvalidSettingError, or with ``flag_value_errors``
+    a UsageError that names ``flag`` and the key first (``simulate --solver-set``)."""
     import solvers
+    from solvers import InvalidSettingError
 
     cls = solvers.registered().get(solver_name)
     if cls is None:
         raise UsageError(f"--solver: unknown solver {solver_name!r} (registered: {', '.join(solvers.registered())})")
     settings: dict[str, Any] = {}
-    for key, value in split_pairs(pairs, "--set"):
+    for key, value in split_pairs(pairs, flag):
         param = cls.parameters.get(key)
         if param is None:
             known = ", ".join(sorted(cls.parameters))
-            raise UsageError(f"--set {key}: unknown setting for solver {solver_name!r} (known: {known})")
+            raise UsageError(f"{flag} {key}: unknown setting for solver {solver_name!r} (known: {known})")
         if value.strip().lower() in ("none", "null") and param.nullable:
             settings[key] = None
-        else:
+            continue
+        try:
             settings[key] = param.convert(solver_name, key, value)
+        except InvalidSettingError as exc:
+            if not flag_value_errors:
+                raise
+            raise UsageError(f"{flag} {key}: {exc}") from None
     return settings
 
 

@@ -36,6 +36,9 @@ from iro_fed.model import GPU_MILLI, ClusterState, Problem, Workload
 EPS = 1e-9
 
 _FILTERS = ("allowed_domains", "taints", "node_selector", "latency", "gpu_model", "gpu_cards")
+#: ``first_fail`` of a node with fewer GPU cards than the pod asks for (NodeResourcesFit then
+#: lists its other shortages too).
+GPU_CARDS_FILTER = _FILTERS.index("gpu_cards")
 #: The order in which a node's failing filters are tried (indices into ``_FILTERS``):
 #: kube-scheduler's plugin order (TaintToleration, then NodeAffinity, which a domain
 #: restriction would be in Kubernetes), our latency and GPU-model filters, then the card count
@@ -242,7 +245,7 @@ def explain(state: ClusterState, w: int) -> str:
     # node with too few GPU cards (static "Insufficient gpu") reaches it too, so its cpu /
     # memory shortages count beside the gpu one, as kube lists all of a node's shortfalls.
     ok_nodes = np.flatnonzero(sf.mask)
-    fit_nodes = np.flatnonzero(sf.mask | (sf.first_fail == 5))
+    fit_nodes = np.flatnonzero(sf.mask | (sf.first_fail == GPU_CARDS_FILTER))
     if fit_nodes.size:
         demand = p.demand[w]
         for r in np.flatnonzero(demand > 0):

@@ -155,16 +155,11 @@ def _amount(value: Any, what: str) -> float:
     return float(value)
 
 
-def _checked_requests(requests: Mapping[str, float] | float, what: str = "requests") -> dict[str, float]:
+def _checked_requests(requests: Mapping[str, float] | float) -> dict[str, float]:
     """:func:`_as_requests` of input that must be finite millicores >= 0 (ValueError names the class)."""
     if isinstance(requests, Mapping):
-        out = {}
-        for k, v in requests.items():
-            if amount := _amount(v, f"{what}[{str(k)!r}]"):
-                out[str(k)] = amount
-        return out
-    v = _amount(requests, what)
-    return {DEFAULT_CLASS: v} if v else {}
+        return _as_requests({k: _amount(v, f"requests[{str(k)!r}]") for k, v in requests.items()})
+    return _as_requests(_amount(requests, "requests"))
 
 
 @dataclass

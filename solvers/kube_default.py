@@ -221,6 +221,9 @@ class KubeDefault(OnlineSolver):
         self._initial_nz: list[np.ndarray] | None = None
         if problem.initial_nonzero is not None:
             self._initial_nz = [kube_units(problem.initial_nonzero[:, j], s) for j, s in zip(nz_cols, self._scales, strict=True)]
+        # What each pod placed on a node adds to that base: its non-zero request, or without a
+        # given base only what that adds to its actual request (the usage holds the rest).
+        self._pod_add = self._pod_nz if self._initial_nz is not None else self._pod_nz - self._pod_actual
         # Whole demands (every snapshot; most problem files): the placed pods then add a whole
         # number of kube units to a node's usage, and ceil(own + k) = ceil(own) + k, so per
         # decision the usage is rounded up as a whole, not apart from the placed pods' share.
@@ -232,28 +235,27 @@ class KubeDefault(OnlineSolver):
         )
 
     def rebuild_caches(self, state: ClusterState) -> None:
-        """Per node and scored resource, the pods ``state`` placed there: their rounded actual
-        and non-zero requests (kube's units) and their summed demand (model units, to tell the
-        node's own usage from ``state.allocated`` when numbers are fractional) (see
-        :meth:`OnlineSolver.sync`)."""
+        """Per node and scored resource, what the pods ``state`` placed there add to its
+        NonZeroRequested base (kube's units); with fractional demands also their rounded actual
+        requests (kube's units) and summed demand (model units, to tell the node's own usage from
+        ``state.allocated``) (see :meth:`OnlineSolver.sync`)."""
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
         n = state.problem.num_nodes
-        self._placed_actual = [_sum_by_node(where, self._pod_actual[placed, j], n) for j in range(len(self._cols))]
-        self._placed_nz = [_sum_by_node(where, self._pod_nz[placed, j], n) for j in range(len(self._cols))]
-        self._placed_amount = [_sum_by_node(where, state.problem.demand[placed, c], n) for c in self._cols]
-        # What the placed pods add to NonZeroRequested beyond their actual requests (a node
-        # without a given base scores its usage plus this).
-        self._placed_extra = [nz - actual for nz, actual in zip(self._placed_nz, self._placed_actual, strict=True)]
+        self._placed_add = [_sum_by_node(where, self._pod_add[placed, j], n) for j in range(len(self._cols))]
+        # (per-node sums, per-pod values) that apply_changes keeps up to date.
+        self._tracked = [(self._placed_add[j], self._pod_add[:, j]) for j in range(len(self._cols))]
+        if not self._whole:
+            demand = state.problem.demand
+            self._placed_actual = [_sum_by_node(where, self._pod_actual[placed, j], n) for j in range(len(self._cols))]
+            self._placed_amount = [_sum_by_node(where, demand[placed, c], n) for c in self._cols]
+            self._tracked += [(self._placed_actual[j], self._pod_actual[:, j]) for j in range(len(self._cols))]
+            self._tracked += [(self._placed_amount[j], demand[:, c]) for j, c in enumerate(self._cols)]
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
-        demand = state.problem.demand
         for w, node, sign in entries:
-            for j, c in enumerate(self._cols):
-                self._placed_actual[j][node] += sign * self._pod_actual[w, j]
-                self._placed_nz[j][node] += sign * self._pod_nz[w, j]
-                self._placed_amount[j][node] += sign * demand[w, c]
-                self._placed_extra[j][node] += sign * (self._pod_nz[w, j] - self._pod_actual[w, j])
+            for sums, values in self._tracked:
+                sums[node] += sign * values[w]
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -290,15 +292,11 @@ class KubeDefault(OnlineSolver):
             if self._whole:
                 scaled = used * scale
                 used_units = _ceil_units(scaled, scaled)
-                if self._initial_nz is None:  # own usage + placed pods' non-zero = usage + their extra
-                    requested = used_units + self._placed_extra[j][candidates]
-                else:
-                    requested = self._initial_nz[j][candidates] + self._placed_nz[j][candidates]
             else:
                 own = kube_units(used - self._placed_amount[j][candidates], scale, magnitude=used)
                 used_units = own + self._placed_actual[j][candidates]
-                base = self._initial_nz[j][candidates] if self._initial_nz is not None else own
-                requested = base + self._placed_nz[j][candidates]
+            base = self._initial_nz[j][candidates] if self._initial_nz is not None else used_units
+            requested = base + self._placed_add[j][candidates]
             cap = self._allocatable[j][candidates]
             # NodeResourcesFit, LeastAllocated, weight 1 per resource.
             total += least_allocated(requested + self._pod_nz[w, j], cap)

@@ -7,9 +7,7 @@ import json
 import pytest
 
 from iro_fed.feedback import DQNFineTune
-
-TINY = {"embed_dim": 16, "hidden_dim": 16, "attention_heads": 2, "atoms": 11, "learning_starts": 8, "batch_size": 8,
-        "buffer_size": 500}
+from tests.sim.test_feedback_sim import TINY
 
 
 def test_fine_tunes_to_a_checkpoint_start_from_the_previous_fine_tune(tmp_path):

@@ -208,10 +208,9 @@ def parse_node_config(text: str) -> dict[str, Any]:
     return values
 
 
-def _need_file(flag: str, path: str | None) -> str | None:
-    if path is not None:
-        check_input_file(flag, path)  # a folder or a FIFO is named as such, not "no such file"
-    return str(Path(path).resolve()) if path else None
+def _need_file(flag: str, path: str) -> str:
+    # a folder or a FIFO is named as such, not "no such file"
+    return str(check_input_file(flag, path).resolve())
 
 
 def supernode_command(exe: str, superlink: str, port: int, node_config: str, root_certificates: str | None = None,

@@ -159,13 +159,18 @@ def _raw_watch() -> Any:
     return RawWatch()
 
 
+def resource_version_of(obj: Any) -> Any:
+    """``obj``'s ``metadata.resourceVersion`` (None when it, or its metadata, is not an object)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+
+
 def _versions(store: Mapping[str, Any]) -> dict[str, Any] | None:
     """Each object's ``metadata.resourceVersion`` by key, or None when one has none (then a
     relist cannot be told unchanged)."""
     out = {}
     for key, obj in store.items():
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        rv = resource_version_of(obj)
         if not rv:
             return None
         out[key] = rv
@@ -279,8 +284,7 @@ class Reflector:
                         kwargs["allow_watch_bookmarks"] = True
                     for event in self._watch.stream(self.list_func, **kwargs):
                         obj = event["raw_object"]
-                        meta = obj.get("metadata") if isinstance(obj, dict) else None
-                        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                        rv = resource_version_of(obj)
                         if rv:
                             self.resource_version = str(rv)
                         etype = event["type"]

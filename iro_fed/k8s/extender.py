@@ -47,8 +47,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, resource_fit, static_filter
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
+from iro_fed.feasibility import EPS, GPU_CARDS_FILTER, resource_fit, static_filter
+from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RequestStats, RoutedJsonHandler, serve_in_thread
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
     ClusterModel,
@@ -170,15 +170,15 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
             out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
         elif code == 3:
             out[n] = (f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}", True)
-        elif code >= 0 and code != 5:
+        elif code >= 0 and code != GPU_CARDS_FILTER:
             out[n] = (_STATIC_REASONS[code], True)
         else:
             # NodeResourcesFit lists every shortage of the node, cards included.
             parts = [f"Insufficient {p.resources[r]}" for r in np.flatnonzero(p.demand[w] > 0)
                      if state.free[n, r] < p.demand[w, r] - EPS]
             count = int(p.wl_gpu_count[w])
-            if code == 5:  # fewer cards than the pod asks for: no preemption can help
-                out[n] = (", ".join([*parts, _STATIC_REASONS[5]]), True)
+            if code == GPU_CARDS_FILTER:  # fewer cards than the pod asks for: no preemption can help
+                out[n] = (", ".join([*parts, _STATIC_REASONS[GPU_CARDS_FILTER]]), True)
                 continue
             if count:
                 short = (state.gpu_max_free[n] < p.wl_gpu_milli[w]) if (count == 1 and p.wl_gpu_milli[w] < GPU_MILLI) \
@@ -211,7 +211,7 @@ def _shape_key(pod: Mapping[str, Any]) -> str:
     return json.dumps([keep, ann], sort_keys=True, default=str)
 
 
-class Extender:
+class Extender(RequestStats):
     """The extender's logic, independent of HTTP (the server and the tests call it)."""
 
     def __init__(self, solver: str = "greedy-objective", solver_params: dict[str, Any] | None = None,
@@ -235,21 +235,7 @@ class Extender:
         self._snap_lock = threading.Lock()
         self._snapshots: OrderedDict[tuple, Snapshot] = OrderedDict()
         self._nodelist_models: OrderedDict[tuple, ClusterModel] = OrderedDict()
-        self.stats: dict[str, int] = {"filter": 0, "prioritize": 0, "bind": 0, "preempt": 0, "solver_fallbacks": 0,
-                                      "bad_requests": 0, "errors": 0}
-        # Counted from every request's thread: ``stats[k] += 1`` is a read, an add and a write, which
-        # Python does not promise to run as one step (a thread switch between them loses a count).
-        self._stats_lock = threading.Lock()
-
-    def count(self, key: str, n: int = 1) -> None:
-        """Add ``n`` to ``stats[key]`` (safe from any thread)."""
-        with self._stats_lock:
-            self.stats[key] += n
-
-    def stats_snapshot(self) -> dict[str, int]:
-        """A consistent copy of ``stats``."""
-        with self._stats_lock:
-            return dict(self.stats)
+        super().__init__("filter", "prioritize", "bind", "preempt", "solver_fallbacks", "bad_requests", "errors")
 
     # --- snapshots -------------------------------------------------------------------------
 

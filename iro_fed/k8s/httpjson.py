@@ -14,7 +14,8 @@ next request's first byte is unknown, after a lingering read so that a client st
 reads its reply. A server's :class:`ByteBudget` (``body_budget``) bounds the bytes of bodies
 parsed and answered at once (503 with ``Retry-After: 1`` past the body deadline).
 :class:`ConnectionLimit` caps a threading server's open connections (one thread each): beyond
-the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once.
+the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once. :class:`RequestStats`
+counts requests from every thread.
 :func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong.
 """
 
@@ -623,6 +624,26 @@ class DeadlineReader(socket.SocketIO):
         if n and self.deadline is None:
             self.deadline = time.monotonic() + self.timeout_s
         return n
+
+
+class RequestStats:
+    """Mixin: ``stats``, counters ({name: count}) that every request's thread adds to. ``stats[k]
+    += 1`` is a read, an add and a write, which Python does not promise to run as one step (a
+    thread switch between them loses a count): add with :meth:`count`, read with :meth:`stats_snapshot`."""
+
+    def __init__(self, *keys: str) -> None:
+        self.stats: dict[str, int] = dict.fromkeys(keys, 0)
+        self._stats_lock = threading.Lock()
+
+    def count(self, key: str) -> None:
+        """Add 1 to ``stats[key]`` (safe from any thread)."""
+        with self._stats_lock:
+            self.stats[key] += 1
+
+    def stats_snapshot(self) -> dict[str, int]:
+        """A consistent copy of ``stats``."""
+        with self._stats_lock:
+            return dict(self.stats)
 
 
 class ConnectionLimit:

@@ -64,7 +64,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.feedback import placement_terms
-from iro_fed.k8s.client import ClusterCache, Kube, Reflector
+from iro_fed.k8s.client import ClusterCache, Kube, Reflector, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
@@ -392,7 +392,7 @@ class IroScheduler:
             q = self._unschedulable.get(key)
         if q is None:
             return False
-        rv = _resource_version(pod)
+        rv = resource_version_of(pod)
         if q.uid != uid or (rv != q.resource_version and _pod_spec_key(pod) != q.spec):
             with self._lock:  # replaced or updated: a new start, attempts reset (tried now)
                 if self._unschedulable.get(key) is q:
@@ -475,8 +475,7 @@ class IroScheduler:
             version = self.cache.pods.version
             store = self.cache.pods.store
             bound = list(store.values()) if version != self._feed_pods[0] else None
-            # As _model: an assumed pod counts until the watch shows that very pod (same UID).
-            extra = [pod for key, pod in assumed if key not in store or _uid(store[key]) != _uid(pod)]
+            extra = _unconfirmed(assumed, store)
         if bound is not None:  # one pass over the bound pods per change of them, not one per node
             self._feed_pods = (version, pods_by_node(bound))
         try:
@@ -496,11 +495,12 @@ class IroScheduler:
             return {key: _uid(store[key]) for key in keys if key in store}
 
     def _model(self) -> ClusterModel:
-        bound = self.cache.pods.items()
-        bound_uids = {obj_key(p): _uid(p) for p in bound}
+        with self.cache.pods.changed:
+            store = dict(self.cache.pods.store)
         with self._lock:
-            extra = [pod for key, (pod, _) in self._assumed.items() if bound_uids.get(key, "\0") != _uid(pod)]
-        return ClusterModel(self.cache.nodes.items(), bound + extra, self.config, doc_cache=self._node_docs)
+            assumed = [(key, pod) for key, (pod, _) in self._assumed.items()]
+        return ClusterModel(self.cache.nodes.items(), [*store.values(), *_unconfirmed(assumed, store)], self.config,
+                            doc_cache=self._node_docs)
 
     def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
         """Solve ``pods`` jointly on the current cluster, bind, record events and conditions."""
@@ -605,7 +605,7 @@ class IroScheduler:
         with self._lock:  # back to the unschedulable queue, one attempt more than the last time
             last_try = self._unschedulable.get(key)
             attempts = last_try.attempts + 1 if last_try is not None and (last_try.uid, last_try.spec) == (uid, spec) else 1
-            queued = QueuedPod(uid, spec, _resource_version(pod), attempts, self.clock(), version, self.backoff_s(attempts))
+            queued = QueuedPod(uid, spec, resource_version_of(pod), attempts, self.clock(), version, self.backoff_s(attempts))
             self._unschedulable[key] = queued
         log.debug("%s: %s (attempt %d; tried again after %.0f s if the cluster changes, after %.0f s anyway)",
                   key, reason, attempts, queued.backoff_s, self.max_unschedulable_s)
@@ -655,9 +655,11 @@ def _uid(pod: Mapping[str, Any]) -> str | None:
     return meta.get("uid") if isinstance(meta, Mapping) else None
 
 
-def _resource_version(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    return meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+def _unconfirmed(assumed: Iterable[tuple[str, Mapping[str, Any]]],
+                 bound: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods of ``assumed`` (``(key, pod)`` pairs) that count on top of the bound-pods store
+    ``bound``: an assumed pod counts until the watch shows that very pod (same UID) bound."""
+    return [pod for key, pod in assumed if key not in bound or _uid(bound[key]) != _uid(pod)]
 
 
 def _pod_spec_key(pod: Mapping[str, Any]) -> str:

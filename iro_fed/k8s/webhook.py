@@ -44,7 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.k8s.httpjson import ByteBudget, ConnectionLimit, HttpError, RoutedJsonHandler, serve_in_thread
+from iro_fed.k8s.httpjson import (
+    ByteBudget,
+    ConnectionLimit,
+    HttpError,
+    RequestStats,
+    RoutedJsonHandler,
+    serve_in_thread,
+)
 from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
@@ -205,7 +212,7 @@ def _node_of_term(term: Any) -> str | None:
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
-class Webhook:
+class Webhook(RequestStats):
     """The admission logic, independent of HTTP."""
 
     def __init__(self, mode: str = "scheduler-name", scheduler_name: str = "iro", selector: Mapping[str, str] | None = None,
@@ -232,20 +239,7 @@ class Webhook:
         self.config = config or ClusterConfig()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iro-webhook")
         self._solver_lock = threading.Lock()
-        # Counted from every request's thread: ``stats[k] += 1`` is a read, an add and a write, which
-        # Python does not promise to run as one step (a thread switch between them loses a count).
-        self._stats_lock = threading.Lock()
-        self.stats = {"reviews": 0, "mutated": 0, "skipped": 0, "warnings": 0, "bad_requests": 0}
-
-    def count(self, key: str, n: int = 1) -> None:
-        """Add ``n`` to ``stats[key]`` (safe from any thread)."""
-        with self._stats_lock:
-            self.stats[key] += n
-
-    def stats_snapshot(self) -> dict[str, int]:
-        """A consistent copy of ``stats``."""
-        with self._stats_lock:
-            return dict(self.stats)
+        super().__init__("reviews", "mutated", "skipped", "warnings", "bad_requests")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

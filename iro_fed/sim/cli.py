@@ -75,31 +75,6 @@ def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return {key: value.strip() for key, value in split_pairs(pairs, flag)}
 
 
-def _solver_settings(pairs: list[str] | None, solver_name: str) -> dict[str, Any]:
-    """``--solver-set KEY=VALUE`` pairs converted by the solver's declared parameters (as
-    ``iro solve --set``; that helper named ``--set`` in its errors, a flag ``simulate`` uses for
-    scenario and engine settings)."""
-    import solvers
-    from iro_fed.cli import UsageError, split_pairs
-    from solvers import InvalidSettingError
-
-    cls = solvers.registered()[solver_name]  # checked by _check_run_args
-    settings: dict[str, Any] = {}
-    for key, value in split_pairs(pairs, "--solver-set"):
-        param = cls.parameters.get(key)
-        if param is None:
-            raise UsageError(f"--solver-set {key}: unknown setting for solver {solver_name!r} "
-                             f"(known: {', '.join(sorted(cls.parameters))})")
-        if value.strip().lower() in ("none", "null") and param.nullable:
-            settings[key] = None
-        else:
-            try:
-                settings[key] = param.convert(solver_name, key, value)
-            except InvalidSettingError as exc:
-                raise UsageError(f"--solver-set {key}: {exc}") from None
-    return settings
-
-
 def _check_run_args(args: argparse.Namespace) -> None:
     """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours, seed and --out."""
     import solvers
@@ -141,7 +116,7 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console
+    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import simulate
     from iro_fed.sim.engine import SimConfigError
@@ -157,7 +132,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from iro_fed.sim import PLAIN_KUBERNETES
 
         settings = {**PLAIN_KUBERNETES, **settings}
-    solver_settings = _solver_settings(args.solver_set, args.solver)
+    solver_settings = _parse_settings(args.solver_set, args.solver, "--solver-set", flag_value_errors=True)
     with _progress(f"{args.scenario} / {args.solver}") as tick:
         try:
             result = simulate(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,

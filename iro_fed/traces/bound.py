@@ -35,6 +35,7 @@ import numpy as np
 
 from iro_fed.model import GPU_MILLI
 from iro_fed.packing import arc_flow
+from iro_fed.replay import CURVE_DECIMALS
 from iro_fed.traces.openb import OpenbPod
 
 
@@ -77,7 +78,7 @@ def arrived_shares(sequence: Sequence[OpenbPod], capacity_milli: int, arrived_pc
         if arrived + pod.gpu_total > limit:
             break
         arrived += pod.gpu_total
-        if pod.num_gpu == 1 and 0 < pod.gpu_milli < GPU_MILLI:
+        if _is_share(pod):
             sizes[pod.gpu_milli] += 1
     return sizes
 
@@ -150,15 +151,14 @@ def share_packing_bound(
     window = [e for e in events if e[0] == x] or events
     if not window:
         raise ValueError(f"arrived_pct: no arrival event at {x} % (or within 1 of it): the replay reports no value there")
-    point = least_cards(arrived_shares(sequence, capacity_milli, x), capacity_milli, time_limit_s=time_limit_s)
-    packed: dict[tuple[tuple[int, int], ...], PackingBound] = {}
-    optimal = point.optimal
-    allocs = []
-    for _, arrived_milli, shares in window:
-        if shares not in packed:  # changes only when a share arrives
-            packed[shares] = least_cards(dict(shares), capacity_milli, time_limit_s=time_limit_s)
-            optimal = optimal and packed[shares].optimal
-        most = min(arrived_milli, capacity_milli - packed[shares].waste_milli)
-        allocs.append(round(100.0 * most / capacity_milli, 2))  # as the replay rounds each event
-    metric = round(100.0 - round(float(np.mean(allocs)), 2), 4)  # np.mean: the replay's float sum
-    return replace(point, optimal=optimal, metric_pct=metric)
+    # One packing per set of shares (it changes only when a share arrives); those of exactly
+    # arrived_pct % are usually one of the window's.
+    point = tuple(sorted(arrived_shares(sequence, capacity_milli, x).items()))
+    packed = {shares: least_cards(dict(shares), capacity_milli, time_limit_s=time_limit_s)
+              for shares in dict.fromkeys([point, *(shares for _, _, shares in window)])}
+    # The most each event can have allocated, rounded as the replay rounds each event.
+    allocs = [round(100.0 * min(arrived_milli, capacity_milli - packed[shares].waste_milli) / capacity_milli, 2)
+              for _, arrived_milli, shares in window]
+    # np.mean: the replay's float sum; then its curve's rounding
+    metric = round(100.0 - round(float(np.mean(allocs)), CURVE_DECIMALS), 4)
+    return replace(packed[point], optimal=all(b.optimal for b in packed.values()), metric_pct=metric)

@@ -178,20 +178,13 @@ def test_a_bad_setting_names_it(tmp_path: Path, site_file: Path, value, env, key
     assert any(k == key and m.startswith(message) for k, m in info.value.errors), info.value.errors
 
 
-def test_the_setting_reaches_a_running_agent(start_agent) -> None:
+def test_the_setting_reaches_a_running_agent(start_agent, http, wait_for) -> None:
     """``collect.network_interfaces`` chooses what a started agent sums: with ``lo`` its
     /metrics names exactly lo (the automatic rule never counts lo)."""
-    import time
-    import urllib.request
-
     _, url = start_agent(collect={"interval_s": 0.2, "network_interfaces": "lo"})
-    listed: set[str] = set()
-    deadline = time.monotonic() + 30
-    while not listed and time.monotonic() < deadline:
-        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-        listed = {s.labels["interface"] for f in text_string_to_metric_families(text)
-                  if f.name == "iro_node_network_interface_info" for s in f.samples}
-        time.sleep(0.1)
+    listed = wait_for(lambda: {s.labels["interface"] for f in text_string_to_metric_families(http("GET", url + "/metrics")[1])
+                               if f.name == "iro_node_network_interface_info" for s in f.samples},
+                      timeout=30, what="the interfaces on /metrics", interval=0.1)
     assert listed == {"lo"}
 
 

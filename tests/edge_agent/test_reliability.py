@@ -5,11 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from iro_fed.federated.procs import free_port
 
 
 def test_prometheus_down_keeps_serving_with_requests(start_agent, http):
@@ -84,28 +80,12 @@ def test_a_prometheus_that_answers_but_fails_the_read_is_not_called_unreachable(
     """A reachable Prometheus whose answers cannot be read (here: 400 bad_data for every query,
     as a rejected query override gets) is reported with the reason, not as unreachable."""
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class Refuses(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
-            self.send_response(400)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    from tests.metrics.test_snapshot import serve
 
-        do_POST = do_GET  # noqa: N815
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, prometheus = serve(400, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode())
     try:
-        agent, url = start_agent(prometheus={"url": f"http://127.0.0.1:{server.server_address[1]}", "scoring": "usage",
-                                             "timeout_s": 2, "refresh_interval_s": 0.1})
+        agent, url = start_agent(prometheus={"url": prometheus, "scoring": "usage", "timeout_s": 2, "refresh_interval_s": 0.1})
         deadline = time.monotonic() + 10
         while agent.prometheus_state["up"] is not False and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -6,12 +6,27 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 
 import solvers
-from iro_fed.k8s.testing import make_pod
+from iro_fed.k8s.extender import Extender, ExtenderServer
+from iro_fed.k8s.testing import make_pod, self_signed_cert
 from iro_fed.model import ClusterState
 
 S = TypeVar("S")
+
+
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def pod_with(containers, init=(), overhead=None, node=None):
@@ -42,6 +57,26 @@ def serving(make: Callable[..., S]) -> Iterator[Callable[..., S]]:
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.fixture(name="ext")
+def extender_server() -> Iterator[ExtenderServer]:
+    """Fixture ``ext`` (import ``extender_server``): an extender with the default solver served on
+    127.0.0.1 (prefix ``/iro``) for one test."""
+    srv = ExtenderServer(Extender(), "127.0.0.1", 0, "/iro")
+    srv.serve_in_thread()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module", name="tls")
+def tls_files(tmp_path_factory) -> tuple[str, str]:
+    """Fixture ``tls`` (import ``tls_files``): the files of a self-signed certificate for
+    ``localhost`` and of its key, one pair per test module; skips without ``cryptography``."""
+    pytest.importorskip("cryptography")
+    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"), ("localhost",))
+    return str(cert), str(key)
 
 
 def fit_and_balance(problem, w: int = 0) -> tuple[list[int], list[int]]:

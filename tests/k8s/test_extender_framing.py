@@ -9,22 +9,13 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 
 import pytest
 
-from iro_fed.k8s.extender import Extender, ExtenderServer
+from iro_fed.k8s.extender import ExtenderServer
+from tests.k8s.helpers import extender_server  # noqa: F401 (the ext fixture)
 
 SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-
-
-@pytest.fixture
-def ext() -> Iterator[ExtenderServer]:
-    srv = ExtenderServer(Extender(), "127.0.0.1", 0, "/iro")
-    srv.serve_in_thread()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
 
 
 def exchange(srv: ExtenderServer, data: bytes) -> list[tuple[int, dict]]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 import iro_fed.feedback as generic
 import iro_fed.k8s.testing as fake_api
 from iro_fed.k8s.feedback import FeedbackLoop, NodeMetricsFeed, UsageModel
+from iro_fed.testing import wait_for
 
 T0 = 1_796_000_000.0  # a fixed time for the decisions and the measurements (2026-11-29)
 
@@ -223,14 +225,7 @@ def test_with_current_requests_a_measurement_older_than_the_latest_placement_wai
     assert feed.poll() == 1 and loop.errors[-1] == pytest.approx(0.0)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` until it holds (the scheduler's cache follows the API server's watch)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+wait_until = functools.partial(wait_for, timeout=10.0)  # the scheduler's cache follows the API server's watch
 
 
 def test_the_scheduler_feeds_node_metrics_with_the_requests_in_its_cache(api, kubeconfig):

@@ -12,19 +12,7 @@ import pytest
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-
-
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.k8s.helpers import Clock
 
 
 @pytest.fixture

@@ -18,23 +18,11 @@ import pytest
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import ASSUME_TTL_S, IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod
+from tests.k8s.helpers import Clock
 
 HOUR = 3600.0
 SLOW = {"poll_s": HOUR, "max_unschedulable_s": 24 * HOUR, "window_s": 0, "leader_election": False,
         "watch_timeout_s": 5}
-
-
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

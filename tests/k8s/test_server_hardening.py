@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 
 from iro_fed.k8s.extender import MAX_BODY_BYTES as EXTENDER_MAX_BODY
-from iro_fed.k8s.extender import Extender, ExtenderServer
+from iro_fed.k8s.extender import ExtenderServer
 from iro_fed.k8s.httpjson import MAX_JSON_DEPTH, loads_strict
-from iro_fed.k8s.testing import make_node, make_pod, self_signed_cert
+from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.k8s.webhook import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
 from iro_fed.k8s.webhook import Webhook, WebhookServer
+from tests.k8s.helpers import extender_server, tls_files  # noqa: F401 (the ext and tls fixtures)
 
 pytest.importorskip("cryptography")
 
@@ -77,15 +78,6 @@ def pod_args(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def ext() -> Iterator[ExtenderServer]:
-    srv = ExtenderServer(Extender(), "127.0.0.1", 0, "/iro")
-    srv.serve_in_thread()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-@pytest.fixture
 def connect(ext: ExtenderServer) -> Iterator[Any]:
     conns: list[Conn] = []
 
@@ -97,12 +89,6 @@ def connect(ext: ExtenderServer) -> Iterator[Any]:
     yield make
     for c in conns:
         c.close()
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory) -> tuple[str, str]:
-    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"), ("localhost",))
-    return str(cert), str(key)
 
 
 @pytest.fixture

@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 
-import iro_fed.k8s.extender as extender_module
-import iro_fed.k8s.webhook as webhook_module
+import iro_fed.k8s.httpjson as httpjson_module  # RequestStats.count: the webhook's and the extender's counters
 from iro_fed.k8s.extender import Extender, ExtenderServer
-from iro_fed.k8s.testing import make_pod, self_signed_cert
+from iro_fed.k8s.testing import make_pod
 from iro_fed.k8s.webhook import Webhook, WebhookServer
-from tests.k8s.helpers import serving
+from tests.k8s.helpers import serving, tls_files  # noqa: F401 (tls_files: the tls fixture)
 
 N = 8
 
@@ -104,13 +103,6 @@ def concurrently(n: int, call: Callable[[int], Any]) -> list[Any]:
     return out
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory) -> tuple[str, str]:
-    pytest.importorskip("cryptography")
-    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"), ("localhost",))
-    return str(cert), str(key)
-
-
 @pytest.fixture
 def serve_webhook(tls):
     yield from serving(lambda hook: WebhookServer(hook, tls[0], tls[1], "127.0.0.1", 0))
@@ -149,7 +141,7 @@ def _get(host: str, port: int, path: str, cafile: str | None = None) -> dict:
 def test_webhook_counts_every_one_of_n_concurrent_reviews(serve_webhook, tls):
     hook = Webhook("scheduler-name")
     srv = serve_webhook(hook)
-    with StoreGate(webhook_module, N).installed() as gate:
+    with StoreGate(httpjson_module, N).installed() as gate:
         replies = concurrently(N, lambda i: _mutate(srv, tls[0]))
     assert all(r[0] == 200 and "patch" in r[1]["response"] for r in replies), replies
     assert gate.held >= N  # every request thread met the gate at its first count
@@ -174,7 +166,7 @@ def test_extender_counts_every_one_of_n_concurrent_requests(serve_extender):
         finally:
             conn.close()
 
-    with StoreGate(extender_module, N).installed() as gate:
+    with StoreGate(httpjson_module, N).installed() as gate:
         replies = concurrently(N, bind)
     # Without --kubeconfig a bind is answered with an Error, after it is counted.
     assert all(r[0] == 200 and "without --kubeconfig" in r[1]["Error"] for r in replies), replies

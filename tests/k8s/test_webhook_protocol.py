@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from iro_fed.k8s.client import ClusterCache
-from iro_fed.k8s.testing import make_node, make_pod, self_signed_cert
+from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.k8s.webhook import Webhook, WebhookServer, parse_selector
+from tests.k8s.helpers import tls_files  # noqa: F401 (the tls fixture)
 
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -148,13 +149,6 @@ def labelled_pod(name: str = "web", **kw: Any) -> dict:
 
 
 # --- the review over TLS: envelope, uid, dryRun ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory) -> str:
-    pytest.importorskip("cryptography")
-    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"), ("localhost",))
-    return str(cert), str(key)
 
 
 def call(srv: WebhookServer, cafile: str, body: dict) -> tuple[int, dict]:

@@ -18,15 +18,9 @@ import pytest
 
 from iro_fed.k8s.testing import make_pod, self_signed_cert
 from iro_fed.k8s.webhook import MAX_BODY_BYTES, Webhook, WebhookServer
-from tests.k8s.helpers import serving
+from tests.k8s.helpers import serving, tls_files  # noqa: F401 (tls_files: the tls fixture)
 
 pytest.importorskip("cryptography")
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory) -> tuple[str, str]:
-    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"), ("localhost",))
-    return str(cert), str(key)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from solvers.dqn.checkpoint import load_checkpoint  # noqa: E402
 from solvers.dqn.config import DQNConfig  # noqa: E402
 from solvers.dqn.network import NoisyLinear  # noqa: E402
 from solvers.dqn.train import train  # noqa: E402
+from tests.solvers.test_dqn_train import PickBestEnv  # noqa: E402  (its K, F, C are K, CF, XF here)
 
 K, CF, XF = 4, 3, 2
 SMALL = DQNConfig(top_k=K, defer_action=False, embed_dim=16, hidden_dim=16, attention_heads=2, atoms=11,
@@ -114,36 +115,9 @@ def test_priorities_without_c51_are_the_absolute_td_errors() -> None:
 # --- resume --------------------------------------------------------------------------------------
 
 
-class _PickEnv(gym.Env):
-    """K random candidates per step; the reward is the chosen one's first feature; 6 steps."""
-
-    def __init__(self) -> None:
-        self.observation_space = gym.spaces.Dict({
-            "candidates": gym.spaces.Box(0.0, 1.0, (K, CF), np.float32),
-            "context": gym.spaces.Box(0.0, 1.0, (XF,), np.float32),
-            "mask": gym.spaces.MultiBinary(K),
-        })
-        self.action_space = gym.spaces.Discrete(K)
-
-    def _obs(self) -> dict[str, np.ndarray]:
-        self.current = {"candidates": self.np_random.random((K, CF), dtype=np.float32),
-                        "context": np.full(XF, self.t / 6, np.float32), "mask": np.ones(K, np.int8)}
-        return self.current
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: int):
-        reward = float(self.current["candidates"][action][0])
-        self.t += 1
-        return self._obs(), reward, self.t >= 6, False, {}
-
-
 def _train(cfg: DQNConfig, steps: int, **kwargs):
     torch.set_num_threads(1)
-    return train([_PickEnv], cfg, steps=steps, progress=False, track_emissions=False, **kwargs)
+    return train([PickBestEnv], cfg, steps=steps, progress=False, track_emissions=False, **kwargs)
 
 
 @pytest.fixture(scope="module")

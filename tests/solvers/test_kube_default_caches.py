@@ -7,8 +7,6 @@ resource with allocatable > 0, then their mean (int64); BalancedAllocation
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 import solvers
@@ -17,15 +15,7 @@ from iro_fed.k8s.snapshot import build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.problem_io import problem_to_dict
 from tests.k8s.helpers import fit_and_balance
-
-MIB = 2**20
-
-
-def cluster(nodes: list[dict[str, Any]], workloads: list[dict[str, Any]], resources: list[str] | None = None):
-    doc: dict[str, Any] = {"domains": [{"name": "az"}], "nodes": [dict({"domain": "az"}, **n) for n in nodes], "workloads": workloads}
-    if resources is not None:
-        doc["resources"] = resources
-    return problem_from_dict(doc)
+from tests.solvers.test_kube_default_rounding import MIB, cluster
 
 
 def scores(solver, state: ClusterState, w: int) -> tuple[list[int], list[int]]:
