@@ -182,7 +182,11 @@ class Reflector:
 
     ``store`` maps ``namespace/name`` to the object; ``version`` counts changes; ``synced`` is
     set after the first list. ``on_event(type, obj)`` is called for every change (``SYNC`` for
-    each object of a (re)list). ``resource_version`` is the version the next watch starts from.
+    each object of a (re)list). ``on_change(old, new)`` is called, after the store holds ``new``,
+    for each object that changed, with its previous version (None: added) and its new one (None:
+    deleted); a relist reports only the objects whose ``resourceVersion`` differs, deletions
+    included (client-go's ``DeltaFIFO.Replace`` does the same), so a consumer can judge each
+    change by what changed. ``resource_version`` is the version the next watch starts from.
 
     Watches ask for bookmarks (``allowWatchBookmarks=true``; ``bookmarks=False`` does not): a
     BOOKMARK event only moves ``resource_version`` (its object carries nothing else; it is no
@@ -194,11 +198,13 @@ class Reflector:
 
     def __init__(self, list_func: Callable[..., Any], name: str, field_selector: str | None = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None, watch_timeout_s: int = 60,
-                 bookmarks: bool = True) -> None:
+                 bookmarks: bool = True,
+                 on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None) -> None:
         self.list_func = list_func
         self.name = name
         self.field_selector = field_selector
         self.on_event = on_event
+        self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self.bookmarks = bookmarks
         self.resource_version = ""
@@ -257,10 +263,16 @@ class Reflector:
             # no change: the version stays, so nothing waiting on a change wakes or rebuilds.
             before, after = _versions(self.store), _versions(store)
             unchanged = self.synced.is_set() and after is not None and before == after
-            self.store = store
+            old, self.store = self.store, store
         for o in items:
             if self.on_event:
                 self.on_event("SYNC", o)
+        if self.on_change and not unchanged:
+            for key in {**old, **store}:
+                was, now = old.get(key), store.get(key)
+                rv = resource_version_of(was) if was is not None else None
+                if was is None or now is None or rv != resource_version_of(now) or (not rv and was != now):
+                    self.on_change(was, now)
         if not unchanged:
             self._bump()
         self.synced.set()
@@ -292,11 +304,17 @@ class Reflector:
                             continue  # only the version moves (client-go's reflector does the same)
                         with self.changed:
                             if etype == "DELETED":
-                                self.store.pop(self.key(obj), None)
+                                was = self.store.pop(self.key(obj), None)
                             else:
+                                was = self.store.get(self.key(obj))
                                 self.store[self.key(obj)] = obj
                         if self.on_event:
                             self.on_event(etype, obj)
+                        if self.on_change and etype != "DELETED":
+                            self.on_change(was, obj)
+                        elif self.on_change and was is not None:
+                            # The version the store held is the one the consumer counted.
+                            self.on_change(was, None)
                         self._bump()
                         if self._stop.is_set():
                             break

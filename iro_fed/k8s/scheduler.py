@@ -25,9 +25,19 @@ not scheduled.
 Unschedulable pods wait as in kube-scheduler's queue (``pkg/scheduler/internal/queue``): each
 failed attempt doubles the pod's backoff (``pod_initial_backoff_s`` 1 s, at most
 ``pod_max_backoff_s`` 10 s, counted from the attempt), and the pod is tried again only when its
-backoff is over *and* nodes or bound pods changed since that attempt, or when it has waited
-``max_unschedulable_s`` (5 min) whatever happened. In a real cluster some pod status changes all
-the time: without this every unschedulable pod would be solved again on each of them. A pod
+backoff is over *and* the cluster changed since that attempt in a way that can fit it, or when it
+has waited ``max_unschedulable_s`` (5 min) whatever happened. The changes that count are kube's
+queueing hints for what the model reads (NodeResourcesFit, NodeAffinity, TaintToleration,
+NodeUnschedulable; the model has no inter-pod affinity or spread): a node added, or its labels,
+taints, ``spec.unschedulable``, allocatable (or capacity) changed (``NodeSchedulingPropertiesChange``;
+conditions and annotations are not read); a bound pod deleted or finished (kube's pod informer
+drops ``Succeeded`` / ``Failed`` pods: a delete), or updated so that it takes less (smaller
+requests, fewer or other GPU cards: ``isSchedulableAfterPodScaleDown``); a Binding of this
+scheduler that failed, or a pod it assumed bound that the watch never showed (the room counted
+for it is free again: kube's ``AssignedPodDelete`` move after a failed binding cycle). A bound
+pod added, a node deleted, a status update, a label or annotation change of a bound pod are not:
+in a real cluster pod statuses change all the time, and each of them retried every unschedulable
+pod. A pod
 updated as kube's ``isPodUpdated`` sees it (anything but ``resourceVersion``, ``generation``,
 ``managedFields``, ``finalizers`` and status: the scheduler's own condition patch is no update),
 or replaced (new UID), is tried at once with its attempts reset. Its condition is patched and
@@ -37,11 +47,11 @@ A Binding answered 409 is not retried for that pod (UID); one that got no answer
 ``Kube.write_timeout_s``) or an error backs off (1, 2, 4 ... 30 s) and is retried only if the pod is
 still pending; so do the pods of a batch that raised.
 The loop sleeps until something can change a decision: the pending-pods watch (a pod arrives or
-is updated), the node and bound-pod watches when a pod waits in the unschedulable queue with its
-backoff over (a node added or updated, a bound pod deleted: kube's
-``MoveAllToActiveOrBackoffQueue`` on cluster events; a pod still in its backoff waits it out and
-its timer wakes the loop), becoming leader, or the end of the next timer (a backoff, the flush, a
-bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net.
+is updated), a cluster change that counts (above) while a pod waits in the unschedulable queue with
+its backoff over (kube's ``MoveAllToActiveOrBackoffQueue``; a pod still in its backoff waits it
+out and its timer wakes the loop), becoming leader, or the end of the next timer (a backoff, the
+flush, a bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net. The node and
+bound-pod reflectors judge each change in their ``on_change`` hook, with its old and new object.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
 binds, and it checks its leadership right before every Binding POST.
 """
@@ -56,7 +66,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +84,7 @@ from iro_fed.k8s.snapshot import (
     PodSpecError,
     Snapshot,
     obj_key,
+    pod_demand,
 )
 from iro_fed.model import ClusterState
 from iro_fed.objective import Breakdown, evaluate, marginal
@@ -114,7 +125,7 @@ class QueuedPod:
     resource_version: str | None  # the version ``spec`` was read from: same version, same spec
     attempts: int
     since: float  # the scheduler's clock at the last failed attempt
-    cluster: tuple[int, int]  # (nodes, bound pods) versions when that attempt started
+    cluster: int  # the count of cluster changes that can fit pods (_moves) when that attempt started
     backoff_s: float
 
     @property
@@ -203,6 +214,10 @@ class IroScheduler:
         # refresh_s=0: no background model builds; the scheduler builds its own (with the pods it
         # assumed) from the cache's stores when it solves.
         self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s, refresh_s=0)
+        # Each node / bound-pod change is judged with its old and new object (see the module's notes).
+        self.cache.nodes.on_change = self._node_changed
+        self.cache.pods.on_change = self._bound_pod_changed
+        self._moves = 0  # cluster changes that can fit an unschedulable pod (kube's moveRequestCycle)
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
@@ -225,7 +240,8 @@ class IroScheduler:
         self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
         self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
         self._unschedulable: dict[str, QueuedPod] = {}
-        self._reported: dict[str, tuple[str | None, str, str, float]] = {}  # key -> (UID, reason, message, when)
+        # key -> (UID, reason, message, when its Event was posted, whether the condition is patched)
+        self._reported: dict[str, tuple[str | None, str, str, float, bool]] = {}
         self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
         self._lock = threading.Lock()
         self._node_docs: dict[tuple, dict[str, Any]] = {}
@@ -233,7 +249,6 @@ class IroScheduler:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(bind_workers, 1), thread_name_prefix="iro-bind")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._watchers: list[threading.Thread] = []
         self.batches: list[BatchResult] = []
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -244,11 +259,6 @@ class IroScheduler:
             raise RuntimeError("IroScheduler.start: already started (or stopped); make a new scheduler")
         self.cache.start()
         self.pending.start()
-        for reflector in (self.cache.nodes, self.cache.pods):
-            t = threading.Thread(target=self._wake_on_changes, args=(reflector,),
-                                 name=f"iro-scheduler-wake-{reflector.name}", daemon=True)
-            t.start()
-            self._watchers.append(t)
         if self.elector is not None:
             self.elector.start()
         if self.metrics_feed is not None:
@@ -261,11 +271,6 @@ class IroScheduler:
         """Stop; ``release=False`` leaves the lease to expire (what a crash does)."""
         self._stop.set()
         self._wake.set()
-        for reflector in (self.cache.nodes, self.cache.pods):
-            with reflector.changed:  # _wake_on_changes checks _stop under this lock before waiting
-                reflector.changed.notify_all()
-        for t in self._watchers:
-            t.join(timeout=5)
         if self.elector is not None:
             self.elector.stop(release=release)
         if self._thread is not None:
@@ -308,23 +313,30 @@ class IroScheduler:
             if self.ready_pods():
                 self._wake.set()
 
-    def _wake_on_changes(self, reflector: Reflector) -> None:
-        """Wakes the loop after each change of ``reflector`` (nodes or bound pods) while pods wait
-        in the unschedulable queue: a new or larger node, or a bound pod gone, may fit them now.
-        It follows the reflector's ``version`` rather than its ``on_event`` (called before the
-        version moves), so the woken loop always sees the change the queue compares against; and
-        it counts a relist that emptied the store, which no ``on_event`` reports."""
-        with reflector.changed:
-            seen = reflector.version
-        while True:
-            with reflector.changed:
-                while reflector.version == seen and not self._stop.is_set():
-                    reflector.changed.wait()
-                seen = reflector.version
-            if self._stop.is_set():
-                return
-            if self._ready_on_change():
-                self._wake.set()
+    def _node_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """The nodes reflector's ``on_change``: a node added, or one whose fields the model reads
+        changed, can fit a queued pod; a node deleted or a status heartbeat cannot."""
+        if new is not None and (old is None or _node_fields(old) != _node_fields(new)):
+            self._cluster_moved()
+
+    def _bound_pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        """The bound-pods reflector's ``on_change``: only a pod that frees room counts."""
+        try:
+            moved = _frees_room(old, new, self.config.resources)
+        except Exception:  # never end the reflector's watch over one odd object: count it
+            log.debug("bound pod change not judged; counted as a cluster change", exc_info=True)
+            moved = True
+        if moved:
+            self._cluster_moved()
+
+    def _cluster_moved(self) -> None:
+        """A cluster change that can fit queued pods: they are tried again once their backoff is
+        over (kube's ``MoveAllToActiveOrBackoffQueue``). Called after the store holds the change,
+        so a loop woken here, or an attempt that reads this count, sees it."""
+        with self._lock:
+            self._moves += 1
+        if self._ready_on_change():
+            self._wake.set()
 
     def _ready_on_change(self) -> bool:
         """Whether a cluster change makes a queued pod ready, so that the loop must wake: one
@@ -332,8 +344,7 @@ class IroScheduler:
         activeQ). A pod still backing off is left to its backoff timer, which ends the loop's
         sleep anyway and then sees the change in the versions (kube's backoffQ); so is a pod
         whose failed attempt is still being recorded. A replica that is not the leader schedules
-        nothing (it is woken when it becomes leader). Waking for those too woke the loop on each
-        bound-pod change of the cluster (status updates included) for nothing."""
+        nothing (it is woken when it becomes leader)."""
         if not self.is_leader():
             return False
         now, version = self.clock(), self._cluster_version()
@@ -342,8 +353,8 @@ class IroScheduler:
 
     # --- queue -----------------------------------------------------------------------------------
 
-    def _cluster_version(self) -> tuple[int, int]:
-        return (self.cache.nodes.version, self.cache.pods.version)
+    def _cluster_version(self) -> int:
+        return self._moves  # written under _lock; an int is read whole
 
     def backoff_s(self, attempts: int) -> float:
         """kube's ``calculateBackoffDuration``: the initial backoff, doubled per further attempt,
@@ -386,7 +397,7 @@ class IroScheduler:
         return min(max(min(ahead, default=self.poll_s), 0.05), self.poll_s)
 
     def _still_unschedulable(self, key: str, pod: Mapping[str, Any], uid: str | None, now: float,
-                             version: tuple[int, int]) -> bool:
+                             version: int) -> bool:
         """Whether ``pod``, which failed before, is still to wait (see the module's notes)."""
         with self._lock:
             q = self._unschedulable.get(key)
@@ -408,7 +419,6 @@ class IroScheduler:
         """Pending pods not assumed bound, not backing off after a failed bind or batch and not waiting
         in the unschedulable queue, in kube's queue order (priority, then creation)."""
         now = self.clock()
-        version = self._cluster_version()
         with self.pending.changed:
             pending = list(self.pending.store.items())
         pending_uids = {key: _uid(pod) for key, pod in pending}
@@ -420,8 +430,11 @@ class IroScheduler:
         # watch earlier, so that is not the signal), or for ASSUME_TTL_S at most.
         with self._lock:
             for key, (pod, since) in list(self._assumed.items()):
-                if bound_uids.get(key) == _uid(pod) or now - since > ASSUME_TTL_S:
+                if bound_uids.get(key) == _uid(pod):
                     self._assumed.pop(key, None)
+                elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
+                    self._assumed.pop(key, None)
+                    self._moves += 1
             for key, (uid, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
@@ -431,6 +444,7 @@ class IroScheduler:
             assumed = set(self._assumed)
             backoff = {key for key, (until, _) in self._backoff.items() if until > now}
             conflicts = {key: uid for key, (uid, _) in self._conflicts.items()}
+            version = self._moves
         pods = []
         for key, pod in pending:
             if key in assumed or key in backoff:
@@ -567,6 +581,9 @@ class IroScheduler:
             # the pod is still pending in the API and a later batch tries again after a backoff
             # (if that POST did bind it, the watch removes it first, or that batch gets a 409).
             with self._lock:
+                # The room this batch counted for the pod is free: the pods of the batch it kept
+                # out may fit now (kube moves pods with AssignedPodDelete after a failed binding).
+                self._moves += 1
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
@@ -598,7 +615,7 @@ class IroScheduler:
         delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
         self._backoff[key] = (self.clock() + delay, delay)
 
-    def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: tuple[int, int]) -> PodOutcome:
+    def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: int) -> PodOutcome:
         key = obj_key(pod)
         meta = pod.get("metadata") or {}
         uid, spec = _uid(pod), _pod_spec_key(pod)
@@ -616,19 +633,26 @@ class IroScheduler:
             same = last is not None and last[:3] == (uid, kind, reason)
             shown = (current is not None and current.get("status") == "False" and current.get("reason") == kind
                      and current.get("message") == reason)
-            if not (same or shown):
+            patched = shown or (same and last[4])  # a patch that failed is sent again on the next attempt
+            if not patched:
                 # lastTransitionTime moves only when the status does (podutil.UpdatePodCondition).
                 was_false = current is not None and current.get("status") == "False" and current.get("lastTransitionTime")
                 now = current["lastTransitionTime"] if was_false else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 cond = {"type": "PodScheduled", "status": "False", "reason": kind, "message": reason,
                         "lastProbeTime": None, "lastTransitionTime": now}
-                self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"], {"status": {"conditions": [cond]}})
+                result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
+                                                    {"status": {"conditions": [cond]}})
+                patched = result.ok
+                if not result.ok:
+                    log.warning("PodScheduled condition of %s not patched: HTTP %s %s", key, result.status, result.message)
             # The same failure for the same pod is one Event, not one per retry (kube's recorder
             # aggregates repeats); it is posted again after EVENT_REPEAT_S so it outlives the Event TTL.
-            if not same or self.clock() - last[3] > EVENT_REPEAT_S:
+            posted = last[3] if same else 0.0
+            if not same or self.clock() - posted > EVENT_REPEAT_S:
                 self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
-                with self._lock:
-                    self._reported[key] = (uid, kind, reason, self.clock())
+                posted = self.clock()
+            with self._lock:
+                self._reported[key] = (uid, kind, reason, posted, patched)
         return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason,
                           attempts=queued.attempts, backoff_s=queued.backoff_s)
 
@@ -660,6 +684,62 @@ def _unconfirmed(assumed: Iterable[tuple[str, Mapping[str, Any]]],
     """The pods of ``assumed`` (``(key, pod)`` pairs) that count on top of the bound-pods store
     ``bound``: an assumed pod counts until the watch shows that very pod (same UID) bound."""
     return [pod for key, pod in assumed if key not in bound or _uid(bound[key]) != _uid(pod)]
+
+
+def _field(obj: Any, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, None where a step is missing or not an object."""
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _node_fields(node: Mapping[str, Any]) -> str:
+    """What the model reads of a node (:func:`~iro_fed.k8s.snapshot.node_doc`): labels, taints,
+    ``spec.unschedulable``, allocatable (capacity when it has none). kube's
+    ``NodeSchedulingPropertiesChange`` compares these too, and conditions and annotations, which
+    the model does not read: a heartbeat or an image list moves nothing."""
+    return json.dumps([_field(node, "metadata", "uid"), _field(node, "metadata", "labels"), _field(node, "spec", "taints"),
+                       _field(node, "spec", "unschedulable"), _field(node, "status", "allocatable"),
+                       _field(node, "status", "capacity")], sort_keys=True, default=str)
+
+
+def _counts(pod: Mapping[str, Any]) -> bool:
+    """Whether a bound pod counts on its node (:func:`~iro_fed.k8s.snapshot.pods_by_node`)."""
+    return _field(pod, "status", "phase") not in TERMINAL_PHASES
+
+
+def _usage(pod: Mapping[str, Any], resources: Sequence[str]) -> tuple[Any, ...] | None:
+    """What a bound pod takes on its node as :func:`~iro_fed.k8s.snapshot.apply_usage` counts it:
+    (node, requests, GPU cards, GPU share, cards held); None when it counts nothing (finished, or
+    unreadable: the model leaves such a pod out)."""
+    if not _counts(pod):
+        return None
+    try:
+        d = pod_demand(pod, resources)
+    except (PodSpecError, QuantityError):
+        return None
+    return (_field(pod, "spec", "nodeName"), d.requests, d.gpu_count, d.gpu_milli,
+            _field(pod, "metadata", "annotations", ANN_GPU_CARDS))
+
+
+def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                resources: Sequence[str]) -> bool:
+    """Whether a bound pod going from ``old`` to ``new`` (None: added / deleted) can make room
+    for another pod: kube's NodeResourcesFit hint (an assigned pod deleted, or scaled down) with
+    a finished pod as a deleted one. A pod added or a status, label or annotation update cannot."""
+    if old is None:
+        return False
+    if new is not None and _counts(old) == _counts(new) and old.get("spec") == new.get("spec") \
+            and _field(old, "metadata", "annotations") == _field(new, "metadata", "annotations"):
+        return False  # the usual update (status, labels): nothing the usage reads changed
+    was = _usage(old, resources)
+    if was is None:
+        return False  # it took nothing
+    now = _usage(new, resources) if new is not None else None
+    if now is None:
+        return True
+    return (now[0] != was[0] or any(now[1].get(r, 0.0) < v for r, v in was[1].items())
+            or now[2:] != was[2:])
 
 
 def _pod_spec_key(pod: Mapping[str, Any]) -> str:

@@ -76,9 +76,9 @@ def test_a_recreated_pod_of_the_same_name_does_not_confirm_the_assumed_one(api, 
 
 
 def test_an_unchanged_failure_is_reported_once_while_the_cluster_churns(api, kubeconfig):
-    """A change of a bound pod (a status update) makes the scheduler retry an unschedulable pod
-    once its backoff is over (short here); the same failure must not be patched and posted as a
-    new Event on every retry."""
+    """A cluster change that can fit pods (a node's labels) makes the scheduler retry an
+    unschedulable pod once its backoff is over (short here); the same failure must not be patched
+    and posted as a new Event on every retry."""
     api.add_node(make_node("n0", cpu="4"))
     api.add_pod(make_pod("running", cpu="1", node="n0"))
     api.add_pod(make_pod("big", cpu="8", scheduler="iro"))
@@ -87,9 +87,9 @@ def test_an_unchanged_failure_is_reported_once_while_the_cluster_churns(api, kub
         assert api.wait_for(lambda: len(outcomes(s, "default/big")) >= 1, 10)
         first = api.get("pods", "default/big")["status"]["conditions"][0]
         for i in range(3):
-            pod = api.get("pods", "default/running")
-            pod["status"]["podIP"] = f"10.0.0.{i + 1}"
-            api.update("pods", pod)
+            node = api.get("nodes", "n0")
+            node["metadata"]["labels"]["iro-test/churn"] = str(i)
+            api.update("nodes", node)
             assert api.wait_for(lambda i=i: len(outcomes(s, "default/big")) >= i + 2, 10)
         failed = [e for e in api.list("events") if e["involvedObject"]["name"] == "big"]
         assert [e["reason"] for e in failed] == ["FailedScheduling"]

@@ -58,12 +58,13 @@ def step(s: IroScheduler) -> list[str]:
 
 
 def churn(api: FakeApiServer, s: IroScheduler, i: int = 0) -> None:
-    """An unrelated change, as a real cluster has all the time: a bound pod's status moves and
-    the bound-pods watch delivers it."""
-    pod = api.get("pods", "default/running")
-    pod["status"]["podIP"] = f"10.0.0.{i + 1}"
-    api.update("pods", pod)
-    s.cache.pods._list()
+    """A cluster change that can fit pods (kube's NodeLabelChange: a node's labels change) but
+    leaves ``big`` unfittable, and the nodes watch delivers it. A bound pod's status update would
+    not do: it moves no pod (see test_sched_fix_queueing_hints)."""
+    node = api.get("nodes", "n0")
+    node["metadata"]["labels"]["iro-test/churn"] = str(i)
+    api.update("nodes", node)
+    s.cache.nodes._list()
 
 
 def attempts_of(s: IroScheduler) -> list[tuple[int | None, float | None]]:

@@ -127,16 +127,6 @@ def test_a_pod_in_backoff_still_waits_it_out(api, start):
     assert len(bound_at) == 1 and bound_at[0] >= queued.retry_at
 
 
-def test_stop_ends_the_wake_threads(api, start):
-    api.add_node(make_node("n0", cpu="1"))
-    s = start()
-    assert api.wait_for(lambda: s.cache.synced, 20)
-    assert [t.name for t in s._watchers] == ["iro-scheduler-wake-nodes", "iro-scheduler-wake-bound-pods"]
-    assert all(t.is_alive() for t in s._watchers)
-    s.stop()
-    assert not any(t.is_alive() for t in s._watchers)
-
-
 # --- how long the loop sleeps (no thread: a fake clock, lists taken by hand) ---------------------
 
 
@@ -326,10 +316,10 @@ def test_a_batch_that_raises_backs_its_pods_off_instead_of_spinning(api, start, 
 def test_start_twice_is_refused(api, start, kubeconfig):
     api.add_node(make_node("n0", cpu="4"))
     s = start()
-    threads = len(s._watchers)
+    loop = s._thread
     with pytest.raises(RuntimeError, match="already started"):
         s.start()  # a second loop would solve and bind the same pods again
-    assert len(s._watchers) == threads
+    assert s._thread is loop
     stopped = IroScheduler(Kube.from_kubeconfig(kubeconfig), leader_election=False)
     stopped.stop()
     with pytest.raises(RuntimeError, match="already started"):
