@@ -2,7 +2,9 @@
 
 The protocol (``k8s.io/kube-scheduler/extender/v1/types.go``, ``pkg/scheduler/extender.go``): JSON
 with the Go field names as keys (no json tags), every reply HTTP 200 unless the request itself is
-malformed (then 400 with a message).
+malformed (then 400 with a message). Keys are matched exactly, as kube-scheduler sends them; one
+that differs from a field's name only in case (which Go's decoder would read as that field) is a
+400 naming it, never silently ignored.
 
 * filter: ``ExtenderArgs {Pod, Nodes, NodeNames}`` -> ``ExtenderFilterResult {Nodes, NodeNames,
   FailedNodes, FailedAndUnresolvableNodes, Error}``. ``Nodes`` (a NodeList) arrives when the
@@ -47,8 +49,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, GPU_CARDS_FILTER, resource_fit, static_filter
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RequestStats, RoutedJsonHandler, serve_in_thread
+from iro_fed.feasibility import _FILTERS, EPS, GPU_CARDS_FILTER, resource_fit, static_filter
+from iro_fed.k8s.httpjson import (
+    ByteBudget,
+    ConnectionLimit,
+    HttpError,
+    RequestStats,
+    RoutedJsonHandler,
+    serve_in_thread,
+)
 from iro_fed.k8s.snapshot import (
     ClusterConfig,
     ClusterModel,
@@ -68,14 +77,23 @@ log = logging.getLogger("iro_fed.k8s.extender")
 
 MAX_EXTENDER_PRIORITY = 10
 MAX_BODY_BYTES = 256 * 1024 * 1024
+#: The bytes of request bodies read, parsed and answered at once
+#: (:class:`~iro_fed.k8s.httpjson.ByteBudget`, charged as they are read): kube-scheduler calls
+#: the extender from one scheduling cycle at a time, so its largest NodeList never waits for
+#: another, while 256 connections can no longer hold 256 MiB each (64 GiB) at once.
+MAX_PARSE_BYTES = MAX_BODY_BYTES
+# The static filters whose reasons carry details (the taint, the latency bound), by their
+# first_fail code (an index into iro_fed.feasibility._FILTERS).
+TAINTS_FILTER = _FILTERS.index("taints")
+LATENCY_FILTER = _FILTERS.index("latency")
 # kube-scheduler's reasons (pkg/scheduler/framework/plugins/*) for the model's static filters,
-# indexed like iro_fed.feasibility._FILTERS (taints are handled separately).
+# by first_fail code (taints are handled separately).
 _STATIC_REASONS = {
-    0: "node(s) were not in the pod's allowed domains",
-    2: "node(s) didn't match Pod's node affinity/selector",
-    3: "node(s) exceeded the pod's max latency",
-    4: "node(s) didn't have an allowed GPU model",
-    5: "Insufficient nvidia.com/gpu",
+    _FILTERS.index("allowed_domains"): "node(s) were not in the pod's allowed domains",
+    _FILTERS.index("node_selector"): "node(s) didn't match Pod's node affinity/selector",
+    LATENCY_FILTER: "node(s) exceeded the pod's max latency",
+    _FILTERS.index("gpu_model"): "node(s) didn't have an allowed GPU model",
+    GPU_CARDS_FILTER: "Insufficient nvidia.com/gpu",
 }
 
 
@@ -92,6 +110,26 @@ class BadRequest(ValueError):
         ``inside``: the error's ``field`` is a path inside ``where``."""
         sub = getattr(exc, "field", "") if inside else ""
         return cls(f"{where}.{sub}" if sub else where, "", text=str(exc))
+
+
+# The fields of the protocol's Go structs (no json tags: the keys are the field names).
+_EXTENDER_ARGS = ("Pod", "Nodes", "NodeNames")
+_BINDING_ARGS = ("PodName", "PodNamespace", "PodUID", "Node")
+_PREEMPTION_ARGS = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
+_VICTIMS = ("Pods", "NumPDBViolations")
+
+
+def _go_fields(obj: Mapping[str, Any], fields: tuple[str, ...], where: str = "") -> None:
+    """Refuse a key that is one of ``fields`` in another case (``pod``, ``nodeNames``, ``uid``).
+    Go's encoding/json would read it as that field (and, beside the exact key, whichever came
+    last); read here by exact name only, it was ignored: a MetaPod ``{"uid": ...}`` became a
+    victim with an empty UID. kube-scheduler sends the exact names, so only another client hits this."""
+    folded = {f.casefold(): f for f in fields}
+    for key in obj:
+        name = folded.get(key.casefold())
+        if name is not None and name != key:
+            raise BadRequest(f"{where}.{key}" if where else key,
+                             f"not a field: the keys are Go's field names, case-sensitive (use {name!r})")
 
 
 def _check_meta(meta: Mapping[str, Any], where: str) -> None:
@@ -166,9 +204,9 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
     for j in np.flatnonzero((first >= 0) | ~fit):  # only the failing nodes are visited in Python
         n = int(nodes[j])
         code = int(first[j])
-        if code == 1:
+        if code == TAINTS_FILTER:
             out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
-        elif code == 3:
+        elif code == LATENCY_FILTER:
             out[n] = (f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}", True)
         elif code >= 0 and code != GPU_CARDS_FILTER:
             out[n] = (_STATIC_REASONS[code], True)
@@ -311,6 +349,7 @@ class Extender(RequestStats):
 
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self.count("filter")
+        _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
         nodes, asked = _node_args(args)
         try:
@@ -395,6 +434,7 @@ class Extender(RequestStats):
 
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         self.count("prioritize")
+        _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
         nodes, asked = _node_args(args)
         snap = self._checked_snapshot(pod, nodes)
@@ -403,6 +443,7 @@ class Extender(RequestStats):
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
         self.count("bind")
+        _go_fields(args, _BINDING_ARGS)
         for k in ("PodName", "PodNamespace", "Node", "PodUID"):
             if args.get(k) is not None and not isinstance(args[k], str):
                 raise BadRequest(k, f"expected a string, got {json_kind(args[k])}")
@@ -427,6 +468,7 @@ class Extender(RequestStats):
 
     def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self.count("preempt")
+        _go_fields(args, _PREEMPTION_ARGS)
         pod = _pod(args)
         key = "NodeNameToVictims" if args.get("NodeNameToVictims") is not None else "NodeNameToMetaVictims"
         proposals = args.get(key)
@@ -475,6 +517,7 @@ def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
     """kube's ``Victims`` (``Pods``: v1.Pod objects) or ``MetaVictims`` (``Pods``: ``{UID}``) as MetaVictims."""
     if not isinstance(victims, dict):
         raise BadRequest(where, f"expected an object with Pods and NumPDBViolations, got {json_kind(victims)}")
+    _go_fields(victims, _VICTIMS, where)
     items = victims.get("Pods")
     if items is None:
         items = []
@@ -491,6 +534,7 @@ def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
                 raise BadRequest(f"{at}.metadata", f"expected an object, got {json_kind(meta)}")
             uid, at = meta.get("uid"), f"{at}.metadata.uid"
         else:
+            _go_fields(v, ("UID",), at)
             uid, at = v.get("UID"), f"{at}.UID"
         if uid is not None and not isinstance(uid, str):
             raise BadRequest(at, f"expected a string, got {json_kind(uid)}")
@@ -523,11 +567,13 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     #: The request line and headers must arrive within this of the request's first byte.
     header_timeout_s = 30.0
     max_connections = 256  # one thread each
+    max_parse_bytes = MAX_PARSE_BYTES
     busy_error_key = "Error"
     busy_message = "too many connections to the extender: retry"
 
     def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
         self.extender = extender
+        self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
         self.url_prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
         super().__init__((host, port), _ExtenderHandler)
 

@@ -11,8 +11,11 @@ read), a deadline for the whole body and another for the request line and header
 routed (405 with ``Allow``, 404), JSON replies for every error naming the field (the stdlib's
 own included: 400, 408, 411, 413, 414, 431, 505), and a connection that is closed whenever the
 next request's first byte is unknown, after a lingering read so that a client still sending
-reads its reply. A server's :class:`ByteBudget` (``body_budget``) bounds the bytes of bodies
-parsed and answered at once (503 with ``Retry-After: 1`` past the body deadline).
+reads its reply. The headers of a request are at most ``max_header_bytes`` in all (431): the
+stdlib alone takes 100 lines of 64 KiB, about 30 MB of copies per connection. A server's
+:class:`ByteBudget` (``body_budget``) bounds the bytes of bodies read, parsed and answered at once,
+counted as they are read, a body still arriving included (503 with ``Retry-After: 1`` past the
+body deadline or ``budget_wait_s``).
 :class:`ConnectionLimit` caps a threading server's open connections (one thread each): beyond
 the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once. :class:`RequestStats`
 counts requests from every thread.
@@ -21,6 +24,7 @@ counts requests from every thread.
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import logging
@@ -52,6 +56,9 @@ _BODY_METHODS = ("POST", "PUT", "PATCH")  # what a handler reads a body for
 # long and this much first: see RoutedJsonHandler._linger.
 _LINGER_S = 2.0
 _LINGER_BYTES = 16 << 20
+# A body is read (and charged to the server's body_budget) this much at a time: each read
+# allocates its size before the bytes arrive, so the budget covers every byte held.
+_READ_CHUNK = 256 << 10
 
 
 class JsonBodyError(ValueError):
@@ -255,11 +262,19 @@ class RoutedJsonHandler(JsonHandler):
     #: How much of a body the handler did not read is read after an error so that the connection
     #: carries on; a longer one closes it (0: any unread body closes the connection).
     drain_bytes = _DRAIN_LIMIT
+    #: The header lines of a request, in all (Go's net/http: 1 MB; a kube client sends a few KiB).
+    #: The stdlib alone caps each line (64 KiB) and their number (100): 6.5 MB a request, held
+    #: several times over while parsed, on each of the open connections.
+    max_header_bytes = 64 * 1024
+    #: How long a body waits for room in the server's ``body_budget`` before a 503 (None: until
+    #: its body deadline).
+    budget_wait_s: float | None = None
     #: The settings behind the limits, named in their errors: {"max_body_bytes": "listen.max_body_bytes"}.
     setting_names: Mapping[str, str] = {}
 
     def setup(self) -> None:
-        for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "setting_names"):  # the server's own
+        for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "max_header_bytes", "budget_wait_s",
+                     "setting_names"):  # the server's own
             setattr(self, name, getattr(self.server, name, getattr(self, name)))
         self.timeout = getattr(self.server, "idle_timeout_s", self.timeout)
         super().setup()
@@ -278,7 +293,8 @@ class RoutedJsonHandler(JsonHandler):
         self._body_state = "read"  # nothing of a body pending (see _settle_body)
         self._responded = False
         self._continue_withheld = False
-        self._budget_held = 0  # bytes of the server's body_budget this request holds (see read_json)
+        self._budget_held = 0  # bytes of the server's body_budget this request holds (see _read_exact)
+        self._headers_over = False  # the headers passed max_header_bytes (see parse_request)
         try:
             self.raw_requestline = self.rfile.readline(65537)
             if not self.raw_requestline:
@@ -403,7 +419,9 @@ class RoutedJsonHandler(JsonHandler):
             self.request_version = self.protocol_version
         text = message or self.responses.get(code, ("error",))[0]
         field = None
-        if text.startswith(("request line:", "headers:")):
+        if self._headers_over:
+            field, text = "headers", f"headers: over {self.max_header_bytes} bytes in all{self._hint('max_header_bytes')}"
+        elif text.startswith(("request line:", "headers:")):
             field = text.split(":", 1)[0]
         elif code == 431:  # the stdlib's "Line too long", "Too many headers"
             field, text = "headers", f"headers: {text}"
@@ -415,7 +433,13 @@ class RoutedJsonHandler(JsonHandler):
             pass
 
     def parse_request(self) -> bool:
-        if not super().parse_request():
+        rfile = self.rfile
+        self.rfile = _HeaderLimit(rfile, self.max_header_bytes, self)  # type: ignore[assignment]
+        try:
+            parsed = super().parse_request()
+        finally:
+            self.rfile = rfile
+        if not parsed:
             return False
         if self.request_version == "HTTP/0.9":  # "GET /path" alone: a reply without status or headers
             self.send_error(400, "request line: HTTP/0.9 is not served (send HTTP/1.1)")
@@ -469,24 +493,43 @@ class RoutedJsonHandler(JsonHandler):
                 return True
             if length > self.drain_bytes:
                 return False
-            self._read_exact(length)
+            self._read_exact(length, keep=False)
             return True
         except (HttpError, OSError):
             return False
 
-    def _read_exact(self, length: int) -> bytes:
+    def _read_exact(self, length: int, keep: bool = True) -> bytes:
         """``length`` bytes within ``body_timeout_s`` in all (a per-read timeout alone lets a client
-        that sends one byte at a time hold the thread for ever)."""
+        that sends one byte at a time hold the thread for ever). A body that is kept is charged to
+        the server's ``body_budget`` as it is read, and held until the reply is sent (see
+        :meth:`_dispatch`): the bodies in memory at once are bounded by the budget, not by the
+        number of connections. One that is not kept (a drain) is dropped chunk by chunk."""
         self._body_state = "failed"  # until it is all here
-        self._reader.deadline = time.monotonic() + self.body_timeout_s
+        deadline = self._reader.deadline = time.monotonic() + self.body_timeout_s
+        budget: ByteBudget | None = getattr(self.server, "body_budget", None) if keep else None
         chunks: list[bytes] = []
         got = 0
+        reserved = 0  # bytes of the budget taken for the current chunk and not read yet
         try:
             while got < length:
-                chunk = self.rfile.read1(min(length - got, 1 << 20))
+                want = min(length - got, _READ_CHUNK)
+                if budget is not None:
+                    if not reserved:
+                        wait = deadline - time.monotonic()
+                        if self.budget_wait_s is not None:
+                            wait = min(wait, self.budget_wait_s)
+                        if not budget.acquire(want, wait, self._budget_held):
+                            raise HttpError(503, f"body: the server holds {budget.limit} bytes of request bodies at "
+                                            f"once and had no room for this one's {length} in time: retry", "body")
+                        self._budget_held += want
+                        reserved = want
+                    want = reserved
+                chunk = self.rfile.read1(want)
+                reserved -= min(reserved, len(chunk))
                 if not chunk:
                     raise HttpError(400, f"body: ended after {got} of {length} bytes", "body")
-                chunks.append(chunk)
+                if keep:
+                    chunks.append(chunk)
                 got += len(chunk)
         except TimeoutError:
             raise HttpError(408, f"body: {got} of {length} bytes arrived within {self.body_timeout_s:g} s"
@@ -507,16 +550,10 @@ class RoutedJsonHandler(JsonHandler):
 
     def read_json(self) -> Any:
         """The body parsed by :func:`loads_strict`; errors are 400s naming the field."""
+        # The body's bytes stay charged to the server's body_budget (if any) until the reply: a
+        # parsed body takes up to ~30 times its size ("[{},{},...]"), so the budget also bounds
+        # what all requests parse and hold at once, whatever their number.
         raw = self.read_body()
-        budget: ByteBudget | None = getattr(self.server, "body_budget", None)
-        if budget is not None and raw:
-            # A parsed body takes up to ~30 times its size ("[{},{},...]"): the server's budget
-            # bounds what all requests parse and hold at once, whatever their number.
-            wait = (self._reader.deadline or time.monotonic()) - time.monotonic()
-            if not budget.acquire(len(raw), wait):
-                raise HttpError(503, f"body: {len(raw)} bytes do not fit in the {budget.limit} bytes of bodies the server "
-                                "parses at once before the body deadline: retry", "body")
-            self._budget_held = len(raw)
         try:
             return loads_strict(raw)
         except JsonBodyError as exc:
@@ -564,11 +601,33 @@ class RoutedJsonHandler(JsonHandler):
             pass
 
 
+class _HeaderLimit:
+    """The handler's reader while the headers are parsed: ``readline`` past ``limit`` bytes in all
+    raises the error the stdlib answers with a 431 (the handler names the limit)."""
+
+    def __init__(self, rfile: Any, limit: int, handler: RoutedJsonHandler) -> None:
+        self._rfile = rfile
+        self._left = limit
+        self._handler = handler
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._rfile.readline(size)
+        self._left -= len(line)
+        if self._left < 0 and len(line) <= 65536:  # a longer line: the stdlib's own "Line too long"
+            self._handler._headers_over = True
+            raise http.client.HTTPException("headers over the limit")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rfile, name)
+
+
 class ByteBudget:
-    """How many bytes of request bodies a server parses and answers at once. A server sets one as
-    its ``body_budget``: a handler holds ``len(body)`` of it from parsing the body until its reply
-    is sent, waiting (at most until its body deadline) while others hold too much; a body larger
-    than the whole budget is let through alone."""
+    """How many bytes of request bodies a server reads, parses and answers at once. A server sets
+    one as its ``body_budget``: a handler holds each part of a body from just before it is read
+    until its reply is sent, waiting (at most until its body deadline) while others hold too
+    much; a body larger than the whole budget is let through alone. Bodies that together pass
+    the budget while partly read wait for each other until that deadline (then 503)."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -577,11 +636,13 @@ class ByteBudget:
         self.held = 0
         self._cond = threading.Condition()
 
-    def acquire(self, n: int, timeout: float) -> bool:
-        """Hold ``n`` bytes; False when they were not free within ``timeout`` seconds."""
+    def acquire(self, n: int, timeout: float, mine: int = 0) -> bool:
+        """Hold ``n`` more bytes besides the ``mine`` the caller holds already; False when they
+        were not free within ``timeout`` seconds. Alone (no one else holds any), the caller
+        always gets them: its own share must not make it wait for itself."""
         end = time.monotonic() + timeout
         with self._cond:
-            while self.held and self.held + n > self.limit:
+            while self.held > mine and self.held + n > self.limit:
                 left = end - time.monotonic()
                 if left <= 0:
                     return False

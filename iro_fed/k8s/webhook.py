@@ -15,8 +15,10 @@ path is built from label or annotation keys. The webhook has no side effects (``
 None``): a ``dryRun`` review gets the same answer.
 
 Only a core (``""`` group) ``Pod`` is changed. The certificate and key files are loaded again
-for new connections when they change (a renewed Secret). The bodies parsed at once are bounded
-(``MAX_PARSE_BYTES``; past that a request waits, then gets 503 with ``Retry-After: 1``).
+for new connections when they change (a renewed Secret). The bytes of request bodies read, parsed
+and answered at once are bounded (``MAX_PARSE_BYTES``, counted as they arrive, a body still being
+sent included; past that a request waits until its body deadline, then gets 503 with
+``Retry-After: 1``), so memory does not grow with the number of connections.
 
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
 the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
@@ -63,8 +65,9 @@ MODES = ("scheduler-name", "affinity")
 #: 1.5 MiB an object). A parsed body takes up to ~30 times its size ("[{},{},...]": 440 MB for
 #: 16 MiB, past the deployment's 512 MiB limit from one request of any pod that reaches the Service).
 MAX_BODY_BYTES = 8 * 1024 * 1024
-#: The bytes of bodies parsed and answered at once (:class:`~iro_fed.k8s.httpjson.ByteBudget`):
-#: about 250 MB of parsed JSON at worst, however many connections send.
+#: The bytes of bodies read, parsed and answered at once (:class:`~iro_fed.k8s.httpjson.ByteBudget`),
+#: charged as they are read: about 250 MB of parsed JSON at worst, however many connections send
+#: (without it, 256 connections could each hold an 8 MiB body being sent).
 MAX_PARSE_BYTES = 8 * 1024 * 1024
 
 
