@@ -65,7 +65,7 @@ import queue
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -77,6 +77,11 @@ log = logging.getLogger("iro_fed.feedback")
 
 DEFAULT_CLASS = "default"
 QUANTITIES = ("utilization", "latency_ms")
+#: Nodes whose per-node state (latest decision, decisions waiting for a measurement, the last
+#: observation's basis) the loop keeps by default: 2.5 x the largest cluster the design targets
+#: (20,000 nodes), so every live node is kept while the names of nodes long gone (autoscaling,
+#: renames) no longer pile up in a long-running scheduler. The least recently seen go first.
+DEFAULT_MAX_NODES = 50_000
 
 
 # --- non-negative least squares ---------------------------------------------------------------
@@ -468,13 +473,16 @@ class FeedbackLoop:
     def __init__(self, config: FeedbackConfig | None = None, *, model: UsageModel | None = None,
                  actions: Sequence[FineTuneAction] = (), on_drift: Callable[[Trigger], Any] | None = None,
                  registry: Any = None, keep: int = 10_000, clock: Callable[[], float] = time.time,
-                 record_terms: bool = True, background_actions: bool = False, **settings: Any) -> None:
+                 record_terms: bool = True, background_actions: bool = False, max_nodes: int = DEFAULT_MAX_NODES,
+                 **settings: Any) -> None:
         """``settings`` are :class:`FeedbackConfig` fields overriding ``config`` (``threshold=0.1``).
         ``record_terms=False`` skips the objective terms in :meth:`record_placement` (two
         ``evaluate`` calls per decision: about 4 ms at 5,000 nodes). ``background_actions`` runs
         the fine-tune actions (and ``on_drift``) one trigger at a time on a worker thread, so that
         a DQN fine-tune of minutes does not hold up the caller of :meth:`observe` (a scheduler's
-        metrics feed); :meth:`wait_actions` waits for them, :meth:`close` stops the worker."""
+        metrics feed); :meth:`wait_actions` waits for them, :meth:`close` stops the worker.
+        ``max_nodes``: per-node state is kept for at most this many nodes, the least recently
+        seen (decided on or observed) forgotten first (:data:`DEFAULT_MAX_NODES`)."""
         known = {f.name for f in fields(FeedbackConfig)}
         unknown = sorted(set(settings) - known)
         if unknown:
@@ -483,6 +491,9 @@ class FeedbackLoop:
         cfg = self.config
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # keep=0 broke every record_decision
             raise ValueError(f"keep: must be an integer >= 1, got {keep!r}")
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+            raise ValueError(f"max_nodes: must be an integer >= 1, got {max_nodes!r}")
+        self.max_nodes = max_nodes
         self.model = model or UsageModel()
         self.actions = list(actions)
         self.on_drift = on_drift
@@ -495,6 +506,7 @@ class FeedbackLoop:
         self.pending: dict[str, list[Decision]] = {}  # per node, in the order made: not observed yet
         self._basis: dict[str, Decision] = {}  # per node, the newest decision an observation completed
         self.by_key: dict[str, Decision] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()  # nodes with per-node state, least recently seen first
         self.decisions: deque[Decision] = deque(maxlen=keep)
         self.signals: list[Trigger] = []  # fine-tunes
         self.calibrations: list[Trigger] = []
@@ -580,7 +592,20 @@ class FeedbackLoop:
                 del waiting[:-1000]
             self.by_key[key] = d
             self.decisions.append(d)
+            self._touch(node)
             return d
+
+    def _touch(self, node: str) -> None:
+        """Mark ``node`` as just seen; past ``max_nodes``, forget the least recently seen one.
+        (Under the lock.) Its decisions stay in ``decisions`` and ``by_key``; only the per-node
+        state goes, as if the node had never been decided on."""
+        self._seen[node] = None
+        self._seen.move_to_end(node)
+        while len(self._seen) > self.max_nodes:
+            gone, _ = self._seen.popitem(last=False)
+            self.latest.pop(gone, None)
+            self.pending.pop(gone, None)
+            self._basis.pop(gone, None)
 
     def predict(self, key: str, node: str, requested_cpu: float, capacity_cpu: float) -> Decision:
         """One-class form of :meth:`record_decision` (what ``iro scheduler`` records)."""
@@ -641,6 +666,8 @@ class FeedbackLoop:
                 self.pending.pop(node, None)
             if done:
                 self._basis[node] = done[-1]
+            if node in self.latest or node in self._basis:
+                self._touch(node)
             for d in done:
                 d.observed_util = float(observed_util)
                 d.observed_at = now
@@ -861,25 +888,28 @@ class FeedbackLoop:
 
     def summary(self) -> dict[str, Any]:
         """Counts, moving errors, factors, triggers and mean errors per quantity (JSON-ready)."""
+        # Everything is read under the lock (observe and record_decision change it from other
+        # threads: a refit adds factors, an observation fills a decision's errors); the means
+        # are computed from the copies after it.
         with self._lock:
-            decisions = list(self.decisions)
+            util = [d.errors["utilization"] for d in self.decisions if d.observed_util is not None and d.calibrated]
+            lat = [d.errors["latency_ms"] for d in self.decisions if "latency_ms" in d.errors and d.calibrated]
+            out = {
+                "decisions": len(self.decisions),
+                "observations": self.observations,
+                "moving_error": self.moving_error,
+                "moving_latency_error_ms": self.moving_latency_error,
+                "threshold": self.threshold,
+                "fine_tunes": len(self.signals),
+                "calibrations": len(self.calibrations),
+                "factors": dict(sorted(self.model.factors.items())),
+                "latency_offset_ms": dict(sorted(self.model.latency_offset_ms.items())),
+            }
             triggers = [t.to_dict() for t in self.signals]
-        done = [d for d in decisions if d.observed_util is not None and d.calibrated]
-        lat = [d.errors["latency_ms"] for d in decisions if "latency_ms" in d.errors and d.calibrated]
-        return {
-            "decisions": len(decisions),
-            "observations": self.observations,
-            "moving_error": self.moving_error,
-            "moving_latency_error_ms": self.moving_latency_error,
-            "threshold": self.threshold,
-            "fine_tunes": len(self.signals),
-            "calibrations": len(self.calibrations),
-            "factors": dict(sorted(self.model.factors.items())),
-            "latency_offset_ms": dict(sorted(self.model.latency_offset_ms.items())),
-            "decision_mae_utilization": float(np.mean([abs(d.errors["utilization"]) for d in done])) if done else None,
-            "decision_mae_latency_ms": float(np.mean(np.abs(lat))) if lat else None,
-            "triggers": triggers,
-        }
+        out["decision_mae_utilization"] = float(np.mean(np.abs(util))) if util else None
+        out["decision_mae_latency_ms"] = float(np.mean(np.abs(lat))) if lat else None
+        out["triggers"] = triggers
+        return out
 
 
 # --- observations from the perception layer --------------------------------------------------

@@ -401,9 +401,16 @@ class ClusterState:
         self.gpu_free = problem.gpu_free.copy()
         self.assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
         self.gpu_cards: dict[int, tuple[int, ...]] = {}
-        # Every place (+1) and remove (-1) as (workload, node, sign): policies that keep per-node
-        # caches read the entries after their last cursor to refresh only the nodes that changed.
+        # Every change of a node as (workload, node, sign): place (w, n, +1), remove (w, n, -1)
+        # and a new base usage from set_node_usage (-1, n, 0). Policies that keep per-node caches
+        # read the entries after their last cursor to refresh only the nodes that changed.
         self.journal: list[tuple[int, int, int]] = []
+        # Each node's usage besides this state's workloads, its power-on without them and its
+        # NonZeroRequested: the problem's (read-only, shared: a state is built per solve) until
+        # set_node_usage gives a node another one and the state takes its own copies.
+        self.base_allocated = problem.allocated
+        self.initial_on = problem.initial_on
+        self.initial_nonzero = problem.initial_nonzero
         self._recompute_gpu_aggregates()
         used_gpu = (self.gpu_free >= 0) * (GPU_MILLI - np.maximum(self.gpu_free, 0))
         self.gpu_used = used_gpu.sum(axis=1).astype(np.float64) if self.gpu_free.size else np.zeros(problem.num_nodes)
@@ -420,7 +427,7 @@ class ClusterState:
     def _node_is_on(self, rows: np.ndarray | int) -> np.ndarray:
         # From the pod count, not from ``allocated > 0``: removing float requests can leave a
         # residue (0.1 + 0.2 - 0.1 - 0.2 = 2.8e-17) that would keep an empty node on.
-        return self.problem.initial_on[rows] | (self.pods_on_node[rows] > 0)
+        return self.initial_on[rows] | (self.pods_on_node[rows] > 0)
 
     def _recompute_gpu_aggregates(self) -> None:
         g = self.gpu_free
@@ -441,24 +448,53 @@ class ClusterState:
         self.gpu_left[n] = int(row[row > 0].sum())
         self.gpu_used[n] = float(((row >= 0) * (GPU_MILLI - np.maximum(row, 0))).sum())
 
-    def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray) -> None:
+    def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray, nonzero: np.ndarray | None = None) -> None:
         """Give node ``n`` another base usage (what it holds besides this state's workloads):
         ``allocated`` per resource and ``gpu_free`` milli free on its first cards (the node's
         cards, or the whole padded row of ``gpu_free``), every aggregate kept as a
         fresh state of a problem with that usage would have it. For a what-if (the extender's
         preemption check: a node without its victims); ``n`` must hold none of this state's
-        workloads, and removing the last one from it later restores the problem's usage."""
-        if self.pods_on_node[n]:
-            raise ValueError(f"node {self.problem.nodes[n].name!r} holds {int(self.pods_on_node[n])} placed workload(s)")
+        workloads. The new usage is the node's base from then on: removing the last workload
+        placed there later returns the node to it, and the change is journalled so that
+        policies' per-node caches see it.
+
+        ``nonzero`` is the node's new NonZeroRequested (columns :data:`NONZERO_RESOURCES`);
+        left out, it is the problem's when the usage is the problem's (putting a what-if back),
+        else the usage itself: stale non-zero requests would count pods the node no longer holds.
+        """
         p = self.problem
+        if not 0 <= n < p.num_nodes:
+            raise ValueError(f"set_node_usage: node index {n} is out of range 0..{p.num_nodes - 1}")
+        if self.pods_on_node[n]:
+            raise ValueError(f"node {p.nodes[n].name!r} holds {int(self.pods_on_node[n])} placed workload(s)")
+        # Every argument is checked before anything changes: no half-set node.
+        allocated = _usage_vector(allocated, (len(p.resources),), "allocated")
+        cards = np.asarray(gpu_free)
+        if cards.ndim != 1 or cards.size > self.gpu_free.shape[1]:
+            raise ValueError(f"set_node_usage: gpu_free must list at most {self.gpu_free.shape[1]} card(s), got shape {cards.shape}")
+        if cards.size and (not np.issubdtype(cards.dtype, np.number) or not np.all(np.isin(cards, np.arange(-1, GPU_MILLI + 1)))):
+            raise ValueError(f"set_node_usage: gpu_free must be whole milli -1..{GPU_MILLI} per card, got {cards.tolist()}")
+        if nonzero is not None:
+            nonzero = _usage_vector(nonzero, (len(NONZERO_RESOURCES),), "nonzero")
+        elif self.initial_nonzero is not None:
+            same = np.array_equal(allocated, p.allocated[n]) and np.array_equal(cards, p.gpu_free[n, : cards.size])
+            nonzero = p.initial_nonzero[n] if same else np.array(
+                [allocated[p.resource_index[r]] if r in p.resource_index else 0.0 for r in NONZERO_RESOURCES])
+        if self.base_allocated is p.allocated:  # the first what-if: from now on this state's own
+            self.base_allocated, self.initial_on = p.allocated.copy(), p.initial_on.copy()
+            self.initial_nonzero = None if p.initial_nonzero is None else p.initial_nonzero.copy()
+        self.base_allocated[n] = allocated
         self.allocated[n] = allocated
         self.free[n] = p.capacity[n] - self.allocated[n]
+        if nonzero is not None and self.initial_nonzero is not None:
+            self.initial_nonzero[n] = nonzero
         on = bool((self.allocated[n] > 0).any())
         if self.gpu_free.shape[1]:
-            self.gpu_free[n, : len(gpu_free)] = gpu_free
+            self.gpu_free[n, : cards.size] = cards
             self._refresh_gpu_row(n)
             row = self.gpu_free[n]
             on = on or bool(((row >= 0) & (row < GPU_MILLI)).any())
+        self.initial_on[n] = on
         used = np.append(self.allocated[n], self.gpu_used[n]) if p.has_gpus else self.allocated[n]
         self.util_used_total += used - (p.util_capacity[n] - self.util_free[n])
         self.util_free[n] = p.util_capacity[n] - used
@@ -466,6 +502,7 @@ class ClusterState:
         if on != bool(self.on[n]):
             self.on[n] = on
             self.util_cap_on += p.util_capacity[n] if on else -p.util_capacity[n]
+        self.journal.append((-1, n, 0))
 
     def util_used(self) -> np.ndarray:
         """used[N, R'] matching ``problem.util_capacity``."""
@@ -541,11 +578,12 @@ class ClusterState:
         self.util_free[n] += p.util_demand[w]
         self.free_share[n] += p.util_demand[w] @ p.util_inv_capacity[n]
         if self.pods_on_node[n] == 0:
-            # The node is back to its initial usage: take it exactly, without the float
+            # The node is back to its base usage: take it exactly, without the float
             # residue of the additions and subtractions (filters compare free amounts).
-            self.allocated[n] = p.allocated[n]
-            self.free[n] = p.capacity[n] - p.allocated[n]
-            used = np.append(p.allocated[n], self.gpu_used[n]) if p.has_gpus else p.allocated[n]
+            base = self.base_allocated[n]
+            self.allocated[n] = base
+            self.free[n] = p.capacity[n] - base
+            used = np.append(base, self.gpu_used[n]) if p.has_gpus else base
             self.util_free[n] = p.util_capacity[n] - used
             self.free_share[n] = (self.util_free[n] * p.util_inv_capacity[n]).sum()
         if not self._node_is_on(n):
@@ -572,6 +610,11 @@ class ClusterState:
             "gpu_used", "pods_on_node", "on", "util_used_total", "util_cap_on", "util_free", "free_share",
         ):
             setattr(other, name, getattr(self, name).copy())
+        if self.base_allocated is self.problem.allocated:  # still the problem's (read-only): share them
+            other.base_allocated, other.initial_on, other.initial_nonzero = self.base_allocated, self.initial_on, self.initial_nonzero
+        else:
+            other.base_allocated, other.initial_on = self.base_allocated.copy(), self.initial_on.copy()
+            other.initial_nonzero = None if self.initial_nonzero is None else self.initial_nonzero.copy()
         other.gpu_cards = dict(self.gpu_cards)
         other.journal = list(self.journal)
         return other
@@ -580,6 +623,19 @@ class ClusterState:
 def _price_unit_scale(resource: str) -> float:
     """How many internal units one priced unit is (prices are per core, GiB, card)."""
     return {"cpu": 1000.0, "memory": 1024.0, "gpu": float(GPU_MILLI)}.get(resource, 1.0)
+
+
+def _usage_vector(value: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``value`` as a float64 vector of ``shape`` with finite amounts >= 0, else a ValueError naming it."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"set_node_usage: {name} must be numbers, got {value!r}"[:200]) from None
+    if arr.shape != shape:
+        raise ValueError(f"set_node_usage: {name} must have shape {shape}, got {arr.shape}")
+    if not (np.isfinite(arr) & (arr >= 0)).all():
+        raise ValueError(f"set_node_usage: {name} must be finite and >= 0, got {arr.tolist()}")
+    return arr
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

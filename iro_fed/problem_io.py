@@ -199,7 +199,7 @@ def json_kind(value: Any) -> str:
 
 
 class _ShortRepr(reprlib.Repr):
-    """reprlib's bounded repr (a few levels, a few items each), huge ints as in :func:`_show`."""
+    """reprlib's bounded repr (a few levels, a few items each), huge ints as in :func:`show_value`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -213,15 +213,27 @@ class _ShortRepr(reprlib.Repr):
 _SHORT_REPR = _ShortRepr()
 
 
-def _show(value: Any, limit: int = 80) -> str:
-    """repr(value), shortened: an error message must stay readable whatever the input holds."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        # repr of a huge int is useless, and fails beyond 4300 digits (sys.int_info)
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+def show_value(value: Any, limit: int = 80, *, int_bits: bool = False) -> str:
+    """repr(value), shortened: an error message must stay readable whatever the input holds.
+
+    A huge int is described, not printed (its repr is useless, and fails beyond 4300 digits,
+    sys.int_info): by its digits past 10**30, or with ``int_bits`` (solver settings' wording)
+    by its bits past 128 bits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if int_bits and value.bit_length() > 128:
+            return f"an integer of {value.bit_length()} bits"
+        if not int_bits and abs(value) > 10**30:
+            return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     # A container's full repr can be huge for a small file: YAML aliases nest one list many
     # times over (a 400-byte file whose repr is gigabytes), so only its first items are shown.
-    text = _SHORT_REPR.repr(value) if isinstance(value, (list, dict, tuple)) else repr(value)
+    try:
+        text = _SHORT_REPR.repr(value) if isinstance(value, (list, dict, tuple)) else repr(value)
+    except ValueError:  # another container (a set) holding an int too long to print
+        return "(too large to print)"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_show = show_value  # the short name this module's many messages use
 
 
 def utf8_error(data: bytes, exc: UnicodeDecodeError, offset: int = 0, line: int = 1) -> str:

@@ -15,6 +15,7 @@ the simulator, the scheduler extender and the edge agent call the same code.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import time
@@ -28,6 +29,12 @@ from iro_fed.feasibility import explain, feasible_nodes
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
+from iro_fed.problem_io import show_value
+
+
+def _show(value: Any) -> str:
+    # Settings show huge ints by their bits ("an integer of 1329 bits"), as they always have.
+    return show_value(value, int_bits=True)
 
 
 class SolverError(Exception):
@@ -67,6 +74,14 @@ class Param:
         """The non-null value, checked and converted; ``where`` names the setting in errors."""
         if isinstance(value, str) and self.kind is not str:
             value = _parse_text(value, self.kind, where)
+        # A numpy scalar (a value from a numpy sweep) counts as its Python value; the checks
+        # below then refuse np.bool_ for a number and np.float64(2.5) for an int as they do 2.5.
+        if isinstance(value, np.bool_):
+            value = bool(value)
+        elif isinstance(value, np.integer):
+            value = int(value)
+        elif isinstance(value, np.floating):
+            value = float(value)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             try:
                 value = float(value)
@@ -112,18 +127,6 @@ def _parse_text(text: str, kind: type, where: str) -> Any:
     raise InvalidSettingError(f"{where}: cannot read {_show(text)} as {kind.__name__}")
 
 
-def _show(value: Any) -> str:
-    """A short repr for error messages: a huge int has no repr (Python refuses ints of over
-    4,300 digits as text) and a long string would flood the message."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except ValueError:  # a container holding such an int
-        return "(too large to print)"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 @dataclass(frozen=True)
 class SolverProperties:
     """What a solver is."""
@@ -167,8 +170,12 @@ class Solver(ABC):
             known = ", ".join(sorted(self.parameters)) or "none"
             raise InvalidSettingError(f"solver {self.name!r}: unknown setting(s) {', '.join(unknown)} (known: {known})")
         for key, param in self.parameters.items():
-            value = settings.get(key, param.default)
-            setattr(self, key, param.convert(self.name, key, value) if key in settings else value)
+            if key in settings:
+                setattr(self, key, param.convert(self.name, key, settings[key]))
+            else:
+                # A copy per instance: a mutable default ({} of a composite's params) changed on
+                # one solver must change neither the class default nor another solver.
+                setattr(self, key, copy.deepcopy(param.default))
         self._check_settings()
 
     def _check_settings(self) -> None:  # noqa: B027 - an optional hook, not abstract
@@ -251,13 +258,19 @@ class OnlineSolver(Solver):
         if self._cursor < len(state.journal):
             entries = state.journal[self._cursor :]
             self._cursor = len(state.journal)
-            self.apply_changes(state, entries)
+            if any(sign == 0 for _, _, sign in entries):
+                # A node got another base usage (ClusterState.set_node_usage, entry (-1, n, 0)):
+                # rare (a what-if), so the caches are rebuilt rather than patched per node.
+                self.rebuild_caches(state)
+            else:
+                self.apply_changes(state, entries)
 
     def rebuild_caches(self, state: ClusterState) -> None:
         """Compute the caches from scratch (subclasses with caches override)."""
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
-        """Update the caches for journal entries (workload, node, +1 placed / -1 removed)."""
+        """Update the caches for journal entries (workload, node, +1 placed / -1 removed); a
+        batch with a base-usage change (sign 0) goes to :meth:`rebuild_caches` instead."""
 
     # --- one decision -------------------------------------------------------------------
 

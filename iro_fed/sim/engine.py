@@ -1078,8 +1078,10 @@ class Simulator:
         online = self.service >= 0
         pend_online = pending_stats(np.where(online, self.ready, -1), self.first_placed, in_peak, step_min, until)
         # Batch metrics over the jobs due inside the run (jobs due later are still in flight).
+        # A deadline is a step boundary and the run ends at boundary ``steps`` (a job done in the
+        # last step has finished = steps), so a job due exactly then is decided: it counts.
         jobs = self.is_batch & (self.duration >= 0) & (self.status != FUTURE)
-        due = jobs & (((self.deadline >= 0) & (self.deadline < sc.steps)) | ((self.deadline < 0) & (self.status == COMPLETED)))
+        due = jobs & (((self.deadline >= 0) & (self.deadline <= sc.steps)) | ((self.deadline < 0) & (self.status == COMPLETED)))
         done = due & (self.finished >= 0) & (self.status == COMPLETED)
         late = done & (self.deadline >= 0) & (self.finished > self.deadline)
         unfinished_late = due & (self.status != COMPLETED) & (self.deadline >= 0)

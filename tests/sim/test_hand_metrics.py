@@ -242,7 +242,7 @@ def test_never_placed_pods_wait_until_they_leave_or_the_run_ends():
 def test_departure_and_deadline_boundaries():
     # a: 4 steps of work from 0 -> done at the end of step 3 (finished = 4), deadline 4: in time.
     # b: the same with deadline 3: late. c: never fits, due at 5 inside the run: a miss.
-    # d: never fits, due at 8 = the run's end: not due inside the run, not counted.
+    # d: never fits, due at 8 = the run's end: due, a miss.
     pods = [
         PodSpec("a", "batch", 1000, 1024, arrival=0, duration=4, deadline=4),
         PodSpec("b", "batch", 1000, 1024, arrival=0, duration=4, deadline=3),
@@ -255,8 +255,8 @@ def test_departure_and_deadline_boundaries():
     names = [w.name for w in sim.workloads]
     assert sim.finished[names.index("a")] == 4 and sim.finished[names.index("b")] == 4
     assert s["running"] == [2, 3, 3, 2, 0, 0, 0, 0]  # x counts at 1 and 2, not at its departure step 3
-    assert t["batch_jobs"] == 3 and t["batch_completed"] == 2
-    assert t["deadline_misses"] == 2
+    assert t["batch_jobs"] == 4 and t["batch_completed"] == 2
+    assert t["deadline_misses"] == 3
     assert t["batch_completion_min"] == pytest.approx(4.0)
     assert t["pending_pct"] == pytest.approx(40.0)  # c and d of 5 ready pods
     assert t["mean_pending_min"] == pytest.approx(8.0)  # both wait from 0 to the end (8)

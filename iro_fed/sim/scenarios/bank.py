@@ -27,9 +27,15 @@ import numpy as np
 from iro_fed.model import Domain, Taint, Toleration, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario, Service
 from iro_fed.sim.scenarios.common import (
+    MAX_FACTOR,
+    MAX_JOBS,
+    MAX_NODES,
+    MAX_RPS,
     PAYMENT_PROFILE,
+    WEIGHT_RANGES,
     bump,
     carbon_window,
+    check_ranges,
     daily_curve,
     hour_windows,
     latency_between,
@@ -54,6 +60,19 @@ PARAMS = {
     "carbon_gb": "GB",
 }
 DEFAULT_HOURS = 48.0
+#: Inclusive ranges of the numeric parameters: counts >= 0; ``promo_day`` a day index or -1
+#: (none); ``promo_factor`` multiplies the peak (< 1 a dip, never negative traffic).
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    **WEIGHT_RANGES,
+    "promo_day": (-1, None),
+    "promo_factor": (0.0, MAX_FACTOR),
+    "peak_rps": (0.0, MAX_RPS),
+    "zone_a_nodes": (0, MAX_NODES),
+    "zone_b_nodes": (0, MAX_NODES),
+    "cloud_nodes": (0, MAX_NODES),
+    "night_jobs": (0, MAX_JOBS),
+    "day_jobs_per_hour": (0, MAX_JOBS),
+}
 
 BATCH_TAINT = Taint("iro.example/batch-zone", "true", "PreferNoSchedule")
 BURST_TAINT = Taint("iro.example/burst", "true", "PreferNoSchedule")
@@ -71,6 +90,7 @@ SERVICES = (
 def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The bank scenario for ``hours`` from ``start`` (see the module docstring)."""
     p = {**PARAMS, **params}
+    check_ranges(p, RANGES)
     rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -21,7 +22,33 @@ IOT_PROFILE = (
     1.00, 1.00, 0.98, 0.95, 0.92, 0.90, 0.85, 0.75, 0.65, 0.58, 0.52, 0.48,
 )
 
+#: Bounds shared by the scenarios' parameters. Counts are built up front (nodes, jobs: a huge
+#: count only exhausts memory); rates and factors multiply into traffic, which must stay finite
+#: (and its replica count an int64) however far past any real system they go.
+MAX_NODES = 10_000
+MAX_JOBS = 10_000
+MAX_RPS = 1e9
+MAX_FACTOR = 1e6
+#: The objective weights every scenario takes: >= 0, as in a problem file (a negative weight
+#: would reward carbon or latency).
+WEIGHT_RANGES: dict[str, tuple[float | None, float | None]] = {"w_carbon": (0.0, None), "w_latency": (0.0, None)}
+
 _series_cache: dict[str, CarbonSeries] = {}
+
+
+def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
+    """Each parameter ``key`` of ``p`` within its inclusive ``(low, high)`` (None: unbounded),
+    else a ValueError naming it (``build_scenario`` reports it as a setting error)."""
+    for key, (low, high) in ranges.items():
+        value = p[key]
+        number = float(value)  # type: ignore[arg-type]
+        if math.isfinite(number) and (low is None or number >= low) and (high is None or number <= high):
+            continue
+        if low is not None and high is not None:
+            want = f"must be between {low:g} and {high:g}"
+        else:
+            want = f"must be >= {low:g}" if low is not None else f"must be <= {high:g}"
+        raise ValueError(f"setting {key!r}: {want}, got {value!r}")
 
 
 def series_for(source: str) -> CarbonSeries:

@@ -20,7 +20,12 @@ from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario, Service
 from iro_fed.sim.scenarios.common import (
     IOT_PROFILE,
+    MAX_JOBS,
+    MAX_NODES,
+    MAX_RPS,
+    WEIGHT_RANGES,
     carbon_window,
+    check_ranges,
     daily_curve,
     hour_windows,
     latency_between,
@@ -38,6 +43,14 @@ PARAMS = {
     "jobs_per_hour": 6,
 }
 DEFAULT_HOURS = 24.0
+#: Inclusive ranges of the numeric parameters (nodes per site or region, telemetry req/s, jobs).
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    **WEIGHT_RANGES,
+    "edge_nodes": (0, MAX_NODES),
+    "cloud_nodes": (0, MAX_NODES),
+    "sensor_rps": (0.0, MAX_RPS),
+    "jobs_per_hour": (0, MAX_JOBS),
+}
 
 SITES = (
     # name, grid zone, GCP region for latency, users
@@ -52,6 +65,7 @@ CLOUDS = (("cloud-paris", "FR", "europe-west9"), ("cloud-frankfurt", "DE", "euro
 def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     """The edge-IoT scenario (see the module docstring)."""
     p = {**PARAMS, **params}
+    check_ranges(p, RANGES)
     rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import carbon_window, latency_between, run_steps
+from iro_fed.sim.scenarios.common import WEIGHT_RANGES, carbon_window, check_ranges, latency_between, run_steps
 from iro_fed.sim.signals import data_dir, parse_time
 
 PARAMS = {
@@ -29,6 +29,17 @@ PARAMS = {
     "duration_scale": 1.0,
 }
 DEFAULT_HOURS = 24.0
+#: Scales of trace time: past these a pod's arrival step or lifetime stops being a finite number
+#: of steps (time_scale=1e-320 made arrivals inf: an OverflowError, not an error naming the
+#: setting). 1e-6 stretches one trace second over 11 days; 1e6 squeezes 11 days into one second.
+MIN_TIME_SCALE, MAX_SCALE = 1e-6, 1e6
+#: Inclusive ranges (``nodes`` 0 = all; ``time_scale`` 0 = fit the run, checked apart).
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    **WEIGHT_RANGES,
+    "nodes": (0, None),
+    "time_scale": (0.0, MAX_SCALE),
+    "duration_scale": (1.0 / MAX_SCALE, MAX_SCALE),
+}
 
 
 def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
@@ -36,6 +47,10 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     from iro_fed.traces.openb import load_nodes, load_pods
 
     p = {**PARAMS, **params}
+    check_ranges(p, RANGES)
+    if 0.0 < float(p["time_scale"]) < MIN_TIME_SCALE:
+        raise ValueError(f"setting 'time_scale': must be 0 (fit the run) or between {MIN_TIME_SCALE:g} and {MAX_SCALE:g}, "
+                         f"got {p['time_scale']!r}")
     folder = data_dir() / "alibaba-openb-2023"
     nodes = load_nodes(folder / p["nodes_file"])
     if int(p["nodes"]) > 0:
@@ -47,11 +62,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     end = max(pod.creation_time for pod in trace)
     fit = not float(p["time_scale"])
     scale = float(p["time_scale"]) or max((end - first) / (hours * 3600.0), 1e-9)
-    if scale <= 0:
-        raise ValueError(f"time_scale must be >= 0, got {scale}")
     stretch = float(p["duration_scale"])
-    if stretch <= 0:
-        raise ValueError(f"duration_scale must be > 0, got {stretch}")
     domains = [
         Domain("zone-de", "zone", "DE", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.0}, 1.3),
         Domain("zone-fr", "zone", "FR", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.0}, 1.3),

@@ -19,7 +19,7 @@ import numpy as np
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import carbon_window, latency_between, run_steps
+from iro_fed.sim.scenarios.common import WEIGHT_RANGES, carbon_window, check_ranges, latency_between, run_steps
 from iro_fed.sim.signals import parse_time
 
 PARAMS = {
@@ -112,6 +112,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
 
 def _check(p: dict) -> None:
     """Parameter ranges (the builder loops until the surge reaches ``load`` x capacity)."""
+    check_ranges(p, WEIGHT_RANGES)
     # GPU nodes: at least one (the surge is sized on GPU capacity too; with none it is empty).
     for key, low in (("gpu_nodes", 1), ("cpu_nodes", 0)):
         if not low <= int(p[key]) <= MAX_NODES:
