@@ -111,8 +111,16 @@ def polling_grid(grid: Grid) -> PollingGrid:
 
 def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str, Any], int | None]:
     """The global policy a run starts from and the registry version it came from: with
-    ``resume`` the registry's latest (which must have this run's architecture), else a fresh one."""
+    ``resume`` the registry's latest (which must have this run's architecture), else a fresh one.
+
+    The version's stored config must describe this run's network (:meth:`DQNConfig.architecture`):
+    weights of another head count or C51 support have the same shapes but compute something else,
+    so ``load_state_dict`` alone took them. A ``ValueError`` names each differing setting. A
+    version without a stored config cannot be read at all (the checkpoint format requires one);
+    should one come without it anyway, the shape check of ``load_state_dict`` is the only one.
+    """
     from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+    from solvers.dqn.config import ConfigError
 
     agent = build_agent(cfg)
     version = registry.latest_version() if cfg.resume else None
@@ -127,11 +135,20 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
         if names is not None and names != {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}:
             raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} was trained on other "
                              f"features than this version computes; start a fresh run (resume=false, `iro fed rounds --fresh`)")
+        where = f"resume: registry version {version} of {str(registry.root)!r}"
+        if meta.get("config") is not None:
+            try:
+                differ = cfg.dqn_config().architecture_differences(meta["config"])
+            except ConfigError as exc:
+                raise ValueError(f"{where}: its config is not readable ({exc}); start a fresh run "
+                                 "(resume=false, `iro fed rounds --fresh`)") from None
+            if differ:
+                raise ValueError(f"{where} does not fit this run's network ({'; '.join(differ)}); resume with its "
+                                 "settings or start a fresh run (resume=false, `iro fed rounds --fresh`)")
         try:
             agent.online.load_state_dict(state)
         except RuntimeError as exc:  # another architecture (embed-dim, hidden-dim, top-k ...)
-            raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} does not fit this "
-                             f"run's network: {str(exc).splitlines()[0]}") from None
+            raise ValueError(f"{where} does not fit this run's network: {str(exc).splitlines()[0]}") from None
     return get_weights(agent.online), version
 
 

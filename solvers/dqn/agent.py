@@ -8,6 +8,8 @@ among valid actions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -57,7 +59,13 @@ class DQNAgent:
                  device: str = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
-        torch.manual_seed(seed)
+        # The weights' initial values (and, for a CPU agent, the noise) come from torch's CPU
+        # generator; seeding every device as torch.manual_seed does would also reset a host's CUDA
+        # stream that a CPU agent never draws from.
+        if self.device.type == "cpu":
+            torch.random.default_generator.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
         self.online = QNetwork(cfg, candidate_features, context_features).to(self.device)
         self.target = QNetwork(cfg, candidate_features, context_features).to(self.device)
@@ -71,6 +79,27 @@ class DQNAgent:
         #: FedProx (Li et al., MLSys 2020): ``(mu, anchor)`` adds ``mu/2 * ||w - anchor||^2`` over the
         #: trainable parameters to every gradient step's loss; None: plain DQN loss.
         self.proximal: tuple[float, dict[str, Any]] | None = None
+        #: Where a CPU agent's noisy layers draw their noise: None, torch's global generator; a CPU
+        #: ``torch.Generator``, its own stream. :func:`~solvers.dqn.train.train` hands the agent it
+        #: returns the continuation of training's seeded stream, so that further updates (a
+        #: federated site's steps on its experience store) stay reproducible from the seed without
+        #: reading or moving the host's generator.
+        self.noise_generator: torch.Generator | None = None
+
+    @contextmanager
+    def _noise_source(self) -> Iterator[None]:
+        """Noise drawn inside comes from :attr:`noise_generator` when set (swapped in for torch's
+        global CPU generator, which is restored), else from the global generator."""
+        own = self.noise_generator
+        if own is None:
+            yield
+            return
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(own.get_state())
+            try:
+                yield
+            finally:
+                own.set_state(torch.get_rng_state())
 
     def set_proximal(self, mu: float) -> None:
         """Anchor the proximal term at the current online weights (e.g. a federated round's global
@@ -92,7 +121,8 @@ class DQNAgent:
         cand, ctx, mask = to_tensors(obs, self.device)
         if explore and self.cfg.noisy:
             self.online.train()
-            self.online.reset_noise()
+            with self._noise_source():
+                self.online.reset_noise()
         else:
             self.online.eval()
         q = self.online.q_values(cand, ctx, mask).cpu().numpy()
@@ -133,8 +163,9 @@ class DQNAgent:
         rows = torch.arange(actions.numel(), device=dev)
 
         if cfg.noisy:
-            self.online.reset_noise()
-            self.target.reset_noise()
+            with self._noise_source():
+                self.online.reset_noise()
+                self.target.reset_noise()
         with torch.no_grad():
             selector = self.online if cfg.double else self.target
             next_actions = selector.q_values(ncand, nctx, nmask).argmax(dim=1)

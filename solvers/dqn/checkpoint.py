@@ -5,7 +5,10 @@
 beside it (:func:`metadata_path`; ``x.meta.json`` for a checkpoint named ``x.json``) repeats the
 metadata for people and tools that do not load torch. The metadata holds the config, the feature
 layout (names and sizes, checked on load so a policy never silently reads features it was not
-trained on), the scenario, steps, metrics and emissions of the run.
+trained on), the scenario, steps, metrics and emissions of the run, and where the training
+schedules stopped (:data:`SCHEDULE`, read by :func:`read_schedule`; ``iro train --resume``
+continues them). A checkpoint written before that key existed loads as before (the key is
+optional, the format unchanged), and an older release reads a newer checkpoint (it ignores it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from typing import IO, Any
 from iro_fed.problem_io import write_file_atomic
 
 FORMAT = "iro-fed-dqn/1"
+
+#: Metadata key of the training schedules' position: ``origin`` (the step count the exploration
+#: and PER-beta schedules started at), ``horizon`` (the env steps they anneal over from there) and
+#: ``updates`` (the gradient steps counted since then: the target network's sync cadence).
+SCHEDULE = "schedule"
 
 
 class CheckpointError(ValueError):
@@ -118,3 +126,25 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
         if key not in metadata:
             raise CheckpointError(f"policy {str(path)!r}: metadata lacks {key!r}")
     return state_dict, metadata
+
+
+def read_schedule(path: str | os.PathLike[str], metadata: dict[str, Any]) -> dict[str, int] | None:
+    """The :data:`SCHEDULE` entry of a checkpoint's metadata as ``{"origin", "horizon", "updates"}``,
+    or None for a checkpoint written without one; :class:`CheckpointError` naming the field for a
+    damaged one (the run would otherwise anneal from a wrong point)."""
+    raw = metadata.get(SCHEDULE)
+    if raw is None:
+        return None
+    where = f"policy {str(path)!r}: metadata {SCHEDULE!r}"
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where}: expected a mapping, got {raw!r}")
+    out: dict[str, int] = {}
+    for key, least in (("origin", 0), ("horizon", 1), ("updates", 0)):
+        value = raw.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise CheckpointError(f"{where}.{key}: expected an integer >= {least}, got {value!r}")
+        out[key] = value
+    steps = metadata.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= out["origin"] <= steps:
+        raise CheckpointError(f"{where}.origin: {out['origin']} is not within the checkpoint's steps ({steps!r})")
+    return out

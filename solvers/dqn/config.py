@@ -122,6 +122,22 @@ class DQNConfig:
             names += ["atoms", "v_min", "v_max"]  # the support is saved with the weights
         return {name: getattr(self, name) for name in names}
 
+    def architecture_differences(self, saved: Any) -> list[str]:
+        """Each network setting where a saved config (a checkpoint's ``config`` mapping) and this
+        one differ, as ``"name X there, Y here"``; empty: the saved weights mean the same here.
+
+        A setting the saved config leaves out takes its default, as loading that policy does
+        (:class:`~solvers.dqn.solver.DQNSolver`). :class:`ConfigError` when ``saved`` is not a
+        readable config (an unknown or invalid setting, not a mapping).
+        """
+        try:
+            theirs = DQNConfig.from_dict(dict(saved)).architecture()
+        except (TypeError, ValueError) as exc:  # ConfigError is a ValueError; dict() of a list: TypeError
+            raise ConfigError(str(exc)) from exc
+        ours = self.architecture()
+        return [f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here"
+                for name in sorted(set(theirs) | set(ours)) if theirs.get(name) != ours.get(name)]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -9,11 +9,21 @@ network, write the checkpoint. The environments must produce dict observations w
 optimizer's moments and the step count; the learning rate and Adam epsilon are the config's. The
 config must describe the checkpoint's network (:meth:`DQNConfig.architecture`). The replay
 buffer is not saved (it would be far larger than the policy) and refills before learning resumes.
+The schedules continue where the checkpoint stopped (its ``schedule`` metadata): epsilon and the
+PER beta anneal over the horizon of the run that started them (a finished run's stay at their end
+values; train a new policy for a new schedule), and the target network syncs every
+``target_update_every`` gradient steps counted over both runs. A checkpoint written before the
+schedules were saved restarts them from the resumed step, as resuming always did, and says so.
+
+Randomness is training's own: torch's CPU generator and numpy's global one are seeded with
+``seed`` inside and the caller's streams restored afterwards (torch's intra-op thread count too),
+with the same draws, so a seed gives the weights it gave when training reseeded the host.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -23,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from solvers.dqn.config import DQNConfig
+from solvers.dqn.config import ConfigError, DQNConfig
 from solvers.dqn.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 
 EnvFactory = Callable[[], Any]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,8 +45,10 @@ class TrainResult:
     """What a run did; also written into the checkpoint's metadata."""
 
     steps: int
+    """Environment steps of the policy, a resumed checkpoint's included."""
     episodes: int
     updates: int
+    """Gradient steps of this run."""
     mean_episode_reward: float | None
     last_loss: float | None
     wall_s: float
@@ -125,22 +138,56 @@ def train(
 
     ``proximal_mu > 0`` (FedProx) adds ``mu/2 * ||w - w_start||^2`` to every gradient step's
     loss, anchored at the starting weights (``initial_state`` or ``resume``).
-    """
-    import gymnasium as gym
-    import torch
 
-    from iro_fed.problem_io import write_file_atomic
-    from solvers.dqn.agent import DQNAgent
-    from solvers.dqn.checkpoint import load_checkpoint, save_checkpoint, write_errors
+    Torch's CPU generator and numpy's global one are seeded with ``seed`` for the run and given
+    back to the caller as they were (the thread count too); the returned agent draws any further
+    noise from the continuation of the run's stream (:attr:`DQNAgent.noise_generator`).
+    """
+    import torch
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
     if replay is not None and (replay.capacity != cfg.buffer_size or replay.prioritized != cfg.prioritized):
         raise ValueError(f"replay: a {'prioritized' if replay.prioritized else 'uniform'} buffer of {replay.capacity}, "
                          f"the config needs {'prioritized' if cfg.prioritized else 'uniform'} of {cfg.buffer_size}")
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(torch_threads)
+    threads, numpy_state = torch.get_num_threads(), np.random.get_state()
+    try:
+        # The same seeded draws as when training reseeded the host's generators (same weights for a
+        # seed), now on a fork of them. numpy's global generator stays seeded for an env factory
+        # that draws from it; the project's envs and buffers use their own np.random.Generator.
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            np.random.seed(seed)
+            torch.set_num_threads(torch_threads)
+            agent, result = _train(
+                env_fns, cfg, steps, seed, out, resume, metadata, evaluate, progress, track_emissions,
+                emissions_country, console, initial_state, time_limit_s, replay, proximal_mu,
+            )
+            # further updates of the returned agent continue this run's stream, as they did on the
+            # global generator, without reading or moving the host's
+            agent.noise_generator = torch.Generator()
+            agent.noise_generator.set_state(torch.get_rng_state())
+    finally:
+        np.random.set_state(numpy_state)
+        torch.set_num_threads(threads)
+    return agent, result
+
+
+def _train(
+    env_fns: Sequence[EnvFactory], cfg: DQNConfig, steps: int, seed: int, out: str | Path | None,
+    resume: str | Path | None, metadata: dict[str, Any] | None, evaluate: Callable[[Any], dict[str, Any]] | None,
+    progress: bool, track_emissions: bool, emissions_country: str, console: Any,
+    initial_state: dict[str, Any] | None, time_limit_s: float | None, replay: ReplayBuffer | None,
+    proximal_mu: float,
+) -> tuple[Any, TrainResult]:
+    """:func:`train`'s run, on generators it has seeded."""
+    import gymnasium as gym
+    import torch
+
+    from iro_fed.problem_io import write_file_atomic
+    from solvers.dqn import checkpoint as ckpt
+    from solvers.dqn.agent import DQNAgent
+
     envs = gym.vector.SyncVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     n_envs = envs.num_envs
     space = envs.single_observation_space
@@ -152,11 +199,14 @@ def train(
 
     agent = DQNAgent(cfg, cand_f, ctx_f, seed=seed)
     start_step = 0
+    # Epsilon and the PER beta anneal over `horizon` env steps from step `origin`: this run's, or
+    # those of the run a resumed checkpoint continues.
+    origin, horizon = 0, steps
     if initial_state is not None:
         agent.online.load_state_dict(initial_state)
         agent.target.load_state_dict(initial_state)
     if resume is not None:
-        state, meta = load_checkpoint(resume)
+        state, meta = ckpt.load_checkpoint(resume)
         if (meta["candidate_features"], meta["context_features"]) != (cand_f, ctx_f):
             raise ValueError(f"--resume {resume}: trained on {meta['candidate_features']}+{meta['context_features']} "
                              f"features, the env has {cand_f}+{ctx_f}")
@@ -173,7 +223,23 @@ def train(
             # what resuming keeps, the rate is this run's
             for group in agent.optimizer.param_groups:
                 group["lr"], group["eps"] = cfg.learning_rate, cfg.adam_eps
-        start_step = int(meta.get("steps", 0))
+        start_step = meta.get("steps", 0)
+        if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
+            raise ckpt.CheckpointError(f"policy {str(resume)!r}: metadata 'steps': expected an integer >= 0, "
+                                  f"got {start_step!r}")
+        schedule = ckpt.read_schedule(resume, meta)
+        if schedule is None:
+            origin = start_step
+            note = (f"--resume {resume}: the checkpoint does not record where its exploration, PER-beta and "
+                    "target-sync schedules stopped (written by an older version): they restart from this run")
+            if console is not None:
+                console.print(f"note: {note}")
+            else:
+                log.warning("%s", note)
+        else:
+            origin, horizon = schedule["origin"], schedule["horizon"]
+            agent.updates = schedule["updates"]  # the sync cadence counts on: learn() syncs at its multiples
+    start_updates = agent.updates
 
     agent.set_proximal(proximal_mu)  # anchored at the weights training starts from
     buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
@@ -202,7 +268,7 @@ def train(
         while step < total:
             if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
                 break
-            frac = min(1.0, (step - start_step) / max(1, steps * cfg.epsilon_fraction))
+            frac = min(1.0, (step - origin) / max(1, horizon * cfg.epsilon_fraction))
             epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
             actions = agent.act(obs, epsilon=epsilon)
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
@@ -222,7 +288,7 @@ def train(
             since_learn += n_envs
             if len(buffer) >= max(cfg.learning_starts, cfg.batch_size) and since_learn >= cfg.train_every:
                 since_learn = 0
-                beta = cfg.priority_beta0 + (1.0 - cfg.priority_beta0) * min(1.0, (step - start_step) / steps)
+                beta = cfg.priority_beta0 + (1.0 - cfg.priority_beta0) * min(1.0, (step - origin) / horizon)
                 batch = buffer.sample(cfg.batch_size, beta=beta)
                 stats = agent.learn(batch)
                 buffer.update_priorities(batch["indices"], stats["priorities"])
@@ -240,7 +306,7 @@ def train(
 
     wall = time.perf_counter() - t0
     result = TrainResult(
-        steps=step, episodes=episodes, updates=agent.updates,
+        steps=step, episodes=episodes, updates=agent.updates - start_updates,
         mean_episode_reward=float(np.mean(finished)) if finished else None, last_loss=last_loss, wall_s=wall,
         steps_per_s=(step - start_step) / wall if wall > 0 else 0.0, emissions_kg=emissions_kg,
         path=str(out) if out else None,
@@ -251,13 +317,14 @@ def train(
         meta = {
             **(metadata or {}), "config": cfg.to_dict(), "candidate_features": cand_f, "context_features": ctx_f,
             "steps": step, "seed": seed, "envs": n_envs,
+            ckpt.SCHEDULE: {"origin": origin, "horizon": horizon, "updates": agent.updates},
             "metrics": {k: v for k, v in result.__dict__.items() if k not in ("path", "evaluation")},
             "evaluation": result.evaluation, "emissions_kg": emissions_kg,
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
-        save_checkpoint(out, agent.online.state_dict(), meta)
+        ckpt.save_checkpoint(out, agent.online.state_dict(), meta)
         optimizer_state, opt_path = agent.optimizer.state_dict(), optimizer_path(out)
-        with write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
+        with ckpt.write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
             write_file_atomic(opt_path, lambda tmp: torch.save(optimizer_state, tmp))
     return agent, result
 
@@ -267,12 +334,9 @@ def _check_architecture(path: str | Path, saved: Any, cfg: DQNConfig) -> None:
     (other weight shapes, or the same weights computing another function: attention heads, the
     C51 support)."""
     try:
-        theirs = DQNConfig.from_dict(dict(saved)).architecture()
-    except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+        differ = cfg.architecture_differences(saved)
+    except ConfigError as exc:
         raise ValueError(f"--resume {path}: its config is not readable ({exc})") from exc
-    ours = cfg.architecture()
-    differ = [f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here"
-              for name in sorted(set(theirs) | set(ours)) if theirs.get(name) != ours.get(name)]
     if differ:
         raise ValueError(f"--resume {path}: the checkpoint is another network ({'; '.join(differ)}); resume "
                          "with its settings (its .json metadata lists them) or train a new policy")
