@@ -13,7 +13,8 @@ in the best-effort skip of BalancedAllocation):
   ``calculateResource``, ``pkg/scheduler/util``: ``PodRequests`` with each container that has
   no cpu / memory request counted as 100m / 200 MiB, for scoring only; an explicit 0 stays 0).
   The Kubernetes snapshot computes both exactly from the pods (``Problem.nonzero_demand`` for
-  the pending pods, ``Problem.initial_nonzero`` per node from the bound ones). Pods this solver
+  the pending pods, ``Problem.initial_nonzero`` per node from the bound ones; after a what-if,
+  ``ClusterState.set_node_usage``, the state's ``initial_nonzero``). Pods this solver
   placed add their non-zero request to their node's ``NonZeroRequested`` too
   (``NodeInfo.update``), so best-effort pods spread. Memory is computed in bytes. Every amount
   is rounded up as ``resource.Quantity`` rounds (``MilliValue`` / ``Value``: cpu to a whole
@@ -218,9 +219,12 @@ class KubeDefault(OnlineSolver):
         # A node's NonZeroRequested = its base + the non-zero requests of the pods placed there
         # (NodeInfo.update). The base is the bound pods' sum when the problem gives it, else what
         # the node holds besides the placed pods (its usage taken as non-zero: see the docstring).
-        self._initial_nz: list[np.ndarray] | None = None
-        if problem.initial_nonzero is not None:
-            self._initial_nz = [kube_units(problem.initial_nonzero[:, j], s) for j, s in zip(nz_cols, self._scales, strict=True)]
+        # The problem's base in kube units, once per run; a state whose base a what-if changed
+        # (ClusterState.set_node_usage) has its own, read by rebuild_caches.
+        self._nz_cols = nz_cols
+        self._problem_nz_of = problem.initial_nonzero
+        self._problem_nz = self._nonzero_units(problem.initial_nonzero)
+        self._initial_nz = self._problem_nz
         # What each pod placed on a node adds to that base: its non-zero request, or without a
         # given base only what that adds to its actual request (the usage holds the rest).
         self._pod_add = self._pod_nz if self._initial_nz is not None else self._pod_nz - self._pod_actual
@@ -234,11 +238,21 @@ class KubeDefault(OnlineSolver):
             for c, s in zip(self._cols, self._scales, strict=True)
         )
 
+    def _nonzero_units(self, initial_nonzero: np.ndarray | None) -> list[np.ndarray] | None:
+        """Per scored resource, the nodes' NonZeroRequested base ``initial_nonzero[N, 2]`` in kube's units."""
+        if initial_nonzero is None:
+            return None
+        return [kube_units(initial_nonzero[:, j], s) for j, s in zip(self._nz_cols, self._scales, strict=True)]
+
     def rebuild_caches(self, state: ClusterState) -> None:
-        """Per node and scored resource, what the pods ``state`` placed there add to its
-        NonZeroRequested base (kube's units); with fractional demands also their rounded actual
-        requests (kube's units) and summed demand (model units, to tell the node's own usage from
-        ``state.allocated``) (see :meth:`OnlineSolver.sync`)."""
+        """Per node and scored resource, the NonZeroRequested base of ``state`` (its own after a
+        what-if) and what the pods it placed there add to it (kube's units); with fractional
+        demands also their rounded actual requests (kube's units) and summed demand (model units,
+        to tell the node's own usage from ``state.allocated``) (see :meth:`OnlineSolver.sync`)."""
+        # set_node_usage journals (-1, n, 0), which lands here: a what-if's base is read then, and
+        # a state still sharing the problem's (every solve) reuses the run's conversion.
+        nz = state.initial_nonzero
+        self._initial_nz = self._problem_nz if nz is self._problem_nz_of else self._nonzero_units(nz)
         placed = np.flatnonzero(state.assignment >= 0)
         where = state.assignment[placed]
         n = state.problem.num_nodes

@@ -25,8 +25,9 @@ that differs from a field's name only in case (which Go's decoder would read as 
 * preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
   ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
   IRO's constraints once the proposed victims are gone (the node's usage recomputed from its
-  bound pods minus the victims, GPU cards included), with the same victims (an extender may
-  drop nodes; it never invents victims here, and kube resolves each UID on that node).
+  bound pods minus the victims, GPU cards and kube's NonZeroRequested included:
+  :func:`set_node_pods`), with the same victims (an extender may drop nodes; it never invents
+  victims here, and kube resolves each UID on that node).
 
 Without a kubeconfig the extender is stateless (NodeList mode): it knows what the Node objects in
 the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation). With one,
@@ -42,7 +43,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,13 +64,14 @@ from iro_fed.k8s.snapshot import (
     ClusterModel,
     PodSpecError,
     Snapshot,
+    _nonzero_allocated,
     apply_usage,
     metadata_error,
     node_cache_key,
     obj_key,
     pods_by_node,
 )
-from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, ClusterState
 from iro_fed.objective import marginal
 from iro_fed.problem_io import json_kind
 
@@ -499,18 +501,31 @@ class Extender(RequestStats):
                 continue
             gone = {v["UID"] for v in victims["Pods"] if v["UID"]}
             left = [p for p in on_node.get(node, ()) if (p.get("metadata") or {}).get("uid") not in gone]
-            doc = dict(model.node_docs[i])  # the model's node docs are the problem's nodes, in order
-            apply_usage(doc, left, model.config.resources, [])
-            allocated = problem.allocated[i].copy()
-            for r, amount in doc["allocated"].items():
-                ri = problem.resource_index.get(r)
-                if ri is not None:
-                    allocated[ri] = amount
-            state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype))
+            set_node_pods(state, model, i, left)
             if not node_reasons(state, 0, np.array([i])):
                 keep[node] = victims
             state.set_node_usage(i, problem.allocated[i], problem.gpu_free[i])
         return {"NodeNameToMetaVictims": keep}
+
+
+def set_node_pods(state: ClusterState, model: ClusterModel, i: int, pods: Iterable[Mapping[str, Any]]) -> None:
+    """Give node ``i`` of ``state`` (a state of ``model``'s problem) the usage of exactly these bound
+    ``pods``, counted as ``model`` counts a node's pods (:func:`~iro_fed.k8s.snapshot.apply_usage`):
+    requests, GPU cards and kube's NonZeroRequested, so that the node is filtered and scored as in
+    a fresh snapshot of those pods. The preempt check's what-if: the node without its victims."""
+    problem = state.problem
+    doc = dict(model.node_docs[i])  # the model's node docs are the problem's nodes, in order
+    res = model.config.resources
+    # The remaining pods' summed non-zero requests, as the snapshot sets a node's nonzero_allocated:
+    # left out, set_node_usage would take the usage itself (a best-effort pod then counts 0, not 100m).
+    nonzero = _nonzero_allocated(apply_usage(doc, pods, res, []), res)
+    allocated = problem.allocated[i].copy()
+    for r, amount in doc["allocated"].items():
+        ri = problem.resource_index.get(r)
+        if ri is not None:
+            allocated[ri] = amount
+    state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype),
+                         nonzero=np.array([nonzero.get(r, 0.0) for r in NONZERO_RESOURCES]))
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
