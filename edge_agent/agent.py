@@ -11,7 +11,10 @@ Threads:
   request's line and headers and again for its body (408 and close), bodies parsed by
   :func:`iro_fed.k8s.httpjson.loads_strict` (400 naming the field), 405 with ``Allow``, JSON for
   every error, and one log line, not a traceback, when a client resets;
-* ``collect``: psutil readings of the node every ``collect.interval_s`` into the gauges;
+* ``collect``: psutil readings of the node every ``collect.interval_s`` into the gauges, and
+  /proc/net/dev read once per round (:class:`edge_agent.metrics.NetworkCounter`); a network read
+  that fails keeps the last network totals and is reported on its own (dependency ``network``,
+  ``/readyz`` ``network_error``) while CPU and memory go on updating;
 * ``perception`` (with ``prometheus.url``): a cluster snapshot every ``refresh_interval_s``;
   with ``prometheus.scoring`` ``usage`` / ``max`` the site's ``allocated`` follows observed usage
   (:func:`iro_fed.metrics.load_aware_problem`). When Prometheus fails the agent goes back to
@@ -43,7 +46,7 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import AgentConfig
 from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
-from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter
+from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter, NodeCollector
 from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
 from edge_agent.store import ExperienceStore, Outcome, Transition
@@ -105,7 +108,8 @@ class Agent:
         self.snapshot: ClusterSnapshot | None = None
         self.prometheus_state: dict[str, Any] = {"up": None, "last_error": None, "last_success": None}
         self.load_aware_nodes = 0
-        self.local = None
+        self.local: NodeCollector | None = None
+        self._network_error: str | None = None  # the last network failure logged (logged once, not every round)
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.server: _Server | None = None
@@ -194,8 +198,25 @@ class Agent:
             raise BadRequest("node", f"expected a node name, got {type(node).__name__}")
         if self.store is None:
             raise BadRequest("", "this agent has no experience store (store.path is not set)")
-        self.store.record(outcome=Outcome(did, observed, node))
-        return {"recorded": True, "decision_id": did}
+        # One outcome per decision of this agent's store (edge_agent.store): a retried POST is the
+        # row already stored (200), a different second outcome a 409, an unknown decision a 400.
+        result = self.store.record_outcome(Outcome(did, observed, node),
+                                           timeout=min(5.0, self.cfg.listen.request_timeout_s))
+        doc: dict[str, Any] = {"recorded": result.status in ("recorded", "duplicate"), "status": result.status,
+                               "decision_id": did, "outcome_id": result.outcome_id}
+        if result.status == "unknown":
+            raise BadRequest("decision_id", f"unknown decision {did!r}: not a decision of this agent's experience "
+                                            "store (never recommended here, not recorded, or evicted beyond "
+                                            "store.max_rows)")
+        if result.status == "conflict":
+            raise HttpError(409, f"decision_id: decision {did!r} already has another outcome (outcome_id "
+                                 f"{result.outcome_id}); one outcome per decision, the first is kept", "decision_id")
+        if result.status == "failed":
+            raise HttpError(500, f"the outcome could not be stored: {result.error}", None)
+        if result.status == "pending":
+            doc["note"] = ("queued: the experience store's file fails or is busy; the outcome is checked "
+                           "(known decision, one per decision) when it is written")
+        return doc
 
     # --- readiness -----------------------------------------------------------------------------
 
@@ -246,6 +267,7 @@ class Agent:
             else {"path": str(self.store.path), "written": self.store.written, "pending": self.store.pending,
                   "failed": self.store.failed, "last_error": self.store.last_error},
             "federation": federation,
+            "network_error": self.metrics.network_error,  # why iro_node_network_bytes stands still
         }
         return ready, doc
 
@@ -279,7 +301,17 @@ class Agent:
 
     def _collect_step(self) -> None:
         assert self.local is not None
-        self.metrics.set_local(self.local.collect())
+        # A network failure is the network series' own (dependency "network"): CPU and memory still
+        # update, and this loop keeps its interval rather than backing off for it.
+        self.metrics.collect(self.local)
+        error = self.metrics.network_error
+        if error != self._network_error:
+            if error is not None:
+                event(self.log, logging.WARNING, "network bytes not read: keeping the last totals", dependency="network",
+                      error=error)
+            else:
+                event(self.log, logging.INFO, "network bytes read again", dependency="network")
+            self._network_error = error
         if self.store is not None:
             self.metrics.experience_rows.set(self.store.written)
             self.metrics.experience_pending.set(self.store.pending)
@@ -339,9 +371,7 @@ class Agent:
         cfg = self.cfg
         self.server = _Server(self)
         self._set_policy_info()
-        from iro_fed.metrics.local import LocalCollector
-
-        self.local = LocalCollector()  # primes the CPU reading; the first sample comes after first_delay
+        self.local = NodeCollector()  # primes the CPU reading; the first sample comes after first_delay
         loops = [("local_metrics", cfg.collect.interval_s, self._collect_step, min(0.5, cfg.collect.interval_s))]
         if self.prometheus is not None:
             self.metrics.dependency_up.labels("prometheus").set(0)
@@ -449,7 +479,9 @@ class _Handler(RoutedJsonHandler):
                 "snapshot": self._snapshot, "federation": self._federation}
         out: dict[str, dict[str, Callable[[], None]]] = {f"/{k}": {"GET": f, "HEAD": f} for k, f in gets.items()}
         out["/recommend"] = {"POST": lambda: self._post(self.agent.recommend, 200)}
-        out["/outcome"] = {"POST": lambda: self._post(self.agent.record_outcome, 202)}
+        # A retried outcome (already stored) is 200; a new or queued one 202.
+        out["/outcome"] = {"POST": lambda: self._post(
+            self.agent.record_outcome, lambda doc: 200 if doc["status"] == "duplicate" else 202)}
         return out
 
     def route_path(self) -> str:
@@ -506,7 +538,8 @@ class _Handler(RoutedJsonHandler):
     def _federation(self) -> None:
         self._send(200, self.agent.federation_status())
 
-    def _post(self, action: Callable[[dict[str, Any]], dict[str, Any]], code: int) -> None:
+    def _post(self, action: Callable[[dict[str, Any]], dict[str, Any]],
+              code: int | Callable[[dict[str, Any]], int]) -> None:
         body = self.read_json()
         if not isinstance(body, dict):
             raise HttpError(400, f"body: expected a JSON object, got {json_kind(body)}", "body")
@@ -514,4 +547,4 @@ class _Handler(RoutedJsonHandler):
             doc = action(body)
         except BadRequest as exc:
             raise HttpError(400, str(exc), exc.field) from None
-        self._send(code, doc)
+        self._send(code if isinstance(code, int) else code(doc), doc)

@@ -71,8 +71,9 @@ class PrometheusConfig:
 @dataclass
 class CollectConfig:
     interval_s: float = 10.0
-    # Interfaces summed in iro_node_network_bytes: a regular expression matched against whole names
-    # (a list of names in the file); empty: the physical NICs (edge_agent.metrics.NetworkCounter).
+    # Interfaces summed in iro_node_network_bytes: a regular expression matched against whole names,
+    # or a list of names / expressions (YAML list, or comma-separated as in IRO_AGENT_NETWORK_INTERFACES);
+    # empty: the physical NICs (edge_agent.metrics.NetworkCounter).
     network_interfaces: str = ""
 
 
@@ -319,23 +320,77 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
     raise AssertionError(kind)
 
 
+#: An item of an interface list made only of these is a name, matched exactly (``eth0.100`` is not
+#: ``eth0x100``); any other item is a regular expression matched against whole names (``en.*``).
+_INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.@-]+")
+
+
+def _split_interfaces(text: str) -> list[str]:
+    """``text`` cut at its commas outside ``[...]``, ``{...}``, ``(...)`` and escapes, so that a
+    regular expression such as ``eth{0,1}`` or ``en[,x]`` stays one item."""
+    items: list[str] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c in "({":
+            depth += 1
+        elif c in ")}":
+            depth = max(depth - 1, 0)
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+        i += 1
+    items.append(text[start:])
+    return items
+
+
 def _interfaces_pattern(value: Any) -> str:
-    """``collect.network_interfaces``: a regular expression (checked here, not at the first reading),
-    or a list of interface names, which becomes one matching exactly those."""
-    if isinstance(value, list):
-        if not value:
-            raise ValueError('an empty list counts no interface; leave it empty ("") for the physical NICs')
-        for name in value:
-            if not isinstance(name, str) or not name or any(c.isspace() or c in "/:" for c in name):
-                raise ValueError(f"expected interface names such as eth0, got {name!r}")
-        return "|".join(re.escape(n) for n in value)
-    if not isinstance(value, str):
+    """``collect.network_interfaces``: one regular expression, or a list - a YAML list or a string
+    with commas (``eth0,eth1``, what ``IRO_AGENT_NETWORK_INTERFACES`` can carry) - of interface
+    names and regular expressions, which becomes one expression matching any of them. Checked
+    here, not at the first reading."""
+    if isinstance(value, str):
+        items = [item.strip() for item in _split_interfaces(value)]
+        if len(items) == 1:  # no comma outside a bracket: one regular expression, as always
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression {value!r}: {exc}") from None
+            return value
+        for n, item in enumerate(items, 1):
+            if not item:
+                raise ValueError(f"item {n} of the comma-separated list {value!r} is empty")
+        value = items
+    elif not isinstance(value, list):
         raise ValueError(f"expected a regular expression or a list of interface names, got {type(value).__name__} {value!r}")
+    if not value:
+        raise ValueError('an empty list counts no interface; leave it empty ("") for the physical NICs')
+    parts = []
+    for n, item in enumerate(value, 1):
+        # No interface name holds whitespace or '/': such an item is a mistake, not an expression.
+        if not isinstance(item, str) or not item or any(c.isspace() or c == "/" for c in item):
+            raise ValueError(f"expected interface names such as eth0, got {item!r}")
+        if _INTERFACE_NAME.fullmatch(item):
+            parts.append(re.escape(item))
+            continue
+        try:
+            re.compile(item)
+        except re.error as exc:
+            raise ValueError(f"item {n} {item!r}: not a valid regular expression: {exc}") from None
+        parts.append(f"(?:{item})")  # grouped: an item's own '|' stays inside it
+    pattern = "|".join(parts)
     try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression {value!r}: {exc}") from None
-    return value
+        re.compile(pattern)
+    except re.error as exc:  # e.g. an item's global flag (?i), allowed only at the very start
+        raise ValueError(f"the items {value!r} do not combine into one regular expression: {exc}") from None
+    return pattern
 
 
 def _assign(cfg: AgentConfig, key: str, value: Any) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from iro_fed.metrics.local import LocalSample
+from iro_fed.metrics.local import LocalCollector, LocalSample
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 HANDLERS = ("recommend", "outcome", "healthz", "readyz", "metrics", "snapshot", "federation", "other")
@@ -25,7 +25,9 @@ class AgentMetrics:
 
         self.node, self.site = node, site
         self.network = NetworkCounter() if network is None else network
-        self._net_interfaces: tuple[str, ...] | None = None  # None: psutil's sum (no /proc/net/dev)
+        # The last collection round, replaced as a whole: a scrape sees one round's totals and interfaces.
+        self._published: _Published | None = None
+        self.network_error: str | None = None  # why the last round has no network reading
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("iro_agent_requests", "HTTP requests served, by handler and status code.",
                                 ["handler", "code"], registry=r)
@@ -60,7 +62,6 @@ class AgentMetrics:
                                    ["node", "site"], registry=r)
         self.node_mem_capacity = Gauge("iro_node_memory_capacity_bytes", "Memory of the node.",
                                        ["node", "site"], registry=r)
-        self._local: LocalSample | None = None
         r.register(_LocalCounters(self))
         # Series that exist from the first scrape, so rates and ratios see them start at 0.
         for code in ("200", "400"):
@@ -88,17 +89,57 @@ class AgentMetrics:
             "iro_agent_federated_experience_samples",
             "Decisions of the experience store the ClientApp trained on in its last round.", registry=r)
 
-    def set_local(self, sample: LocalSample) -> None:
+    @property
+    def _local(self) -> LocalSample | None:
+        """The last published reading (what /metrics shows)."""
+        published = self._published
+        return None if published is None else published.sample
+
+    def collect(self, collector: NodeCollector) -> LocalSample:
+        """One collection round: /proc/net/dev read once, by :attr:`network` (psutil reads it only
+        where the counter has none: not Linux), psutil for the rest; published as :meth:`set_local`."""
+        net, error = self._read_network()
+        return self._publish(collector.collect(with_network=net is None and error is None), net, error)
+
+    def set_local(self, sample: LocalSample) -> LocalSample:
         """Record a psutil reading; its network bytes are replaced by :attr:`network`'s (psutil sums
-        every interface: lo, veth pairs, bridges and tunnels count the same traffic again)."""
-        net = self.network.read()
-        if net is not None:
-            rx, tx, self._net_interfaces = net
+        every interface: lo, veth pairs, bridges and tunnels count the same traffic again).
+
+        A network reading that fails (/proc/net/dev unreadable or garbled) costs only the network
+        series: CPU and memory are updated, the network totals and interfaces stay at the last good
+        reading (a counter never goes back), ``iro_agent_dependency_up{dependency="network"}`` is 0
+        and :attr:`network_error` says why. Returns the published reading."""
+        net, error = self._read_network()
+        return self._publish(sample, net, error)
+
+    def _read_network(self) -> tuple[tuple[float, float, tuple[str, ...]] | None, Exception | None]:
+        try:
+            return self.network.read(), None
+        except Exception as exc:  # OSError, a garbled file (ValueError): only the network part fails
+            return None, exc
+
+    def _publish(self, sample: LocalSample, net: tuple[float, float, tuple[str, ...]] | None,
+                 error: Exception | None) -> LocalSample:
+        prev = self._published
+        interfaces: tuple[str, ...] | None = None  # None: psutil's sum (no /proc/net/dev)
+        has_network = True
+        if error is not None:
+            if prev is not None and prev.network:
+                interfaces = prev.interfaces
+                sample = dataclasses.replace(sample, net_rx_bytes_total=prev.sample.net_rx_bytes_total,
+                                             net_tx_bytes_total=prev.sample.net_tx_bytes_total,
+                                             net_rx_bytes_per_s=0.0, net_tx_bytes_per_s=0.0)
+            else:  # no good reading yet: no network series rather than psutil's sum of everything
+                has_network = False
+                sample = dataclasses.replace(sample, net_rx_bytes_total=0.0, net_tx_bytes_total=0.0,
+                                             net_rx_bytes_per_s=0.0, net_tx_bytes_per_s=0.0)
+        elif net is not None:
+            rx, tx, interfaces = net
             rx_rate = tx_rate = 0.0
-            prev = self._local  # its bytes are the counter's too: psutil reads the same /proc/net/dev
-            if prev is not None and sample.taken_at > prev.taken_at:
-                dt = sample.taken_at - prev.taken_at  # totals never decrease
-                rx_rate, tx_rate = (rx - prev.net_rx_bytes_total) / dt, (tx - prev.net_tx_bytes_total) / dt
+            if prev is not None and prev.network and sample.taken_at > prev.sample.taken_at:
+                dt = sample.taken_at - prev.sample.taken_at  # totals never decrease
+                rx_rate = (rx - prev.sample.net_rx_bytes_total) / dt
+                tx_rate = (tx - prev.sample.net_tx_bytes_total) / dt
             sample = dataclasses.replace(sample, net_rx_bytes_total=rx, net_tx_bytes_total=tx,
                                          net_rx_bytes_per_s=rx_rate, net_tx_bytes_per_s=tx_rate)
         labels = (self.node, self.site)
@@ -106,12 +147,60 @@ class AgentMetrics:
         self.node_cpu_capacity.labels(*labels).set(sample.cpu_capacity_cores)
         self.node_mem_used.labels(*labels).set(sample.memory_used_bytes)
         self.node_mem_capacity.labels(*labels).set(sample.memory_capacity_bytes)
-        self._local = sample
+        self._published = _Published(sample, interfaces, has_network)  # one assignment: one round
+        if error is not None:
+            self.network_error = f"{type(error).__name__}: {error}"
+            self.dependency_up.labels("network").set(0)
+            self.dependency_failures.labels("network").inc()
+        else:
+            self.network_error = None
+            if net is not None:
+                self.dependency_up.labels("network").set(1)
+        return sample
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+@dataclasses.dataclass(frozen=True)
+class _Published:
+    """One collection round as /metrics shows it."""
+
+    sample: LocalSample
+    interfaces: tuple[str, ...] | None  # summed in the network totals; None: psutil's sum
+    network: bool  # False: no good network reading yet (the series are left out)
+
+
+class NodeCollector(LocalCollector):
+    """:class:`~iro_fed.metrics.local.LocalCollector` that can leave out psutil's network read:
+    the agent's :class:`NetworkCounter` reads /proc/net/dev itself, and one read per round is
+    enough (psutil's would be a second one, and one more way for the round to fail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._view = _PsutilWithoutNetwork(self._psutil)
+        self._psutil = self._view
+
+    def collect(self, with_network: bool = True) -> LocalSample:
+        """A reading; without ``with_network`` its network bytes and rates are 0."""
+        self._view.skip = not with_network
+        return super().collect()
+
+
+class _PsutilWithoutNetwork:
+    """psutil, whose ``net_io_counters()`` answers None (no reading) while ``skip`` is set."""
+
+    def __init__(self, psutil: Any) -> None:
+        self._psutil = psutil
+        self.skip = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._psutil, name)
+
+    def net_io_counters(self, *args: Any, **kwargs: Any) -> Any:
+        return None if self.skip else self._psutil.net_io_counters(*args, **kwargs)
 
 
 class _LocalCounters:
@@ -126,14 +215,17 @@ class _LocalCounters:
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        s = self.m._local
-        if s is None:
+        published = self.m._published  # read once: every family below is of the same round
+        if published is None:
             return
+        s = published.sample
         disk = CounterMetricFamily("iro_node_disk_io_operations", "Disk read/write operations since boot.",
                                    labels=["node", "site", "direction"])
         disk.add_metric([self.m.node, self.m.site, "read"], s.disk_read_ops_total)
         disk.add_metric([self.m.node, self.m.site, "write"], s.disk_write_ops_total)
         yield disk
+        if not published.network:
+            return
         net = CounterMetricFamily("iro_node_network_bytes",
                                   "Network bytes of the node's uplink interfaces (physical NICs, or "
                                   "collect.network_interfaces), since each came up.",
@@ -141,7 +233,7 @@ class _LocalCounters:
         net.add_metric([self.m.node, self.m.site, "rx"], s.net_rx_bytes_total)
         net.add_metric([self.m.node, self.m.site, "tx"], s.net_tx_bytes_total)
         yield net
-        counted = self.m._net_interfaces
+        counted = published.interfaces
         if counted is not None:
             # Which interfaces the counter sums: an empty family says the selection matches nothing.
             info = GaugeMetricFamily("iro_node_network_interface_info",

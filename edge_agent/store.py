@@ -20,6 +20,12 @@
 * Bounded: each table keeps at most ``max_rows`` rows; the oldest are evicted after each batch.
 * A file that cannot be used (not a database, read-only, locked, a folder, a folder that cannot be
   created) raises :class:`StoreError`, which names the path and the reason.
+* One outcome per decision, and only for a decision of the store: an outcome whose decision is
+  not in ``transitions`` (never recorded, dropped, or evicted) is refused, an exact repeat (same
+  ``node`` and ``observed``: a retried request) is the row already there, and a different second
+  outcome is refused (the first stays). The check and the insert share the transaction.
+  :meth:`~ExperienceStore.record_outcome` waits for that answer (``/outcome``); an outcome given
+  to :meth:`~ExperienceStore.record` follows the same rule, a refused one counted in ``rejected``.
 * Readers (the federated ClientApp, tests) open their own connection:
   :meth:`transitions`, :meth:`sample`, :meth:`counts` work from any thread or process.
 
@@ -133,6 +139,45 @@ class Outcome:
     ts: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True)
+class OutcomeResult:
+    """What :meth:`ExperienceStore.record_outcome` did with an outcome.
+
+    ``status``: ``recorded`` (a new row), ``duplicate`` (the same outcome was already stored: that
+    row), ``conflict`` (another outcome of the decision is stored: kept, this one refused),
+    ``unknown`` (no such decision in the store), ``pending`` (the file fails or the writer is busy:
+    queued, checked by the same rules when written), ``failed`` (sqlite refused the record).
+    """
+
+    status: str
+    outcome_id: int | None = None  # the stored row (recorded, duplicate, conflict)
+    error: str | None = None  # why, for failed
+
+
+class _Ticket:
+    """The answer slot of one :meth:`ExperienceStore.record_outcome` call, set by the writer."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result = OutcomeResult("pending")
+
+    def resolve(self, result: OutcomeResult) -> None:
+        if not self.done.is_set():  # the first answer is the caller's; a later write changes nothing
+            self.result = result
+            self.done.set()
+
+
+#: A queued record: a transition and/or an outcome, and who waits for the outcome's answer.
+_Row = tuple[Transition | None, Outcome | None, _Ticket | None]
+
+
+def _canonical(observed_json: str) -> str:
+    """``observed`` as compared between two outcomes: key order does not matter."""
+    return json.dumps(json.loads(observed_json), sort_keys=True)
+
+
 class StoreError(sqlite3.Error):
     """An experience store file that cannot be opened or read. ``path`` is the file, ``strerror``
     the reason without the path (as :class:`OSError` has it, for callers that name the setting)."""
@@ -240,11 +285,12 @@ class ExperienceStore:
         self._lock = threading.Lock()  # nothing is queued behind close()'s end-of-queue mark
         self.written = 0
         self.failed = 0  # records that could not be committed (rolled back, not written)
+        self.rejected = 0  # outcomes refused: of an unknown decision, or a second, different one
         self.evicted = 0
         self.last_error: str | None = None
         # The writer thread's own: records the file refused (an OperationalError), oldest first,
         # the flushes waiting for them, and when to try them again.
-        self._pending: deque[tuple[Transition | None, Outcome | None]] = deque()
+        self._pending: deque[_Row] = deque()
         self._waiters: list[threading.Event] = []
         self._backoff = Backoff(min(max(float(batch_s), _RETRY_FIRST_S), _RETRY_MAX_S), _RETRY_MAX_S, jitter=0.0)
         self._retry_at = 0.0
@@ -268,7 +314,19 @@ class ExperienceStore:
                 raise RuntimeError("experience store is closed")
             if transition is None and outcome is None:
                 return
-            self._queue.put((transition, outcome))
+            self._queue.put((transition, outcome, None))
+
+    def record_outcome(self, outcome: Outcome, timeout: float | None = 10.0) -> OutcomeResult:
+        """Store ``outcome`` and say what became of it (see :class:`OutcomeResult`): the writer
+        checks and commits it at once, behind what is queued. ``pending`` when the file fails or
+        ``timeout`` passes first: the outcome stays queued and is checked when it is written."""
+        ticket = _Ticket()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("experience store is closed")
+            self._queue.put((None, outcome, ticket))
+        ticket.done.wait(timeout)
+        return ticket.result
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until everything queued so far, pending records included, is committed; False when
@@ -308,8 +366,8 @@ class ExperienceStore:
                 item = _RETRY
             batch = [item]
             deadline = time.monotonic() + self.batch_s
-            # A flush or close ends the batch at once: its caller waits for the commit.
-            while isinstance(item, tuple) and len(batch) < _MAX_BATCH:
+            # A flush, a close or an outcome whose caller waits ends the batch at once.
+            while isinstance(item, tuple) and item[2] is None and len(batch) < _MAX_BATCH:
                 try:
                     item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except queue.Empty:
@@ -324,6 +382,7 @@ class ExperienceStore:
                     self._write_batch(rows)
             else:  # the file failed a moment ago: wait for the retry, in order behind the others
                 self._pending.extend(rows)
+                _answer_pending(rows)
                 self._bound()
             if closing and self._pending:
                 lost = len(self._pending)
@@ -337,13 +396,13 @@ class ExperienceStore:
             if closing:
                 return
 
-    def _write_batch(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
+    def _write_batch(self, rows: list[_Row]) -> None:
         """Commit the pending records and then ``rows``, in order, in one transaction. If a record
         breaks it, one transaction per record, so one bad record does not cost the others; if the
         file fails (an OperationalError: locked, read-only, full, I/O), what is not committed
         stays pending, in order, to be tried again after the backoff."""
         todo = [*self._pending, *rows]
-        rest: list[tuple[Transition | None, Outcome | None]] = []
+        rest: list[_Row] = []
         try:
             self._write(todo)
         except sqlite3.OperationalError as exc:
@@ -361,10 +420,15 @@ class ExperienceStore:
                         break
                     except Exception as exc:
                         record_error, dropped = exc, dropped + 1
+                        if row[2] is not None:
+                            row[2].resolve(OutcomeResult("failed", error=f"{type(exc).__name__}: {exc}"))
+            elif todo[0][2] is not None:
+                todo[0][2].resolve(OutcomeResult("failed", error=f"{type(record_error).__name__}: {record_error}"))
             if dropped:
                 self.failed += dropped
                 self.last_error = f"{type(record_error).__name__}: {record_error}"
         self._pending = deque(rest)
+        _answer_pending(rest)
         if not rest:
             self._backoff.reset()
             self._dropped_pending = 0
@@ -389,12 +453,13 @@ class ExperienceStore:
                      f"({self.max_pending}) waited for the file")
         self.last_error = note + ")"
 
-    def _write(self, rows: list[tuple[Transition | None, Outcome | None]]) -> None:
+    def _write(self, rows: list[_Row]) -> None:
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
-        evicted = 0
+        evicted = written = rejected = 0
+        answers: list[tuple[_Ticket, OutcomeResult]] = []  # given once committed
         try:
-            for t, o in rows:
+            for t, o, ticket in rows:
                 if t is not None:
                     state = np.ascontiguousarray(t.state, dtype=np.float32)
                     nxt = None if t.next_state is None else np.ascontiguousarray(t.next_state, dtype=np.float32).tobytes()
@@ -408,11 +473,13 @@ class ExperienceStore:
                             json.dumps(t.info, default=str), *_policy_columns(t.policy_sample),
                         ),
                     )
-                if o is not None:
-                    c.execute(
-                        "INSERT INTO outcomes (ts, decision_id, node, observed) VALUES (?,?,?,?)",
-                        (o.ts, o.decision_id, o.node, json.dumps(o.observed, default=str)),
-                    )
+                result = None if o is None else self._write_outcome(o)
+                if result is not None and result.status in ("unknown", "conflict"):
+                    rejected += 1
+                if t is not None or (result is not None and result.status == "recorded"):
+                    written += 1
+                if ticket is not None and result is not None:
+                    answers.append((ticket, result))
             for table in ("transitions", "outcomes"):
                 cur = c.execute(
                     f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (self.max_rows,)  # noqa: S608
@@ -425,9 +492,28 @@ class ExperienceStore:
             if c.in_transaction:
                 c.execute("ROLLBACK")
             raise
-        self.written += len(rows)
+        self.written += written
+        self.rejected += rejected
         self.evicted += evicted  # counted once committed: a rolled-back eviction evicted nothing
         self.last_error = None
+        for ticket, result in answers:
+            ticket.resolve(result)
+
+    def _write_outcome(self, o: Outcome) -> OutcomeResult:
+        """Insert ``o`` unless the decision is unknown or already has an outcome (inside ``_write``'s
+        transaction, so the check and the insert see the same file)."""
+        c = self._conn
+        observed = json.dumps(o.observed, default=str)
+        first = c.execute("SELECT id, node, observed FROM outcomes WHERE decision_id = ? ORDER BY id LIMIT 1",
+                          (o.decision_id,)).fetchone()
+        if first is not None:  # before the decision's check: its transition may be evicted already
+            same = first[1] == o.node and _canonical(first[2]) == _canonical(observed)
+            return OutcomeResult("duplicate" if same else "conflict", int(first[0]))
+        if c.execute("SELECT 1 FROM transitions WHERE decision_id = ?", (o.decision_id,)).fetchone() is None:
+            return OutcomeResult("unknown")
+        cur = c.execute("INSERT INTO outcomes (ts, decision_id, node, observed) VALUES (?,?,?,?)",
+                        (o.ts, o.decision_id, o.node, observed))
+        return OutcomeResult("recorded", int(cur.lastrowid))
 
     # --- reading (own connection, any thread or process) --------------------------------------
 
@@ -457,6 +543,13 @@ class ExperienceStore:
         rng = np.random.default_rng(seed)
         chosen = [int(i) for i in rng.choice(ids, size=min(n, len(ids)), replace=False)]
         return read_transitions(self.path, ids=chosen)
+
+
+def _answer_pending(rows: list[_Row] | deque[_Row]) -> None:
+    """Outcomes waiting for a file that fails: their callers hear ``pending`` now, not after the retry."""
+    for _, _, ticket in rows:
+        if ticket is not None:
+            ticket.resolve(OutcomeResult("pending"))
 
 
 def read_transitions(

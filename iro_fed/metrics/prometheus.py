@@ -1,9 +1,13 @@
 """A small client of the Prometheus HTTP API (``/api/v1/query``, ``/api/v1/query_range``).
 
-Standard library only (urllib), so the perception layer needs no extra. Every call has a
-timeout; failures raise :class:`PrometheusUnavailable` (cannot reach the server, HTTP 5xx,
-timeout) or :class:`PrometheusQueryError` (the server answered that the query is wrong), each
-with the URL and, for query errors, Prometheus's own ``errorType`` and ``error``.
+Standard library only (urllib), so the perception layer needs no extra. Every request is
+bounded three ways: ``timeout_s`` for each blocking step (connect, each read), ``deadline_s``
+for the whole request (default twice ``timeout_s``: a server that trickles its answer a byte at
+a time is cut off), and ``max_bytes`` for the answer (default :data:`DEFAULT_MAX_BYTES`, 32 MiB:
+a huge answer is refused, not read into memory). Failures raise :class:`PrometheusUnavailable`
+(cannot reach the server, HTTP 5xx, timeout, deadline) or :class:`PrometheusQueryError` (the
+server answered that the query is wrong, answered nonsense, or answered more than ``max_bytes``),
+each with the URL and, for query errors, Prometheus's own ``errorType`` and ``error``.
 """
 
 from __future__ import annotations
@@ -11,11 +15,19 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+#: The largest answer read by default (``max_bytes``): a snapshot's queries over 20,000 nodes
+#: answer a few MiB; more is a query that matches far too much, or not Prometheus.
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+_ERROR_BODY_BYTES = 64 * 1024  # of an error answer, only the message is read
+_CHUNK = 64 * 1024
 
 
 class PrometheusError(Exception):
@@ -83,22 +95,60 @@ def _labels(item: Any, promql: str) -> dict[str, str]:
 class PrometheusClient:
     """Queries one Prometheus server.
 
-    ``base_url`` is the server root (``http://127.0.0.1:9090``); ``timeout_s`` bounds every
-    request on the client side and is also sent as the query's ``timeout`` so the server gives
-    up at the same time.
+    ``base_url`` is the server root (``http://127.0.0.1:9090``); ``timeout_s`` bounds each
+    blocking step of a request on the client side and is also sent as the query's ``timeout`` so
+    the server gives up at the same time; ``deadline_s`` (default ``2 * timeout_s``: the server's
+    time, then as long again to send the answer) bounds a whole request, and ``max_bytes``
+    (default :data:`DEFAULT_MAX_BYTES`) the answer's size.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0, deadline_s: float | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         parsed = urllib.parse.urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"prometheus url: expected http(s)://host:port, got {base_url!r}")
-        if not timeout_s > 0:
+        if not _positive(timeout_s):
             raise ValueError(f"prometheus timeout_s: must be > 0, got {timeout_s!r}")
+        if deadline_s is not None and not _positive(deadline_s):
+            raise ValueError(f"prometheus deadline_s: must be a number of seconds > 0, got {deadline_s!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"prometheus max_bytes: must be an integer >= 1, got {max_bytes!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = float(timeout_s)
+        self.deadline_s = 2.0 * self.timeout_s if deadline_s is None else float(deadline_s)
+        self.max_bytes = max_bytes
 
     def __repr__(self) -> str:
-        return f"PrometheusClient({self.base_url!r}, timeout_s={self.timeout_s})"
+        return (f"PrometheusClient({self.base_url!r}, timeout_s={self.timeout_s}, deadline_s={self.deadline_s}, "
+                f"max_bytes={self.max_bytes})")
+
+    def _fetch(self, url: str, limit: int) -> tuple[int, bytes]:
+        """(status, body) of one GET, whatever the status, within the deadline and ``limit`` bytes.
+        Raises the errors of :meth:`_get` for what is not an answer."""
+        deadline = _Deadline(self.deadline_s)
+        opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+        try:
+            try:
+                resp = opener.open(url, timeout=min(self.timeout_s, self.deadline_s))
+            except urllib.error.HTTPError as exc:
+                # The message is all that is read of an error answer: a huge one is cut, not refused.
+                fp = getattr(exc, "fp", None)
+                try:
+                    body = b"" if fp is None else _read_capped(fp, url, min(limit, _ERROR_BODY_BYTES), deadline, cut=True)
+                finally:
+                    exc.close()
+                return exc.code, body
+            with resp:
+                return resp.status, _read_capped(resp, url, limit, deadline)
+        except PrometheusError:
+            raise
+        except Exception as exc:
+            if deadline.expired:  # the watchdog closed the socket: whatever broke, it was the deadline
+                raise PrometheusUnavailable(f"{url}: no complete answer within the {self.deadline_s:g} s "
+                                            f"deadline (deadline_s)") from exc
+            raise
+        finally:
+            deadline.cancel()
 
     # --- raw API ---------------------------------------------------------------------------
 
@@ -106,13 +156,13 @@ class PrometheusClient:
         params = {k: v for k, v in params.items() if v is not None}
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:  # noqa: S310 - http(s) checked above
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-            if exc.code >= 500 or exc.code == 429:
-                raise PrometheusUnavailable(f"{url}: HTTP {exc.code} {_error_text(body)}") from exc
-            raise PrometheusQueryError(f"{url}: HTTP {exc.code} {_error_text(body)}") from exc
+            status, body = self._fetch(url, self.max_bytes)
+            if status >= 500 or status == 429:
+                raise PrometheusUnavailable(f"{url}: HTTP {status} {_error_text(body)}")
+            if status >= 400:
+                raise PrometheusQueryError(f"{url}: HTTP {status} {_error_text(body)}")
+        except PrometheusError:
+            raise
         except TimeoutError as exc:
             raise PrometheusUnavailable(f"{url}: no answer within {self.timeout_s:g} s") from exc
         except urllib.error.URLError as exc:
@@ -177,10 +227,125 @@ class PrometheusClient:
     def ready(self) -> bool:
         """True when the server answers ``/-/ready`` with 200."""
         try:
-            with urllib.request.urlopen(f"{self.base_url}/-/ready", timeout=self.timeout_s) as resp:  # noqa: S310
-                return resp.status == 200
-        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException):
+            return self._fetch(f"{self.base_url}/-/ready", _ERROR_BODY_BYTES)[0] == 200
+        except (PrometheusError, urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException):
             return False
+
+
+def _positive(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+class _Deadline:
+    """A request's overall deadline: when it passes, the request's sockets are shut down, so a
+    read blocked on a server that trickles (each byte within the socket timeout) returns at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if not self.expired:
+                return
+        _shutdown(sock)  # connected after the deadline passed
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed
+        pass
+
+
+class _WatchedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket the request's :class:`_Deadline` can shut down."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)
+
+
+class _WatchedHTTPSConnection(http.client.HTTPSConnection):
+    """:class:`_WatchedHTTPConnection` over TLS."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    # urllib's own handler (proxies from the environment still apply), with watched connections.
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_WatchedHTTPConnection, req, deadline=self._deadline)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_WatchedHTTPSConnection, req, deadline=self._deadline)
+
+
+def _read_capped(resp: Any, url: str, limit: int, deadline: _Deadline, cut: bool = False) -> bytes:
+    """The body of ``resp``, at most ``limit`` bytes: more is a PrometheusQueryError (or, with
+    ``cut``, the first ``limit`` bytes). Read a chunk at a time (``read1``: one socket read each),
+    so neither a huge answer nor the deadline waits for the whole body."""
+    declared = resp.headers.get("Content-Length", "") if getattr(resp, "headers", None) is not None else ""
+    if not cut and declared.strip().isdigit() and int(declared) > limit:
+        raise PrometheusQueryError(f"{url}: the answer is {int(declared)} bytes, more than the {limit} bytes read "
+                                   "at most (max_bytes)")
+    read = getattr(resp, "read1", resp.read)
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = read(_CHUNK)
+        if not chunk:
+            break
+        if deadline.expired:
+            raise TimeoutError("deadline")
+        total += len(chunk)
+        if total > limit:
+            if cut:
+                chunks.append(chunk[: len(chunk) - (total - limit)])
+                break
+            raise PrometheusQueryError(f"{url}: the answer is more than the {limit} bytes read at most (max_bytes)")
+        chunks.append(chunk)
+    if deadline.expired:  # the socket was shut down: what was read is cut short, not the answer
+        raise TimeoutError("deadline")
+    body = b"".join(chunks)
+    if not cut and declared.strip().isdigit() and total < int(declared):  # read1 ends quietly at EOF
+        raise http.client.IncompleteRead(body, int(declared) - total)
+    return body
 
 
 def _error_text(body: bytes) -> str:
