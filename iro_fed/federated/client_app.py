@@ -54,11 +54,14 @@ ATTACKS = ("none", "scale", "nan", "shape")
 def node_site(context: Context) -> int:
     """The site this node trains on, from ``site`` or ``partition-id`` in its node config."""
     node = context.node_config
-    value = node.get("site", node.get("partition-id", 0))
-    try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"node-config site: expected an integer, got {value!r}") from exc
+    key = "site" if "site" in node else "partition-id"
+    value = node.get(key, 0)
+    # int() alone truncated site=1.5 to 1 and took true as 1: the node trained and reported another site
+    if isinstance(value, str) and value.strip().lstrip("+-").isdecimal():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"node-config {key}: expected an integer >= 0, got {value!r}")
+    return value
 
 
 def _reply_records(weights: dict[str, np.ndarray], flat: bool) -> dict[str, object]:

@@ -195,12 +195,12 @@ class RoundRequestQueue:
         state = "done" if ok else "failed"
         now = time.gmtime()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", now)
+        moved, lost = self._move_claimed(claimed, state)  # first: the record's name must be free of them too
         record = self.folder(state) / f"{stamp}-run.json"
         n = 1
         while record.exists():
             n += 1
             record = self.folder(state) / f"{stamp}-run-{n}.json"
-        moved, lost = self._move_claimed(claimed, state)
         write_json_atomic(record, {
             "format": RUN_FORMAT, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), "ok": ok,
             "requests": [p.name for p in moved], "sites": sorted({req.site for req in claimed}),
@@ -212,8 +212,16 @@ class RoundRequestQueue:
         return record
 
     def _move(self, path: Path, state: str) -> Path | None:
-        """Move ``path`` into ``state``'s folder; None when it is no longer there (moved away meanwhile)."""
+        """Move ``path`` into ``state``'s folder, under a free name (``<stem>-2.json``, ...) when its own
+        is taken there; None when it is no longer there (moved away meanwhile)."""
+        # os.replace overwrites: a second hand-named bad.json (or a request named like one already
+        # done) replaced the first one's file in rejected/ (done/, failed/) and it was lost.
+        # Only this consumer (the lock) moves files into these folders; writers add unique names.
         target = self.folder(state) / path.name
+        n = 1
+        while target.exists() or (state == "rejected" and target.with_name(target.stem + ".error").exists()):
+            n += 1
+            target = self.folder(state) / f"{path.stem}-{n}{path.suffix}"
         try:
             os.replace(path, target)
         except FileNotFoundError:

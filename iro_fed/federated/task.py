@@ -75,6 +75,10 @@ _COUNT_LIMITS = {"num_server_rounds": MAX_SERVER_ROUNDS, "local_steps": limits.M
                  "min_nodes": 100_000, "eval_episodes": limits.MAX_EVAL_EPISODES}
 #: A site's episode length in simulated hours (the carbon data covers about a year).
 MAX_SITE_HOURS = limits.MAX_HOURS
+#: Largest ``seed``: a site trains with ``seed * 1000 + site * 97 + round``, which numpy's global
+#: seeding takes only in 0..2**32 - 1 (outside it, every site's training raised). 4,000,000 leaves
+#: room for MAX_SERVER_ROUNDS rounds of sites up to 2.9 million.
+MAX_SEED = 4_000_000
 
 @dataclass(frozen=True)
 class FedConfig:
@@ -93,7 +97,7 @@ class FedConfig:
     top_k: int = 8
     """Candidate nodes per decision (the policy's action space, plus the defer action)."""
     seed: int = 0
-    """Seed of the initial global policy; sites add their id and the round."""
+    """Seed of the initial global policy (0..4,000,000); sites add their id and the round."""
     fraction_train: float = 1.0
     """Share of connected sites sampled per round."""
     min_nodes: int = 2
@@ -174,6 +178,12 @@ class FedConfig:
                                  "num-malicious")
         if self.eval_site < 0:
             raise FedConfigError(f"eval-site: expected >= 0, got {self.eval_site!r}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise FedConfigError(f"seed: expected 0..{MAX_SEED:,}, got {self.seed!r}")
+        if not self.registry.strip():
+            # Path("") is the process's working folder: for a ServerApp, Flower's temporary app folder
+            raise FedConfigError(f"registry: expected a folder path, got {self.registry!r}")
+        sites(self.scenario)  # an unknown scenario fails here, not in the first evaluation of a started run
         self.dqn_config()  # DQN settings (dimensions, rates) are validated by DQNConfig itself
 
     @classmethod
