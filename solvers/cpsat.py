@@ -14,7 +14,9 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
 2. **Additive resources.** Per node and resource ``sum_g demand[g, r] x[g, n] <= capacity -
    allocated``, written only where the candidates' total demand could exceed what is free.
    Amounts are scaled by a power of ten until integral (exact; a value that is not integral
-   even at 10^6 is rounded conservatively: demands up, free amounts down).
+   even at 10^6 is rounded conservatively: demands up, free amounts down; the model is then
+   not exact unless the row still admits the pod counts the feasibility module does, which is
+   checked where its pods ask for equal amounts: ``info["capacity_rounded"]``).
    **Aggregate cardinality cuts** (``cardinality_cuts``): the pods whose candidates all lie in
    a node set S cannot together ask for more of a resource (cpu, memory, ..., GPU milli, fully
    free cards for k-GPU pods) than S has free. When they do by ``e``, at least the k largest
@@ -112,7 +114,9 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
 
 **What is exact.** ``status == "optimal"`` only when the model was exact (no pruning, no
 utilization surrogate) and CP-SAT proved optimality with a zero gap: the placement is then
-optimal for the true R up to ``scale_error_bound``. Otherwise the status is ``feasible``, and
+optimal for the true R up to ``scale_error_bound`` (which includes, where the level encoding
+rounds amounts that are not integral, ``info["utilization_rounded"]``, the most that can change
+U). Otherwise the status is ``feasible``, and
 ``info`` says why (``exact_model``, ``pruned``, ``utilization_model``, CP-SAT's ``status``).
 ``info`` reports CP-SAT's objective and best bound in units of R (a bound on the true R only
 when ``exact_model`` is true), the gap, wall time and model size.
@@ -526,6 +530,21 @@ def scaled_demand(demand: np.ndarray, mult: float) -> np.ndarray:
     return np.ceil(scaled - INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
 
 
+def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, dem: np.ndarray, cap: int) -> bool:
+    """Whether a capacity row rounded conservatively (``dem`` up, ``cap`` down) admits exactly
+    the pod counts that :func:`~iro_fed.feasibility.resource_fit` does, placing one pod after
+    another. Decided only when the pods ask for equal amounts (one count to compare); else False."""
+    if not np.all(d == d[0]):
+        return False
+    total = int(ub.sum())
+    rounded = min(total, cap // int(dem[0])) if dem[0] > 0 else total
+    left, fits = free, 0
+    while fits < total and left >= d[0] - EPS:  # as ClusterState.place subtracts, pod by pod
+        left -= d[0]
+        fits += 1
+    return rounded == fits
+
+
 def scaled_capacity(free: float, mult: float) -> int:
     """Integer capacity at ``mult`` units per resource unit, rounded down (float noise aside)."""
     scaled = free * mult
@@ -627,6 +646,9 @@ class PlacementModel:
         self.card_groups: dict[int, list[list[int]]] = {}
         self.on_var: dict[int, int] = {}
         self.util: _UtilVars | None = None
+        self.levels_rounded = False  # the level encoding rounded an amount (then U is approximate)
+        self.capacity_rounded = False  # a capacity row rounded so that it may keep out pods that fit
+        self.levels_error = 0.0  # most change of R from the level encoding's rounded amounts
         self.info: dict[str, Any] = {}
         self._build(cand, hint)
         if hint is not None:
@@ -702,11 +724,17 @@ class PlacementModel:
                 continue
             # Exact where the amounts are decimals of up to six places; otherwise conservative
             # (demands up, capacity down), never admitting what the feasibility module rejects.
-            mult, _ = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
+            mult, integral = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
             for n in binding:
                 ks = by_node[nb[n] : nb[n + 1]]
                 ks = ks[d[ks] > 0]
-                model.linear(x[ks], scaled_demand(d[ks], mult), 0, scaled_capacity(free[n, r], mult))
+                dem, cap = scaled_demand(d[ks], mult), scaled_capacity(free[n, r], mult)
+                model.linear(x[ks], dem, 0, cap)
+                if not integral and not _rounding_keeps_count(d[ks], ub[ks], float(free[n, r]), dem, cap):
+                    # Rounded up, the demands may keep out pods that fit (3 pods of 1/3 cpu on 1.0
+                    # free: 333334 x 3 > 10^6): the model is then not exact, and "optimal" would
+                    # be a claim about fewer placements than the feasibility module allows.
+                    self.capacity_rounded = True
                 # Large-item cuts: pods over 1/(j+1) of what is free fit at most j at a time.
                 # Implied for integers, but they tighten the LP bound where big pods compete.
                 for j in (1, 2, 3):
@@ -833,9 +861,12 @@ class PlacementModel:
         obj.offset = -const * scale
         obj.scaling_factor = -1.0 / scale
         self.const = const
-        self.error_bound = 0.5 * float(ubs.sum()) / scale
-        self.exact = mode != "surrogate"
-        self.info.update(scale=scale, scale_error_bound=self.error_bound)
+        self.error_bound = 0.5 * float(ubs.sum()) / scale + self.levels_error
+        # Levels are exact only where every amount is an integer in the encoding's units.
+        self.exact = mode != "surrogate" and not self.capacity_rounded
+        self.info.update(scale=scale, scale_error_bound=self.error_bound, utilization_rounded=self.levels_rounded,
+            capacity_rounded=self.capacity_rounded,
+        )
 
     def _cardinality_cuts(
         self, x: np.ndarray, gfeas: np.ndarray, rep: np.ndarray, size: np.ndarray, group_pairs: np.ndarray
@@ -918,20 +949,42 @@ class PlacementModel:
             ints = np.round(vals * mult).astype(np.int64)
             g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
             unit = mult / g  # integer units per resource unit
+            scaled = vals * unit
+            # Amounts that are not integers in this unit are rounded: U is then approximate
+            # (reported), and A_r <= B_r is left out, as rounded usage may pass rounded capacity.
+            rounded = not np.all(np.abs(scaled - np.round(scaled)) <= INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
+            self.levels_rounded |= rounded
             d_i = np.round(d * unit).astype(np.int64)
             a0_i = int(round(a0[r] * unit))
-            lv = [int(round(b * unit)) for b in levels[r]]
-            top = max(a0_i, min(a0_i + int((d_i * ub).sum()), lv[-1]))
+            caps = np.round(ucap[switchable, r] * unit).astype(np.int64)
+            b0_i = int(round(b0[r] * unit))
+            # The levels are the subset sums of these integer capacities, so that every set of
+            # nodes on has its level (rounding each sum of floats instead lost some: two nodes of
+            # 953674.316 MiB gave caps 953674 each but the level round(1907348.63) = 1907349, so
+            # the model could not power both on and called the one-node placement optimal).
+            sums = {0}
+            for c in caps[caps > 0]:
+                sums |= {s + int(c) for s in sums}
+            lv = sorted(b0_i + s for s in sums)
+            if rounded:
+                # |A'/B' - A/B| <= (|A' - A| + |B' - B|) / B' (as A <= B), per unit of z's weight
+                # w1 / m (m >= 1): added to the error bound, so that "optimal" and the bound stay
+                # true up to scale_error_bound (ten pods of 0.2000001 cpu: 2e-7 off before).
+                err_a = abs(a0_i - a0[r] * unit) + float((np.abs(d_i - d * unit) * ub).sum())
+                err_b = abs(b0_i - b0[r] * unit) + float(np.abs(caps - ucap[switchable, r] * unit).sum())
+                positive = [b for b in lv if b > 0]
+                if positive:
+                    self.levels_error = max(self.levels_error, p.weights.utilization * (err_a + err_b) / positive[0])
+            top = max(a0_i, a0_i + int((d_i * ub).sum()) if rounded else min(a0_i + int((d_i * ub).sum()), lv[-1]))
             # A_r = a0 + sum d x, and A_r <= B_r (usage never exceeds the capacity on).
             av = model.new_var(a0_i, top)
             nz = d_i > 0
             model.linear([av, *x[nz]], [1, *(-d_i[nz])], a0_i, a0_i)
             yv = [int(v) for v in model.new_vars(np.ones(len(lv)))]
             model.exactly_one(yv)
-            caps = np.round(ucap[switchable, r] * unit).astype(np.int64)
-            b0_i = int(round(b0[r] * unit))
             model.linear([*on, *yv], [*caps, *[-(b - b0_i) for b in lv]], 0, 0)
-            model.linear([av, *yv], [1, *(-np.asarray(lv))], -_BIG, 0)
+            if not rounded:
+                model.linear([av, *yv], [1, *(-np.asarray(lv))], -_BIG, 0)
             if lv[0] > 0:
                 valid_fixed += 1
             elif len(lv) > 1:
