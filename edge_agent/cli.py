@@ -1,8 +1,12 @@
 """The ``edge-agent`` command (also ``python -m edge_agent``).
 
 ``edge-agent run --config agent.yaml [--port P]`` serves until SIGTERM or SIGINT, then stops
-cleanly (exit 0). Bad settings exit 2 with every error naming its key. Ctrl-C before the agent
-serves (reading the settings, building the site) or during ``bench`` exits 130 without a traceback.
+cleanly (in-flight requests answered, the store flushed, a SuperNode it started stopped) and
+exits 0 after SIGTERM (Kubernetes or systemd stopping it), 130 after Ctrl-C: the project's stop
+convention (:mod:`iro_fed.cli`). A second signal during the stop is not waited for (Ctrl-C again
+exits 130, SIGTERM again ends the process). Bad settings exit 2 with every error naming its key.
+Ctrl-C before the agent serves (reading the settings, building the site) or during ``bench``
+exits 130 without a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, by shell convention (iro_fed.cli.EXIT_INTERRUPTED)
 BENCH_MAX_NODES = 100_000
 BENCH_MAX_REQUESTS = 1_000_000
 BENCH_MAX_CLIENTS = 256
@@ -48,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(args)
     except KeyboardInterrupt:  # `run` handles SIGINT itself once it serves; before that, and in bench, it lands here
         print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -85,13 +90,16 @@ def _main(args: argparse.Namespace) -> int:
                           "federated": _federated_summary(cfg, store_path)}, indent=2))
         return EXIT_OK
 
+    from iro_fed.cli import stop_status
+
     stop = threading.Event()
+    got: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
+        got.append(signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         agent.start()
     except OSError as exc:  # port in use, cannot bind
@@ -100,8 +108,11 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     while not stop.wait(0.5):
         pass
+    # The default handlers again: a second signal interrupts a stop that hangs.
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
     agent.stop()
-    return EXIT_OK
+    return stop_status(got[0])
 
 
 def _open_error(exc: BaseException, store_path: Path | None) -> str:

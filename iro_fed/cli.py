@@ -1,7 +1,28 @@
 """The ``iro`` command (shared/spec/interfaces.md).
 
 Every subcommand exits 0 on success and 2 on bad input, with a message on stderr that names
-what is wrong. Tables go to stdout; progress goes to stderr.
+what is wrong. Tables go to stdout; progress goes to stderr. Ctrl-C exits 130.
+
+Stopping the long-running commands (``iro extender``, ``webhook``, ``scheduler``, ``iro fed
+server``, ``node``, ``rounds`` and ``edge-agent run``), one convention (:func:`stop_status`):
+
+- SIGTERM (how Kubernetes and systemd stop a service) is a stop that was asked for: once the
+  command has stopped cleanly (its servers closed, its children stopped and reaped) it exits 0,
+  whatever status a child answers the SIGTERM with (flower-superlink dies of it: 143, or exits 3);
+- SIGINT (Ctrl-C) stops the same way and exits 130, by shell convention;
+- a stop that did not complete cleanly (a child still running after the grace period had to be
+  killed, a federated run could not be stopped on the SuperLink) exits 1, with a message;
+- a child that exits on its own, not asked to, passes on its status (128+N for a death by
+  signal N), so that a supervisor sees the failure;
+- a second signal during the stop cuts it short and the status is not 0: Ctrl-C again exits
+  130; SIGTERM again ends the process (143), or in ``iro fed server`` / ``node`` kills Flower's
+  processes (1).
+
+``iro fed local`` and the other commands are jobs: Ctrl-C exits 130, SIGTERM ends them (143).
+
+Output files (``--out``, ``--json``, ``--plot``) are written atomically (a temporary file beside
+them, renamed over them) after every input was read whole: ``--out`` may name an input file, which
+is then replaced by the complete result, or left as it was when the command fails.
 """
 
 from __future__ import annotations
@@ -22,7 +43,10 @@ from rich.table import Table
 from iro_fed import limits
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+#: Ctrl-C (SIGINT), by shell convention 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 
 # Subcommands that live beside their integration. Each module exposes ``register(sub)``, which
 # adds its parsers with ``set_defaults(func=...)``; it imports optional dependencies only when a
@@ -32,6 +56,14 @@ COMMAND_MODULES: tuple[str, ...] = ("iro_fed.sim.cli", "iro_fed.learning", "iro_
 
 class UsageError(Exception):
     """Bad input from the command line: exit status 2."""
+
+
+def stop_status(signum: int) -> int:
+    """Exit status of a long-running command stopped cleanly by ``signum`` (the module's
+    convention): 130 after Ctrl-C (SIGINT), 0 after SIGTERM or any other stop that was asked for."""
+    import signal
+
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
 
 
 def _console(stderr: bool = False) -> Console:
@@ -76,6 +108,19 @@ def check_output_file(flag: str, path: str | Path) -> Path:
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
     _make_folder(flag, out.parent if str(out.parent) else Path("."))
     return out
+
+
+def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
+    """``(flag, path)`` of a command's output files, none given twice: the later write would
+    replace the earlier result (``--out r.png --plot r.png`` kept only the plot)."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs:
+        if not path or path == "-":
+            continue
+        key = Path(path).resolve()  # the same file by another name (./r.json, a symlink) too
+        if key in seen:
+            raise UsageError(f"{flag}: {path!r} is also the {seen[key]} file; give each output its own file")
+        seen[key] = flag
 
 
 def check_output_folder(flag: str, path: str | Path) -> Path:
@@ -426,6 +471,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from iro_fed.plots import check_plot_file
 
         check_plot_file("--plot", args.plot)
+    check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
         check_input_file(flag, path)
     try:
@@ -573,8 +619,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"iro {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m iro_fed.cli` runs this file as a second module, __main__: the subcommands raise
+    # iro_fed.cli.UsageError, which __main__'s own class would not catch (a traceback, not exit 2).
+    from iro_fed.cli import main as _main
+
+    sys.exit(_main())

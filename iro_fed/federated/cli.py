@@ -6,6 +6,17 @@
     iro fed certs --out DIR --host superlink.example.org [--node-keys 3]
 
 flwr is imported only when a command runs.
+
+Stopping (the project's convention, :mod:`iro_fed.cli`): ``iro fed server`` and ``iro fed node``
+pass a SIGTERM or Ctrl-C on to Flower's processes (each in its own session) and wait up to
+:data:`STOP_WAIT_S` for them; once they are gone the command exits 0 after SIGTERM and 130 after
+Ctrl-C, whatever status Flower answers the SIGTERM with (flower-superlink dies of it, or exits 3),
+and 1 when one had to be killed. A SuperLink or SuperNode that exits unasked passes on its
+status (128+N for a death by signal N). ``iro fed rounds`` stops the run in progress (on the
+SuperLink too), puts its requests back to wait and exits 0 after SIGTERM, 130 after Ctrl-C, 1 when
+a run could not be stopped on the SuperLink. A second signal cuts the stop short. ``iro fed
+local`` is a job, not a service: stopped before it finished (every process it started stopped
+too), it exits 143 after SIGTERM, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iro_fed.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
     _console,
@@ -32,12 +45,16 @@ from iro_fed.cli import (
     check_output_file,
     check_output_folder,
     split_pairs,
+    stop_status,
 )
 from iro_fed.federated.procs import parse_host_port
 
 if TYPE_CHECKING:
     from iro_fed.federated.round_requests import RoundRequest, RoundRequestQueue
 
+#: How long `iro fed server` / `node` wait for Flower's processes after passing on a SIGTERM or
+#: Ctrl-C before they kill them: within Kubernetes' default grace period (30 s) and systemd's (90 s).
+STOP_WAIT_S = 20.0
 # How long a stop waits for `flwr run` to name its run (`iro fed rounds`), so that it can stop that
 # run on the SuperLink too; within systemd's TimeoutStopSec (90 s in deploy/federated).
 STOP_GRACE_S = 30.0
@@ -238,68 +255,111 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
     """Run ``argv`` (its own process group) in the foreground until it exits; SIGTERM / Ctrl-C stop
     it and everything it started. With ``executor_port`` (a SuperNode in ``--isolation process``)
     the warm ClientApp executor runs beside it: started once the Runtime API on that port listens,
-    restarted (with a growing pause) if it dies while the SuperNode runs. Returns the exit status."""
+    restarted (with a growing pause) if it dies while the SuperNode runs.
+
+    Returns the exit status, by the stop convention of :mod:`iro_fed.cli`: 0 once a SIGTERM has
+    stopped everything, 130 after Ctrl-C (whatever the child answers the SIGTERM we pass on with:
+    flower-superlink dies of it or exits 3), 1 when something had to be killed after
+    :data:`STOP_WAIT_S` or the Runtime API never listened, and the child's own status (128+N for a
+    death by signal N) when it exits unasked. A second signal kills what is still running."""
     import socket
     import time
 
     from iro_fed.federated.local import LocalFederation
 
-    node = subprocess.Popen(argv, env=env, start_new_session=True)
-    procs: list[subprocess.Popen] = [node]
-    stopping = False
+    procs: list[subprocess.Popen] = []
+    asked: list[int] = []  # the signals that asked for the stop, in order
 
-    def stop_all(signum: int = signal.SIGTERM, _frame: Any = None) -> None:
-        nonlocal stopping
-        stopping = True
-        _signal_groups(procs, signal.SIGTERM)
-
-    old = signal.signal(signal.SIGTERM, stop_all)
-    try:
-        if executor_port is not None:
-            exec_env = {**(env or os.environ), **LocalFederation._app_path()}
-            deadline = time.monotonic() + start_timeout_s
-            while node.poll() is None and not stopping:
-                try:
-                    with socket.create_connection(("127.0.0.1", executor_port), timeout=0.5):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        print(f"iro fed node: the SuperNode's Runtime API did not listen on 127.0.0.1:{executor_port} "
-                              f"within {start_timeout_s:.0f} s", file=sys.stderr)
-                        stop_all()
-                        return _exit_status(node.wait(timeout=20))
-                    time.sleep(0.2)
-            pause = 1.0
-            while node.poll() is None and not stopping:
-                executor = subprocess.Popen(executor_command(executor_port, node.pid), env=exec_env,
-                                            start_new_session=True)
-                procs[1:] = [executor]
-                started = time.monotonic()
-                while node.poll() is None and executor.poll() is None and not stopping:
-                    time.sleep(0.5)
-                if node.poll() is None and not stopping:
-                    pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
-                    print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
-                          f"{pause:.0f} s", file=sys.stderr)
-                    time.sleep(pause)
-        return _exit_status(node.wait())
-    except KeyboardInterrupt:
-        # Ctrl-C: 130 by convention, whatever the child answers our SIGTERM with (flower-superlink
-        # exits 3 on SIGTERM, a plain process dies of it: -15, which sys.exit would turn into 241).
-        stop_all(signal.SIGINT)
-        try:
-            node.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+    def on_term(signum: int, _frame: Any) -> None:
+        # The first is passed on below (every wait there is short); a second one is not waited for.
+        asked.append(signum)
+        if len(asked) > 1:
             _signal_groups(procs, signal.SIGKILL)
-        return 130
+
+    # Caught before the child starts: a SIGTERM as soon as it serves must find this handler.
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        node = subprocess.Popen(argv, env=env, start_new_session=True)
+        procs.append(node)
+        try:
+            if executor_port is not None:
+                exec_env = {**(env or os.environ), **LocalFederation._app_path()}
+                deadline = time.monotonic() + start_timeout_s
+                while node.poll() is None and not asked:
+                    try:
+                        with socket.create_connection(("127.0.0.1", executor_port), timeout=0.5):
+                            break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            print(f"iro fed node: the SuperNode's Runtime API did not listen on "
+                                  f"127.0.0.1:{executor_port} within {start_timeout_s:.0f} s", file=sys.stderr)
+                            _stop_procs(procs)
+                            return EXIT_FAILED
+                        time.sleep(0.2)
+                pause = 1.0
+                while node.poll() is None and not asked:
+                    executor = subprocess.Popen(executor_command(executor_port, node.pid), env=exec_env,
+                                                start_new_session=True)
+                    procs[1:] = [executor]
+                    started = time.monotonic()
+                    while node.poll() is None and executor.poll() is None and not asked:
+                        time.sleep(0.5)
+                    if node.poll() is None and not asked:
+                        pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
+                        print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
+                              f"{pause:.0f} s", file=sys.stderr)
+                        until = time.monotonic() + pause
+                        while not asked and time.monotonic() < until:
+                            time.sleep(0.2)
+            while not asked:  # a bounded wait, so that a stop asked for meanwhile is bounded too
+                try:
+                    node.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:  # Ctrl-C (the children, in their own sessions, did not see it)
+            asked.append(signal.SIGINT)
+        if not asked:  # it exited on its own: its status is ours
+            return _exit_status(node.returncode)
+        try:
+            clean = _stop_procs(procs)
+        except KeyboardInterrupt:  # Ctrl-C again: not waited for
+            _signal_groups(procs, signal.SIGKILL)
+            return EXIT_INTERRUPTED
+        if len(asked) > 1:  # on_term killed them
+            print("iro fed: a second signal: Flower's processes were killed", file=sys.stderr)
+            return EXIT_FAILED
+        if not clean:
+            print(f"iro fed: {Path(argv[0]).name} did not stop within {STOP_WAIT_S:.0f} s and was killed",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        return stop_status(asked[0])
     finally:
-        stop_all()
-        for proc in procs[1:]:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _signal_groups([proc], signal.SIGKILL)
         signal.signal(signal.SIGTERM, old)
+        # Whatever the way out, nothing we started outlives us: the executor when the SuperNode
+        # exited on its own, what is left in the group of one that exited.
+        running = [proc for proc in procs if proc.poll() is None]
+        _signal_groups([proc for proc in procs if proc not in running], signal.SIGTERM)
+        if running:
+            _stop_procs(running)
+
+
+def _stop_procs(procs: list[subprocess.Popen]) -> bool:
+    """SIGTERM the process groups of ``procs`` and wait up to :data:`STOP_WAIT_S` for them all;
+    SIGKILL the ones still running then. Returns whether none had to be killed."""
+    import time
+
+    _signal_groups(procs, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    clean = True
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            clean = False
+            _signal_groups([proc], signal.SIGKILL)
+            proc.wait()
+    return clean
 
 
 def _exit_status(returncode: int) -> int:
@@ -393,7 +453,10 @@ def cmd_local(args: argparse.Namespace) -> int:
         elif "ERROR" in line or "Traceback" in line:
             err.print(line, markup=False, highlight=False)
 
+    terminated: list[int] = []
+
     def on_term(signum: int, _frame: Any) -> None:
+        terminated.append(signum)
         raise KeyboardInterrupt  # unwinds through `with fed`, which stops every process it started
 
     old_term = signal.signal(signal.SIGTERM, on_term)
@@ -406,7 +469,8 @@ def cmd_local(args: argparse.Namespace) -> int:
                 rounds = result["rounds"]
     except KeyboardInterrupt:
         err.print("[yellow]interrupted: every Flower process was stopped[/yellow]")
-        return 130
+        # A job stopped before it finished: 143 after SIGTERM as for every other job, 130 after Ctrl-C.
+        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
     except FederationError as exc:
         err.print(f"[red]federated run failed[/red] (logs in {fed.workdir}):")
         err.print(str(exc), markup=False, highlight=False)
@@ -574,6 +638,8 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
 
     err = _console(stderr=True)
     stop = threading.Event()
+    asked: list[int] = []  # the signals that asked for the stop, in order
+    left_running: list[str] = []  # why a run could not be stopped on the SuperLink
     running: list[subprocess.Popen] = []
     run_ids: list[int] = []  # the SuperLink's id of the run in progress, once flwr run names it
     grace: threading.Timer | None = None
@@ -583,6 +649,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
 
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal grace
+        asked.append(signum)
         again = stop.is_set()
         stop.set()
         if run_ids or not running or again:
@@ -633,6 +700,8 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
                                 why = flwr_stop(run_id, args.federation, env, Path.cwd())
                                 err.print(f"run {run_id}: " + ("stopped on the SuperLink" if why is None else why),
                                           highlight=False)
+                                if why is not None:
+                                    left_running.append(f"run {run_id}: {why}")
                             queue.release(claimed)
                             break
                         failed += 1
@@ -656,8 +725,14 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
         for sig, handler in old.items():
             signal.signal(sig, handler)
     if stop.is_set():
+        # A stop asked for: its status says how the stop went (runs that failed before it are
+        # filed under rounds/failed and were reported then); see the convention in iro_fed.cli.
         err.print("[yellow]stopped; unfinished requests wait in the requests folder[/yellow]")
-        return 130
+        if left_running:
+            err.print(f"[red]not stopped on the SuperLink, it may still run: {'; '.join(left_running)}[/red]",
+                      highlight=False)
+            return EXIT_FAILED
+        return stop_status(asked[0]) if asked else EXIT_OK
     return 1 if failed else EXIT_OK
 
 

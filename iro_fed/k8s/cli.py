@@ -1,10 +1,18 @@
 """``iro extender``, ``iro webhook``, ``iro scheduler``: the Kubernetes servers.
 
-Each prints a table of what it serves, then runs until SIGINT / SIGTERM. Bad arguments (an
-unreadable certificate, an unknown solver, a port or number out of range, a number that is not
-finite, a name Kubernetes would reject, a --host this machine cannot listen on, a --cluster-config
-that is not UTF-8 or has a field of the wrong kind) exit with status 2, naming the flag, before
-anything listens.
+Each prints a table of what it serves, then runs until SIGTERM or SIGINT, stops cleanly (the
+server closed, the watches and the scheduler's threads stopped, its Lease released) and exits 0
+after SIGTERM (Kubernetes stopping the pod), 130 after Ctrl-C: the project's stop convention
+(:mod:`iro_fed.cli`). A second signal during the stop is not waited for. ``--ready-file`` is
+written atomically (a reader never sees it empty or half-written) once the server listens, and
+a stale one from an earlier run is removed first. A signal before the commands serve (while
+they check their arguments and start) has its default effect: SIGTERM ends the
+process (143), Ctrl-C exits 130.
+
+Bad arguments (an unreadable certificate, an unknown solver, a port or number out of range, a
+number that is not finite, a name Kubernetes would reject, a --host this machine cannot listen
+on, a --cluster-config that is not UTF-8 or has a field of the wrong kind) exit with status 2,
+naming the flag, before anything listens.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +31,6 @@ from typing import Any
 from rich.table import Table
 
 from iro_fed.cli import (
-    EXIT_OK,
     UsageError,
     _console,
     _parse_settings,
@@ -31,6 +40,7 @@ from iro_fed.cli import (
     check_number,
     check_output_file,
     check_output_folder,
+    stop_status,
 )
 from iro_fed.limits import MAX_TOP_K, MAX_TRAIN_STEPS
 from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN
@@ -114,11 +124,34 @@ def _kube(kubeconfig: str | None, user_agent: str) -> Any:
         raise UsageError(f"--kubeconfig: cannot load {kubeconfig!r}: {exc}") from exc
 
 
-def _wait_for_signal() -> None:
+@contextmanager
+def _stop_signals() -> Iterator[Callable[[], int]]:
+    """Catch SIGTERM and SIGINT from here on, before anything serves or is announced (a signal
+    right after ``--ready-file`` appears must not find the default handler, which ends the
+    process with 143 and no clean stop). Yields ``wait()``: it blocks until one arrives, puts the
+    previous handlers back (a second signal then cuts a stop that hangs short) and returns it."""
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    got: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    def wait() -> int:
+        stop.wait()
+        restore()
+        return got[0]
+
+    try:
+        yield wait
+    finally:
+        restore()
 
 
 def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -163,29 +196,34 @@ def cmd_extender(args: argparse.Namespace) -> int:
         ("solver", f"{args.solver} {settings or ''}".strip()),
         ("solver weight", f"{args.solver_weight:g} (objective {1 - args.solver_weight:g})"),
     ])
-    _serve_until_signal(server, args.ready_file, cache)
-    return EXIT_OK
+    return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
 
 def _server_args(args: argparse.Namespace) -> None:
     """Checks shared by the extender and the webhook, before anything listens."""
     check_listen_host("--host", args.host)
     if args.ready_file:
-        check_output_file("--ready-file", args.ready_file)
+        # A file left by an earlier run would announce a URL nothing listens on.
+        check_output_file("--ready-file", args.ready_file).unlink(missing_ok=True)
 
 
-def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> None:
-    """Serve in a thread, announce the URL in ``ready_file``, stop cleanly on SIGTERM / SIGINT."""
-    server.serve_in_thread()
-    if ready_file:
-        Path(ready_file).write_text(server.url + "\n")
-    try:
-        _wait_for_signal()
-    finally:
-        server.shutdown()
-        server.server_close()
-        if cache is not None:
-            cache.stop()
+def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> int:
+    """Serve in a thread, announce the URL in ``ready_file``, stop cleanly on SIGTERM / SIGINT;
+    returns the signal."""
+    from iro_fed.problem_io import write_file_atomic
+
+    with _stop_signals() as wait_for_stop:
+        server.serve_in_thread()
+        try:
+            if ready_file:
+                # Renamed into place whole: a reader polling for the file never sees it empty.
+                write_file_atomic(ready_file, lambda tmp: Path(tmp).write_text(server.url + "\n"))
+            return wait_for_stop()
+        finally:
+            server.shutdown()
+            server.server_close()
+            if cache is not None:
+                cache.stop()
 
 
 # --- webhook ----------------------------------------------------------------------------------
@@ -229,8 +267,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
     ])
-    _serve_until_signal(server, args.ready_file, cache)
-    return EXIT_OK
+    return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
 
 # --- scheduler --------------------------------------------------------------------------------
@@ -366,14 +403,15 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
         ("metrics", "off" if registry is None else f":{args.metrics_port}/metrics"),
     ])
-    sched.start()
-    try:
-        _wait_for_signal()
-    finally:
-        sched.stop(release=True)
-        if feedback is not None:
-            feedback.close(timeout=5.0)  # a fine-tune still running is abandoned: its version is published atomically or not at all
-    return EXIT_OK
+    with _stop_signals() as wait_for_stop:
+        sched.start()
+        try:
+            signum = wait_for_stop()
+        finally:
+            sched.stop(release=True)
+            if feedback is not None:
+                feedback.close(timeout=5.0)  # a fine-tune still running is abandoned: its version is published atomically or not at all
+    return stop_status(signum)
 
 
 def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:

@@ -5,8 +5,8 @@
     iro simulate --scenario bank --solver kube-default --plain      # the plain-Kubernetes baseline
 
 Exit status 2 (with a message naming it) for an unknown scenario, solver or setting, a seed
-or a number of hours out of range, or an output path that cannot be written; all are checked
-before the run starts.
+or a number of hours out of range, an output path that cannot be written, or --out and --plot
+naming one file; all are checked before the run starts. The outputs are written atomically.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings
+    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_distinct_outputs
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import simulate
     from iro_fed.sim.engine import SimConfigError
@@ -127,6 +127,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from iro_fed.plots import check_plot_file
 
         check_plot_file("--plot", args.plot)
+        check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     settings = _pairs(args.set, "--set")
     if args.plain:
         from iro_fed.sim import PLAIN_KUBERNETES
