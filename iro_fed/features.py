@@ -62,7 +62,7 @@ CONTEXT_FEATURES: tuple[str, ...] = (
     "candidate_share",  # real candidates / K
     "hour_sin",  # time of day (context)
     "hour_cos",
-    "carbon_now",  # mean carbon intensity of the candidates' domains / 1000
+    "carbon_now",  # mean carbon intensity of the problem's domains (all, unweighted), gCO2/kWh / 1000
     "carbon_forecast_ratio",  # lowest forecast within the pod's slack / now (context; 1 = no gain)
     "slack",  # deadline slack / 24 h, capped at 1 (context)
     "pressure_cpu",  # CPU requested by the problem's unplaced pods (this one included) / free CPU, capped at 4

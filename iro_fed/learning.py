@@ -23,6 +23,10 @@ EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
 MAX_ENVS = 256
 MAX_TRAIN_STEPS = limits.MAX_TRAIN_STEPS
 MAX_EVAL_EPISODES = limits.MAX_EVAL_EPISODES
+#: Scenario seeds that training envs never run: every evaluation episode :func:`evaluate_policy`
+#: can run by default. The training streams (``seed * 1000 + env * 97 + episode``, and the vector
+#: reset's ``seed + env``) reached them: ``--seed 10`` trained on seeds 10001, 10002, ...
+HELD_OUT = range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + MAX_EVAL_EPISODES)
 #: Episode length per scenario for training: long enough to hold its decisions, no longer.
 TRAIN_HOURS = {"bank": 6.0, "promo-surge": 14.0}
 #: DQN settings per scenario on top of the config defaults (``--set`` overrides them). In
@@ -84,11 +88,13 @@ def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def env_factories(scenario: str, count: int, seed: int, hours: float, k: int, settings: dict[str, Any]) -> list[Any]:
-    """Zero-argument env constructors for ``gymnasium.vector``, each with its own seed stream."""
+    """Zero-argument env constructors for ``gymnasium.vector``, each with its own seed stream, none
+    of which runs a held-out evaluation seed (:data:`HELD_OUT`)."""
     from iro_fed.sim.env import PlacementEnv
 
     def make(i: int) -> Any:
-        return lambda: PlacementEnv(scenario, hours=hours, k=k, seed=seed * 1000 + i * 97, settings=settings)
+        return lambda: PlacementEnv(scenario, hours=hours, k=k, seed=seed * 1000 + i * 97, settings=settings,
+                                    held_out=HELD_OUT)
 
     return [make(i) for i in range(count)]
 
@@ -164,9 +170,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario-set: {exc}") from exc
 
     solver = solvers.make("dqn", seed=args.seed)
-    from solvers.dqn.config import DQNConfig
+    from solvers.dqn.config import ConfigError, DQNConfig
 
-    k = DQNConfig.from_dict(config).top_k if "top_k" in config else DQNConfig().top_k
+    try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)
+        k = DQNConfig.from_dict(config).top_k
+    except ConfigError as exc:
+        raise UsageError(f"--set: {exc}") from exc
     console = _console(stderr=True)
     fns = env_factories(args.scenario, args.envs, args.seed, args.hours, k, scenario_settings)
 

@@ -31,6 +31,9 @@ without a decision.
 * **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
   :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
   pod's deadline slack as context (no clock: the ``dqn`` solver ranks without one).
+* **Seeds**: ``reset(seed=s)`` runs scenario seed ``s``, ``reset()`` the env's ``seed`` plus the
+  episodes so far; a seed in ``held_out`` (the evaluation episodes, for a training env) is moved
+  past that range, so that evaluation stays on episodes the policy never trained on.
 
 Works with ``gymnasium.vector.SyncVectorEnv`` and passes ``gymnasium.utils.env_checker.check_env``.
 """
@@ -70,14 +73,20 @@ class PlacementEnv(gym.Env):
         k: int = 16,
         seed: int = 0,
         settings: Mapping[str, Any] | None = None,
+        held_out: range = range(0),
     ) -> None:
         super().__init__()
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if not isinstance(held_out, range) or held_out.step != 1:
+            raise ValueError(f"held_out must be a range with step 1, got {held_out!r}")
         self.scenario_name = scenario
         self.hours = float(hours)
         self.k = int(k)
         self.base_seed = int(seed)
+        #: Scenario seeds this env never runs (the held-out evaluation episodes of a training env):
+        #: an episode that would draw one runs the seed as far past the range instead.
+        self.held_out = held_out
         self.scenario_params, engine = split_settings(scenario, dict(settings or {}))
         self.engine_settings = engine
         self.action_space = gym.spaces.Discrete(self.k + 1)
@@ -100,6 +109,8 @@ class PlacementEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
         super().reset(seed=seed)
         run_seed = seed if seed is not None else self.base_seed + self._episode
+        if run_seed in self.held_out:
+            run_seed += len(self.held_out)
         self._episode += 1
         sc = build_scenario(self.scenario_name, seed=run_seed, hours=self.hours, **self.scenario_params)
         config = SimConfig().with_settings({**sc.engine_defaults, **self.engine_settings})

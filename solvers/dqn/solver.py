@@ -211,14 +211,22 @@ class DQNSolver(OnlineSolver):
         return Decision(node, self.choose_cards(state, w, node))
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        """Q-values of arbitrary candidates (the policy sees them all at once, best gain first)."""
+        """Scores of arbitrary candidates, as :meth:`rank` orders them: the best K by marginal gain
+        get the policy's Q-values on the K-slot input it was trained on (so the best of all
+        feasible nodes is :meth:`decide`'s node); the others follow by marginal gain below them.
+
+        Feeding every candidate at once (the extender asks about all filtered nodes) showed the
+        policy more candidates than training ever did: its best differed from decide's."""
         candidates = np.asarray(candidates, dtype=np.int64)
         if candidates.size == 0:
             return np.zeros(0)
         nodes, gains = order_candidates(state, w, candidates)
         num_feasible = int(np.count_nonzero(feasible_nodes(state, w)))
-        q = self._q(state, w, nodes, gains, num_feasible)
-        by_node = dict(zip(nodes.tolist(), q.tolist(), strict=True))
+        head = min(self.k, nodes.size)
+        q = self._q(state, w, nodes[:head], gains[:head], num_feasible)
+        floor = float(q.min())
+        values = q.tolist() + [floor - 1.0 - i for i in range(nodes.size - head)]
+        by_node = dict(zip(nodes.tolist(), values, strict=True))
         return np.array([by_node[int(n)] for n in candidates])
 
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
