@@ -79,6 +79,11 @@ MAX_SITE_HOURS = limits.MAX_HOURS
 #: seeding takes only in 0..2**32 - 1 (outside it, every site's training raised). 4,000,000 leaves
 #: room for MAX_SERVER_ROUNDS rounds of sites up to 2.9 million.
 MAX_SEED = 4_000_000
+#: The scenario seeds of evaluation episodes (:func:`evaluate_policy`: ``EVAL_SEED + e``). A
+#: site's training env never runs them: ``seed=10`` trained site 0 on 10000, the first
+#: episode its held-out evaluation then ran.
+EVAL_SEED = 10_000
+EVAL_SEEDS = range(EVAL_SEED, EVAL_SEED + limits.MAX_EVAL_EPISODES)
 
 @dataclass(frozen=True)
 class FedConfig:
@@ -239,8 +244,10 @@ def site_profile(scenario: str, site: int) -> dict[str, Any]:
     return table[site % len(table)]
 
 
-def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: int = 8) -> Any:
+def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: int = 8,
+                  held_out: range = range(0)) -> Any:
     """The gymnasium env of one site: dict observations ``candidates[k, F]``, ``context[C]``, ``mask[k+1]``.
+    A training env passes ``held_out`` (the evaluation seeds), which its episodes then never run.
 
     This is the only function that builds an env; adapting to a change of the simulator's env
     is a change here. It is the simulator's :class:`~iro_fed.sim.env.PlacementEnv` on the
@@ -252,7 +259,7 @@ def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: in
     from iro_fed.sim.env import PlacementEnv
 
     profile = site_profile(scenario, site)
-    env = PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=profile["params"])
+    env = PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=profile["params"], held_out=held_out)
     space = env.observation_space
     if not (isinstance(space, gym.spaces.Dict) and {"candidates", "context", "mask"} <= set(space.spaces)):
         raise TypeError(f"PlacementEnv observations are {space}, expected a Dict of candidates, context and mask")
@@ -511,7 +518,8 @@ def local_train(
     else:
         replay.rng = np.random.default_rng(seed)  # this round's sampling, reproducible from the round's seed
     agent, result = train(
-        [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k)], cfg.dqn_config(), steps=n, seed=seed,
+        [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k, held_out=EVAL_SEEDS)], cfg.dqn_config(),
+        steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
         replay=replay, proximal_mu=proximal_mu,
     )
@@ -577,7 +585,7 @@ def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig,
 
 
 def evaluate_policy(weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, episodes: int | None = None,
-                    seed: int = 10_000, shuffle: bool = True) -> dict[str, float]:
+                    seed: int = EVAL_SEED, shuffle: bool = True) -> dict[str, float]:
     """Greedy episodes of the policy on ``site``: mean return (see :func:`run_episodes`) and simulator totals.
 
     ``shuffle`` presents the candidate slots in a random order at every decision. The env lists

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from iro_fed.limits import MAX_TOP_K
+
 
 class ConfigError(ValueError):
     """A DQN setting with a wrong name, type or value; the message names the field."""
@@ -91,6 +93,8 @@ class DQNConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+        if self.top_k > MAX_TOP_K:
+            raise ConfigError(f"top_k: expected at most {MAX_TOP_K}, got {self.top_k!r}")
         if self.learning_starts < 0:
             raise ConfigError(f"learning_starts: must be >= 0, got {self.learning_starts!r}")
         for name in ("gamma", "priority_alpha", "priority_beta0", "epsilon_start", "epsilon_end", "epsilon_fraction"):

@@ -125,6 +125,14 @@ class ReplayBuffer:
     def _ensure(self, t: Transition) -> None:
         if self.storage:
             return
+        # Refuse a buffer that cannot fit in memory by name, rather than dying in np.zeros (or
+        # later, page by page, in the OOM killer): `--set top_k=100000` asked for 373 GiB.
+        per = 2 * sum(np.asarray(v).nbytes for v in t.obs.values()) + 16
+        need, have = self.capacity * per, _physical_memory()
+        if have and need > have:
+            raise ValueError(f"buffer_size: {self.capacity:,} transitions of {per:,} bytes (this top_k's observations) "
+                             f"need {need / 2**30:.1f} GiB, more than this machine's {have / 2**30:.1f} GiB; "
+                             "lower buffer_size or top_k")
         for key, value in t.obs.items():
             v = np.asarray(value)
             self.storage[f"obs.{key}"] = np.zeros((self.capacity, *v.shape), dtype=v.dtype)
@@ -259,3 +267,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if top.size != 1 or not np.isfinite(top[0]) or top[0] <= 0:
             raise ValueError(f"replay state: {MAX_PRIORITY_KEY!r} must be one finite number > 0, got {top.tolist()}")
         self.max_priority = float(top[0])
+
+
+def _physical_memory() -> int:
+    """Bytes of physical memory, or 0 where the platform does not say."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return 0
