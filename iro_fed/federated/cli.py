@@ -82,7 +82,9 @@ def register(sub: Any) -> None:
     p.add_argument("--registry", default="policies", help="policy-registry folder (default ./policies)")
     p.add_argument("--strategy", default=None, help="fedavg (default), fedprox, fedmedian, fedtrimmedavg, krum, bulyan")
     p.add_argument("--local-steps", type=int, default=None, help="local training steps per site and round")
-    p.add_argument("--carbon-aware", action="store_true", help="prefer sites in low-carbon hours")
+    p.add_argument("--carbon-aware", action="store_true",
+                   help="each round trains the sites at or below the median grid carbon, at least carbon-min-fraction "
+                        "of them (min-nodes follows it unless --set min-nodes=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
     p.add_argument("--tls", action="store_true", help="serve the SuperLink with TLS (certificates made on the fly)")
@@ -186,6 +188,19 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
         except tomllib.TOMLDecodeError:
             out[key] = value.strip()  # a bare word is a string
     return out
+
+
+def carbon_min_nodes(cfg: Any, nodes: int) -> int:
+    """``min-nodes`` for ``iro fed local --carbon-aware`` with ``nodes`` sites: the least share
+    ``carbon-min-fraction`` keeps (at least one site, and what Krum/Bulyan need), at most ``nodes``.
+
+    ``fed local`` otherwise sets ``min-nodes`` to ``--nodes``, and carbon-aware participation never
+    trains fewer than ``min-nodes``: it could only down-weight, never skip a high-carbon site.
+    """
+    from iro_fed.federated.task import required_nodes
+
+    share = math.ceil(cfg.carbon_min_fraction * nodes)  # as the strategy counts it per round
+    return min(nodes, max(1, share, required_nodes(cfg.strategy, cfg.num_malicious)))
 
 
 def _port(flag: str, port: int) -> int:
@@ -401,9 +416,14 @@ def cmd_local(args: argparse.Namespace) -> int:
         overrides["local-steps"] = args.local_steps
     if args.carbon_aware:
         overrides["carbon-aware"] = True
-    overrides.update(parse_sets(args.set))
+    sets = parse_sets(args.set)
+    overrides.update(sets)
     try:
         cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
+        if cfg.carbon_aware and "min-nodes" not in sets:
+            # min-nodes is carbon-aware participation's floor too: at --nodes it never skips a site
+            overrides["min-nodes"] = carbon_min_nodes(cfg, args.nodes)
+            cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
     except FedConfigError as exc:
         raise UsageError(str(exc)) from exc
     if args.supernode_auth and not args.tls:
@@ -464,6 +484,9 @@ def cmd_local(args: argparse.Namespace) -> int:
         with err.status(f"federated training: {args.nodes} SuperNode(s), {cfg.num_server_rounds} round(s), "
                         f"strategy {cfg.strategy}") as status:
             with fed:
+                if cfg.min_nodes < args.nodes:  # Flower would start round 1 with the first min-nodes to join
+                    status.update(f"waiting for {args.nodes} SuperNodes to join")
+                    fed.wait_for_nodes()
                 status.update(f"running `flwr run` ({cfg.num_server_rounds} rounds, {args.nodes} sites)")
                 result = fed.run(overrides, on_line=on_line, timeout=args.timeout)
                 rounds = result["rounds"]

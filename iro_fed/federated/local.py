@@ -249,6 +249,32 @@ class LocalFederation:
         lines += [f"root-certificates = {json.dumps(str(self.tls.ca))}"] if self.tls else ["insecure = true"]
         (self.flwr_home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
+    def wait_for_nodes(self, count: int | None = None, timeout: float | None = None) -> None:
+        """Return once ``count`` SuperNodes (default: all) are online at the SuperLink, as
+        ``flwr supernode list`` reports them. A run whose ``min-nodes`` is below the node count
+        would otherwise start round 1 with whichever nodes had joined by then."""
+        want = self.nodes if count is None else count
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        online = -1
+        while True:
+            self.check_alive()
+            done = subprocess.run([flower_bin("flwr"), "supernode", "list", "local", "--format", "json"],
+                                  env=self.env(), cwd=str(self.workdir), capture_output=True, text=True,
+                                  timeout=self.start_timeout, stdin=subprocess.DEVNULL)
+            try:
+                listed = json.loads(done.stdout).get("nodes", []) if done.returncode == 0 else None
+            except (json.JSONDecodeError, AttributeError):
+                listed = None
+            if listed is not None:
+                online = sum(1 for node in listed if isinstance(node, dict) and node.get("status") == "online")
+                if online >= want:
+                    return
+            if time.monotonic() > deadline:
+                seen = f"{online} online" if online >= 0 else f"no answer: {(done.stdout + done.stderr).strip()[-500:]}"
+                raise FederationError(f"{want} SuperNode(s) did not join the SuperLink in time ({seen}):\n"
+                                      f"{self._tail('superlink')}")
+            time.sleep(0.5)
+
     def check_alive(self) -> None:
         for name, proc in self.procs:
             if proc.poll() is not None:

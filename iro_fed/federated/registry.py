@@ -11,7 +11,16 @@ Layout (read by the ``dqn`` solver's ``policy=DIR`` and by the edge agent)::
 
 A version is complete before ``latest`` names it: the checkpoint and its JSON are written
 atomically first, then ``latest`` is replaced with ``os.replace``; readers never see a partial
-file or a pointer to a missing version. A write that fails (disk full) removes its version folder.
+file or a pointer to a missing version. A write that fails (disk full), the pointer's included,
+removes its version folder and raises :class:`RegistryError`: the registry is left as it was.
+
+A writer killed between a complete version and its pointer (SIGKILL, power loss) leaves a
+version ``latest`` does not name. When ``latest`` is missing altogether (it died on the first
+version, or the pointer was deleted), :meth:`PolicyRegistry.latest_version` (``resume``,
+:meth:`PolicyRegistry.load`) takes the highest complete version and logs a warning rather than
+reporting an empty registry (a resume would silently start from a fresh policy); the edge agent
+and the ``dqn`` solver read only ``latest`` and wait for the next publish, which writes it. A
+``latest`` that exists is always followed, even when a higher complete version is not named.
 
 Several writers may share a folder (the ServerApp of ``iro fed rounds`` and the feedback loop's
 ``DQNFineTune``): a version number is taken by creating its folder (``mkdir`` fails for the
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -35,6 +45,10 @@ import numpy as np
 
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
 CHECKPOINT = "policy.pt"
+#: What a version folder holds once :meth:`PolicyRegistry.publish` has written it whole (in this order).
+VERSION_FILES = (CHECKPOINT, "policy.json", "metadata.json")
+
+logger = logging.getLogger(__name__)
 
 
 class RegistryError(ValueError):
@@ -64,7 +78,21 @@ class PolicyRegistry:
         return self.root / f"v{version:04d}" / CHECKPOINT
 
     def latest_version(self) -> int | None:
-        """The version ``latest`` names, or None for an empty registry."""
+        """The version ``latest`` names; without ``latest``, the highest complete version (a warning
+        is logged: its writer stopped before pointing at it), or None for an empty registry."""
+        named = self._pointer()
+        if named is not None:
+            return named
+        complete = [v for v in self.versions() if self._complete(v)]
+        if not complete:
+            return None
+        logger.warning("registry %r: no 'latest' pointer, but complete version(s) %s exist (a writer stopped "
+                       "before pointing at its version?); using the highest, v%04d", str(self.root),
+                       ", ".join(f"v{v:04d}" for v in complete), complete[-1])
+        return complete[-1]
+
+    def _pointer(self) -> int | None:
+        """The version the ``latest`` file names, or None when there is none."""
         pointer = self.root / "latest"
         if not pointer.is_file():
             return None
@@ -73,12 +101,18 @@ class PolicyRegistry:
             raise RegistryError(f"registry {str(self.root)!r}: 'latest' does not name a version")
         return int(m.group(1))
 
+    def _complete(self, version: int) -> bool:
+        """Whether every file :meth:`publish` writes is in the version's folder (metadata.json comes last)."""
+        folder = self.path(version).parent
+        return all((folder / name).is_file() for name in VERSION_FILES)
+
     def publish(self, state_dict: Mapping[str, Any], metadata: Mapping[str, Any]) -> tuple[int, Path]:
         """Write the next version and point ``latest`` at it; returns ``(version, checkpoint path)``.
 
         ``state_dict`` holds torch tensors or numpy arrays; ``metadata`` must hold the DQN
         checkpoint keys (``config``, ``candidate_features``, ``context_features``); ``version``
-        and ``created_at`` are added here.
+        and ``created_at`` are added here. A failed write of the version or of ``latest`` removes
+        the version and raises :class:`RegistryError` saying which failed.
         """
         import torch
 
@@ -110,7 +144,24 @@ class PolicyRegistry:
             if isinstance(exc, OSError):
                 raise RegistryError(f"{where} (disk full or not writable?): {exc}") from exc
             raise
-        self._point_latest(version)
+        try:
+            self._point_latest(version)
+        except BaseException as exc:
+            # A version no pointer names would be taken up by no reader but resume's fallback: remove
+            # it, unless the pointer was replaced after all (an interrupt after the rename).
+            try:
+                pointed = self._pointer() == version
+            except (RegistryError, OSError, UnicodeDecodeError):
+                pointed = False
+            if pointed:  # published; only an interrupt is passed on
+                if isinstance(exc, Exception):
+                    return version, path
+                raise
+            shutil.rmtree(path.parent, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise RegistryError(f"registry {str(self.root)!r}: cannot point 'latest' at version v{version:04d} "
+                                    f"(not writable?); the version was removed: {exc}") from exc
+            raise
         return version, path
 
     def _reserve(self) -> int:
@@ -131,7 +182,7 @@ class PolicyRegistry:
         with open(self.root / ".publish.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the read and the replace below, one writer at a time
             try:
-                current = self.latest_version()
+                current = self._pointer()  # the file itself: a fallback version must not hold it back
             except (RegistryError, OSError, UnicodeDecodeError):
                 current = None  # a damaged pointer is replaced
             if current is not None and current > version and self.path(current).is_file():

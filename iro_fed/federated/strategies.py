@@ -21,7 +21,10 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   *at the round's time* train, but never fewer than ``carbon_min_fraction`` of the sampled ones
   (nor ``min_train_nodes``), ties broken by site then node id; the intensity is ``carbon_fn(site,
   round)`` for a site that has reported which site it is (the ServerApp passes the scenario's grid
-  data), else the site's last report. Replies are down-weighted by ``min(1, median / intensity)``.
+  data), else the site's last report. Replies are down-weighted by ``min(1, median / intensity)``,
+  but never below ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the
+  intensities the valid replies report. Only a reply that passed validation updates the site and
+  intensity remembered for its node (a dropped one is not believed).
 
 After aggregation the ``fixed_arrays`` (buffers that are constants of the architecture, e.g.
 the distributional DQN's ``support``) are put back exactly as sent: averaging identical float
@@ -63,6 +66,9 @@ from iro_fed.federated.task import (
     site_carbon,
 )
 from iro_fed.federated.wire import layout_of
+
+#: Least factor by which carbon-aware aggregation down-weights a reply (see ``_carbon_weights``).
+CARBON_WEIGHT_FLOOR = 0.1
 
 
 def _arrays(msg: Message) -> ArrayRecord | None:
@@ -285,15 +291,6 @@ class ValidatedStrategy:
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        for msg in replies:  # remember what every site reported, valid update or not
-            metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
-            if metrics is not None:
-                node = int(msg.metadata.src_node_id)
-                c = _intensity(metrics.get("carbon-intensity"))
-                if c is not None:
-                    self.carbon[node] = c
-                if "site" in metrics:
-                    self.sites[node] = metrics["site"]
         sent = bool(self._reference)
         if sent:
             reference, layout = self._reference, self._layout
@@ -305,6 +302,10 @@ class ValidatedStrategy:
         if accepted:
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
+        # Only replies that passed validation update what a site is and its carbon: a dropped one
+        # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
+        # or another site's id. Read before consistent_metrics, which may trim these keys.
+        self._remember(kept)
         consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
         # draws them when SuperNodes join): summing in site order makes the aggregate of the same
@@ -340,6 +341,18 @@ class ValidatedStrategy:
         info["aggregated"] = arrays is not None
         return arrays, metrics
 
+    def _remember(self, replies: Iterable[Message]) -> None:
+        """Store each reply's reported ``carbon-intensity`` and ``site`` by node (replies with an error have none)."""
+        for msg in replies:
+            metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
+            if metrics is not None:
+                node = int(msg.metadata.src_node_id)
+                c = _intensity(metrics.get("carbon-intensity"))
+                if c is not None:
+                    self.carbon[node] = c
+                if "site" in metrics:
+                    self.sites[node] = metrics["site"]
+
     def _aggregate(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The strategy's own aggregation of the validated replies."""
         return super().aggregate_train(server_round, replies)  # type: ignore[misc]
@@ -364,7 +377,10 @@ class ValidatedStrategy:
             if m.has_error() or c is None or c <= median or c <= 0:
                 continue
             metrics = m.content.metric_records["metrics"]
-            metrics["num-examples"] = float(metrics["num-examples"]) * max(0.1, median / c)
+            # Floor 0.1: intensities are self-reported, so one site reporting a very low value (which
+            # drags the median down) can cut another's weight at most tenfold; a site that trained
+            # keeps a tenth of its say (20x the median: 0.1, not 0.05).
+            metrics["num-examples"] = float(metrics["num-examples"]) * max(CARBON_WEIGHT_FLOOR, median / c)
 
 
 def _intensity(value: Any) -> float | None:

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from iro_fed.federated import wire  # noqa: E402
 from iro_fed.federated.inprocess import InProcessGrid  # noqa: E402
-from iro_fed.federated.registry import PolicyRegistry  # noqa: E402
+from iro_fed.federated.registry import PolicyRegistry, RegistryError  # noqa: E402
 from iro_fed.federated.server_app import run_federation  # noqa: E402
 from iro_fed.federated.strategies import FedAvg  # noqa: E402
 from iro_fed.federated.task import FedConfig, build_agent, evaluate_policy, get_weights  # noqa: E402
@@ -102,16 +102,17 @@ def test_latest_is_replaced_not_rewritten_and_a_failed_publish_leaves_it(tmp_pat
     assert old.read_text() == "v0001/policy.pt\n"  # a new file took its name: that reader sees all of v1
     assert (registry.root / "latest").read_text() == "v0002/policy.pt\n"
     # a publish that fails before it points latest (its pointer lock cannot be opened) does not move latest
-    # (a folder such as v0003 that is already there is another writer's: the next writer skips it,
-    # see test_review_registry.py; a write that fails half way removes its version, ibid.)
+    # and removes the version it wrote (a folder such as v0003 that is already there is another
+    # writer's: the next writer skips it, see test_review_registry.py)
     (registry.root / ".publish.lock").unlink()
     (registry.root / ".publish.lock").mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(RegistryError, match="cannot point 'latest' at version v0003"):
         registry.publish({"w": np.full(2, 3.0, np.float32)}, _meta(3))
+    assert registry.versions() == [1, 2]
     (registry.root / ".publish.lock").rmdir()
     assert registry.latest_version() == 2
     np.testing.assert_array_equal(registry.load()[0]["w"].numpy(), np.full(2, 2.0, np.float32))
     assert not [p for p in registry.root.iterdir() if p.name.startswith(".latest.")]
     # versions only go up, also from a registry opened again
-    assert PolicyRegistry(tmp_path / "reg").publish({"w": np.zeros(2, np.float32)}, _meta(4))[0] == 4
-    assert PolicyRegistry(tmp_path / "reg").latest_version() == 4
+    assert PolicyRegistry(tmp_path / "reg").publish({"w": np.zeros(2, np.float32)}, _meta(4))[0] == 3
+    assert PolicyRegistry(tmp_path / "reg").latest_version() == 3
