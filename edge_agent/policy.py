@@ -15,6 +15,11 @@ string parameters replaced by the version's folder, so any registered online sol
 solver when it exists) can be a policy. :class:`RegistryPolicySource` polls ``latest``, loads a
 new version when it changes, and keeps serving the last good version while a new one is
 missing, half-written or fails to load.
+
+A solver that loads its model lazily offers ``preload()`` (the dqn solver's
+:meth:`~solvers.dqn.solver.DQNSolver.preload`; a wrapper forwards it): the default loader calls
+it on whatever solver it built, so a version that cannot load fails here, not at its first rank.
+It raises :class:`solvers.SolverError` for an unusable model.
 """
 
 from __future__ import annotations
@@ -73,12 +78,13 @@ def load_solver_policy(version_dir: Path, metadata: dict[str, Any]) -> OnlineSol
         raise PolicyLoadError(f"{version_dir / METADATA}: {exc}") from exc
     if not isinstance(solver, OnlineSolver):
         raise PolicyLoadError(f"{version_dir / METADATA}: solver {name!r} cannot rank nodes (not an online solver)")
-    # A solver that loads its model lazily (the dqn solver's ``loaded``) would only fail at its
-    # first rank, after it replaced the last good version: load it here, so a corrupt checkpoint
-    # or one trained on other features is refused while the old version keeps serving.
-    if isinstance(getattr(type(solver), "loaded", None), property):
+    # A solver that loads its model lazily would only fail at its first rank, after it replaced
+    # the last good version: preload it here, so a corrupt checkpoint or one trained on other
+    # features is refused while the old version keeps serving (see the module doc).
+    preload = getattr(solver, "preload", None)
+    if callable(preload):
         try:
-            solver.loaded  # noqa: B018 - the property loads and checks the checkpoint
+            preload()
         except solvers.SolverError as exc:
             raise PolicyLoadError(f"{version_dir}: {exc}") from exc
     return solver

@@ -74,6 +74,16 @@ _C = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}
 _X = {name: i for i, name in enumerate(CONTEXT_FEATURES)}
 
 
+def feature_layout() -> dict[str, list[str]]:
+    """The feature names a checkpoint records (``metadata["feature_names"]``) and a load compares
+    with its own: ``{"candidates": [...], "context": [...]}``, in column order.
+
+    The one definition every writer and reader uses. Lists, not tuples, because that is what a
+    checkpoint's JSON/pickled metadata gives back (``[..] != (..)``); a fresh dict per call,
+    because callers put it into metadata they go on to change."""
+    return {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}
+
+
 @dataclass(frozen=True)
 class _Constants:
     """What the features need of a problem that no decision changes (computed once per problem)."""
@@ -293,7 +303,7 @@ def observation(
     ctx = context_features(state, w, num_feasible, nodes.size, k, context)
     mask = np.zeros(k + (1 if defer_action else 0), dtype=np.int8)
     mask[: nodes.size] = 1
-    if defer_action and ctx[CONTEXT_FEATURES.index("deferrable")] > 0:
+    if defer_action and ctx[_X["deferrable"]] > 0:
         mask[k] = 1
     slots = np.full(k, -1, dtype=np.int64)
     slots[: nodes.size] = nodes

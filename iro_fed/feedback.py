@@ -1066,7 +1066,7 @@ class DQNFineTune:
 
     def __call__(self, loop: FeedbackLoop | None, trigger: Trigger | None) -> str:
         import solvers
-        from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+        from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, feature_layout
 
         solver = solvers.make("dqn", policy=self._start_policy(), seed=self.seed)
         start = solver.loaded
@@ -1092,7 +1092,7 @@ class DQNFineTune:
             version, path = PolicyRegistry(self.registry).publish(state, {
                 **meta, "config": cfg, "candidate_features": len(CANDIDATE_FEATURES),
                 "context_features": len(CONTEXT_FEATURES), "steps": result.steps, "strategy": "local-fine-tune",
-                "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)},
+                "feature_names": feature_layout(),
                 "metrics": {"updates": result.updates, "last_loss": result.last_loss, "wall_s": result.wall_s},
             })
             where = str(path)

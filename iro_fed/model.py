@@ -461,6 +461,10 @@ class ClusterState:
         ``nonzero`` is the node's new NonZeroRequested (columns :data:`NONZERO_RESOURCES`);
         left out, it is the problem's when the usage is the problem's (putting a what-if back),
         else the usage itself: stale non-zero requests would count pods the node no longer holds.
+        A problem without ``initial_nonzero`` (problem files, the extender's NodeList mode) takes
+        every node's usage as its NonZeroRequested, so ``nonzero`` is refused there (ValueError):
+        one node with its own would score by another rule than the rest (kube-default fixes its
+        rule per problem), and dropping it would hide that the caller's numbers are not used.
         """
         p = self.problem
         if not 0 <= n < p.num_nodes:
@@ -475,6 +479,9 @@ class ClusterState:
         if cards.size and (not np.issubdtype(cards.dtype, np.number) or not np.all(np.isin(cards, np.arange(-1, GPU_MILLI + 1)))):
             raise ValueError(f"set_node_usage: gpu_free must be whole milli -1..{GPU_MILLI} per card, got {cards.tolist()}")
         if nonzero is not None:
+            if self.initial_nonzero is None:
+                raise ValueError("set_node_usage: nonzero is given but the problem has no initial_nonzero (its nodes' "
+                                 "usage is their NonZeroRequested): leave nonzero out, or build the problem with one")
             nonzero = _usage_vector(nonzero, (len(NONZERO_RESOURCES),), "nonzero")
         elif self.initial_nonzero is not None:
             same = np.array_equal(allocated, p.allocated[n]) and np.array_equal(cards, p.gpu_free[n, : cards.size])

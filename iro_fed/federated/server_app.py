@@ -119,7 +119,7 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
     version without a stored config cannot be read at all (the checkpoint format requires one);
     should one come without it anyway, the shape check of ``load_state_dict`` is the only one.
     """
-    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+    from iro_fed.features import feature_layout
     from solvers.dqn.config import ConfigError
 
     agent = build_agent(cfg)
@@ -132,7 +132,7 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
                              f"cannot be read: {exc}") from None
         # Same counts in another order fit the network but feed it other columns (as the dqn solver checks).
         names = meta.get("feature_names")
-        if names is not None and names != {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}:
+        if names is not None and names != feature_layout():
             raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} was trained on other "
                              f"features than this version computes; start a fresh run (resume=false, `iro fed rounds --fresh`)")
         where = f"resume: registry version {version} of {str(registry.root)!r}"
@@ -160,7 +160,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     ``emissions_g``, ``registry``, ``result`` (Flower's), ``layout`` and ``weights`` (the final
     global policy's named arrays, unpacked from the one flat array).
     """
-    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+    from iro_fed.features import feature_layout
 
     strategy = strategy or make_strategy(cfg.strategy, cfg)
     if not isinstance(grid, PollingGrid):
@@ -173,7 +173,7 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     cand_f, ctx_f = feature_sizes()
     base_meta = {
         "config": cfg.dqn_config().to_dict(), "candidate_features": cand_f, "context_features": ctx_f,
-        "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)},
+        "feature_names": feature_layout(),
         "scenario": cfg.scenario, "strategy": cfg.strategy, "federation": cfg.to_run_config(),
         "eval_site": cfg.eval_site, "num_rounds": cfg.num_server_rounds, "resumed_from": resumed_from,
     }

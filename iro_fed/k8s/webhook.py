@@ -242,7 +242,7 @@ class Webhook(RequestStats):
         self.config = config or ClusterConfig()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iro-webhook")
         self._solver_lock = threading.Lock()
-        super().__init__("reviews", "mutated", "skipped", "warnings", "bad_requests")
+        super().__init__("reviews", "mutated", "skipped", "warnings", "bad_requests", "errors")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -490,7 +490,11 @@ class _WebhookHandler(RoutedJsonHandler):
         return f"unknown path {path} (POST /mutate, GET /healthz)"
 
     def on_error(self, code: int) -> None:
-        if code not in (404, 405):
+        # As the extender counts: a 5xx (body budget full, the handler's own fault) is the
+        # server's error, not the client's bad request; an unknown path or method is neither.
+        if code >= 500:
+            self.server.webhook.count("errors")
+        elif code not in (404, 405):
             self.server.webhook.count("bad_requests")
 
     def _health(self) -> None:

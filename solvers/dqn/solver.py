@@ -21,6 +21,7 @@ from iro_fed.features import (
     CONTEXT_FEATURES,
     candidate_features,
     context_features,
+    feature_layout,
     order_candidates,
     preselect,
 )
@@ -80,7 +81,7 @@ class LoadedPolicy:
         torch.set_num_threads(int(os.environ.get("IRO_TORCH_THREADS", "1")))
         state, meta = load_checkpoint(path)
         names = meta.get("feature_names")
-        expected = {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}
+        expected = feature_layout()
         if names is not None and names != expected:
             raise CheckpointError(f"policy {str(path)!r}: trained on other features than this version computes "
                                   f"({_layout_difference(names, expected)}); retrain it with `iro train`")
@@ -185,6 +186,15 @@ class DQNSolver(OnlineSolver):
                 raise InvalidSettingError(f"solver 'dqn' setting 'policy': {exc}") from exc
         return self._policy
 
+    def preload(self) -> None:
+        """Load and check the policy now, not at the first decision: raises
+        :class:`InvalidSettingError` for a missing, corrupt or incompatible checkpoint.
+
+        The hook a caller that swaps solvers in (the edge agent's policy registry) calls on any
+        solver that has it, so a bad checkpoint is refused before it replaces a working one; a
+        subclass or a wrapper that loads something lazily keeps the contract by offering it too."""
+        self.loaded  # noqa: B018 - the property loads and checks the checkpoint
+
     @property
     def k(self) -> int:
         return self.top_k or self.loaded.config.top_k
@@ -267,8 +277,7 @@ class DQNSolver(OnlineSolver):
             raise InvalidSettingError(f"solver 'dqn' training config: {exc}") from exc
         if self.top_k is not None and self.top_k != cfg.top_k:
             cfg = cfg.replace(top_k=self.top_k)
-        meta = {**(metadata or {}),
-                "feature_names": {"candidates": list(CANDIDATE_FEATURES), "context": list(CONTEXT_FEATURES)}}
+        meta = {**(metadata or {}), "feature_names": feature_layout()}
         agent, result = train(env_fns, cfg, steps, seed=self.seed, out=out, resume=resume, metadata=meta,
                               **train_options)
         if out is not None:

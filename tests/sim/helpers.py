@@ -43,3 +43,20 @@ def tiny_scenario(
         pools=pools, services=list(services or []), pods=list(pods or []), carbon=carbon, history=history, steps=steps,
         step_s=60.0, peak_windows=[(10, 20)],
     )
+
+
+def random_pods(seed: int, steps: int, n: int, batch: bool = True) -> list[PodSpec]:
+    """``n`` seeded pods arriving in the first ``steps - 5`` steps, 500 to 3000 m CPU and twice that
+    MiB: each a batch job with a deadline or an online pod with a departure (a coin per pod), or
+    with ``batch=False`` online pods only (no coin drawn: the same stream as without the coin)."""
+    rng = np.random.default_rng(seed)
+    pods = []
+    for i in range(n):
+        arrival = int(rng.integers(steps - 5))
+        cpu = float(rng.choice([500, 1000, 2000, 3000]))
+        if batch and rng.random() < 0.5:
+            dur = int(rng.integers(1, 15))
+            pods.append(PodSpec(f"b{i}", "batch", cpu, cpu * 2, arrival, duration=dur, deadline=arrival + dur + int(rng.integers(0, 60))))
+        else:
+            pods.append(PodSpec(f"o{i}", "online", cpu, cpu * 2, arrival, departure=arrival + int(rng.integers(1, 30))))
+    return pods

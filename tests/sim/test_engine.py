@@ -11,26 +11,12 @@ from iro_fed.sim import SimConfig, Simulator, simulate
 from iro_fed.sim.engine import COMPLETED, SimConfigError
 from iro_fed.sim.model import PodSpec, Service
 
-from .helpers import needs_data, tiny_scenario
-
-
-def _random_pods(seed: int, steps: int, n: int) -> list[PodSpec]:
-    rng = np.random.default_rng(seed)
-    pods = []
-    for i in range(n):
-        arrival = int(rng.integers(steps - 5))
-        cpu = float(rng.choice([500, 1000, 2000, 3000]))
-        if rng.random() < 0.5:
-            dur = int(rng.integers(1, 15))
-            pods.append(PodSpec(f"b{i}", "batch", cpu, cpu * 2, arrival, duration=dur, deadline=arrival + dur + int(rng.integers(0, 60))))
-        else:
-            pods.append(PodSpec(f"o{i}", "online", cpu, cpu * 2, arrival, departure=arrival + int(rng.integers(1, 30))))
-    return pods
+from .helpers import needs_data, random_pods, tiny_scenario
 
 
 @pytest.mark.parametrize("solver", ["first-fit", "kube-default", "greedy-objective"])
 def test_conservation_and_no_capacity_overrun_every_step(solver):
-    sc = tiny_scenario(steps=90, pods=_random_pods(3, 90, 80), own_nodes=3, cloud_nodes=2)
+    sc = tiny_scenario(steps=90, pods=random_pods(3, 90, 80), own_nodes=3, cloud_nodes=2)
     sim = Simulator(sc, solvers.make(solver, seed=1), SimConfig(idle_off_steps=2))
     seen = []
 

@@ -23,7 +23,7 @@ from iro_fed.sim.model import NodePool, PodSpec, Scenario, Service
 from iro_fed.sim.scenarios.common import bump, hour_windows
 from iro_fed.sim.signals import data_dir, load_carbon_csv, parse_time
 
-from .helpers import needs_data, tiny_scenario
+from .helpers import needs_data, random_pods, tiny_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -89,22 +89,12 @@ def _evaluate_step(sim: Simulator, t: int) -> tuple[float, float, float]:
             br.power_w + float(sim.power_idle[empty_on].sum()))
 
 
-def _random_pods(seed: int, steps: int, n: int) -> list[PodSpec]:
-    rng = np.random.default_rng(seed)
-    pods = []
-    for i in range(n):
-        arrival = int(rng.integers(steps - 5))
-        cpu = float(rng.choice([500, 1000, 2000, 3000]))
-        pods.append(PodSpec(f"o{i}", "online", cpu, cpu * 2, arrival, departure=arrival + int(rng.integers(1, 30))))
-    return pods
-
-
 def test_step_energy_cost_carbon_agree_with_the_objective_every_step():
     # The engine costs each step from the objective's per-node coefficients; evaluate() of the
     # step's placement plus the powered empty nodes must give the same numbers (one definition).
     steps = 80
     carbon = {"zone": 100.0 + 50.0 * np.sin(np.arange(steps) / 7.0) + 60.0, "cloud": np.linspace(20.0, 400.0, steps)}
-    sc = tiny_scenario(steps=steps, pods=_random_pods(5, steps, 70), carbon=carbon, own_nodes=3, cloud_nodes=2)
+    sc = tiny_scenario(steps=steps, pods=random_pods(5, steps, 70, batch=False), carbon=carbon, own_nodes=3, cloud_nodes=2)
     sim = Simulator(sc, solvers.make("greedy-objective"), SimConfig(idle_off_steps=3))
     want: list[tuple[float, float, float]] = []
     r = sim.run(progress=lambda step, total: want.append(_evaluate_step(sim, step - 1)))
