@@ -173,34 +173,10 @@ class _Published:
     network: bool  # False: no good network reading yet (the series are left out)
 
 
-class NodeCollector(LocalCollector):
-    """:class:`~iro_fed.metrics.local.LocalCollector` that can leave out psutil's network read:
-    the agent's :class:`NetworkCounter` reads /proc/net/dev itself, and one read per round is
-    enough (psutil's would be a second one, and one more way for the round to fail)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._view = _PsutilWithoutNetwork(self._psutil)
-        self._psutil = self._view
-
-    def collect(self, with_network: bool = True) -> LocalSample:
-        """A reading; without ``with_network`` its network bytes and rates are 0."""
-        self._view.skip = not with_network
-        return super().collect()
-
-
-class _PsutilWithoutNetwork:
-    """psutil, whose ``net_io_counters()`` answers None (no reading) while ``skip`` is set."""
-
-    def __init__(self, psutil: Any) -> None:
-        self._psutil = psutil
-        self.skip = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._psutil, name)
-
-    def net_io_counters(self, *args: Any, **kwargs: Any) -> Any:
-        return None if self.skip else self._psutil.net_io_counters(*args, **kwargs)
+#: The agent's node reader: :meth:`AgentMetrics.collect` leaves psutil's network read out where
+#: its :class:`NetworkCounter` reads /proc/net/dev (one read per round; psutil's would be a second
+#: one, and one more way for the round to fail).
+NodeCollector = LocalCollector
 
 
 class _LocalCounters:

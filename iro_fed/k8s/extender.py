@@ -621,11 +621,7 @@ class _ExtenderHandler(RoutedJsonHandler):
         return f"unknown verb {path!r} (expected POST {prefix}/filter, /prioritize, /bind, /preempt or GET /healthz, /readyz)"
 
     def on_error(self, code: int) -> None:
-        ext = self.server.extender
-        if code >= 500:
-            ext.count("errors")
-        elif code not in (404, 405):
-            ext.count("bad_requests")
+        self.server.extender.count_error(code)
 
     def _health(self) -> None:
         ext = self.server.extender

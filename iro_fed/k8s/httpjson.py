@@ -706,6 +706,15 @@ class RequestStats:
         with self._stats_lock:
             return dict(self.stats)
 
+    def count_error(self, code: int) -> None:
+        """Count an error reply (a handler's ``on_error``; needs the keys ``errors`` and
+        ``bad_requests``): a 5xx (body budget full, the handler's own fault) is the server's error,
+        not the client's bad request; an unknown path or method (404, 405) is neither."""
+        if code >= 500:
+            self.count("errors")
+        elif code not in (404, 405):
+            self.count("bad_requests")
+
 
 class ConnectionLimit:
     """Mixin for a ``ThreadingHTTPServer`` (put it first): at most ``max_connections`` open at

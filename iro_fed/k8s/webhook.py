@@ -490,12 +490,7 @@ class _WebhookHandler(RoutedJsonHandler):
         return f"unknown path {path} (POST /mutate, GET /healthz)"
 
     def on_error(self, code: int) -> None:
-        # As the extender counts: a 5xx (body budget full, the handler's own fault) is the
-        # server's error, not the client's bad request; an unknown path or method is neither.
-        if code >= 500:
-            self.server.webhook.count("errors")
-        elif code not in (404, 405):
-            self.server.webhook.count("bad_requests")
+        self.server.webhook.count_error(code)  # as the extender counts
 
     def _health(self) -> None:
         self._send(200, {"ok": True, "stats": self.server.webhook.stats_snapshot()})

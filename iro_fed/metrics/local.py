@@ -47,13 +47,15 @@ class LocalCollector:
         psutil.cpu_percent(interval=None)  # prime: the next call measures from now
         self._last: LocalSample | None = None
 
-    def collect(self) -> LocalSample:
+    def collect(self, with_network: bool = True) -> LocalSample:
+        """A reading; without ``with_network`` psutil's network counters are not read (their bytes
+        and rates are 0): the edge agent reads /proc/net/dev itself, once a round."""
         ps = self._psutil
         now = time.time()
         cpu_pct = float(ps.cpu_percent(interval=None))
         mem = ps.virtual_memory()
         disk = ps.disk_io_counters()
-        net = ps.net_io_counters()
+        net = ps.net_io_counters() if with_network else None
         reads = float(disk.read_count) if disk else 0.0
         writes = float(disk.write_count) if disk else 0.0
         rx = float(net.bytes_recv) if net else 0.0

@@ -126,7 +126,7 @@ class PrometheusClient:
         """(status, body) of one GET, whatever the status, within the deadline and ``limit`` bytes.
         Raises the errors of :meth:`_get` for what is not an answer."""
         deadline = _Deadline(self.deadline_s)
-        opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+        opener = urllib.request.build_opener(_WatchedHandler(deadline))
         try:
             try:
                 resp = opener.open(url, timeout=min(self.timeout_s, self.deadline_s))
@@ -273,8 +273,8 @@ def _shutdown(sock: socket.socket) -> None:
         pass
 
 
-class _WatchedHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection whose socket the request's :class:`_Deadline` can shut down."""
+class _Watched:
+    """A connection whose socket the request's :class:`_Deadline` can shut down."""
 
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -285,32 +285,23 @@ class _WatchedHTTPConnection(http.client.HTTPConnection):
         self._deadline.watch(self.sock)
 
 
-class _WatchedHTTPSConnection(http.client.HTTPSConnection):
-    """:class:`_WatchedHTTPConnection` over TLS."""
-
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self._deadline.watch(self.sock)
+class _WatchedHTTPConnection(_Watched, http.client.HTTPConnection):
+    pass
 
 
-class _HTTPHandler(urllib.request.HTTPHandler):
-    # urllib's own handler (proxies from the environment still apply), with watched connections.
+class _WatchedHTTPSConnection(_Watched, http.client.HTTPSConnection):
+    pass
+
+
+class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    # urllib's own handlers (proxies from the environment still apply), with watched connections;
+    # a subclass of both, build_opener uses it in place of each.
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self._deadline = deadline
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(_WatchedHTTPConnection, req, deadline=self._deadline)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(_WatchedHTTPSConnection, req, deadline=self._deadline)

@@ -20,33 +20,14 @@ from edge_agent.cli import main
 from edge_agent.config import ConfigError, load_config
 from edge_agent.metrics import AgentMetrics, NetworkCounter, NodeCollector
 from iro_fed.metrics.local import LocalCollector, LocalSample
+from tests.edge_agent.test_network_counter import HEADER, PCI, write_proc, write_sys
 
-HEADER = ("Inter-|   Receive                                                |  Transmit\n"
-          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
-          "carrier compressed\n")
-PCI = "pci0000:00/0000:00:03.0/virtio2"
 PCI2 = "pci0000:00/0000:00:04.0/virtio3"
-
-
-def write_proc(root: Path, counters: dict[str, tuple[int, int]]) -> Path:
-    (root / "net").mkdir(parents=True, exist_ok=True)
-    lines = [f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0\n" for name, (rx, tx) in counters.items()]
-    (root / "net" / "dev").write_text(HEADER + "".join(lines))
-    return root
 
 
 def garble_proc(root: Path) -> None:
     """A /proc/net/dev that cannot be read as one (what a broken or foreign file gives)."""
     (root / "net" / "dev").write_text(HEADER + "  eth0: not numbers at all\n")
-
-
-def write_sys(root: Path, devices: dict[str, str]) -> Path:
-    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
-    for name, parent in devices.items():
-        device = root / "devices" / parent / "net" / name
-        device.mkdir(parents=True)
-        (root / "class" / "net" / name).symlink_to(Path("..", "..", "devices", parent, "net", name))
-    return root
 
 
 def sample(taken_at: float, cpu_used: float) -> LocalSample:
@@ -201,10 +182,14 @@ def psutil_proc(tmp_path: Path) -> Iterator[Path]:
     write_proc(root, {"eth0": (1, 1)})
     saved = psutil.PROCFS_PATH
     psutil.PROCFS_PATH = str(root)
+    # psutil remembers the last totals it returned and reads a smaller one as a wrap: forget them,
+    # so the fake's numbers do not depend on which test read the real counters first.
+    psutil.net_io_counters.cache_clear()
     try:
         yield root
     finally:
         psutil.PROCFS_PATH = saved
+        psutil.net_io_counters.cache_clear()
 
 
 def test_a_round_reads_proc_net_dev_once_and_psutil_does_not_read_it(tmp_path: Path, psutil_proc: Path) -> None:

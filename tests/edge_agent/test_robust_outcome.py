@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from edge_agent.store import ExperienceStore, Outcome, Transition
+from tests.edge_agent.test_store_retry import write_lock
 
 WEB = {"name": "web", "requests": {"cpu": 500, "memory": 512}}
 
@@ -120,18 +119,6 @@ def test_record_outcome_answers_each_case(tmp_path) -> None:
     assert store.record_outcome(Outcome("d2", {"v": 1})).status == "unknown"
     store.close()
     assert outcome_rows(tmp_path / "exp.db") == [("d1", None, {"v": 1})]
-
-
-@contextmanager
-def write_lock(path: Path) -> Iterator[None]:
-    """Another process's writer: holds the database's write lock until the block ends."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN EXCLUSIVE")
-    try:
-        yield
-    finally:
-        conn.execute("ROLLBACK")
-        conn.close()
 
 
 def test_outcomes_for_a_failing_file_are_pending_then_checked_when_written(tmp_path) -> None:

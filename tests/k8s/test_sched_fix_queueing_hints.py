@@ -24,16 +24,9 @@ from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import ASSUME_TTL_S, IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod
 from tests.k8s.helpers import Clock
+from tests.k8s.test_scheduler_queue import make
 
 HOUR = 3600.0
-
-
-def make(kubeconfig: str, clock: Clock, **kw: Any) -> IroScheduler:
-    kube = Kube.from_kubeconfig(kubeconfig, user_agent="iro-scheduler/hints")
-    s = IroScheduler(kube, identity="hints", leader_election=False, window_s=0, clock=clock, **kw)
-    for reflector in (s.cache.nodes, s.cache.pods, s.pending):
-        reflector._list()
-    return s
 
 
 def step(s: IroScheduler) -> list[str]:
