@@ -489,10 +489,9 @@ class FeedbackLoop:
             raise ValueError(f"{unknown[0]}: unknown feedback setting (known: {', '.join(sorted(known))})")
         self.config = replace(config or FeedbackConfig(), **settings)
         cfg = self.config
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # keep=0 broke every record_decision
-            raise ValueError(f"keep: must be an integer >= 1, got {keep!r}")
-        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
-            raise ValueError(f"max_nodes: must be an integer >= 1, got {max_nodes!r}")
+        for name, value in (("keep", keep), ("max_nodes", max_nodes)):  # keep=0 broke every record_decision
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
         self.max_nodes = max_nodes
         self.model = model or UsageModel()
         self.actions = list(actions)
@@ -502,11 +501,10 @@ class FeedbackLoop:
         self.observations = 0
         self.experience: deque[Sample] = deque(maxlen=cfg.window)
         self.latency_experience: deque[tuple[int, str, float, float]] = deque(maxlen=cfg.window)
-        self.latest: dict[str, Decision] = {}
+        self.latest: OrderedDict[str, Decision] = OrderedDict()  # per node, least recently seen first
         self.pending: dict[str, list[Decision]] = {}  # per node, in the order made: not observed yet
         self._basis: dict[str, Decision] = {}  # per node, the newest decision an observation completed
         self.by_key: dict[str, Decision] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()  # nodes with per-node state, least recently seen first
         self.decisions: deque[Decision] = deque(maxlen=keep)
         self.signals: list[Trigger] = []  # fine-tunes
         self.calibrations: list[Trigger] = []
@@ -598,12 +596,11 @@ class FeedbackLoop:
     def _touch(self, node: str) -> None:
         """Mark ``node`` as just seen; past ``max_nodes``, forget the least recently seen one.
         (Under the lock.) Its decisions stay in ``decisions`` and ``by_key``; only the per-node
-        state goes, as if the node had never been decided on."""
-        self._seen[node] = None
-        self._seen.move_to_end(node)
-        while len(self._seen) > self.max_nodes:
-            gone, _ = self._seen.popitem(last=False)
-            self.latest.pop(gone, None)
+        state goes, as if the node had never been decided on. ``node`` must be in ``latest``
+        (``pending`` and ``_basis`` hold only nodes that are)."""
+        self.latest.move_to_end(node)
+        while len(self.latest) > self.max_nodes:
+            gone, _ = self.latest.popitem(last=False)
             self.pending.pop(gone, None)
             self._basis.pop(gone, None)
 
@@ -666,7 +663,7 @@ class FeedbackLoop:
                 self.pending.pop(node, None)
             if done:
                 self._basis[node] = done[-1]
-            if node in self.latest or node in self._basis:
+            if pred is not None:  # the node has per-node state
                 self._touch(node)
             for d in done:
                 d.observed_util = float(observed_util)

@@ -488,12 +488,11 @@ class ClusterState:
             nonzero = p.initial_nonzero[n] if same else np.array(
                 [allocated[p.resource_index[r]] if r in p.resource_index else 0.0 for r in NONZERO_RESOURCES])
         if self.base_allocated is p.allocated:  # the first what-if: from now on this state's own
-            self.base_allocated, self.initial_on = p.allocated.copy(), p.initial_on.copy()
-            self.initial_nonzero = None if p.initial_nonzero is None else p.initial_nonzero.copy()
+            self.base_allocated, self.initial_on, self.initial_nonzero = self._base_copies()
         self.base_allocated[n] = allocated
         self.allocated[n] = allocated
         self.free[n] = p.capacity[n] - self.allocated[n]
-        if nonzero is not None and self.initial_nonzero is not None:
+        if nonzero is not None:  # (given or derived only where the state has initial_nonzero)
             self.initial_nonzero[n] = nonzero
         on = bool((self.allocated[n] > 0).any())
         if self.gpu_free.shape[1]:
@@ -510,6 +509,11 @@ class ClusterState:
             self.on[n] = on
             self.util_cap_on += p.util_capacity[n] if on else -p.util_capacity[n]
         self.journal.append((-1, n, 0))
+
+    def _base_copies(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Writable copies of ``base_allocated``, ``initial_on`` and ``initial_nonzero``."""
+        nz = self.initial_nonzero
+        return self.base_allocated.copy(), self.initial_on.copy(), None if nz is None else nz.copy()
 
     def util_used(self) -> np.ndarray:
         """used[N, R'] matching ``problem.util_capacity``."""
@@ -617,11 +621,9 @@ class ClusterState:
             "gpu_used", "pods_on_node", "on", "util_used_total", "util_cap_on", "util_free", "free_share",
         ):
             setattr(other, name, getattr(self, name).copy())
-        if self.base_allocated is self.problem.allocated:  # still the problem's (read-only): share them
-            other.base_allocated, other.initial_on, other.initial_nonzero = self.base_allocated, self.initial_on, self.initial_nonzero
-        else:
-            other.base_allocated, other.initial_on = self.base_allocated.copy(), self.initial_on.copy()
-            other.initial_nonzero = None if self.initial_nonzero is None else self.initial_nonzero.copy()
+        shared = self.base_allocated is self.problem.allocated  # still the problem's (read-only): share them
+        other.base_allocated, other.initial_on, other.initial_nonzero = (
+            (self.base_allocated, self.initial_on, self.initial_nonzero) if shared else self._base_copies())
         other.gpu_cards = dict(self.gpu_cards)
         other.journal = list(self.journal)
         return other

@@ -513,12 +513,16 @@ INTEGRAL_TOL = 1e-12
 LEVELS_SCALE_TOL = 1e-6
 
 
+def _is_integral(scaled: np.ndarray, tol: float = INTEGRAL_TOL) -> bool:
+    """Whether every amount of ``scaled`` is an integer within ``tol`` (relative)."""
+    return bool(np.all(np.abs(scaled - np.round(scaled)) <= tol * np.maximum(1.0, np.abs(scaled))))
+
+
 def integral_scale(values: np.ndarray, tol: float = INTEGRAL_TOL) -> tuple[float, bool]:
     """The smallest power of ten (<= 10^6) that makes ``values`` integral within ``tol``
     (relative), and whether it did."""
     for k in range(7):
-        scaled = values * 10.0**k
-        if np.all(np.abs(scaled - np.round(scaled)) <= tol * np.maximum(1.0, np.abs(scaled))):
+        if _is_integral(values * 10.0**k, tol):
             return 10.0**k, True
     return 10.0**6, False
 
@@ -534,6 +538,8 @@ def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, dem: np.nd
     """Whether a capacity row rounded conservatively (``dem`` up, ``cap`` down) admits exactly
     the pod counts that :func:`~iro_fed.feasibility.resource_fit` does, placing one pod after
     another. Decided only when the pods ask for equal amounts (one count to compare); else False."""
+    if d.size == 0:  # no pod asks for the resource (its node used past capacity): none kept out
+        return True
     if not np.all(d == d[0]):
         return False
     total = int(ub.sum())
@@ -824,7 +830,7 @@ class PlacementModel:
         ucap, udem = p.util_capacity, p.util_demand
         a0 = base.util_used().sum(axis=0)
         b0 = ucap[base.on].sum(axis=0)
-        mode, levels = self._utilization_mode(ucap, b0, switchable)
+        mode = self._utilization_mode(ucap, switchable)
         self.info["utilization_model"] = mode
         if mode == "linear":
             valid = b0 > 0
@@ -832,7 +838,7 @@ class PlacementModel:
                 cx += wts.utilization / int(valid.sum()) * (udem[pw][:, valid] / b0[valid]).sum(axis=1)
         elif mode == "levels":
             const -= wts.utilization * start.terms["utilization"]
-            self.util = self._levels(x, pw, ub, switchable, a0, b0, levels)
+            self.util = self._levels(x, pw, ub, switchable, a0, b0)
         else:  # tangent of U at the hint (else at base with every candidate node on)
             a_ref, b_ref = a0, b0 + ucap[switchable].sum(axis=0)
             if hint is not None and ucap[hint.on].sum() > 0:
@@ -862,7 +868,8 @@ class PlacementModel:
         obj.scaling_factor = -1.0 / scale
         self.const = const
         self.error_bound = 0.5 * float(ubs.sum()) / scale + self.levels_error
-        # Levels are exact only where every amount is an integer in the encoding's units.
+        # Rounded levels only widen the error bound; a rounded capacity row that may keep out
+        # pods that fit makes the model inexact.
         self.exact = mode != "surrogate" and not self.capacity_rounded
         self.info.update(scale=scale, scale_error_bound=self.error_bound, utilization_rounded=self.levels_rounded,
             capacity_rounded=self.capacity_rounded,
@@ -915,25 +922,22 @@ class PlacementModel:
                 cuts += 1
         self.info["cardinality_cuts"] = cuts
 
-    def _utilization_mode(self, ucap: np.ndarray, b0: np.ndarray, switchable: np.ndarray) -> tuple[str, list[list[float]]]:
-        """``linear`` when no node can power on; ``levels`` with the on-capacity values per
-        resource when each has at most ``exact_levels``; else ``surrogate``."""
+    def _utilization_mode(self, ucap: np.ndarray, switchable: np.ndarray) -> str:
+        """``linear`` when no node can power on; ``levels`` when each resource has at most
+        ``exact_levels`` on-capacity values; else ``surrogate``."""
         if switchable.size == 0:
-            return "linear", []
-        levels: list[list[float]] = []
+            return "linear"
         for r in range(ucap.shape[1]):
             sums = {0.0}
             for c in ucap[switchable, r]:
                 if c > 0:
                     sums |= {s + c for s in sums}
                 if len(sums) > self.exact_levels:
-                    return "surrogate", []
-            levels.append(sorted(float(b0[r] + s) for s in sums))
-        return "levels", levels
+                    return "surrogate"
+        return "levels"
 
     def _levels(
-        self, x: np.ndarray, pw: np.ndarray, ub: np.ndarray, switchable: np.ndarray, a0: np.ndarray, b0: np.ndarray,
-        levels: list[list[float]],
+        self, x: np.ndarray, pw: np.ndarray, ub: np.ndarray, switchable: np.ndarray, a0: np.ndarray, b0: np.ndarray
     ) -> _UtilVars:
         """The exact disjunctive encoding of U over on-capacity levels (module docstring)."""
         p, model = self.problem, self.model
@@ -949,10 +953,9 @@ class PlacementModel:
             ints = np.round(vals * mult).astype(np.int64)
             g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
             unit = mult / g  # integer units per resource unit
-            scaled = vals * unit
             # Amounts that are not integers in this unit are rounded: U is then approximate
             # (reported), and A_r <= B_r is left out, as rounded usage may pass rounded capacity.
-            rounded = not np.all(np.abs(scaled - np.round(scaled)) <= INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
+            rounded = not _is_integral(vals * unit)
             self.levels_rounded |= rounded
             d_i = np.round(d * unit).astype(np.int64)
             a0_i = int(round(a0[r] * unit))

@@ -224,10 +224,9 @@ class KubeDefault(OnlineSolver):
         self._nz_cols = nz_cols
         self._problem_nz_of = problem.initial_nonzero
         self._problem_nz = self._nonzero_units(problem.initial_nonzero)
-        self._initial_nz = self._problem_nz
         # What each pod placed on a node adds to that base: its non-zero request, or without a
         # given base only what that adds to its actual request (the usage holds the rest).
-        self._pod_add = self._pod_nz if self._initial_nz is not None else self._pod_nz - self._pod_actual
+        self._pod_add = self._pod_nz if self._problem_nz is not None else self._pod_nz - self._pod_actual
         # Whole demands (every snapshot; most problem files): the placed pods then add a whole
         # number of kube units to a node's usage, and ceil(own + k) = ceil(own) + k, so per
         # decision the usage is rounded up as a whole, not apart from the placed pods' share.

@@ -17,8 +17,8 @@ import pytest
 
 import solvers
 from iro_fed import ClusterState, problem_from_dict
+from tests.solvers.test_kd_whatif_scores import HELD, fit_and_balance
 
-HELD = {"cpu": 1000, "memory": 1024}
 EMPTY = {"cpu": 0, "memory": 0}
 
 
@@ -29,11 +29,6 @@ def problem(nonzero: bool) -> Any:
         a["nonzero_allocated"], b["nonzero_allocated"] = HELD, EMPTY
     return problem_from_dict({"domains": [{"name": "az"}], "resources": ["cpu", "memory"], "nodes": [a, b],
                               "workloads": [{"name": "p", "requests": {"cpu": 500, "memory": 512}}]})
-
-
-def fit_and_balance(solver: Any, state: ClusterState) -> tuple[list[int], list[int]]:
-    s = solver.plugin_scores(state, 0, np.arange(state.problem.num_nodes))
-    return s["NodeResourcesFit"].tolist(), s["NodeResourcesBalancedAllocation"].tolist()
 
 
 # a: cpu (2000 - 1500) * 100 // 2000 = 25, memory (4096 - 1536) * 100 // 4096 = 62 -> 43,

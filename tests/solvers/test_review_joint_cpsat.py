@@ -97,3 +97,21 @@ def test_rounding_that_keeps_every_count_stays_exact():
     assert placement.info["capacity_rounded"] is False
     assert placement.status == "optimal"
     assert placement.num_placed == 8
+
+
+def test_a_node_used_past_its_capacity_does_not_crash_the_rounding_check():
+    """A node whose usage is past its cpu capacity (a problem built in code: files refuse it)
+    binds a cpu row in which no pod asks for cpu, while pods of 0.2000001 cpu elsewhere make
+    the cpu amounts not integral. The check of that row indexed its first pod: IndexError. No
+    pod in the row, rounding keeps none out."""
+    problem = _problem(
+        [{"name": "n0", "domain": "az", "capacity": {"cpu": 1000, "memory": 1000}},
+         {"name": "n1", "domain": "az", "capacity": {"cpu": 1.0, "memory": 1000}}],
+        [{"name": "a", "requests": {"cpu": 0, "memory": 10}}]
+        + [{"name": f"p{i}", "requests": {"cpu": 0.2000001, "memory": 10 + i}} for i in range(6)],
+    )
+    allocated = problem.allocated.copy()
+    allocated[0, problem.resource_index["cpu"]] = 1500.0
+    problem = problem.with_cluster(allocated, problem.gpu_free)
+    placement = solvers.make("cpsat", **SETTINGS).solve(problem)
+    assert placement.info["capacity_rounded"] is False
