@@ -734,6 +734,8 @@ class PlacementModel:
             for n in binding:
                 ks = by_node[nb[n] : nb[n + 1]]
                 ks = ks[d[ks] > 0]
+                if ks.size == 0:  # a node used past capacity, no candidate asks for r: nothing to bound
+                    continue  # (the empty row `0 <= negative` made the whole model invalid)
                 dem, cap = scaled_demand(d[ks], mult), scaled_capacity(free[n, r], mult)
                 model.linear(x[ks], dem, 0, cap)
                 if not integral and not _rounding_keeps_count(d[ks], ub[ks], float(free[n, r]), dem, cap):

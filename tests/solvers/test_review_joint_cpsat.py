@@ -115,3 +115,26 @@ def test_a_node_used_past_its_capacity_does_not_crash_the_rounding_check():
     problem = problem.with_cluster(allocated, problem.gpu_free)
     placement = solvers.make("cpsat", **SETTINGS).solve(problem)
     assert placement.info["capacity_rounded"] is False
+
+
+@pytest.mark.parametrize("hint", ["none", "best-fit"])
+def test_a_node_used_past_its_capacity_leaves_the_model_valid(hint: str):
+    """An integral problem with a node past its cpu capacity (a cluster can be overcommitted: a
+    problem built in code, files refuse it): its cpu row had no pod and was written as ``0 <=
+    -500``, so CP-SAT answered MODEL_INVALID and the solve fell back to the hint. Now CP-SAT
+    solves it, and its answer is the brute-force optimum (check_placement flags n0's own
+    overcommit, so it is not asked here)."""
+    problem = _problem(
+        [{"name": "n0", "domain": "az", "capacity": {"cpu": 1000, "memory": 1000}},
+         {"name": "n1", "domain": "az", "capacity": {"cpu": 2000, "memory": 1000}}],
+        [{"name": "a", "requests": {"cpu": 0, "memory": 400}},
+         {"name": "b", "requests": {"cpu": 1500, "memory": 300}},
+         {"name": "c", "requests": {"cpu": 600, "memory": 300}}],
+    )
+    allocated = problem.allocated.copy()
+    allocated[0, problem.resource_index["cpu"]] = 1500.0
+    problem = problem.with_cluster(allocated, problem.gpu_free)
+    placement = solvers.make("cpsat", hint=hint, **SETTINGS).solve(problem)
+    assert placement.info["status"] == "optimal" and placement.status == "optimal"  # was: model_invalid, feasible
+    assert placement.objective.unplaced == 1  # b or c: n1 holds one of them, n0 has no cpu left
+    assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-9)
