@@ -19,17 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from iro_fed.federated.procs import free_port
+
 pytest.importorskip("flwr")
 psutil = pytest.importorskip("psutil")
 
 STATUS = {signal.SIGTERM: 0, signal.SIGINT: 130}
 SIGNALS = pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _listens(port: int) -> bool:
@@ -78,7 +74,7 @@ def cleanup() -> list[subprocess.Popen]:
 
 
 def _server(tmp_path: Path, cleanup: list[subprocess.Popen]) -> tuple[subprocess.Popen, Path, list]:
-    port = _free_port()
+    port = free_port()
     proc, log = _start(tmp_path, "fed", "server", "--insecure", "--host", "127.0.0.1", "--port", str(port))
     cleanup.append(proc)
     _wait(proc, log, lambda: _listens(port), "flower-superlink listens")
@@ -110,8 +106,8 @@ def test_fed_node_stopped_by_sigterm_exits_0_with_the_supernode_and_its_executor
     from iro_fed.federated.executor import READY_LINE
 
     # No SuperLink: the SuperNode keeps trying to connect, which is all this stop needs.
-    proc, log = _start(tmp_path, "fed", "node", "--superlink", f"127.0.0.1:{_free_port()}", "--site", "0",
-                       "--insecure", "--port", str(_free_port()))
+    proc, log = _start(tmp_path, "fed", "node", "--superlink", f"127.0.0.1:{free_port()}", "--site", "0",
+                       "--insecure", "--port", str(free_port()))
     cleanup.append(proc)
     _wait(proc, log, lambda: READY_LINE in log.read_text(errors="replace"), "the warm executor is ready")
     children = psutil.Process(proc.pid).children(recursive=True)

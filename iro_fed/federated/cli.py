@@ -418,12 +418,13 @@ def cmd_local(args: argparse.Namespace) -> int:
         overrides["carbon-aware"] = True
     sets = parse_sets(args.set)
     overrides.update(sets)
+    app_config = _pyproject_config()
     try:
-        cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
+        cfg = FedConfig.from_run_config({**app_config, **overrides})
         if cfg.carbon_aware and "min-nodes" not in sets:
             # min-nodes is carbon-aware participation's floor too: at --nodes it never skips a site
             overrides["min-nodes"] = carbon_min_nodes(cfg, args.nodes)
-            cfg = FedConfig.from_run_config({**_pyproject_config(), **overrides})
+            cfg = FedConfig.from_run_config({**app_config, **overrides})
     except FedConfigError as exc:
         raise UsageError(str(exc)) from exc
     if args.supernode_auth and not args.tls:
@@ -755,7 +756,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
             err.print(f"[red]not stopped on the SuperLink, it may still run: {'; '.join(left_running)}[/red]",
                       highlight=False)
             return EXIT_FAILED
-        return stop_status(asked[0]) if asked else EXIT_OK
+        return stop_status(asked[0])  # stop is set only by on_signal, after it noted the signal
     return 1 if failed else EXIT_OK
 
 

@@ -130,12 +130,12 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
         except ValueError as exc:  # 'latest' names a missing or damaged version
             raise ValueError(f"resume: registry {str(registry.root)!r} 'latest' names version {version}, which "
                              f"cannot be read: {exc}") from None
+        where = f"resume: registry version {version} of {str(registry.root)!r}"
         # Same counts in another order fit the network but feed it other columns (as the dqn solver checks).
         names = meta.get("feature_names")
         if names is not None and names != feature_layout():
-            raise ValueError(f"resume: registry version {version} of {str(registry.root)!r} was trained on other "
-                             f"features than this version computes; start a fresh run (resume=false, `iro fed rounds --fresh`)")
-        where = f"resume: registry version {version} of {str(registry.root)!r}"
+            raise ValueError(f"{where} was trained on other features than this version computes; start a fresh run "
+                             "(resume=false, `iro fed rounds --fresh`)")
         if meta.get("config") is not None:
             try:
                 differ = cfg.dqn_config().architecture_differences(meta["config"])

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed import limits
+from iro_fed.learning import EVAL_SEED_OFFSET, HELD_OUT
 
 #: Strategy names accepted by ``strategy`` (Flower's own implementations).
 STRATEGIES: tuple[str, ...] = ("fedavg", "fedprox", "fedmedian", "fedtrimmedavg", "krum", "bulyan")
@@ -79,11 +80,10 @@ MAX_SITE_HOURS = limits.MAX_HOURS
 #: seeding takes only in 0..2**32 - 1 (outside it, every site's training raised). 4,000,000 leaves
 #: room for MAX_SERVER_ROUNDS rounds of sites up to 2.9 million.
 MAX_SEED = 4_000_000
-#: The scenario seeds of evaluation episodes (:func:`evaluate_policy`: ``EVAL_SEED + e``). A
-#: site's training env never runs them: ``seed=10`` trained site 0 on 10000, the first
-#: episode its held-out evaluation then ran.
-EVAL_SEED = 10_000
-EVAL_SEEDS = range(EVAL_SEED, EVAL_SEED + limits.MAX_EVAL_EPISODES)
+#: The scenario seeds of evaluation episodes (:func:`evaluate_policy`: ``EVAL_SEED + e``), the
+#: held-out seeds of ``iro train``. A site's training env never runs them: ``seed=10`` trained
+#: site 0 on 10000, the first episode its held-out evaluation then ran.
+EVAL_SEED, EVAL_SEEDS = EVAL_SEED_OFFSET, HELD_OUT
 
 @dataclass(frozen=True)
 class FedConfig:

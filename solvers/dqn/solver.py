@@ -211,6 +211,15 @@ class DQNSolver(OnlineSolver):
         ctx = context_features(state, w, num_feasible, nodes.size, k, {"deferrable": 0.0})
         return self.loaded.q_values(cand, ctx, self._mask(nodes.size, k))[: nodes.size]
 
+    def _scores(self, state: ClusterState, w: int, nodes: np.ndarray, gains: np.ndarray,
+                num_feasible: int) -> list[float]:
+        """Scores of ``nodes`` (best marginal gain first): the policy's Q-values of the first K, as
+        :meth:`decide` sees them; the rest in their order, below the policy's."""
+        head = min(self.k, nodes.size)
+        q = self._q(state, w, nodes[:head], gains[:head], num_feasible)
+        floor = float(q.min())
+        return q.tolist() + [floor - 1.0 - i for i in range(nodes.size - head)]
+
     def decide(self, state: ClusterState, w: int) -> Decision:
         self._ensure(state.problem)
         nodes, gains, num_feasible = preselect(state, w, self.k)
@@ -232,11 +241,7 @@ class DQNSolver(OnlineSolver):
             return np.zeros(0)
         nodes, gains = order_candidates(state, w, candidates)
         num_feasible = int(np.count_nonzero(feasible_nodes(state, w)))
-        head = min(self.k, nodes.size)
-        q = self._q(state, w, nodes[:head], gains[:head], num_feasible)
-        floor = float(q.min())
-        values = q.tolist() + [floor - 1.0 - i for i in range(nodes.size - head)]
-        by_node = dict(zip(nodes.tolist(), values, strict=True))
+        by_node = dict(zip(nodes.tolist(), self._scores(state, w, nodes, gains, num_feasible), strict=True))
         return np.array([by_node[int(n)] for n in candidates])
 
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
@@ -246,12 +251,11 @@ class DQNSolver(OnlineSolver):
         nodes, gains, num_feasible = preselect(state, w, max(k, self.k))
         if nodes.size == 0:
             return []
+        scores = self._scores(state, w, nodes, gains, num_feasible)
         head = min(self.k, nodes.size)
-        q = self._q(state, w, nodes[:head], gains[:head], num_feasible)
-        order = np.argsort(-q, kind="stable")
-        ranked = [(int(nodes[i]), float(q[i])) for i in order]
-        floor = float(q.min()) if q.size else 0.0
-        ranked += [(int(n), floor - 1.0 - i) for i, n in enumerate(nodes[head:])]
+        order = np.argsort(-np.asarray(scores[:head]), kind="stable")
+        ranked = [(int(nodes[i]), scores[i]) for i in order]
+        ranked += [(int(n), s) for n, s in zip(nodes[head:].tolist(), scores[head:], strict=True)]
         return ranked[:k]
 
     # --- learning ----------------------------------------------------------------------------

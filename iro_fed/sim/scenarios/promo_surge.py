@@ -19,7 +19,14 @@ import numpy as np
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import WEIGHT_RANGES, carbon_window, check_ranges, latency_between, run_steps
+from iro_fed.sim.scenarios.common import (
+    MAX_NODES,
+    WEIGHT_RANGES,
+    carbon_window,
+    check_ranges,
+    latency_between,
+    run_steps,
+)
 from iro_fed.sim.signals import parse_time
 
 PARAMS = {
@@ -34,9 +41,8 @@ PARAMS = {
     "sale_end_h": 18.0,
 }
 DEFAULT_HOURS = 24.0
-#: Bounds on the surge's size: ``load`` x capacity in pods is built up front.
+#: Bound on the surge's size: ``load`` x capacity in pods is built up front (nodes: common.MAX_NODES).
 MAX_LOAD = 100.0
-MAX_NODES = 10000
 
 # (kind, weight, cpu m, memory MiB, gpu count, gpu milli)
 SHAPES = (
