@@ -1,10 +1,11 @@
 """Lease-based leader election (``coordination.k8s.io/v1`` Lease) for the IRO scheduler.
 
-The lock and the acquire-or-renew step are the Python client's own
-(``kubernetes.leaderelection``: :class:`LeaseLock`, ``LeaderElection.try_acquire_or_renew``,
-which follow client-go: a candidate takes the lease only when its holder has not renewed it for
-``lease_duration`` as observed locally, and every write carries the Lease's ``resourceVersion``
-so two concurrent takeovers cannot both succeed: the loser gets 409 Conflict).
+The lock is the Python client's own (``kubernetes.leaderelection``: :class:`LeaseLock`), and so
+is the acquire-or-renew step (``LeaderElection.try_acquire_or_renew``) but for its clock: both
+follow client-go: a candidate takes the lease only when its holder has not renewed it for
+``lease_duration`` as observed locally (on the monotonic clock, as Go's ``time.Since``: a
+wall-clock step on a follower must not end a lease early), and every write carries the Lease's
+``resourceVersion`` so two concurrent takeovers cannot both succeed: the loser gets 409 Conflict).
 
 What this module adds around them, because the scheduler must never bind as a stale leader:
 
@@ -94,14 +95,71 @@ def _lease_lock(name: str, namespace: str, identity: str) -> Any:
     return Lock(name, namespace, identity)
 
 
+def _election(config: Any) -> Any:
+    """The Python client's ``LeaderElection`` whose acquire-or-renew step times the holder's lease
+    on the monotonic clock, as client-go does (Go's ``time.Now().Sub`` is monotonic).
+
+    The client's own step compares ``time.time()`` values: a wall-clock step forward (NTP, a VM
+    resumed) of ``lease_duration`` on a follower made it take the lease from a leader that had
+    just renewed, while that leader (timed on the monotonic clock) still bound: two schedulers.
+    Otherwise the step is the client's: create only on 404, take a lease with no holder or a
+    missing field at once, keep ``acquireTime`` on a renew, every write optimistic.
+    """
+    import json
+    from http import HTTPStatus
+
+    from kubernetes.leaderelection.leaderelection import LeaderElection
+    from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+
+    class Election(LeaderElection):
+        observed_at = 0.0  # monotonic time the observed record was first seen (or written)
+
+        def _observe(self, record: Any) -> None:
+            self.observed_record = record
+            self.observed_at = time.monotonic()
+
+        def try_acquire_or_renew(self) -> bool:
+            cfg, lock = self.election_config, self.election_config.lock
+            now = str(datetime.datetime.now())  # the record's times: wall clock, the client's format
+            record = LeaderElectionRecord(lock.identity, str(cfg.lease_duration), now, now)
+            found, old = lock.get(lock.name, lock.namespace)
+            if not found:
+                try:  # only a clean 404 means "absent": a proxy's HTML page is retried, not created over
+                    code = json.loads(old.body)["code"]
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    code = None
+                if code != HTTPStatus.NOT_FOUND or not lock.create(name=lock.name, namespace=lock.namespace,
+                                                                   election_record=record):
+                    return False
+                self._observe(record)
+                return True
+            if old is None or None in (old.holder_identity, old.lease_duration, old.acquire_time, old.renew_time):
+                return self.update_lock(record)  # released (no holder) or not a complete record
+            if self.observed_record is None or old.__dict__ != self.observed_record.__dict__:
+                self._observe(old)
+            if lock.identity != old.holder_identity:
+                if time.monotonic() - self.observed_at < cfg.lease_duration:
+                    return False  # the holder renewed less than lease_duration ago, as seen here
+            else:
+                record.acquire_time = old.acquire_time  # a renew keeps the acquire time
+            return self.update_lock(record)
+
+        def update_lock(self, record: Any) -> bool:
+            lock = self.election_config.lock
+            if not lock.update(lock.name, lock.namespace, record):
+                return False
+            self._observe(record)
+            return True
+
+    return Election(config)
+
+
 class LeaderElector:
     """One candidate. Call :meth:`start` (a thread) and ask :meth:`is_leader` before each write."""
 
     def __init__(self, kube: Any, name: str, namespace: str, identity: str, lease_duration: int = 15,
                  renew_deadline: float = 10.0, retry_period: float = 2.0,
                  on_started: Callable[[], None] | None = None, on_stopped: Callable[[], None] | None = None) -> None:
-        from kubernetes.leaderelection.leaderelection import LeaderElection
-
         if not isinstance(lease_duration, int) or lease_duration < 1:
             raise ValueError(f"lease_duration: whole seconds >= 1 (Lease.spec.leaseDurationSeconds), got {lease_duration!r}")
         if not lease_duration > renew_deadline:
@@ -120,7 +178,7 @@ class LeaderElector:
         # sys.exit() on sub-second periods, which the tests use.
         config = SimpleNamespace(lock=self.lock, lease_duration=lease_duration, renew_deadline=renew_deadline,
                                  retry_period=retry_period, onstarted_leading=lambda: None, onstopped_leading=lambda: None)
-        self._election = LeaderElection(config)
+        self._election = _election(config)
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._leading = False

@@ -25,7 +25,9 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   pod's total); ``pods`` is 1; alongside it the pod's non-zero cpu / memory
   request for kube-scheduler's scoring (:func:`nonzero_requests`), for pending pods
   (``Problem.nonzero_demand``) and summed per node over the bound pods
-  (``Problem.initial_nonzero``, kube's ``NodeInfo.NonZeroRequested``);
+  (``Problem.initial_nonzero``, kube's ``NodeInfo.NonZeroRequested``); during an in-place
+  resize a container counts the largest of its spec, allocated and actuated request (the spec
+  left out when the resize is infeasible), as kube's ``UseStatusResources``;
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
   (1..1000) asks for that share of one card instead; ``iro-fed.io/gpu-cards`` on a bound pod
   (written by IRO's scheduler through the Binding) says which cards it holds;
@@ -61,6 +63,7 @@ import numpy as np
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import (
+    MAX_GPUS,
     MAX_NUMBER,
     MIN_CAPACITY,
     ProblemValidationError,
@@ -358,6 +361,8 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
             # reads MIN_CAPACITY as allocatable 0.
             capacity[r] = MIN_CAPACITY
     gpus = int(_amount(GPU_RESOURCE, alloc[GPU_RESOURCE], who, f"{path}.{GPU_RESOURCE}")) if GPU_RESOURCE in alloc else 0
+    if gpus > MAX_GPUS:  # checked here: the usage builds a list of cards ("1E" GPUs: a MemoryError)
+        raise _bad(who, f"{path}.{GPU_RESOURCE}", f"at most {MAX_GPUS} GPUs per node (the model's limit), got {gpus}")
     spec = _obj(node.get("spec"), who, "spec")
     taints = []
     for i, t in enumerate(_items(spec.get("taints"), who, "spec.taints")):
@@ -551,6 +556,60 @@ class _PodParts:
             return _with_pod_level(effective_requests(self.apps, self.inits, {}), self.pod_level, self.overhead)
 
 
+#: The pod condition that says the kubelet cannot grant a resize (and, before k8s 1.33,
+#: ``status.resize``): kube then counts what the containers have, not what the spec asks.
+RESIZE_PENDING = "PodResizePending"
+
+
+def _status_requests(pod: Mapping[str, Any], resources: Sequence[str],
+                     who: str) -> tuple[dict[str, tuple[dict[str, Decimal] | None, dict[str, Decimal] | None]], bool]:
+    """In-place resize (InPlacePodVerticalScaling, on by default since k8s 1.33): for each container
+    status (``status.containerStatuses`` and ``initContainerStatuses``, by name, the first of a
+    name as kube's ``findContainerStatus``) its ``allocatedResources`` and actuated
+    ``resources.requests`` (``None`` when absent), exact; and whether the resize is infeasible."""
+    status = _obj(pod.get("status"), who, "status")
+    names = _request_names(resources)
+    out: dict[str, tuple[dict[str, Decimal] | None, dict[str, Decimal] | None]] = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for i, cs in enumerate(_items(status.get(key), who, f"status.{key}")):
+            path = f"status.{key}[{i}]"
+            cs = _obj(cs, who, path, required=True)
+            name = _opt_str(cs, "name", who, path) or ""
+            lists: list[dict[str, Decimal] | None] = []
+            for sub, value in (("allocatedResources", cs.get("allocatedResources")),
+                               ("resources.requests", _obj(cs.get("resources"), who, f"{path}.resources").get("requests"))):
+                if value is None:
+                    lists.append(None)
+                    continue
+                value = _obj(value, who, f"{path}.{sub}")
+                lists.append({r: _exact(r, value[r], who, f"{path}.{sub}.{r}") for r in names if r in value})
+            if name not in out and lists != [None, None]:
+                out[name] = (lists[0], lists[1])
+    infeasible = status.get("resize") == "Infeasible"
+    for i, cond in enumerate(_items(status.get("conditions"), who, "status.conditions")):
+        cond = _obj(cond, who, f"status.conditions[{i}]", required=True)
+        if cond.get("type") == RESIZE_PENDING:
+            infeasible = cond.get("reason") == "Infeasible"
+            break
+    return out, infeasible
+
+
+def _resized(spec: dict[str, Decimal], status: tuple[dict[str, Decimal] | None, dict[str, Decimal] | None],
+             infeasible: bool) -> dict[str, Decimal]:
+    """A container's request during an in-place resize, as kube-scheduler counts it
+    (``resourcehelper`` with ``UseStatusResources``): the largest of the spec's request, the
+    allocated and the actuated one, so a bound pod shrinking in place keeps its old size on the
+    node until the kubelet has actuated the new one; with the resize infeasible the spec is not
+    counted (it will not be granted), only what is allocated and actuated."""
+    allocated, actuated = status
+    if actuated is None:
+        actuated = allocated
+    out: dict[str, Decimal] = {} if infeasible else dict(spec)
+    for req in (allocated, actuated):
+        out = _max(out, req or {})
+    return out
+
+
 def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     """A pod's parsed requests: app containers, init containers with their sidecar flag,
     overhead and pod-level requests, exact, with every error naming its JSON path."""
@@ -558,13 +617,18 @@ def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     if not isinstance(pod, Mapping):
         raise _bad(who, "", f"expected a v1.Pod object, got {json_kind(pod)}")
     spec = _obj(pod.get("spec"), who, "spec")
-    apps = [_container_exact(c, resources, f"spec.containers[{i}]", who)
-            for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
+    statuses, infeasible = _status_requests(pod, resources, who)
+
+    def container(c: Any, path: str) -> dict[str, Decimal]:
+        req = _container_exact(c, resources, path, who)
+        status = statuses.get(_opt_str(c, "name", who, path) or "")
+        return _resized(req, status, infeasible) if status else req
+
+    apps = [container(c, f"spec.containers[{i}]") for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
     inits = []
     for i, c in enumerate(_items(spec.get("initContainers"), who, "spec.initContainers")):
         path = f"spec.initContainers[{i}]"
-        req = _container_exact(c, resources, path, who)
-        inits.append((req, _opt_str(c, "restartPolicy", who, path) == "Always"))
+        inits.append((container(c, path), _opt_str(c, "restartPolicy", who, path) == "Always"))
     overhead = _obj(spec.get("overhead"), who, "spec.overhead")
     extra = {r: _exact(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
     return _PodParts(apps, inits, extra, _pod_level_requests(spec, apps, inits, resources, who))
@@ -856,7 +920,10 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
         if d.gpu_count and cards:
             take = d.gpu_milli if d.gpu_count == 1 else GPU_MILLI
             chosen = _parse_cards((_meta(pod).get("annotations") or {}).get(ANN_GPU_CARDS))
-            if not chosen or len(chosen) != d.gpu_count or any(not 0 <= c < len(cards) or cards[c] < take for c in chosen):
+            # A repeated card ("0,0") would pass the free check once per copy and take one card
+            # twice (negative free milli, and the whole snapshot refused): read it as no annotation.
+            if (not chosen or len(chosen) != d.gpu_count or len(set(chosen)) != len(chosen)
+                    or any(not 0 <= c < len(cards) or cards[c] < take for c in chosen)):
                 if take < GPU_MILLI:
                     fits = [c for c in range(len(cards)) if cards[c] >= take]
                     chosen = [min(fits, key=lambda c: cards[c])] if fits else []
