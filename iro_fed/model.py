@@ -76,6 +76,8 @@ class Toleration:
             return False
         if self.operator == "Exists":
             return True
+        if self.operator not in ("Equal", ""):  # as v1.Toleration.ToleratesTaint: another operator tolerates nothing
+            return False
         # An empty key with Equal matches nothing (the API server rejects it anyway).
         return bool(self.key) and self.value == taint.value
 
