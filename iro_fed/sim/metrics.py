@@ -84,6 +84,7 @@ class Recorder:
     latency_hist: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_BINS))
     requests: float = 0.0
     served: float = 0.0
+    failed: float = 0.0
     cost: float = 0.0
     carbon_g: float = 0.0
     energy_wh: float = 0.0
@@ -98,10 +99,12 @@ class Recorder:
         for name in SERIES:
             self.series[name] = np.full(self.steps, np.nan)
 
-    def add_requests(self, latency_ms: np.ndarray, requests: np.ndarray, served: np.ndarray) -> None:
-        """Requests of one step: per replica its latency, requests and requests served in SLA."""
+    def add_requests(self, latency_ms: np.ndarray, requests: np.ndarray, served: np.ndarray, failed: float) -> None:
+        """Requests of one step: per histogram entry its latency and requests, per replica the
+        requests served in SLA, and the step's failed requests (timeouts, misses, no replica)."""
         self.requests += float(requests.sum())
         self.served += float(served.sum())
+        self.failed += failed
         if latency_ms.size:
             bins = np.minimum((latency_ms / LATENCY_BIN_MS).astype(np.int64), LATENCY_BINS - 1)
             self.latency_hist += np.bincount(bins, weights=requests, minlength=LATENCY_BINS)
@@ -119,6 +122,12 @@ class Recorder:
         self.cost += cost_per_hour * hours
         self.carbon_g += carbon_g_per_hour * hours
         self.energy_wh += power_w * hours
+
+
+def success_pct(failed: float, requests: float) -> float:
+    """Requests served within SLA, in percent: 100 x (1 - failed / requests), so a run without a
+    failure reads exactly 100 and never more; 100 when there were no requests."""
+    return 100.0 * (1.0 - min(failed / requests, 1.0)) if requests > 0 else 100.0
 
 
 def pending_stats(
