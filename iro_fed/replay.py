@@ -70,15 +70,23 @@ class ReplayResult:
         }
 
 
+def round_point(mean: float) -> float:
+    """A curve point as the simulator's analysis rounds it: ``round(dfv.alloc_ratio.mean(), 2)``
+    rounds a numpy float64, which is numpy's rounding (scale by 100, round half to even, scale
+    back), not Python's exact decimal one: a mean of 4.095 (4.09499... in binary) gives 4.1 there,
+    4.09 with Python's ``round`` on a float."""
+    return float(np.round(np.float64(mean), CURVE_DECIMALS))
+
+
 def curve(arrived_pct: np.ndarray, values: np.ndarray) -> dict[str, float | None]:
     """Mean of ``values`` per rounded arrival percent x = 0..130 (the spec's neighbour rule),
-    rounded to :data:`CURVE_DECIMALS` as the simulator's analysis does."""
+    rounded to :data:`CURVE_DECIMALS` as the simulator's analysis does (:func:`round_point`)."""
     out: dict[str, float | None] = {}
     for x in range(MAX_ARRIVED_PCT + 1):
         hit = arrived_pct == x
         if not hit.any():
             hit = (arrived_pct >= x - 1) & (arrived_pct <= x + 1)
-        out[str(x)] = round(float(values[hit].mean()), CURVE_DECIMALS) if hit.any() else None
+        out[str(x)] = round_point(values[hit].mean()) if hit.any() else None
     return out
 
 

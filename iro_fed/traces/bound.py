@@ -35,7 +35,7 @@ import numpy as np
 
 from iro_fed.model import GPU_MILLI
 from iro_fed.packing import arc_flow
-from iro_fed.replay import CURVE_DECIMALS
+from iro_fed.replay import round_point
 from iro_fed.traces.openb import OpenbPod
 
 
@@ -160,5 +160,5 @@ def share_packing_bound(
     allocs = [round(100.0 * min(arrived_milli, capacity_milli - packed[shares].waste_milli) / capacity_milli, 2)
               for _, arrived_milli, shares in window]
     # np.mean: the replay's float sum; then its curve's rounding
-    metric = round(100.0 - round(float(np.mean(allocs)), CURVE_DECIMALS), 4)
+    metric = round(100.0 - round_point(np.mean(allocs)), 4)
     return replace(packed[point], optimal=all(b.optimal for b in packed.values()), metric_pct=metric)

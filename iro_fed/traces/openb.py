@@ -3,7 +3,7 @@ arrival sequence (shared/spec/fgd-replay.md).
 
 Node CSV columns: ``sn, cpu_milli, memory_mib, gpu, model``. Pod CSV columns: ``name,
 cpu_milli, memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed models joined
-by ``|``), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``, ``scheduled_time``.
+by ``|``, kept as written), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``, ``scheduled_time``.
 A pod with ``num_gpu`` 1 and ``gpu_milli`` < 1000 shares one card; ``num_gpu`` k with 1000 milli
 needs k whole cards; ``gpu_milli`` above 1000 counts as 1000; ``num_gpu`` and ``gpu_milli`` are
 both 0 (a CPU-only pod, which names no ``gpu_spec``) or both > 0. Malformed rows raise
@@ -202,7 +202,10 @@ def load_pods(path: str | os.PathLike) -> list[OpenbPod]:
                 memory_mib=_int(source, line, row, "memory_mib"),
                 num_gpu=num_gpu,
                 gpu_milli=milli,
-                gpu_spec=tuple(dict.fromkeys(spec)),
+                # As written, repeats included: the simulator groups typical pods by this string
+                # (pod_csv_to_yaml keeps "V100M16|V100M32|V100M32"), so merging repeats would merge
+                # typical tasks that FGD keeps apart (gpuspec10). Feasibility reads it as a set.
+                gpu_spec=spec,
                 creation_time=_int(source, line, row, "creation_time", default=0),
                 deletion_time=_int(source, line, row, "deletion_time", minimum=-1, default=-1),
             )
