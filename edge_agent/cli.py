@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sqlite3
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,29 +88,19 @@ def _main(args: argparse.Namespace) -> int:
                           "federated": _federated_summary(cfg, store_path)}, indent=2))
         return EXIT_OK
 
-    from iro_fed.cli import stop_status
+    from iro_fed.cli import stop_signals, stop_status
 
-    stop = threading.Event()
-    got: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        got.append(signum)
-        stop.set()
-
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        agent.start()
-    except OSError as exc:  # port in use, cannot bind
-        print(f"edge-agent run: error: listen {cfg.listen.host}:{cfg.listen.port}: {exc.strerror or exc}", file=sys.stderr)
+    with stop_signals() as wait_for_stop:
+        try:
+            agent.start()
+        except OSError as exc:  # port in use, cannot bind
+            print(f"edge-agent run: error: listen {cfg.listen.host}:{cfg.listen.port}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            agent.stop()
+            return EXIT_BAD_INPUT
+        signum = wait_for_stop()  # the default handlers are back: a second signal interrupts a stop that hangs
         agent.stop()
-        return EXIT_BAD_INPUT
-    while not stop.wait(0.5):
-        pass
-    # The default handlers again: a second signal interrupts a stop that hangs.
-    for sig, handler in old.items():
-        signal.signal(sig, handler)
-    agent.stop()
-    return stop_status(got[0])
+        return stop_status(signum)
 
 
 def _open_error(exc: BaseException, store_path: Path | None) -> str:

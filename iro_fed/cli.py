@@ -33,7 +33,8 @@ import json
 import math
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,40 @@ def stop_status(signum: int) -> int:
     import signal
 
     return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
+
+
+@contextmanager
+def stop_signals() -> Iterator[Callable[[], int]]:
+    """Catch SIGTERM and SIGINT from here on, before anything serves or is announced (a signal
+    right after ``--ready-file`` appears must not find the default handler, which ends the
+    process with 143 and no clean stop). Yields ``wait()``: it blocks until one arrives, puts the
+    previous handlers back (a second signal then cuts a stop that hangs short) and returns it.
+    Leaving the block without a signal puts them back too."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    def wait() -> int:
+        stop.wait()
+        restore()
+        return got[0]
+
+    try:
+        yield wait
+    finally:
+        restore()
 
 
 def _console(stderr: bool = False) -> Console:

@@ -206,7 +206,6 @@ class KubeDefault(OnlineSolver):
             for c, s in zip(self._cols, self._scales, strict=True)
         ]
         self._cap_count = np.sum([a > 0 for a in self._allocatable], axis=0, dtype=np.int64)
-        self._cap_all = np.all([a > 0 for a in self._allocatable], axis=0)
         # Each pod's actual and non-zero request [W, resources]: the non-zero one exact from the
         # snapshot, else a zero demand taken as a missing request (the model keeps one number per pod).
         scales = np.array(self._scales)
@@ -322,8 +321,8 @@ class KubeDefault(OnlineSolver):
         if best_effort:
             balanced = np.zeros(candidates.size, dtype=np.int64)
         else:
-            if len(fractions) == 2:
-                std = np.where(self._cap_all[candidates], np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+            if len(fractions) == 2:  # std over both resources where both are allocatable
+                std = np.where(weight_sum == 2, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
             else:
                 std = np.zeros(candidates.size)
             balanced = np.trunc((1 - std) * MAX_NODE_SCORE).astype(np.int64)

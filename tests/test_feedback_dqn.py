@@ -7,7 +7,7 @@ import json
 import pytest
 
 from iro_fed.feedback import DQNFineTune
-from tests.sim.test_feedback_sim import TINY
+from tests.sim.test_feedback_sim import train_start_policy
 
 
 def test_fine_tunes_to_a_checkpoint_start_from_the_previous_fine_tune(tmp_path):
@@ -16,12 +16,10 @@ def test_fine_tunes_to_a_checkpoint_start_from_the_previous_fine_tune(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("gymnasium")
     import solvers
-    from iro_fed.sim.env import PlacementEnv
     from solvers.dqn.checkpoint import metadata_path
 
     start = tmp_path / "start.pt"
-    solvers.make("dqn", seed=0).fit([lambda: PlacementEnv("edge-iot", hours=0.5, k=16, seed=1)], 16, out=start,
-                                    config=TINY, progress=False, track_emissions=False)
+    train_start_policy(start, 16)
     out = tmp_path / "tuned.pt"
     action = DQNFineTune(out=out, policy=str(start), scenario="edge-iot", hours=0.5, steps=16, seed=0)
     action(None, None)

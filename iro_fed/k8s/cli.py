@@ -20,10 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +36,11 @@ from iro_fed.cli import (
     check_number,
     check_output_file,
     check_output_folder,
+    stop_signals,
     stop_status,
 )
 from iro_fed.limits import MAX_TOP_K, MAX_TRAIN_STEPS
-from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, write_file_atomic
 
 
 def _port(text: str) -> int:
@@ -124,36 +121,6 @@ def _kube(kubeconfig: str | None, user_agent: str) -> Any:
         raise UsageError(f"--kubeconfig: cannot load {kubeconfig!r}: {exc}") from exc
 
 
-@contextmanager
-def _stop_signals() -> Iterator[Callable[[], int]]:
-    """Catch SIGTERM and SIGINT from here on, before anything serves or is announced (a signal
-    right after ``--ready-file`` appears must not find the default handler, which ends the
-    process with 143 and no clean stop). Yields ``wait()``: it blocks until one arrives, puts the
-    previous handlers back (a second signal then cuts a stop that hangs short) and returns it."""
-    stop = threading.Event()
-    got: list[int] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        got.append(signum)
-        stop.set()
-
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-    def wait() -> int:
-        stop.wait()
-        restore()
-        return got[0]
-
-    try:
-        yield wait
-    finally:
-        restore()
-
-
 def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
     table = Table(title=title)
     table.add_column("setting")
@@ -210,9 +177,7 @@ def _server_args(args: argparse.Namespace) -> None:
 def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> int:
     """Serve in a thread, announce the URL in ``ready_file``, stop cleanly on SIGTERM / SIGINT;
     returns the signal."""
-    from iro_fed.problem_io import write_file_atomic
-
-    with _stop_signals() as wait_for_stop:
+    with stop_signals() as wait_for_stop:
         server.serve_in_thread()
         try:
             if ready_file:
@@ -403,7 +368,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
         ("metrics", "off" if registry is None else f":{args.metrics_port}/metrics"),
     ])
-    with _stop_signals() as wait_for_stop:
+    with stop_signals() as wait_for_stop:
         sched.start()
         try:
             signum = wait_for_stop()

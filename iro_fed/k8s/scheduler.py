@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
-from iro_fed.feedback import placement_terms
+from iro_fed.feedback import DEFAULT_CLASS, placement_terms
 from iro_fed.k8s.client import ClusterCache, Kube, Reflector, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
@@ -83,8 +83,11 @@ from iro_fed.k8s.snapshot import (
     ClusterModel,
     PodSpecError,
     Snapshot,
+    apply_usage,
+    node_doc,
     obj_key,
     pod_demand,
+    pods_by_node,
 )
 from iro_fed.model import ClusterState
 from iro_fed.objective import Breakdown, evaluate, marginal
@@ -383,7 +386,7 @@ class IroScheduler:
     def _next_wake_s(self) -> float:
         """How long the loop may sleep: until the next timer of the queue ends (an unschedulable
         pod's backoff or flush, a failed bind's backoff, an assumed or 409'd pod's ASSUME_TTL_S),
-        within 0.05 s .. ``poll_s``. Watch events wake it earlier (see :meth:`_wake_on_changes`).
+        within 0.05 s .. ``poll_s``. Watch events wake it earlier (see :meth:`_cluster_moved`).
         Each delay is computed as its check in :meth:`ready_pods` computes it, so the loop never
         wakes just short of a timer and then sleeps on."""
         now = self.clock()
@@ -473,9 +476,6 @@ class IroScheduler:
         records them) and its allocatable CPU, read as the cluster model reads them (the bound pods
         of the cache that have not finished, plus those bound here that the watch has not shown
         yet); None when the cache does not hold the node or cannot read it. For the feed's thread."""
-        from iro_fed.feedback import DEFAULT_CLASS
-        from iro_fed.k8s.snapshot import apply_usage, node_doc, pods_by_node
-
         res = self.config.resources
         if "cpu" not in res:
             return None

@@ -161,8 +161,6 @@ class PrometheusClient:
                 raise PrometheusUnavailable(f"{url}: HTTP {status} {_error_text(body)}")
             if status >= 400:
                 raise PrometheusQueryError(f"{url}: HTTP {status} {_error_text(body)}")
-        except PrometheusError:
-            raise
         except TimeoutError as exc:
             raise PrometheusUnavailable(f"{url}: no answer within {self.timeout_s:g} s") from exc
         except urllib.error.URLError as exc:

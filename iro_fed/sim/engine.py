@@ -999,7 +999,7 @@ class Simulator:
         node = st.assignment[online]
         busy, k, lam_p, rho_p = self._busy(t, running)
         u = busy / np.where(self.capacity[:, 0] > 0, self.capacity[:, 0], 1.0)
-        lat, req, served = service_latency(
+        lat, req, _ = service_latency(
             net_ms=self.sc.latency_ms[self.svc_region[svc], self.node_domain[node]], service_ms=self.svc_ms[svc],
             rho_p=rho_p, node_util=u[node], sla_ms=self.svc_sla[svc], lam_p=lam_p, step_s=sc.step_s, queue_cap=cfg.queue_cap,
         )
@@ -1013,7 +1013,7 @@ class Simulator:
         # Failures counted where they happen (0.0 exactly when all is served): served / total of
         # two differently summed arrays read 100.00000000000001 % for a run without one failure.
         failed = float(np.where(lat <= sla, req * (1.0 - share), req).sum() + (lam_s[orphan] * sc.step_s).sum())
-        rec.add_requests(hist_lat, hist_req, served, failed)
+        rec.add_requests(hist_lat, hist_req, failed)
         if self.listener is not None:
             self.replica_latency = (online, lat)
         total = float(hist_req.sum())

@@ -83,7 +83,6 @@ class Recorder:
     series: dict[str, np.ndarray] = field(default_factory=dict)
     latency_hist: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_BINS))
     requests: float = 0.0
-    served: float = 0.0
     failed: float = 0.0
     cost: float = 0.0
     carbon_g: float = 0.0
@@ -99,11 +98,10 @@ class Recorder:
         for name in SERIES:
             self.series[name] = np.full(self.steps, np.nan)
 
-    def add_requests(self, latency_ms: np.ndarray, requests: np.ndarray, served: np.ndarray, failed: float) -> None:
-        """Requests of one step: per histogram entry its latency and requests, per replica the
-        requests served in SLA, and the step's failed requests (timeouts, misses, no replica)."""
+    def add_requests(self, latency_ms: np.ndarray, requests: np.ndarray, failed: float) -> None:
+        """Requests of one step: per histogram entry its latency and requests, and the step's
+        failed requests (timeouts, misses, no replica)."""
         self.requests += float(requests.sum())
-        self.served += float(served.sum())
         self.failed += failed
         if latency_ms.size:
             bins = np.minimum((latency_ms / LATENCY_BIN_MS).astype(np.int64), LATENCY_BINS - 1)

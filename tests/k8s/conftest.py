@@ -10,7 +10,9 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from iro_fed.k8s.client import Kube  # noqa: E402
+from iro_fed.k8s.scheduler import IroScheduler  # noqa: E402
 from iro_fed.k8s.testing import FakeApiServer  # noqa: E402
+from tests.k8s.helpers import Clock, make_scheduler  # noqa: E402
 
 
 @pytest.fixture
@@ -31,3 +33,17 @@ def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
 @pytest.fixture
 def kube(kubeconfig: str) -> Kube:
     return Kube.from_kubeconfig(kubeconfig, user_agent="iro-test")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def sched(cluster: FakeApiServer, kubeconfig: str, clock: Clock) -> Iterator[IroScheduler]:
+    """A scheduler run by hand (:func:`~tests.k8s.helpers.make_scheduler`) on the test module's
+    ``cluster``, stopped after the test."""
+    s = make_scheduler(kubeconfig, clock)
+    yield s
+    s.stop()

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import solvers
+from iro_fed.k8s.client import Kube
 from iro_fed.k8s.extender import Extender, ExtenderServer
+from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import make_pod, self_signed_cert
 from iro_fed.model import ClusterState
 
@@ -27,6 +29,17 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def make_scheduler(kubeconfig: str, clock: Clock, **kw: Any) -> IroScheduler:
+    """A scheduler the test runs by hand (no thread, no leader election, no batching window), its
+    queue timed on ``clock``; nodes, bound and pending pods listed once."""
+    kube = Kube.from_kubeconfig(kubeconfig, user_agent="iro-scheduler/q")
+    s = IroScheduler(kube, identity="q", leader_election=False, window_s=0, clock=clock, **kw)
+    s.cache.nodes._list()
+    s.cache.pods._list()
+    s.pending._list()
+    return s
 
 
 def pod_with(containers, init=(), overhead=None, node=None):

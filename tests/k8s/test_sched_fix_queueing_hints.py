@@ -23,8 +23,7 @@ import pytest
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import ASSUME_TTL_S, IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod
-from tests.k8s.helpers import Clock
-from tests.k8s.test_scheduler_queue import make
+from tests.k8s.helpers import make_scheduler as make
 
 HOUR = 3600.0
 
@@ -47,24 +46,12 @@ def statuses(s: IroScheduler, key: str) -> list[str]:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def cluster(api: FakeApiServer) -> FakeApiServer:
     """n0 (4 CPUs) runs ``hog`` (3 CPUs); pending ``big`` (2 CPUs) fits nowhere until hog goes."""
     api.add_node(make_node("n0", cpu="4"))
     api.add_pod(make_pod("hog", cpu="3", node="n0"))
     api.add_pod(make_pod("big", cpu="2", scheduler="iro"))
     return api
-
-
-@pytest.fixture
-def sched(cluster: FakeApiServer, kubeconfig: str, clock: Clock) -> Iterator[IroScheduler]:
-    s = make(kubeconfig, clock)
-    yield s
-    s.stop()
 
 
 def _edit(api: FakeApiServer, kind: str, key: str, change: Callable[[dict[str, Any]], None]) -> None:

@@ -5,19 +5,12 @@ from the batches the real solver produced."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-from tests.k8s.helpers import Clock
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+from tests.k8s.helpers import make_scheduler as make
 
 
 @pytest.fixture
@@ -27,22 +20,6 @@ def cluster(api: FakeApiServer) -> FakeApiServer:
     api.add_pod(make_pod("running", cpu="1", node="n0"))
     api.add_pod(make_pod("big", cpu="8", scheduler="iro"))
     return api
-
-
-@pytest.fixture
-def sched(kubeconfig: str, clock: Clock):
-    s = make(kubeconfig, clock)
-    yield s
-    s.stop()
-
-
-def make(kubeconfig: str, clock: Clock, **kw: Any) -> IroScheduler:
-    kube = Kube.from_kubeconfig(kubeconfig, user_agent="iro-scheduler/q")
-    s = IroScheduler(kube, identity="q", leader_election=False, window_s=0, clock=clock, **kw)
-    s.cache.nodes._list()
-    s.cache.pods._list()
-    s.pending._list()
-    return s
 
 
 def step(s: IroScheduler) -> list[str]:

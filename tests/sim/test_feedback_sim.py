@@ -107,17 +107,24 @@ TINY = {"embed_dim": 16, "hidden_dim": 16, "attention_heads": 2, "atoms": 11, "l
         "buffer_size": 500}
 
 
+def train_start_policy(out, steps: int) -> None:
+    """A small starting policy (:data:`TINY`) of ``steps`` on edge-iot, written to ``out``."""
+    import solvers
+    from iro_fed.sim.env import PlacementEnv
+
+    solvers.make("dqn", seed=0).fit([lambda: PlacementEnv("edge-iot", hours=0.5, k=16, seed=1)], steps, out=out,
+                                    config=TINY, progress=False, track_emissions=False)
+
+
 def test_dqn_fine_tune_trains_from_the_policy_and_publishes_versions_atomically(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("gymnasium")
     import solvers
     from iro_fed.federated.registry import PolicyRegistry
-    from iro_fed.sim.env import PlacementEnv
 
     # a small starting policy, trained here (the shipped default works too, it is just bigger)
     start = tmp_path / "start.pt"
-    solvers.make("dqn", seed=0).fit([lambda: PlacementEnv("edge-iot", hours=0.5, k=16, seed=1)], 32, out=start,
-                                    config=TINY, progress=False, track_emissions=False)
+    train_start_policy(start, 32)
     reg = tmp_path / "registry"
     action = DQNFineTune(registry=reg, policy=str(start), scenario="edge-iot", hours=0.5, steps=48, seed=0,
                          settings={**SHIFT, "usage_shift_at_h": 0.0})

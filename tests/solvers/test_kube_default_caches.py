@@ -15,12 +15,8 @@ from iro_fed.k8s.snapshot import build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.problem_io import problem_to_dict
 from tests.k8s.helpers import fit_and_balance
+from tests.solvers.test_kd_whatif_scores import fit_and_balance as scores
 from tests.solvers.test_kube_default_rounding import MIB, cluster
-
-
-def scores(solver, state: ClusterState, w: int) -> tuple[list[int], list[int]]:
-    s = solver.plugin_scores(state, w, np.arange(state.problem.num_nodes))
-    return s["NodeResourcesFit"].tolist(), s["NodeResourcesBalancedAllocation"].tolist()
 
 
 def test_one_solver_over_a_run_scores_fractional_pods_as_a_fresh_one():

@@ -11,33 +11,21 @@ their mean (int64).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-import solvers
-from iro_fed import ClusterState, problem_from_dict
+from iro_fed import ClusterState
 from iro_fed.k8s.snapshot import NONZERO_EXACT, build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.model import NONZERO_DEFAULTS
 from solvers.kube_default import kube_units
 from tests.k8s.helpers import fit_and_balance
+from tests.solvers.test_kube_default_faithful import cluster, scores_of
 
 MIB = 2**20
 
 
-def cluster(nodes: list[dict[str, Any]], workloads: list[dict[str, Any]], resources: list[str] | None = None):
-    doc: dict[str, Any] = {"domains": [{"name": "az"}], "nodes": [dict({"domain": "az"}, **n) for n in nodes], "workloads": workloads}
-    if resources is not None:
-        doc["resources"] = resources
-    return problem_from_dict(doc)
-
-
 def cpu_fit(problem, w: int = 0, state: ClusterState | None = None) -> list[int]:
-    solver = solvers.make("kube-default")
-    solver.reset(problem)
-    scores = solver.plugin_scores(state or ClusterState(problem), w, np.arange(problem.num_nodes))
-    return scores["NodeResourcesFit"].tolist()
+    return scores_of(problem, w, state)["NodeResourcesFit"]
 
 
 def test_a_fractional_millicore_rounds_up_and_float_noise_does_not():

@@ -43,6 +43,13 @@ PARAMS = {
 DEFAULT_HOURS = 24.0
 #: Bound on the surge's size: ``load`` x capacity in pods is built up front (nodes: common.MAX_NODES).
 MAX_LOAD = 100.0
+#: Inclusive ranges of the node counts; GPU nodes: at least one (the surge is sized on GPU
+#: capacity too; with none it is empty).
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    **WEIGHT_RANGES,
+    "gpu_nodes": (1, MAX_NODES),
+    "cpu_nodes": (0, MAX_NODES),
+}
 
 # (kind, weight, cpu m, memory MiB, gpu count, gpu milli)
 SHAPES = (
@@ -118,11 +125,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
 
 def _check(p: dict) -> None:
     """Parameter ranges (the builder loops until the surge reaches ``load`` x capacity)."""
-    check_ranges(p, WEIGHT_RANGES)
-    # GPU nodes: at least one (the surge is sized on GPU capacity too; with none it is empty).
-    for key, low in (("gpu_nodes", 1), ("cpu_nodes", 0)):
-        if not low <= int(p[key]) <= MAX_NODES:
-            raise ValueError(f"setting {key!r}: must be between {low} and {MAX_NODES}, got {p[key]}")
+    check_ranges(p, RANGES)
     if not 0.0 < float(p["load"]) <= MAX_LOAD:
         raise ValueError(f"setting 'load': must be > 0 and at most {MAX_LOAD:g}, got {p['load']}")
     for key in ("surge_start_h", "sale_end_h"):
