@@ -19,7 +19,8 @@ Threads:
   with ``prometheus.scoring`` ``usage`` / ``max`` the site's ``allocated`` follows observed usage
   (:func:`iro_fed.metrics.load_aware_problem`). When Prometheus fails the agent goes back to
   request-based scoring, says so in ``/readyz`` and ``iro_agent_dependency_up``, and retries
-  with exponential backoff;
+  with exponential backoff. A snapshot's queries share one deadline (the client's ``deadline_s``,
+  twice ``prometheus.timeout_s``: :func:`snapshot_within`), not one each;
 * ``policy`` (with ``policy.registry``): follows the registry's ``latest`` pointer, keeps the last
   good policy, retries with backoff when the registry is missing or a version is broken;
 * ``supernode`` (with ``federated.enabled``): runs and restarts the site's Flower SuperNode, or
@@ -33,6 +34,7 @@ experience store.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -52,10 +54,55 @@ from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, 
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
-from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable
-from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
+from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable, Sample
+from iro_fed.metrics.snapshot import ClusterSnapshot, SnapshotQueries, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
+
+
+def snapshot_within(client: PrometheusClient, queries: SnapshotQueries | None = None,
+                    deadline_s: float | None = None) -> ClusterSnapshot:
+    """:func:`~iro_fed.metrics.snapshot.build_snapshot` within one overall deadline (default: the
+    client's ``deadline_s``, the bound of one request). The snapshot's queries (7 by default) run one
+    after the other: with a deadline each, a server that answers each one slowly, just within it,
+    held the perception loop for up to 7 x ``deadline_s``. Each query gets only what is left of the
+    whole, and none is sent once it is spent."""
+    budget = client.deadline_s if deadline_s is None else deadline_s
+    return build_snapshot(_DeadlineClient(client, budget), queries)
+
+
+class _DeadlineClient(PrometheusClient):
+    """``client``'s settings, its queries sharing one deadline of ``deadline_s`` from now."""
+
+    def __init__(self, client: PrometheusClient, deadline_s: float) -> None:
+        super().__init__(client.base_url, client.timeout_s, deadline_s, client.max_bytes)
+        self.overall_s = deadline_s
+        self.ends = time.monotonic() + deadline_s
+
+    def query(self, promql: str, time: float | None = None) -> list[Sample]:  # noqa: A002 - build_snapshot's keyword
+        left = self.ends - _monotonic()
+        if left <= 0:
+            raise PrometheusUnavailable(f"{self.base_url}: the snapshot's queries took more than its overall "
+                                        f"{self.overall_s:g} s deadline")
+        # The same timeout on the server's side (the query's ``timeout``), so it gives up too.
+        part = PrometheusClient(self.base_url, min(self.timeout_s, left), left, self.max_bytes)
+        try:
+            return part.query(promql, time=time)
+        except PrometheusUnavailable as exc:
+            if self.ends - _monotonic() <= 0:
+                raise PrometheusUnavailable(f"{exc} (the snapshot's overall deadline: {self.overall_s:g} s)") from exc
+            raise
+
+
+_monotonic = time.monotonic  # for _DeadlineClient.query, whose ``time`` argument hides the module
+
+
+class StoreBusy(HttpError):
+    """503: the experience store cannot take more now; ``retry_after_s`` is when it tries its file again."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(503, message, None)
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -87,7 +134,7 @@ class Agent:
         self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all", NetworkCounter(cfg.collect.network_interfaces))
         self.store = (
             ExperienceStore(cfg.store.path, cfg.store.max_rows, max_pending=cfg.store.max_pending,
-                            busy_timeout_s=cfg.store.busy_timeout_s)
+                            busy_timeout_s=cfg.store.busy_timeout_s, logger=self.log)
             if cfg.store.path
             else None
         )
@@ -213,9 +260,14 @@ class Agent:
                                  f"{result.outcome_id}); one outcome per decision, the first is kept", "decision_id")
         if result.status == "failed":
             raise HttpError(500, f"the outcome could not be stored: {result.error}", None)
+        if result.status == "full":
+            # Refused rather than queued and dropped later unseen: at-least-once clients send it again.
+            raise StoreBusy(f"outcome not taken: {result.error}; send it again after Retry-After",
+                            result.retry_after_s or 0.0)
         if result.status == "pending":
             doc["note"] = ("queued: the experience store's file fails or is busy; the outcome is checked "
-                           "(known decision, one per decision) when it is written")
+                           "(known decision, one per decision) when it is written; send it again to learn "
+                           "what became of it (200 once stored)")
         return doc
 
     # --- readiness -----------------------------------------------------------------------------
@@ -320,7 +372,7 @@ class Agent:
     def _perception_step(self) -> None:
         assert self.prometheus is not None
         try:
-            snap = build_snapshot(self.prometheus, self.cfg.prometheus.queries)
+            snap = snapshot_within(self.prometheus, self.cfg.prometheus.queries)
         except Exception as exc:
             view = self.view
             if view.load_aware:
@@ -416,6 +468,9 @@ class Agent:
             self.federation.stop()
         if self.store is not None:
             self.store.close(self.cfg.shutdown_timeout_s)
+            if self.store.lost_outcomes:
+                event(self.log, logging.WARNING, "outcomes answered 'pending' were not written: the store's file failed "
+                      "until the stop", lost_outcomes=self.store.lost_outcomes, error=self.store.last_error)
         event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
 
 
@@ -466,6 +521,7 @@ class _Handler(RoutedJsonHandler):
     server_version = "iro-edge-agent/0.1"
     error_key = "error"
     drain_bytes = 0  # a body the agent did not read is never read as the next request: the connection closes
+    _retry_after: str | None = None  # Retry-After of a StoreBusy reply (whole seconds)
 
     @property
     def agent(self) -> Agent:
@@ -479,7 +535,8 @@ class _Handler(RoutedJsonHandler):
                 "snapshot": self._snapshot, "federation": self._federation}
         out: dict[str, dict[str, Callable[[], None]]] = {f"/{k}": {"GET": f, "HEAD": f} for k, f in gets.items()}
         out["/recommend"] = {"POST": lambda: self._post(self.agent.recommend, 200)}
-        # A retried outcome (already stored) is 200; a new or queued one 202.
+        # A retried outcome (already stored) is 200; a new or queued one 202; 503 with Retry-After
+        # while the store's file fails and store.max_pending records wait for it (not taken).
         out["/outcome"] = {"POST": lambda: self._post(
             self.agent.record_outcome, lambda doc: 200 if doc["status"] == "duplicate" else 202)}
         return out
@@ -505,6 +562,9 @@ class _Handler(RoutedJsonHandler):
 
     def send_body(self, code: int, data: bytes, content_type: str = "application/json",
                   headers: Mapping[str, str] | None = None) -> None:
+        retry_after, self._retry_after = self._retry_after, None
+        if code == 503 and retry_after is not None:  # the shared handler says 1 s; the store knows better
+            headers = {**(headers or {}), "Retry-After": retry_after}
         # Count before the reply goes out, so a client that has its answer sees it in /metrics.
         handler = self._handler_name()
         now = time.perf_counter()
@@ -547,4 +607,7 @@ class _Handler(RoutedJsonHandler):
             doc = action(body)
         except BadRequest as exc:
             raise HttpError(400, str(exc), exc.field) from None
+        except StoreBusy as exc:
+            self._retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+            raise
         self._send(code if isinstance(code, int) else code(doc), doc)

@@ -16,7 +16,10 @@
   backoff (from ``batch_s`` or 0.5 s, doubling up to 30 s; a :meth:`~ExperienceStore.flush`
   tries at once); once the file works, all of them are committed in order. Bounded: beyond
   ``max_pending`` records the oldest are dropped, and what :meth:`~ExperienceStore.close` cannot
-  write is left; both are counted in ``failed`` and said in ``last_error``.
+  write is left; both are counted in ``failed`` and said in ``last_error``. An outcome whose
+  caller was answered ``pending`` is never dropped for the bound (nor the decision it needs):
+  :meth:`~ExperienceStore.record_outcome` refuses new outcomes (``full``) while ``max_pending``
+  records wait, so the caller sends it again later instead of losing it unseen.
 * Bounded: each table keeps at most ``max_rows`` rows; the oldest are evicted after each batch.
 * A file that cannot be used (not a database, read-only, locked, a folder, a folder that cannot be
   created) raises :class:`StoreError`, which names the path and the reason.
@@ -40,11 +43,16 @@ observation format (:func:`iro_fed.features.observation`: ``candidates[k, F]``, 
 for it (the change of R in units of one unplaced pod). :func:`read_policy_samples` returns them
 for the ClientApp (``experience-db`` node setting), which trains the global policy on them.
 Older files get the columns added on open.
+
+Schema 3: the file holds one outcome per decision (a unique index). Opening a file from before
+it keeps the first outcome of each decision, drops the others (logged with their count) and adds
+the index, in one transaction.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 import queue
@@ -60,8 +68,9 @@ from typing import Any
 import numpy as np
 
 from edge_agent.backoff import Backoff
+from edge_agent.logs import LOGGER_NAME, event
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -88,8 +97,11 @@ CREATE TABLE IF NOT EXISTS outcomes (
     node TEXT,
     observed TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS outcomes_decision ON outcomes (decision_id);
 """
+
+#: Schema 3: one outcome per decision, held by the file itself (files of schema 2 and before may
+#: hold several: :meth:`ExperienceStore._unique_outcomes` keeps the first of each).
+_UNIQUE_OUTCOMES = "outcomes_decision_unique"
 
 _MAX_BATCH = 512  # records per transaction from the queue (pending ones come on top)
 _RETRY_FIRST_S = 0.5  # first wait before writing pending records again (or batch_s, if longer)
@@ -146,12 +158,15 @@ class OutcomeResult:
     ``status``: ``recorded`` (a new row), ``duplicate`` (the same outcome was already stored: that
     row), ``conflict`` (another outcome of the decision is stored: kept, this one refused),
     ``unknown`` (no such decision in the store), ``pending`` (the file fails or the writer is busy:
-    queued, checked by the same rules when written), ``failed`` (sqlite refused the record).
+    queued, checked by the same rules when written), ``failed`` (sqlite refused the record),
+    ``full`` (the file fails and ``max_pending`` records already wait for it: not taken, send it
+    again after ``retry_after_s``).
     """
 
     status: str
     outcome_id: int | None = None  # the stored row (recorded, duplicate, conflict)
-    error: str | None = None  # why, for failed
+    error: str | None = None  # why, for failed and full
+    retry_after_s: float | None = None  # for full: when the file is tried again
 
 
 class _Ticket:
@@ -247,7 +262,8 @@ class ExperienceStore:
     """The agent's sqlite store (see the module docstring)."""
 
     def __init__(self, path: str | Path, max_rows: int = 100_000, batch_s: float = 0.05,
-                 max_pending: int = 10_000, busy_timeout_s: float = 10.0) -> None:
+                 max_pending: int = 10_000, busy_timeout_s: float = 10.0,
+                 logger: logging.Logger | None = None) -> None:
         if max_rows < 1:
             raise ValueError(f"store.max_rows: must be >= 1, got {max_rows}")
         if isinstance(max_pending, bool) or not isinstance(max_pending, numbers.Integral) or max_pending < 1:
@@ -268,6 +284,7 @@ class ExperienceStore:
         self.batch_s = batch_s
         self.max_pending = int(max_pending)
         self.busy_timeout_s = float(busy_timeout_s)
+        self.log = logger or logging.getLogger(LOGGER_NAME)
         self._conn = _connect(self.path, busy_timeout_s=self.busy_timeout_s)
         try:
             self._conn.executescript(_SCHEMA)
@@ -275,8 +292,7 @@ class ExperienceStore:
             for name, kind in _POLICY_COLUMNS:
                 if name not in have:  # a schema-1 file: add the column (NULL in old rows)
                     self._conn.execute(f"ALTER TABLE transitions ADD COLUMN {name} {kind}")
-            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
-                               (str(SCHEMA_VERSION),))
+            self._unique_outcomes()
         except sqlite3.Error as exc:
             self._conn.close()
             raise StoreError(self.path, _explain(self.path, exc)) from exc
@@ -287,6 +303,7 @@ class ExperienceStore:
         self.failed = 0  # records that could not be committed (rolled back, not written)
         self.rejected = 0  # outcomes refused: of an unknown decision, or a second, different one
         self.evicted = 0
+        self.lost_outcomes = 0  # outcomes answered 'pending' and still not written at close
         self.last_error: str | None = None
         # The writer thread's own: records the file refused (an OperationalError), oldest first,
         # the flushes waiting for them, and when to try them again.
@@ -299,6 +316,31 @@ class ExperienceStore:
         self._dropped_pending = 0  # over max_pending since the file last worked
         self._writer = threading.Thread(target=self._run, name="experience-writer", daemon=True)
         self._writer.start()
+
+    def _unique_outcomes(self) -> None:
+        """Schema 3: a unique index on ``outcomes.decision_id``. A file from before it may hold
+        several outcomes for one decision (a retried POST /outcome stored a second row): the first
+        (lowest id, the one :meth:`_write_outcome` answers with) is kept and the count of the others
+        logged. One transaction with the schema version: a failure leaves the file as it was."""
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        dropped = 0
+        try:
+            if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
+                         (_UNIQUE_OUTCOMES,)).fetchone() is None:
+                dropped = max(c.execute("DELETE FROM outcomes WHERE id NOT IN "
+                                        "(SELECT MIN(id) FROM outcomes GROUP BY decision_id)").rowcount, 0)
+                c.execute(f"CREATE UNIQUE INDEX {_UNIQUE_OUTCOMES} ON outcomes (decision_id)")
+                c.execute("DROP INDEX IF EXISTS outcomes_decision")  # schema 2's, now redundant
+            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            c.execute("COMMIT")
+        except BaseException:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise
+        if dropped:
+            event(self.log, logging.WARNING, "experience store: duplicate outcomes dropped, the first per decision kept",
+                  path=str(self.path), dropped=dropped)
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -319,11 +361,19 @@ class ExperienceStore:
     def record_outcome(self, outcome: Outcome, timeout: float | None = 10.0) -> OutcomeResult:
         """Store ``outcome`` and say what became of it (see :class:`OutcomeResult`): the writer
         checks and commits it at once, behind what is queued. ``pending`` when the file fails or
-        ``timeout`` passes first: the outcome stays queued and is checked when it is written."""
+        ``timeout`` passes first: the outcome stays queued and is checked when it is written, and is
+        not dropped for ``max_pending``; ``full`` (not queued) when ``max_pending`` records wait already."""
         ticket = _Ticket()
         with self._lock:
             if self._closed:
                 raise RuntimeError("experience store is closed")
+            # A pending outcome is never dropped for max_pending (its caller was told it is queued):
+            # when the memory for a failing file is full, a new one is refused instead, to be sent again.
+            if len(self._pending) >= self.max_pending:
+                return OutcomeResult("full", error=(
+                    f"the experience store's file fails ({self._file_error}) and store.max_pending "
+                    f"({self.max_pending}) records already wait for it"),
+                    retry_after_s=max(self._retry_at - time.monotonic(), 0.0))
             self._queue.put((None, outcome, ticket))
         ticket.done.wait(timeout)
         return ticket.result
@@ -386,9 +436,13 @@ class ExperienceStore:
                 self._bound()
             if closing and self._pending:
                 lost = len(self._pending)
+                answered = sum(1 for row in self._pending if row[2] is not None)
                 self._pending = deque()
                 self.failed += lost
                 self.last_error = f"{lost} pending records not written at close: {self._file_error}"
+                if answered:
+                    self.last_error += f" ({answered} of them outcomes answered 'pending')"
+                    self.lost_outcomes += answered
             if not self._pending or closing:
                 for w in self._waiters:
                     w.set()
@@ -440,13 +494,23 @@ class ExperienceStore:
         self._bound()
 
     def _bound(self) -> None:
-        """At most ``max_pending`` records wait for the file: the oldest beyond that are dropped."""
+        """At most ``max_pending`` records wait for the file: the oldest beyond that are dropped,
+        except outcomes a caller was answered ``pending`` for (:meth:`record_outcome`, which refuses
+        new ones while the memory is full) and the decisions they need."""
         over = len(self._pending) - self.max_pending
-        for _ in range(over):
-            self._pending.popleft()
         if over > 0:
-            self.failed += over
-            self._dropped_pending += over
+            needed = {o.decision_id for _, o, ticket in self._pending if ticket is not None and o is not None}
+            kept: deque[_Row] = deque()
+            dropped = 0
+            for row in self._pending:
+                t, _, ticket = row
+                if dropped < over and ticket is None and (t is None or t.decision_id not in needed):
+                    dropped += 1
+                else:
+                    kept.append(row)
+            self._pending = kept
+            self.failed += dropped
+            self._dropped_pending += dropped
         note = f"{self._file_error} ({len(self._pending)} records pending, retrying in {self._delay:g} s"
         if self._dropped_pending:
             note += (f"; the {self._dropped_pending} oldest were dropped: more than store.max_pending "
