@@ -17,6 +17,7 @@ errors, since they refer to data the document does not have.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -48,7 +49,12 @@ from iro_fed.model import (
     default_power,
 )
 
-TOLERATION_OPERATORS = ("Equal", "Exists")
+#: Lt / Gt (Kubernetes 1.35 alpha TaintTolerationComparisonOperators) are read, so that one pod
+#: using them does not refuse the whole cluster, and tolerate nothing here (``Toleration.tolerates``,
+#: as upstream with the gate off): the pod may stay pending where a gated cluster would place it.
+TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt")
+#: The value of an Lt / Gt toleration, as the API server validates it: a decimal int64, no leading zero.
+_TOLERATION_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 #: Largest absolute value of any number in a problem file (amounts, prices, latencies, power,
 #: weights, ...): 1e10 millicores or MiB is far beyond any real node, and products of a few such
 #: numbers (cost = capacity x price, carbon = power x PUE x intensity) stay far from overflow.
@@ -543,12 +549,15 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             key = key or ""
             op = c.get(t, "operator", tp, str, default="Equal") or "Equal"
             if op not in TOLERATION_OPERATORS:
-                c.fail(f"{tp}.operator", f"must be Equal or Exists, got {op!r}")
+                c.fail(f"{tp}.operator", f"must be Equal or Exists (or the alpha Lt, Gt), got {op!r}")
             value = c.get(t, "value", tp, str, default="") or ""
             if op == "Exists" and value:
                 c.fail(f"{tp}.value", "must be empty with operator Exists")
-            if op == "Equal" and not key and key_ok:
-                c.fail(f"{tp}.key", "required with operator Equal (only Exists may leave it empty)")
+            if op in ("Equal", "Lt", "Gt") and not key and key_ok:
+                c.fail(f"{tp}.key", f"required with operator {op} (only Exists may leave it empty)")
+            if op in ("Lt", "Gt") and (not _TOLERATION_INT.fullmatch(value) or value == "-0"
+                                       or not -(2**63) <= int(value) < 2**63):
+                c.fail(f"{tp}.value", f"must be an integer (int64, no leading zero) with operator {op}, got {value!r}")
             effect = c.get(t, "effect", tp, str, default="") or ""
             if effect and effect not in TAINT_EFFECTS:
                 c.fail(f"{tp}.effect", f"must be empty or one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
@@ -805,8 +814,17 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> P
 
     The file is made readable by others (0644), not left at the 0600 of the temporary file it
     is renamed from, so a placement written by one user or container can be read by another.
+
+    A ``path`` that is a symbolic link is written through, as the shell's ``>`` does: the
+    temporary file goes beside the link's (resolved) target and replaces it, so the link stays.
+    Returns the file written.
     """
     target = Path(path)
+    if target.is_symlink():  # renaming over the link would replace it with a plain file
+        try:
+            target = target.resolve()
+        except (RuntimeError, OSError) as exc:  # a loop (RuntimeError before Python 3.13)
+            raise OSError(errno.ELOOP, f"cannot resolve the symbolic link: {exc}", str(path)) from None
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)

@@ -2,9 +2,10 @@
 
 The lock is the Python client's own (``kubernetes.leaderelection``: :class:`LeaseLock`), and so
 is the acquire-or-renew step (``LeaderElection.try_acquire_or_renew``) but for its clock: both
-follow client-go: a candidate takes the lease only when its holder has not renewed it for
-``lease_duration`` as observed locally (on the monotonic clock, as Go's ``time.Since``: a
-wall-clock step on a follower must not end a lease early), and every write carries the Lease's
+follow client-go: a candidate takes the lease only when its holder has not renewed it for the
+``leaseDurationSeconds`` written in the Lease (the holder's setting, not the candidate's), as
+observed locally (on the monotonic clock, as Go's ``time.Since``: a wall-clock step on a
+follower must not end a lease early), and every write carries the Lease's
 ``resourceVersion`` so two concurrent takeovers cannot both succeed: the loser gets 409 Conflict).
 
 What this module adds around them, because the scheduler must never bind as a stale leader:
@@ -12,9 +13,10 @@ What this module adds around them, because the scheduler must never bind as a st
 * a stoppable loop with sub-second periods (``LeaderElection.run`` cannot be stopped and its
   ``Config`` exits the process on periods under one second);
 * :meth:`LeaderElector.is_leader` is true only until ``renew_deadline`` after the start of the
-  last successful renew. A follower takes over no earlier than ``lease_duration`` after it saw
-  that renew, and ``lease_duration > renew_deadline``, so the old leader has stopped binding
-  before the new one starts (clock rates assumed equal, as in client-go);
+  last successful renew. A follower takes over no earlier than the holder's ``lease_duration``
+  (the Lease's ``leaseDurationSeconds``) after it saw that renew, and ``lease_duration >
+  renew_deadline``, so the old leader has stopped binding before the new one starts (clock
+  rates assumed equal, as in client-go);
 * :meth:`LeaderElector.release` on a clean stop empties ``holderIdentity`` so a follower takes
   over at its next retry instead of waiting out the lease (client-go's ``ReleaseOnCancel``);
 * leadership ends as soon as a read of the Lease shows another holder (client-go's ``IsLeader``
@@ -95,6 +97,16 @@ def _lease_lock(name: str, namespace: str, identity: str) -> Any:
     return Lock(name, namespace, identity)
 
 
+def _lease_seconds(written: Any, own: int) -> int:
+    """The lease duration the holder wrote (``spec.leaseDurationSeconds``, read by the client as a
+    string); our own only where the record has none usable (then the record is taken at once anyway)."""
+    try:
+        seconds = int(written)
+    except (TypeError, ValueError):
+        return own
+    return seconds if seconds > 0 else own
+
+
 def _election(config: Any) -> Any:
     """The Python client's ``LeaderElection`` whose acquire-or-renew step times the holder's lease
     on the monotonic clock, as client-go does (Go's ``time.Now().Sub`` is monotonic).
@@ -138,8 +150,10 @@ def _election(config: Any) -> Any:
             if self.observed_record is None or old.__dict__ != self.observed_record.__dict__:
                 self._observe(old)
             if lock.identity != old.holder_identity:
-                if time.monotonic() - self.observed_at < cfg.lease_duration:
-                    return False  # the holder renewed less than lease_duration ago, as seen here
+                # The holder's own leaseDurationSeconds, not ours (client-go's isLeaseValid): a
+                # follower configured shorter must not take a lease its holder still renews in time.
+                if time.monotonic() - self.observed_at < _lease_seconds(old.lease_duration, cfg.lease_duration):
+                    return False  # the holder renewed less than its lease duration ago, as seen here
             else:
                 record.acquire_time = old.acquire_time  # a renew keeps the acquire time
             return self.update_lock(record)

@@ -42,7 +42,12 @@ updated as kube's ``isPodUpdated`` sees it (anything but ``resourceVersion``, ``
 ``managedFields``, ``finalizers`` and status: the scheduler's own condition patch is no update),
 or replaced (new UID), is tried at once with its attempts reset. Its condition is patched and
 its ``FailedScheduling`` Event posted only when the outcome differs from the one already reported
-(kube-scheduler skips an unchanged condition and aggregates repeated Events).
+(kube-scheduler skips an unchanged condition and aggregates repeated Events). An Event whose POST
+failed is not counted as posted: it is posted again at the pod's next attempts (no sleep in the
+loop), at most ``EVENT_TRIES`` tries in a row for a passing failure (no answer, 429, 5xx), once
+for a refusal (other 4xx), then dropped until ``EVENT_REPEAT_S``. client-go's event broadcaster
+retries a write with no answer up to 12 times, 10 s apart, then drops it; it drops at once
+one the server refused, where a 5xx is retried here as the pod's next attempt comes anyway.
 A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
 ``Kube.write_timeout_s``) or an error backs off (1, 2, 4 ... 30 s) and is retried only if the pod is
 still pending; so do the pods of a batch that raised.
@@ -74,7 +79,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.feedback import DEFAULT_CLASS, placement_terms
-from iro_fed.k8s.client import ClusterCache, Kube, Reflector, resource_version_of
+from iro_fed.k8s.client import CallResult, ClusterCache, Kube, Reflector, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
@@ -97,6 +102,7 @@ log = logging.getLogger("iro_fed.k8s.scheduler")
 
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
+EVENT_TRIES = 12  # tries of one FailedScheduling Event whose POST fails (client-go's maxTriesPerEvent), then dropped
 # kube-scheduler's defaults (podInitialBackoffDuration, podMaxBackoffDuration, podMaxInUnschedulablePodsDuration)
 POD_INITIAL_BACKOFF_S = 1.0
 POD_MAX_BACKOFF_S = 10.0
@@ -243,8 +249,9 @@ class IroScheduler:
         self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
         self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
         self._unschedulable: dict[str, QueuedPod] = {}
-        # key -> (UID, reason, message, when its Event was posted, whether the condition is patched)
-        self._reported: dict[str, tuple[str | None, str, str, float, bool]] = {}
+        # key -> (UID, reason, message, when its Event was posted or dropped (None: neither yet),
+        # whether the condition is patched, failed POSTs of the Event in a row)
+        self._reported: dict[str, tuple[str | None, str, str, float | None, bool, int]] = {}
         self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
         self._lock = threading.Lock()
         self._node_docs: dict[tuple, dict[str, Any]] = {}
@@ -647,16 +654,24 @@ class IroScheduler:
                     log.warning("PodScheduled condition of %s not patched: HTTP %s %s", key, result.status, result.message)
             # The same failure for the same pod is one Event, not one per retry (kube's recorder
             # aggregates repeats); it is posted again after EVENT_REPEAT_S so it outlives the Event TTL.
-            posted = last[3] if same else 0.0
-            if not same or self.clock() - posted > EVENT_REPEAT_S:
-                self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
-                posted = self.clock()
+            # A failed POST is no post: it is tried again at the next attempt, a few times at most.
+            posted, failures = (last[3], last[5]) if same else (None, 0)
+            if failures or posted is None or self.clock() - posted > EVENT_REPEAT_S:
+                result = self._event(pod, "FailedScheduling", reason, "Warning", "Scheduling")
+                if result.ok:
+                    posted, failures = self.clock(), 0
+                else:
+                    failures += 1
+                    passing = result.status in (0, 429) or result.status >= 500
+                    if failures >= EVENT_TRIES or not passing:
+                        log.warning("FailedScheduling event for %s dropped after %d failed POST(s)", key, failures)
+                        posted, failures = self.clock(), 0  # dropped: the unchanged failure is tried after EVENT_REPEAT_S
             with self._lock:
-                self._reported[key] = (uid, kind, reason, posted, patched)
+                self._reported[key] = (uid, kind, reason, posted, patched, failures)
         return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason,
                           attempts=queued.attempts, backoff_s=queued.backoff_s)
 
-    def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> None:
+    def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> CallResult:
         meta = pod.get("metadata") or {}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ns = meta.get("namespace", "default")
@@ -672,6 +687,7 @@ class IroScheduler:
         result = self.kube.create_event(ns, event)
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
+        return result
 
 
 def _uid(pod: Mapping[str, Any]) -> str | None:

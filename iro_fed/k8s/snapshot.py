@@ -27,7 +27,8 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   (``Problem.nonzero_demand``) and summed per node over the bound pods
   (``Problem.initial_nonzero``, kube's ``NodeInfo.NonZeroRequested``); during an in-place
   resize a container counts the largest of its spec, allocated and actuated request (the spec
-  left out when the resize is infeasible), as kube's ``UseStatusResources``;
+  left out when the resize is infeasible), as kube's ``UseStatusResources``, and so does a
+  pod-level request during a pod-level resize (pod ``status.resources`` / ``allocatedResources``);
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
   (1..1000) asks for that share of one card instead; ``iro-fed.io/gpu-cards`` on a bound pod
   (written by IRO's scheduler through the Binding) says which cards it holds;
@@ -631,7 +632,10 @@ def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
         inits.append((container(c, path), _opt_str(c, "restartPolicy", who, path) == "Always"))
     overhead = _obj(spec.get("overhead"), who, "spec.overhead")
     extra = {r: _exact(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
-    return _PodParts(apps, inits, extra, _pod_level_requests(spec, apps, inits, resources, who))
+    pod_level = _pod_level_requests(spec, apps, inits, resources, who)
+    if pod_level:
+        pod_level = _pod_level_resized(pod, pod_level, resources, infeasible, who)
+    return _PodParts(apps, inits, extra, pod_level)
 
 
 def _pod_level_requests(spec: Mapping[str, Any], apps: list[dict[str, Decimal]], inits: list[tuple[dict[str, Decimal], bool]],
@@ -655,6 +659,26 @@ def _pod_level_requests(spec: Mapping[str, Any], apps: list[dict[str, Decimal]],
         for r in defaulted:
             limit = _exact(r, limits[r], who, f"spec.resources.limits.{r}")
             out[r] = aggregate[r] if r in aggregate and not r.startswith("hugepages-") else limit
+    return out
+
+
+def _pod_level_resized(pod: Mapping[str, Any], spec: dict[str, Decimal], resources: Sequence[str], infeasible: bool,
+                       who: str) -> dict[str, Decimal]:
+    """Pod-level requests during a pod-level in-place resize (InPlacePodLevelResourcesVerticalScaling,
+    k8s 1.35 alpha: the kubelet writes the pod's ``status.resources`` and ``status.allocatedResources``):
+    as ``PodRequests`` with ``UseStatusResources``, each counts the largest of the spec's, the
+    actuated and the allocated request (the spec left out when the resize is infeasible), so a
+    pod shrinking in place keeps its old size on the node until the kubelet has actuated the new
+    one. Without ``status.resources`` (the gate off, or not resized yet) the spec's requests."""
+    status = _obj(pod.get("status"), who, "status")
+    if status.get("resources") is None:
+        return spec
+    names = [r for r in _request_names(resources) if _pod_level_resource(r)]
+    actuated = _obj(_obj(status.get("resources"), who, "status.resources").get("requests"), who, "status.resources.requests")
+    allocated = _obj(status.get("allocatedResources"), who, "status.allocatedResources")
+    out: dict[str, Decimal] = {} if infeasible else dict(spec)
+    for path, found in (("status.resources.requests", actuated), ("status.allocatedResources", allocated)):
+        out = _max(out, {r: _exact(r, found[r], who, f"{path}.{r}") for r in names if r in found})
     return out
 
 

@@ -184,6 +184,9 @@ class FakeApiServer:
         #: Called with (namespace, name, binding body) before a binding is applied; may raise
         #: :class:`InjectedError` to answer with an error instead.
         self.binding_hook: Callable[[str, str, dict], None] | None = None
+        #: Called with (namespace, event body) before an Event is created; may raise
+        #: :class:`InjectedError` to answer with an error instead (nothing is stored).
+        self.event_hook: Callable[[str, dict], None] | None = None
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -574,6 +577,11 @@ class _Handler(JsonHandler):
             code, out = self.api._bind(args["ns"], name, body)
             return self._reply(code, out)
         if route == "events":
+            if self.api.event_hook is not None:
+                try:
+                    self.api.event_hook(args["ns"], body)
+                except InjectedError as exc:
+                    return self._reply(exc.code, _status(exc.code, exc.reason, str(exc)))
             body.setdefault("metadata", {}).setdefault("namespace", args["ns"])
             if not body["metadata"].get("name"):
                 body["metadata"]["name"] = (body["metadata"].get("generateName") or "event.") + uuid.uuid4().hex[:10]
