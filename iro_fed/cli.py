@@ -152,7 +152,10 @@ def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
     for flag, path in outputs:
         if not path or path == "-":
             continue
-        key = Path(path).resolve()  # the same file by another name (./r.json, a symlink) too
+        try:
+            key = Path(path).resolve()  # the same file by another name (./r.json, a symlink) too
+        except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+            raise UsageError(f"{flag}: {path!r} cannot be resolved: {exc}") from None
         if key in seen:
             raise UsageError(f"{flag}: {path!r} is also the {seen[key]} file; give each output its own file")
         seen[key] = flag

@@ -89,3 +89,16 @@ def test_replay_out_and_plot_naming_one_file_is_refused_before_the_run(tmp_path)
     assert done.returncode == 2, done.stderr
     assert "--plot: 'nodes.png' is also the --out file" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes.csv", "pods.csv"]
+
+
+def test_an_output_path_in_a_symlink_loop_is_a_usage_error_naming_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    # Was: RuntimeError("Symlink loop ...") from Path.resolve, a traceback and exit 1.
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    done = _iro("simulate", "--scenario", "edge-iot", "--solver", "best-fit", "--hours", "1",
+                "--out", "a.json", "--plot", "r.png", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "--out: 'a.json' cannot be resolved" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
