@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
     p.add_argument("--local-steps", type=int, default=None, help="local training steps per site and round")
     p.add_argument("--carbon-aware", action="store_true",
                    help="each round trains the sites at or below the median grid carbon, at least carbon-min-fraction "
-                        "of them (min-nodes follows it unless --set min-nodes=N)")
+                        "of them (min-nodes follows it, and --set fraction-train=F, unless --set min-nodes=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
     p.add_argument("--tls", action="store_true", help="serve the SuperLink with TLS (certificates made on the fly)")
@@ -190,16 +190,22 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def carbon_min_nodes(cfg: Any, nodes: int) -> int:
-    """``min-nodes`` for ``iro fed local --carbon-aware`` with ``nodes`` sites: the least share
-    ``carbon-min-fraction`` keeps (at least one site, and what Krum/Bulyan need), at most ``nodes``.
+def local_min_nodes(cfg: Any, nodes: int) -> int:
+    """``min-nodes`` for ``iro fed local`` with ``nodes`` sites (unless ``--set min-nodes=N``): the
+    sites Flower samples per round at ``fraction-train`` (``int(nodes x fraction-train)``, as
+    Flower counts it), with ``--carbon-aware`` the ``carbon-min-fraction`` of those; at least one
+    site and what Krum/Bulyan need, at most ``nodes``.
 
-    ``fed local`` otherwise sets ``min-nodes`` to ``--nodes``, and carbon-aware participation never
-    trains fewer than ``min-nodes``: it could only down-weight, never skip a high-carbon site.
+    ``min-nodes`` is also the least Flower samples and carbon-aware participation trains: at
+    ``--nodes`` (as it was) every site trained every round whatever fraction-train said, and
+    carbon-aware participation could only down-weight, never skip a high-carbon site. ``cmd_local``
+    waits for all ``nodes`` to join before the run when this is below ``nodes``.
     """
     from iro_fed.federated.task import required_nodes
 
-    share = math.ceil(cfg.carbon_min_fraction * nodes)  # as the strategy counts it per round
+    share = int(nodes * cfg.fraction_train)  # flwr's FedAvg.configure_train
+    if cfg.carbon_aware:
+        share = math.ceil(cfg.carbon_min_fraction * share)  # as the strategy counts it per round
     return min(nodes, max(1, share, required_nodes(cfg.strategy, cfg.num_malicious)))
 
 
@@ -421,9 +427,10 @@ def cmd_local(args: argparse.Namespace) -> int:
     app_config = _pyproject_config()
     try:
         cfg = FedConfig.from_run_config({**app_config, **overrides})
-        if cfg.carbon_aware and "min-nodes" not in sets:
-            # min-nodes is carbon-aware participation's floor too: at --nodes it never skips a site
-            overrides["min-nodes"] = carbon_min_nodes(cfg, args.nodes)
+        if "min-nodes" not in sets:
+            # min-nodes is Flower's least sample and carbon-aware participation's floor: at --nodes
+            # every site trains every round (fraction-train and carbon-aware skipping do nothing)
+            overrides["min-nodes"] = local_min_nodes(cfg, args.nodes)
             cfg = FedConfig.from_run_config({**app_config, **overrides})
     except FedConfigError as exc:
         raise UsageError(str(exc)) from exc

@@ -21,10 +21,18 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   *at the round's time* train, but never fewer than ``carbon_min_fraction`` of the sampled ones
   (nor ``min_train_nodes``), ties broken by site then node id; the intensity is ``carbon_fn(site,
   round)`` for a site that has reported which site it is (the ServerApp passes the scenario's grid
-  data), else the site's last report. Replies are down-weighted by ``min(1, median / intensity)``,
-  but never below ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the
-  intensities the valid replies report. Only a reply that passed validation updates the site and
-  intensity remembered for its node (a dropped one is not believed).
+  data), else the site's last report. A node whose last ``DEMOTE_AFTER`` (2) replies were all
+  dropped or errors is tried last: it neither sets the median nor trains for being at or below it,
+  only to make up the minimum participation. After ``RETRY_AFTER`` (5) rounds skipped so it gets
+  its turn again (a site may have been repaired under the same node id), and one more dropped
+  reply puts it last again; a valid reply clears its record. Records are kept for connected nodes
+  only, a few integers each.
+  Replies are down-weighted by ``min(1, median / intensity)``, but never below
+  ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the intensities
+  the valid replies report *this round*: a reply that reports none (or no number >= 0) is unknown,
+  keeps its weight and is not in the median, as an unknown site trains in selection (an intensity
+  it reported in an earlier round does not weigh today's update). Only a reply that passed
+  validation updates the site and intensity remembered for its node (a dropped one is not believed).
 
 After aggregation the ``fixed_arrays`` (buffers that are constants of the architecture, e.g.
 the distributional DQN's ``support``) are put back exactly as sent: averaging identical float
@@ -69,6 +77,12 @@ from iro_fed.federated.wire import layout_of
 
 #: Least factor by which carbon-aware aggregation down-weights a reply (see ``_carbon_weights``).
 CARBON_WEIGHT_FLOOR = 0.1
+#: Carbon-aware selection tries a node last once this many of its train replies in a row were
+#: dropped or errors: one bad round may be a fluke, two in a row are a pattern, and an unknown
+#: intensity (a node that never had a valid reply) would otherwise put it first every round.
+DEMOTE_AFTER = 2
+#: ... and retries it after this many rounds in which it was skipped for that.
+RETRY_AFTER = 5
 
 
 def _arrays(msg: Message) -> ArrayRecord | None:
@@ -228,6 +242,10 @@ class ValidatedStrategy:
         self._layout: WeightLayout | None = None
         self._accepted_norms: list[float] = []  # the last round's accepted update norms
         self._selected: list[RecordDict] | None = None  # what Krum/Bulyan selected in this round
+        # carbon-aware: train replies dropped or errors in a row, by node (at most DEMOTE_AFTER), and
+        # the rounds a node tried last has been skipped since (below RETRY_AFTER)
+        self._failures: dict[int, int] = {}
+        self._benched: dict[int, int] = {}
 
     # -- participation ------------------------------------------------------------------------
 
@@ -240,7 +258,15 @@ class ValidatedStrategy:
         info = self.rounds.setdefault(server_round, {})
         info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
         info["skipped_high_carbon"] = []
-        if not self.carbon_aware or len(messages) < 2:
+        info["skipped_failing"] = []
+        if not self.carbon_aware:
+            return messages
+        # Bounded memory: records of connected nodes only.
+        connected = {int(n) for n in grid.get_node_ids()}
+        for record in (self._failures, self._benched):
+            for node in [n for n in record if n not in connected]:
+                del record[node]
+        if len(messages) < 2:
             return messages
         known = {}
         for m in messages:
@@ -248,18 +274,24 @@ class ValidatedStrategy:
             if value is not None:
                 known[int(m.metadata.dst_node_id)] = value
         info["carbon"] = dict(known)
-        if not known:
+        failing = {int(m.metadata.dst_node_id) for m in messages
+                   if self._failures.get(int(m.metadata.dst_node_id), 0) >= DEMOTE_AFTER}
+        if not known and not failing:
             return messages
-        median = float(np.median(list(known.values())))
+        # the median of the nodes that get their turn: a failing node's intensity does not move it
+        values = [c for node, c in known.items() if node not in failing]
+        median = float(np.median(values)) if values else math.inf
         need = max(int(getattr(self, "min_train_nodes", 1)), math.ceil(self.carbon_min_fraction * len(messages)), 1)
 
-        def key(m: Message) -> tuple[float, tuple[int, float, int]]:
-            # unknown intensity first (they train: nothing says they are high), ties by site then node
+        def key(m: Message) -> tuple[bool, float, tuple[int, float, int]]:
+            # failing nodes last; then unknown intensity first (they train: nothing says they are
+            # high), ties by site then node
             node = int(m.metadata.dst_node_id)
-            return known.get(node, -math.inf), self._node_order(node)
+            return node in failing, known.get(node, -math.inf), self._node_order(node)
 
         order = sorted(messages, key=key)
-        chosen = [m for m in order if known.get(int(m.metadata.dst_node_id), -math.inf) <= median]
+        chosen = [m for m in order if int(m.metadata.dst_node_id) not in failing
+                  and known.get(int(m.metadata.dst_node_id), -math.inf) <= median]
         for m in order:  # fill up to the minimum participation with the next-lowest intensities
             if len(chosen) >= need:
                 break
@@ -267,10 +299,19 @@ class ValidatedStrategy:
                 chosen.append(m)
         kept_ids = {id(m) for m in chosen}
         skipped = sorted(int(m.metadata.dst_node_id) for m in messages if id(m) not in kept_ids)
-        info["skipped_high_carbon"] = skipped
-        if skipped:
+        info["skipped_high_carbon"] = [n for n in skipped if n not in failing]
+        info["skipped_failing"] = [n for n in skipped if n in failing]
+        if info["skipped_high_carbon"]:
             log(INFO, "carbon-aware: round %d skips %d high-carbon site(s) %s (median %.0f gCO2/kWh)",
-                server_round, len(skipped), skipped, median)
+                server_round, len(info["skipped_high_carbon"]), info["skipped_high_carbon"], median)
+        if info["skipped_failing"]:
+            log(INFO, "carbon-aware: round %d skips node(s) %s: their last %d replies were dropped or errors",
+                server_round, info["skipped_failing"], DEMOTE_AFTER)
+        for node in info["skipped_failing"]:
+            self._benched[node] = self._benched.get(node, 0) + 1
+            if self._benched[node] >= RETRY_AFTER:  # its turn again; one more drop puts it last again
+                del self._benched[node]
+                self._failures[node] = DEMOTE_AFTER - 1
         return chosen
 
     def intensity(self, node: int, server_round: int) -> float | None:
@@ -302,10 +343,12 @@ class ValidatedStrategy:
         if accepted:
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
+        if self.carbon_aware:
+            self._count_failures(replies, dropped)
         # Only replies that passed validation update what a site is and its carbon: a dropped one
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
         # or another site's id. Read before consistent_metrics, which may trim these keys.
-        self._remember(kept)
+        reported = self._remember(kept)
         consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
         # draws them when SuperNodes join): summing in site order makes the aggregate of the same
@@ -314,7 +357,7 @@ class ValidatedStrategy:
         for d in dropped:
             log(WARNING, "round %d: dropped the update of node %d: %s", server_round, d["node"], d["reason"])
         if self.carbon_aware and kept:
-            self._carbon_weights(kept)
+            self._carbon_weights(kept, reported)
         info = self.rounds.setdefault(server_round, {})
         ok = [m for m in kept if not m.has_error()]
         info.update({
@@ -341,17 +384,32 @@ class ValidatedStrategy:
         info["aggregated"] = arrays is not None
         return arrays, metrics
 
-    def _remember(self, replies: Iterable[Message]) -> None:
-        """Store each reply's reported ``carbon-intensity`` and ``site`` by node (replies with an error have none)."""
+    def _remember(self, replies: Iterable[Message]) -> dict[int, float]:
+        """Store each reply's reported ``carbon-intensity`` and ``site`` by node (replies with an error have
+        none); returns the intensities reported in these replies, by node."""
+        reported: dict[int, float] = {}
         for msg in replies:
             metrics = None if msg.has_error() else msg.content.metric_records.get("metrics")
             if metrics is not None:
                 node = int(msg.metadata.src_node_id)
                 c = _intensity(metrics.get("carbon-intensity"))
                 if c is not None:
-                    self.carbon[node] = c
+                    self.carbon[node] = reported[node] = c
                 if "site" in metrics:
                     self.sites[node] = metrics["site"]
+        return reported
+
+    def _count_failures(self, replies: Sequence[Message], dropped: Sequence[dict[str, Any]]) -> None:
+        """Count each node's train replies dropped or errors in a row (capped at ``DEMOTE_AFTER``);
+        a valid reply clears its record."""
+        bad = {d["node"] for d in dropped}
+        for msg in replies:
+            node = int(msg.metadata.src_node_id)
+            if msg.has_error() or node in bad:
+                self._failures[node] = min(DEMOTE_AFTER, self._failures.get(node, 0) + 1)
+            else:
+                self._failures.pop(node, None)
+                self._benched.pop(node, None)
 
     def _aggregate(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The strategy's own aggregation of the validated replies."""
@@ -367,13 +425,16 @@ class ValidatedStrategy:
             return (0, float(site), node)
         return (1, 0.0, node)
 
-    def _carbon_weights(self, kept: list[Message]) -> None:
-        values = [self.carbon[int(m.metadata.src_node_id)] for m in kept if int(m.metadata.src_node_id) in self.carbon]
+    def _carbon_weights(self, kept: list[Message], reported: dict[int, float]) -> None:
+        """Down-weight the kept replies by ``reported``, this round's intensities (see the module's
+        docstring); a reply without one keeps its weight (unknown, not its earlier report)."""
+        values = [reported[int(m.metadata.src_node_id)] for m in kept
+                  if not m.has_error() and int(m.metadata.src_node_id) in reported]
         if not values:
             return
         median = float(np.median(values))
         for m in kept:
-            c = self.carbon.get(int(m.metadata.src_node_id))
+            c = reported.get(int(m.metadata.src_node_id))
             if m.has_error() or c is None or c <= median or c <= 0:
                 continue
             metrics = m.content.metric_records["metrics"]

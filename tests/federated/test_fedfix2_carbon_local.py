@@ -16,7 +16,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("torch")
 
 from iro_fed.cli import main  # noqa: E402
-from iro_fed.federated.cli import carbon_min_nodes  # noqa: E402
+from iro_fed.federated.cli import local_min_nodes  # noqa: E402
 from iro_fed.federated.task import FedConfig  # noqa: E402
 
 TINY = {"local-steps": 40, "hours": 1.0, "learning-starts": 16, "batch-size": 8, "track-emissions": False,
@@ -28,7 +28,7 @@ TINY = {"local-steps": 40, "hours": 1.0, "learning-starts": 16, "batch-size": 8,
     ({"strategy": "krum", "min_nodes": 5}, 6, 5),  # Krum with f = 1 needs 5 replies whatever the fraction
 ])
 def test_carbon_min_nodes_leaves_room_to_skip(settings: dict, nodes: int, expected: int) -> None:
-    assert carbon_min_nodes(FedConfig(carbon_aware=True, **settings), nodes) == expected
+    assert local_min_nodes(FedConfig(carbon_aware=True, **settings), nodes) == expected
 
 
 def test_carbon_aware_krum_with_too_few_nodes_is_refused_naming_min_nodes(tmp_path: Path, capsys) -> None:
