@@ -274,6 +274,13 @@ def check_placement(problem: Problem, assignment: np.ndarray, gpu_cards: dict[in
     Order-independent: totals per node and per GPU card against the initial cluster, the
     static filters for each placed pod, and the card rules (a share on one card, k distinct
     cards for k GPUs, each taken whole).
+
+    Only violations the placement causes or worsens: a resource over capacity on a node where
+    placed pods request some of it. A node already used past its capacity (a cluster snapshot,
+    ``Problem.with_cluster``) is not flagged for a resource the placement adds none of there, as
+    kube-scheduler's NodeResourcesFit checks only the resources a pod requests
+    (``fitsRequest`` skips those it asks 0 of). When placed pods do add some, the last of them
+    to arrive, in any order, finds less free than it asks, so the total check is exact.
     """
     errors: list[str] = []
     assignment = np.asarray(assignment)
@@ -287,7 +294,9 @@ def check_placement(problem: Problem, assignment: np.ndarray, gpu_cards: dict[in
     placed = np.flatnonzero(assignment >= 0)
     used = problem.allocated.copy()
     np.add.at(used, assignment[placed], problem.demand[placed])
-    over = used > problem.capacity + EPS
+    adds = np.zeros(used.shape, dtype=bool)
+    np.logical_or.at(adds, assignment[placed], problem.demand[placed] > 0)  # repeated nodes: no buffered |=
+    over = (used > problem.capacity + EPS) & adds
     for n, r in zip(*np.nonzero(over), strict=True):
         errors.append(
             f"node {problem.nodes[n].name}: {problem.resources[r]} over capacity "

@@ -4,7 +4,9 @@
   that breaks a constraint, run ``fallback`` instead and record why in ``info``.
 * ``time-budget``: give ``solver`` a wall-clock budget. An online solver keeps the decisions it
   made in time and ``then`` (a fast online heuristic, or ``none``) places the rest; a batch
-  solver that runs out is replaced by ``then`` on the whole problem.
+  solver that runs out is replaced by ``then`` on the whole problem, and one that stopped its own
+  online start at the budget (pods in ``info["not_reached"]``, as cpsat reports them) has ``then``
+  place those pods.
 
 Deadlines are cooperative (``Solver.solve_until``): online solvers check them between pods,
 batch solvers pass them to their engine's own time limit.
@@ -98,15 +100,25 @@ class TimeBudget(Solver):
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         budget_end = _earliest(deadline, time.perf_counter() + self.budget_s)
+        inner_info: dict[str, Any] | None = None
         if isinstance(self._inner, OnlineSolver):
             state, reasons, pending = self._inner.run(problem, budget_end, stop_at_deadline=True)
         else:
             try:
                 placement = self._inner.solve_until(problem, budget_end)
-                placement.info = {"solved_by": self.solver, "budget_exhausted": False, "inner": placement.info}
-                return placement
             except DeadlineExceeded:
                 state, reasons, pending = ClusterState(problem), {}, list(range(problem.num_workloads))
+            else:
+                # A batch solver may stop its own online start at the budget (cpsat: the pods in
+                # info["not_reached"], which no part of it considered); ``then`` places those.
+                pending = list(placement.info.get("not_reached") or [])
+                if not pending or self._then is None:
+                    placement.info = {"solved_by": self.solver, "budget_exhausted": bool(pending),
+                                      "inner": placement.info}
+                    return placement
+                inner_info = placement.info
+                state = ClusterState.with_assignment(problem, placement.assignment, placement.gpu_cards)
+                reasons = {w: r for w, r in placement.reasons.items() if w not in pending}
         if pending and self._then is not None:
             self._then.reset(problem)
         for i, w in enumerate(pending):
@@ -125,6 +137,8 @@ class TimeBudget(Solver):
         info = {"solved_by": self.solver, "budget_exhausted": bool(pending), "pods_after_budget": len(pending)}
         if pending:
             info["finished_by"] = self.then
+        if inner_info is not None:
+            info["inner"] = inner_info
         return Placement(assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons, info=info)
 
 

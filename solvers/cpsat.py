@@ -100,7 +100,7 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    place a large pod need; 500 x 100 at deterministic budget 10: R -0.7235 without, -0.7027
    with). With ``deterministic`` both phases run one worker under deterministic time
    limits (the search is charged CP-SAT's deterministic time plus a fixed amount per step), so
-   the same seed gives the same placement unless the wall-clock limit cuts in first.
+   the same seed gives the same placement unless the wall-clock limit cuts in first (below).
 6. **Decode and polish.** The solution is rebuilt as a :class:`~iro_fed.model.ClusterState`;
    unless CP-SAT proved the exact model optimal it is then locally improved with the *true*
    objective (:func:`improve`: each pod re-inserted at its best node by
@@ -120,6 +120,36 @@ U). Otherwise the status is ``feasible``, and
 ``info`` says why (``exact_model``, ``pruned``, ``utilization_model``, CP-SAT's ``status``).
 ``info`` reports CP-SAT's objective and best bound in units of R (a bound on the true R only
 when ``exact_model`` is true), the gap, wall time and model size.
+
+**Time.** ``time_limit_s`` (or the caller's deadline, if sooner) bounds the whole solve. A
+reserve (:data:`RESERVE_SHARE` of it, at least :data:`MIN_RESERVE_S`) is kept for the final
+polish and decoding; everything before ends by the limit less the reserve: the online hint
+(pods it has not reached by then stay unplaced in it), its polish, the candidate pruning and
+the model build (checked as variables and constraints are added; when the model cannot be
+finished, CP-SAT and the search are skipped, ``info["status"]`` reads ``not_run``, and the
+polished hint is the answer; pods the hint had not reached say so in their reasons), then CP-SAT
+and the search get the time that is left. ``info["time_s"]`` gives the seconds of each phase
+(``hint``, ``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``, ``decode``, ``total``).
+Steps that cannot stop midway may carry the solve past the limit by their length: the
+feasibility matrix (0.15 s on 1000 x 5000), CP-SAT's loading of a model, and the unplaced
+pods' reasons, written last (hundreds of pods left out on thousands of nodes: 1000 x 5000 at
+0.1 s took 0.16 s in all).
+
+*Without* ``deterministic`` the phases share the wall clock: the hint's polish ends at
+:data:`HINT_POLISH_SHARE` of the limit, CP-SAT gets :data:`FULL_SHARE` (one worker) or
+:data:`FULL_SHARE_PARALLEL` of what the build left, the search the rest.
+*With* ``deterministic`` nothing is divided by the wall clock, since a share of it would make
+the placement depend on the machine's speed: the hint's polish runs until no move gains (its
+rounds and move counts are bounded), CP-SAT and the search are bounded by the deterministic
+budget (``max_deterministic_time``, by default :data:`DETERMINISTIC_SHARE` of
+``time_limit_s``), the final polish again until no move gains. The limit stays a hard cap over
+these: a phase it stops before its own bound is named in ``info["wall_clock_cut"]`` (``hint:NAME``,
+``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``). An empty list means the placement
+is the seed's, the same on any machine; otherwise the budget was too small for the problem on
+this machine (1000 x 5000 at 1 s: the build alone takes 0.6 s here) and a faster or slower
+machine may return another placement. Without ``deterministic`` the list names only the phases
+without a wall-clock share of their own (the online hint, the build, CP-SAT when the build left
+it no time) and the final polish.
 """
 
 from __future__ import annotations
@@ -158,7 +188,9 @@ FULL_SHARE_PARALLEL = 0.4
 #: decoding and slower machines, and the wall-clock limit rarely cuts in first (when it does,
 #: the result depends on the machine).
 DETERMINISTIC_SHARE = 0.5
-#: Share of the wall-clock limit the hint's polish may take.
+#: Share of the wall-clock limit the hint's polish may take (without ``deterministic``; with it the
+#: polish runs until no move gains: 500 x 100 took 1.0 to 2.1 s of 10 on a loaded machine, past
+#: this share, so the placement depended on the load).
 HINT_POLISH_SHARE = 0.2
 #: Share of the wall-clock limit for batch solvers named in ``hint`` (qubo), all together. They
 #: run on the wall clock, so with one the same seed may give another placement on a busy machine.
@@ -560,16 +592,29 @@ def scaled_capacity(free: float, mult: float) -> int:
 # --- the model ----------------------------------------------------------------------------
 
 
+class OutOfTime(Exception):
+    """The wall-clock deadline passed while a model was being built (or candidates pruned)."""
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfTime
+
+
 @dataclass
 class _Proto:
-    """A CP-SAT model proto under construction and its objective (float, units of R)."""
+    """A CP-SAT model proto under construction and its objective (float, units of R). With a
+    ``deadline``, adding variables or constraints after it raises :class:`OutOfTime`: every
+    loop of the build adds some, so the build stops within one step of the deadline."""
 
     proto: Any
     obj_vars: list[int] = field(default_factory=list)
     obj_coefs: list[float] = field(default_factory=list)
     obj_ubs: list[float] = field(default_factory=list)
+    deadline: float | None = None
 
     def new_vars(self, ubs: Any) -> np.ndarray:
+        _check_deadline(self.deadline)
         start = len(self.proto.variables)
         for ub in ubs:
             self.proto.variables.add().domain.extend([0, int(ub)])
@@ -581,6 +626,7 @@ class _Proto:
         return index
 
     def linear(self, variables: Any, coefs: Any, lo: float, hi: float, enforce: int | None = None) -> None:
+        _check_deadline(self.deadline)
         c = self.proto.constraints.add()
         if enforce is not None:
             c.enforcement_literal.append(int(enforce))
@@ -632,11 +678,14 @@ class PlacementModel:
     pods taken out of the current solution, it is a large-neighbourhood-search step. The
     objective is the change of the problem's R from ``base`` (all terms keep the whole
     problem's normalizers), plus R(base).
+
+    With a ``deadline`` (``time.perf_counter()`` value) the build raises :class:`OutOfTime` once
+    it has passed: a large model takes a large share of a small budget (1000 x 5000: 0.26 s).
     """
 
     def __init__(
         self, problem: Problem, base: ClusterState, pods: np.ndarray, cand: np.ndarray, exact_levels: int,
-        hint: ClusterState | None = None, cardinality_cuts: bool = True,
+        hint: ClusterState | None = None, cardinality_cuts: bool = True, deadline: float | None = None,
     ) -> None:
         from ortools.sat.python import cp_model
 
@@ -644,7 +693,7 @@ class PlacementModel:
         self.base = base
         self.pods = np.asarray(pods, dtype=np.int64)
         self.cp = cp_model.CpModel()
-        self.model = _Proto(self.cp.proto)
+        self.model = _Proto(self.cp.proto, deadline=deadline)
         self.exact_levels = exact_levels
         self.cardinality_cuts = cardinality_cuts
         self.card_plan: dict[int, dict[int, list[tuple[int, ...]]]] = {}
@@ -658,6 +707,7 @@ class PlacementModel:
         self.info: dict[str, Any] = {}
         self._build(cand, hint)
         if hint is not None:
+            _check_deadline(deadline)
             values = self.hint_values(hint)
             self.model.proto.solution_hint.vars.extend(list(values))
             self.model.proto.solution_hint.values.extend(list(values.values()))
@@ -906,6 +956,7 @@ class PlacementModel:
         supply.append((gf == GPU_MILLI).sum(axis=1).astype(np.float64))
         cuts = 0
         for s in range(sets.shape[0]):
+            _check_deadline(self.model.deadline)
             conf = np.flatnonzero(confined[s])
             if conf.size == 0:
                 continue
@@ -1182,7 +1233,8 @@ class CpSat(Solver):
     parameters: ClassVar[dict[str, Param]] = {
         "seed": SEED,
         "time_limit_s": Param(
-            10.0, float, "Wall-clock budget of the whole solve in seconds (hint, model, search, polish).", minimum=0.001
+            10.0, float, "Wall-clock budget of the whole solve in seconds (hint, model build, search, polish); "
+            "info['time_s'] shows where it went.", minimum=0.001,
         ),
         "num_workers": Param(
             0, int, "CP-SAT search workers when deterministic is false (0 = CP-SAT's default, one per core).", minimum=0
@@ -1203,7 +1255,9 @@ class CpSat(Solver):
             minimum=1, nullable=True,
         ),
         "deterministic": Param(
-            True, bool, "One search worker and deterministic time limits, so the same seed gives the same placement."
+            True, bool, "One search worker, deterministic time limits and polishing until no move gains, so the same "
+            "seed gives the same placement; time_limit_s stays a hard cap, and where it cut a phase short "
+            "info['wall_clock_cut'] names it (the placement may then differ by machine).",
         ),
         "max_deterministic_time": Param(
             None, float, "Deterministic time budget (CP-SAT's unit, about a second of one core) when deterministic is "
@@ -1247,6 +1301,9 @@ class CpSat(Solver):
         start = time.perf_counter()
         end = start + self.time_limit_s if deadline is None else min(start + self.time_limit_s, deadline)
         reserve = max(MIN_RESERVE_S, RESERVE_SHARE * (end - start))
+        # Every phase but the final polish ends by ``cap``: the hint, the build (abandoned when it
+        # cannot finish: the hint is returned), CP-SAT and the search (module docstring, "Time").
+        cap = end - reserve
         p = problem
         info: dict[str, Any] = {}
         if p.num_workloads == 0 or p.num_nodes == 0:
@@ -1254,9 +1311,21 @@ class CpSat(Solver):
             info.update(status="optimal", exact_model=True, num_variables=0)
             reasons = unplaced_reasons(p, state, self.name)
             return Placement(assignment=state.assignment.copy(), reasons=reasons, status="optimal", info=info)
+        times: dict[str, float] = {}
+        # Phases that time_limit_s stopped before their own budget ran out (the deterministic
+        # budget, or no move left to gain): empty, a deterministic solve is reproducible.
+        cut: list[str] = []
+        lap = start
+
+        def phase(name: str) -> None:
+            nonlocal lap
+            now = time.perf_counter()
+            times[name] = now - lap
+            lap = now
 
         # The hint: an online solver's placement, polished (also the floor of what is returned).
         hint_state: ClusterState | None = None
+        unreached: list[int] = []  # pods the chosen hint had not reached by the cap
         if self.hint_solvers:
             import solvers
 
@@ -1264,47 +1333,71 @@ class CpSat(Solver):
             # that packs GPU shares tightly can hold pods that R's local moves cannot make room for).
             starts: dict[str, ClusterState] = {}
             tried: dict[str, float] = {}
+            lefts: dict[str, list[int]] = {}
             batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
                 if isinstance(hint_solver, OnlineSolver):
-                    starts[name], _, _ = hint_solver.run(p)
+                    # Pods it had not reached by the cap stay unplaced in its placement.
+                    starts[name], _, lefts[name] = hint_solver.run(p, deadline=cap, stop_at_deadline=True)
+                    if lefts[name]:
+                        cut.append(f"hint:{name}")
                 else:  # a batch solver (qubo): its share of the budget, split between such hints
                     share = HINT_BATCH_SHARE * (end - start) / len(batch)
-                    found = hint_solver.solve_until(p, min(end, time.perf_counter() + share))
+                    found = hint_solver.solve_until(p, min(cap, time.perf_counter() + share))
                     starts[name] = ClusterState.with_assignment(p, found.assignment, found.gpu_cards)
                 tried[name] = evaluate(p, starts[name].assignment).score
             chosen = max(tried, key=tried.__getitem__)  # max keeps the first of equals
             hint_state = starts[chosen]
+            unreached = lefts.get(chosen, [])
             info["hint"] = {"solver": chosen, "score": tried[chosen]}
             if len(tried) > 1:
                 info["hint"]["tried"] = tried
+            phase("hint")
             if self.polish:
                 # No swaps here: a hint polished by swaps sent CP-SAT's search elsewhere, better or
                 # worse by up to 0.02 in R by seed (100x20, 500x100); the final polish has them.
-                polish_end = start + (HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)) * (end - start)
+                # Deterministic: until no move gains (a share of the wall clock would make the hint,
+                # and all that follows, depend on the machine's speed), within the cap.
+                polish_end = cap
+                if not self.deterministic:
+                    polish_end = min(cap, start + (HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)) * (end - start))
                 moves = improve(p, hint_state, deadline=polish_end, swaps=False)
+                if self.deterministic and time.perf_counter() > polish_end:
+                    cut.append("hint_polish")
                 info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)
+                phase("hint_polish")
 
         # The whole-problem model over the candidate pairs.
         state0 = ClusterState(p)
-        cand = feasible_matrix(p, state0)
-        total_pairs = int(cand.sum())
-        limit = self.max_candidates
-        if limit is None and total_pairs > AUTO_PRUNE_PAIRS:
-            limit = AUTO_CANDIDATES
-        pruned = limit is not None and bool((cand.sum(axis=1) > limit + 1).any())
-        if pruned:
-            assert limit is not None
-            cand = _prune(p, cand, hint_state, limit)
-        full = PlacementModel(
-            p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state, self.cardinality_cuts
-        )
-        info.update(full.info)
-        info.update(
-            feasible_pairs=total_pairs, groups=len(full.members), pruned=pruned, num_variables=full.num_variables,
-            num_constraints=full.num_constraints, build_s=time.perf_counter() - start,
-        )
+        full: PlacementModel | None = None
+        pruned = False
+        try:
+            _check_deadline(cap)
+            cand = feasible_matrix(p, state0)
+            total_pairs = int(cand.sum())
+            info["feasible_pairs"] = total_pairs
+            limit = self.max_candidates
+            if limit is None and total_pairs > AUTO_PRUNE_PAIRS:
+                limit = AUTO_CANDIDATES
+            pruned = limit is not None and bool((cand.sum(axis=1) > limit + 1).any())
+            if pruned:
+                assert limit is not None
+                cand = _prune(p, cand, hint_state, limit, deadline=cap)
+            full = PlacementModel(
+                p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state, self.cardinality_cuts,
+                deadline=cap,
+            )
+        except OutOfTime:
+            cut.append("build")  # no model in the budget: the hint (polished if time is left) is the answer
+        info["pruned"] = pruned
+        if full is not None:
+            info.update(full.info)
+            info.update(
+                groups=len(full.members), num_variables=full.num_variables, num_constraints=full.num_constraints,
+                build_s=time.perf_counter() - start,
+            )
+        phase("build")
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
         det_budget = (self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s) if self.deterministic else None
@@ -1312,13 +1405,21 @@ class CpSat(Solver):
         workers = 1 if self.deterministic else self.num_workers
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
         share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns else 1.0
-        wall = end - time.perf_counter() - reserve
-        if det_budget is None:
-            wall *= share
-        result = full.solve(
-            self.seed, wall, None if det_budget is None else share * det_budget, workers, self.relative_gap
-        )
-        exact = full.exact and not pruned
+        wall = cap - time.perf_counter()
+        result = Result("not_run", None, None, None, 0.0, 0.0, False)
+        if full is not None and wall > 0:
+            if det_budget is None:
+                wall *= share
+            det_limit = None if det_budget is None else share * det_budget
+            result = full.solve(self.seed, wall, det_limit, workers, self.relative_gap)
+            if det_limit is not None and result.status in ("feasible", "unknown") and (
+                result.deterministic_time < 0.999 * det_limit
+            ):
+                cut.append("cpsat")  # stopped by the wall clock before its deterministic limit
+        elif full is not None:
+            cut.append("cpsat")
+        phase("cpsat")
+        exact = full is not None and full.exact and not pruned
         optimal = exact and result.proved
         info.update(
             status=result.status, cpsat_wall_time_s=result.wall_time, deterministic_time=result.deterministic_time,
@@ -1336,22 +1437,42 @@ class CpSat(Solver):
         state = state.copy()
 
         # Large-neighbourhood search and polish with the true objective.
-        if self.lns and not optimal:
+        if self.lns and not optimal and full is not None:
             det_left = None if det_budget is None else det_budget - result.deterministic_time
-            state, info["lns"] = self._lns(p, state, end - reserve, det_left)
+            state, info["lns"] = self._lns(p, state, cap, det_left)
+            if info["lns"]["stopped"] == "wall clock":
+                cut.append("lns")
+            phase("lns")
         if self.polish and not optimal:
             # Half the reserve is left for the unplaced reasons and the scoring after the polish,
             # so the whole solve stays within time_limit_s (500 x 100 took 10.00 s of 10 with drains
             # and swaps polishing up to the limit).
-            info["polish_moves"] = improve(p, state, deadline=end - 0.5 * reserve)
+            polish_end = end - 0.5 * reserve
+            info["polish_moves"] = improve(p, state, deadline=polish_end)
+            if time.perf_counter() > polish_end:
+                cut.append("polish")
+            phase("polish")
         final = evaluate(p, state.assignment).score
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
+        reasons = unplaced_reasons(p, state, self.name)
+        if full is None:  # pods the hint did not reach: not R's choice, nothing weighed them
+            # ``not_reached``: for a caller that can still place them (time-budget's ``then``).
+            info["not_reached"] = [w for w in unreached if state.assignment[w] < 0]
+            for w in unreached:
+                if w in reasons and feasible_nodes(state, w).any():
+                    reasons[w] = explain(state, w) + (
+                        f" Left unplaced by {self.name}: the time limit passed before the hint reached it and no "
+                        "model was built."
+                    )
+        phase("decode")
+        info["time_s"] = dict(times, total=lap - start)
+        info["wall_clock_cut"] = cut
         return Placement(
             assignment=state.assignment.copy(),
             gpu_cards=dict(state.gpu_cards),
-            reasons=unplaced_reasons(p, state, self.name),
+            reasons=reasons,
             status="optimal" if optimal else "feasible",
             info=info,
         )
@@ -1364,7 +1485,8 @@ class CpSat(Solver):
         """Improve ``state``: repeatedly take the pods of a few nodes (and unplaced pods
         that fit there) out and place them again with an exact model over those nodes; keep the
         result when R improves. Deterministic: a seeded choice of neighbourhoods and a budget in
-        deterministic time (sub-model time plus a fixed charge per iteration)."""
+        deterministic time (sub-model time plus a fixed charge per iteration). ``stopped`` reads
+        "wall clock" when ``wall_end`` came first with deterministic budget left."""
         rng = np.random.default_rng([self.seed, 7])
         current = evaluate(p, state.assignment).score
         k = min(LNS_START_NODES, p.num_nodes)
@@ -1373,7 +1495,12 @@ class CpSat(Solver):
         stall = 0
         static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
         domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
-        while time.perf_counter() < wall_end and (det_budget is None or used < det_budget):
+        # Without a deterministic budget the wall clock is the budget.
+        wall_stop = "budget" if det_budget is None else "wall clock"
+        while det_budget is None or used < det_budget:
+            if time.perf_counter() >= wall_end:
+                stats["stopped"] = wall_stop
+                break
             stats["iterations"] += 1
             used += LNS_ITERATION_CHARGE
             nodes = _neighbourhood(p, state, static, domains, k, rng)
@@ -1395,10 +1522,19 @@ class CpSat(Solver):
             pods, cand = pods[keep], cand[keep]
             if pods.size == 0:
                 continue
-            sub = PlacementModel(p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts)
+            try:
+                sub = PlacementModel(
+                    p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts, deadline=wall_end
+                )
+            except OutOfTime:
+                stats["stopped"] = wall_stop
+                break
             wall_left = wall_end - time.perf_counter()
             det = LNS_SUB_DETERMINISTIC_S if det_budget is None else min(LNS_SUB_DETERMINISTIC_S, det_budget - used)
-            if wall_left <= 0 or det <= 0:
+            if wall_left <= 0:
+                stats["stopped"] = wall_stop
+                break
+            if det <= 0:
                 break
             res = sub.solve(int(rng.integers(2**31)), wall_left, det)
             used += res.deterministic_time
@@ -1462,14 +1598,17 @@ def _neighbourhood(
     return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
 
 
-def _prune(problem: Problem, feas: np.ndarray, hint_state: ClusterState | None, limit: int) -> np.ndarray:
+def _prune(
+    problem: Problem, feas: np.ndarray, hint_state: ClusterState | None, limit: int, deadline: float | None = None
+) -> np.ndarray:
     """Per pod, the hint's node and the ``limit`` best nodes by the objective's marginal gain
     against the hint's final cluster with the pod taken out (nodes it still fits there first,
-    then nodes that fit only the initial cluster)."""
+    then nodes that fit only the initial cluster). Raises :class:`OutOfTime` past ``deadline``."""
     p = problem
     st = hint_state.copy() if hint_state is not None else ClusterState(p)
     out = np.zeros_like(feas)
     for w in range(p.num_workloads):
+        _check_deadline(deadline)
         row = feas[w]
         if row.sum() <= limit:
             out[w] = row

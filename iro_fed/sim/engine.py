@@ -707,6 +707,10 @@ class Simulator:
             for v in best[2]:
                 st.remove(int(v))
                 self.status[v] = PENDING
+                if self.first_placed[v] == t:
+                    # Placed in this step's decisions and evicted before it ran a step: it never
+                    # stopped pending, so its wait runs on to the placement that holds.
+                    self.first_placed[v] = -1
                 if self.duration[v] >= 0:
                     self.remaining[v] = self.duration[v]
                 self.preemptions += 1

@@ -9,7 +9,8 @@ Definitions (what the report's keys mean):
   ``mean_pending_min``: mean minutes pods that waited spent pending, from ready to their first
   placement, or for a pod never placed to when it left or the run ended (a step counts as
   ``step_s`` seconds); ``mean_pending_placed_min`` the same over the waiting pods that were
-  placed; ``never_placed_pods``: ready pods never placed.
+  placed; ``never_placed_pods``: ready pods never placed. A placement that a preemption undoes
+  in the same step, before the pod ran, is no placement here (the pod was pending all along).
 * ``utilization_pct``: requested resource-hours over powered-on resource-hours (nodes booting
   or running, empty or not; the usual cluster-utilization ratio), per resource, averaged over cpu
   and memory (and GPU when present); ``utilization_time_mean_pct`` is the plain time mean of

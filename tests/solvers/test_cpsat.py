@@ -226,22 +226,35 @@ def test_pruned_candidates_stay_valid_and_never_below_the_hint():
 
 
 def test_a_deadline_caps_the_search():
-    """A deadline already past leaves no time to search: CP-SAT and the large-neighbourhood
-    search stop before their first step and the solve returns the hint, valid. (Checked on
-    what the solver did, not on a clock: tests must not depend on timing.)"""
+    """A deadline already past leaves no time for anything: the online hint stops before its
+    first pod, no model is built, CP-SAT and the search do not run, and the answer (every pod
+    unplaced, the pods no part considered named in ``not_reached``) is valid. (Checked on what
+    the solver did, not on a clock: tests must not depend on timing.)"""
     import time
 
     problem = random_problem(102, nodes=25, pods=60)
     placement = solvers.make("cpsat").solve_until(problem, deadline=time.perf_counter() - 1.0)
     info = placement.info
-    assert info["status"] == "unknown"  # CP-SAT was given no time to find anything
-    assert info["start"] == "hint"
-    assert info["lns"]["iterations"] == 0
+    assert info["status"] == "not_run"
+    assert "lns" not in info
     assert info["polish_moves"] == 0
     assert placement.status == "feasible"
+    assert (placement.assignment < 0).all()
+    assert info["not_reached"] == list(range(problem.num_workloads))
     assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+
+
+def test_a_time_budget_places_what_cpsat_did_not_reach_with_its_fallback():
+    """time-budget around cpsat: the pods cpsat's hint had not reached when the budget ran out
+    are placed by ``then`` (they were left unplaced, with ``then`` never asked)."""
+    problem = random_problem(102, nodes=25, pods=60)
+    placement = solvers.make("time-budget", solver="cpsat", budget_s=0.0, then="best-fit").solve(problem)
     best_fit = solvers.make("best-fit").solve(problem)
+    assert placement.info["budget_exhausted"] is True and placement.info["finished_by"] == "best-fit"
+    assert placement.info["inner"]["not_reached"] == list(range(problem.num_workloads))
     assert placement.assignment.tolist() == best_fit.assignment.tolist()
+    assert (placement.assignment >= 0).any()
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
 
 
 def test_several_hints_start_from_the_best_one():
