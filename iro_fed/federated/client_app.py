@@ -27,8 +27,11 @@ node's ``context.state`` (entries :data:`REPLAY_STATE` and :data:`REPLAY_INFO`),
 SuperNode keeps for the run and hands to each round's ClientApp process. A round thus learns from
 its first step on and from the experience of every earlier round, as a site training alone would.
 The weights (online and target network) come from the server every round; the optimizer starts
-fresh. A state that does not fit the run's settings (another buffer size, ``top-k`` or feature
-set) is logged and replaced by an empty buffer.
+fresh. The exploration and PER-beta schedules go on across the rounds: round ``r`` starts them
+where ``r - 1`` rounds of ``local-steps`` left them, derived from the message's ``server-round``
+(see :func:`~iro_fed.federated.task.local_train`; the target network is the round's global policy
+at its start, a documented choice there). A state that does not fit the run's settings (another
+buffer size, ``top-k`` or feature set) is logged and replaced by an empty buffer.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ Everything the ClientApp and the ServerApp share lives here (Flower's ``task.py`
 * :class:`WeightLayout` / :func:`pack_weights`: how those arrays travel in a Flower message,
   as ONE flat float32 array plus a small JSON layout (names, shapes, dtypes);
 * :func:`local_train` (a few hundred steps of :func:`solvers.dqn.train.train` starting from the
-  global weights) and :func:`evaluate_policy` (greedy episodes on a site: the return, i.e. the
-  change of R in units of one unplaced pod, plus the simulator's totals).
+  global weights, the exploration and PER-beta schedules going on from round to round) and
+  :func:`evaluate_policy` (greedy episodes on a site: the return, i.e. the change of R in units
+  of one unplaced pod, plus the simulator's totals).
 
 torch, gymnasium and the simulator are imported inside the functions that need them.
 """
@@ -92,7 +93,8 @@ class FedConfig:
     num_server_rounds: int = 3
     """Federated rounds (each: local training on every sampled site, aggregation, evaluation)."""
     local_steps: int = 400
-    """Environment steps of local DQN training per site and round."""
+    """Environment steps of local DQN training per site and round; the exploration and PER-beta
+    schedules anneal over ``num-server-rounds x local-steps`` (see :func:`local_train`)."""
     strategy: str = "fedavg"
     """Aggregation: fedavg, fedprox, fedmedian, fedtrimmedavg, krum or bulyan."""
     scenario: str = "edge-iot"
@@ -498,6 +500,21 @@ def local_train(
     global weights and Adam from fresh moments in every round (moments kept from before the
     aggregation measured worse).
 
+    **Schedules across rounds.** Epsilon (when ``noisy`` is off) and the PER beta anneal over the
+    whole run, ``num-server-rounds x local-steps`` env steps, not over each round: round ``r``
+    starts where ``r - 1`` rounds of ``local-steps`` left them (:func:`schedule_position`; they
+    restarted at epsilon 1 and beta ``priority_beta0`` every round). The position is the
+    federation's clock, derived from ``server_round`` without state on the site: a site sampled
+    for the first time in round 5 explores as the others do in round 5, for the global policy it
+    starts from has had four rounds of training. A ``resume`` run (fine-tuning) counts its rounds
+    from 1 again, so its schedules start over, as a new ``iro train`` run does.
+
+    **The target network** is not exchanged (the server aggregates the online network only): each
+    round sets it to the round's global policy, i.e. a target sync at the start of every round,
+    and it then syncs every ``target-update-every`` gradient steps counted from the round's start.
+    A target kept on the site from its last round would hold weights from before the aggregation
+    that the global policy has replaced.
+
     ``proximal_mu > 0`` (FedProx, Li et al., MLSys 2020): every gradient step's loss, in the
     simulator steps and on the experience store, adds ``mu/2 * ||w - w_global||^2`` over the
     trainable parameters, so a site's update stays near the global policy however long it trains.
@@ -521,7 +538,7 @@ def local_train(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k, held_out=EVAL_SEEDS)], cfg.dqn_config(),
         steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
-        replay=replay, proximal_mu=proximal_mu,
+        replay=replay, proximal_mu=proximal_mu, schedule_position=schedule_position(cfg, server_round, n),
     )
     experience: dict[str, float] = {}
     if experience_db is not None:
@@ -534,6 +551,13 @@ def local_train(
         emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s), experience=experience,
         replay=replay,
     )
+
+
+def schedule_position(cfg: FedConfig, server_round: int, local_steps: int) -> tuple[int, int]:
+    """``(done, horizon)`` of a site's round for :func:`solvers.dqn.train.train`: the env steps
+    ``server_round - 1`` earlier rounds of ``local_steps`` took (none before round 1), of
+    ``num-server-rounds`` rounds' worth; a round past the last stays at the schedules' end."""
+    return max(0, server_round - 1) * local_steps, cfg.num_server_rounds * local_steps
 
 
 def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig, local_steps: int,

@@ -8,8 +8,6 @@ among valid actions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -59,16 +57,17 @@ class DQNAgent:
                  device: str = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
-        # The weights' initial values (and, for a CPU agent, the noise) come from torch's CPU
-        # generator; seeding every device as torch.manual_seed does would also reset a host's CUDA
-        # stream that a CPU agent never draws from.
-        if self.device.type == "cpu":
+        # The initial weights are the draws of torch's CPU generator seeded with `seed` (the networks
+        # are built on the CPU), made on a fork of it: building an agent leaves the caller's stream
+        # as it was (it was reseeded), and a seed gives the weights it gave then.
+        with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
-        else:
-            torch.manual_seed(seed)
+            online = QNetwork(cfg, candidate_features, context_features)
+            target = QNetwork(cfg, candidate_features, context_features)
+            after_init = torch.get_rng_state()
         self.rng = np.random.default_rng(seed)
-        self.online = QNetwork(cfg, candidate_features, context_features).to(self.device)
-        self.target = QNetwork(cfg, candidate_features, context_features).to(self.device)
+        self.online = online.to(self.device)
+        self.target = target.to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         # NoisyNet (Fortunato et al. 2018, Alg. 1): the target values the next state with its own
         # noise sample, drawn in each update; eval mode would drop it (the net has no dropout or
@@ -79,27 +78,19 @@ class DQNAgent:
         #: FedProx (Li et al., MLSys 2020): ``(mu, anchor)`` adds ``mu/2 * ||w - anchor||^2`` over the
         #: trainable parameters to every gradient step's loss; None: plain DQN loss.
         self.proximal: tuple[float, dict[str, Any]] | None = None
-        #: Where a CPU agent's noisy layers draw their noise: None, torch's global generator; a CPU
-        #: ``torch.Generator``, its own stream. :func:`~solvers.dqn.train.train` hands the agent it
-        #: returns the continuation of training's seeded stream, so that further updates (a
-        #: federated site's steps on its experience store) stay reproducible from the seed without
-        #: reading or moving the host's generator.
-        self.noise_generator: torch.Generator | None = None
-
-    @contextmanager
-    def _noise_source(self) -> Iterator[None]:
-        """Noise drawn inside comes from :attr:`noise_generator` when set (swapped in for torch's
-        global CPU generator, which is restored), else from the global generator."""
-        own = self.noise_generator
-        if own is None:
-            yield
-            return
-        with torch.random.fork_rng(devices=[]):
-            torch.set_rng_state(own.get_state())
-            try:
-                yield
-            finally:
-                own.set_state(torch.get_rng_state())
+        #: The agent's own generator (on its device) that its noisy layers draw their noise from: on
+        #: the CPU the continuation of the seeded stream the weights were drawn from, elsewhere one
+        #: seeded with ``seed``, the draws torch's global generators gave when the agent seeded them.
+        #: It continues across :func:`~solvers.dqn.train.train` and any updates after it (a federated
+        #: site's steps on its experience store), reproducible from the seed whatever the host draws.
+        #: None: torch's global generator.
+        self.noise_generator: torch.Generator | None
+        if self.device.type == "cpu":
+            self.noise_generator = torch.Generator()
+            self.noise_generator.set_state(after_init)
+        else:
+            self.noise_generator = torch.Generator(device=self.device)
+            self.noise_generator.manual_seed(seed)
 
     def set_proximal(self, mu: float) -> None:
         """Anchor the proximal term at the current online weights (e.g. a federated round's global
@@ -121,8 +112,7 @@ class DQNAgent:
         cand, ctx, mask = to_tensors(obs, self.device)
         if explore and self.cfg.noisy:
             self.online.train()
-            with self._noise_source():
-                self.online.reset_noise()
+            self.online.reset_noise(self.noise_generator)
         else:
             self.online.eval()
         q = self.online.q_values(cand, ctx, mask).cpu().numpy()
@@ -163,9 +153,8 @@ class DQNAgent:
         rows = torch.arange(actions.numel(), device=dev)
 
         if cfg.noisy:
-            with self._noise_source():
-                self.online.reset_noise()
-                self.target.reset_noise()
+            self.online.reset_noise(self.noise_generator)
+            self.target.reset_noise(self.noise_generator)
         with torch.no_grad():
             selector = self.online if cfg.double else self.target
             next_actions = selector.q_values(ncand, nctx, nmask).argmax(dim=1)

@@ -9,6 +9,15 @@ trained on), the scenario, steps, metrics and emissions of the run, and where th
 schedules stopped (:data:`SCHEDULE`, read by :func:`read_schedule`; ``iro train --resume``
 continues them). A checkpoint written before that key existed loads as before (the key is
 optional, the format unchanged), and an older release reads a newer checkpoint (it ignores it).
+
+The training state beside it (``policy.optim.pt``, written by :func:`solvers.dqn.train.train`)
+holds Adam's ``state_dict`` and, under :data:`TARGET_STATE`, the target network's, as Rainbow's
+and Dopamine's checkpoints keep the target network with the online one: ``iro train --resume``
+goes on with the target the run had, not a copy of the online network. It stays out of
+``policy.pt``, which is what the ``dqn`` solver and the edge agents load (the same size as
+before). An older optimizer file, or none (a federated global policy: its server aggregates the
+online network only), resumes with the target as a copy of the online network and says so; an
+older release loads Adam's part of a newer file (``Optimizer.load_state_dict`` ignores other keys).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ FORMAT = "iro-fed-dqn/1"
 #: and PER-beta schedules started at), ``horizon`` (the env steps they anneal over from there) and
 #: ``updates`` (the gradient steps counted since then: the target network's sync cadence).
 SCHEDULE = "schedule"
+#: Key of the target network's ``state_dict`` in the training-state file (``policy.optim.pt``).
+TARGET_STATE = "target_state_dict"
 
 
 class CheckpointError(ValueError):

@@ -42,13 +42,14 @@ class NoisyLinear(nn.Module):
         nn.init.constant_(self.bias_sigma, sigma0 / math.sqrt(in_features))
 
     @staticmethod
-    def _scaled(size: int, device: torch.device) -> torch.Tensor:
-        x = torch.randn(size, device=device)
+    def _scaled(size: int, device: torch.device, generator: torch.Generator | None = None) -> torch.Tensor:
+        x = torch.randn(size, device=device, generator=generator)
         return x.sign() * x.abs().sqrt()
 
-    def reset_noise(self) -> None:
-        self.eps_in.copy_(self._scaled(self.in_features, self.eps_in.device))
-        self.eps_out.copy_(self._scaled(self.out_features, self.eps_out.device))
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """A new noise sample from ``generator`` (on the layer's device; None: torch's global one)."""
+        self.eps_in.copy_(self._scaled(self.in_features, self.eps_in.device, generator))
+        self.eps_out.copy_(self._scaled(self.out_features, self.eps_out.device, generator))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
@@ -87,10 +88,10 @@ class QNetwork(nn.Module):
         else:
             self.register_buffer("support", torch.zeros(1))
 
-    def reset_noise(self) -> None:
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
         for module in self.modules():
             if isinstance(module, NoisyLinear):
-                module.reset_noise()
+                module.reset_noise(generator)
 
     def embed(self, candidates: torch.Tensor, context: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``[B, A, embed_dim]``: one embedding per action slot (candidates, then defer)."""

@@ -90,9 +90,8 @@ class LoadedPolicy:
                                   f"features, this version computes {len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")
         self.config = DQNConfig.from_dict(meta["config"])
         self.metadata = meta
-        # The agent seeds torch for training; loading a policy must not reset the host's generator.
-        with torch.random.fork_rng(devices=[]):
-            self.agent = DQNAgent(self.config, meta["candidate_features"], meta["context_features"], seed=0)
+        # the agent draws its initial weights on a fork of torch's generator: the host's stays as it was
+        self.agent = DQNAgent(self.config, meta["candidate_features"], meta["context_features"], seed=0)
         try:
             self.agent.online.load_state_dict(state)
         except RuntimeError as exc:

@@ -5,8 +5,11 @@ collect with the online network (noisy layers or epsilon), learn from replay, co
 network, write the checkpoint. The environments must produce dict observations with
 ``candidates[K, F]``, ``context[C]`` and ``mask[A]`` (``iro_fed.sim.env.PlacementEnv`` does).
 
-``--resume`` restores the online weights (the target network starts as a copy of them), the
-optimizer's moments and the step count; the learning rate and Adam epsilon are the config's. The
+``--resume`` restores the online and target networks, the optimizer's moments and the step
+count; the learning rate and Adam epsilon are the config's. The target network and the moments
+are in the training-state file beside the checkpoint (:func:`optimizer_path`); without the
+target there (a file written by an older version, or a federated global policy, which has
+none) it starts as a copy of the online network, and a note says so. The
 config must describe the checkpoint's network (:meth:`DQNConfig.architecture`). The replay
 buffer is not saved (it would be far larger than the policy) and refills before learning resumes.
 The schedules continue where the checkpoint stopped (its ``schedule`` metadata): epsilon and the
@@ -15,9 +18,19 @@ values; train a new policy for a new schedule), and the target network syncs eve
 ``target_update_every`` gradient steps counted over both runs. A checkpoint written before the
 schedules were saved restarts them from the resumed step, as resuming always did, and says so.
 
+With the replay buffer passed in (``replay``) and an env that goes on where it stopped, a
+resumed run gives bit for bit the weights of one uninterrupted run of the same total steps when
+acting draws no random numbers (epsilon 0, no noisy layers): the seeded streams (the noise,
+epsilon's draws) start again from ``seed`` in each run.
+
 Randomness is training's own: torch's CPU generator and numpy's global one are seeded with
 ``seed`` inside and the caller's streams restored afterwards (torch's intra-op thread count too),
-with the same draws, so a seed gives the weights it gave when training reseeded the host.
+with the same draws, so a seed gives the weights it gave when training reseeded the host. The
+noisy layers draw from the agent's own generator (:attr:`DQNAgent.noise_generator`).
+
+``schedule_position`` places a run inside a longer schedule without a checkpoint: a federated
+site's round ``r`` of ``local_steps`` anneals epsilon and the PER beta from where ``r - 1``
+earlier rounds left them (:func:`iro_fed.federated.task.local_train`).
 """
 
 from __future__ import annotations
@@ -67,6 +80,7 @@ def _copy(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def optimizer_path(path: str | Path) -> Path:
+    """The training-state file beside a checkpoint: Adam's moments and the target network."""
     return Path(path).with_suffix(".optim.pt")
 
 
@@ -123,6 +137,7 @@ def train(
     time_limit_s: float | None = None,
     replay: ReplayBuffer | None = None,
     proximal_mu: float = 0.0,
+    schedule_position: tuple[int, int] | None = None,
 ) -> tuple[Any, TrainResult]:
     """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
 
@@ -139,6 +154,11 @@ def train(
     ``proximal_mu > 0`` (FedProx) adds ``mu/2 * ||w - w_start||^2`` to every gradient step's
     loss, anchored at the starting weights (``initial_state`` or ``resume``).
 
+    ``schedule_position=(done, horizon)``: epsilon and the PER beta anneal as at env step ``done``
+    of a ``horizon``-step schedule, not from this run's start over its ``steps`` (a federated
+    site's later round); not with ``resume`` (the checkpoint says where its schedules stopped) nor
+    ``out`` (its checkpoint could not say where they started).
+
     Torch's CPU generator and numpy's global one are seeded with ``seed`` for the run and given
     back to the caller as they were (the thread count too); the returned agent draws any further
     noise from the continuation of the run's stream (:attr:`DQNAgent.noise_generator`).
@@ -150,6 +170,14 @@ def train(
     if replay is not None and (replay.capacity != cfg.buffer_size or replay.prioritized != cfg.prioritized):
         raise ValueError(f"replay: a {'prioritized' if replay.prioritized else 'uniform'} buffer of {replay.capacity}, "
                          f"the config needs {'prioritized' if cfg.prioritized else 'uniform'} of {cfg.buffer_size}")
+    if schedule_position is not None:
+        if resume is not None or out is not None:
+            raise ValueError(f"schedule_position: not with {'resume' if resume is not None else 'out'} "
+                             "(a checkpoint records where its own schedules started)")
+        done, horizon = schedule_position
+        for name, value, least in (("done", done, 0), ("horizon", horizon, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"schedule_position: {name} expected an integer >= {least}, got {value!r}")
     threads, numpy_state = torch.get_num_threads(), np.random.get_state()
     try:
         # The same seeded draws as when training reseeded the host's generators (same weights for a
@@ -161,12 +189,8 @@ def train(
             torch.set_num_threads(torch_threads)
             agent, result = _train(
                 env_fns, cfg, steps, seed, out, resume, metadata, evaluate, progress, track_emissions,
-                emissions_country, console, initial_state, time_limit_s, replay, proximal_mu,
+                emissions_country, console, initial_state, time_limit_s, replay, proximal_mu, schedule_position,
             )
-            # further updates of the returned agent continue this run's stream, as they did on the
-            # global generator, without reading or moving the host's
-            agent.noise_generator = torch.Generator()
-            agent.noise_generator.set_state(torch.get_rng_state())
     finally:
         np.random.set_state(numpy_state)
         torch.set_num_threads(threads)
@@ -178,7 +202,7 @@ def _train(
     resume: str | Path | None, metadata: dict[str, Any] | None, evaluate: Callable[[Any], dict[str, Any]] | None,
     progress: bool, track_emissions: bool, emissions_country: str, console: Any,
     initial_state: dict[str, Any] | None, time_limit_s: float | None, replay: ReplayBuffer | None,
-    proximal_mu: float,
+    proximal_mu: float, schedule_position: tuple[int, int] | None,
 ) -> tuple[Any, TrainResult]:
     """:func:`train`'s run, on generators it has seeded."""
     import gymnasium as gym
@@ -202,6 +226,9 @@ def _train(
     # Epsilon and the PER beta anneal over `horizon` env steps from step `origin`: this run's, or
     # those of the run a resumed checkpoint continues.
     origin, horizon = 0, steps
+    if schedule_position is not None:
+        # origin may lie before step 0: only the distance step - origin is read
+        origin, horizon = -schedule_position[0], schedule_position[1]
     if initial_state is not None:
         agent.online.load_state_dict(initial_state)
         agent.target.load_state_dict(initial_state)
@@ -215,14 +242,32 @@ def _train(
             agent.online.load_state_dict(state)
         except RuntimeError as exc:  # weights that do not fit the checkpoint's own config
             raise ValueError(f"--resume {resume}: its weights do not fit its config ({exc})") from exc
-        agent.target.load_state_dict(state)
         opt = optimizer_path(resume)
+        target_state = None
         if opt.is_file():
-            agent.optimizer.load_state_dict(torch.load(opt, weights_only=True))
+            try:
+                training_state = torch.load(opt, weights_only=True)
+            except Exception as exc:  # torch raises several types for corrupt or foreign files
+                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: not a readable torch file ({exc})") from exc
+            if not isinstance(training_state, dict):
+                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: expected a mapping, got "
+                                           f"{type(training_state).__name__}")
+            target_state = training_state.pop(ckpt.TARGET_STATE, None)
+            agent.optimizer.load_state_dict(training_state)
             # load_state_dict brings back the saved run's hyperparameters too; the moments are
             # what resuming keeps, the rate is this run's
             for group in agent.optimizer.param_groups:
                 group["lr"], group["eps"] = cfg.learning_rate, cfg.adam_eps
+        if target_state is None:
+            agent.target.load_state_dict(state)
+            _note(console, f"--resume {resume}: no target network saved with it ({opt} is missing or from an older "
+                           "version; a federated global policy has none): it starts as a copy of the online network")
+        else:
+            try:
+                agent.target.load_state_dict(target_state)
+            except RuntimeError as exc:
+                raise ValueError(f"--resume {resume}: the target network in {opt} does not fit its config "
+                                 f"({exc})") from exc
         start_step = meta.get("steps", 0)
         if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
             raise ckpt.CheckpointError(f"policy {str(resume)!r}: metadata 'steps': expected an integer >= 0, "
@@ -230,12 +275,8 @@ def _train(
         schedule = ckpt.read_schedule(resume, meta)
         if schedule is None:
             origin = start_step
-            note = (f"--resume {resume}: the checkpoint does not record where its exploration, PER-beta and "
-                    "target-sync schedules stopped (written by an older version): they restart from this run")
-            if console is not None:
-                console.print(f"note: {note}")
-            else:
-                log.warning("%s", note)
+            _note(console, f"--resume {resume}: the checkpoint does not record where its exploration, PER-beta and "
+                           "target-sync schedules stopped (written by an older version): they restart from this run")
         else:
             origin, horizon = schedule["origin"], schedule["horizon"]
             agent.updates = schedule["updates"]  # the sync cadence counts on: learn() syncs at its multiples
@@ -323,10 +364,22 @@ def _train(
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         ckpt.save_checkpoint(out, agent.online.state_dict(), meta)
-        optimizer_state, opt_path = agent.optimizer.state_dict(), optimizer_path(out)
+        # Adam's moments and the target network (an older release's Optimizer.load_state_dict
+        # ignores the extra key)
+        training_state = {**agent.optimizer.state_dict(),
+                          ckpt.TARGET_STATE: {k: v.detach().cpu() for k, v in agent.target.state_dict().items()}}
+        opt_path = optimizer_path(out)
         with ckpt.write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
-            write_file_atomic(opt_path, lambda tmp: torch.save(optimizer_state, tmp))
+            write_file_atomic(opt_path, lambda tmp: torch.save(training_state, tmp))
     return agent, result
+
+
+def _note(console: Any, note: str) -> None:
+    """A note on the console when training has one (``iro train``), else a logged warning."""
+    if console is not None:
+        console.print(f"note: {note}")
+    else:
+        log.warning("%s", note)
 
 
 def _check_architecture(path: str | Path, saved: Any, cfg: DQNConfig) -> None:

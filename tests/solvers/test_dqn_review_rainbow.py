@@ -67,7 +67,7 @@ def _noisy_agent(target_sigma: float) -> DQNAgent:
 
 def _loss_with_noise_seed(target_sigma: float, seed: int) -> float:
     agent = _noisy_agent(target_sigma)
-    torch.manual_seed(seed)  # the noise samples drawn inside learn()
+    agent.noise_generator.manual_seed(seed)  # the noise samples drawn inside learn() (the agent's own stream)
     return agent.learn(_batch())["loss"]
 
 
