@@ -12,7 +12,9 @@ Loop (leader only):
    retried; the chosen GPU cards go in the Binding's ``iro-fed.io/gpu-cards`` annotation) and
    gets an Event that explains the decision: its change of R and of each objective term
    (from :func:`iro_fed.objective.evaluate` with and without the pod), the runner-up node and the
-   gap (from :func:`iro_fed.objective.marginal`);
+   gap (from :func:`iro_fed.objective.marginal`); an Event POST that failed in passing (no answer,
+   429, 5xx) is sent again by the loop ``EVENT_RETRY_S`` (10 s) apart, ``EVENT_TRIES`` tries in all
+   (client-go's broadcaster), from a queue of ``EVENT_RETRY_MAX`` Events at most;
 4. a pod that fits nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with kube's
    message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it waits in the
    unschedulable queue (below).
@@ -32,10 +34,11 @@ NodeUnschedulable; the model has no inter-pod affinity or spread): a node added,
 taints, ``spec.unschedulable``, allocatable (or capacity) changed (``NodeSchedulingPropertiesChange``;
 conditions and annotations are not read); a bound pod deleted or finished (kube's pod informer
 drops ``Succeeded`` / ``Failed`` pods: a delete), or updated so that it takes less (smaller
-requests, fewer or other GPU cards: ``isSchedulableAfterPodScaleDown``); a Binding of this
+requests, fewer or other GPU cards: ``isSchedulableAfterPodScaleDown``; requests as the model
+counts them, so the status update of a kubelet actuating an in-place shrink counts); a Binding of this
 scheduler that failed, or a pod it assumed bound that the watch never showed (the room counted
 for it is free again: kube's ``AssignedPodDelete`` move after a failed binding cycle). A bound
-pod added, a node deleted, a status update, a label or annotation change of a bound pod are not:
+pod added, a node deleted, any other status update, a label or annotation change of a bound pod are not:
 in a real cluster pod statuses change all the time, and each of them retried every unschedulable
 pod. A pod
 updated as kube's ``isPodUpdated`` sees it (anything but ``resourceVersion``, ``generation``,
@@ -83,6 +86,7 @@ from iro_fed.k8s.client import CallResult, ClusterCache, Kube, Reflector, resour
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
+    RESIZE_PENDING,
     TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
@@ -102,7 +106,9 @@ log = logging.getLogger("iro_fed.k8s.scheduler")
 
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
-EVENT_TRIES = 12  # tries of one FailedScheduling Event whose POST fails (client-go's maxTriesPerEvent), then dropped
+EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
+EVENT_RETRY_S = 10.0  # a Scheduled Event whose POST failed is sent again after this (client-go's sleepDuration)
+EVENT_RETRY_MAX = 1000  # Scheduled Events held for a retry at most (the oldest is dropped beyond)
 # kube-scheduler's defaults (podInitialBackoffDuration, podMaxBackoffDuration, podMaxInUnschedulablePodsDuration)
 POD_INITIAL_BACKOFF_S = 1.0
 POD_MAX_BACKOFF_S = 10.0
@@ -140,6 +146,16 @@ class QueuedPod:
     @property
     def retry_at(self) -> float:
         return self.since + self.backoff_s
+
+
+@dataclass
+class EventRetry:
+    """A Scheduled Event whose POST failed, kept to be sent again (the same body)."""
+
+    namespace: str
+    body: dict[str, Any]
+    tries: int  # failed POSTs so far
+    retry_at: float  # the scheduler's clock
 
 
 @dataclass
@@ -253,6 +269,8 @@ class IroScheduler:
         # whether the condition is patched, failed POSTs of the Event in a row)
         self._reported: dict[str, tuple[str | None, str, str, float | None, bool, int]] = {}
         self._backoff: dict[str, tuple[float, float]] = {}  # key -> (retry after, last delay)
+        # key -> its Scheduled Event whose POST failed, oldest first; sent again by the loop
+        self._event_retries: dict[str, EventRetry] = {}
         self._lock = threading.Lock()
         self._node_docs: dict[tuple, dict[str, Any]] = {}
         self.bind_workers = bind_workers
@@ -303,6 +321,7 @@ class IroScheduler:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            self._retry_events()  # also on a replica that lost the lease: its Bindings happened
             if not self.is_leader() or not (self.cache.synced and self.pending.synced.is_set()):
                 continue
             if not self.ready_pods():
@@ -401,6 +420,7 @@ class IroScheduler:
             due = [t for q in self._unschedulable.values()
                    for t in (q.retry_at - now, self.max_unschedulable_s - (now - q.since))]
             due += [until - now for until, _ in self._backoff.values()]
+            due += [e.retry_at - now for e in self._event_retries.values()]
             # These expire strictly after ASSUME_TTL_S: at exactly 0 the next wake is 0.05 s on.
             ttl = [ASSUME_TTL_S - (now - since) for _, since in (*self._assumed.values(), *self._conflicts.values())]
         ahead = [d for d in due if d > 0] + [d for d in ttl if d >= 0]
@@ -610,7 +630,7 @@ class IroScheduler:
         runner_text = f"runner-up {runner}, gap {gap:+.4f}" if runner is not None and gap is not None else "no other feasible node"
         message = (f"Successfully assigned {key} to {node} by {self.name} ({self.solver_name}): "
                    f"R {delta:+.4f} ({parts or 'no change'}); {runner_text}")
-        self._event(pod, "Scheduled", message, "Normal", "Binding")
+        self._event(pod, "Scheduled", message, "Normal", "Binding", retry=True)
         if self.feedback is not None:
             self.feedback.record_placement(key, node, problem, state, explained=(delta, terms))
         return PodOutcome(key, node, "bound", message, delta, terms, runner, gap)
@@ -662,8 +682,7 @@ class IroScheduler:
                     posted, failures = self.clock(), 0
                 else:
                     failures += 1
-                    passing = result.status in (0, 429) or result.status >= 500
-                    if failures >= EVENT_TRIES or not passing:
+                    if failures >= EVENT_TRIES or not _passing(result):
                         log.warning("FailedScheduling event for %s dropped after %d failed POST(s)", key, failures)
                         posted, failures = self.clock(), 0  # dropped: the unchanged failure is tried after EVENT_REPEAT_S
             with self._lock:
@@ -671,7 +690,12 @@ class IroScheduler:
         return PodOutcome(key, None, "unschedulable" if kind == "Unschedulable" else "invalid", reason,
                           attempts=queued.attempts, backoff_s=queued.backoff_s)
 
-    def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str) -> CallResult:
+    def _event(self, pod: Mapping[str, Any], reason: str, message: str, etype: str, action: str,
+               retry: bool = False) -> CallResult:
+        """Post an Event about ``pod``. ``retry``: a passing failure (no answer, 429, 5xx) keeps it
+        for :meth:`_retry_events` (the loop sends it again, EVENT_RETRY_S apart, EVENT_TRIES tries
+        in all), as client-go's broadcaster does; the FailedScheduling Event is retried by the
+        pod's next attempts instead."""
         meta = pod.get("metadata") or {}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ns = meta.get("namespace", "default")
@@ -687,7 +711,56 @@ class IroScheduler:
         result = self.kube.create_event(ns, event)
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
+            if retry and _passing(result):
+                self._hold_event(obj_key(pod), EventRetry(ns, event, 1, self.clock() + EVENT_RETRY_S))
         return result
+
+    def _hold_event(self, key: str, retry: EventRetry, replace: bool = True) -> None:
+        """Keep ``retry`` for the loop, EVENT_RETRY_MAX at most (the oldest goes first).
+        ``replace``: the latest Scheduled Event of a pod replaces one held; else (a requeue)
+        one held meanwhile stays."""
+        with self._lock:
+            if key in self._event_retries and not replace:
+                return
+            self._event_retries.pop(key, None)
+            self._event_retries[key] = retry
+            while len(self._event_retries) > EVENT_RETRY_MAX:
+                old = next(iter(self._event_retries))
+                self._event_retries.pop(old)
+                log.warning("Scheduled event for %s dropped: more than %d events wait for a retry", old, EVENT_RETRY_MAX)
+
+    def _retry_events(self) -> None:
+        """Send again the held Events whose retry time has come (called by the loop, never
+        sleeping). While the API server fails, one POST is tried per pass: the others due wait
+        EVENT_RETRY_S more (not a try of theirs), so an outage costs the loop one write timeout
+        per EVENT_RETRY_S, not one per held Event."""
+        now = self.clock()
+        with self._lock:
+            due = [(k, e) for k, e in self._event_retries.items() if e.retry_at <= now]
+            for k, _ in due:
+                self._event_retries.pop(k)
+        for i, (key, held) in enumerate(due):
+            result = self.kube.create_event(held.namespace, held.body)
+            if result.ok:
+                continue
+            held.tries += 1
+            if not _passing(result) or held.tries >= EVENT_TRIES:
+                log.warning("Scheduled event for %s dropped after %d failed POST(s): HTTP %s %s",
+                            key, held.tries, result.status, result.message)
+            else:
+                held.retry_at = now + EVENT_RETRY_S
+                self._hold_event(key, held, replace=False)
+            for later_key, later in due[i + 1:]:
+                later.retry_at = now + EVENT_RETRY_S
+                self._hold_event(later_key, later, replace=False)
+            return
+
+
+def _passing(result: CallResult) -> bool:
+    """A write failure worth a retry: no answer (0), 429 or a 5xx. client-go's broadcaster retries
+    only a write with no answer; a 429 or 5xx is a passing failure too (an overloaded or
+    restarting server), where a refusal (other 4xx) will not pass the next time either."""
+    return result.status in (0, 429) or result.status >= 500
 
 
 def _uid(pod: Mapping[str, Any]) -> str | None:
@@ -738,15 +811,42 @@ def _usage(pod: Mapping[str, Any], resources: Sequence[str]) -> tuple[Any, ...] 
             _field(pod, "metadata", "annotations", ANN_GPU_CARDS))
 
 
+def _resize_status(pod: Mapping[str, Any]) -> Any:
+    """The parts of a pod's status that its effective request reads during an in-place resize
+    (:func:`~iro_fed.k8s.snapshot.pod_demand`: each container status's ``allocatedResources``
+    and ``resources``, the pod's ``status.resources`` / ``allocatedResources``, ``resize`` and
+    the ``PodResizePending`` condition's reason): a kubelet actuating a shrink changes only
+    these, while readiness, IPs and restarts, the usual churn, change none of them."""
+    status = pod.get("status")
+    if not isinstance(status, Mapping):
+        return status
+    containers: list[Any] = []
+    for key in ("containerStatuses", "initContainerStatuses"):
+        items = status.get(key)
+        if not isinstance(items, list):
+            containers.append(items)  # odd or absent: compared whole, the full parse judges it
+            continue
+        containers.extend([cs.get("name"), cs.get("allocatedResources"), cs.get("resources")]
+                          if isinstance(cs, Mapping) else cs for cs in items)
+    conds = status.get("conditions")
+    pending = ([c.get("reason") for c in conds if isinstance(c, Mapping) and c.get("type") == RESIZE_PENDING]
+               if isinstance(conds, list) else conds)
+    return [containers, status.get("resources"), status.get("allocatedResources"), status.get("resize"), pending]
+
+
 def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
                 resources: Sequence[str]) -> bool:
     """Whether a bound pod going from ``old`` to ``new`` (None: added / deleted) can make room
     for another pod: kube's NodeResourcesFit hint (an assigned pod deleted, or scaled down) with
-    a finished pod as a deleted one. A pod added or a status, label or annotation update cannot."""
+    a finished pod as a deleted one. Scaled down is judged on the effective requests (kube's
+    ``extractPodScaleDown`` compares ``PodRequests`` with ``UseStatusResources`` on every
+    update), so the status update of a kubelet actuating an in-place shrink counts. A pod added
+    or a status, label or annotation update that leaves its requests cannot."""
     if old is None:
         return False
     if new is not None and _counts(old) == _counts(new) and old.get("spec") == new.get("spec") \
-            and _field(old, "metadata", "annotations") == _field(new, "metadata", "annotations"):
+            and _field(old, "metadata", "annotations") == _field(new, "metadata", "annotations") \
+            and _resize_status(old) == _resize_status(new):
         return False  # the usual update (status, labels): nothing the usage reads changed
     was = _usage(old, resources)
     if was is None:

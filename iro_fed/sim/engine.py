@@ -589,8 +589,6 @@ class Simulator:
         self.status[p] = RUNNING
         if self.first_placed[p] < 0:
             self.first_placed[p] = t
-        if self.domain_is_cloud[self.node_domain[n]]:
-            self.burst[p] = True
         return True
 
     def _decide_solver(self, t: int) -> None:
@@ -663,10 +661,7 @@ class Simulator:
                     st.remove(int(p))
                 st.place(int(p), int(n), saved[int(p)])
             return False
-        for i, p in enumerate(order):
-            self.moves += 1
-            if self.domain_is_cloud[self.node_domain[targets[i]]]:
-                self.burst[p] = True
+        self.moves += len(order)
         self.capacity_freed = True
         return True
 
@@ -939,6 +934,9 @@ class Simulator:
         ser = rec.series
         ser["pending"][t] = pending.size
         ser["running"][t] = running.size
+        # A pod bursts when it runs a step in the cloud, not when placed there: a preemption or a
+        # move later in the same step may take it off before it ran.
+        self.burst[running[self.domain_is_cloud[self.node_domain[st.assignment[running]]]]] = True
         ser["arrivals"][t] = int((self.arrival == t).sum())
         powered = self.node_state != OFF
         ser["powered_nodes"][t] = int(powered.sum())

@@ -30,7 +30,8 @@ Definitions (what the report's keys mean):
   due inside the run (a job whose deadline lies past the run's end is left out, finished or
   not; one without a deadline counts once finished); ``deadline_misses``: batch jobs that
   finished after their deadline or had not finished when the deadline passed inside the run.
-* ``burst_pods``: pods placed at least once on a node of a ``cloud`` domain.
+* ``burst_pods``: pods that ran at least one step on a node of a ``cloud`` domain (a placement
+  there undone in the same step, by a preemption or a move, does not count).
 * ``score``: mean over steps of the objective R (``iro_fed.objective.evaluate``) of the step's
   placement of the active pods (running and pending).
 """
