@@ -126,7 +126,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, check_placement, feasible_matrix, feasible_nodes
+from iro_fed.feasibility import EPS, check_placement, feasible_matrix, feasible_nodes, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -287,7 +287,7 @@ class Qubo(Solver):
                     first = int(rng.choice(np.flatnonzero(fits_alone[int(rng.choice(waiting))])))
                 else:
                     first = int(rng.choice(hosts))
-                others = np.setdiff1d(np.arange(p.num_nodes), [first])
+                others = np.delete(np.arange(p.num_nodes), first)  # setdiff1d's result, without its sort
                 extra = rng.choice(others, size=min(self.refine_nodes - 1, others.size), replace=False)
                 nodes = np.sort(np.concatenate([[first], extra]).astype(np.int64))
                 key = nodes.tobytes()
@@ -304,10 +304,11 @@ class Qubo(Solver):
             if pods.size == 0:
                 continue
             tried += 1
-            candidate, _ = self._batch(
+            candidate, binfo = self._batch(
                 p, sub, pods, REFINE_STREAM + step, end, REFINE_READS, REFINE_DECODED, calibrate=False
             )
-            new = evaluate(p, candidate.assignment).score
+            # The batch scored its best read with evaluate already (no score: nothing fitted).
+            new = binfo["score"] if "score" in binfo else evaluate(p, candidate.assignment).score
             if new > score + POLISH_TOL:
                 state, gained, score = candidate, gained + new - score, new
                 accepted += 1
@@ -467,6 +468,20 @@ def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> lis
     return alphas
 
 
+def _fit_rule(p: Problem, w: int) -> tuple[np.ndarray, list[tuple[int, float]], tuple[bool, int] | None]:
+    """What :func:`~iro_fed.feasibility.feasible_nodes` checks for pod ``w``, node by node: its
+    static mask; ``(resource, least free)`` per requested resource (``demand - EPS``, as
+    ``resource_fit`` compares); the GPU test as ``(fully free cards?, amount)`` or None."""
+    d = p.demand[w]
+    need = [(int(r), float(d[r] - EPS)) for r in np.flatnonzero(d > 0)]
+    count = int(p.wl_gpu_count[w])
+    gpu = None
+    if count > 0:
+        milli = int(p.wl_gpu_milli[w])
+        gpu = (False, milli) if count == 1 and milli < GPU_MILLI else (True, count)
+    return static_filter(p, w).mask, need, gpu
+
+
 def _greedy(p: Problem, state: ClusterState, pods: np.ndarray) -> int:
     """Place ``pods`` one by one on their best node by the marginal gain of R (when positive)."""
     placed = 0
@@ -490,6 +505,7 @@ class _BatchModel:
 
     def __init__(self, p: Problem, state: ClusterState, pods: np.ndarray, max_candidates: int, capacity: str) -> None:
         self.p, self.state, self.pods, self.capacity = p, state, np.asarray(pods, dtype=np.int64), capacity
+        self._fit_rules: dict[int, tuple] = {}
         coef = coefficients(p)
         wts = p.weights
         # A reference: the greedy-objective placement of the batch. Candidates per pod: its
@@ -497,17 +513,26 @@ class _BatchModel:
         ref = state.copy()
         _greedy(p, ref, self.pods)
         pw, pn = [], []
+        # Feasible nodes by marginal gain, once per kind of pod: both are functions of what
+        # the key holds (a batch often has several pods of one shape).
+        ranked: dict[tuple, np.ndarray] = {}
         for i, w in enumerate(self.pods):
             w = int(w)
             n0 = int(ref.assignment[w])
-            cand = np.flatnonzero(feasible_nodes(state, w))
-            if cand.size == 0:
+            key = (
+                p.demand[w].tobytes(), p.util_demand[w].tobytes(), int(p.wl_gpu_count[w]), int(p.wl_gpu_milli[w]),
+                int(p.wl_region[w]), p.workloads[w].constraint_key,
+            )
+            order = ranked.get(key)
+            if order is None:
+                cand = np.flatnonzero(feasible_nodes(state, w))
+                order = ranked[key] = cand[np.argsort(-marginal(p, state, w, cand), kind="stable")] if cand.size else cand
+            if order.size == 0:
                 continue
-            g = marginal(p, state, w, cand)
-            top = cand[np.argsort(-g, kind="stable")[: max_candidates - (n0 >= 0)]]
-            nodes = np.unique(np.concatenate([top, [n0]] if n0 >= 0 else [top]))
-            pw.extend([i] * nodes.size)
-            pn.extend(nodes.tolist())
+            top = order[: max_candidates - (n0 >= 0)]
+            nodes = sorted(set(top.tolist()) | ({n0} if n0 >= 0 else set()))  # as np.unique, on a few ints
+            pw.extend([i] * len(nodes))
+            pn.extend(nodes)
         self.pw = np.asarray(pw, dtype=np.int64)  # index into pods
         self.pn = np.asarray(pn, dtype=np.int64)
         self.num_pairs = self.pw.size
@@ -550,14 +575,17 @@ class _BatchModel:
         self.pen_offset = 0.0
         self.shift_lin: list[tuple[np.ndarray, np.ndarray]] = []  # the l1 part of unbalanced penalties
         self.shift_offset = 0.0
+        starts = np.searchsorted(self.pw, np.arange(n_pods + 1))  # a pod's pairs are consecutive
         for i in range(n_pods):  # one-hot: (sum x + u - 1)^2
-            vs = np.concatenate([np.flatnonzero(self.pw == i), [self.u0 + i]])
+            vs = np.concatenate([np.arange(starts[i], starts[i + 1]), [self.u0 + i]])
             self._square(vs, np.ones(vs.size), 1.0, ONEHOT_WEIGHT)
-        for k in range(self.num_pairs):  # power-on: x (1 - o)
-            o = self.on_index.get(int(self.pn[k]))
-            if o is not None:
-                self.pen_lin.append((np.array([k]), np.array([1.0])))
-                self.pen_quad.append((np.array([k]), np.array([o]), np.array([-1.0])))
+        # Power-on: x (1 - o), every pair on a switchable node as one term (each pair once, so
+        # the sums per variable are added in the same order as pair by pair).
+        on_var = np.array([self.on_index.get(int(n), -1) for n in self.pn.tolist()], dtype=np.int64)
+        ks = np.flatnonzero(on_var >= 0)
+        if ks.size:
+            self.pen_lin.append((ks, np.ones(ks.size)))
+            self.pen_quad.append((ks, on_var[ks], np.full(ks.size, -1.0)))
         next_var = self._capacities(next_var)
         self.num_variables = next_var
         self.lin_obj = np.concatenate([lin_obj, np.zeros(next_var - lin_obj.size)])
@@ -566,6 +594,10 @@ class _BatchModel:
         # step only scales them.
         self.quad = self._aggregate(self.pen_quad, next_var)
         self.num_interactions = int(self.quad[0].size)
+        # The linear penalty terms flattened, in order, for one np.add.at per calibration step
+        # (add.at adds repeated indices in order: the same sums as term by term).
+        self.pen_lin_flat = self._flatten(self.pen_lin)
+        self.shift_lin_flat = self._flatten(self.shift_lin)
 
     # --- penalty terms ---------------------------------------------------------------------
 
@@ -635,6 +667,12 @@ class _BatchModel:
         return next_var
 
     @staticmethod
+    def _flatten(terms: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        if not terms:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return np.concatenate([t[0] for t in terms]), np.concatenate([t[1] for t in terms])
+
+    @staticmethod
     def _aggregate(terms: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_vars: int) -> tuple[np.ndarray, ...]:
         if not terms:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -651,10 +689,10 @@ class _BatchModel:
 
         pen = alpha * self.scale
         linear = self.lin_obj.copy()
-        for vs, ws in self.pen_lin:
-            np.add.at(linear, vs, pen * ws)
-        for vs, ws in self.shift_lin:
-            np.add.at(linear, vs, pen * l1 * ws)
+        vs, ws = self.pen_lin_flat
+        np.add.at(linear, vs, pen * ws)
+        vs, ws = self.shift_lin_flat
+        np.add.at(linear, vs, pen * l1 * ws)
         rows, cols, vals = self.quad[0], self.quad[1], pen * self.quad[2]
         offset = pen * (self.pen_offset + l1 * self.shift_offset)
         return dimod.BinaryQuadraticModel.from_numpy_vectors(linear, (rows, cols, vals), offset, "BINARY")
@@ -719,23 +757,32 @@ class _BatchModel:
             w = int(self.pods[i])
             if p.wl_gpu_count[w] > 0:
                 plans.setdefault(int(self.pn[k]), []).append(w)
+        # A node's packing is computed when a pod first needs it (rarely): pack_gpu on the
+        # batch's state, as if computed up front.
         packed: dict[int, tuple[int, ...]] = {}
-        for n, gpu in plans.items():
-            plan = pack_gpu(p, n, gpu, state.gpu_free[n])
-            if plan is not None:
-                packed.update(zip(gpu, plan, strict=True))
+        packs: dict[int, bool] = {}  # node -> its GPU pods pack
+
+        def node_packs(n: int) -> bool:
+            if n not in packs:
+                plan = pack_gpu(p, n, plans[n], self.state.gpu_free[n])
+                packs[n] = plan is not None
+                if plan is not None:
+                    packed.update(zip(plans[n], plan, strict=True))
+            return packs[n]
+
         placed_gpu: dict[int, list[int]] = {}  # node -> GPU pods placed on it so far
         repacked: set[int] = set()
         for _, i, k in wanted:
             w, n = int(self.pods[i]), int(self.pn[k])
-            fits = bool(feasible_nodes(state, w)[n])
-            if not fits and w in packed and n not in repacked and self._fits_but_cards(state, w, n):
+            fits = self._fits(state, w, n)
+            if (not fits and p.wl_gpu_count[w] > 0 and n not in repacked and self._fits_but_cards(state, w, n)
+                    and node_packs(n)):
                 for v in placed_gpu.get(n, []):
                     state.remove(v)
                 for v in placed_gpu.get(n, []):
                     state.place(v, n, packed[v])
                 repacked.add(n)
-                fits = bool(feasible_nodes(state, w)[n])
+                fits = self._fits(state, w, n)
             if fits:
                 state.place(w, n, packed.get(w) if n in repacked else None)
                 if p.wl_gpu_count[w] > 0:
@@ -744,6 +791,25 @@ class _BatchModel:
                 changes += 1  # dropped from an overfull node
         changes += _greedy(p, state, self.pods)
         return state, changes
+
+    def _fits(self, state: ClusterState, w: int, n: int) -> bool:
+        """``feasible_nodes(state, w)[n]``: the same comparisons on node ``n`` alone, from a
+        per-pod summary (the repair asks about one node per pod; the filter's vectors over
+        every node cost more)."""
+        rule = self._fit_rules.get(w)
+        if rule is None:
+            rule = self._fit_rules[w] = _fit_rule(self.p, w)
+        mask, need, gpu = rule
+        if not mask[n]:
+            return False
+        free = state.free
+        for r, least in need:
+            if not free[n, r] >= least:
+                return False
+        if gpu is None:
+            return True
+        full, amount = gpu
+        return bool((state.gpu_full[n] if full else state.gpu_max_free[n]) >= amount)
 
     def _fits_but_cards(self, state: ClusterState, w: int, n: int) -> bool:
         """Pod ``w``'s additive resources fit node ``n`` (its static filters passed when it
