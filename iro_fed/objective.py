@@ -156,11 +156,22 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
 
     The assignment has one entry per workload: a node index, or -1 for unplaced; any other
     shape or value raises ValueError naming the entry."""
-    assignment = np.asarray(placement if isinstance(placement, np.ndarray) else placement.assignment, dtype=np.int64)
+    raw = np.asarray(placement if isinstance(placement, np.ndarray) else placement.assignment)
     p = problem
     # A short vector would score the missing pods as unplaced, a long one crash deep inside.
-    if assignment.shape != (p.num_workloads,):
-        raise ValueError(f"assignment has shape {assignment.shape}, expected ({p.num_workloads},): one node index per workload")
+    if raw.shape != (p.num_workloads,):
+        raise ValueError(f"assignment has shape {raw.shape}, expected ({p.num_workloads},): one node index per workload")
+    if raw.dtype.kind not in "iu":
+        # A cast truncates: -0.5 scored as placed on node 0, 1.7 on node 1, a bool mask on nodes 0 and 1.
+        ok = np.isin(raw, np.arange(-1, p.num_nodes)) if raw.dtype.kind != "b" else np.zeros(raw.shape, dtype=bool)
+        if not ok.all():
+            w = int(np.flatnonzero(~ok)[0])
+            value = raw[w].item() if isinstance(raw[w], np.generic) else raw[w]
+            raise ValueError(
+                f"assignment[{w}] ({p.workloads[w].name}): {value!r} is not a node index (-1 for unplaced, "
+                f"or 0..{p.num_nodes - 1})"
+            )
+    assignment = np.asarray(raw, dtype=np.int64)
     if assignment.size and (assignment.min() < -1 or assignment.max() >= p.num_nodes):
         w = int(np.flatnonzero((assignment < -1) | (assignment >= p.num_nodes))[0])
         raise ValueError(

@@ -37,6 +37,16 @@ def check_plot_file(flag: str, path: str | os.PathLike) -> Path:
     formats = FigureCanvasBase.get_supported_filetypes()
     if plot_format(out) not in formats:
         raise UsageError(f"{flag}: cannot write a {out.suffix!r} image (use one of: {', '.join('.' + f for f in sorted(formats))})")
+    if plot_format(out) == "pgf":
+        # Listed as supported, but savefig runs a TeX system for text metrics: without one the
+        # run failed at its end with a RuntimeError traceback.
+        import shutil
+
+        import matplotlib
+
+        tex = matplotlib.rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            raise UsageError(f"{flag}: a .pgf image needs {tex} (matplotlib's pgf.texsystem), which is not on PATH")
     return out
 
 
@@ -60,7 +70,8 @@ def allocation_plot(
     for label, curve in curves.items():
         xs = [int(x) for x, v in curve.items() if v is not None]
         ys = [v for v in curve.values() if v is not None]
-        ax.plot(xs, ys, label=label, linewidth=1.4)
+        # A lone point makes a line of zero length, which draws nothing: mark it.
+        ax.plot(xs, ys, label=label, linewidth=1.4, marker="o" if len(xs) == 1 else None)
     ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="ideal")
     for label, unallocated in reference:
         ax.axhline(100 - unallocated, linestyle="--", linewidth=0.8, alpha=0.6, label=label)
