@@ -20,7 +20,7 @@ Threads:
   (:func:`iro_fed.metrics.load_aware_problem`). When Prometheus fails the agent goes back to
   request-based scoring, says so in ``/readyz`` and ``iro_agent_dependency_up``, and retries
   with exponential backoff. A snapshot's queries share one deadline (the client's ``deadline_s``,
-  twice ``prometheus.timeout_s``: :func:`snapshot_within`), not one each;
+  twice ``prometheus.timeout_s``: :func:`~iro_fed.metrics.snapshot.build_snapshot`), not one each;
 * ``policy`` (with ``policy.registry``): follows the registry's ``latest`` pointer, keeps the last
   good policy, retries with backoff when the registry is missing or a version is broken;
 * ``supernode`` (with ``federated.enabled``): runs and restarts the site's Flower SuperNode, or
@@ -54,47 +54,10 @@ from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, 
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
-from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable, Sample
-from iro_fed.metrics.snapshot import ClusterSnapshot, SnapshotQueries, build_snapshot, load_aware_problem
+from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable
+from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
-
-
-def snapshot_within(client: PrometheusClient, queries: SnapshotQueries | None = None,
-                    deadline_s: float | None = None) -> ClusterSnapshot:
-    """:func:`~iro_fed.metrics.snapshot.build_snapshot` within one overall deadline (default: the
-    client's ``deadline_s``, the bound of one request). The snapshot's queries (7 by default) run one
-    after the other: with a deadline each, a server that answers each one slowly, just within it,
-    held the perception loop for up to 7 x ``deadline_s``. Each query gets only what is left of the
-    whole, and none is sent once it is spent."""
-    budget = client.deadline_s if deadline_s is None else deadline_s
-    return build_snapshot(_DeadlineClient(client, budget), queries)
-
-
-class _DeadlineClient(PrometheusClient):
-    """``client``'s settings, its queries sharing one deadline of ``deadline_s`` from now."""
-
-    def __init__(self, client: PrometheusClient, deadline_s: float) -> None:
-        super().__init__(client.base_url, client.timeout_s, deadline_s, client.max_bytes)
-        self.overall_s = deadline_s
-        self.ends = time.monotonic() + deadline_s
-
-    def query(self, promql: str, time: float | None = None) -> list[Sample]:  # noqa: A002 - build_snapshot's keyword
-        left = self.ends - _monotonic()
-        if left <= 0:
-            raise PrometheusUnavailable(f"{self.base_url}: the snapshot's queries took more than its overall "
-                                        f"{self.overall_s:g} s deadline")
-        # The same timeout on the server's side (the query's ``timeout``), so it gives up too.
-        part = PrometheusClient(self.base_url, min(self.timeout_s, left), left, self.max_bytes)
-        try:
-            return part.query(promql, time=time)
-        except PrometheusUnavailable as exc:
-            if self.ends - _monotonic() <= 0:
-                raise PrometheusUnavailable(f"{exc} (the snapshot's overall deadline: {self.overall_s:g} s)") from exc
-            raise
-
-
-_monotonic = time.monotonic  # for _DeadlineClient.query, whose ``time`` argument hides the module
 
 
 class StoreBusy(HttpError):
@@ -372,7 +335,7 @@ class Agent:
     def _perception_step(self) -> None:
         assert self.prometheus is not None
         try:
-            snap = snapshot_within(self.prometheus, self.cfg.prometheus.queries)
+            snap = build_snapshot(self.prometheus, self.cfg.prometheus.queries)
         except Exception as exc:
             view = self.view
             if view.load_aware:

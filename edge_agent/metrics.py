@@ -282,6 +282,23 @@ def virtual_by_name(name: str) -> bool:
     return name in VIRTUAL_INTERFACE_NAMES or name.startswith(VIRTUAL_INTERFACE_PREFIXES)
 
 
+def kernel_counter_bits() -> int:
+    """32 on a 32-bit kernel (``uname -m``: i686, armv7l, mips, ...), else 64."""
+    machine = os.uname().machine.lower()
+    return 64 if "64" in machine or machine in ("s390x", "alpha") else 32
+
+
+def _gain(now: int, last: int, bits: int) -> int:
+    """What a /proc/net/dev counter gained since ``last`` (see :class:`NetworkCounter`)."""
+    if now >= last:
+        return now - last
+    if bits == 32 and last < 2**32:
+        wrapped = now + 2**32 - last
+        if wrapped < 2**31:
+            return wrapped
+    return now  # a restart: all it has is new
+
+
 class NetworkCounter:
     """The node's network bytes: the sum over the uplink interfaces of /proc/net/dev.
 
@@ -297,16 +314,26 @@ class NetworkCounter:
     the last read (all of it when it is new or its counter restarted), and an interface that goes
     away keeps what it added. An interface is followed by its ifindex where /sys gives one: renamed,
     it goes on from its last reading; made again under the same name (another ifindex), or gone
-    from a reading and back, it is new. A decrease is taken as a restart, as Prometheus and psutil
-    take it (a 32-bit counter that wraps loses what it counted past 2**32 before the wrap).
+    from a reading and back, it is new. A decrease is taken as a restart, as Prometheus's rate()
+    and psutil take it, except where it is a 32-bit wrap: on a 32-bit kernel a driver that keeps
+    ``unsigned long`` statistics wraps at 2**32 in /proc/net/dev, every 4 GiB (34 s at 1 Gbit/s),
+    and a restart would lose what the interface counted between the last reading and the wrap.
+    There (``counter_bits`` 32: default on a 32-bit kernel, see :func:`kernel_counter_bits`) a
+    decrease of a counter last read below 2**32 is a wrap when that gives a gain under 2**31 (half
+    the range); otherwise, and on a 64-bit kernel (every counter 64 bits), it is a restart.
     """
 
     def __init__(self, interfaces: str = "", proc_root: str | os.PathLike[str] = "/proc",
-                 sys_root: str | os.PathLike[str] = "/sys") -> None:
+                 sys_root: str | os.PathLike[str] = "/sys", counter_bits: int | None = None) -> None:
         try:
             self.pattern = re.compile(interfaces) if interfaces else None
         except re.error as exc:
             raise ValueError(f"network interfaces: not a valid regular expression {interfaces!r}: {exc}") from None
+        if counter_bits is None:
+            counter_bits = kernel_counter_bits()
+        elif counter_bits not in (32, 64) or isinstance(counter_bits, bool):
+            raise ValueError(f"network counter_bits: must be 32 or 64, got {counter_bits!r}")
+        self.counter_bits = counter_bits
         self.proc_root, self.sys_root = proc_root, sys_root
         # ifindex (or name without /sys) -> (name, rx, tx) at the last reading that counted it
         self._last: dict[int | str, tuple[str, int, int]] = {}
@@ -333,8 +360,8 @@ class NetworkCounter:
             index = interface_index(name, self.sys_root)
             key: int | str = name if index is None else index
             _, last_rx, last_tx = self._last.get(key, (name, 0, 0))
-            self._rx += rx - last_rx if rx >= last_rx else rx
-            self._tx += tx - last_tx if tx >= last_tx else tx
+            self._rx += _gain(rx, last_rx, self.counter_bits)
+            self._tx += _gain(tx, last_tx, self.counter_bits)
             last[key] = (name, rx, tx)
         # One not chosen this time but still listed keeps its reading; one that went away is
         # forgotten: back again, its counters started over at 0, and all it has is new.

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from edge_agent.agent import Agent, snapshot_within
+from edge_agent.agent import Agent
 from edge_agent.config import load_config
 from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable
+from iro_fed.metrics.snapshot import build_snapshot as snapshot_within
 
 
 @contextmanager
