@@ -444,11 +444,13 @@ class ClusterState:
         self.gpu_left = np.where(g > 0, g, 0).sum(axis=1).astype(np.int64)
 
     def _refresh_gpu_row(self, n: int) -> None:
-        row = self.gpu_free[n]
-        self.gpu_full[n] = int((row == GPU_MILLI).sum())
-        self.gpu_max_free[n] = int(row.max())
-        self.gpu_left[n] = int(row[row > 0].sum())
-        self.gpu_used[n] = float(((row >= 0) * (GPU_MILLI - np.maximum(row, 0))).sum())
+        # A handful of int32 cards per row: Python's list operations beat four numpy reductions
+        # here (every place and remove of a GPU pod; 4-7 % of a qubo solve), integer-exact alike.
+        row = self.gpu_free[n].tolist()
+        self.gpu_full[n] = row.count(GPU_MILLI)
+        self.gpu_max_free[n] = max(row)
+        self.gpu_left[n] = sum(v for v in row if v > 0)
+        self.gpu_used[n] = float(sum(GPU_MILLI - v for v in row if v >= 0))
 
     def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray, nonzero: np.ndarray | None = None) -> None:
         """Give node ``n`` another base usage (what it holds besides this state's workloads):
