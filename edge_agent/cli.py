@@ -6,7 +6,9 @@ exits 0 after SIGTERM (Kubernetes or systemd stopping it), 130 after Ctrl-C: the
 convention (:mod:`iro_fed.cli`). A second signal during the stop is not waited for (Ctrl-C again
 exits 130, SIGTERM again ends the process). Bad settings exit 2 with every error naming its key.
 Ctrl-C before the agent serves (reading the settings, building the site) or during ``bench``
-exits 130 without a traceback.
+exits 130 without a traceback. A SIGTERM then is a stop too: ``run`` exits 0, before the agent
+serves or once it is stopped again (:class:`iro_fed.cli.EarlyStop`); ``bench`` and ``check`` end
+on it (143).
 """
 
 from __future__ import annotations
@@ -46,12 +48,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    import signal
+    import threading
+
+    # First of all, before iro_fed's imports (numpy, rich: ~0.1 s): a SIGTERM while `run` starts
+    # is a stop asked for (iro_fed.cli.EarlyStop), not a death by signal (143).
+    got: list[int] = []
+    in_main = threading.current_thread() is threading.main_thread()  # Python sets handlers there only
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum)) if in_main else None
+    from iro_fed.cli import EarlyStop
+
+    early = None
+    if in_main:
+        early = EarlyStop(previous, got)  # the same list: a SIGTERM the stand-in noted is kept
+        signal.signal(signal.SIGTERM, early)
     try:
-        return _main(args)
-    except KeyboardInterrupt:  # `run` handles SIGINT itself once it serves; before that, and in bench, it lands here
-        print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        args = build_parser().parse_args(argv)
+        if early is not None:
+            stopped = early.started(args.command == "run")  # bench and check end on SIGTERM as before
+            if stopped is not None:
+                return stopped
+        try:
+            return _main(args)
+        except KeyboardInterrupt:  # `run` handles SIGINT itself once it serves; before that, and in bench, it lands here
+            print(f"edge-agent {args.command}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    finally:
+        if early is not None:
+            early.release()
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -20,6 +20,12 @@ server``, ``node``, ``rounds`` and ``edge-agent run``), one convention (:func:`s
 
 ``iro fed local`` and the other commands are jobs: Ctrl-C exits 130, SIGTERM ends them (143).
 
+A SIGTERM that comes while a service starts (Python's imports, the parser build, the command's
+own checks: about a second before its handlers are in place) is a stop too: :func:`main` catches
+SIGTERM first thing (:class:`EarlyStop`) and the service exits 0, having started nothing if it
+came before the command ran, else once what it started is stopped (its handlers take the signal
+over: :func:`take_over_sigterm`). A job started that way ends as before (143).
+
 Output files (``--out``, ``--json``, ``--plot``) are written atomically (a temporary file beside
 them, renamed over them) after every input was read whole: ``--out`` may name an input file, which
 is then replaced by the complete result, or left as it was when the command fails.
@@ -31,7 +37,9 @@ import argparse
 import importlib
 import json
 import math
+import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -62,9 +70,62 @@ class UsageError(Exception):
 def stop_status(signum: int) -> int:
     """Exit status of a long-running command stopped cleanly by ``signum`` (the module's
     convention): 130 after Ctrl-C (SIGINT), 0 after SIGTERM or any other stop that was asked for."""
-    import signal
-
     return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
+
+
+class EarlyStop:
+    """The SIGTERM handler of :func:`main` (and ``edge-agent``'s) from its first line until the
+    command takes SIGTERM over: it notes the signal instead of letting it end the process (143)
+    halfway through the imports and the parser build. Once the command line is parsed,
+    :meth:`started` decides: a service stops cleanly, a job ends as it always did."""
+
+    def __init__(self, previous: Any, got: list[int] | None = None) -> None:
+        # the handler before main's (None: set outside Python, not restorable): the command's own
+        # handlers put it back when they are done, so a second SIGTERM during a stop ends the process
+        self.previous = signal.SIG_DFL if previous is None else previous
+        self.got: list[int] = [] if got is None else got
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.got.append(signum)
+
+    @classmethod
+    def catch(cls) -> EarlyStop | None:
+        """Install one; None outside the main thread, where Python can set no handler (main()
+        called from a thread), so nothing changes there."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        early = cls(signal.SIG_DFL)
+        previous = signal.signal(signal.SIGTERM, early)
+        early.previous = signal.SIG_DFL if previous is None else previous
+        return early
+
+    def started(self, service: bool) -> int | None:
+        """Called once the command line is parsed. A service (``service=True``): the clean-stop
+        status if a SIGTERM came already (it starts nothing), else None and the command goes on,
+        its stop handlers taking SIGTERM over. A job: SIGTERM is put back as it was, and one that
+        came already is delivered now (by default it ends the process, 143, as it always did)."""
+        if service:
+            return stop_status(self.got[0]) if self.got else None
+        self.release()
+        if self.got:
+            signal.raise_signal(signal.SIGTERM)
+        return None
+
+    def release(self) -> None:
+        """Put the previous SIGTERM handler back, unless a command has taken SIGTERM over."""
+        if signal.getsignal(signal.SIGTERM) is self:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def take_over_sigterm(previous: Any) -> tuple[int | None, Any]:
+    """For a service command that has just set its own SIGTERM handler, ``previous`` being what
+    ``signal.signal`` returned: the SIGTERM that came before (noted by :class:`EarlyStop`; None if
+    none, or if ``previous`` is not one) and the handler to put back when the command is done (the
+    one before main's: a second SIGTERM during a stop ends the process, as the convention says).
+    Set first, then asked: a SIGTERM in between goes to the new handler, none is lost."""
+    if isinstance(previous, EarlyStop):
+        return (previous.got[0] if previous.got else None), previous.previous
+    return None, previous
 
 
 @contextmanager
@@ -73,10 +134,8 @@ def stop_signals() -> Iterator[Callable[[], int]]:
     right after ``--ready-file`` appears must not find the default handler, which ends the
     process with 143 and no clean stop). Yields ``wait()``: it blocks until one arrives, puts the
     previous handlers back (a second signal then cuts a stop that hangs short) and returns it.
-    Leaving the block without a signal puts them back too."""
-    import signal
-    import threading
-
+    Leaving the block without a signal puts them back too. A SIGTERM that :class:`EarlyStop` caught
+    during start-up counts as arrived: ``wait()`` returns it at once."""
     stop = threading.Event()
     got: list[int] = []
 
@@ -85,6 +144,9 @@ def stop_signals() -> Iterator[Callable[[], int]]:
         stop.set()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    early, old[signal.SIGTERM] = take_over_sigterm(old[signal.SIGTERM])
+    if early is not None:  # it came during start-up: wait() returns at once, the stop is the usual one
+        on_signal(early, None)
 
     def restore() -> None:
         for sig, handler in old.items():
@@ -639,11 +701,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # First of all: a SIGTERM during the imports and the parser build (~0.4 s) is a stop asked for
+    # (EarlyStop), not a death by signal (143) of a service Kubernetes or systemd just started.
+    early = EarlyStop.catch()
+    try:
+        return _main(argv, early)
+    finally:
+        if early is not None:
+            early.release()
+
+
+def _main(argv: Sequence[str] | None, early: EarlyStop | None) -> int:
     from iro_fed.problem_io import ProblemValidationError
     from solvers import InvalidSettingError, SolverError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if early is not None:
+        # the long-running commands mark themselves (set_defaults(service=True)); the jobs end on SIGTERM as before
+        stopped = early.started(getattr(args, "service", False))
+        if stopped is not None:
+            return stopped
     try:
         return args.func(args)
     except (UsageError, ProblemValidationError, InvalidSettingError) as exc:

@@ -14,9 +14,11 @@ Ctrl-C, whatever status Flower answers the SIGTERM with (flower-superlink dies o
 and 1 when one had to be killed. A SuperLink or SuperNode that exits unasked passes on its
 status (128+N for a death by signal N). ``iro fed rounds`` stops the run in progress (on the
 SuperLink too), puts its requests back to wait and exits 0 after SIGTERM, 130 after Ctrl-C, 1 when
-a run could not be stopped on the SuperLink. A second signal cuts the stop short. ``iro fed
-local`` is a job, not a service: stopped before it finished (every process it started stopped
-too), it exits 143 after SIGTERM, 130 after Ctrl-C.
+a run could not be stopped on the SuperLink. A second signal cuts the stop short. A SIGTERM
+while they start (imports, argument checks) is a stop too: exit 0 before Flower or a run is
+started (:class:`iro_fed.cli.EarlyStop`). ``iro fed local`` is a job, not a service: stopped
+before it finished (every process it started stopped too), it exits 143 after SIGTERM, 130 after
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from iro_fed.cli import (
     check_output_folder,
     split_pairs,
     stop_status,
+    take_over_sigterm,
 )
 from iro_fed.federated.procs import parse_host_port
 
@@ -108,7 +111,7 @@ def register(sub: Any) -> None:
     s.add_argument("--database", default=None, help="SuperLink state database file (default: in memory)")
     s.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     s.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    s.set_defaults(func=cmd_server)
+    s.set_defaults(func=cmd_server, service=True)
 
     n = fsub.add_parser("node", help="run one site's SuperNode of a multi-machine federation (TLS)",
                         description="Run flower-supernode for one edge site. TLS is required unless --insecure.")
@@ -124,7 +127,7 @@ def register(sub: Any) -> None:
                         "seconds more per round)")
     n.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     n.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    n.set_defaults(func=cmd_node)
+    n.set_defaults(func=cmd_node, service=True)
 
     r = fsub.add_parser("rounds", help="run the federated rounds that the feedback loop asks for (--round-request)",
                         description="Watch the folder that `iro scheduler --round-request DIR` / `iro feedback-sim "
@@ -147,7 +150,7 @@ def register(sub: Any) -> None:
                    help=f"least seconds from the start of one run to the next (default 0, at most {MAX_INTERVAL_S:g})")
     r.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned (default 3600)")
     r.add_argument("--app", default=None, help="Flower app folder (default: this checkout)")
-    r.set_defaults(func=cmd_rounds)
+    r.set_defaults(func=cmd_rounds, service=True)
 
     c = fsub.add_parser("certs", help="make a CA, a SuperLink certificate and SuperNode auth keys",
                         description="Write ca.crt/ca.key, server.crt/server.key and nodeN/nodeN.pub into --out.")
@@ -299,7 +302,10 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
 
     # Caught before the child starts: a SIGTERM as soon as it serves must find this handler.
     old = signal.signal(signal.SIGTERM, on_term)
+    early, old = take_over_sigterm(old)
     try:
+        if early is not None:  # a SIGTERM while the command started: nothing is started now
+            return stop_status(early)
         node = subprocess.Popen(argv, env=env, start_new_session=True)
         procs.append(node)
         try:
@@ -693,6 +699,9 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
             grace.start()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    early, old[signal.SIGTERM] = take_over_sigterm(old[signal.SIGTERM])
+    if early is not None:  # a SIGTERM while the command started: stop before any run starts
+        on_signal(early, None)
     recovered = queue.recover()
     if recovered:
         err.print(f"{len(recovered)} request(s) of an interrupted run put back to wait")

@@ -22,11 +22,12 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   (nor ``min_train_nodes``), ties broken by site then node id; the intensity is ``carbon_fn(site,
   round)`` for a site that has reported which site it is (the ServerApp passes the scenario's grid
   data), else the site's last report. A node whose last ``DEMOTE_AFTER`` (2) replies were all
-  dropped or errors is tried last: it neither sets the median nor trains for being at or below it,
+  dropped, errors or missing (asked to train, no reply within Flower's reply timeout: ``no_reply``
+  in ``rounds``) is tried last: it neither sets the median nor trains for being at or below it,
   only to make up the minimum participation. After ``RETRY_AFTER`` (5) rounds skipped so it gets
   its turn again (a site may have been repaired under the same node id), and one more dropped
   reply puts it last again; a valid reply clears its record. Records are kept for connected nodes
-  only, a few integers each.
+  only, a few integers each; so are the sites and intensities remembered by node (every strategy).
   Replies are down-weighted by ``min(1, median / intensity)``, but never below
   ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the intensities
   the valid replies report *this round*: a reply that reports none (or no number >= 0) is unknown,
@@ -259,13 +260,14 @@ class ValidatedStrategy:
         info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
         info["skipped_high_carbon"] = []
         info["skipped_failing"] = []
-        if not self.carbon_aware:
-            return messages
-        # Bounded memory: records of connected nodes only.
+        # Bounded memory on a long-lived server whose SuperNodes come and go (each one that joins
+        # gets a new node id): records of connected nodes only.
         connected = {int(n) for n in grid.get_node_ids()}
-        for record in (self._failures, self._benched):
+        for record in (self.carbon, self.sites, self._failures, self._benched):
             for node in [n for n in record if n not in connected]:
                 del record[node]
+        if not self.carbon_aware:
+            return messages
         if len(messages) < 2:
             return messages
         known = {}
@@ -344,7 +346,7 @@ class ValidatedStrategy:
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
         if self.carbon_aware:
-            self._count_failures(replies, dropped)
+            self._count_failures(server_round, replies, dropped)
         # Only replies that passed validation update what a site is and its carbon: a dropped one
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
         # or another site's id. Read before consistent_metrics, which may trim these keys.
@@ -399,17 +401,30 @@ class ValidatedStrategy:
                     self.sites[node] = metrics["site"]
         return reported
 
-    def _count_failures(self, replies: Sequence[Message], dropped: Sequence[dict[str, Any]]) -> None:
+    def _count_failures(self, server_round: int, replies: Sequence[Message], dropped: Sequence[dict[str, Any]]) -> None:
         """Count each node's train replies dropped or errors in a row (capped at ``DEMOTE_AFTER``);
-        a valid reply clears its record."""
+        a valid reply clears its record. A node asked to train that did not reply counts as a failed
+        reply too: Grid.send_and_receive returns only the replies that came within its timeout, so
+        a node that hangs every round would otherwise never be tried last."""
         bad = {d["node"] for d in dropped}
+        replied: set[int] = set()
         for msg in replies:
             node = int(msg.metadata.src_node_id)
+            replied.add(node)
             if msg.has_error() or node in bad:
                 self._failures[node] = min(DEMOTE_AFTER, self._failures.get(node, 0) + 1)
             else:
                 self._failures.pop(node, None)
                 self._benched.pop(node, None)
+        info = self.rounds.setdefault(server_round, {})
+        # the nodes configure_train asked (none known when it did not run: aggregate_train alone)
+        asked = set(info.get("sampled", [])) - set(info.get("skipped_high_carbon", [])) \
+            - set(info.get("skipped_failing", []))
+        info["no_reply"] = sorted(asked - replied)
+        for node in info["no_reply"]:
+            self._failures[node] = min(DEMOTE_AFTER, self._failures.get(node, 0) + 1)
+        if info["no_reply"]:
+            log(WARNING, "round %d: no reply from node(s) %s within the timeout", server_round, info["no_reply"])
 
     def _aggregate(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The strategy's own aggregation of the validated replies."""

@@ -5,9 +5,9 @@ server closed, the watches and the scheduler's threads stopped, its Lease releas
 after SIGTERM (Kubernetes stopping the pod), 130 after Ctrl-C: the project's stop convention
 (:mod:`iro_fed.cli`). A second signal during the stop is not waited for. ``--ready-file`` is
 written atomically (a reader never sees it empty or half-written) once the server listens, and
-a stale one from an earlier run is removed first. A signal before the commands serve (while
-they check their arguments and start) has its default effect: SIGTERM ends the
-process (143), Ctrl-C exits 130.
+a stale one from an earlier run is removed first. A SIGTERM before the commands serve (while
+Python imports, they check their arguments and start) is a stop too: exit 0, having started
+nothing, or once what was started is stopped (:class:`iro_fed.cli.EarlyStop`); Ctrl-C then exits 130.
 
 Bad arguments (an unreadable certificate, an unknown solver, a port or number out of range, a
 number that is not finite, a name Kubernetes would reject, a --host this machine cannot listen
@@ -425,7 +425,7 @@ def register(sub: Any) -> None:
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.set_defaults(func=cmd_extender)
+    p.set_defaults(func=cmd_extender, service=True)
 
     p = sub.add_parser("webhook", help="serve the mutating admission webhook (HTTPS)")
     p.add_argument("--port", type=_port, required=True, help="TCP port (0 = any free port)")
@@ -448,7 +448,7 @@ def register(sub: Any) -> None:
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.set_defaults(func=cmd_webhook)
+    p.set_defaults(func=cmd_webhook, service=True)
 
     p = sub.add_parser("scheduler", help="run IRO as a secondary scheduler (batches, leader election, events)")
     p.add_argument("--name", default="iro", help="spec.schedulerName this scheduler serves (default iro)")
@@ -483,4 +483,4 @@ def register(sub: Any) -> None:
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.set_defaults(func=cmd_scheduler)
+    p.set_defaults(func=cmd_scheduler, service=True)
