@@ -54,8 +54,9 @@ class SnapshotQueries:
     service queries one series per service with its name in ``service_label``. Units: CPU in
     cores, memory in bytes, latency in seconds, rates per second (Prometheus base units).
 
-    ``pods_cpu_used_cores`` / ``pods_memory_used_bytes``: what the node's pods use (cAdvisor's
-    container series, which carry ``node`` where the Prometheus operator scrapes the kubelet);
+    ``pods_cpu_used_cores`` / ``pods_memory_used_bytes``: what the node's pods use (recording
+    rules over cAdvisor's container series, scraped per node with a ``node`` label:
+    deploy/prometheus);
     with the node's usage they give its base load (:func:`load_aware_problem`). A Prometheus
     without those series answers an empty vector: the node then has no pods' usage reading.
     """
@@ -65,8 +66,8 @@ class SnapshotQueries:
     memory_used_bytes: str = "node:iro_memory_used_bytes:avg1m"
     cpu_capacity_cores: str = "max by (node) (iro_node_cpu_capacity_cores)"
     memory_capacity_bytes: str = "max by (node) (iro_node_memory_capacity_bytes)"
-    pods_cpu_used_cores: str = 'sum by (node) (rate(container_cpu_usage_seconds_total{container!="", pod!=""}[1m]))'
-    pods_memory_used_bytes: str = 'sum by (node) (container_memory_working_set_bytes{container!="", pod!=""})'
+    pods_cpu_used_cores: str = "node:iro_pods_cpu_used_cores:rate1m"
+    pods_memory_used_bytes: str = "node:iro_pods_memory_used_bytes:avg1m"
     service_label: str = "service"
     service_qps: str = "service:http_requests:rate1m"
     service_p99_seconds: str = "service:http_request_duration_seconds:p99_1m"
