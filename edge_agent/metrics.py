@@ -123,9 +123,11 @@ class AgentMetrics:
         prev = self._published
         interfaces: tuple[str, ...] | None = None  # None: psutil's sum (no /proc/net/dev)
         has_network = True
+        network_at = sample.taken_at
         if error is not None:
             if prev is not None and prev.network:
                 interfaces = prev.interfaces
+                network_at = prev.network_at  # the totals shown are that reading's
                 sample = dataclasses.replace(sample, net_rx_bytes_total=prev.sample.net_rx_bytes_total,
                                              net_tx_bytes_total=prev.sample.net_tx_bytes_total,
                                              net_rx_bytes_per_s=0.0, net_tx_bytes_per_s=0.0)
@@ -136,8 +138,10 @@ class AgentMetrics:
         elif net is not None:
             rx, tx, interfaces = net
             rx_rate = tx_rate = 0.0
-            if prev is not None and prev.network and sample.taken_at > prev.sample.taken_at:
-                dt = sample.taken_at - prev.sample.taken_at  # totals never decrease
+            # Since the last good reading, not the last round: after a failed round the gain is
+            # over both rounds' time (dividing by the last only doubled the rate).
+            if prev is not None and prev.network and sample.taken_at > prev.network_at:
+                dt = sample.taken_at - prev.network_at  # totals never decrease
                 rx_rate = (rx - prev.sample.net_rx_bytes_total) / dt
                 tx_rate = (tx - prev.sample.net_tx_bytes_total) / dt
             sample = dataclasses.replace(sample, net_rx_bytes_total=rx, net_tx_bytes_total=tx,
@@ -147,7 +151,7 @@ class AgentMetrics:
         self.node_cpu_capacity.labels(*labels).set(sample.cpu_capacity_cores)
         self.node_mem_used.labels(*labels).set(sample.memory_used_bytes)
         self.node_mem_capacity.labels(*labels).set(sample.memory_capacity_bytes)
-        self._published = _Published(sample, interfaces, has_network)  # one assignment: one round
+        self._published = _Published(sample, interfaces, has_network, network_at)  # one assignment: one round
         if error is not None:
             self.network_error = f"{type(error).__name__}: {error}"
             self.dependency_up.labels("network").set(0)
@@ -171,6 +175,7 @@ class _Published:
     sample: LocalSample
     interfaces: tuple[str, ...] | None  # summed in the network totals; None: psutil's sum
     network: bool  # False: no good network reading yet (the series are left out)
+    network_at: float  # taken_at of the network totals shown (an earlier round's after a failed read)
 
 
 #: The agent's node reader: :meth:`AgentMetrics.collect` leaves psutil's network read out where

@@ -84,6 +84,12 @@ MAX_BODY_BYTES = 256 * 1024 * 1024
 #: the extender from one scheduling cycle at a time, so its largest NodeList never waits for
 #: another, while 256 connections can no longer hold 256 MiB each (64 GiB) at once.
 MAX_PARSE_BYTES = MAX_BODY_BYTES
+#: What one body may take once parsed, reckoned before parsing
+#: (:func:`~iro_fed.k8s.httpjson.parse_estimate`, else 413): a NodeList-mode ExtenderArgs of 5,000
+#: kubelet Nodes (50 images each, managedFields: 87 MiB, 2.70 M values) is reckoned at 330 MiB
+#: (246 MiB measured) and passes; 256 MiB of ``[{},...]`` (~6 GB once parsed) does not. The
+#: deployment's limit is 1 GiB.
+MAX_PARSE_MEMORY = 512 * 1024 * 1024
 # The static filters whose reasons carry details (the taint, the latency bound), by their
 # first_fail code (an index into iro_fed.feasibility._FILTERS).
 TAINTS_FILTER = _FILTERS.index("taints")
@@ -583,6 +589,7 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     header_timeout_s = 30.0
     max_connections = 256  # one thread each
     max_parse_bytes = MAX_PARSE_BYTES
+    max_parse_memory = MAX_PARSE_MEMORY
     busy_error_key = "Error"
     busy_message = "too many connections to the extender: retry"
 

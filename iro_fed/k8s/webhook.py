@@ -69,6 +69,10 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 #: charged as they are read: about 250 MB of parsed JSON at worst, however many connections send
 #: (without it, 256 connections could each hold an 8 MiB body being sent).
 MAX_PARSE_BYTES = 8 * 1024 * 1024
+#: What one body may take once parsed, reckoned before parsing
+#: (:func:`~iro_fed.k8s.httpjson.parse_estimate`, else 413): a 3 MiB pod with a value every 10
+#: bytes is reckoned at about 40 MiB; 8 MiB of ``[{},...]`` (~200 MB once parsed) is refused.
+MAX_PARSE_MEMORY = 64 * 1024 * 1024
 
 
 class BadReview(ValueError):
@@ -401,6 +405,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     allow_reuse_address = True
     max_body_bytes = MAX_BODY_BYTES  # the API server caps an object at about 3 MiB
     max_parse_bytes = MAX_PARSE_BYTES
+    max_parse_memory = MAX_PARSE_MEMORY
     #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
     #: API server has given up on the call anyway.
     body_timeout_s = 10.0

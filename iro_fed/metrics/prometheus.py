@@ -8,10 +8,17 @@ a huge answer is refused, not read into memory). Failures raise :class:`Promethe
 (cannot reach the server, HTTP 5xx, timeout, deadline) or :class:`PrometheusQueryError` (the
 server answered that the query is wrong, answered nonsense, or answered more than ``max_bytes``),
 each with the URL and, for query errors, Prometheus's own ``errorType`` and ``error``.
+
+Authentication as Prometheus's own clients do it: ``http://user:pass@host:9090`` sends HTTP Basic
+auth (the user info is taken out of the URL: urllib would send it as part of the host) and the
+password is shown as ``***`` in every message and repr; ``bearer_token_file`` sends
+``Authorization: Bearer`` with the file's content, read for each request (Kubernetes rotates a
+projected service account token in place). Neither is sent on to where a redirect points.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import math
@@ -28,6 +35,10 @@ from typing import Any
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _ERROR_BODY_BYTES = 64 * 1024  # of an error answer, only the message is read
 _CHUNK = 64 * 1024
+#: The longest ``timeout_s`` / ``deadline_s``: Prometheus reads the ``timeout`` parameter as float
+#: seconds into int64 nanoseconds (web/api/v1 parseDuration), so 1e10 s was a 400 on every query,
+#: and a socket timeout past ~9.2e9 s overflows. 1e9 s (31 years) is "no timeout" anyway.
+MAX_TIMEOUT_S = 1e9
 
 
 class PrometheusError(Exception):
@@ -57,6 +68,15 @@ class Series:
 
     labels: dict[str, str]
     points: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _redact(url: str) -> str:
+    """``url`` with the password of its user info shown as ``***`` (for messages and reprs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _float(text: Any) -> float:
@@ -99,28 +119,71 @@ class PrometheusClient:
     blocking step of a request on the client side and is also sent as the query's ``timeout`` so
     the server gives up at the same time; ``deadline_s`` (default ``2 * timeout_s``: the server's
     time, then as long again to send the answer) bounds a whole request, and ``max_bytes``
-    (default :data:`DEFAULT_MAX_BYTES`) the answer's size.
+    (default :data:`DEFAULT_MAX_BYTES`) the answer's size. User info in ``base_url``
+    (``user:pass@``) is sent as HTTP Basic auth; ``bearer_token_file`` (not with it) as a bearer
+    token read for each request.
     """
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, deadline_s: float | None = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        parsed = urllib.parse.urlparse(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError(f"prometheus url: expected http(s)://host:port, got {base_url!r}")
-        if not _positive(timeout_s):
-            raise ValueError(f"prometheus timeout_s: must be > 0, got {timeout_s!r}")
-        if deadline_s is not None and not _positive(deadline_s):
-            raise ValueError(f"prometheus deadline_s: must be a number of seconds > 0, got {deadline_s!r}")
+                 max_bytes: int = DEFAULT_MAX_BYTES, bearer_token_file: str | None = None) -> None:
+        parsed = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
+        try:
+            parsed_port = parsed.port if parsed is not None else None  # a port out of range raises
+        except ValueError:
+            parsed_port = -1
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname or parsed_port == -1:
+            shown = _redact(base_url) if isinstance(base_url, str) else base_url
+            raise ValueError(f"prometheus url: expected http(s)://host:port, got {shown!r}")
+        if not _positive(timeout_s) or timeout_s > MAX_TIMEOUT_S:
+            raise ValueError(f"prometheus timeout_s: must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {timeout_s!r}")
+        if deadline_s is not None and (not _positive(deadline_s) or deadline_s > MAX_TIMEOUT_S):
+            raise ValueError(f"prometheus deadline_s: must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}, "
+                             f"got {deadline_s!r}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError(f"prometheus max_bytes: must be an integer >= 1, got {max_bytes!r}")
+        self._authorization: str | None = None
+        if parsed.username is not None or parsed.password is not None:
+            if bearer_token_file is not None:
+                raise ValueError("prometheus bearer_token_file: not with a user and password in the url (one or the other)")
+            user = urllib.parse.unquote(parsed.username or "")
+            password = urllib.parse.unquote(parsed.password or "")
+            self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            # The shown URL keeps the user (so that errors say who was refused), never the password.
+            self._shown_user = f"{parsed.username or ''}:***@" if parsed.password is not None else f"{parsed.username}@"
+            base_url = urllib.parse.urlunsplit(parsed._replace(netloc=parsed.netloc.rpartition("@")[2]))
+        else:
+            self._shown_user = ""
+        self.bearer_token_file = bearer_token_file
         self.base_url = base_url.rstrip("/")
         self.timeout_s = float(timeout_s)
         self.deadline_s = 2.0 * self.timeout_s if deadline_s is None else float(deadline_s)
         self.max_bytes = max_bytes
 
     def __repr__(self) -> str:
-        return (f"PrometheusClient({self.base_url!r}, timeout_s={self.timeout_s}, deadline_s={self.deadline_s}, "
-                f"max_bytes={self.max_bytes})")
+        scheme, _, rest = self.base_url.partition("://")
+        shown = f"{scheme}://{self._shown_user}{rest}"
+        token = f", bearer_token_file={self.bearer_token_file!r}" if self.bearer_token_file else ""
+        return (f"PrometheusClient({shown!r}, timeout_s={self.timeout_s}, deadline_s={self.deadline_s}, "
+                f"max_bytes={self.max_bytes}{token})")
+
+    def _request(self, url: str) -> urllib.request.Request:
+        req = urllib.request.Request(url)
+        authorization = self._authorization
+        if self.bearer_token_file is not None:
+            try:
+                with open(self.bearer_token_file, encoding="utf-8") as f:  # each time: a rotated token is read anew
+                    token = f.read().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise PrometheusUnavailable(f"prometheus bearer_token_file {self.bearer_token_file!r}: cannot read "
+                                            f"it: {exc}") from None
+            if not token or any(c in token for c in "\r\n"):
+                raise PrometheusUnavailable(f"prometheus bearer_token_file {self.bearer_token_file!r}: "
+                                            "empty or more than one line")
+            authorization = f"Bearer {token}"
+        if authorization is not None:
+            # Unredirected: urllib would copy a plain header to wherever a redirect points.
+            req.add_unredirected_header("Authorization", authorization)
+        return req
 
     def _fetch(self, url: str, limit: int) -> tuple[int, bytes]:
         """(status, body) of one GET, whatever the status, within the deadline and ``limit`` bytes.
@@ -129,7 +192,7 @@ class PrometheusClient:
         opener = urllib.request.build_opener(_WatchedHandler(deadline))
         try:
             try:
-                resp = opener.open(url, timeout=min(self.timeout_s, self.deadline_s))
+                resp = opener.open(self._request(url), timeout=min(self.timeout_s, self.deadline_s))
             except urllib.error.HTTPError as exc:
                 # The message is all that is read of an error answer: a huge one is cut, not refused.
                 fp = getattr(exc, "fp", None)
