@@ -114,7 +114,12 @@ class Agent:
             self.federation = SuperNodeSupervisor(cfg.federated, self.metrics, cfg.store.path, self.log)
         # Decisions also recorded in the federated DQN's observation format (for the ClientApp).
         self.record_policy_samples = cfg.federated.enabled and cfg.federated.experience
-        self.prometheus = PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s) if cfg.prometheus.url else None
+        token = cfg.prometheus.bearer_token_file
+        self.prometheus = (
+            PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
+                             bearer_token_file=None if token is None else str(token))
+            if cfg.prometheus.url else None
+        )
         self.snapshot: ClusterSnapshot | None = None
         self.prometheus_state: dict[str, Any] = {"up": None, "last_error": None, "last_success": None}
         self.load_aware_nodes = 0

@@ -65,6 +65,9 @@ class PrometheusConfig:
     refresh_interval_s: float = 15.0
     scoring: str = "requests"
     discover_nodes: bool = False  # add nodes that Prometheus reports and the problem file lacks
+    # A bearer token sent with every query, read from this file each time (a projected service
+    # account token is rotated in place); a user:password in the url is sent as Basic auth instead.
+    bearer_token_file: Path | None = None
     queries: SnapshotQueries = field(default_factory=SnapshotQueries)
 
 
@@ -159,6 +162,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_PROMETHEUS_TIMEOUT_S": "prometheus.timeout_s",
     "IRO_AGENT_SCORING": "prometheus.scoring",
     "IRO_AGENT_DISCOVER_NODES": "prometheus.discover_nodes",
+    "IRO_AGENT_PROMETHEUS_BEARER_TOKEN_FILE": "prometheus.bearer_token_file",
     "IRO_AGENT_COLLECT_INTERVAL_S": "collect.interval_s",
     "IRO_AGENT_NETWORK_INTERFACES": "collect.network_interfaces",
     "IRO_AGENT_STORE_PATH": "store.path",
@@ -201,6 +205,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "prometheus.refresh_interval_s": ("float", (0.01, None)),
     "prometheus.scoring": ("str", SCORING_MODES),
     "prometheus.discover_nodes": ("bool", None),
+    "prometheus.bearer_token_file": ("path", None),
     "prometheus.queries": ("queries", None),
     "collect.interval_s": ("float", (0.01, None)),
     "collect.network_interfaces": ("interfaces", None),
@@ -459,9 +464,24 @@ def load_config(
     if cfg.prometheus.url:
         from urllib.parse import urlparse
 
+        from iro_fed.metrics.prometheus import PrometheusClient, redact_url
+
         u = urlparse(cfg.prometheus.url)
         if u.scheme not in ("http", "https") or not u.netloc:
-            errors.append(("prometheus.url", f"expected http(s)://host:port, got {cfg.prometheus.url!r}"))
+            errors.append(("prometheus.url", f"expected http(s)://host:port, got {redact_url(cfg.prometheus.url)!r}"))
+        else:
+            token = cfg.prometheus.bearer_token_file
+            try:  # the client's own checks (a host, a port in range, not a password and a token)
+                PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
+                                 bearer_token_file=None if token is None else str(token))
+            except ValueError as exc:
+                field = "prometheus.bearer_token_file" if "bearer_token_file" in str(exc) else "prometheus.url"
+                errors.append((field, str(exc).removeprefix("prometheus url: ")))
+    if cfg.prometheus.bearer_token_file is not None:
+        if not cfg.prometheus.url:
+            errors.append(("prometheus.bearer_token_file", "needs prometheus.url (the token is sent to Prometheus)"))
+        elif not cfg.prometheus.bearer_token_file.is_file():
+            errors.append(("prometheus.bearer_token_file", f"no such file: {cfg.prometheus.bearer_token_file}"))
     if cfg.prometheus.scoring != "requests" and not cfg.prometheus.url:
         errors.append(("prometheus.scoring", f"{cfg.prometheus.scoring!r} needs prometheus.url (observed usage comes from Prometheus)"))
     if cfg.prometheus.discover_nodes and not cfg.prometheus.url:

@@ -70,7 +70,7 @@ class Series:
     points: list[tuple[float, float]] = field(default_factory=list)
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """``url`` with the password of its user info shown as ``***`` (for messages and reprs)."""
     parts = urllib.parse.urlsplit(url)
     if parts.password is None:
@@ -132,7 +132,7 @@ class PrometheusClient:
         except ValueError:
             parsed_port = -1
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname or parsed_port == -1:
-            shown = _redact(base_url) if isinstance(base_url, str) else base_url
+            shown = redact_url(base_url) if isinstance(base_url, str) else base_url
             raise ValueError(f"prometheus url: expected http(s)://host:port, got {shown!r}")
         if not _positive(timeout_s) or timeout_s > MAX_TIMEOUT_S:
             raise ValueError(f"prometheus timeout_s: must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {timeout_s!r}")
