@@ -712,11 +712,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None, early: EarlyStop | None) -> int:
-    from iro_fed.problem_io import ProblemValidationError
-    from solvers import InvalidSettingError, SolverError
+    try:
+        from iro_fed.problem_io import ProblemValidationError
+        from solvers import InvalidSettingError, SolverError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C during the imports and the parser build (~0.4 s), before any command: the
+        # same exit as during one, not a traceback (no command name is known yet)
+        print("iro: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if early is not None:
         # the long-running commands mark themselves (set_defaults(service=True)); the jobs end on SIGTERM as before
         stopped = early.started(getattr(args, "service", False))

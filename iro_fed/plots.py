@@ -68,8 +68,10 @@ def allocation_plot(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for label, curve in curves.items():
-        xs = [int(x) for x, v in curve.items() if v is not None]
-        ys = [v for v in curve.values() if v is not None]
+        # by the numeric x: keys that come sorted as text ("0", "1", "10", "100", ...) zigzag
+        points = sorted(((int(x), v) for x, v in curve.items() if v is not None), key=lambda p: p[0])
+        xs = [x for x, _ in points]
+        ys = [v for _, v in points]
         # A lone point makes a line of zero length, which draws nothing: mark it.
         ax.plot(xs, ys, label=label, linewidth=1.4, marker="o" if len(xs) == 1 else None)
     ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="ideal")

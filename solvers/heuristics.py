@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.model import ClusterState
+from iro_fed.model import ClusterState, Problem, Weights
 from iro_fed.objective import marginal
 from solvers.base import OnlineSolver, SolverProperties
 
@@ -80,26 +80,49 @@ class RandomFit(OnlineSolver):
 
 
 class GreedyObjective(DenseScorer):
-    """Argmax of the objective's marginal change; ties (to 1e-12) go to the best fit."""
+    """Argmax of the objective's marginal change; ties (within ``tie_rtol`` times the weights'
+    sum) go to the best fit."""
 
     name = "greedy-objective"
     properties = SolverProperties("online", False, "Argmax of the marginal change of the objective R.")
-    tie_decimals: ClassVar[int] = 12
+    tie_rtol: ClassVar[float] = 1e-12
 
     def score_all(self, state: ClusterState, w: int) -> np.ndarray:
         return marginal(state.problem, state, w)
 
+    def tie_tolerance(self, problem: Problem) -> float:
+        """Scores closer than this to the best tie. R's terms are each in [0, 1] times their
+        weight, so the rounding error of a score scales with the weights' sum (not with the
+        score, which may cancel to ~0): rounding the scores to fixed decimals split values 1e-16
+        apart at a rounding boundary, and made every node tie when all weights were ~1e-13."""
+        wts = problem.weights
+        return self.tie_rtol * sum(getattr(wts, k) for k in Weights.__dataclass_fields__)
+
     def select(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> int:
-        best = np.round(scores, self.tie_decimals)
-        tied = np.flatnonzero(best == best.max())
+        tied = np.flatnonzero(scores >= scores.max() - self.tie_tolerance(state.problem))
         if tied.size == 1:
             return int(tied[0])
         return int(tied[np.argmax(-free_share_after(state, w, candidates[tied]))])
 
     def rank_order(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        # The order of select: rounded score, then best fit (least share left), then node order.
-        best = np.round(scores, self.tie_decimals)
-        return np.lexsort((free_share_after(state, w, candidates), -best))
+        # The order of select: groups of scores within the tolerance of the group's best (the
+        # first group is select's tie), then best fit (least share left), then node order.
+        tol = self.tie_tolerance(state.problem)
+        order = np.argsort(-scores, kind="stable")
+        desc = scores[order]
+        # the group each position would lead: up to the first score below its own minus tol
+        # (negation is exact, so this is select's `scores >= best - tol` comparison)
+        ends = np.searchsorted(-desc, -(desc - tol), side="right").tolist()
+        leaders = []
+        i = 0
+        while i < desc.size:
+            leaders.append(i)
+            i = ends[i]
+        starts = np.zeros(desc.size, dtype=np.int64)
+        starts[leaders] = 1
+        group = np.empty(desc.size, dtype=np.int64)
+        group[order] = np.cumsum(starts)
+        return np.lexsort((free_share_after(state, w, candidates), group))
 
 
 HEURISTICS = (FirstFit, BestFit, WorstFit, DotProduct, RandomFit, GreedyObjective)

@@ -201,29 +201,38 @@ def timeline_plot(series: dict[str, list], path: str, title: str) -> None:
     def arr(name: str) -> np.ndarray:
         return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
 
+    def line(ax: Any, y: np.ndarray, **kw: Any) -> None:
+        # A point with no drawn neighbour (a run of one step, or one value between gaps) is a
+        # line of zero length, which draws nothing: mark such points.
+        drawn = np.isfinite(t) & np.isfinite(y)
+        alone = drawn & ~np.r_[False, drawn[:-1]] & ~np.r_[drawn[1:], False]
+        if alone.any():
+            kw.update(marker="o", markevery=alone.tolist())
+        ax.plot(t, y, **kw)
+
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), dpi=110, sharex=True)
     ax = axes[0]
-    ax.plot(t, arr("requests_per_s"), color="tab:blue", lw=1, label="requests/s")
+    line(ax, arr("requests_per_s"), color="tab:blue", lw=1, label="requests/s")
     ax.set_ylabel("requests/s")
     ax2 = ax.twinx()
-    ax2.plot(t, arr("success_rate_pct"), color="tab:green", lw=1, label="success %")
+    line(ax2, arr("success_rate_pct"), color="tab:green", lw=1, label="success %")
     ax2.set_ylabel("success %")
     ax.set_title(title)
     ax = axes[1]
-    ax.plot(t, arr("running"), lw=1, label="running pods")
-    ax.plot(t, arr("pending"), lw=1, label="pending pods", color="tab:red")
-    ax.plot(t, arr("powered_nodes"), lw=1, label="powered nodes", color="tab:gray")
+    line(ax, arr("running"), lw=1, label="running pods")
+    line(ax, arr("pending"), lw=1, label="pending pods", color="tab:red")
+    line(ax, arr("powered_nodes"), lw=1, label="powered nodes", color="tab:gray")
     ax.set_ylabel("count")
     ax.legend(loc="upper left", fontsize=8)
     ax = axes[2]
     for key in series:
         if key.startswith("carbon_intensity."):
-            ax.plot(t, arr(key), lw=1, label=key.split(".", 1)[1])
+            line(ax, arr(key), lw=1, label=key.split(".", 1)[1])
     ax.set_ylabel("gCO2/kWh")
     ax.set_xlabel("hours")
     ax.legend(loc="upper left", fontsize=8)
     ax2 = ax.twinx()
-    ax2.plot(t, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg/h")
+    line(ax2, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg/h")
     ax2.set_ylabel("kg CO2 / h")
     fig.tight_layout()
     try:
