@@ -158,7 +158,8 @@ def conformance_failures(solver_name: str, problem: Problem, optimum: float | No
 
     Checks: the placement respects capacity and every constraint; the reported objective is
     :func:`evaluate`'s; the status is known; every unplaced pod has a reason and pods that fit
-    nowhere on the empty cluster are unplaced; the same seed gives the same answer; the score is
+    nowhere on the empty cluster are unplaced; the same seed gives the same answer (unless a
+    wall-clock limit cut a run short, as ``info["wall_clock_cut"]`` says); the score is
     not above the brute-force ``optimum`` when one is given.
     """
     import solvers
@@ -188,6 +189,9 @@ def conformance_failures(solver_name: str, problem: Problem, optimum: float | No
             if placement.assignment[w] >= 0:
                 failures.append(f"{problem.workloads[w].name}: fits nowhere but was placed")
     again = solvers.make(solver_name, **params).solve(problem)
-    if not np.array_equal(placement.assignment, again.assignment) or placement.gpu_cards != again.gpu_cards:
+    # A solver promises the seed's placement only when no wall-clock limit cut it short (cpsat
+    # names such phases in info["wall_clock_cut"]; on a loaded machine its 10 s can pass first).
+    cut = placement.info.get("wall_clock_cut") or again.info.get("wall_clock_cut")
+    if (not np.array_equal(placement.assignment, again.assignment) or placement.gpu_cards != again.gpu_cards) and not cut:
         failures.append("same seed gave a different placement")
     return failures
