@@ -201,6 +201,10 @@ def check_output_file(flag: str, path: str | Path) -> Path:
     """A file path a command will write: not a folder, and its folder there or made now (like
     ``mkdir -p``). Checked before any work so that a long run does not fail at its last step."""
     out = Path(path)
+    try:
+        out.resolve()  # a symlink loop fails here, not when the result is written after the work
+    except (RuntimeError, OSError) as exc:  # RuntimeError before Python 3.13
+        raise UsageError(f"{flag}: {str(out)!r} cannot be resolved: {exc}") from None
     if out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
     _make_folder(flag, out.parent if str(out.parent) else Path("."))

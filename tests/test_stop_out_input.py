@@ -102,3 +102,13 @@ def test_an_output_path_in_a_symlink_loop_is_a_usage_error_naming_it(tmp_path):
     assert "--out: 'a.json' cannot be resolved" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+def test_solve_out_in_a_symlink_loop_is_refused_before_the_solve(tmp_path, problem):
+    # Was: the solve ran and printed its table, then "[Errno 40] cannot resolve ..." naming no flag.
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    done = _iro("solve", "p.json", "--solver", "best-fit", "--out", "a.json", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "--out: 'a.json' cannot be resolved" in done.stderr, done.stderr
+    assert "R " not in done.stdout and "objective" not in done.stdout.lower(), done.stdout

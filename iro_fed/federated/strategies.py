@@ -345,8 +345,8 @@ class ValidatedStrategy:
         if accepted:
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
-        if self.carbon_aware:
-            self._count_failures(server_round, replies, dropped)
+        # Counted in every mode (no_reply is worth a record); only carbon-aware selection acts on it.
+        self._count_failures(server_round, replies, dropped)
         # Only replies that passed validation update what a site is and its carbon: a dropped one
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
         # or another site's id. Read before consistent_metrics, which may trim these keys.
