@@ -143,8 +143,8 @@ def test_a_target_network_that_does_not_fit_is_an_error_naming_the_file(tmp_path
     assert not out.exists()
 
 
-@pytest.mark.parametrize("policy", ["solvers/dqn/policies/default.pt", "benchmarks/results/dqn/bank.pt",
-                                    "benchmarks/results/dqn/promo-surge.pt"])
+# The policy the package ships (benchmarks/results/ is not in the repository: a clean clone has none).
+@pytest.mark.parametrize("policy", ["solvers/dqn/policies/default.pt"])
 def test_shipped_policies_still_load_and_resume(tmp_path, policy, caplog) -> None:
     import solvers
     from iro_fed.sim.env import PlacementEnv
