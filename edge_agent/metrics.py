@@ -336,7 +336,7 @@ class NetworkCounter:
             raise ValueError(f"network interfaces: not a valid regular expression {interfaces!r}: {exc}") from None
         if counter_bits is None:
             counter_bits = kernel_counter_bits()
-        elif counter_bits not in (32, 64) or isinstance(counter_bits, bool):
+        elif counter_bits not in (32, 64):
             raise ValueError(f"network counter_bits: must be 32 or 64, got {counter_bits!r}")
         self.counter_bits = counter_bits
         self.proc_root, self.sys_root = proc_root, sys_root

@@ -201,10 +201,7 @@ def check_output_file(flag: str, path: str | Path) -> Path:
     """A file path a command will write: not a folder, and its folder there or made now (like
     ``mkdir -p``). Checked before any work so that a long run does not fail at its last step."""
     out = Path(path)
-    try:
-        out.resolve()  # a symlink loop fails here, not when the result is written after the work
-    except (RuntimeError, OSError) as exc:  # RuntimeError before Python 3.13
-        raise UsageError(f"{flag}: {str(out)!r} cannot be resolved: {exc}") from None
+    _resolve(flag, out)  # a symlink loop fails here, not when the result is written after the work
     if out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
     _make_folder(flag, out.parent if str(out.parent) else Path("."))
@@ -218,13 +215,18 @@ def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
     for flag, path in outputs:
         if not path or path == "-":
             continue
-        try:
-            key = Path(path).resolve()  # the same file by another name (./r.json, a symlink) too
-        except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
-            raise UsageError(f"{flag}: {path!r} cannot be resolved: {exc}") from None
+        key = _resolve(flag, path)  # the same file by another name (./r.json, a symlink) too
         if key in seen:
             raise UsageError(f"{flag}: {path!r} is also the {seen[key]} file; give each output its own file")
         seen[key] = flag
+
+
+def _resolve(flag: str, path: str | Path) -> Path:
+    """``path`` resolved, or a UsageError naming ``flag`` (a symlink loop: RuntimeError before Python 3.13)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:
+        raise UsageError(f"{flag}: {str(path)!r} cannot be resolved: {exc}") from None
 
 
 def check_output_folder(flag: str, path: str | Path) -> Path:

@@ -54,7 +54,7 @@ from iro_fed.model import (
 #: as upstream with the gate off): the pod may stay pending where a gated cluster would place it.
 TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt")
 #: The value of an Lt / Gt toleration, as the API server validates it: a decimal int64, no leading zero.
-_TOLERATION_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_TOLERATION_INT = re.compile(r"0|-?[1-9][0-9]*")
 #: Largest absolute value of any number in a problem file (amounts, prices, latencies, power,
 #: weights, ...): 1e10 millicores or MiB is far beyond any real node, and products of a few such
 #: numbers (cost = capacity x price, carbon = power x PUE x intensity) stay far from overflow.
@@ -555,8 +555,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 c.fail(f"{tp}.value", "must be empty with operator Exists")
             if op in ("Equal", "Lt", "Gt") and not key and key_ok:
                 c.fail(f"{tp}.key", f"required with operator {op} (only Exists may leave it empty)")
-            if op in ("Lt", "Gt") and (not _TOLERATION_INT.fullmatch(value) or value == "-0"
-                                       or not -(2**63) <= int(value) < 2**63):
+            if op in ("Lt", "Gt") and (not _TOLERATION_INT.fullmatch(value) or not -(2**63) <= int(value) < 2**63):
                 c.fail(f"{tp}.value", f"must be an integer (int64, no leading zero) with operator {op}, got {value!r}")
             effect = c.get(t, "effect", tp, str, default="") or ""
             if effect and effect not in TAINT_EFFECTS:

@@ -266,9 +266,7 @@ class ValidatedStrategy:
         for record in (self.carbon, self.sites, self._failures, self._benched):
             for node in [n for n in record if n not in connected]:
                 del record[node]
-        if not self.carbon_aware:
-            return messages
-        if len(messages) < 2:
+        if not self.carbon_aware or len(messages) < 2:
             return messages
         known = {}
         for m in messages:

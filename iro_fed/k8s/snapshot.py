@@ -669,17 +669,17 @@ def _pod_level_resized(pod: Mapping[str, Any], spec: dict[str, Decimal], resourc
     as ``PodRequests`` with ``UseStatusResources``, each counts the largest of the spec's, the
     actuated and the allocated request (the spec left out when the resize is infeasible), so a
     pod shrinking in place keeps its old size on the node until the kubelet has actuated the new
-    one. Without ``status.resources`` (the gate off, or not resized yet) the spec's requests."""
+    one (:func:`_resized`, the containers' rule). Without ``status.resources`` (the gate off, or
+    not resized yet) the spec's requests."""
     status = _obj(pod.get("status"), who, "status")
     if status.get("resources") is None:
         return spec
     names = [r for r in _request_names(resources) if _pod_level_resource(r)]
     actuated = _obj(_obj(status.get("resources"), who, "status.resources").get("requests"), who, "status.resources.requests")
     allocated = _obj(status.get("allocatedResources"), who, "status.allocatedResources")
-    out: dict[str, Decimal] = {} if infeasible else dict(spec)
-    for path, found in (("status.resources.requests", actuated), ("status.allocatedResources", allocated)):
-        out = _max(out, {r: _exact(r, found[r], who, f"{path}.{r}") for r in names if r in found})
-    return out
+    exact = [{r: _exact(r, found[r], who, f"{path}.{r}") for r in names if r in found}
+             for path, found in (("status.resources.requests", actuated), ("status.allocatedResources", allocated))]
+    return _resized(spec, (exact[1], exact[0]), infeasible)  # (allocated, actuated), parsed in path order
 
 
 def _total_requests(total: Mapping[str, Decimal], resources: Sequence[str]) -> dict[str, float]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.metrics.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable, Sample
+from iro_fed.metrics.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable, Sample, _positive
 from iro_fed.model import Problem
 
 #: How a snapshot's usage enters the problem's ``allocated``: ``requests`` keeps what the
@@ -179,8 +179,7 @@ def build_snapshot(client: PrometheusClient, queries: SnapshotQueries | None = N
     """
     if deadline_s is None:
         deadline_s = client.deadline_s
-    elif isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not (
-            math.isfinite(deadline_s) and deadline_s > 0):
+    elif not _positive(deadline_s):
         raise ValueError(f"deadline_s: must be a number of seconds > 0, got {deadline_s!r}")
     overall_s = float(deadline_s)
     ends = time.monotonic() + overall_s

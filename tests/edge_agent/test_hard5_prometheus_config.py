@@ -8,16 +8,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import yaml
 
 from edge_agent.agent import Agent
 from edge_agent.config import ConfigError, load_config
-
-
-def write(tmp_path, doc):
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+from tests.edge_agent.test_config import write
 
 
 def test_a_bad_url_with_a_password_is_named_without_the_password(tmp_path, site_file):

@@ -20,14 +20,16 @@ from iro_fed.federated.strategies import make_strategy  # noqa: E402
 from iro_fed.federated.task import FedConfig  # noqa: E402
 from tests.federated.test_strategies import BASE, _honest, _poisoned, _record  # noqa: E402
 
-#: What a node answers in a round: (weights, metrics), or an error reply (``ERROR``).
+#: What a node answers in a round: (weights, metrics), an error reply (``ERROR``), or nothing
+#: within the timeout (``SILENT``: its reply is missing from aggregate_train's, as Grid.send_and_receive leaves it).
 Answer = tuple[dict[str, np.ndarray], dict] | str
 ERROR = "error"
+SILENT = "silent"
 
 
 def _play(strategy, server_round: int, n: int, answer: Callable[[int], Answer]) -> list[int]:
-    """One round on ``n`` connected nodes (ids 1..n): configure, answer each node that was asked, aggregate.
-    Returns the nodes asked to train."""
+    """One round on ``n`` connected nodes (ids 1..n) as Strategy.start plays it: configure, the
+    replies of the nodes that were asked, aggregate. Returns the nodes asked to train."""
     grid = InProcessGrid([{"site": i} for i in range(n)], FedConfig().to_run_config())
     sent = sorted(strategy.configure_train(server_round, _record(BASE), ConfigRecord({}), grid),
                   key=lambda m: m.metadata.dst_node_id)
@@ -35,6 +37,8 @@ def _play(strategy, server_round: int, n: int, answer: Callable[[int], Answer]) 
     for msg in sent:
         node = int(msg.metadata.dst_node_id)
         got = answer(node)
+        if got == SILENT:
+            continue
         if got == ERROR:
             replies.append(Message(error=Error(code=2, reason="ClientApp raised"), reply_to=msg))
             continue

@@ -7,48 +7,18 @@ strategies on the in-process grid, aggregated for real (no mocks).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import ConfigRecord, Error, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
 
 from iro_fed.federated import strategies as strategies_module  # noqa: E402
 from iro_fed.federated.inprocess import InProcessGrid  # noqa: E402
 from iro_fed.federated.strategies import make_strategy  # noqa: E402
 from iro_fed.federated.task import FedConfig  # noqa: E402
-from tests.federated.test_fedfix3_strategies import ERROR, Answer, _honest_or  # noqa: E402
+from tests.federated.test_fedfix3_strategies import SILENT, Answer, _honest_or, _play, _rounds  # noqa: E402
 from tests.federated.test_strategies import BASE, _record  # noqa: E402
-
-#: What a node that does not reply within the timeout answers: nothing reaches aggregate_train.
-SILENT = "silent"
-
-
-def _play(strategy, server_round: int, n: int, answer: Callable[[int], Answer | str]) -> list[int]:
-    """One round on ``n`` connected nodes (ids 1..n) as Strategy.start plays it: configure, the
-    replies that came (a SILENT node's is missing), aggregate. Returns the nodes asked to train."""
-    grid = InProcessGrid([{"site": i} for i in range(n)], FedConfig().to_run_config())
-    sent = sorted(strategy.configure_train(server_round, _record(BASE), ConfigRecord({}), grid),
-                  key=lambda m: m.metadata.dst_node_id)
-    replies = []
-    for msg in sent:
-        got = answer(int(msg.metadata.dst_node_id))
-        if got == SILENT:
-            continue
-        if got == ERROR:
-            replies.append(Message(error=Error(code=2, reason="ClientApp raised"), reply_to=msg))
-            continue
-        weights, metrics = got
-        content = RecordDict({"arrays": _record(weights), "metrics": MetricRecord({"num-examples": 50, **metrics})})
-        replies.append(Message(content=content, reply_to=msg))
-    strategy.aggregate_train(server_round, replies)
-    return [int(m.metadata.dst_node_id) for m in sent]
-
-
-def _rounds(strategy, n: int, count: int, answer: Callable[[int, int], Answer | str]) -> dict[int, list[int]]:
-    return {r: _play(strategy, r, n, lambda node, r=r: answer(r, node)) for r in range(1, count + 1)}
 
 
 def _carbon_aware() -> object:
