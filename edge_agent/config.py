@@ -462,21 +462,15 @@ def load_config(
     if cfg.backoff.max_s < cfg.backoff.initial_s:
         errors.append(("backoff.max_s", f"must be >= backoff.initial_s ({cfg.backoff.initial_s}), got {cfg.backoff.max_s}"))
     if cfg.prometheus.url:
-        from urllib.parse import urlparse
+        from iro_fed.metrics.prometheus import PrometheusClient
 
-        from iro_fed.metrics.prometheus import PrometheusClient, redact_url
-
-        u = urlparse(cfg.prometheus.url)
-        if u.scheme not in ("http", "https") or not u.netloc:
-            errors.append(("prometheus.url", f"expected http(s)://host:port, got {redact_url(cfg.prometheus.url)!r}"))
-        else:
-            token = cfg.prometheus.bearer_token_file
-            try:  # the client's own checks (a host, a port in range, not a password and a token)
-                PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
-                                 bearer_token_file=None if token is None else str(token))
-            except ValueError as exc:
-                field = "prometheus.bearer_token_file" if "bearer_token_file" in str(exc) else "prometheus.url"
-                errors.append((field, str(exc).removeprefix("prometheus url: ")))
+        token = cfg.prometheus.bearer_token_file
+        try:  # the client's own checks (http(s), a host, a port in range, not a password and a token)
+            PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
+                             bearer_token_file=None if token is None else str(token))
+        except ValueError as exc:
+            field = "prometheus.bearer_token_file" if "bearer_token_file" in str(exc) else "prometheus.url"
+            errors.append((field, str(exc).removeprefix("prometheus url: ")))
     if cfg.prometheus.bearer_token_file is not None:
         if not cfg.prometheus.url:
             errors.append(("prometheus.bearer_token_file", "needs prometheus.url (the token is sent to Prometheus)"))

@@ -22,6 +22,7 @@ import base64
 import http.client
 import json
 import math
+import re
 import socket
 import threading
 import urllib.error
@@ -72,7 +73,10 @@ class Series:
 
 def redact_url(url: str) -> str:
     """``url`` with the password of its user info shown as ``***`` (for messages and reprs)."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # not splittable ("http://[::1"): hide whatever could be a password
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
     if parts.password is None:
         return url
     netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
@@ -126,7 +130,10 @@ class PrometheusClient:
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, deadline_s: float | None = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, bearer_token_file: str | None = None) -> None:
-        parsed = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
+        try:
+            parsed = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
+        except ValueError:  # e.g. an unclosed IPv6 bracket: "http://[::1"
+            parsed = None
         try:
             parsed_port = parsed.port if parsed is not None else None  # a port out of range raises
         except ValueError:

@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.metrics.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable, Sample, _positive
+from iro_fed.metrics.prometheus import (
+    MAX_TIMEOUT_S,
+    PrometheusClient,
+    PrometheusQueryError,
+    PrometheusUnavailable,
+    Sample,
+    _positive,
+)
 from iro_fed.model import Problem
 
 #: How a snapshot's usage enters the problem's ``allocated``: ``requests`` keeps what the
@@ -179,8 +186,8 @@ def build_snapshot(client: PrometheusClient, queries: SnapshotQueries | None = N
     """
     if deadline_s is None:
         deadline_s = client.deadline_s
-    elif not _positive(deadline_s):
-        raise ValueError(f"deadline_s: must be a number of seconds > 0, got {deadline_s!r}")
+    elif not _positive(deadline_s) or deadline_s > MAX_TIMEOUT_S:  # past it, a deadline timer overflows time_t
+        raise ValueError(f"deadline_s: must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}, got {deadline_s!r}")
     overall_s = float(deadline_s)
     ends = time.monotonic() + overall_s
     q = queries or SnapshotQueries()

@@ -83,3 +83,10 @@ def test_the_agents_client_sends_the_configured_credentials(tmp_path, site_file,
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_url_urllib_cannot_split_is_a_config_error(tmp_path, site_file):
+    # Was: "ValueError: Invalid IPv6 URL" from urlparse, a traceback out of edge-agent check / run.
+    path = write(tmp_path, {"problem": str(site_file), "prometheus": {"url": "http://[::1"}})
+    with pytest.raises(ConfigError, match=r"prometheus\.url.*expected http\(s\)://host:port"):
+        load_config(path, env={})
