@@ -115,6 +115,8 @@ class TimeBudget(Solver):
                 if not pending or self._then is None:
                     placement.info = {"solved_by": self.solver, "budget_exhausted": bool(pending),
                                       "inner": placement.info}
+                    if pending:  # then='none': counted as on the other paths (the reasons are the solver's)
+                        placement.info["pods_after_budget"] = len(pending)
                     return placement
                 inner_info = placement.info
                 state = ClusterState.with_assignment(problem, placement.assignment, placement.gpu_cards)

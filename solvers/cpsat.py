@@ -1325,7 +1325,9 @@ class CpSat(Solver):
 
         # The hint: an online solver's placement, polished (also the floor of what is returned).
         hint_state: ClusterState | None = None
-        unreached: list[int] = []  # pods the chosen hint had not reached by the cap
+        # Pods the chosen hint had not reached by the cap; without a hint, every pod (should no
+        # model be built, nothing but the final polish weighs them).
+        unreached: list[int] = list(range(p.num_workloads))
         if self.hint_solvers:
             import solvers
 
@@ -1463,8 +1465,8 @@ class CpSat(Solver):
             for w in unreached:
                 if w in reasons and feasible_nodes(state, w).any():
                     reasons[w] = explain(state, w) + (
-                        f" Left unplaced by {self.name}: the time limit passed before the hint reached it and no "
-                        "model was built."
+                        f" Left unplaced by {self.name}: the time limit passed before "
+                        + ("the hint reached it and no model was built." if hint_state is not None else "a model was built (no hint).")
                     )
         phase("decode")
         info["time_s"] = dict(times, total=lap - start)
