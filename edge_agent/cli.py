@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=5, help="top-K per reply (default 5)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON")
     p = sub.add_parser("check", help="validate the settings and the site, print them as JSON, exit")
-    p.add_argument("--config", metavar="FILE")
-    p.add_argument("--port", type=int, metavar="P")
+    p.add_argument("--config", metavar="FILE", help="agent settings (YAML); environment variables IRO_AGENT_* override it")
+    p.add_argument("--port", type=int, metavar="P", help="listen port (overrides listen.port; 0 picks a free port)")
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,6 +58,17 @@ def save_figure(fig, path: str | os.PathLike) -> None:
     write_file_atomic(path, lambda tmp: fig.savefig(tmp, format=plot_format(path)))
 
 
+def _workload_x(label: str, x: str | float) -> float:
+    """A curve's key as its x (arrived workload %): a number or a numeric string ("12.5", "40")."""
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):  # NaN would leave the sort (and the line) in no defined order
+        raise ValueError(f"curves[{label!r}]: key {x!r} is not a finite number (the arrived workload %)")
+    return value
+
+
 def allocation_plot(
     curves: Mapping[str, Mapping[str, float | None]],
     path: str | os.PathLike,
@@ -65,11 +77,13 @@ def allocation_plot(
 ) -> None:
     """Allocated GPU % against arrived GPU workload % (the FGD paper's Fig. 9), one line per
     policy; ``reference`` adds horizontal markers (label, unallocated % at 100 %)."""
+    # by the numeric x: keys that come sorted as text ("0", "1", "10", "100", ...) zigzag; read
+    # before the figure is made, so a bad key leaves no figure open
+    lines = {label: sorted(((_workload_x(label, x), v) for x, v in curve.items() if v is not None),
+                           key=lambda p: p[0]) for label, curve in curves.items()}
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-    for label, curve in curves.items():
-        # by the numeric x: keys that come sorted as text ("0", "1", "10", "100", ...) zigzag
-        points = sorted(((int(x), v) for x, v in curve.items() if v is not None), key=lambda p: p[0])
+    for label, points in lines.items():
         xs = [x for x, _ in points]
         ys = [v for _, v in points]
         # A lone point makes a line of zero length, which draws nothing: mark it.

@@ -16,7 +16,9 @@ stdlib alone takes 100 lines of 64 KiB, about 30 MB of copies per connection. A 
 :class:`ByteBudget` (``body_budget``) bounds the bytes of bodies read, parsed and answered at once,
 counted as they are read, a body still arriving included (503 with ``Retry-After: 1`` past the
 body deadline or ``budget_wait_s``); a body that would take more than ``max_parse_memory`` once
-parsed (:func:`parse_estimate`) is refused with a 413 before it is parsed.
+decoded and parsed (:func:`parse_estimate`, :func:`decode_estimate`) is refused with a 413 before
+it is parsed, and what all requests parse at once is bounded by a second budget,
+``parse_budget`` (``max_parse_total``, 503 as for bodies).
 :class:`ConnectionLimit` caps a threading server's open connections (one thread each): beyond
 the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once. :class:`RequestStats`
 counts requests from every thread.
@@ -69,6 +71,12 @@ PARSE_VALUE_BYTES = 128
 #: What a body may be reckoned to take once parsed (:func:`parse_estimate`) before it is refused
 #: with a 413 unparsed: ``[{},{},...]`` parses to about 24 times its size.
 MAX_PARSE_MEMORY = 512 << 20
+# UTF-8 lead bytes of characters CPython stores at 4 bytes (past U+FFFF) and at 2 (U+0100..U+FFFF);
+# \xc2-\xc3 lead U+0080..U+00FF, stored at 1 byte like ASCII. And the escapes that parse to those.
+_UCS4_UTF8 = re.compile(rb"[\xf0-\xf4]")
+_UCS2_UTF8 = re.compile(rb"[\xc4-\xef]")
+_UCS2_ESCAPE = re.compile(rb"\\u(?:0[1-9a-fA-F]|[1-9a-fA-F])")
+_PARSE_BUDGET_LOCK = threading.Lock()  # makes a server's parse_budget once (see RoutedJsonHandler._parse_budget)
 
 
 class JsonBodyError(ValueError):
@@ -113,6 +121,23 @@ def parse_estimate(raw: bytes, value_bytes: int = PARSE_VALUE_BYTES) -> tuple[in
     256 MiB, against seconds and gigabytes to parse it."""
     values = raw.count(b"{") + raw.count(b"[") + raw.count(b",") + 1
     return values, values * value_bytes
+
+
+def decode_estimate(raw: bytes) -> int:
+    """What :func:`loads_strict` takes for text besides :func:`parse_estimate`'s values: the body
+    decoded to a str, and string contents wider than the body. CPython stores a str at 1, 2 or 4
+    bytes a character by its widest one, so one emoji in 256 MiB makes the text 1 GiB, and a
+    string holding it up to 1 GiB more; an escape (``\\ud83d\\ude00``) widens a string alone.
+    ``isascii`` and ``in`` are fast; the searches only run for a body that has such bytes."""
+    n = len(raw)
+    text = 1
+    if not raw.isascii():
+        text = 4 if _UCS4_UTF8.search(raw) else 2 if _UCS2_UTF8.search(raw) else 1
+    strings = text
+    if text < 4 and b"\\u" in raw:
+        strings = max(text, 4 if _SURROGATE_ESCAPE.search(raw) else 2 if _UCS2_ESCAPE.search(raw) else 1)
+    # The text, and what strings wider than 1 byte a character add to contents bounded by the body.
+    return n * text + n * (strings - 1)
 
 
 def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -289,15 +314,20 @@ class RoutedJsonHandler(JsonHandler):
     #: How long a body waits for room in the server's ``body_budget`` before a 503 (None: until
     #: its body deadline).
     budget_wait_s: float | None = None
-    #: A body whose parse (:func:`parse_estimate`) would take more than this is refused with a 413
+    #: A body whose parse (:func:`parse_estimate` + :func:`decode_estimate`) would take more than this is refused with a 413
     #: before it is parsed: the body limit alone let 256 MiB of ``[{},...]`` become ~6 GB of objects.
     max_parse_memory = MAX_PARSE_MEMORY
+    #: What the bodies being parsed and answered at once may be reckoned to take in all (the
+    #: server's ``parse_budget``); past it a body waits as for ``body_budget``, then 503. None:
+    #: ``max_parse_memory``, so the largest body parses alone and smaller ones side by side (each
+    #: alone under ``max_parse_memory``, 20 extender bodies of 12 MiB parsed ~10 GB at once).
+    max_parse_total: int | None = None
     #: The settings behind the limits, named in their errors: {"max_body_bytes": "listen.max_body_bytes"}.
     setting_names: Mapping[str, str] = {}
 
     def setup(self) -> None:
         for name in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "max_header_bytes", "budget_wait_s",
-                     "max_parse_memory", "setting_names"):  # the server's own
+                     "max_parse_memory", "max_parse_total", "setting_names"):  # the server's own
             setattr(self, name, getattr(self.server, name, getattr(self, name)))
         self.timeout = getattr(self.server, "idle_timeout_s", self.timeout)
         super().setup()
@@ -317,6 +347,7 @@ class RoutedJsonHandler(JsonHandler):
         self._responded = False
         self._continue_withheld = False
         self._budget_held = 0  # bytes of the server's body_budget this request holds (see _read_exact)
+        self._parse_held = 0  # bytes of the server's parse_budget this request holds (see read_json)
         self._headers_over = False  # the headers passed max_header_bytes (see parse_request)
         try:
             self.raw_requestline = self.rfile.readline(65537)
@@ -389,6 +420,9 @@ class RoutedJsonHandler(JsonHandler):
             if self._budget_held:
                 self.server.body_budget.release(self._budget_held)  # type: ignore[attr-defined]
                 self._budget_held = 0
+            if self._parse_held:
+                self.server.parse_budget.release(self._parse_held)  # type: ignore[attr-defined]
+                self._parse_held = 0
 
     def _dispatch_routed(self) -> None:
         path = self.route_path()
@@ -572,21 +606,44 @@ class RoutedJsonHandler(JsonHandler):
         return self._read_exact(length)
 
     def read_json(self) -> Any:
-        """The body parsed by :func:`loads_strict`; errors are 400s naming the field, and a 413
-        for a body that would take more than ``max_parse_memory`` once parsed."""
-        # The body's bytes stay charged to the server's body_budget (if any) until the reply: a
-        # parsed body takes up to ~30 times its size ("[{},{},...]"), so the budget also bounds
-        # what all requests parse and hold at once, whatever their number.
+        """The body parsed by :func:`loads_strict`; errors are 400s naming the field, a 413 for
+        a body that would take more than ``max_parse_memory`` once decoded and parsed, and a 503
+        when the server's ``parse_budget`` has no room for it in time."""
+        # The body's bytes stay charged to the server's body_budget (if any) until the reply; a
+        # parsed body takes up to ~30 times its size ("[{},{},...]"), which the parse_budget counts.
         raw = self.read_body()
         values, need = parse_estimate(raw)
+        need += decode_estimate(raw)
         if need > self.max_parse_memory:
             raise HttpError(413, f"body: {len(raw)} bytes holding up to {values} JSON values would take about "
-                            f"{need >> 20} MiB once parsed, over the limit of {self.max_parse_memory} bytes"
-                            f"{self._hint('max_parse_memory')}", "body")
+                            f"{need >> 20} MiB once decoded and parsed, over the limit of {self.max_parse_memory} "
+                            f"bytes{self._hint('max_parse_memory')}", "body")
+        # Each body under max_parse_memory is not enough: the parses of all requests at once are
+        # charged to the server's parse_budget too, held (like the body) until the reply is sent.
+        budget = self._parse_budget()
+        wait = (self._reader.deadline or 0.0) - time.monotonic()  # the body's deadline, as for its bytes
+        if self.budget_wait_s is not None:
+            wait = min(wait, self.budget_wait_s)
+        if not budget.acquire(need, wait, self._parse_held):
+            raise HttpError(503, f"body: the server parses at most about {budget.limit} bytes of request bodies "
+                            f"at once and had no room for this one's {need} in time: retry", "body")
+        self._parse_held += need
         try:
             return loads_strict(raw)
         except JsonBodyError as exc:
             raise HttpError(400, str(exc), exc.field) from None
+
+    def _parse_budget(self) -> ByteBudget:
+        """The server's ``parse_budget``, made on first use where the server has none
+        (``max_parse_total`` bytes, else ``max_parse_memory``)."""
+        budget: ByteBudget | None = getattr(self.server, "parse_budget", None)
+        if budget is None:
+            with _PARSE_BUDGET_LOCK:
+                budget = getattr(self.server, "parse_budget", None)
+                if budget is None:
+                    budget = ByteBudget(self.max_parse_total or self.max_parse_memory)
+                    self.server.parse_budget = budget  # type: ignore[attr-defined]
+        return budget
 
     def handle_expect_100(self) -> bool:
         """``100 Continue`` only for a body that will be read: one that will be refused (too

@@ -995,8 +995,9 @@ def self_signed_cert(directory: str | Path, names: tuple[str, ...] = ("localhost
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m iro_fed.k8s.testing [--port P] [--kubeconfig F] [--nodes N]``: run the loopback
-    API server with N demo nodes, for trying the extender, the webhook and the scheduler locally."""
+    """``python -m iro_fed.k8s.testing [--kubeconfig F] [--nodes N]``: run the loopback API server
+    (on a free port of 127.0.0.1, written to the kubeconfig) with N demo nodes, for trying the
+    extender, the webhook and the scheduler locally."""
     import argparse
     import signal
 
