@@ -1005,6 +1005,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", default="iro-fake.kubeconfig", help="where to write the kubeconfig")
     parser.add_argument("--nodes", type=int, default=4, help="demo nodes in two zones (default 4)")
     args = parser.parse_args(argv)
+    if args.nodes < 0:
+        parser.error(f"--nodes: must be >= 0, got {args.nodes}")
     server = FakeApiServer().start()
     for i in range(args.nodes):
         server.add_node(make_node(f"node-{i}", cpu="8", memory="32Gi", zone=f"zone-{i % 2}"))
@@ -1016,10 +1018,6 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     server.stop()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def _tracked(handler: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
@@ -1041,3 +1039,9 @@ def _tracked(handler: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
 
 for _verb in ("do_POST", "do_PUT", "do_PATCH", "do_DELETE"):
     setattr(_Handler, _verb, _tracked(getattr(_Handler, _verb)))
+
+
+# Last: under ``python -m`` the module runs top to bottom, and main() must find the handler's
+# write tracking patched in above (it ran before it, so writes in flight went uncounted).
+if __name__ == "__main__":
+    raise SystemExit(main())

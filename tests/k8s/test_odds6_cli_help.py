@@ -19,3 +19,10 @@ def test_the_usage_names_only_real_options() -> None:
     bad = subprocess.run([sys.executable, "-m", "iro_fed.k8s.testing", "--port", "8080"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "--port" in bad.stderr  # as the help now says: no such option
+
+
+def test_a_negative_node_count_is_refused_naming_it() -> None:
+    # Was: accepted, and the server started with no nodes.
+    bad = subprocess.run([sys.executable, "-m", "iro_fed.k8s.testing", "--nodes", "-1"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--nodes: must be >= 0, got -1" in bad.stderr, bad.stderr
