@@ -34,7 +34,6 @@ experience store.
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import threading
 import time
@@ -61,11 +60,11 @@ from iro_fed.problem_io import json_kind
 
 
 class StoreBusy(HttpError):
-    """503: the experience store cannot take more now; ``retry_after_s`` is when it tries its file again."""
+    """503: the experience store cannot take more now; ``retry_after_s`` (its Retry-After) is when
+    it tries its file again."""
 
     def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(503, message, None)
-        self.retry_after_s = retry_after_s
+        super().__init__(503, message, None, retry_after_s)
 
 
 @dataclass(frozen=True)
@@ -489,7 +488,6 @@ class _Handler(RoutedJsonHandler):
     server_version = "iro-edge-agent/0.1"
     error_key = "error"
     drain_bytes = 0  # a body the agent did not read is never read as the next request: the connection closes
-    _retry_after: str | None = None  # Retry-After of a StoreBusy reply (whole seconds)
 
     @property
     def agent(self) -> Agent:
@@ -530,9 +528,6 @@ class _Handler(RoutedJsonHandler):
 
     def send_body(self, code: int, data: bytes, content_type: str = "application/json",
                   headers: Mapping[str, str] | None = None) -> None:
-        retry_after, self._retry_after = self._retry_after, None
-        if code == 503 and retry_after is not None:  # the shared handler says 1 s; the store knows better
-            headers = {**(headers or {}), "Retry-After": retry_after}
         # Count before the reply goes out, so a client that has its answer sees it in /metrics.
         handler = self._handler_name()
         now = time.perf_counter()
@@ -575,7 +570,4 @@ class _Handler(RoutedJsonHandler):
             doc = action(body)
         except BadRequest as exc:
             raise HttpError(400, str(exc), exc.field) from None
-        except StoreBusy as exc:
-            self._retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-            raise
         self._send(code if isinstance(code, int) else code(doc), doc)

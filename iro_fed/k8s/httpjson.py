@@ -89,12 +89,14 @@ class JsonBodyError(ValueError):
 
 class HttpError(Exception):
     """An error reply: status ``code``, the ``message`` (which names the field) and the ``field``
-    (header or JSON path) at fault."""
+    (header or JSON path) at fault; a 503's ``retry_after_s`` (whole seconds, at least 1) is its
+    ``Retry-After`` (default 1)."""
 
-    def __init__(self, code: int, message: str, field: str | None = None) -> None:
+    def __init__(self, code: int, message: str, field: str | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.field = field
+        self.retry_after_s = retry_after_s
 
 
 class _NonFinite:
@@ -441,7 +443,7 @@ class RoutedJsonHandler(JsonHandler):
             if self._body_state == "unread" and not self._settle_body():
                 self.close_connection = True
         except HttpError as exc:
-            self.send_json_error(exc.code, str(exc), exc.field)
+            self.send_json_error(exc.code, str(exc), exc.field, exc.retry_after_s)
         except (ConnectionError, TimeoutError):
             raise  # the client is gone or does not read: no reply reaches it (the server logs it)
         except Exception as exc:  # the handler's own fault: a reply, not a dropped connection
@@ -455,14 +457,15 @@ class RoutedJsonHandler(JsonHandler):
         self._responded = True
         super().send_body(code, data, content_type, headers)
 
-    def send_json_error(self, code: int, message: str, field: str | None = None) -> None:
+    def send_json_error(self, code: int, message: str, field: str | None = None,
+                        retry_after_s: float | None = None) -> None:
         """Reply ``{error_key: message, "field": field}``; first settle the unread body."""
         self.on_error(code)
         headers: dict[str, str] = {}
         if code == 405:
             headers["Allow"] = getattr(self, "_allow", "")
         elif code == 503:
-            headers["Retry-After"] = "1"
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after_s or 1)))
         if not self.keep_alive_after_error(code) or not self._settle_body():
             self.close_connection = True
         self._send(code, {self.error_key: message, "field": field}, headers)
