@@ -52,6 +52,15 @@ class PaperPolicy(OnlineSolver):
         tied = np.flatnonzero(scores == scores.max())
         return int(tied[np.argmin(self.tie_rank[candidates[tied]])]) if tied.size > 1 else int(tied[0])
 
+    def rank_order(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        # rank() must lead with decide()'s node: ties by the seeded node order, not by index, and
+        # select's own winner first (iro-frag's tolerance and best-fit rules pick within a margin).
+        order = np.lexsort((self.tie_rank[candidates], -np.asarray(scores, dtype=np.float64)))
+        if order.size > 1:
+            winner = self.select(state, w, candidates, scores)
+            order = np.concatenate(([winner], order[order != winner]))
+        return order
+
 
 def pod_numbers(problem: Problem, w: int) -> tuple[float, int, int, int]:
     """(cpu milli, cards, per-card milli, total GPU milli) of workload w."""
