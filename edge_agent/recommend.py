@@ -33,6 +33,11 @@ class SiteError(ValueError):
     """The site cannot be built from the problem file (names the setting)."""
 
 
+class RankingError(RuntimeError):
+    """The ranker gave a score that is not a finite number (a policy with NaN weights): the
+    agent falls back from a policy on it, as on any other failure to rank."""
+
+
 def load_site(path: str | Path, site: str = "", allow_empty: bool = False) -> Problem:
     """The site's nodes from a problem file: the nodes of domain ``site`` (all when empty), no workloads."""
     doc = load_document(path)
@@ -140,6 +145,11 @@ class Recommender:
         problem = self.join(workload, cluster, kind)
         state = ClusterState(problem)
         top = ranker.rank(state, 0, k)
+        # A diverged policy (NaN weights) loads and ranks: its NaN scores made the order arbitrary
+        # and the reply not JSON ("score": NaN).
+        bad = next((score for _, score in top if not np.isfinite(score)), None)
+        if bad is not None:
+            raise RankingError(f"{ranker.solver.name} gave a score that is not a finite number ({bad})")
         nodes = np.array([n for n, _ in top], dtype=np.int64)
         deltas = marginal(problem, state, 0, nodes) if nodes.size else np.zeros(0)
         entries = []

@@ -12,10 +12,13 @@ A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload o
   parsed exactly by :mod:`iro_fed.k8s.quantity` (``500m``, ``1.5``, ``512Mi``, ``1G``, ``1e3``)
   in the model's units: CPU in millicores (rounded up as Kubernetes does), ``memory``,
   ``ephemeral-storage`` and hugepages in MiB, extended resources (``vendor/name``) as whole counts;
-* GPUs from ``nvidia.com/gpu``; annotations ``iro-fed.io/gpu-milli`` (a share of one card)
-  and ``iro-fed.io/gpu-models`` (comma list);
+* GPUs as :func:`iro_fed.k8s.snapshot.pod_demand` reads them for the scheduler: ``nvidia.com/gpu``
+  whole cards, or the annotation ``iro-fed.io/gpu-milli`` (a share of one card, with or without
+  ``nvidia.com/gpu: 1``); ``iro-fed.io/gpu-models`` (comma list);
 * ``nodeSelector``, ``tolerations``, ``priority``; annotations ``iro-fed.io/class``,
   ``iro-fed.io/user-region``, ``iro-fed.io/max-latency-ms``, ``iro-fed.io/allowed-domains``.
+  Annotation values are strings (as the API validates them); an empty one reads as absent, as
+  the scheduler reads it.
 
 Errors raise :class:`BadRequest` with the field path (``pod.spec.containers[0].resources.requests.cpu``).
 """
@@ -72,32 +75,26 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         raise BadRequest("pod.metadata.namespace", f"expected a string, got {type(ns).__name__}")
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
-    from iro_fed.k8s.snapshot import PodSpecError, pod_requests
+    from iro_fed.k8s.snapshot import PodSpecError, pod_demand
 
     if not _list(spec.get("containers"), "pod.spec.containers"):
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
     try:
-        # The snapshot's reader: the same formula, units and errors as the scheduler and extender.
-        total = pod_requests(pod, resources)
+        # The snapshot's reader: the same formula, units, GPU share and errors as the scheduler and
+        # extender (it also refuses annotation values that are not strings, as the API does).
+        demand = pod_demand(pod, resources)
     except PodSpecError as exc:
         raise BadRequest(f"pod.{exc.field}" if exc.field else "pod", exc.reason) from None
 
     wl: dict[str, Any] = {
         "name": f"{ns}/{name}",
-        "requests": {r: total[r] for r in resources},
+        "requests": {r: demand.requests[r] for r in resources},
     }
-    gpus = int(total[GPU_RESOURCE])
-    if gpus > 0:
-        gpu: dict[str, Any] = {"count": gpus}
-        milli = annotations.get(ANNOTATION_PREFIX + "gpu-milli")
-        if milli is not None:
-            try:
-                gpu["milli"] = int(str(milli))
-            except ValueError:
-                raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}gpu-milli", f"expected an integer, got {milli!r}") from None
+    if demand.gpu_count:
+        gpu: dict[str, Any] = {"count": demand.gpu_count, "milli": demand.gpu_milli}
         models = annotations.get(ANNOTATION_PREFIX + "gpu-models")
         if models:
-            gpu["models"] = [m.strip() for m in str(models).split(",") if m.strip()]
+            gpu["models"] = [m.strip() for m in models.split(",") if m.strip()]
         wl["gpu"] = gpu
     selector = spec.get("nodeSelector")
     if selector is not None:
@@ -117,7 +114,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         ("max-latency-ms", "max_latency_ms", float),
     ):
         value = annotations.get(ANNOTATION_PREFIX + ann)
-        if value is None:
+        if not value:  # absent or empty, as the scheduler reads it
             continue
         try:
             wl[key] = conv(value)
@@ -125,7 +122,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
             raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", f"cannot read {value!r}") from None
     allowed = annotations.get(ANNOTATION_PREFIX + "allowed-domains")
     if allowed:
-        wl["allowed_domains"] = [d.strip() for d in str(allowed).split(",") if d.strip()]
+        wl["allowed_domains"] = [d.strip() for d in allowed.split(",") if d.strip()]
     return wl
 
 

@@ -455,7 +455,8 @@ def _add(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 def _max(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(a)
     for k, v in b.items():
-        out[k] = max(out.get(k, 0), v)
+        # not max(out.get(k, 0), v): for v == Decimal(0) that keeps the int 0, which model_amount refuses
+        out[k] = v if k not in out else max(out[k], v)
     return out
 
 
