@@ -160,6 +160,18 @@ def _amount(value: Any, what: str) -> float:
     return float(value)
 
 
+def _time(at: Any) -> float | None:
+    """``at`` (seconds by the loop's clock) as a float, None left as None; anything but a finite
+    number is a ValueError naming ``at``. A NaN time dropped every decision waiting on the node
+    (none is made at or before NaN, none after it); a string one made each later observation of
+    the node raise TypeError."""
+    if at is None:
+        return None
+    if isinstance(at, bool) or not isinstance(at, int | float | np.integer | np.floating) or not math.isfinite(at):
+        raise ValueError(f"at: expected a finite time in seconds, got {at!r}")
+    return float(at)
+
+
 def _checked_requests(requests: Mapping[str, float] | float) -> dict[str, float]:
     """:func:`_as_requests` of input that must be finite millicores >= 0 (ValueError names the class)."""
     if isinstance(requests, Mapping):
@@ -567,6 +579,7 @@ class FeedbackLoop:
         capacity = _amount(capacity, "capacity")
         if network_latency_ms is not None:
             network_latency_ms = _amount(network_latency_ms, "network_latency_ms")
+        at = _time(at)
         with self._lock:
             d = Decision(key, node, klass, req, float(capacity), self.model.predict(req, capacity),
                          self.clock() if at is None else at, delta_r, dict(terms or {}), network_latency_ms,
@@ -632,11 +645,15 @@ class FeedbackLoop:
         placement cannot show its pod: later ones keep waiting), adds one sample (the node's
         ``requests`` by class now, else those of its newest decision made by ``at``) and returns
         the absolute error of the current model on it (None: nothing known of the node then)."""
-        if not (isinstance(observed_util, int | float) and math.isfinite(observed_util) and observed_util >= 0):
-            raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, got {observed_util!r}")
+        try:  # numpy scalars (np.float32 included) are numbers too
+            observed_util = _amount(observed_util, "observed_util")
+        except ValueError:
+            raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, "
+                             f"got {observed_util!r}") from None
         given = _checked_requests(requests) if requests is not None else None
         if capacity is not None:
             capacity = _amount(capacity, "capacity")
+        at = _time(at)
         fired: Trigger | None = None
         with self._lock:
             pred = self.latest.get(node)
@@ -705,27 +722,37 @@ class FeedbackLoop:
     def observe_latency(self, key: str, latency_ms: float, at: float | None = None) -> float | None:
         """A measured latency of the requests served by pod ``key``; returns the absolute error
         against the model's expectation (None: no decision with a user region for it)."""
-        if not (isinstance(latency_ms, int | float) and math.isfinite(latency_ms) and latency_ms >= 0):
-            raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}")
+        try:
+            latency_ms = _amount(latency_ms, "latency_ms")
+        except ValueError:
+            raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}") from None
+        at = _time(at)
         with self._lock:
             d = self.by_key.get(key)
-        return None if d is None else self._observe_latency_of(d, latency_ms, at)
+        return None if d is None else self._observe_latency_of([d], latency_ms, at)
 
-    def _observe_latency_of(self, d: Decision, latency_ms: float, at: float | None) -> float | None:
-        """:meth:`observe_latency` of one decision (not looked up by key: a pod rescheduled under
-        the same name has two)."""
+    def _observe_latency_of(self, decisions: Sequence[Decision], latency_ms: float, at: float | None) -> float | None:
+        """One latency reading of the requests served by ``decisions`` (not looked up by key: a pod
+        rescheduled under the same name has two): each is completed and enters the latency fit,
+        and the reading is one observation of the moving error (their mean absolute error). One
+        service P99 given to each of its N new pods was N observations: a single reading passed
+        ``min_samples`` and fired a fine-tune."""
         fired: Trigger | None = None
         with self._lock:
-            if d.network_latency_ms is None:
+            decisions = [d for d in decisions if d.network_latency_ms is not None]
+            if not decisions:
                 return None
-            expected = self.model.predict_latency(d.klass, d.network_latency_ms)
             now = self.clock() if at is None else at
-            if d.observed_latency_ms is None:
-                d.observed_latency_ms = float(latency_ms)
-                if d.expected_latency_ms is not None:
-                    d.errors["latency_ms"] = float(latency_ms) - d.expected_latency_ms
-            error = abs(float(latency_ms) - float(expected or 0.0))
-            self.latency_experience.append((self.observations, d.klass, d.network_latency_ms, float(latency_ms)))
+            errors = []
+            for d in decisions:
+                expected = self.model.predict_latency(d.klass, d.network_latency_ms)
+                if d.observed_latency_ms is None:
+                    d.observed_latency_ms = float(latency_ms)
+                    if d.expected_latency_ms is not None:
+                        d.errors["latency_ms"] = float(latency_ms) - d.expected_latency_ms
+                errors.append(abs(float(latency_ms) - float(expected or 0.0)))
+                self.latency_experience.append((self.observations, d.klass, d.network_latency_ms, float(latency_ms)))
+            error = float(np.mean(errors))
             if self.calibrated:
                 fire = self.detectors["latency_ms"].update(error, self.observations)
                 fired = self._after_update("latency_ms", fire, self.observations, now)
@@ -919,8 +946,10 @@ def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None)
     predicted a share of (on Kubernetes the node's allocatable CPU, less than the machine's cores
     a snapshot reports: dividing by those would compare shares of two different wholes), the
     snapshot's capacity only where the decision has none. A service's P99 latency completes the
-    decisions of that class still waiting for a latency. Returns how many node observations it fed.
+    decisions of that class still waiting for a latency (one observation of the moving latency
+    error per service, not one per pod). Returns how many node observations it fed.
     """
+    at = _time(at)
     fed = 0
     for name, usage in snapshot.nodes.items():
         pred = loop.latest.get(name)
@@ -940,8 +969,8 @@ def observe_snapshot(loop: FeedbackLoop, snapshot: Any, at: float | None = None)
             # snapshot while the old never completed.
             waiting = [d for d in loop.decisions if d.klass == service and d.observed_latency_ms is None
                        and d.network_latency_ms is not None and loop.by_key.get(d.key) is d]
-        for d in waiting:
-            loop._observe_latency_of(d, float(stats.p99_latency_ms), at)
+        if waiting:  # one reading of the service: one observation of the moving error
+            loop._observe_latency_of(waiting, float(stats.p99_latency_ms), at)
     return fed
 
 
@@ -993,6 +1022,11 @@ class FederatedRoundRequest:
         self.root = Path(root).expanduser()
         if self.root.exists() and not self.root.is_dir():
             raise ValueError(f"root: {str(self.root)!r} exists and is not a folder")
+        # The site is part of the file name: "a/b" put the request in a subfolder that
+        # ``iro fed rounds`` never lists (lost), "x/../../y" wrote outside ``root``, and "" was
+        # written and then rejected by the consumer (read_request needs a non-empty site).
+        if not isinstance(site, str) or not site or "/" in site or "\0" in site:
+            raise ValueError(f"site: expected a non-empty name without '/', got {site!r}")
         self.site = site
         self.written: list[Path] = []
 

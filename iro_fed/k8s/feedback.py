@@ -137,6 +137,12 @@ class NodeMetricsFeed:
             if stamp is not None:
                 self._fed_at[node] = stamp
             fed += 1
+        # The loop forgets nodes past its max_nodes (autoscaled away, renamed); so does the feed,
+        # or a long-running scheduler kept every node name it ever saw. Safe: a node the loop
+        # decides on again is judged only by scrapes taken after that decision.
+        latest = self.loop.latest
+        for gone in [n for n in self._fed_at if n not in latest]:
+            del self._fed_at[gone]
         self.polls += 1
         return fed
 
