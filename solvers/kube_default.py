@@ -49,8 +49,9 @@ in the best-effort skip of BalancedAllocation):
   at ``nextStartNodeIndex`` and advancing it by the nodes processed, and ``selectHost`` (uniform
   among the highest total: a seeded draw here, reservoir sampling upstream; same distribution,
   different random stream).
-* ``backend/cache/node_tree.go``: the node list interleaves zones round-robin (zone key from
-  ``topology.kubernetes.io/region`` / ``zone`` labels with the ``failure-domain.beta`` fallbacks).
+* ``backend/cache/node_tree.go``: the node list interleaves zones round-robin (zone key as
+  ``GetZoneKey``, ``component-helpers/node/topology``: the ``failure-domain.beta.kubernetes.io``
+  region / zone labels first, ``topology.kubernetes.io`` only where the beta label is absent).
 * ``plugins/queuesort/priority_sort.go``: pods by priority, highest first, then arrival order.
 
 Known differences (deliberate, the model does not carry what upstream reads):
@@ -104,8 +105,9 @@ ROUND_UP_TOL = 1e-12
 #: whole amount one byte down; float noise there is about 1e-4 bytes.
 MAX_NOISE_UNITS = 1e-3
 PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
-ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
-REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
+#: GetZoneKey's lookup order: the deprecated beta label wins over the GA one when a node has both.
+ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
+REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
 
 
 def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
