@@ -2,7 +2,10 @@
 
 A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload object:
 
-* ``name``: ``namespace/name`` (``metadata.generateName`` when the name is not set yet);
+* ``name``: ``namespace/name`` (``metadata.generateName`` when the name is not set yet; the
+  namespace ``default`` when not set), checked as the API server checks them: the name (or
+  generateName prefix) a DNS-1123 subdomain of at most 253 characters, the namespace a
+  DNS-1123 label of at most 63;
 * ``requests``: read by :func:`iro_fed.k8s.snapshot.pod_requests`, the reader the scheduler,
   extender and webhook use: summed over ``spec.containers``, then the max with each init
   container (the effective request kube-scheduler uses; sidecars, i.e. init containers with
@@ -25,6 +28,7 @@ Errors raise :class:`BadRequest` with the field path (``pod.spec.containers[0].r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +42,25 @@ class BadRequest(ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+#: The API server's object names: pods are DNS-1123 subdomains (ValidatePodName), namespaces
+#: DNS-1123 labels (ValidateNamespaceName); a "/" in a name would make "ns/name" ambiguous.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_name(field: str, value: str, pattern: re.Pattern[str], max_len: int, shown: str | None = None) -> str:
+    """``value`` if it is a valid object name by ``pattern`` and at most ``max_len`` characters,
+    else :class:`BadRequest` naming ``field`` (``shown``: the value to quote, if not ``value``)."""
+    kind = "RFC 1123 label" if pattern is _DNS1123_LABEL else "RFC 1123 subdomain"
+    if len(value) > max_len:
+        raise BadRequest(field, f"must be no more than {max_len} characters, got {len(value)}")
+    if not pattern.fullmatch(value):
+        allowed = "'-'" if pattern is _DNS1123_LABEL else "'-' or '.'"
+        raise BadRequest(field, f"a lowercase {kind} must consist of lower case alphanumeric characters, {allowed}, "
+                                f"and must start and end with an alphanumeric character, got {value if shown is None else shown!r}")
+    return value
 
 
 def is_pod(doc: Mapping[str, Any]) -> bool:
@@ -67,12 +90,21 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
     meta = _mapping(pod.get("metadata"), "pod.metadata")
     spec = _mapping(pod.get("spec"), "pod.spec", required=True)
-    name = meta.get("name") or meta.get("generateName")
-    if not isinstance(name, str) or not name:
+    for key in ("name", "generateName", "namespace"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise BadRequest(f"pod.metadata.{key}", f"expected a string, got {type(meta[key]).__name__}")
+    if meta.get("name"):
+        name = _check_name("pod.metadata.name", meta["name"], _DNS1123_SUBDOMAIN, 253)
+    elif meta.get("generateName"):
+        # A prefix: the API server validates it with a trailing '-' allowed (maskTrailingDash).
+        prefix = meta["generateName"]
+        masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+        _check_name("pod.metadata.generateName", masked, _DNS1123_SUBDOMAIN, 253, shown=prefix)
+        name = prefix
+    else:
         raise BadRequest("pod.metadata.name", "required: a name (or generateName)")
     ns = meta.get("namespace") or "default"
-    if not isinstance(ns, str):
-        raise BadRequest("pod.metadata.namespace", f"expected a string, got {type(ns).__name__}")
+    _check_name("pod.metadata.namespace", ns, _DNS1123_LABEL, 63)
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
     from iro_fed.k8s.snapshot import PodSpecError, pod_demand

@@ -87,6 +87,7 @@ from typing import ClassVar
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, untolerated
+from iro_fed.k8s.snapshot import REGION_LABELS, ZONE_LABELS  # GetZoneKey's order, one copy for both readers
 from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
 from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
@@ -105,9 +106,6 @@ ROUND_UP_TOL = 1e-12
 #: whole amount one byte down; float noise there is about 1e-4 bytes.
 MAX_NOISE_UNITS = 1e-3
 PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
-#: GetZoneKey's lookup order: the deprecated beta label wins over the GA one when a node has both.
-ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
-REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
 
 
 def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:

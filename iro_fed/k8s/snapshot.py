@@ -12,8 +12,10 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   whole counts, ``ephemeral-storage`` and hugepages in MiB, everything else in its base unit:
   :func:`model_amount`; a resource the node does not list has none); GPUs: ``nvidia.com/gpu``; GPU model: label
   ``nvidia.com/gpu.product`` (or ``iro-fed.io/gpu-model``);
-* domain: label ``topology.kubernetes.io/zone``, else ``topology.kubernetes.io/region``, else
-  ``default``; its kind from the config or the node label ``iro-fed.io/domain-kind``;
+* domain: the node's zone, else its region, else ``default``, each read as kube-scheduler's
+  ``GetZoneKey`` reads it (:data:`ZONE_LABELS`, :data:`REGION_LABELS`: the
+  ``failure-domain.beta.kubernetes.io`` label when present, else the ``topology.kubernetes.io``
+  one); its kind from the config or the node label ``iro-fed.io/domain-kind``;
 * taints as given; ``spec.unschedulable`` adds ``node.kubernetes.io/unschedulable:NoSchedule``
   (what the node lifecycle controller does);
 * a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
@@ -38,7 +40,8 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   ``iro-fed.io/gpu-models`` carry the model's own constraints.
 
 A field of the wrong type raises :class:`PodSpecError` whose ``field`` is its JSON path, never a
-TypeError from deep inside.
+TypeError from deep inside; so does a container name repeated across ``spec.containers`` and
+``spec.initContainers`` (the API server refuses such a pod).
 
 Affinity terms that are more than label equality are evaluated here, against each node, and
 handed to the model as a synthetic node label (``iro-fed.io/affinity-<hash>``) that the pod
@@ -76,8 +79,10 @@ from iro_fed.problem_io import (
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL_LABELS = ("nvidia.com/gpu.product", "iro-fed.io/gpu-model")
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
+#: kube's ``GetZoneKey`` (``component-helpers/node/topology``) lookup order, shared with
+#: ``solvers.kube_default``: the deprecated beta label wins over the GA one when a node has both.
+ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
+REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
 DOMAIN_KIND_LABEL = "iro-fed.io/domain-kind"
 DEFAULT_DOMAIN = "default"
 ANN_GPU_MILLI = "iro-fed.io/gpu-milli"
@@ -333,8 +338,13 @@ def _exact(resource: str, value: Any, who: str, path: str) -> Decimal:
 # --- nodes ---------------------------------------------------------------------------------
 
 
+def topology_label(labels: Mapping[str, str], keys: Sequence[str]) -> str:
+    """The first of ``keys`` the node has (even if empty, as ``GetZoneKey``), else ``""``."""
+    return next((labels[k] for k in keys if k in labels), "")
+
+
 def node_domain(labels: Mapping[str, str]) -> str:
-    return labels.get(ZONE_LABEL) or labels.get(REGION_LABEL) or DEFAULT_DOMAIN
+    return topology_label(labels, ZONE_LABELS) or topology_label(labels, REGION_LABELS) or DEFAULT_DOMAIN
 
 
 def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any]:
@@ -621,9 +631,18 @@ def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     spec = _obj(pod.get("spec"), who, "spec")
     statuses, infeasible = _status_requests(pod, resources, who)
 
+    names: set[str] = set()
+
     def container(c: Any, path: str) -> dict[str, Decimal]:
         req = _container_exact(c, resources, path, who)
-        status = statuses.get(_opt_str(c, "name", who, path) or "")
+        name = _opt_str(c, "name", who, path) or ""
+        # The API server refuses a repeated name (its statuses, found by name, would be ambiguous);
+        # it reports the later one, an init container's when it repeats an app container's.
+        if name in names:
+            raise _bad(who, f"{path}.name", f"Duplicate value: {name!r} (containers and init containers share one namespace)")
+        if name:
+            names.add(name)
+        status = statuses.get(name)
         return _resized(req, status, infeasible) if status else req
 
     apps = [container(c, f"spec.containers[{i}]") for i, c in enumerate(_items(spec.get("containers"), who, "spec.containers"))]
@@ -723,18 +742,22 @@ def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
     ann = _str_map(meta.get("annotations"), who, "metadata.annotations")
     if ANN_GPU_MILLI in ann:
         where = f"metadata.annotations.{ANN_GPU_MILLI}"
-        try:
-            milli = int(ann[ANN_GPU_MILLI])
-        except ValueError:
-            raise _bad(who, where, f"expected an integer 1..{GPU_MILLI}, got {ann[ANN_GPU_MILLI]!r}") from None
+        text = ann[ANN_GPU_MILLI]
+        # Plain ASCII digits only, as a Go reader (strconv.Atoi) of the annotation: int() also
+        # takes "5_00", " 500 ", "+500" and non-ASCII digits.
+        if not _DIGITS.fullmatch(text):
+            raise _bad(who, where, f"expected an integer 1..{GPU_MILLI} (decimal digits only), got {text!r}")
+        significant = text.lstrip("0")  # Atoi takes leading zeros; no int() of a huge digit string
+        milli = int(significant or "0") if len(significant) <= 4 else GPU_MILLI + 1
         if not 1 <= milli <= GPU_MILLI:
-            raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {milli}")
+            raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {text if len(text) <= 20 else text[:20] + '...'}")
         if gpus > 1:
             raise _bad(who, where, f"is a share of one card, but the pod requests {gpus} {GPU_RESOURCE}")
         return PodDemand(requests, 1, milli, nonzero)
     return PodDemand(requests, gpus, GPU_MILLI if gpus else 0, nonzero)
 
 
+_DIGITS = re.compile(r"[0-9]+")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 #: A parsed node selector requirement: (on metadata.name rather than a label, key, operator, values).
 _Requirement = tuple[bool, str, str, tuple[str, ...]]
