@@ -113,7 +113,8 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
     """The parts of a solver's info worth keeping in the report."""
     if name == "cpsat":
         keys = ("status", "objective", "best_bound", "exact_model", "pruned", "utilization_model", "num_variables",
-                "num_constraints", "build_s", "deterministic_time", "final_gap", "hint", "time_s", "wall_clock_cut")
+                "num_constraints", "build_s", "deterministic_time", "final_gap", "hint", "time_s", "wall_clock_cut",
+                "pruning")
         out = {k: info.get(k) for k in keys}
         if "lns" in info:
             out["lns"] = {k: info["lns"].get(k) for k in ("iterations", "improvements", "stopped")}

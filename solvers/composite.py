@@ -6,7 +6,9 @@
   made in time and ``then`` (a fast online heuristic, or ``none``) places the rest; a batch
   solver that runs out is replaced by ``then`` on the whole problem, and one that stopped its own
   online start at the budget (pods in ``info["not_reached"]``, as cpsat reports them) has ``then``
-  place those pods.
+  place those pods. A placement it puts together (an online solver's, or one ``then`` completed)
+  is ``feasible``, never ``optimal``, or ``infeasible`` with ``info["violations"]`` when
+  :func:`check_placement` finds any.
 
 Deadlines are cooperative (``Solver.solve_until``): online solvers check them between pods,
 batch solvers pass them to their engine's own time limit.
@@ -141,7 +143,15 @@ class TimeBudget(Solver):
             info["finished_by"] = self.then
         if inner_info is not None:
             info["inner"] = inner_info
-        return Placement(assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons, info=info)
+        # Pieced together (the inner solver's decisions, then ``then``'s): nothing proves it optimal,
+        # even where the inner solver's own status was; valid is all that can be said.
+        violations = check_placement(problem, state.assignment, state.gpu_cards)
+        if violations:
+            info["violations"] = violations
+        return Placement(
+            assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons,
+            status="infeasible" if violations else "feasible", info=info,
+        )
 
 
 COMPOSITES = (Fallback, TimeBudget)

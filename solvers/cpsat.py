@@ -118,6 +118,9 @@ optimal for the true R up to ``scale_error_bound`` (which includes, where the le
 rounds amounts that are not integral, ``info["utilization_rounded"]``, the most that can change
 U). Otherwise the status is ``feasible``, and
 ``info`` says why (``exact_model``, ``pruned``, ``utilization_model``, CP-SAT's ``status``).
+``pruned`` is true when the model CP-SAT was given is over pruned candidates (false when no model
+was built); ``pruning``, present when the candidates needed pruning, reads ``done`` or ``not
+completed`` (the time limit passed during it).
 ``info`` reports CP-SAT's objective and best bound in units of R (a bound on the true R only
 when ``exact_model`` is true), the gap, wall time and model size.
 
@@ -127,7 +130,8 @@ polish and decoding; everything before ends by the limit less the reserve: the o
 (pods it has not reached by then stay unplaced in it), its polish, the candidate pruning and
 the model build (checked as variables and constraints are added; when the model cannot be
 finished, CP-SAT and the search are skipped, ``info["status"]`` reads ``not_run``, and the
-polished hint is the answer; pods the hint had not reached say so in their reasons), then CP-SAT
+polished hint is the answer; pods the hint had not reached and no polish weighed, listed in
+``info["not_reached"]``, say so in their reasons), then CP-SAT
 and the search get the time that is left. ``info["time_s"]`` gives the seconds of each phase
 (``hint``, ``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``, ``decode``, ``total``).
 Steps that cannot stop midway may carry the solve past the limit by their length: the
@@ -289,19 +293,22 @@ def unplaced_reasons(problem: Problem, state: ClusterState, solver: str) -> dict
 
 
 def improve(
-    problem: Problem, state: ClusterState, deadline: float | None = None, max_rounds: int = 20, swaps: bool = True
+    problem: Problem, state: ClusterState, deadline: float | None = None, max_rounds: int = 20, swaps: bool = True,
+    weighed: np.ndarray | None = None,
 ) -> int:
     """Local improvement with the true objective, in place: each pod in turn is taken out and
     put back on its best node by :func:`~iro_fed.objective.marginal` (or left out when every
     node lowers R), until a round makes no move that gains more than :data:`POLISH_TOL`; then
     :func:`drain_nodes`, (``swaps``) :func:`swap_pods`, :func:`insert_by_eviction`, and
     single-pod moves again after any of them moved something. Returns the number of moves (a
-    drained node counts its pods, a swap or an insertion two)."""
+    drained node counts its pods, a swap or an insertion two). ``weighed`` (a boolean array over
+    the pods), when given, is set for each pod a single-pod round reached: placed at its best
+    node or left out by R's choice (the larger moves run only after a whole round)."""
     # Each tried only while the ones before it moved nothing and time is left.
     larger = [drain_nodes, *([swap_pods] if swaps else []), insert_by_eviction]
     moves = 0
     for _ in range(max_rounds):
-        moved = _single_pod_round(problem, state, deadline)
+        moved = _single_pod_round(problem, state, deadline, weighed)
         for move in larger:
             if moved or (deadline is not None and time.perf_counter() > deadline):
                 break
@@ -312,11 +319,15 @@ def improve(
     return moves
 
 
-def _single_pod_round(problem: Problem, state: ClusterState, deadline: float | None) -> int:
+def _single_pod_round(
+    problem: Problem, state: ClusterState, deadline: float | None, weighed: np.ndarray | None = None
+) -> int:
     moved = 0
     for w in range(problem.num_workloads):
         if deadline is not None and time.perf_counter() > deadline:
             return moved
+        if weighed is not None:
+            weighed[w] = True
         n0 = int(state.assignment[w])
         cards0 = state.gpu_cards.get(w, ())
         if n0 >= 0:
@@ -1328,6 +1339,9 @@ class CpSat(Solver):
         # Pods the chosen hint had not reached by the cap; without a hint, every pod (should no
         # model be built, nothing but the final polish weighs them).
         unreached: list[int] = list(range(p.num_workloads))
+        # Pods a polish's single-pod round reached (weighed by R, even when left out): never
+        # ``not_reached``, though the hint had not reached them.
+        weighed = np.zeros(p.num_workloads, dtype=bool)
         if self.hint_solvers:
             import solvers
 
@@ -1364,7 +1378,7 @@ class CpSat(Solver):
                 polish_end = cap
                 if not self.deterministic:
                     polish_end = min(cap, start + (HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)) * (end - start))
-                moves = improve(p, hint_state, deadline=polish_end, swaps=False)
+                moves = improve(p, hint_state, deadline=polish_end, swaps=False, weighed=weighed)
                 if self.deterministic and time.perf_counter() > polish_end:
                     cut.append("hint_polish")
                 info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)
@@ -1374,6 +1388,7 @@ class CpSat(Solver):
         state0 = ClusterState(p)
         full: PlacementModel | None = None
         pruned = False
+        pruning: str | None = None  # when needed: "done", or "not completed" when the time ran out
         try:
             _check_deadline(cap)
             cand = feasible_matrix(p, state0)
@@ -1385,14 +1400,20 @@ class CpSat(Solver):
             pruned = limit is not None and bool((cand.sum(axis=1) > limit + 1).any())
             if pruned:
                 assert limit is not None
+                pruning = "not completed"
                 cand = _prune(p, cand, hint_state, limit, deadline=cap)
+                pruning = "done"
             full = PlacementModel(
                 p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state, self.cardinality_cuts,
                 deadline=cap,
             )
         except OutOfTime:
             cut.append("build")  # no model in the budget: the hint (polished if time is left) is the answer
+        # ``pruned``: the model CP-SAT solved is over pruned candidates (not when none was built).
+        pruned = pruned and full is not None
         info["pruned"] = pruned
+        if pruning is not None:
+            info["pruning"] = pruning
         if full is not None:
             info.update(full.info)
             info.update(
@@ -1450,7 +1471,7 @@ class CpSat(Solver):
             # so the whole solve stays within time_limit_s (500 x 100 took 10.00 s of 10 with drains
             # and swaps polishing up to the limit).
             polish_end = end - 0.5 * reserve
-            info["polish_moves"] = improve(p, state, deadline=polish_end)
+            info["polish_moves"] = improve(p, state, deadline=polish_end, weighed=weighed)
             if time.perf_counter() > polish_end:
                 cut.append("polish")
             phase("polish")
@@ -1459,10 +1480,10 @@ class CpSat(Solver):
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
         reasons = unplaced_reasons(p, state, self.name)
-        if full is None:  # pods the hint did not reach: not R's choice, nothing weighed them
+        if full is None:  # pods the hint did not reach and no polish weighed: not R's choice
             # ``not_reached``: for a caller that can still place them (time-budget's ``then``).
-            info["not_reached"] = [w for w in unreached if state.assignment[w] < 0]
-            for w in unreached:
+            info["not_reached"] = _not_reached(state, unreached, weighed)
+            for w in info["not_reached"]:
                 if w in reasons and feasible_nodes(state, w).any():
                     reasons[w] = explain(state, w) + (
                         f" Left unplaced by {self.name}: the time limit passed before "
@@ -1598,6 +1619,13 @@ def _neighbourhood(
     else:
         pool = np.arange(p.num_nodes)
     return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
+
+
+def _not_reached(state: ClusterState, unreached: list[int], weighed: np.ndarray) -> list[int]:
+    """The pods of ``unreached`` (the hint had not reached them) still unplaced in ``state`` that no
+    polish weighed (``weighed``, from :func:`improve`). A pod a polish weighed and left out is R's
+    choice: a caller placing it (time-budget's ``then``) would lower R."""
+    return [w for w in unreached if state.assignment[w] < 0 and not weighed[w]]
 
 
 def _prune(
