@@ -24,8 +24,9 @@ Expected latency = the objective's network latency to the user region + a per-cl
 **Drift detection** (:class:`DriftDetector`, one per tracked quantity). An exponentially
 weighted moving average of the absolute error (weight ``alpha`` on the newest). Below the calm
 band (``calm`` x ``threshold``) the loop is calm and refits the model on the window every
-``refit_every`` observations (slow drift is absorbed there, not alarmed; after a fine-tune only
-the experience since its drift began enters these fits). Leaving the band marks
+``refit_every`` node observations (latency readings do not count; slow drift is absorbed
+there, not alarmed; after a fine-tune only the experience since its drift began enters these
+fits, latency readings by their own count). Leaving the band marks
 where the *recent experience* begins (at most the EWMA's span, ``2 / alpha`` observations, back).
 When the moving error passes ``threshold`` with at least ``min_samples`` observations since then,
 one fine-tune fires, then the detector is disarmed:
@@ -36,7 +37,7 @@ below the threshold for ``cooldown`` observations in a row) doubles the cooldown
 up to ``2 ** 10`` x, and until the error settles only the cooldown re-arms: an offset the model
 cannot represent (a node's base load that does not scale with requests) gives a few fine-tunes,
 ever rarer, not one per cooldown (or per lucky calm dip) forever. During the cooldown the model keeps refitting on the growing post-drift
-experience (every ``settle_every`` observations; once ``min_samples`` came after the trigger,
+experience (every ``settle_every`` node observations; once ``min_samples`` came after the trigger,
 on those only), part of the same fine-tune. The first
 ``calibration`` observations fit the initial model and are not judged (a calibration is
 recorded separately, it is not a drift); so are observations of a node that holds a class
@@ -315,10 +316,10 @@ class Trigger:
     quantity: str
     moving_error: float
     threshold: float
-    samples: int  # observations the refit used (the recent experience)
+    samples: int  # observations the refit used (the recent experience; a latency trigger: latency samples)
     factors_before: dict[str, float]
     factors_after: dict[str, float]
-    error_after: float  # mean absolute error of the refitted model on those samples
+    error_after: float  # mean absolute error of the refitted model on those samples (a latency trigger: ms)
     actions: list[str] = field(default_factory=list)
     results: dict[str, str] = field(default_factory=dict)
     settled_error: float | None = None  # moving error at the end of the cooldown
@@ -358,9 +359,9 @@ class FeedbackConfig:
     min_samples: int = 5  # observations since leaving the calm band before a trigger may fire
     window: int = 200  # sliding window of observations the model is fitted on
     calibration: int | None = None  # first observations that fit the initial model (None: min_samples; 0: none)
-    refit_every: int = 0  # while calm, refit on the window every this many observations (0: never)
+    refit_every: int = 0  # while calm, refit on the window every this many node observations (0: never)
     cooldown: int = 50  # observations after a trigger before the detector re-arms by itself
-    settle_every: int = 10  # during the cooldown, refit on the post-drift experience this often (0: never)
+    settle_every: int = 10  # in a cooldown, refit on post-drift experience every this many node observations (0: never)
     latency_threshold_ms: float | None = None  # a second trigger on the latency error (None: tracked only)
     latency_alpha: float | None = None  # EWMA weight for latency (None: alpha)
 
@@ -512,7 +513,12 @@ class FeedbackLoop:
         self.record_terms = record_terms
         self.observations = 0
         self.experience: deque[Sample] = deque(maxlen=cfg.window)
+        # (latency reading, class, network ms, observed ms): indexed by the loop's own count of
+        # latency readings, not of node observations: with no node observed after a latency drift
+        # began, a fine-tune found no reading "since" it and refitted on the whole window.
         self.latency_experience: deque[tuple[int, str, float, float]] = deque(maxlen=cfg.window)
+        self.latency_readings = 0
+        self._latency_marks: deque[tuple[int, int]] = deque(maxlen=cfg.window)  # (reading, observations then)
         self.latest: OrderedDict[str, Decision] = OrderedDict()  # per node, least recently seen first
         self.pending: dict[str, list[Decision]] = {}  # per node, in the order made: not observed yet
         self._basis: dict[str, Decision] = {}  # per node, the newest decision an observation completed
@@ -528,10 +534,13 @@ class FeedbackLoop:
             "latency_ms": DriftDetector(cfg.latency_threshold_ms, cfg.latency_alpha or cfg.alpha, cfg.calm,
                                         cfg.min_samples, cfg.cooldown),
         }
-        self._since_refit = 0
+        self._since_refit = 0  # node observations since the last refit (latency readings do not count)
         self._active: Trigger | None = None  # the fine-tune whose cooldown is running
+        self._active_reading = 0  # latency readings when it fired
         self._settle_start: int | None = None
         self._regime_start = 0
+        self._lat_settle_start = 0  # the same two starts in latency readings
+        self._lat_regime_start = 0
         self._unfitted: dict[str, int] = {}  # classes seen but never fitted: observations so far
         self._lock = threading.RLock()
         self.background_actions = background_actions
@@ -706,7 +715,7 @@ class FeedbackLoop:
                 for c in unknown:
                     self._unfitted[c] = self._unfitted.get(c, 0) + usable
                 if any(self._unfitted[c] >= max(self.config.min_samples, 1) for c in unknown):
-                    self._calibrate(now, start=self._regime_start)
+                    self._calibrate(now, start=self._regime_start, since_reading=self._lat_regime_start)
             else:
                 fire = self.detectors["utilization"].update(error, index)
                 fired = self._after_update("utilization", fire, index, now)
@@ -743,6 +752,9 @@ class FeedbackLoop:
             if not decisions:
                 return None
             now = self.clock() if at is None else at
+            reading = self.latency_readings
+            self.latency_readings += 1
+            self._latency_marks.append((reading, self.observations))
             errors = []
             for d in decisions:
                 expected = self.model.predict_latency(d.klass, d.network_latency_ms)
@@ -751,11 +763,11 @@ class FeedbackLoop:
                     if d.expected_latency_ms is not None:
                         d.errors["latency_ms"] = float(latency_ms) - d.expected_latency_ms
                 errors.append(abs(float(latency_ms) - float(expected or 0.0)))
-                self.latency_experience.append((self.observations, d.klass, d.network_latency_ms, float(latency_ms)))
+                self.latency_experience.append((reading, d.klass, d.network_latency_ms, float(latency_ms)))
             error = float(np.mean(errors))
             if self.calibrated:
-                fire = self.detectors["latency_ms"].update(error, self.observations)
-                fired = self._after_update("latency_ms", fire, self.observations, now)
+                fire = self.detectors["latency_ms"].update(error, reading)
+                fired = self._after_update("latency_ms", fire, reading, now)
             if self._metrics and self.moving_latency_error is not None:
                 self._metrics["error"].labels("latency_ms").set(self.moving_latency_error)
         if fired is not None:
@@ -764,23 +776,44 @@ class FeedbackLoop:
 
     # --- refits and triggers ----------------------------------------------------------------
 
-    def _refit(self, samples: Sequence[Sample]) -> tuple[dict[str, float], float]:
+    def _reading_at(self, observation: int) -> int:
+        """The first latency reading made once ``observation`` node observations had been made
+        (``latency_readings``: none yet)."""
+        for reading, seen in self._latency_marks:
+            if seen >= observation:
+                return reading
+        return self.latency_readings
+
+    def _observation_at(self, reading: int) -> int:
+        """The node observations made before latency reading ``reading`` (the first kept one
+        from it on; ``observations``: none yet)."""
+        for r, seen in self._latency_marks:
+            if r >= reading:
+                return seen
+        return self.observations
+
+    def _refit(self, samples: Sequence[Sample], since_reading: int) -> tuple[dict[str, float], float, int, float]:
+        """Refit the factors on ``samples`` and the latency offsets on the readings from
+        ``since_reading`` on. Returns the factors and their in-sample error, and how many latency
+        samples the offsets were fitted on and their in-sample error (ms)."""
         self.model.fit(samples)
-        lat = [(k, n, o) for i, k, n, o in self.latency_experience if not samples or i >= samples[0].index]
+        lat = [(k, n, o) for r, k, n, o in self.latency_experience if r >= since_reading]
+        lat_mae = 0.0
         if lat:
             self.model.fit_latency(lat)
+            lat_mae = float(np.mean([abs(o - float(self.model.predict_latency(k, n) or 0.0)) for k, n, o in lat]))
         mae = float(np.mean([abs(s.observed - self.model.predict(s.requests, s.capacity)) for s in samples])) \
             if samples else 0.0
         self._since_refit = 0
         if self._metrics:
             for c, f in self.model.factors.items():
                 self._metrics["factor"].labels(c).set(f)
-        return dict(self.model.factors), mae
+        return dict(self.model.factors), mae, len(lat), lat_mae
 
-    def _calibrate(self, now: float, start: int = 0) -> None:
+    def _calibrate(self, now: float, start: int = 0, since_reading: int = 0) -> None:
         before = dict(self.model.factors)
         samples = [s for s in self.experience if s.index >= start]
-        after, mae = self._refit(samples)
+        after, mae, _, _ = self._refit(samples, since_reading)
         for c in list(self._unfitted):  # fitted now; any other starts counting afresh
             if c in after:
                 del self._unfitted[c]
@@ -796,19 +829,28 @@ class FeedbackLoop:
         """Periodic refit when calm, settling refits in a cooldown, or a new fine-tune."""
         cfg = self.config
         det = self.detectors[quantity]
-        self._since_refit += 1
+        # refit_every and settle_every count node observations, as documented: latency readings
+        # counted too made both come sooner (a service P99 per node poll: twice as often).
+        if quantity == "utilization":
+            self._since_refit += 1
         if fire:
             return self._fine_tune(quantity, det, index, now)
         if self._active is not None:
             util = self.detectors["utilization"]
             if cfg.settle_every and self._since_refit >= cfg.settle_every and self._settle_start is not None:
-                # What came after the trigger is surely the new regime: fit on it once there is enough.
+                # What came after the trigger is surely the new regime: fit on it once there is
+                # enough (node observations and latency readings each on their own count).
                 after = [s for s in self.experience if s.index >= self._active.observation]
                 if len(after) >= max(cfg.min_samples, 1):
                     self._regime_start = self._active.observation
-                    self._refit(after)
                 else:
-                    self._refit([s for s in self.experience if s.index >= self._settle_start])
+                    after = [s for s in self.experience if s.index >= self._settle_start]
+                if self.latency_readings - self._active_reading >= max(cfg.min_samples, 1):
+                    self._lat_regime_start = self._active_reading
+                    since_reading = self._active_reading
+                else:
+                    since_reading = self._lat_settle_start
+                self._refit(after, since_reading)
                 self._active.settle_refits += 1
             if self.detectors[self._active.quantity].armed:
                 self._active.settled_error = util.value
@@ -819,33 +861,44 @@ class FeedbackLoop:
                    for d in self.detectors.values())
         if cfg.refit_every and calm and self._since_refit >= cfg.refit_every:
             # A fine-tune marks a new regime: what came before it no longer enters a fit.
-            self._refit([s for s in self.experience if s.index >= self._regime_start])
+            self._refit([s for s in self.experience if s.index >= self._regime_start], self._lat_regime_start)
         return None
 
     def _fine_tune(self, quantity: str, det: DriftDetector, index: int, now: float) -> Trigger:
+        # ``index`` and the drift start count the detector's own events: node observations for
+        # utilization, latency readings for latency.
         start = det.drift_start if det.drift_start is not None else index
         # The recent experience: since the error left the calm band, at most the EWMA's span.
         span = max(self.config.min_samples, math.ceil(2.0 / det.alpha))
         start = max(start, index + 1 - span)
+        if quantity == "latency_ms":
+            since_reading, start = start, self._observation_at(start)
+        else:
+            since_reading = self._reading_at(start)
         recent = [s for s in self.experience if s.index >= start]
         before = dict(self.model.factors)
-        after, mae = self._refit(recent)
+        after, mae, lat_samples, lat_mae = self._refit(recent, since_reading)
+        # A latency trigger reports its own refit: the latency samples and their error in ms.
+        samples, error_after = (lat_samples, lat_mae) if quantity == "latency_ms" else (len(recent), mae)
         trigger = Trigger("fine-tune", now, self.observations, quantity, float(det.value or 0.0), float(det.threshold or 0.0),
-                          len(recent), before, after, mae, [action_name(a) for a in self.actions])
+                          samples, before, after, error_after, [action_name(a) for a in self.actions])
         self.signals.append(trigger)
         if self._active is not None and self._active.settled_error is None:
             self._active.settled_error = self.detectors["utilization"].value
         self._active = trigger
+        self._active_reading = self.latency_readings
         self._settle_start = start
         self._regime_start = start
+        self._lat_settle_start = since_reading
+        self._lat_regime_start = since_reading
         for d in self.detectors.values():
             if d.threshold is not None:
                 d.disarm()
         if self._metrics:
             self._metrics["drift"].inc()
         log.warning("feedback: %s moving error %.4f > %.4f after %d samples; usage model refitted (%s), "
-                    "in-sample error %.4f", quantity, trigger.moving_error, trigger.threshold, len(recent),
-                    ", ".join(f"{c} {f:.3f}" for c, f in sorted(after.items())), mae)
+                    "in-sample error %.4f", quantity, trigger.moving_error, trigger.threshold, samples,
+                    ", ".join(f"{c} {f:.3f}" for c, f in sorted(after.items())), error_after)
         return trigger
 
     def _run_actions(self, trigger: Trigger) -> None:

@@ -67,6 +67,13 @@ class NodeMetricsFeed:
     the last one fed is skipped (an item without a readable ``timestamp`` cannot be told apart:
     it is fed at the poll's time, as before).
 
+    A ``timestamp`` more than ``max_ahead_s`` (default: ``interval_s``) ahead of the loop's clock
+    when the poll read it is not trusted (a kubelet clock that ran ahead, corrected later): the
+    item is fed at the poll's time, and that time, not its ``timestamp``, becomes the node's
+    mark for newer scrapes (the same item read again is still skipped). Taken as the mark, one
+    scrape stamped an hour ahead muted the node for that hour: every later, correct scrape was
+    "not newer" and skipped.
+
     ``current(node) -> (requests by class, allocatable CPU) | None``: what the node holds now
     (the scheduler's cache). The requests recorded with the node's latest decision go stale as
     pods finish or are deleted: a node that emptied kept being compared with requests it no
@@ -78,20 +85,28 @@ class NodeMetricsFeed:
     """
 
     def __init__(self, kube: Any, loop: FeedbackLoop, interval_s: float = 30.0,
-                 current: CurrentNode | None = None) -> None:
+                 current: CurrentNode | None = None, max_ahead_s: float | None = None) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) \
                 or not math.isfinite(interval_s) or interval_s <= 0:  # 0 would poll the API server in a busy loop
             raise ValueError(f"interval_s: must be a finite number > 0, got {interval_s!r}")
+        if max_ahead_s is not None and (isinstance(max_ahead_s, bool) or not isinstance(max_ahead_s, int | float)
+                                        or not math.isfinite(max_ahead_s) or max_ahead_s < 0):
+            raise ValueError(f"max_ahead_s: must be a finite number >= 0 or None, got {max_ahead_s!r}")
         if current is not None and not callable(current):
             raise ValueError(f"current: expected a callable node -> (requests, capacity) or None, got {current!r}")
         self.kube = kube
         self.loop = loop
         self.interval_s = interval_s
         self.current = current
+        # The clocks are assumed to agree within a poll: a timestamp further ahead is not the node's.
+        self.max_ahead_s = float(interval_s if max_ahead_s is None else max_ahead_s)
         self.polls = 0
         self.errors = 0
         self.repeats = 0  # items skipped because they were fed already (the same scrape read again)
-        self._fed_at: dict[str, float] = {}  # node -> timestamp of the last measurement fed
+        self.ahead = 0  # items fed at the poll's time: their timestamp was more than max_ahead_s ahead
+        # node -> (mark, timestamp) of the last measurement fed: a newer one has a timestamp past
+        # the mark (its timestamp, or the poll's time where that was ahead) and is not that one.
+        self._fed_at: dict[str, tuple[float, float]] = {}
         self._polling = threading.Lock()  # a poll by hand beside the thread's must not feed an item twice
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,17 +120,21 @@ class NodeMetricsFeed:
         from iro_fed.k8s.quantity import QuantityError, cpu_millicores
 
         fed = 0
-        for item in self.kube.node_metrics():
+        items = self.kube.node_metrics()
+        received = float(self.loop.clock())  # after the read: the scrapes it returned were taken by then
+        for item in items:
             node = (item.get("metadata") or {}).get("name")
             pred = self.loop.latest.get(node)
             cpu = (item.get("usage") or {}).get("cpu")
             if pred is None or cpu is None:
                 continue  # only nodes the loop made decisions on are judged
             stamp = _timestamp(item.get("timestamp"))
-            if stamp is not None and stamp <= self._fed_at.get(node, -math.inf):
+            last = self._fed_at.get(node)
+            if stamp is not None and last is not None and (stamp <= last[0] or stamp == last[1]):
                 self.repeats += 1
                 continue
-            at = None if stamp is None else stamp + 1.0
+            ahead = stamp is not None and stamp > received + self.max_ahead_s
+            at = None if stamp is None else received if ahead else stamp + 1.0
             if self.current is not None:
                 now = self.current(node)
                 if now is None:
@@ -135,7 +154,8 @@ class NodeMetricsFeed:
                                  at=at) is None:
                 continue  # measured before any decision on the node: nothing to compare
             if stamp is not None:
-                self._fed_at[node] = stamp
+                self._fed_at[node] = (received if ahead else stamp, stamp)
+                self.ahead += ahead
             fed += 1
         # The loop forgets nodes past its max_nodes (autoscaled away, renamed); so does the feed,
         # or a long-running scheduler kept every node name it ever saw. Safe: a node the loop

@@ -29,9 +29,11 @@ from iro_fed.objective import evaluate
 from iro_fed.sim.engine import RUNNING, SimResult, Simulator
 
 #: Loop settings for the simulator: about 30 decisions an hour on edge-iot, so the moving error
-#: averages about 10 of them; calibration on the first 40; a refit every 60 while calm.
+#: averages about 10 of them; calibration on the first 40; a refit every 30 node observations
+#: while calm and every 5 while settling (each comes with about one latency reading, which used to
+#: count too: these are the refits the former 60 / 10 gave).
 SIM_FEEDBACK = FeedbackConfig(threshold=0.08, alpha=0.05, calm=0.5, min_samples=10, window=240, calibration=40,
-                              refit_every=60, cooldown=60, settle_every=10)
+                              refit_every=30, cooldown=60, settle_every=5)
 
 
 class SimFeedback:
