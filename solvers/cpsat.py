@@ -1300,6 +1300,9 @@ class CpSat(Solver):
                     f"solver {self.name!r} setting 'hint': must be 'none' or solvers other than {self.name}, "
                     f"comma-separated ({', '.join(allowed)}), got {self.hint!r} ({name!r} is not one)"
                 )
+        # OR-Tools is imported when the solver is built, not inside the first solve's time_limit_s
+        # (about 1.1 s with the pandas it pulls in: a 1 s budget was spent before the hint ran).
+        from ortools.sat.python import cp_model  # noqa: F401
 
     @property
     def hint_solvers(self) -> list[str]:
