@@ -47,13 +47,14 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import AgentConfig
 from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
-from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter, NodeCollector
+from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter
 from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
-from iro_fed.metrics.prometheus import PrometheusClient, PrometheusUnavailable
+from iro_fed.metrics.local import LocalCollector
+from iro_fed.metrics.prometheus import PrometheusUnavailable
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
@@ -113,16 +114,11 @@ class Agent:
             self.federation = SuperNodeSupervisor(cfg.federated, self.metrics, cfg.store.path, self.log)
         # Decisions also recorded in the federated DQN's observation format (for the ClientApp).
         self.record_policy_samples = cfg.federated.enabled and cfg.federated.experience
-        token = cfg.prometheus.bearer_token_file
-        self.prometheus = (
-            PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
-                             bearer_token_file=None if token is None else str(token))
-            if cfg.prometheus.url else None
-        )
+        self.prometheus = cfg.prometheus.client() if cfg.prometheus.url else None
         self.snapshot: ClusterSnapshot | None = None
         self.prometheus_state: dict[str, Any] = {"up": None, "last_error": None, "last_success": None}
         self.load_aware_nodes = 0
-        self.local: NodeCollector | None = None
+        self.local: LocalCollector | None = None
         self._network_error: str | None = None  # the last network failure logged (logged once, not every round)
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -390,7 +386,7 @@ class Agent:
         cfg = self.cfg
         self.server = _Server(self)
         self._set_policy_info()
-        self.local = NodeCollector()  # primes the CPU reading; the first sample comes after first_delay
+        self.local = LocalCollector()  # primes the CPU reading; the first sample comes after first_delay
         loops = [("local_metrics", cfg.collect.interval_s, self._collect_step, min(0.5, cfg.collect.interval_s))]
         if self.prometheus is not None:
             self.metrics.dependency_up.labels("prometheus").set(0)

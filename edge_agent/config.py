@@ -18,6 +18,7 @@ from typing import Any
 
 from iro_fed.federated.procs import parse_host_port
 from iro_fed.limits import MAX_TOP_K
+from iro_fed.metrics.prometheus import PrometheusClient
 from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
 from iro_fed.problem_io import utf8_error
 
@@ -69,6 +70,11 @@ class PrometheusConfig:
     # account token is rotated in place); a user:password in the url is sent as Basic auth instead.
     bearer_token_file: Path | None = None
     queries: SnapshotQueries = field(default_factory=SnapshotQueries)
+
+    def client(self) -> PrometheusClient:
+        """The agent's client of these settings; ValueError for what the client refuses."""
+        token = self.bearer_token_file
+        return PrometheusClient(self.url, self.timeout_s, bearer_token_file=None if token is None else str(token))
 
 
 @dataclass
@@ -462,12 +468,8 @@ def load_config(
     if cfg.backoff.max_s < cfg.backoff.initial_s:
         errors.append(("backoff.max_s", f"must be >= backoff.initial_s ({cfg.backoff.initial_s}), got {cfg.backoff.max_s}"))
     if cfg.prometheus.url:
-        from iro_fed.metrics.prometheus import PrometheusClient
-
-        token = cfg.prometheus.bearer_token_file
         try:  # the client's own checks (http(s), a host, a port in range, not a password and a token)
-            PrometheusClient(cfg.prometheus.url, cfg.prometheus.timeout_s,
-                             bearer_token_file=None if token is None else str(token))
+            cfg.prometheus.client()
         except ValueError as exc:
             field = "prometheus.bearer_token_file" if "bearer_token_file" in str(exc) else "prometheus.url"
             errors.append((field, str(exc).removeprefix("prometheus url: ")))

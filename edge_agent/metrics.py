@@ -95,9 +95,10 @@ class AgentMetrics:
         published = self._published
         return None if published is None else published.sample
 
-    def collect(self, collector: NodeCollector) -> LocalSample:
+    def collect(self, collector: LocalCollector) -> LocalSample:
         """One collection round: /proc/net/dev read once, by :attr:`network` (psutil reads it only
-        where the counter has none: not Linux), psutil for the rest; published as :meth:`set_local`."""
+        where the counter has none: not Linux; a second read would be one more way for the round to
+        fail), psutil for the rest; published as :meth:`set_local`."""
         net, error = self._read_network()
         return self._publish(collector.collect(with_network=net is None and error is None), net, error)
 
@@ -176,12 +177,6 @@ class _Published:
     interfaces: tuple[str, ...] | None  # summed in the network totals; None: psutil's sum
     network: bool  # False: no good network reading yet (the series are left out)
     network_at: float  # taken_at of the network totals shown (an earlier round's after a failed read)
-
-
-#: The agent's node reader: :meth:`AgentMetrics.collect` leaves psutil's network read out where
-#: its :class:`NetworkCounter` reads /proc/net/dev (one read per round; psutil's would be a second
-#: one, and one more way for the round to fail).
-NodeCollector = LocalCollector
 
 
 class _LocalCounters:

@@ -32,6 +32,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN
+
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "iro-fed.io/"
 
@@ -44,20 +46,16 @@ class BadRequest(ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
-#: The API server's object names: pods are DNS-1123 subdomains (ValidatePodName), namespaces
-#: DNS-1123 labels (ValidateNamespaceName); a "/" in a name would make "ns/name" ambiguous.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
 def _check_name(field: str, value: str, pattern: re.Pattern[str], max_len: int, shown: str | None = None) -> str:
     """``value`` if it is a valid object name by ``pattern`` and at most ``max_len`` characters,
-    else :class:`BadRequest` naming ``field`` (``shown``: the value to quote, if not ``value``)."""
-    kind = "RFC 1123 label" if pattern is _DNS1123_LABEL else "RFC 1123 subdomain"
+    else :class:`BadRequest` naming ``field`` (``shown``: the value to quote, if not ``value``).
+    Pods are DNS-1123 subdomains (ValidatePodName), namespaces DNS-1123 labels
+    (ValidateNamespaceName); a "/" in a name would make "ns/name" ambiguous."""
+    kind = "RFC 1123 label" if pattern is DNS_LABEL else "RFC 1123 subdomain"
     if len(value) > max_len:
         raise BadRequest(field, f"must be no more than {max_len} characters, got {len(value)}")
     if not pattern.fullmatch(value):
-        allowed = "'-'" if pattern is _DNS1123_LABEL else "'-' or '.'"
+        allowed = "'-'" if pattern is DNS_LABEL else "'-' or '.'"
         raise BadRequest(field, f"a lowercase {kind} must consist of lower case alphanumeric characters, {allowed}, "
                                 f"and must start and end with an alphanumeric character, got {value if shown is None else shown!r}")
     return value
@@ -94,17 +92,17 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise BadRequest(f"pod.metadata.{key}", f"expected a string, got {type(meta[key]).__name__}")
     if meta.get("name"):
-        name = _check_name("pod.metadata.name", meta["name"], _DNS1123_SUBDOMAIN, 253)
+        name = _check_name("pod.metadata.name", meta["name"], DNS_SUBDOMAIN, 253)
     elif meta.get("generateName"):
         # A prefix: the API server validates it with a trailing '-' allowed (maskTrailingDash).
         prefix = meta["generateName"]
         masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
-        _check_name("pod.metadata.generateName", masked, _DNS1123_SUBDOMAIN, 253, shown=prefix)
+        _check_name("pod.metadata.generateName", masked, DNS_SUBDOMAIN, 253, shown=prefix)
         name = prefix
     else:
         raise BadRequest("pod.metadata.name", "required: a name (or generateName)")
     ns = meta.get("namespace") or "default"
-    _check_name("pod.metadata.namespace", ns, _DNS1123_LABEL, 63)
+    _check_name("pod.metadata.namespace", ns, DNS_LABEL, 63)
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
     from iro_fed.k8s.snapshot import PodSpecError, pod_demand

@@ -155,10 +155,15 @@ def _amount(value: Any, what: str) -> float:
     request would make the moving error NaN for good (NaN is never above the threshold: no
     fine-tune again) or make every refit of the window raise, so it is refused before anything
     is recorded."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) \
-            or not math.isfinite(value) or value < 0:
+    if not _is_finite_number(value) or value < 0:
         raise ValueError(f"{what}: expected a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def _is_finite_number(value: Any) -> bool:
+    """An int, float or numpy scalar (np.float32 included), finite and not a bool."""
+    return not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating) \
+        and math.isfinite(value)
 
 
 def _time(at: Any) -> float | None:
@@ -168,7 +173,7 @@ def _time(at: Any) -> float | None:
     the node raise TypeError."""
     if at is None:
         return None
-    if isinstance(at, bool) or not isinstance(at, int | float | np.integer | np.floating) or not math.isfinite(at):
+    if not _is_finite_number(at):
         raise ValueError(f"at: expected a finite time in seconds, got {at!r}")
     return float(at)
 
@@ -654,11 +659,8 @@ class FeedbackLoop:
         placement cannot show its pod: later ones keep waiting), adds one sample (the node's
         ``requests`` by class now, else those of its newest decision made by ``at``) and returns
         the absolute error of the current model on it (None: nothing known of the node then)."""
-        try:  # numpy scalars (np.float32 included) are numbers too
-            observed_util = _amount(observed_util, "observed_util")
-        except ValueError:
-            raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, "
-                             f"got {observed_util!r}") from None
+        if not (_is_finite_number(observed_util) and observed_util >= 0):
+            raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, got {observed_util!r}")
         given = _checked_requests(requests) if requests is not None else None
         if capacity is not None:
             capacity = _amount(capacity, "capacity")
@@ -731,10 +733,8 @@ class FeedbackLoop:
     def observe_latency(self, key: str, latency_ms: float, at: float | None = None) -> float | None:
         """A measured latency of the requests served by pod ``key``; returns the absolute error
         against the model's expectation (None: no decision with a user region for it)."""
-        try:
-            latency_ms = _amount(latency_ms, "latency_ms")
-        except ValueError:
-            raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}") from None
+        if not (_is_finite_number(latency_ms) and latency_ms >= 0):
+            raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}")
         at = _time(at)
         with self._lock:
             d = self.by_key.get(key)

@@ -161,6 +161,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -279,15 +280,21 @@ def pod_groups(problem: Problem, pods: np.ndarray | None = None) -> list[np.ndar
     return [np.array(sorted(m), dtype=np.int64) for m in keys.values()]
 
 
-def unplaced_reasons(problem: Problem, state: ClusterState, solver: str) -> dict[int, str]:
+def unplaced_reasons(
+    problem: Problem, state: ClusterState, solver: str, not_reached: Collection[int] = (), why_not_reached: str = ""
+) -> dict[int, str]:
     """Why each unplaced pod of ``state`` is unplaced, in kube-scheduler's words against the
-    final cluster; a pod that would still fit somewhere was left out because placing it lowers R."""
+    final cluster; a pod that would still fit somewhere was left out because placing it lowers R,
+    or, for the pods of ``not_reached``, because the time limit passed ``why_not_reached``."""
     reasons: dict[int, str] = {}
     for w in np.flatnonzero(state.assignment < 0):
         w = int(w)
         msg = explain(state, w)
         if feasible_nodes(state, w).any():
-            msg += f" Left unplaced by {solver}: placing it on a node that fits would lower the objective R."
+            if w in not_reached:
+                msg += f" Left unplaced by {solver}: the time limit passed before {why_not_reached}"
+            else:
+                msg += f" Left unplaced by {solver}: placing it on a node that fits would lower the objective R."
         reasons[w] = msg
     return reasons
 
@@ -1482,16 +1489,15 @@ class CpSat(Solver):
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
-        reasons = unplaced_reasons(p, state, self.name)
+        not_reached: set[int] = set()
         if full is None:  # pods the hint did not reach and no polish weighed: not R's choice
             # ``not_reached``: for a caller that can still place them (time-budget's ``then``).
             info["not_reached"] = _not_reached(state, unreached, weighed)
-            for w in info["not_reached"]:
-                if w in reasons and feasible_nodes(state, w).any():
-                    reasons[w] = explain(state, w) + (
-                        f" Left unplaced by {self.name}: the time limit passed before "
-                        + ("the hint reached it and no model was built." if hint_state is not None else "a model was built (no hint).")
-                    )
+            not_reached = set(info["not_reached"])
+        reasons = unplaced_reasons(
+            p, state, self.name, not_reached,
+            "the hint reached it and no model was built." if hint_state is not None else "a model was built (no hint).",
+        )
         phase("decode")
         info["time_s"] = dict(times, total=lap - start)
         info["wall_clock_cut"] = cut

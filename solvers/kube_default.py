@@ -87,7 +87,7 @@ from typing import ClassVar
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, untolerated
-from iro_fed.k8s.snapshot import REGION_LABELS, ZONE_LABELS  # GetZoneKey's order, one copy for both readers
+from iro_fed.k8s.snapshot import REGION_LABELS, ZONE_LABELS, topology_label  # GetZoneKey, one copy for both readers
 from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
 from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
@@ -148,8 +148,8 @@ def zone_interleaved_order(problem: Problem) -> np.ndarray:
     """Node indices in ``nodeTree.list()`` order: one node per zone, round-robin."""
     zones: dict[str, list[int]] = {}
     for i, node in enumerate(problem.nodes):
-        zone = next((node.labels[k] for k in ZONE_LABELS if k in node.labels), "")
-        region = next((node.labels[k] for k in REGION_LABELS if k in node.labels), "")
+        zone = topology_label(node.labels, ZONE_LABELS)
+        region = topology_label(node.labels, REGION_LABELS)
         key = f"{region}:\x00:{zone}" if (zone or region) else node.domain
         zones.setdefault(key, []).append(i)
     order: list[int] = []

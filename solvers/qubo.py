@@ -131,7 +131,7 @@ from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
 from solvers.base import SEED, InvalidSettingError, Param, Solver, SolverProperties
-from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
+from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, pod_groups, unplaced_reasons
 
 #: Unbalanced-penalization coefficients (Montañez-Barrera et al. 2022).
 UNBALANCED_L1 = 1.0
@@ -513,20 +513,18 @@ class _BatchModel:
         ref = state.copy()
         _greedy(p, ref, self.pods)
         pw, pn = [], []
-        # Feasible nodes by marginal gain, once per kind of pod: both are functions of what
-        # the key holds (a batch often has several pods of one shape).
-        ranked: dict[tuple, np.ndarray] = {}
+        # Feasible nodes by marginal gain, once per group of identical pods (pod_groups: a batch
+        # often has several pods of one shape).
+        ranked: dict[int, np.ndarray] = {}
+        for members in pod_groups(p, self.pods):
+            w = int(members[0])
+            cand = np.flatnonzero(feasible_nodes(state, w))
+            order = cand[np.argsort(-marginal(p, state, w, cand), kind="stable")] if cand.size else cand
+            ranked.update(dict.fromkeys(members.tolist(), order))
         for i, w in enumerate(self.pods):
             w = int(w)
             n0 = int(ref.assignment[w])
-            key = (
-                p.demand[w].tobytes(), p.util_demand[w].tobytes(), int(p.wl_gpu_count[w]), int(p.wl_gpu_milli[w]),
-                int(p.wl_region[w]), p.workloads[w].constraint_key,
-            )
-            order = ranked.get(key)
-            if order is None:
-                cand = np.flatnonzero(feasible_nodes(state, w))
-                order = ranked[key] = cand[np.argsort(-marginal(p, state, w, cand), kind="stable")] if cand.size else cand
+            order = ranked[w]
             if order.size == 0:
                 continue
             top = order[: max_candidates - (n0 >= 0)]
@@ -792,20 +790,19 @@ class _BatchModel:
         changes += _greedy(p, state, self.pods)
         return state, changes
 
+    def _rule(self, w: int) -> tuple[np.ndarray, list[tuple[int, float]], tuple[bool, int] | None]:
+        rule = self._fit_rules.get(w)
+        if rule is None:
+            rule = self._fit_rules[w] = _fit_rule(self.p, w)
+        return rule
+
     def _fits(self, state: ClusterState, w: int, n: int) -> bool:
         """``feasible_nodes(state, w)[n]``: the same comparisons on node ``n`` alone, from a
         per-pod summary (the repair asks about one node per pod; the filter's vectors over
         every node cost more)."""
-        rule = self._fit_rules.get(w)
-        if rule is None:
-            rule = self._fit_rules[w] = _fit_rule(self.p, w)
-        mask, need, gpu = rule
-        if not mask[n]:
+        mask, _, gpu = self._rule(w)
+        if not mask[n] or not self._fits_but_cards(state, w, n):
             return False
-        free = state.free
-        for r, least in need:
-            if not free[n, r] >= least:
-                return False
         if gpu is None:
             return True
         full, amount = gpu
@@ -814,6 +811,5 @@ class _BatchModel:
     def _fits_but_cards(self, state: ClusterState, w: int, n: int) -> bool:
         """Pod ``w``'s additive resources fit node ``n`` (its static filters passed when it
         became a candidate): only the card choice can be in the way."""
-        d = self.p.demand[w]
-        need = d > 0
-        return bool((state.free[n, need] >= d[need] - EPS).all())
+        free = state.free
+        return all(free[n, r] >= least for r, least in self._rule(w)[1])

@@ -575,10 +575,7 @@ class RoutedJsonHandler(JsonHandler):
                 want = min(length - got, _READ_CHUNK)
                 if budget is not None:
                     if not reserved:
-                        wait = deadline - time.monotonic()
-                        if self.budget_wait_s is not None:
-                            wait = min(wait, self.budget_wait_s)
-                        if not budget.acquire(want, wait, self._budget_held):
+                        if not budget.acquire(want, self._budget_wait(deadline), self._budget_held):
                             raise HttpError(503, f"body: the server holds {budget.limit} bytes of request bodies at "
                                             f"once and had no room for this one's {length} in time: retry", "body")
                         self._budget_held += want
@@ -624,10 +621,7 @@ class RoutedJsonHandler(JsonHandler):
         # Each body under max_parse_memory is not enough: the parses of all requests at once are
         # charged to the server's parse_budget too, held (like the body) until the reply is sent.
         budget = self._parse_budget()
-        wait = (self._reader.deadline or 0.0) - time.monotonic()  # the body's deadline, as for its bytes
-        if self.budget_wait_s is not None:
-            wait = min(wait, self.budget_wait_s)
-        if not budget.acquire(need, wait, self._parse_held):
+        if not budget.acquire(need, self._budget_wait(self._reader.deadline or 0.0), self._parse_held):
             raise HttpError(503, f"body: the server parses at most about {budget.limit} bytes of request bodies "
                             f"at once and had no room for this one's {need} in time: retry", "body")
         self._parse_held += need
@@ -635,6 +629,12 @@ class RoutedJsonHandler(JsonHandler):
             return loads_strict(raw)
         except JsonBodyError as exc:
             raise HttpError(400, str(exc), exc.field) from None
+
+    def _budget_wait(self, deadline: float) -> float:
+        """How long a body may wait for room in a budget: until its ``deadline`` (monotonic), and
+        at most ``budget_wait_s``."""
+        wait = deadline - time.monotonic()
+        return wait if self.budget_wait_s is None else min(wait, self.budget_wait_s)
 
     def _parse_budget(self) -> ByteBudget:
         """The server's ``parse_budget``, made on first use where the server has none

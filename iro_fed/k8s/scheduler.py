@@ -242,7 +242,9 @@ class IroScheduler:
         # Each node / bound-pod change is judged with its old and new object (see the module's notes).
         self.cache.nodes.on_change = self._node_changed
         self.cache.pods.on_change = self._bound_pod_changed
-        self._moves = 0  # cluster changes that can fit an unschedulable pod (kube's moveRequestCycle)
+        # Cluster changes that can fit an unschedulable pod (kube's moveRequestCycle): written
+        # under _lock, read without it too (an int is read whole).
+        self._moves = 0
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
@@ -376,14 +378,11 @@ class IroScheduler:
         nothing (it is woken when it becomes leader)."""
         if not self.is_leader():
             return False
-        now, version = self.clock(), self._cluster_version()
+        now, version = self.clock(), self._moves
         with self._lock:
             return any(now >= q.retry_at and version != q.cluster for q in self._unschedulable.values())
 
     # --- queue -----------------------------------------------------------------------------------
-
-    def _cluster_version(self) -> int:
-        return self._moves  # written under _lock; an int is read whole
 
     def backoff_s(self, attempts: int) -> float:
         """kube's ``calculateBackoffDuration``: the initial backoff, doubled per further attempt,
@@ -400,7 +399,7 @@ class IroScheduler:
         backoff ends (0: over; the pod then waits for a cluster change), seconds until the
         ``max_unschedulable_s`` flush, and whether the cluster changed since its last attempt."""
         now = self.clock()
-        version = self._cluster_version()
+        version = self._moves
         with self._lock:
             queued = list(self._unschedulable.items())
         return {key: {"attempts": q.attempts, "backoff_s": q.backoff_s,
@@ -545,7 +544,7 @@ class IroScheduler:
 
     def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
         """Solve ``pods`` jointly on the current cluster, bind, record events and conditions."""
-        version = self._cluster_version()
+        version = self._moves
         model = self._model()
         outcomes: list[PodOutcome] = []
         try:

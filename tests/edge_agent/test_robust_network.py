@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edge_agent.cli import main
 from edge_agent.config import ConfigError, load_config
-from edge_agent.metrics import AgentMetrics, NetworkCounter, NodeCollector
+from edge_agent.metrics import AgentMetrics, NetworkCounter
 from iro_fed.metrics.local import LocalCollector, LocalSample
 from tests.edge_agent.test_network_counter import HEADER, PCI, write_proc, write_sys
 
@@ -200,7 +200,7 @@ def test_a_round_reads_proc_net_dev_once_and_psutil_does_not_read_it(tmp_path: P
     proc = write_proc(tmp_path / "proc", {"eth0": (1_000, 100)})
     metrics = AgentMetrics("n1", "edge-1", NetworkCounter(proc_root=proc, sys_root=write_sys(tmp_path / "sys",
                                                                                                {"eth0": PCI})))
-    published = metrics.collect(NodeCollector())
+    published = metrics.collect(LocalCollector())
     assert (published.net_rx_bytes_total, published.net_tx_bytes_total) == (1_000.0, 100.0)
     assert published.cpu_capacity_cores == psutil.cpu_count(logical=True)
     assert network(metrics) == ({"rx": 1_000.0, "tx": 100.0}, ["eth0"])
@@ -210,7 +210,7 @@ def test_without_proc_net_dev_psutil_counts_the_network(tmp_path: Path, psutil_p
     """Not Linux (no /proc/net/dev for the counter): psutil's reading is the one used."""
     write_proc(psutil_proc, {"eth0": (700, 70), "eth1": (300, 30)})
     metrics = AgentMetrics("n1", "edge-1", NetworkCounter(proc_root=tmp_path / "none", sys_root=tmp_path / "none"))
-    published = metrics.collect(NodeCollector())
+    published = metrics.collect(LocalCollector())
     assert (published.net_rx_bytes_total, published.net_tx_bytes_total) == (1_000.0, 100.0)
     assert network(metrics) == ({"rx": 1_000.0, "tx": 100.0}, [])
 

@@ -12,7 +12,7 @@ import solvers
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.scheduler import IroScheduler
-from iro_fed.k8s.testing import make_pod, self_signed_cert
+from iro_fed.k8s.testing import FakeApiServer, make_pod, self_signed_cert
 from iro_fed.model import ClusterState
 
 S = TypeVar("S")
@@ -40,6 +40,16 @@ def make_scheduler(kubeconfig: str, clock: Clock, **kw: Any) -> IroScheduler:
     s.cache.pods._list()
     s.pending._list()
     return s
+
+
+def churn(api: FakeApiServer, s: IroScheduler, i: int = 0) -> None:
+    """A cluster change that can fit pods (kube's NodeLabelChange: node ``n0``'s labels change)
+    but leaves the size of any node as it was, and the nodes watch delivers it. A bound pod's
+    status update would not do: it moves no pod (see test_sched_fix_queueing_hints)."""
+    node = api.get("nodes", "n0")
+    node["metadata"]["labels"]["iro-test/churn"] = str(i)
+    api.update("nodes", node)
+    s.cache.nodes._list()
 
 
 def pod_with(containers, init=(), overhead=None, node=None):

@@ -9,6 +9,7 @@ import pytest
 
 from iro_fed.k8s.scheduler import EVENT_REPEAT_S, EVENT_TRIES, IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod
+from tests.k8s.helpers import churn
 
 
 @pytest.fixture
@@ -21,10 +22,7 @@ def cluster(api: FakeApiServer) -> FakeApiServer:
 
 def attempt(api: FakeApiServer, s: IroScheduler, clock, i: int) -> None:
     """A cluster change that leaves ``big`` unfittable, its backoff waited out, and one pass."""
-    node = api.get("nodes", "n0")
-    node["metadata"]["labels"]["iro-test/churn"] = str(i)
-    api.update("nodes", node)
-    s.cache.nodes._list()
+    churn(api, s, i)
     clock.advance(10)
     s.pending._list()
     pods = s.ready_pods()

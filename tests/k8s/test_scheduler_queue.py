@@ -10,6 +10,7 @@ import pytest
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
+from tests.k8s.helpers import churn
 from tests.k8s.helpers import make_scheduler as make
 
 
@@ -32,16 +33,6 @@ def step(s: IroScheduler) -> list[str]:
     batch = s.schedule_batch(pods)
     s.batches.append(batch)
     return [o.key for o in batch.pods]
-
-
-def churn(api: FakeApiServer, s: IroScheduler, i: int = 0) -> None:
-    """A cluster change that can fit pods (kube's NodeLabelChange: a node's labels change) but
-    leaves ``big`` unfittable, and the nodes watch delivers it. A bound pod's status update would
-    not do: it moves no pod (see test_sched_fix_queueing_hints)."""
-    node = api.get("nodes", "n0")
-    node["metadata"]["labels"]["iro-test/churn"] = str(i)
-    api.update("nodes", node)
-    s.cache.nodes._list()
 
 
 def attempts_of(s: IroScheduler) -> list[tuple[int | None, float | None]]:

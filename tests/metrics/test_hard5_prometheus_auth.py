@@ -6,50 +6,39 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from iro_fed.metrics.prometheus import PrometheusClient, PrometheusQueryError
+from tests.metrics.promapi import serve, vector
 
-ANSWER = {"status": "success", "data": {"resultType": "vector",
-                                        "result": [{"metric": {"node": "n1"}, "value": [1.0, "0.5"]}]}}
+ANSWER = vector([{"metric": {"node": "n1"}, "value": [1.0, "0.5"]}])
+REFUSED = json.dumps({"status": "error", "errorType": "unauthorized", "error": "bad credentials"}).encode()
 
 
-class _Auth(BaseHTTPRequestHandler):
-    expected = ""  # the Authorization header the server accepts
-    seen: list[str | None] = []
+@dataclass
+class Auth:
+    """What the server accepts (``expected``: the Authorization header) and what it was sent."""
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        got = self.headers.get("Authorization")
-        type(self).seen.append(got)
-        if got != self.expected:
-            body = json.dumps({"status": "error", "errorType": "unauthorized", "error": "bad credentials"}).encode()
-            self.send_response(401)
-        else:
-            body = json.dumps(ANSWER).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    expected: str | None = ""
+    seen: list[str | None] = field(default_factory=list)
 
 
 @pytest.fixture
-def server() -> Iterator[tuple[ThreadingHTTPServer, type[_Auth]]]:
-    handler = type("Handler", (_Auth,), {"seen": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv, handler
-    srv.shutdown()
-    srv.server_close()
+def server() -> Iterator[tuple[int, Auth]]:
+    """A loopback Prometheus API that requires ``Auth.expected``: its port, and its Auth."""
+    auth = Auth()
+
+    def respond(handler):
+        got = handler.headers.get("Authorization")
+        auth.seen.append(got)
+        return (200, ANSWER) if got == auth.expected else (401, REFUSED)
+
+    with serve(respond) as url:
+        yield int(url.rsplit(":", 1)[1]), auth
 
 
 def basic(user: str, password: str) -> str:
@@ -57,9 +46,8 @@ def basic(user: str, password: str) -> str:
 
 
 def test_user_info_in_the_url_is_sent_as_basic_auth(server) -> None:
-    srv, handler = server
+    port, handler = server
     handler.expected = basic("prom user", "s3cr:t")
-    port = srv.server_address[1]
     client = PrometheusClient(f"http://prom%20user:s3cr%3At@127.0.0.1:{port}/", timeout_s=5)
     [s] = client.query("up")
     assert (s.labels, s.value) == ({"node": "n1"}, 0.5)
@@ -69,9 +57,9 @@ def test_user_info_in_the_url_is_sent_as_basic_auth(server) -> None:
 
 
 def test_a_refused_password_never_shows_in_the_error(server) -> None:
-    srv, handler = server
+    port, handler = server
     handler.expected = basic("alice", "right")
-    client = PrometheusClient(f"http://alice:wrong-pw@127.0.0.1:{srv.server_address[1]}", timeout_s=5)
+    client = PrometheusClient(f"http://alice:wrong-pw@127.0.0.1:{port}", timeout_s=5)
     with pytest.raises(PrometheusQueryError, match="HTTP 401") as info:
         client.query("up")
     assert "wrong-pw" not in str(info.value)
@@ -82,11 +70,11 @@ def test_a_refused_password_never_shows_in_the_error(server) -> None:
 
 
 def test_a_bearer_token_file_is_read_for_each_request(server, tmp_path: Path) -> None:
-    srv, handler = server
+    port, handler = server
     token = tmp_path / "token"
     token.write_text("first-token\n")
     handler.expected = "Bearer first-token"
-    client = PrometheusClient(f"http://127.0.0.1:{srv.server_address[1]}", timeout_s=5, bearer_token_file=str(token))
+    client = PrometheusClient(f"http://127.0.0.1:{port}", timeout_s=5, bearer_token_file=str(token))
     assert client.query("up")[0].value == 0.5
     token.write_text("rotated-token\n")  # as the kubelet rotates a projected token
     handler.expected = "Bearer rotated-token"
@@ -106,7 +94,7 @@ def test_a_timeout_prometheus_cannot_read_is_refused_by_name(kw, name) -> None:
 
 
 def test_the_largest_timeout_is_sent_as_prometheus_reads_it(server) -> None:
-    srv, handler = server
+    port, handler = server
     handler.expected = None  # no Authorization header
-    client = PrometheusClient(f"http://127.0.0.1:{srv.server_address[1]}", timeout_s=1e9)
+    client = PrometheusClient(f"http://127.0.0.1:{port}", timeout_s=1e9)
     assert client.query("up")[0].value == 0.5  # "1000000000.0" s: 1e18 ns, within int64

@@ -5,13 +5,6 @@ answering each query of SnapshotQueries with its own series."""
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.parse
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from iro_fed.metrics import (
@@ -23,6 +16,7 @@ from iro_fed.metrics import (
     load_aware_problem,
 )
 from iro_fed.problem_io import problem_from_dict
+from tests.metrics.promapi import params, serve, vector
 
 GIB = 2**30
 Q = SnapshotQueries()
@@ -38,31 +32,14 @@ SERIES = {
 }
 
 
-@contextmanager
-def prometheus() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))["query"]
-            result = [{"metric": {"node": node}, "value": [1.0, repr(float(v))]}
-                      for node, v in SERIES.get(query, {}).items()]
-            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+def prometheus():
+    """The loopback Prometheus API answering each query of SnapshotQueries with SERIES."""
 
-        def log_message(self, *args: object) -> None:
-            pass
+    def respond(handler):
+        series = SERIES.get(params(handler)["query"], {})
+        return 200, vector([{"metric": {"node": node}, "value": [1.0, repr(float(v))]} for node, v in series.items()])
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serve(respond)
 
 
 def site():

@@ -4,20 +4,17 @@ the bounds are loose multiples of the deadline, not exact times."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from iro_fed.metrics import PrometheusClient, PrometheusUnavailable, SnapshotQueries, build_snapshot
+from tests.metrics.promapi import params, serve, vector
 
-ANSWER = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-    {"metric": {"node": "e1", "service": "shop"}, "value": [1.0, "2"]}]}}).encode()
+ANSWER = vector([{"metric": {"node": "e1", "service": "shop"}, "value": [1.0, "2"]}])
 
 
 @contextmanager
@@ -27,29 +24,15 @@ def prometheus(delay_s: float) -> Iterator[tuple[str, list[dict[str, str]]]]:
     asked: list[dict[str, str]] = []
     stop = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            asked.append(dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query)))
-            if stop.wait(delay_s):
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(ANSWER)))
-            self.end_headers()
-            self.wfile.write(ANSWER)
+    def respond(handler):
+        asked.append(params(handler))
+        return None if stop.wait(delay_s) else (200, ANSWER)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
+    with serve(respond) as url:
+        try:
+            yield url, asked
+        finally:
+            stop.set()
 
 
 def test_slow_answers_cost_the_snapshot_one_deadline_not_one_per_query() -> None:
