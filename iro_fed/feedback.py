@@ -161,9 +161,14 @@ def _amount(value: Any, what: str) -> float:
 
 
 def _is_finite_number(value: Any) -> bool:
-    """An int, float or numpy scalar (np.float32 included), finite and not a bool."""
-    return not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating) \
-        and math.isfinite(value)
+    """An int, float or numpy scalar (np.float32 included), finite and not a bool (an int too
+    large for a float is not: math.isfinite raised OverflowError instead of the named error)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _time(at: Any) -> float | None:
