@@ -31,13 +31,13 @@ def test_an_expired_deadline_builds_no_model(deterministic: bool):
     solver = solvers.make("cpsat", time_limit_s=10.0, seed=0, deterministic=deterministic)
     placement = solver.solve_until(p, time.perf_counter() - 1.0)
     info = placement.info
-    # Before: best-fit ran to the end, the model was built and CP-SAT ran (status 'optimal' or
-    # 'feasible'), all after the deadline.
+    # Before: the model was built and CP-SAT ran (status 'optimal' or 'feasible'), all after the
+    # deadline. The hint runs whole (it is the floor of the answer): its placement is returned.
     assert info["status"] == "not_run" and "num_variables" not in info
-    cut = ["hint:best-fit", "hint_polish", "build", "polish"] if deterministic else ["hint:best-fit", "build", "polish"]
+    cut = ["hint_polish", "build", "polish"] if deterministic else ["build", "polish"]
     assert info["wall_clock_cut"] == cut
-    assert (placement.assignment < 0).all()  # best-fit had not reached a pod
-    assert sorted(placement.reasons) == list(range(p.num_workloads))
+    assert placement.assignment.tolist() == solvers.make("best-fit").solve(p).assignment.tolist()
+    assert info["not_reached"] == []
     assert check_placement(p, placement.assignment, placement.gpu_cards) == []
     assert set(info["time_s"]) == {"hint", "hint_polish", "build", "cpsat", "polish", "decode", "total"}
 
@@ -81,11 +81,11 @@ def test_deterministic_placement_is_the_same_under_any_limit_that_cuts_nothing()
     assert runs[0].gpu_cards == runs[1].gpu_cards
 
 
-def test_pods_the_hint_did_not_reach_say_so():
+def test_pods_no_part_reached_say_so():
     p = problem()
-    placement = solvers.make("cpsat", seed=0).solve_until(p, time.perf_counter() - 1.0)
+    placement = solvers.make("cpsat", seed=0, hint="none").solve_until(p, time.perf_counter() - 1.0)
     fits = [w for w, why in placement.reasons.items() if not why.startswith(f"0/{p.num_nodes} ")]
     assert fits  # pods that fit a node of the (empty) final cluster
     for w in fits:
         # Was "placing it on a node that fits would lower the objective R": nothing weighed it.
-        assert placement.reasons[w].endswith("the time limit passed before the hint reached it and no model was built.")
+        assert placement.reasons[w].endswith("the time limit passed before a model was built (no hint).")

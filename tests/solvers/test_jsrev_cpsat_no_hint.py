@@ -50,7 +50,7 @@ def test_time_budget_places_what_cpsat_without_a_hint_did_not_reach():
     assert check_placement(p, placement.assignment, placement.gpu_cards) == []
 
 
-@pytest.mark.parametrize("hint", ["best-fit", "none"])
+@pytest.mark.parametrize("hint", ["none"])  # with a hint, cpsat reaches every pod (the hint runs whole)
 def test_time_budget_with_then_none_counts_the_pods_after_the_budget(hint: str):
     # As on time-budget's other paths (an online solver, or a batch solver that ran out).
     p = problem()
