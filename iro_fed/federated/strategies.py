@@ -21,13 +21,18 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   *at the round's time* train, but never fewer than ``carbon_min_fraction`` of the sampled ones
   (nor ``min_train_nodes``), ties broken by site then node id; the intensity is ``carbon_fn(site,
   round)`` for a site that has reported which site it is (the ServerApp passes the scenario's grid
-  data), else the site's last report. A node whose last ``DEMOTE_AFTER`` (2) replies were all
-  dropped, errors or missing (asked to train, no reply within Flower's reply timeout: ``no_reply``
-  in ``rounds``) is tried last: it neither sets the median nor trains for being at or below it,
-  only to make up the minimum participation. After ``RETRY_AFTER`` (5) rounds skipped so it gets
-  its turn again (a site may have been repaired under the same node id), and one more dropped
-  reply puts it last again; a valid reply clears its record. Records are kept for connected nodes
-  only, a few integers each; so are the sites and intensities remembered by node (every strategy).
+  data), else the site's last report. Failing nodes are tried last here too: they neither set the
+  median nor train for being at or below it, only to make up the minimum participation;
+* **tried failing nodes last** (every strategy, with or without carbon): a node whose last
+  ``DEMOTE_AFTER`` (2) replies were all dropped, errors or missing (asked to train, no reply within
+  Flower's reply timeout: ``no_reply`` in ``rounds``) is swapped out of Flower's random sample for a
+  healthy node it left out, and is asked only when the healthy nodes cannot fill the sample
+  (``fraction_train``, ``min_train_nodes``); when every node is asked (``fraction_train`` 1, or the
+  minimum is every node) the sample has nothing to demote, and only carbon-aware selection (above)
+  can leave a failing node out. A failing node not asked is in ``skipped_failing``. After ``RETRY_AFTER`` (5) rounds skipped so it gets its turn
+  again (a site may have been repaired under the same node id), and one more dropped reply puts it
+  last again; a valid reply clears its record. Records are kept for connected nodes only, a few
+  integers each; so are the sites and intensities remembered by node (every strategy).
   Replies are down-weighted by ``min(1, median / intensity)``, but never below
   ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the intensities
   the valid replies report *this round*: a reply that reports none (or no number >= 0) is unknown,
@@ -49,6 +54,7 @@ those that passed validation.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
@@ -78,9 +84,10 @@ from iro_fed.federated.wire import layout_of
 
 #: Least factor by which carbon-aware aggregation down-weights a reply (see ``_carbon_weights``).
 CARBON_WEIGHT_FLOOR = 0.1
-#: Carbon-aware selection tries a node last once this many of its train replies in a row were
-#: dropped or errors: one bad round may be a fluke, two in a row are a pattern, and an unknown
-#: intensity (a node that never had a valid reply) would otherwise put it first every round.
+#: Node selection (Flower's sample, carbon-aware selection) tries a node last once this many of its
+#: train replies in a row were dropped, errors or missing: one bad round may be a fluke, two in a row
+#: are a pattern, and an unknown intensity (a node that never had a valid reply) would otherwise put
+#: it first every round.
 DEMOTE_AFTER = 2
 #: ... and retries it after this many rounds in which it was skipped for that.
 RETRY_AFTER = 5
@@ -243,7 +250,7 @@ class ValidatedStrategy:
         self._layout: WeightLayout | None = None
         self._accepted_norms: list[float] = []  # the last round's accepted update norms
         self._selected: list[RecordDict] | None = None  # what Krum/Bulyan selected in this round
-        # carbon-aware: train replies dropped or errors in a row, by node (at most DEMOTE_AFTER), and
+        # train replies dropped, errors or missing in a row, by node (at most DEMOTE_AFTER), and
         # the rounds a node tried last has been skipped since (below RETRY_AFTER)
         self._failures: dict[int, int] = {}
         self._benched: dict[int, int] = {}
@@ -257,17 +264,58 @@ class ValidatedStrategy:
         self.rounds.setdefault(server_round, {})["started"] = time.time()
         messages = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
         info = self.rounds.setdefault(server_round, {})
-        info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
-        info["skipped_high_carbon"] = []
-        info["skipped_failing"] = []
         # Bounded memory on a long-lived server whose SuperNodes come and go (each one that joins
         # gets a new node id): records of connected nodes only.
         connected = {int(n) for n in grid.get_node_ids()}
         for record in (self.carbon, self.sites, self._failures, self._benched):
             for node in [n for n in record if n not in connected]:
                 del record[node]
-        if not self.carbon_aware or len(messages) < 2:
-            return messages
+        messages, left_out = self._sample_failing_last(messages, connected)
+        info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
+        info["skipped_high_carbon"] = []
+        info["skipped_failing"] = left_out
+        if self.carbon_aware and len(messages) >= 2:
+            messages = self._prefer_low_carbon(server_round, messages, info)
+        if info["skipped_failing"]:
+            log(INFO, "round %d skips node(s) %s: their last %d replies were dropped, errors or missing",
+                server_round, info["skipped_failing"], DEMOTE_AFTER)
+        for node in info["skipped_failing"]:
+            self._benched[node] = self._benched.get(node, 0) + 1
+            if self._benched[node] >= RETRY_AFTER:  # its turn again; one more drop puts it last again
+                del self._benched[node]
+                self._failures[node] = DEMOTE_AFTER - 1
+        return messages
+
+    def _sample_failing_last(self, messages: list[Message], connected: set[int]) -> tuple[list[Message], list[int]]:
+        """Flower's sample with each failing node in it (``DEMOTE_AFTER`` bad replies in a row) swapped for a
+        healthy connected node it left out, while there is one; returns the sample and the failing nodes
+        not in it (sorted).
+
+        Flower's size stands (``fraction_train``, ``min_train_nodes``): a failing node is only tried last, and
+        still makes up a sample the healthy nodes cannot fill. The healthy stand-ins are drawn with ``random``
+        as Flower draws its sample, so a seeded run stays reproducible. A round that asks every connected node
+        has nothing to demote (carbon-aware selection may still leave failing nodes out, see
+        :meth:`_prefer_low_carbon`). In a round that asks only some, every failing node left out counts as
+        skipped, whether or not Flower had drawn it, so its retry comes ``RETRY_AFTER`` rounds on whatever
+        ``fraction_train`` is.
+        """
+        sampled = [int(m.metadata.dst_node_id) for m in messages]
+        failing = {n for n in connected if self._failures.get(n, 0) >= DEMOTE_AFTER}
+        if not messages or not failing or not connected - set(sampled):
+            return messages, []
+        spare = sorted(connected - set(sampled) - failing)
+        swap = [n for n in sampled if n in failing][:len(spare)]
+        stand_ins = dict(zip(swap, random.sample(spare, len(swap)), strict=True))
+        out = [m if int(m.metadata.dst_node_id) not in stand_ins else
+               Message(content=m.content, message_type=m.metadata.message_type,
+                       dst_node_id=stand_ins[int(m.metadata.dst_node_id)])
+               for m in messages]
+        asked = {int(m.metadata.dst_node_id) for m in out}
+        return out, sorted(failing - asked)
+
+    def _prefer_low_carbon(self, server_round: int, messages: list[Message], info: dict[str, Any]) -> list[Message]:
+        """The sampled nodes at or below the median intensity, failing ones tried last (see the module's
+        docstring); records the nodes left out in ``info`` (``skipped_high_carbon``, ``skipped_failing``)."""
         known = {}
         for m in messages:
             value = self.intensity(int(m.metadata.dst_node_id), server_round)
@@ -300,18 +348,10 @@ class ValidatedStrategy:
         kept_ids = {id(m) for m in chosen}
         skipped = sorted(int(m.metadata.dst_node_id) for m in messages if id(m) not in kept_ids)
         info["skipped_high_carbon"] = [n for n in skipped if n not in failing]
-        info["skipped_failing"] = [n for n in skipped if n in failing]
+        info["skipped_failing"] = sorted(info["skipped_failing"] + [n for n in skipped if n in failing])
         if info["skipped_high_carbon"]:
             log(INFO, "carbon-aware: round %d skips %d high-carbon site(s) %s (median %.0f gCO2/kWh)",
                 server_round, len(info["skipped_high_carbon"]), info["skipped_high_carbon"], median)
-        if info["skipped_failing"]:
-            log(INFO, "carbon-aware: round %d skips node(s) %s: their last %d replies were dropped or errors",
-                server_round, info["skipped_failing"], DEMOTE_AFTER)
-        for node in info["skipped_failing"]:
-            self._benched[node] = self._benched.get(node, 0) + 1
-            if self._benched[node] >= RETRY_AFTER:  # its turn again; one more drop puts it last again
-                del self._benched[node]
-                self._failures[node] = DEMOTE_AFTER - 1
         return chosen
 
     def intensity(self, node: int, server_round: int) -> float | None:
@@ -343,7 +383,7 @@ class ValidatedStrategy:
         if accepted:
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
-        # Counted in every mode (no_reply is worth a record); only carbon-aware selection acts on it.
+        # Counted in every mode; the next configure_train tries the failing nodes last.
         self._count_failures(server_round, replies, dropped)
         # Only replies that passed validation update what a site is and its carbon: a dropped one
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
