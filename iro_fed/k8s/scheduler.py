@@ -34,8 +34,11 @@ NodeUnschedulable; the model has no inter-pod affinity or spread): a node added,
 taints, ``spec.unschedulable``, allocatable (or capacity) changed (``NodeSchedulingPropertiesChange``;
 conditions and annotations are not read); a bound pod deleted or finished (kube's pod informer
 drops ``Succeeded`` / ``Failed`` pods: a delete), or updated so that it takes less (smaller
-requests, fewer or other GPU cards: ``isSchedulableAfterPodScaleDown``; requests as the model
-counts them, so the status update of a kubelet actuating an in-place shrink counts); a Binding of this
+requests, fewer or other GPU cards; requests as the model counts them, so the status update of a
+kubelet actuating an in-place shrink counts), which moves only the pods that request what it
+freed (GPU cards count as ``nvidia.com/gpu``) and that some node rejected for their resources
+rather than only for labels, taints or the like (NodeResourcesFit's ``isSchedulableAfterPodScaleDown``,
+checked for pods that plugin rejected): a memory shrink moves no pod that asks only for cpu; a Binding of this
 scheduler that failed, or a pod it assumed bound that the watch never showed (the room counted
 for it is free again: kube's ``AssignedPodDelete`` move after a failed binding cycle). A bound
 pod added, a node deleted, any other status update, a label or annotation change of a bound pod are not:
@@ -66,6 +69,7 @@ binds, and it checks its leadership right before every Binding POST.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import logging
@@ -80,12 +84,13 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import feasible_nodes
+from iro_fed.feasibility import GPU_CARDS_FILTER, feasible_nodes, static_filter
 from iro_fed.feedback import DEFAULT_CLASS, placement_terms
 from iro_fed.k8s.client import CallResult, ClusterCache, Kube, Reflector, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
+    GPU_RESOURCE,
     RESIZE_PENDING,
     TERMINAL_PHASES,
     ClusterConfig,
@@ -104,6 +109,7 @@ from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.scheduler")
 
+SHRINK_LOG = 1024  # scale-downs kept to judge queued pods by; an older one counts for every pod
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
 EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
@@ -142,6 +148,9 @@ class QueuedPod:
     since: float  # the scheduler's clock at the last failed attempt
     cluster: int  # the count of cluster changes that can fit pods (_moves) when that attempt started
     backoff_s: float
+    # What a bound pod's scale-down must free to fit it (see _fit_needs); None: any scale-down.
+    wants: frozenset[str] | None = None
+    judged: int = 0  # the logged scale-downs up to this count were judged and fit it not
 
     @property
     def retry_at(self) -> float:
@@ -242,9 +251,12 @@ class IroScheduler:
         # Each node / bound-pod change is judged with its old and new object (see the module's notes).
         self.cache.nodes.on_change = self._node_changed
         self.cache.pods.on_change = self._bound_pod_changed
-        # Cluster changes that can fit an unschedulable pod (kube's moveRequestCycle): written
-        # under _lock, read without it too (an int is read whole).
+        # Cluster changes that can fit an unschedulable pod (kube's moveRequestCycle), under _lock:
+        # the count of them, the count at the latest one that can fit any pod, and the latest
+        # scale-downs as (count, resources freed), which fit only pods that request one of those.
         self._moves = 0
+        self._moved_all = 0
+        self._shrinks: collections.deque[tuple[int, frozenset[str]]] = collections.deque()
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
@@ -353,21 +365,52 @@ class IroScheduler:
     def _bound_pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """The bound-pods reflector's ``on_change``: only a pod that frees room counts."""
         try:
-            moved = _frees_room(old, new, self.config.resources)
+            freed = _frees_room(old, new, self.config.resources)
         except Exception:  # never end the reflector's watch over one odd object: count it
             log.debug("bound pod change not judged; counted as a cluster change", exc_info=True)
-            moved = True
-        if moved:
+            freed = True
+        if freed is True:
             self._cluster_moved()
+        elif freed:
+            self._cluster_moved(freed)
 
-    def _cluster_moved(self) -> None:
+    def _cluster_moved(self, freed: frozenset[str] | None = None) -> None:
         """A cluster change that can fit queued pods: they are tried again once their backoff is
-        over (kube's ``MoveAllToActiveOrBackoffQueue``). Called after the store holds the change,
-        so a loop woken here, or an attempt that reads this count, sees it."""
+        over (kube's ``MoveAllToActiveOrBackoffQueue``); ``freed``: a scale-down, which can fit
+        only the pods that want one of these resources (:meth:`_count_move`). Called after the
+        store holds the change, so a loop woken here, or an attempt that reads this count, sees it."""
         with self._lock:
-            self._moves += 1
+            self._count_move(freed)
         if self._ready_on_change():
             self._wake.set()
+
+    def _count_move(self, freed: frozenset[str] | None = None) -> None:
+        """Under ``_lock``: count a cluster change that can fit every queued pod (``freed`` None),
+        or a scale-down that freed ``freed``. Scale-downs are logged rather than marked on the
+        queued pods: a pod whose attempt is under way when one comes is queued afterwards, with
+        the count read when its attempt began, and judged by the log then (kube's in-flight events)."""
+        self._moves += 1
+        if freed is None:
+            self._moved_all = self._moves
+            return
+        self._shrinks.append((self._moves, freed))
+        if len(self._shrinks) > SHRINK_LOG:  # forgotten: from now on it counts for every pod
+            self._moved_all = max(self._moved_all, self._shrinks.popleft()[0])
+
+    def _changed_for(self, q: QueuedPod) -> bool:
+        """Under ``_lock``: whether a cluster change since ``q``'s last attempt began can fit it.
+        Each logged scale-down is judged once per queued pod (``q.judged``): the queue is read on
+        every pass of the loop and every cluster change."""
+        if self._moved_all > q.cluster:
+            return True
+        since = max(q.cluster, q.judged)
+        for count, freed in reversed(self._shrinks):
+            if count <= since:
+                break
+            if q.wants is None or freed & q.wants:
+                return True
+        q.judged = self._moves  # a scale-down dropped from the log later moves _moved_all past it
+        return False
 
     def _ready_on_change(self) -> bool:
         """Whether a cluster change makes a queued pod ready, so that the loop must wake: one
@@ -378,9 +421,9 @@ class IroScheduler:
         nothing (it is woken when it becomes leader)."""
         if not self.is_leader():
             return False
-        now, version = self.clock(), self._moves
+        now = self.clock()
         with self._lock:
-            return any(now >= q.retry_at and version != q.cluster for q in self._unschedulable.values())
+            return any(now >= q.retry_at and self._changed_for(q) for q in self._unschedulable.values())
 
     # --- queue -----------------------------------------------------------------------------------
 
@@ -399,14 +442,13 @@ class IroScheduler:
         backoff ends (0: over; the pod then waits for a cluster change), seconds until the
         ``max_unschedulable_s`` flush, and whether the cluster changed since its last attempt."""
         now = self.clock()
-        version = self._moves
         with self._lock:
-            queued = list(self._unschedulable.items())
+            queued = [(key, q, self._changed_for(q)) for key, q in self._unschedulable.items()]
         return {key: {"attempts": q.attempts, "backoff_s": q.backoff_s,
                       "retry_in_s": max(q.retry_at - now, 0.0),
                       "flush_in_s": max(q.since + self.max_unschedulable_s - now, 0.0),
-                      "cluster_changed": version != q.cluster}
-                for key, q in queued}
+                      "cluster_changed": changed}
+                for key, q, changed in queued}
 
     def _next_wake_s(self) -> float:
         """How long the loop may sleep: until the next timer of the queue ends (an unschedulable
@@ -425,11 +467,11 @@ class IroScheduler:
         ahead = [d for d in due if d > 0] + [d for d in ttl if d >= 0]
         return min(max(min(ahead, default=self.poll_s), 0.05), self.poll_s)
 
-    def _still_unschedulable(self, key: str, pod: Mapping[str, Any], uid: str | None, now: float,
-                             version: int) -> bool:
+    def _still_unschedulable(self, key: str, pod: Mapping[str, Any], uid: str | None, now: float) -> bool:
         """Whether ``pod``, which failed before, is still to wait (see the module's notes)."""
         with self._lock:
             q = self._unschedulable.get(key)
+            changed = q is not None and self._changed_for(q)
         if q is None:
             return False
         rv = resource_version_of(pod)
@@ -442,7 +484,7 @@ class IroScheduler:
             q.resource_version = rv  # a status change only (our own condition patch, say)
         if now - q.since >= self.max_unschedulable_s:
             return False  # flushed after waiting long enough, changed cluster or not
-        return not (now >= q.retry_at and version != q.cluster)
+        return not (now >= q.retry_at and changed)
 
     def ready_pods(self) -> list[dict[str, Any]]:
         """Pending pods not assumed bound, not backing off after a failed bind or batch and not waiting
@@ -463,7 +505,7 @@ class IroScheduler:
                     self._assumed.pop(key, None)
                 elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
                     self._assumed.pop(key, None)
-                    self._moves += 1
+                    self._count_move()
             for key, (uid, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
@@ -473,7 +515,6 @@ class IroScheduler:
             assumed = set(self._assumed)
             backoff = {key for key, (until, _) in self._backoff.items() if until > now}
             conflicts = {key: uid for key, (uid, _) in self._conflicts.items()}
-            version = self._moves
         pods = []
         for key, pod in pending:
             if key in assumed or key in backoff:
@@ -489,7 +530,7 @@ class IroScheduler:
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
             if status.get("phase") in TERMINAL_PHASES:
                 continue
-            if self._still_unschedulable(key, pod, uid, now, version):
+            if self._still_unschedulable(key, pod, uid, now):
                 continue
             pods.append(pod)
         pods.sort(key=_queue_key)
@@ -571,7 +612,7 @@ class IroScheduler:
             n = int(placement.assignment[w])
             if n < 0:
                 reason = placement.reasons.get(w) or "no node fits"
-                outcomes.append(self._unschedulable_pod(pod, reason, "Unschedulable", version))
+                outcomes.append(self._unschedulable_pod(pod, reason, "Unschedulable", version, _fit_needs(problem, w)))
                 continue
             # Explanations need the state (remove / place back), so they are computed here, in order.
             to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, placement.assignment, w, with_all)))
@@ -609,7 +650,7 @@ class IroScheduler:
             with self._lock:
                 # The room this batch counted for the pod is free: the pods of the batch it kept
                 # out may fit now (kube moves pods with AssignedPodDelete after a failed binding).
-                self._moves += 1
+                self._count_move()
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
@@ -641,14 +682,16 @@ class IroScheduler:
         delay = min(2 * self._backoff.get(key, (0.0, 0.5))[1], 30.0)
         self._backoff[key] = (self.clock() + delay, delay)
 
-    def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: int) -> PodOutcome:
+    def _unschedulable_pod(self, pod: dict[str, Any], reason: str, kind: str, version: int,
+                           wants: frozenset[str] | None = None) -> PodOutcome:
         key = obj_key(pod)
         meta = pod.get("metadata") or {}
         uid, spec = _uid(pod), _pod_spec_key(pod)
         with self._lock:  # back to the unschedulable queue, one attempt more than the last time
             last_try = self._unschedulable.get(key)
             attempts = last_try.attempts + 1 if last_try is not None and (last_try.uid, last_try.spec) == (uid, spec) else 1
-            queued = QueuedPod(uid, spec, resource_version_of(pod), attempts, self.clock(), version, self.backoff_s(attempts))
+            queued = QueuedPod(uid, spec, resource_version_of(pod), attempts, self.clock(), version,
+                               self.backoff_s(attempts), wants)
             self._unschedulable[key] = queued
         log.debug("%s: %s (attempt %d; tried again after %.0f s if the cluster changes, after %.0f s anyway)",
                   key, reason, attempts, queued.backoff_s, self.max_unschedulable_s)
@@ -834,13 +877,16 @@ def _resize_status(pod: Mapping[str, Any]) -> Any:
 
 
 def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
-                resources: Sequence[str]) -> bool:
-    """Whether a bound pod going from ``old`` to ``new`` (None: added / deleted) can make room
-    for another pod: kube's NodeResourcesFit hint (an assigned pod deleted, or scaled down) with
-    a finished pod as a deleted one. Scaled down is judged on the effective requests (kube's
-    ``extractPodScaleDown`` compares ``PodRequests`` with ``UseStatusResources`` on every
-    update), so the status update of a kubelet actuating an in-place shrink counts. A pod added
-    or a status, label or annotation update that leaves its requests cannot."""
+                resources: Sequence[str]) -> bool | frozenset[str]:
+    """What a bound pod going from ``old`` to ``new`` (None: added / deleted) frees for another
+    pod, as kube's NodeResourcesFit hint judges it: True, room for any pod (deleted, finished,
+    moved off its node, or unreadable now: as a deleted one); for a scale-down, the resources it
+    takes less of (``nvidia.com/gpu`` for fewer or other GPU cards), which can fit only a pod that
+    requests one of them (``isSchedulableAfterPodScaleDown``); False, nothing. Scaled down is
+    judged on the effective requests (kube's ``extractPodScaleDown`` compares ``PodRequests`` with
+    ``UseStatusResources`` on every update), so the status update of a kubelet actuating an
+    in-place shrink counts. A pod added or a status, label or annotation update that leaves its
+    requests frees nothing."""
     if old is None:
         return False
     if new is not None and _counts(old) == _counts(new) and old.get("spec") == new.get("spec") \
@@ -851,10 +897,27 @@ def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if was is None:
         return False  # it took nothing
     now = _usage(new, resources) if new is not None else None
-    if now is None:
+    if now is None or now[0] != was[0]:
         return True
-    return (now[0] != was[0] or any(now[1].get(r, 0.0) < v for r, v in was[1].items())
-            or now[2:] != was[2:])
+    freed = {r for r, v in was[1].items() if now[1].get(r, 0.0) < v}
+    if now[2:] != was[2:]:
+        freed.add(GPU_RESOURCE)
+    return frozenset(freed) or False
+
+
+def _fit_needs(problem: Any, w: int) -> frozenset[str]:
+    """What a bound pod's scale-down must free to fit workload ``w`` of ``problem``, which is
+    left unplaced: the resources it requests (``nvidia.com/gpu`` for GPU cards or a share), as
+    kube's hint reads the waiting pod's ``PodRequests``; none when no node reached the resource
+    check (each failed a static filter: labels, taints, domains...), as kube consults
+    NodeResourcesFit's hint only for a pod that plugin rejected."""
+    sf = static_filter(problem, w)
+    if not (sf.mask | (sf.first_fail == GPU_CARDS_FILTER)).any():
+        return frozenset()
+    wants = {r for r, v in zip(problem.resources, problem.demand[w], strict=True) if v > 0}
+    if problem.wl_gpu_count[w] > 0:
+        wants.add(GPU_RESOURCE)
+    return frozenset(wants)
 
 
 def _pod_spec_key(pod: Mapping[str, Any]) -> str:
