@@ -663,7 +663,9 @@ class FeedbackLoop:
         Completes the node's decisions made at or before ``at`` (a measurement taken before a
         placement cannot show its pod: later ones keep waiting), adds one sample (the node's
         ``requests`` by class now, else those of its newest decision made by ``at``) and returns
-        the absolute error of the current model on it (None: nothing known of the node then)."""
+        the absolute error of the current model on it (None: nothing known of the node then).
+        With ``requests``, a measurement taken before a decision on the node is not used at all
+        (None, nothing recorded): the requests now count that decision's pod, which it cannot show."""
         if not (_is_finite_number(observed_util) and observed_util >= 0):
             raise ValueError(f"observed_util: expected a finite number >= 0 for node {node!r}, got {observed_util!r}")
         given = _checked_requests(requests) if requests is not None else None
@@ -677,6 +679,11 @@ class FeedbackLoop:
                 return None
             now = self.clock() if at is None else at
             waiting = self.pending.get(node, [])
+            if given is not None and any(d is not None and d.at > now
+                                         for d in (pred, self._basis.get(node), *waiting)):
+                # A scrape taken before a bind, read after it, was judged against requests with the
+                # new pod (a large error that could fire a fine-tune); its decisions keep waiting.
+                return None
             done = [d for d in waiting if d.at <= now]
             req, cap = given, capacity
             if req is None:
@@ -737,7 +744,8 @@ class FeedbackLoop:
 
     def observe_latency(self, key: str, latency_ms: float, at: float | None = None) -> float | None:
         """A measured latency of the requests served by pod ``key``; returns the absolute error
-        against the model's expectation (None: no decision with a user region for it)."""
+        against the model's expectation (None: no decision with a user region for it, or one made
+        after ``at``: the reading cannot be of that pod)."""
         if not (_is_finite_number(latency_ms) and latency_ms >= 0):
             raise ValueError(f"latency_ms: expected a finite number >= 0 for {key!r}, got {latency_ms!r}")
         at = _time(at)
@@ -753,10 +761,11 @@ class FeedbackLoop:
         ``min_samples`` and fired a fine-tune."""
         fired: Trigger | None = None
         with self._lock:
-            decisions = [d for d in decisions if d.network_latency_ms is not None]
+            now = self.clock() if at is None else at
+            # A reading taken before a pod was bound is not its latency (as for node readings).
+            decisions = [d for d in decisions if d.network_latency_ms is not None and d.at <= now]
             if not decisions:
                 return None
-            now = self.clock() if at is None else at
             reading = self.latency_readings
             self.latency_readings += 1
             self._latency_marks.append((reading, self.observations))

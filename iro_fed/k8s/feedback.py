@@ -55,10 +55,12 @@ class NodeMetricsFeed:
     """Feeds a :class:`FeedbackLoop` with measured node CPU utilization from metrics-server
     (``metrics.k8s.io`` NodeMetrics usage over the node's allocatable CPU).
 
-    Measurements are fed at the end of the second their ``timestamp`` names (``metav1.Time`` has
-    whole seconds: none is taken as older than it may be); the loop's clock must be epoch seconds,
-    as its default is, so the scheduler's clock and the kubelets' are compared: they are assumed
-    to agree to within a poll.
+    Measurements are fed at the start of the second their ``timestamp`` names (``metav1.Time``
+    has whole seconds: a scrape stamped ``s`` was taken in ``[s, s + 1)``, and none is taken as
+    later than it may be, so a pod bound within that second is not counted in it: fed at
+    ``s + 1``, a scrape taken before such a bind was judged against requests with the new pod);
+    the loop's clock must be epoch seconds, as its default is, so the scheduler's clock and the
+    kubelets' are compared: they are assumed to agree to within a poll.
 
     Each measurement is fed once: metrics-server keeps serving a node's last scrape (the window
     ``[timestamp - window, timestamp]``) until the next one, 60 s later by default, so a poll
@@ -72,7 +74,11 @@ class NodeMetricsFeed:
     item is fed at the poll's time, and that time, not its ``timestamp``, becomes the node's
     mark for newer scrapes (the same item read again is still skipped). Taken as the mark, one
     scrape stamped an hour ahead muted the node for that hour: every later, correct scrape was
-    "not newer" and skipped.
+    "not newer" and skipped. How this meets the rule above: a ``timestamp`` within
+    ``max_ahead_s`` is trusted as the scrape's time, so a pod bound up to that skew before the
+    ``timestamp`` but after the real scrape can be counted in it (the rule holds to within the
+    clocks' agreement); an item fed at the poll's time (stamped too far ahead, or unstamped) has
+    no trusted time, and every pod bound before the poll counts in it.
 
     ``current(node) -> (requests by class, allocatable CPU) | None``: what the node holds now
     (the scheduler's cache). The requests recorded with the node's latest decision go stale as
@@ -134,7 +140,7 @@ class NodeMetricsFeed:
                 self.repeats += 1
                 continue
             ahead = stamp is not None and stamp > received + self.max_ahead_s
-            at = None if stamp is None else received if ahead else stamp + 1.0
+            at = None if stamp is None else received if ahead else stamp
             if self.current is not None:
                 now = self.current(node)
                 if now is None:

@@ -128,7 +128,7 @@ def test_node_metrics_measured_before_a_placement_do_not_complete_it(api, kube, 
     assert feed.poll() == 1
     d = loop.by_key["ns/p0"]
     assert d.observed_util == pytest.approx(0.25) and d.errors["utilization"] == pytest.approx(0.0)
-    assert d.observed_at == T0 + 16  # the end of that second
+    assert d.observed_at == T0 + 15  # the start of that second (the earliest the scrape was taken)
 
 
 def test_a_measurement_between_two_placements_is_fitted_against_the_requests_it_saw(api, kube, measured_at):
