@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=20_000, help=f"environment steps over all envs (default 20000, at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", default="policy.pt", metavar="FILE", help="checkpoint to write (default policy.pt)")
-    p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, optimizer, steps)")
+    p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, target network, optimizer, schedules, random streams)")
     p.add_argument("--envs", type=int, default=4, help=f"vectorized environments (default 4, at most {MAX_ENVS})")
     p.add_argument("--hours", type=float, default=None,
                    help="simulated hours per episode (default: 6 for bank, 14 for promo-surge (its sale starts "

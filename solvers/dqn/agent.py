@@ -50,6 +50,21 @@ def to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> tuple[torch.
     )
 
 
+def numpy_generator(state: Any, like: np.random.Generator, name: str) -> np.random.Generator:
+    """A new generator of ``like``'s kind at ``state`` (a ``bit_generator.state``), or ``ValueError``
+    naming ``name``; ``like`` itself is left as it was."""
+    if state is None:
+        raise ValueError(f"{name}: missing")
+    bits = type(like.bit_generator)()
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"expected a mapping, got {type(state).__name__}")
+        bits.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:  # numpy's for a wrong kind, key or value
+        raise ValueError(f"{name}: not a state of numpy's {type(bits).__name__} ({exc!s})") from exc
+    return np.random.Generator(bits)
+
+
 class DQNAgent:
     """Online and target Q-networks, the optimizer and the update rule the config switches on."""
 
@@ -91,6 +106,37 @@ class DQNAgent:
         else:
             self.noise_generator = torch.Generator(device=self.device)
             self.noise_generator.manual_seed(seed)
+
+    def random_state(self) -> dict[str, Any]:
+        """The agent's random streams as they stand: ``noise`` (its noise generator's state, a uint8
+        tensor; absent when it draws from torch's global generator) and ``epsilon`` (the state of the
+        numpy generator epsilon-greedy draws from). :meth:`load_random_state` continues them."""
+        out: dict[str, Any] = {"epsilon": self.rng.bit_generator.state}
+        if self.noise_generator is not None:
+            out["noise"] = self.noise_generator.get_state()
+        return out
+
+    def load_random_state(self, state: dict[str, Any]) -> None:
+        """Continue the streams :meth:`random_state` returned; ``ValueError`` naming the entry
+        (``noise`` or ``epsilon``) that is missing or does not fit, and then nothing is changed."""
+        rng = numpy_generator(state.get("epsilon"), self.rng, "epsilon")
+        noise: torch.Tensor | None = None
+        if self.noise_generator is not None:
+            raw = state.get("noise")
+            if raw is None:
+                raise ValueError("noise: missing")
+            if not isinstance(raw, torch.Tensor) or raw.dtype != torch.uint8:
+                raise ValueError(f"noise: expected a torch generator's state (a uint8 tensor), got "
+                                 f"{type(raw).__name__ if not isinstance(raw, torch.Tensor) else raw.dtype}")
+            scratch = torch.Generator(device=self.noise_generator.device)  # a bad state leaves the agent's alone
+            try:
+                scratch.set_state(raw)
+            except RuntimeError as exc:  # another size, or not a valid state of this device's generator
+                raise ValueError(f"noise: not a state of a {scratch.device} generator ({exc})") from exc
+            noise = raw
+        self.rng = rng
+        if self.noise_generator is not None and noise is not None:
+            self.noise_generator.set_state(noise)
 
     def set_proximal(self, mu: float) -> None:
         """Anchor the proximal term at the current online weights (e.g. a federated round's global

@@ -18,6 +18,9 @@ goes on with the target the run had, not a copy of the online network. It stays 
 before). An older optimizer file, or none (a federated global policy: its server aggregates the
 online network only), resumes with the target as a copy of the online network and says so; an
 older release loads Adam's part of a newer file (``Optimizer.load_state_dict`` ignores other keys).
+Under :data:`RNG_STATE` it also holds where training's random streams stopped (the exploration
+noise, epsilon's draws, the replay buffer's sampling), so a resumed run draws what an uninterrupted
+one would; without it (an older file) they restart from the seed, and resuming says so.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ FORMAT = "iro-fed-dqn/1"
 SCHEDULE = "schedule"
 #: Key of the target network's ``state_dict`` in the training-state file (``policy.optim.pt``).
 TARGET_STATE = "target_state_dict"
+#: Key of training's random streams in the training-state file, where the run stopped: ``noise``
+#: (the noisy layers' torch generator state, a uint8 tensor), ``epsilon`` and ``replay`` (numpy
+#: ``bit_generator.state`` mappings of epsilon-greedy's and the replay buffer's sampling generators).
+RNG_STATE = "rng_state"
 
 
 class CheckpointError(ValueError):

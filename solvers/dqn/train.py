@@ -18,10 +18,14 @@ values; train a new policy for a new schedule), and the target network syncs eve
 ``target_update_every`` gradient steps counted over both runs. A checkpoint written before the
 schedules were saved restarts them from the resumed step, as resuming always did, and says so.
 
-With the replay buffer passed in (``replay``) and an env that goes on where it stopped, a
-resumed run gives bit for bit the weights of one uninterrupted run of the same total steps when
-acting draws no random numbers (epsilon 0, no noisy layers): the seeded streams (the noise,
-epsilon's draws) start again from ``seed`` in each run.
+Training's random streams continue too: the noisy layers' noise, epsilon's draws and the replay
+buffer's sampling are saved in the training-state file where the run stopped (before ``evaluate``
+draws from them) and restored on resume, into a passed-in buffer as well; an older file without
+them restarts them from ``seed``, and a note says so. With the replay buffer passed in (``replay``,
+or one restored with ``load_state_arrays``) and an env that goes on where it stopped, a resumed run
+gives bit for bit the weights of one uninterrupted run of the same total steps, exploration on or
+off, when the cut falls at an episode boundary (the n-step windows in flight are not saved) and
+``train_every`` is 1 (the steps since the last gradient step are not saved either).
 
 Randomness is training's own: torch's CPU generator and numpy's global one are seeded with
 ``seed`` inside and the caller's streams restored afterwards (torch's intra-op thread count too),
@@ -229,6 +233,8 @@ def _train(
     if schedule_position is not None:
         # origin may lie before step 0: only the distance step - origin is read
         origin, horizon = -schedule_position[0], schedule_position[1]
+    buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
+    sampling = None  # the buffer's sampling stream a resumed run continues, set once nothing can fail
     if initial_state is not None:
         agent.online.load_state_dict(initial_state)
         agent.target.load_state_dict(initial_state)
@@ -243,7 +249,7 @@ def _train(
         except RuntimeError as exc:  # weights that do not fit the checkpoint's own config
             raise ValueError(f"--resume {resume}: its weights do not fit its config ({exc})") from exc
         opt = optimizer_path(resume)
-        target_state = None
+        target_state = rng_state = None
         if opt.is_file():
             try:
                 training_state = torch.load(opt, weights_only=True)
@@ -253,6 +259,7 @@ def _train(
                 raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: expected a mapping, got "
                                            f"{type(training_state).__name__}")
             target_state = training_state.pop(ckpt.TARGET_STATE, None)
+            rng_state = training_state.pop(ckpt.RNG_STATE, None)
             agent.optimizer.load_state_dict(training_state)
             # load_state_dict brings back the saved run's hyperparameters too; the moments are
             # what resuming keeps, the rate is this run's
@@ -268,6 +275,12 @@ def _train(
             except RuntimeError as exc:
                 raise ValueError(f"--resume {resume}: the target network in {opt} does not fit its config "
                                  f"({exc})") from exc
+        if rng_state is None:
+            _note(console, f"--resume {resume}: its random streams (exploration noise, epsilon, replay sampling) "
+                           f"are not saved with it ({opt} is missing or from an older version): they restart from "
+                           "the seed, so this run does not draw what an uninterrupted one would")
+        else:
+            sampling = _restore_streams(opt, rng_state, agent, buffer)
         start_step = meta.get("steps", 0)
         if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
             raise ckpt.CheckpointError(f"policy {str(resume)!r}: metadata 'steps': expected an integer >= 0, "
@@ -283,7 +296,6 @@ def _train(
     start_updates = agent.updates
 
     agent.set_proximal(proximal_mu)  # anchored at the weights training starts from
-    buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
     accumulators = [NStepAccumulator(cfg.n_step, cfg.gamma) for _ in range(n_envs)]
     emissions = _Emissions(track_emissions, emissions_country)
     obs, _ = envs.reset(seed=seed)
@@ -293,6 +305,8 @@ def _train(
         emissions.stop()
         raise ValueError(f"env {idle[0]} offers no decision in its first episode (no pod arrives or none fits in "
                          "the simulated hours, e.g. promo-surge's sale starts at 10 h): train on longer episodes")
+    if sampling is not None:
+        buffer.rng = sampling
     returns = np.zeros(n_envs)
     finished: deque[float] = deque(maxlen=50)
     episodes, last_loss = 0, None
@@ -346,6 +360,8 @@ def _train(
         envs.close()
 
     wall = time.perf_counter() - t0
+    # where the streams stopped, before evaluate() draws from them: what a resumed run continues
+    streams = {**agent.random_state(), "replay": buffer.rng.bit_generator.state} if out is not None else None
     result = TrainResult(
         steps=step, episodes=episodes, updates=agent.updates - start_updates,
         mean_episode_reward=float(np.mean(finished)) if finished else None, last_loss=last_loss, wall_s=wall,
@@ -364,14 +380,33 @@ def _train(
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         ckpt.save_checkpoint(out, agent.online.state_dict(), meta)
-        # Adam's moments and the target network (an older release's Optimizer.load_state_dict
-        # ignores the extra key)
+        # Adam's moments, the target network and the random streams (an older release's
+        # Optimizer.load_state_dict ignores the extra keys)
         training_state = {**agent.optimizer.state_dict(),
-                          ckpt.TARGET_STATE: {k: v.detach().cpu() for k, v in agent.target.state_dict().items()}}
+                          ckpt.TARGET_STATE: {k: v.detach().cpu() for k, v in agent.target.state_dict().items()},
+                          ckpt.RNG_STATE: streams}
         opt_path = optimizer_path(out)
         with ckpt.write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
             write_file_atomic(opt_path, lambda tmp: torch.save(training_state, tmp))
     return agent, result
+
+
+def _restore_streams(opt: Path, saved: Any, agent: Any, buffer: ReplayBuffer) -> np.random.Generator:
+    """Continue the random streams a training-state file saved (:data:`~solvers.dqn.checkpoint.RNG_STATE`)
+    in ``agent``, and return the replay sampling generator for ``buffer`` (left as it was: a caller's
+    buffer changes only once training starts); a :class:`CheckpointError` naming the file and entry."""
+    from solvers.dqn import checkpoint as ckpt
+    from solvers.dqn.agent import numpy_generator
+
+    where = f"optimizer state {str(opt)!r}: {ckpt.RNG_STATE!r}"
+    if not isinstance(saved, dict):
+        raise ckpt.CheckpointError(f"{where}: expected a mapping, got {type(saved).__name__}")
+    try:
+        sampling = numpy_generator(saved.get("replay"), buffer.rng, "replay")
+        agent.load_random_state(saved)
+    except ValueError as exc:
+        raise ckpt.CheckpointError(f"{where}.{exc}") from exc
+    return sampling
 
 
 def _note(console: Any, note: str) -> None:
