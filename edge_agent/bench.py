@@ -55,7 +55,7 @@ def make_bodies(count: int, seed: int = 1) -> list[bytes]:
         if i % 2:
             body: dict[str, Any] = {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "bench",
                                                                 "annotations": {"iro-fed.io/user-region": "users"}},
-                                    "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}}}]}}
+                                    "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}}}]}}
             if i % 7 == 0:
                 body["spec"]["nodeSelector"] = {"pool": "p1"}
         else:

@@ -32,16 +32,18 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   left out when the resize is infeasible), as kube's ``UseStatusResources``, and so does a
   pod-level request during a pod-level resize (pod ``status.resources`` / ``allocatedResources``);
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
-  (1..1000) asks for that share of one card instead; ``iro-fed.io/gpu-cards`` on a bound pod
-  (written by IRO's scheduler through the Binding) says which cards it holds;
+  (1..1000, read as Go's ``strconv.Atoi`` reads it) asks for that share of one card instead;
+  ``iro-fed.io/gpu-cards`` on a bound pod (written by IRO's scheduler through the Binding) says
+  which cards it holds;
 * node selector, tolerations, required and preferred node affinity (all operators, including
   ``matchFields`` on ``metadata.name``); pod annotations ``iro-fed.io/user-region``,
   ``iro-fed.io/max-latency-ms``, ``iro-fed.io/class``, ``iro-fed.io/allowed-domains``,
   ``iro-fed.io/gpu-models`` carry the model's own constraints.
 
 A field of the wrong type raises :class:`PodSpecError` whose ``field`` is its JSON path, never a
-TypeError from deep inside; so does a container name repeated across ``spec.containers`` and
-``spec.initContainers`` (the API server refuses such a pod).
+TypeError from deep inside; so does a container name that is missing, not a DNS-1123 label, or
+repeated across ``spec.containers`` and ``spec.initContainers`` (the API server refuses such a
+pod). ``spec.ephemeralContainers`` are not read: kube's ``PodRequests`` does not count them.
 
 Affinity terms that are more than label equality are evaluated here, against each node, and
 handed to the model as a synthetic node label (``iro-fed.io/affinity-<hash>``) that the pod
@@ -67,6 +69,7 @@ import numpy as np
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import (
+    DNS_LABEL,
     MAX_GPUS,
     MAX_NUMBER,
     MIN_CAPACITY,
@@ -622,6 +625,23 @@ def _resized(spec: dict[str, Decimal], status: tuple[dict[str, Decimal] | None, 
     return out
 
 
+def _shown(text: str, limit: int = 20) -> str:
+    """``text`` for a message, cut after ``limit`` characters (a value may be megabytes long)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_container_name(name: str, who: str, path: str) -> None:
+    """A container name as the API server validates it (``validateContainerCommon``): required, a
+    DNS-1123 label of at most 63 characters; the error is kube's, at ``path``."""
+    if not name:
+        raise _bad(who, path, "Required value")
+    if len(name) > 63:
+        raise _bad(who, path, f"Invalid value: {_shown(name, 63)!r}: must be no more than 63 characters, got {len(name)}")
+    if not DNS_LABEL.fullmatch(name):
+        raise _bad(who, path, f"Invalid value: {_shown(name, 63)!r}: a lowercase RFC 1123 label must consist of lower case "
+                              "alphanumeric characters or '-', and must start and end with an alphanumeric character")
+
+
 def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     """A pod's parsed requests: app containers, init containers with their sidecar flag,
     overhead and pod-level requests, exact, with every error naming its JSON path."""
@@ -636,12 +656,12 @@ def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     def container(c: Any, path: str) -> dict[str, Decimal]:
         req = _container_exact(c, resources, path, who)
         name = _opt_str(c, "name", who, path) or ""
+        _check_container_name(name, who, f"{path}.name")
         # The API server refuses a repeated name (its statuses, found by name, would be ambiguous);
         # it reports the later one, an init container's when it repeats an app container's.
         if name in names:
             raise _bad(who, f"{path}.name", f"Duplicate value: {name!r} (containers and init containers share one namespace)")
-        if name:
-            names.add(name)
+        names.add(name)
         status = statuses.get(name)
         return _resized(req, status, infeasible) if status else req
 
@@ -649,7 +669,10 @@ def _pod_parts(pod: Mapping[str, Any], resources: Sequence[str]) -> _PodParts:
     inits = []
     for i, c in enumerate(_items(spec.get("initContainers"), who, "spec.initContainers")):
         path = f"spec.initContainers[{i}]"
-        inits.append((container(c, path), _opt_str(c, "restartPolicy", who, path) == "Always"))
+        # The field's type before the name's value: an unreadable field is reported as such first.
+        sidecar = _opt_str(_obj(c, who, path, required=True), "restartPolicy", who, path) == "Always"
+        inits.append((container(c, path), sidecar))
+    # spec.ephemeralContainers are not read: kube's PodRequests leaves them out (the API refuses resources on them).
     overhead = _obj(spec.get("overhead"), who, "spec.overhead")
     extra = {r: _exact(r, overhead[r], who, f"spec.overhead.{r}") for r in _request_names(resources) if r in overhead}
     pod_level = _pod_level_requests(spec, apps, inits, resources, who)
@@ -743,21 +766,21 @@ def pod_demand(pod: Mapping[str, Any], resources: Sequence[str]) -> PodDemand:
     if ANN_GPU_MILLI in ann:
         where = f"metadata.annotations.{ANN_GPU_MILLI}"
         text = ann[ANN_GPU_MILLI]
-        # Plain ASCII digits only, as a Go reader (strconv.Atoi) of the annotation: int() also
-        # takes "5_00", " 500 ", "+500" and non-ASCII digits.
-        if not _DIGITS.fullmatch(text):
-            raise _bad(who, where, f"expected an integer 1..{GPU_MILLI} (decimal digits only), got {text!r}")
-        significant = text.lstrip("0")  # Atoi takes leading zeros; no int() of a huge digit string
-        milli = int(significant or "0") if len(significant) <= 4 else GPU_MILLI + 1
-        if not 1 <= milli <= GPU_MILLI:
-            raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {text if len(text) <= 20 else text[:20] + '...'}")
+        # What Go's strconv.Atoi (ParseInt(text, 10, 64) on 64-bit) takes: a sign and ASCII digits;
+        # int() also takes "5_00", " 500 " and non-ASCII digits.
+        if not _GO_INT.fullmatch(text):
+            raise _bad(who, where, f"expected an integer 1..{GPU_MILLI} (an optional sign and ASCII decimal digits only, "
+                                   f"as Go's strconv.Atoi reads it), got {_shown(text)!r}")
+        milli = _go_int(text)
+        if milli is None or not 1 <= milli <= GPU_MILLI:
+            beyond = " (beyond the 64-bit range Atoi reads)" if milli is None else ""
+            raise _bad(who, where, f"must be 1..{GPU_MILLI}, got {_shown(text)}{beyond}")
         if gpus > 1:
             raise _bad(who, where, f"is a share of one card, but the pod requests {gpus} {GPU_RESOURCE}")
         return PodDemand(requests, 1, milli, nonzero)
     return PodDemand(requests, gpus, GPU_MILLI if gpus else 0, nonzero)
 
 
-_DIGITS = re.compile(r"[0-9]+")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 #: A parsed node selector requirement: (on metadata.name rather than a label, key, operator, values).
 _Requirement = tuple[bool, str, str, tuple[str, ...]]
@@ -781,7 +804,7 @@ def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement
         if len(values) != 1:
             raise _bad(who, f"{path}.values", f"operator {op} needs exactly one value")
         if _go_int(values[0]) is None:
-            raise _bad(who, f"{path}.values[0]", f"operator {op} needs an integer value, got {values[0]!r}")
+            raise _bad(who, f"{path}.values[0]", f"operator {op} needs an integer value, got {_shown(values[0])!r}")
     return on_field, key, op, tuple(values)
 
 
@@ -793,7 +816,11 @@ def _go_int(text: str | None) -> int | None:
     None. Python's int() also takes ``1_000``, spaces and non-ASCII digits, which kube refuses."""
     if text is None or not _GO_INT.fullmatch(text):
         return None
-    value = int(text)
+    sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text.lstrip("+"))
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 19:  # past int64 whatever the digits; int() of over 4,300 digits raises ValueError
+        return None
+    value = int(sign + digits)
     return value if -(2**63) <= value < 2**63 else None
 
 

@@ -43,7 +43,6 @@ BAD_PODS = [
     # iro-fed.io/gpu-milli: plain ASCII digits (int() took all of these)
     (_pod(annotations={"iro-fed.io/gpu-milli": "5_00"}), "pod.metadata.annotations.iro-fed.io/gpu-milli", "digits only"),
     (_pod(annotations={"iro-fed.io/gpu-milli": " 500 "}), "pod.metadata.annotations.iro-fed.io/gpu-milli", "digits only"),
-    (_pod(annotations={"iro-fed.io/gpu-milli": "+500"}), "pod.metadata.annotations.iro-fed.io/gpu-milli", "digits only"),
     (_pod(annotations={"iro-fed.io/gpu-milli": "\uff15\uff10\uff10"}), "pod.metadata.annotations.iro-fed.io/gpu-milli", "digits only"),
 ]
 

@@ -15,10 +15,10 @@ def test_pod_requests_sum_containers_max_init_and_default_from_limits():
                                      "iro-fed.io/gpu-models": "T4, A10"}},
         "spec": {
             "containers": [
-                {"resources": {"requests": {"cpu": "250m", "memory": "256Mi", "nvidia.com/gpu": "1"}}},
-                {"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "c0", "resources": {"requests": {"cpu": "250m", "memory": "256Mi", "nvidia.com/gpu": "1"}}},
+                {"name": "c1", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
             ],
-            "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}],
+            "initContainers": [{"name": "c2", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}],
             "overhead": {"cpu": "100m"},
             "nodeSelector": {"disk": "ssd"},
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}],
@@ -36,14 +36,14 @@ def test_pod_requests_sum_containers_max_init_and_default_from_limits():
 
 def test_sidecars_and_rounding_follow_kubernetes():
     pod = {"metadata": {"name": "p"}, "spec": {
-        "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        "containers": [{"name": "c3", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
         "initContainers": [
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},  # sidecar
-            {"resources": {"requests": {"cpu": "3", "memory": "100Mi"}}},  # runs next to the sidecar only
+            {"name": "c4", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},  # sidecar
+            {"name": "c5", "resources": {"requests": {"cpu": "3", "memory": "100Mi"}}},  # runs next to the sidecar only
         ]}}
     # max(1 + 0.5, 0.5 + 3) cpu = 3.5; max(1024 + 512, 512 + 100) MiB = 1536
     assert pod_to_workload(pod, ("cpu", "memory"))["requests"] == {"cpu": 3500.0, "memory": 1536.0}
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"cpu": "0.0001", "memory": "1"}}}]}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c6", "resources": {"requests": {"cpu": "0.0001", "memory": "1"}}}]}}
     # Kubernetes' MilliValue rounds 0.1m up to 1m; memory is whole bytes
     assert pod_to_workload(pod, ("cpu", "memory"))["requests"] == {"cpu": 1.0, "memory": 1 / 2**20}
 
@@ -54,12 +54,12 @@ def test_recommend_and_the_snapshot_read_the_same_pod_the_same_way():
     from iro_fed.k8s.snapshot import pod_demand
 
     pod = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {
-        "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}},
-                       {"resources": {"limits": {"cpu": "250m", "memory": "128Mi"}}}],
+        "containers": [{"name": "c7", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}},
+                       {"name": "c8", "resources": {"limits": {"cpu": "250m", "memory": "128Mi"}}}],
         "initContainers": [
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},
-            {"resources": {"requests": {"cpu": "4", "memory": "64Mi", "nvidia.com/gpu": "2"}}},
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}}},
+            {"name": "c9", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},
+            {"name": "c10", "resources": {"requests": {"cpu": "4", "memory": "64Mi", "nvidia.com/gpu": "2"}}},
+            {"name": "c11", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}}},
         ],
         "overhead": {"cpu": "50m", "memory": "16Mi", "nvidia.com/gpu": "1"}}}
     wl = pod_to_workload(pod, ("cpu", "memory"))
@@ -71,7 +71,7 @@ def test_recommend_and_the_snapshot_read_the_same_pod_the_same_way():
 
 
 def test_request_forms():
-    wl, kind = request_to_workload({"pod": {"metadata": {"generateName": "job-"}, "spec": {"containers": [{}]}}},
+    wl, kind = request_to_workload({"pod": {"metadata": {"generateName": "job-"}, "spec": {"containers": [{"name": "app"}]}}},
                                    ("cpu",))
     assert kind == "pod" and wl["name"] == "default/job-" and wl["requests"] == {"cpu": 0.0}
     wl, kind = request_to_workload({"workload": {"name": "w"}, "k": 2}, ("cpu",))
@@ -79,10 +79,10 @@ def test_request_forms():
     wl, kind = request_to_workload({"name": "w", "k": 2}, ("cpu",))
     assert kind == "workload" and wl == {"name": "w"}
     with pytest.raises(BadRequest, match="pod.spec.containers\\[0\\].resources.requests.memory"):
-        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"memory": "lots"}}}]}},
+        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c12", "resources": {"requests": {"memory": "lots"}}}]}},
                         ("cpu", "memory"))
     with pytest.raises(BadRequest, match="requests.nvidia.com/gpu: invalid quantity '500m': must be a whole number"):
-        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}},
+        pod_to_workload({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c13", "resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}},
                         ("cpu",))
 
 
@@ -99,14 +99,14 @@ def test_edge_agent_and_snapshot_read_the_same_requests_in_the_same_units():
 
     pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {
         "containers": [
-            {"resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi", "nvidia.com/gpu": "1",
+            {"name": "c14", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi", "nvidia.com/gpu": "1",
                                         "example.com/fpga": "1"}}},
-            {"resources": {"limits": {"cpu": "250m", "memory": "128Mi", "ephemeral-storage": "500M"}}}],
+            {"name": "c15", "resources": {"limits": {"cpu": "250m", "memory": "128Mi", "ephemeral-storage": "500M"}}}],
         "initContainers": [
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}},
-            {"resources": {"requests": {"cpu": "4", "memory": "64Mi", "ephemeral-storage": "10Gi", "nvidia.com/gpu": "2",
+            {"name": "c16", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}},
+            {"name": "c17", "resources": {"requests": {"cpu": "4", "memory": "64Mi", "ephemeral-storage": "10Gi", "nvidia.com/gpu": "2",
                                         "example.com/fpga": "3"}}},
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi", "example.com/fpga": "1"}}},
+            {"name": "c18", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "32Mi", "example.com/fpga": "1"}}},
         ],
         "overhead": {"cpu": "50m", "memory": "16Mi", "ephemeral-storage": "1Mi"}}}
     expected = {
@@ -141,7 +141,7 @@ def test_edge_agent_and_snapshot_read_the_same_requests_in_the_same_units():
     ],
 )
 def test_pod_errors_come_from_the_shared_reader_with_the_pod_path(requests, field, message):
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": requests}}]}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c20", "resources": {"requests": requests}}]}}
     with pytest.raises(BadRequest) as info:
         pod_to_workload(pod, RESOURCES)
     assert info.value.field == f"pod.spec.containers[0].resources.{field}"

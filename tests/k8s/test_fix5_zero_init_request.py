@@ -11,6 +11,6 @@ from iro_fed.k8s.snapshot import pod_demand
 @pytest.mark.parametrize("resource", ["cpu", "memory"])
 def test_an_init_containers_zero_request_is_zero(resource: str) -> None:
     pod = {"metadata": {"name": "x"},
-           "spec": {"containers": [{}], "initContainers": [{"resources": {"requests": {resource: "0"}}}]}}
+           "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "c0", "resources": {"requests": {resource: "0"}}}]}}
     demand = pod_demand(pod, ["cpu", "memory"])
     assert demand.requests == {"cpu": 0.0, "memory": 0.0}
