@@ -17,7 +17,8 @@ IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeco
 * ``pods/binding`` POST: 201 with a ``v1.Status`` body (as the API server answers), 409 when the
   pod already has a node, binding annotations copied onto the pod;
 * ``pods/status`` PATCH (strategic merge, with ``status.conditions`` merged by ``type``; JSON
-  merge patch; JSON patch);
+  merge patch; JSON patch, RFC 6902, strict and atomic: a patch that does not apply gets the
+  API server's 422 ``Invalid`` Status; a patch may not rename the pod);
 * core ``events`` and ``events.k8s.io/v1`` events POST / GET;
 * ``metrics.k8s.io/v1beta1`` NodeMetrics list (usage set by the test in ``node_metrics``, or
   with its ``timestamp`` by :meth:`FakeApiServer.set_node_metrics`; else stamped now);
@@ -51,6 +52,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
+from iro_fed.problem_io import json_kind
 
 _PATHS = [
     ("nodes", re.compile(r"^/api/v1/nodes$"), None),
@@ -124,31 +126,164 @@ def strategic_merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[st
     return target
 
 
-def json_patch(doc: dict[str, Any], ops: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 ``add`` / ``replace`` / ``remove`` (enough for the tests and the webhook)."""
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
-        parent: Any = doc
-        for p in parts[:-1]:
-            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        last = parts[-1]
-        if op["op"] in ("add", "replace"):
-            if isinstance(parent, list):
-                if last == "-":
-                    parent.append(copy.deepcopy(op["value"]))
-                elif op["op"] == "add":
-                    parent.insert(int(last), copy.deepcopy(op["value"]))
-                else:
-                    parent[int(last)] = copy.deepcopy(op["value"])
-            else:
-                if op["op"] == "replace" and last not in parent:
-                    raise KeyError(f"replace: {op['path']} does not exist")
-                parent[last] = copy.deepcopy(op["value"])
-        elif op["op"] == "remove":
-            del parent[int(last) if isinstance(parent, list) else last]
+class JsonPatchError(ValueError):
+    """A JSON patch that RFC 6902 refuses; the message names the operation (``patch[i]``) and its field."""
+
+
+_PATCH_OPS = ("add", "remove", "replace", "move", "copy", "test")
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")  # RFC 6901: no sign, no leading zero
+_BAD_ESCAPE = re.compile(r"~(?![01])")
+
+
+def _pointer_text(tokens: list[str]) -> str:
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens) or "the document root"
+
+
+def _pointer(value: Any, field: str) -> list[str]:
+    """RFC 6901 reference tokens: "" is the whole document; ``~1`` is "/" and ``~0`` is "~" (in that order)."""
+    if not isinstance(value, str):
+        raise JsonPatchError(f"{field}: expected a JSON pointer string, got {json_kind(value)}")
+    if value == "":
+        return []
+    if not value.startswith("/"):
+        raise JsonPatchError(f"{field} {value!r}: a JSON pointer is empty or starts with '/'")
+    if _BAD_ESCAPE.search(value):
+        raise JsonPatchError(f"{field} {value!r}: '~' must be escaped as '~0' ('/' as '~1')")
+    return [t.replace("~1", "/").replace("~0", "~") for t in value[1:].split("/")]
+
+
+def _array_index(array: list[Any], token: str, field: str, *, add: bool) -> int:
+    # '-' (past the last element) and index == len name a new element: only add may use them.
+    if token == "-":
+        if add:
+            return len(array)
+        raise JsonPatchError(f"{field}: '-' (past the last element) names no element; only add may use it")
+    if not _ARRAY_INDEX.fullmatch(token):
+        raise JsonPatchError(f"{field}: {token!r} is not an array index (decimal digits without a sign or a leading zero)")
+    i = int(token)
+    if i > len(array) or (i == len(array) and not add):
+        raise JsonPatchError(f"{field}: index {i} is out of range for an array of {len(array)}")
+    return i
+
+
+def _resolve(doc: Any, tokens: list[str], field: str) -> Any:
+    """The value at ``tokens``: every step must exist."""
+    cur = doc
+    for n, token in enumerate(tokens):
+        if isinstance(cur, dict):
+            if token not in cur:
+                raise JsonPatchError(f"{field}: {_pointer_text(tokens[:n + 1])} does not exist")
+            cur = cur[token]
+        elif isinstance(cur, list):
+            cur = cur[_array_index(cur, token, field, add=False)]
         else:
-            raise ValueError(f"unsupported JSON patch op {op['op']!r}")
+            raise JsonPatchError(f"{field}: {_pointer_text(tokens[:n])} is {json_kind(cur)}, not an object or an array")
+    return cur
+
+
+def _parent(doc: Any, tokens: list[str], field: str) -> dict[str, Any] | list[Any]:
+    parent = _resolve(doc, tokens[:-1], field)
+    if not isinstance(parent, dict | list):
+        raise JsonPatchError(f"{field}: {_pointer_text(tokens[:-1])} is {json_kind(parent)}, not an object or an array")
+    return parent
+
+
+def _add(doc: Any, tokens: list[str], value: Any, field: str) -> Any:
+    if not tokens:
+        return value  # the whole document is replaced
+    parent = _parent(doc, tokens, field)
+    if isinstance(parent, list):
+        parent.insert(_array_index(parent, tokens[-1], field, add=True), value)
+    else:
+        parent[tokens[-1]] = value
     return doc
+
+
+def _remove(doc: Any, tokens: list[str], field: str) -> Any:
+    """Removes the value at ``tokens`` (which must exist) and returns it."""
+    if not tokens:
+        raise JsonPatchError(f"{field}: the whole document cannot be removed")
+    parent = _parent(doc, tokens, field)
+    if isinstance(parent, list):
+        return parent.pop(_array_index(parent, tokens[-1], field, add=False))
+    if tokens[-1] not in parent:
+        raise JsonPatchError(f"{field}: {_pointer_text(tokens)} does not exist")
+    return parent.pop(tokens[-1])
+
+
+def _replace(doc: Any, tokens: list[str], value: Any, field: str) -> Any:
+    _resolve(doc, tokens, field)  # the target must exist
+    if not tokens:
+        return value
+    parent = _parent(doc, tokens, field)
+    if isinstance(parent, list):
+        parent[_array_index(parent, tokens[-1], field, add=False)] = value
+    else:
+        parent[tokens[-1]] = value
+    return doc
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """RFC 6902 4.6 equality: numbers by value (1 == 1.0), but true is not 1 as Python's == has it."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and not isinstance(b, bool):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def json_patch(doc: Any, ops: list[Mapping[str, Any]]) -> Any:
+    """``doc`` with the RFC 6902 patch ``ops`` applied: add, remove, replace, move, copy, test.
+
+    Strict, as RFC 6901/6902 read: a pointer is "" (the whole document) or starts with "/"; an
+    array index is decimal without a sign or a leading zero, below the length (``add``: up to the
+    length, or ``-``); every location an op reads must exist, as must the parent of the one an
+    ``add`` writes. (The API server's evanphx/json-patch v4 also takes "-1" and "01", and refuses
+    "" but in a ``test``: :class:`FakeApiServer` checks that itself.) Atomic (RFC 6902 section
+    5): the ops run on a deep copy, returned only when all succeed, so ``doc`` is never changed.
+    Raises :class:`JsonPatchError` naming ``patch[i]`` and its field.
+    """
+    if not isinstance(ops, list):
+        raise JsonPatchError(f"patch: expected an array of operations, got {json_kind(ops)}")
+    out = copy.deepcopy(doc)
+    for i, op in enumerate(ops):
+        where = f"patch[{i}]"
+        if not isinstance(op, Mapping):
+            raise JsonPatchError(f"{where}: expected an operation object, got {json_kind(op)}")
+        kind = op.get("op")
+        if kind not in _PATCH_OPS:
+            raise JsonPatchError(f"{where}.op: expected one of {', '.join(_PATCH_OPS)}, got {kind!r}")
+        if "path" not in op:
+            raise JsonPatchError(f"{where}.path: missing")
+        path = _pointer(op["path"], f"{where}.path")
+        field = f"{where}.path {op['path']!r}"
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise JsonPatchError(f"{where}.value: missing (null is a value; {kind} needs one)")
+        if kind == "add":
+            out = _add(out, path, copy.deepcopy(op["value"]), field)
+        elif kind == "remove":
+            _remove(out, path, field)
+        elif kind == "replace":
+            out = _replace(out, path, copy.deepcopy(op["value"]), field)
+        elif kind == "test":
+            if not _json_equal(_resolve(out, path, field), op["value"]):
+                raise JsonPatchError(f"{field}: test failed: the value there is not {where}.value")
+        else:
+            if "from" not in op:
+                raise JsonPatchError(f"{where}.from: missing ({kind} needs one)")
+            source = _pointer(op["from"], f"{where}.from")
+            from_field = f"{where}.from {op['from']!r}"
+            if kind == "copy":
+                out = _add(out, path, copy.deepcopy(_resolve(out, source, from_field)), field)
+            elif source == path:
+                _resolve(out, source, from_field)  # a move onto itself changes nothing, but from must exist
+            elif source == path[:len(source)]:
+                raise JsonPatchError(f"{from_field}: a location cannot be moved into one of its children ({field})")
+            else:
+                out = _add(out, path, _remove(out, source, from_field), field)
+    return out
 
 
 class FakeApiServer:
@@ -453,17 +588,74 @@ class FakeApiServer:
             pod = copy.deepcopy(cur)
             try:
                 if "json-patch" in content_type:
-                    json_patch(pod, patch)
+                    refused = _json_patch_refusal(patch)
+                    if refused is not None:
+                        return refused
+                    pod = json_patch(cur, patch or [])  # a new pod, all ops applied or none
+                elif "merge-patch" in content_type and not isinstance(patch, dict):
+                    # the API server decodes a (strategic) merge patch into a map first
+                    return 400, _status(400, "BadRequest", f"json: cannot unmarshal {_GO_KIND.get(type(patch), 'null')} "
+                                        "into Go value of type map[string]interface {}")
                 elif "strategic-merge-patch" in content_type:
                     strategic_merge(pod, patch)
                 elif "merge-patch" in content_type:
                     _merge_patch(pod, patch)
                 else:
                     return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type}")
+            except JsonPatchError:
+                return 422, _json_patch_not_applied()
             except (KeyError, IndexError, ValueError, TypeError) as exc:
                 return 422, _status(422, "Invalid", f"cannot apply patch: {exc}")
+            # The API server checks the patched object against the URL (rest.EnsureObjectNamespace-
+            # MatchesRequestNamespace, checkName): a patch does not rename, nor store a second pod.
+            meta = pod.get("metadata")
+            if not isinstance(meta, dict):
+                return 422, _status(422, "Invalid", f'Pod "{name}" is invalid: metadata: expected an object, got {json_kind(meta)}')
+            if meta.get("namespace") not in (None, "", ns):
+                return 400, _status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request")
+            if meta.get("name") != name:
+                return 400, _status(400, "BadRequest", f"the name of the object ({meta.get('name') or ''}) does not match the name on the URL ({name})")
+            meta["namespace"] = ns
             pod["spec"] = cur["spec"]  # the status subresource only changes status
             return 200, self._put("pods", pod)
+
+
+def _json_patch_not_applied() -> dict[str, Any]:
+    """The API server's answer to a JSON patch that does not apply (patch.go applyJSPatch:
+    NewGenericServerResponse(422, ...), which keeps no cause: evanphx/json-patch's reason is not sent)."""
+    body = _status(422, "Invalid", "the server rejected our request due to an error in our request")
+    body["details"] = {}
+    return body
+
+
+#: The largest JSON patch the API server applies (patch.go maxJSONPatchOperations).
+_MAX_JSON_PATCH_OPS = 10000
+
+
+#: Go's encoding/json names for what a JSON value decodes to (its UnmarshalTypeError messages).
+_GO_KIND = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
+
+
+def _json_patch_refusal(patch: Any) -> tuple[int, dict[str, Any]] | None:
+    """The API server's answer to a JSON patch it refuses before applying any op, or None."""
+    # jsonpatch.DecodePatch: an array of objects (JSON null decodes as no ops, a null op as an
+    # op of unknown kind); anything else is 400
+    if patch is not None and not isinstance(patch, list):
+        return 400, _status(400, "BadRequest", f"json: cannot unmarshal {_GO_KIND[type(patch)]} into Go value of type jsonpatch.Patch")
+    ops = patch or []
+    for op in ops:
+        if op is not None and not isinstance(op, dict):
+            return 400, _status(400, "BadRequest", f"json: cannot unmarshal {_GO_KIND[type(op)]} into Go value of type jsonpatch.Operation")
+    if len(ops) > _MAX_JSON_PATCH_OPS:
+        return 413, _status(413, "RequestEntityTooLarge", "Request entity too large: The allowed maximum operations in a "
+                            f"JSON patch is {_MAX_JSON_PATCH_OPS}, got {len(ops)}")
+    # RFC 6902 lets add/replace/remove/move/copy work on "" (the whole document); evanphx/json-patch
+    # v4 finds no parent for it ("doc is missing path"): only a test may read the whole document
+    for op in ops:
+        if isinstance(op, dict) and ((op.get("op") != "test" and op.get("path") == "")
+                                     or (op.get("op") in ("move", "copy") and op.get("from") == "")):
+            return 422, _json_patch_not_applied()
+    return None
 
 
 def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
