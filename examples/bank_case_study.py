@@ -30,7 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 import solvers
+from iro_fed.limits import MAX_HOURS
 from iro_fed.sim import PLAIN_KUBERNETES, simulate
+from solvers.base import MAX_SEED
 
 #: What the seed reported for IRO-Fed where it gave a number (None: no number given).
 SEED_REPORTED = {
@@ -57,11 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--solver", default=None, help="solver for B (default: the best available)")
     args = parser.parse_args(argv)
-    if args.days < 1:
-        parser.error(f"--days must be >= 1, got {args.days}")
+    # Checked before A runs: a bad --solver or --seed failed with a traceback (exit 1) only
+    # after the whole kube-default run, minutes with --days 30.
+    if not 1 <= args.days <= MAX_HOURS // 24:
+        parser.error(f"--days must be 1..{MAX_HOURS // 24}, got {args.days}")
+    if not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be 0..{MAX_SEED}, got {args.seed}")
     hours = 24.0 if args.short else 24.0 * args.days
     promo_day = 0 if args.short else min(4, args.days - 1)
     ours = args.solver or best_solver()
+    try:
+        solvers.make(ours, seed=args.seed)
+    except solvers.SolverError as exc:  # unknown, or its optional dependency is not installed
+        parser.error(f"--solver: {exc}")
     console = Console(width=None if sys.stdout.isatty() else 150)
     runs = {}
     for label, solver, settings in (

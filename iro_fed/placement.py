@@ -46,6 +46,7 @@ class Placement:
 
     def to_dict(self, problem: Problem) -> dict[str, Any]:
         """The placement file document (shared/spec/interfaces.md)."""
+        _check_fits(self, problem)
         assignments = {}
         for i, w in enumerate(problem.workloads):
             n = int(self.assignment[i])
@@ -63,6 +64,30 @@ class Placement:
         if self.info:
             doc["info"] = _jsonable(self.info)
         return doc
+
+
+def _check_fits(placement: Placement, problem: Problem) -> None:
+    # Written against another problem, a placement crashed with an IndexError or, where its
+    # indices happened to fit, wrote a file naming the wrong pods (or -5 as unplaced).
+    a = np.asarray(placement.assignment)
+    if a.shape != (problem.num_workloads,):
+        raise ValueError(
+            f"assignment has shape {a.shape}, expected ({problem.num_workloads},): is this placement of another problem?"
+        )
+    if a.dtype.kind in "iuf":
+        bad = np.flatnonzero((a != np.round(a)) | (a < -1) | (a >= problem.num_nodes))
+    else:  # a bool mask or objects: no node indices
+        bad = np.arange(a.size)
+    if bad.size:
+        w = int(bad[0])
+        raise ValueError(
+            f"assignment[{w}] ({problem.workloads[w].name}): node index {a[w].item()!r} is not -1 (unplaced) "
+            f"or 0..{problem.num_nodes - 1}"
+        )
+    for key, name in ((placement.gpu_cards, "gpu_cards"), (placement.reasons, "reasons")):
+        for w in key:
+            if not 0 <= w < problem.num_workloads:
+                raise ValueError(f"{name}: workload index {w!r} is out of range (the problem has {problem.num_workloads})")
 
 
 def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:

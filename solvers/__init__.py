@@ -47,6 +47,8 @@ def available() -> list[str]:
 
 def make(name: str, **params: Any) -> Solver:
     """Build a solver by name with constructor settings; unknown names and settings raise."""
+    if not isinstance(name, str):  # a list raised "unhashable type", naming nothing
+        raise InvalidSettingError(f"solver name: expected a string, got {type(name).__name__} {name!r}")
     cls = _REGISTRY.get(name)
     if cls is None:
         raise InvalidSettingError(f"unknown solver {name!r} (registered: {', '.join(sorted(_REGISTRY))})")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import operator
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -101,6 +102,10 @@ class Param:
             raise InvalidSettingError(f"{where}: must be >= {self.minimum}, got {_show(value)}")
         if self.maximum is not None and value > self.maximum:
             raise InvalidSettingError(f"{where}: must be <= {self.maximum}, got {_show(value)}")
+        if isinstance(value, dict):
+            # The solver's own copy: a caller that edits its dict after make() would otherwise
+            # change get_params() (and Placement.params) but not the inner solver built from it.
+            value = copy.deepcopy(value)
         return value
 
 
@@ -182,7 +187,8 @@ class Solver(ABC):
         """Cross-setting checks of a subclass (raise InvalidSettingError)."""
 
     def get_params(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.parameters}
+        # Copies: editing the result (or a Placement's params) must not change the solver.
+        return {key: copy.deepcopy(getattr(self, key)) for key in self.parameters}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -195,6 +201,12 @@ class Solver(ABC):
     def solve_until(self, problem: Problem, deadline: float | None) -> Placement:
         """``solve`` with a cooperative deadline (``time.perf_counter()`` value) that solvers
         check between steps; composites use it for time budgets and fallbacks."""
+        if not isinstance(problem, Problem):
+            # A path or a dict failed deep inside with "'str' object has no attribute ...".
+            raise TypeError(
+                f"problem: expected an iro_fed.Problem (iro_fed.load_problem(path) or problem_from_dict(doc)), "
+                f"got {type(problem).__name__}"
+            )
         start = time.perf_counter()
         placement = self._solve(problem, deadline)
         placement.timing["solve_s"] = time.perf_counter() - start
@@ -215,6 +227,34 @@ class Decision:
     node: int
     cards: tuple[int, ...] = ()
     reason: str | None = None
+
+
+def workload_index(state: ClusterState, w: Any) -> int:
+    """``w`` as a workload index of ``state``'s problem (numpy ints too); an error naming ``w``
+    otherwise. A negative index silently meant the last pods, as a Python index does."""
+    if isinstance(w, (bool, np.bool_)):
+        raise TypeError(f"w: expected a workload index, got {type(w).__name__} {w!r}")
+    try:
+        index = operator.index(w)
+    except TypeError:
+        raise TypeError(f"w: expected a workload index, got {type(w).__name__} {_show(w)}") from None
+    n = state.problem.num_workloads
+    if not 0 <= index < n:
+        raise IndexError(f"w: workload index {index} is out of range (the problem has {n} workload(s))")
+    return index
+
+
+def nonnegative_count(name: str, value: Any) -> int:
+    # k=-1 returned all nodes but the last (a slice end), k=2.5 a TypeError about slices.
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__} {value!r}")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__} {_show(value)}") from None
+    if count < 0:
+        raise ValueError(f"{name}: must be >= 0, got {count}")
+    return count
 
 
 ORDER = Param("given", str, "Order in which pods are placed.", choices=("given", "priority", "largest-first"))
@@ -291,6 +331,7 @@ class OnlineSolver(Solver):
 
     def decide(self, state: ClusterState, w: int) -> Decision:
         """The node for workload ``w`` in ``state`` (state is not changed)."""
+        w = workload_index(state, w)
         self._ensure(state.problem)
         cand = self.candidates(state, w)
         if cand.size == 0:
@@ -301,6 +342,8 @@ class OnlineSolver(Solver):
 
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
         """The top-``k`` feasible nodes for workload ``w`` with their scores, best first."""
+        w = workload_index(state, w)
+        k = nonnegative_count("k", k)
         self._ensure(state.problem)
         cand = np.flatnonzero(feasible_nodes(state, w))
         if cand.size == 0:

@@ -30,6 +30,9 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
 
     if name == owner:
         raise InvalidSettingError(f"solver {owner!r} setting {role!r}: cannot wrap itself")
+    bad = [key for key in params if not isinstance(key, str)]
+    if bad:  # make(**settings) raised a bare "keywords must be strings"
+        raise InvalidSettingError(f"solver {owner!r} setting {role + '_params'!r}: setting names must be strings, got {bad[0]!r}")
     settings = dict(params)
     cls = solvers.registered().get(name)
     if cls is not None and "seed" in cls.parameters:

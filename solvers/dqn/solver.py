@@ -26,7 +26,17 @@ from iro_fed.features import (
     preselect,
 )
 from iro_fed.model import ClusterState
-from solvers.base import ORDER, SEED, Decision, InvalidSettingError, OnlineSolver, Param, SolverProperties
+from solvers.base import (
+    ORDER,
+    SEED,
+    Decision,
+    InvalidSettingError,
+    OnlineSolver,
+    Param,
+    SolverProperties,
+    nonnegative_count,
+    workload_index,
+)
 
 DEFAULT_POLICY = Path(__file__).parent / "policies" / "default.pt"
 
@@ -220,6 +230,7 @@ class DQNSolver(OnlineSolver):
         return q.tolist() + [floor - 1.0 - i for i in range(nodes.size - head)]
 
     def decide(self, state: ClusterState, w: int) -> Decision:
+        w = workload_index(state, w)
         self._ensure(state.problem)
         nodes, gains, num_feasible = preselect(state, w, self.k)
         if nodes.size == 0:
@@ -246,6 +257,8 @@ class DQNSolver(OnlineSolver):
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
         """The policy's order of its K candidates (as :meth:`decide` sees them); beyond K, the
         next candidates by marginal gain, scored below the policy's."""
+        w = workload_index(state, w)
+        k = nonnegative_count("k", k)
         self._ensure(state.problem)
         nodes, gains, num_feasible = preselect(state, w, max(k, self.k))
         if nodes.size == 0:
