@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     for pl in pod_lists:
         for pol in policies:
             values = [r["unallocated_gpu_pct_at_100"] for r in runs if r["pod_list"] == pl and r["policy"] == pol]
+            if None in values:
+                # A small cluster can have no arrival event within 99-101 %: no median to compare.
+                raise SystemExit(f"fragmentation: {pol} on {pl} has no value at 100 % arrival for some seed "
+                                 "(too few GPUs for the metric's neighbour rule); use a larger node list")
             medians.setdefault(pl, {})[pol] = round(float(np.median(values)), 3)
             if pl == "default":
                 times[pol] = round(float(np.median([r["replay_s"] for r in runs if r["pod_list"] == pl and r["policy"] == pol])), 2)

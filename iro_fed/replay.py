@@ -222,8 +222,13 @@ def replay_trace(
 
 
 def median_unallocated(results: list[ReplayResult]) -> float | None:
-    values = [r.unallocated_gpu_pct_at_100 for r in results if r.unallocated_gpu_pct_at_100 is not None]
-    return round(float(np.median(values)), 4) if values else None
+    """The median over all seeds of the unallocated GPU % at 100 % arrival; None when any seed has
+    no value there (on a small cluster one pod can move the arrived percent past 99..101): the
+    median of the seeds that have one would be reported as that of all of them."""
+    values = [v for r in results if (v := r.unallocated_gpu_pct_at_100) is not None]
+    if not values or len(values) < len(results):
+        return None
+    return round(float(np.median(values)), 4)
 
 
 def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv: str | os.PathLike) -> dict[str, Any]:
@@ -252,8 +257,9 @@ def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv:
 
 
 def _mean_curves(curves: list[dict[str, float | None]]) -> dict[str, float | None]:
+    """The per-point mean over all seeds; None where a seed has no point (as the median above)."""
     out: dict[str, float | None] = {}
     for key in curves[0]:
-        values = [c[key] for c in curves if c.get(key) is not None]
-        out[key] = round(float(np.mean(values)), 4) if values else None
+        values = [v for c in curves if (v := c.get(key)) is not None]
+        out[key] = round(float(np.mean(values)), 4) if values and len(values) == len(curves) else None
     return out

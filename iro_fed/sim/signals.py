@@ -6,7 +6,9 @@ Carbon intensity (gCO2/kWh) comes from one of:
   ``fr_ci.csv``): header ``Time,Carbon Intensity``, 15 or 30 min steps, 2019-12-20 .. 2021-01-09;
 * the Electricity Maps hourly CSVs (``ES_2022_hourly.csv``, ``NO_2022_hourly.csv``): header
   ``Datetime (UTC),...,Carbon Intensity gCO₂eq/kWh (direct),...(LCA),...``; the direct column is
-  read by default (``column="lca"`` for life-cycle values);
+  read by default (``column="lca"`` for life-cycle values). Electricity Maps' current exports
+  name them ``Carbon intensity gCO₂eq/kWh (direct)`` and ``... (Life cycle)``: read the same
+  (column names are matched without regard to case);
 * codecarbon's per-country yearly mean (``codecarbon.input.DataSource``, ISO-3 country code),
   a constant series;
 * a constant.
@@ -44,6 +46,9 @@ WAIT_AWHILE_COLUMNS = ("Time", "Carbon Intensity")
 EMAPS_TIME = "Datetime (UTC)"
 EMAPS_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
 EMAPS_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
+#: The life-cycle column as Electricity Maps' current exports name it (the direct one only
+#: changed case there: "Carbon intensity").
+EMAPS_LCA_NOW = "Carbon intensity gCO₂eq/kWh (Life cycle)"
 #: Named series in ``shared/data/carbon`` (grid zone -> file).
 CARBON_FILES = {
     "DE": "ger_ci.csv",
@@ -207,13 +212,22 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             raise SignalFormatError(f"{p}: empty file (expected a header)") from None
         except csv.Error as exc:
             raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
-        if all(c in header for c in WAIT_AWHILE_COLUMNS):
-            tcol, vcol = header.index("Time"), header.index("Carbon Intensity")
-        elif EMAPS_TIME in header and (EMAPS_DIRECT in header or EMAPS_LCA in header):
-            want = EMAPS_DIRECT if column == "direct" else EMAPS_LCA
-            if want not in header:
-                raise SignalFormatError(f"{p}: missing column {want!r}")
-            tcol, vcol = header.index(EMAPS_TIME), header.index(want)
+        # Case-blind: the provider's exports have written "Carbon Intensity" and "Carbon intensity".
+        folded = [h.casefold() for h in header]
+
+        def find(*names: str) -> int | None:
+            return next((folded.index(n.casefold()) for n in names if n.casefold() in folded), None)
+
+        time_col, ci_col, emaps_time = find(WAIT_AWHILE_COLUMNS[0]), find(WAIT_AWHILE_COLUMNS[1]), find(EMAPS_TIME)
+        direct, lca = find(EMAPS_DIRECT), find(EMAPS_LCA, EMAPS_LCA_NOW)
+        if time_col is not None and ci_col is not None:
+            tcol, vcol = time_col, ci_col
+        elif emaps_time is not None and (direct is not None or lca is not None):
+            chosen = direct if column == "direct" else lca
+            if chosen is None:
+                want = EMAPS_DIRECT if column == "direct" else f"{EMAPS_LCA}' or '{EMAPS_LCA_NOW}"
+                raise SignalFormatError(f"{p}: missing column '{want}'")
+            tcol, vcol = emaps_time, chosen
         else:
             raise SignalFormatError(
                 f"{p}: unknown header {', '.join(header) or '(empty)'}; expected 'Time,Carbon Intensity' "
