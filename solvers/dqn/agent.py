@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from solvers.dqn.config import DQNConfig
 from solvers.dqn.network import QNetwork
+from solvers.dqn.replay import numpy_generator
 
 
 def project_distribution(
@@ -48,21 +49,6 @@ def to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> tuple[torch.
         torch.as_tensor(obs["context"], dtype=torch.float32, device=device),
         torch.as_tensor(obs["mask"], device=device).bool(),
     )
-
-
-def numpy_generator(state: Any, like: np.random.Generator, name: str) -> np.random.Generator:
-    """A new generator of ``like``'s kind at ``state`` (a ``bit_generator.state``), or ``ValueError``
-    naming ``name``; ``like`` itself is left as it was."""
-    if state is None:
-        raise ValueError(f"{name}: missing")
-    bits = type(like.bit_generator)()
-    try:
-        if not isinstance(state, dict):
-            raise TypeError(f"expected a mapping, got {type(state).__name__}")
-        bits.state = state
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:  # numpy's for a wrong kind, key or value
-        raise ValueError(f"{name}: not a state of numpy's {type(bits).__name__} ({exc!s})") from exc
-    return np.random.Generator(bits)
 
 
 class DQNAgent:

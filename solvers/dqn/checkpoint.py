@@ -20,7 +20,9 @@ online network only), resumes with the target as a copy of the online network an
 older release loads Adam's part of a newer file (``Optimizer.load_state_dict`` ignores other keys).
 Under :data:`RNG_STATE` it also holds where training's random streams stopped (the exploration
 noise, epsilon's draws, the replay buffer's sampling), so a resumed run draws what an uninterrupted
-one would; without it (an older file) they restart from the seed, and resuming says so.
+one would; without it (an older file) they restart from the seed, and resuming says so. Under
+:data:`SINCE_LEARN` it holds the env steps taken since the last gradient step, so a resumed run
+with ``train_every`` above 1 learns on the steps an uninterrupted one would (without it, from 0).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ TARGET_STATE = "target_state_dict"
 #: (the noisy layers' torch generator state, a uint8 tensor), ``epsilon`` and ``replay`` (numpy
 #: ``bit_generator.state`` mappings of epsilon-greedy's and the replay buffer's sampling generators).
 RNG_STATE = "rng_state"
+#: Key of the env steps since the last gradient step in the training-state file (an integer >= 0):
+#: where ``train_every``'s count stood when the run stopped.
+SINCE_LEARN = "since_learn"
 
 
 class CheckpointError(ValueError):

@@ -8,6 +8,7 @@ the episode ended inside the window), so the learner bootstraps with ``discount 
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,24 @@ Observation = dict[str, np.ndarray]
 META_KEY = "_meta"
 PRIORITY_KEY = "_priorities"
 MAX_PRIORITY_KEY = "_max_priority"
+#: The sampling generator's ``bit_generator.state`` as UTF-8 JSON bytes (a uint8 array: numpy's
+#: states hold 128-bit integers that no numpy dtype holds); arrays without it load as before.
+RNG_KEY = "_rng"
+
+
+def numpy_generator(state: Any, like: np.random.Generator, name: str) -> np.random.Generator:
+    """A new generator of ``like``'s kind at ``state`` (a ``bit_generator.state``), or ``ValueError``
+    naming ``name``; ``like`` itself is left as it was."""
+    if state is None:
+        raise ValueError(f"{name}: missing")
+    bits = type(like.bit_generator)()
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"expected a mapping, got {type(state).__name__}")
+        bits.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:  # numpy's for a wrong kind, key or value
+        raise ValueError(f"{name}: not a state of numpy's {type(bits).__name__} ({exc!s})") from exc
+    return np.random.Generator(bits)
 
 
 @dataclass(frozen=True)
@@ -172,14 +191,22 @@ class ReplayBuffer:
         """The buffer's content as named arrays (filled rows only), to keep it across processes.
 
         :meth:`load_state_arrays` on a buffer of the same kind and capacity restores it exactly
-        (ring position included); the sampling generator is not part of it.
+        (ring position included), and its sampling generator where this one's stands, so the
+        restored buffer draws the batches this one would have drawn next.
         """
         out = {k: np.ascontiguousarray(v[:self.count]) for k, v in self.storage.items()}
         out[META_KEY] = np.array([self.capacity, self.next, self.count, int(self.prioritized)], dtype=np.int64)
+        out[RNG_KEY] = _encode_state(self.rng.bit_generator.state)
         return out
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Replace the content with what :meth:`state_arrays` returned; inconsistent arrays raise ``ValueError``."""
+        """Replace the content with what :meth:`state_arrays` returned; inconsistent arrays raise
+        ``ValueError`` and leave the buffer as it was. Arrays without the sampling generator (an
+        older version's) keep this buffer's own."""
+        self._set_state(*self._read_state(arrays))
+
+    def _read_state(self, arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int, int, np.random.Generator]:
+        """``(storage, next, count, rng)`` of :meth:`state_arrays`' arrays, checked; the buffer is not changed."""
         if META_KEY not in arrays:
             raise ValueError(f"replay state: no {META_KEY!r} entry")
         meta = np.asarray(arrays[META_KEY]).reshape(-1)
@@ -203,7 +230,31 @@ class ReplayBuffer:
             storage[key] = full
         if count and not {"action", "reward", "discount"} <= set(storage):
             raise ValueError("replay state: action, reward or discount missing")
-        self.storage, self.next, self.count = storage, nxt, count
+        rng = self.rng if RNG_KEY not in arrays else _decode_state(arrays[RNG_KEY], self.rng)
+        return storage, nxt, count, rng
+
+    def _set_state(self, storage: dict[str, np.ndarray], nxt: int, count: int, rng: np.random.Generator) -> None:
+        self.storage, self.next, self.count, self.rng = storage, nxt, count, rng
+
+
+def _encode_state(state: dict[str, Any]) -> np.ndarray:
+    # an MT19937 state holds its key as an array: a list in JSON, which its setter takes back
+    text = json.dumps(state, default=lambda o: o.tolist())
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def _decode_state(raw: Any, like: np.random.Generator) -> np.random.Generator:
+    """The generator :func:`_encode_state` saved, of ``like``'s kind; ``ValueError`` naming the entry."""
+    name = f"replay state: {RNG_KEY!r}"
+    v = np.asarray(raw)
+    if v.dtype != np.uint8 or v.ndim != 1:
+        raise ValueError(f"{name}: expected the generator's state as UTF-8 JSON bytes (a 1-D uint8 array), "
+                         f"got {v.dtype} of shape {v.shape}")
+    try:
+        state = json.loads(v.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{name}: not JSON ({exc})") from exc
+    return numpy_generator(state, like, name)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -257,16 +308,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         for key in (PRIORITY_KEY, MAX_PRIORITY_KEY):
             if key not in arrays:
                 raise ValueError(f"replay state: no {key!r} entry (a prioritized buffer's state has one)")
-        super().load_state_arrays(arrays)
+        storage, nxt, count, rng = self._read_state(arrays)
         priorities = np.asarray(arrays[PRIORITY_KEY], dtype=np.float64).reshape(-1)
-        if priorities.size != self.count or not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
-            raise ValueError(f"replay state: expected {self.count} finite priorities >= 0")
-        self.tree = SumTree(self.capacity)
-        self.tree.update(np.arange(self.count), priorities)
+        if priorities.size != count or not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
+            raise ValueError(f"replay state: expected {count} finite priorities >= 0")
         top = np.asarray(arrays[MAX_PRIORITY_KEY], dtype=np.float64).reshape(-1)
         if top.size != 1 or not np.isfinite(top[0]) or top[0] <= 0:
             raise ValueError(f"replay state: {MAX_PRIORITY_KEY!r} must be one finite number > 0, got {top.tolist()}")
-        self.max_priority = float(top[0])
+        tree = SumTree(self.capacity)
+        tree.update(np.arange(count), priorities)
+        # all checked: a refused state leaves the buffer as it was
+        self._set_state(storage, nxt, count, rng)
+        self.tree, self.max_priority = tree, float(top[0])
 
 
 def _physical_memory() -> int:

@@ -24,8 +24,10 @@ draws from them) and restored on resume, into a passed-in buffer as well; an old
 them restarts them from ``seed``, and a note says so. With the replay buffer passed in (``replay``,
 or one restored with ``load_state_arrays``) and an env that goes on where it stopped, a resumed run
 gives bit for bit the weights of one uninterrupted run of the same total steps, exploration on or
-off, when the cut falls at an episode boundary (the n-step windows in flight are not saved) and
-``train_every`` is 1 (the steps since the last gradient step are not saved either).
+off and at any ``train_every`` (the steps since the last gradient step are saved too), when the cut
+falls at an episode boundary: every run starts by resetting its envs, so an episode cut in the
+middle ends there, and the n-step windows it had in flight (at most ``n_step - 1`` transitions per
+env) are dropped rather than saved, for nothing could complete them.
 
 Randomness is training's own: torch's CPU generator and numpy's global one are seeded with
 ``seed`` inside and the caller's streams restored afterwards (torch's intra-op thread count too),
@@ -51,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from solvers.dqn.config import ConfigError, DQNConfig
-from solvers.dqn.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+from solvers.dqn.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer, numpy_generator
 
 EnvFactory = Callable[[], Any]
 log = logging.getLogger(__name__)
@@ -235,6 +237,7 @@ def _train(
         origin, horizon = -schedule_position[0], schedule_position[1]
     buffer: ReplayBuffer = replay if replay is not None else new_buffer(cfg, seed)
     sampling = None  # the buffer's sampling stream a resumed run continues, set once nothing can fail
+    since_learn = 0  # env steps since the last gradient step (train_every's count): a resumed run's goes on
     if initial_state is not None:
         agent.online.load_state_dict(initial_state)
         agent.target.load_state_dict(initial_state)
@@ -249,7 +252,7 @@ def _train(
         except RuntimeError as exc:  # weights that do not fit the checkpoint's own config
             raise ValueError(f"--resume {resume}: its weights do not fit its config ({exc})") from exc
         opt = optimizer_path(resume)
-        target_state = rng_state = None
+        target_state = rng_state = saved_since = None
         if opt.is_file():
             try:
                 training_state = torch.load(opt, weights_only=True)
@@ -260,6 +263,11 @@ def _train(
                                            f"{type(training_state).__name__}")
             target_state = training_state.pop(ckpt.TARGET_STATE, None)
             rng_state = training_state.pop(ckpt.RNG_STATE, None)
+            saved_since = training_state.pop(ckpt.SINCE_LEARN, None)
+            if saved_since is not None and (not isinstance(saved_since, int) or isinstance(saved_since, bool)
+                                            or saved_since < 0):
+                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: {ckpt.SINCE_LEARN!r}: expected an "
+                                           f"integer >= 0, got {saved_since!r}")
             agent.optimizer.load_state_dict(training_state)
             # load_state_dict brings back the saved run's hyperparameters too; the moments are
             # what resuming keeps, the rate is this run's
@@ -281,6 +289,12 @@ def _train(
                            "the seed, so this run does not draw what an uninterrupted one would")
         else:
             sampling = _restore_streams(opt, rng_state, agent, buffer)
+        if saved_since is not None:
+            since_learn = saved_since
+        elif cfg.train_every > 1:  # at 1 every step learns (once the buffer is full): nothing differs
+            _note(console, f"--resume {resume}: the env steps since its last gradient step are not saved with it "
+                           f"({opt} is missing or from an older version): train_every counts them from 0, so this "
+                           "run may learn on other steps than an uninterrupted one")
         start_step = meta.get("steps", 0)
         if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
             raise ckpt.CheckpointError(f"policy {str(resume)!r}: metadata 'steps': expected an integer >= 0, "
@@ -319,7 +333,6 @@ def _train(
     try:
         if bar:
             bar.start()
-        since_learn = 0
         while step < total:
             if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
                 break
@@ -384,7 +397,7 @@ def _train(
         # Optimizer.load_state_dict ignores the extra keys)
         training_state = {**agent.optimizer.state_dict(),
                           ckpt.TARGET_STATE: {k: v.detach().cpu() for k, v in agent.target.state_dict().items()},
-                          ckpt.RNG_STATE: streams}
+                          ckpt.RNG_STATE: streams, ckpt.SINCE_LEARN: since_learn}
         opt_path = optimizer_path(out)
         with ckpt.write_errors(f"optimizer state {str(opt_path)!r}: cannot write it"):
             write_file_atomic(opt_path, lambda tmp: torch.save(training_state, tmp))
@@ -396,7 +409,6 @@ def _restore_streams(opt: Path, saved: Any, agent: Any, buffer: ReplayBuffer) ->
     in ``agent``, and return the replay sampling generator for ``buffer`` (left as it was: a caller's
     buffer changes only once training starts); a :class:`CheckpointError` naming the file and entry."""
     from solvers.dqn import checkpoint as ckpt
-    from solvers.dqn.agent import numpy_generator
 
     where = f"optimizer state {str(opt)!r}: {ckpt.RNG_STATE!r}"
     if not isinstance(saved, dict):
