@@ -190,6 +190,18 @@ class _Checker:
         return out
 
 
+def _python_scalars(value: Any) -> Any:
+    """``value`` with numpy scalars as their Python values: a document built in code from numpy or
+    pandas data held ``np.int64(4000)``, refused as "expected a finite number, got int64"."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {k: _python_scalars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_python_scalars(v) for v in value]
+    return value
+
+
 def _finite(value: int | float) -> bool:
     """math.isfinite that is False (not OverflowError) for ints beyond the float range."""
     try:
@@ -290,6 +302,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     c = _Checker()
     if not isinstance(doc, Mapping):
         raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], source)
+    doc = _python_scalars(doc)
 
     resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
     res_names: list[str] = []

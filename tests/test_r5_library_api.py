@@ -149,3 +149,16 @@ def test_bank_case_study_refuses_bad_arguments_before_it_runs(args: list[str], m
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_problem_document_built_from_numpy_values_reads_as_the_plain_one() -> None:
+    import json
+
+    from iro_fed.problem_io import problem_from_dict, problem_to_dict
+
+    plain = json.loads(BANK.read_text())
+    doc = json.loads(BANK.read_text())
+    doc["nodes"][0]["capacity"]["cpu"] = np.int64(doc["nodes"][0]["capacity"]["cpu"])
+    doc["workloads"][0]["requests"]["memory"] = np.float32(doc["workloads"][0]["requests"]["memory"])
+    # np.int64 was refused: "nodes[0].capacity.cpu: expected a finite number, got int64 ...".
+    assert problem_to_dict(problem_from_dict(doc)) == problem_to_dict(problem_from_dict(plain))
