@@ -33,14 +33,19 @@ queueing hints for what the model reads (NodeResourcesFit, NodeAffinity, TaintTo
 NodeUnschedulable; the model has no inter-pod affinity or spread): a node added, or its labels,
 taints, ``spec.unschedulable``, allocatable (or capacity) changed (``NodeSchedulingPropertiesChange``;
 conditions and annotations are not read); a bound pod deleted or finished (kube's pod informer
-drops ``Succeeded`` / ``Failed`` pods: a delete), or updated so that it takes less (smaller
-requests, fewer or other GPU cards; requests as the model counts them, so the status update of a
-kubelet actuating an in-place shrink counts), which moves only the pods that request what it
-freed (GPU cards count as ``nvidia.com/gpu``) and that some node rejected for their resources
-rather than only for labels, taints or the like (NodeResourcesFit's ``isSchedulableAfterPodScaleDown``,
-checked for pods that plugin rejected): a memory shrink moves no pod that asks only for cpu; a Binding of this
-scheduler that failed, or a pod it assumed bound that the watch never showed (the room counted
-for it is free again: kube's ``AssignedPodDelete`` move after a failed binding cycle). A bound
+drops ``Succeeded`` / ``Failed`` pods: a delete), a Binding of this scheduler that failed, or a
+pod it assumed bound that the watch never showed (the room counted for it is free again: kube's
+``AssignedPodDelete`` move after a failed binding cycle), which moves only the pods that some node
+rejected for their resources rather than only for labels, taints, domains, latency or GPU model
+(of the plugins the model stands for, only NodeResourcesFit registers a pod delete; NodeAffinity,
+TaintToleration, NodeUnschedulable and NodeName register node events only; the model has no host
+ports, inter-pod affinity, spread or volumes, whose plugins do register it); or a bound pod updated
+so that it takes less (smaller requests, fewer GPU cards or a smaller share; requests as the model
+counts them, so the status update of a kubelet actuating an in-place shrink counts), which moves
+only those of these pods that request what it freed (GPU cards count as ``nvidia.com/gpu``:
+NodeResourcesFit's ``isSchedulableAfterPodScaleDown``): a memory shrink moves no pod that asks
+only for cpu, and cards that move or grow free nothing. A pod whose rejection is unknown (an
+invalid spec) is moved by each of these. A bound
 pod added, a node deleted, any other status update, a label or annotation change of a bound pod are not:
 in a real cluster pod statuses change all the time, and each of them retried every unschedulable
 pod. A pod
@@ -109,7 +114,10 @@ from iro_fed.problem_io import ProblemValidationError
 
 log = logging.getLogger("iro_fed.k8s.scheduler")
 
-SHRINK_LOG = 1024  # scale-downs kept to judge queued pods by; an older one counts for every pod
+SHRINK_LOG = 1024  # pod deletes and scale-downs kept to judge queued pods by; an older one counts for every pod
+# What a bound pod's delete frees, in the log of _count_move: all it held, so it can fit any pod
+# that some node rejected for its resources (whose _fit_needs hold this), whatever it requests.
+POD_GONE = "*"
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
 EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
@@ -148,9 +156,10 @@ class QueuedPod:
     since: float  # the scheduler's clock at the last failed attempt
     cluster: int  # the count of cluster changes that can fit pods (_moves) when that attempt started
     backoff_s: float
-    # What a bound pod's scale-down must free to fit it (see _fit_needs); None: any scale-down.
+    # What a bound pod's delete (POD_GONE) or scale-down must free to fit it (see _fit_needs);
+    # None: any of them (its rejection is unknown).
     wants: frozenset[str] | None = None
-    judged: int = 0  # the logged scale-downs up to this count were judged and fit it not
+    judged: int = 0  # the logged deletes and scale-downs up to this count were judged and fit it not
 
     @property
     def retry_at(self) -> float:
@@ -253,7 +262,8 @@ class IroScheduler:
         self.cache.pods.on_change = self._bound_pod_changed
         # Cluster changes that can fit an unschedulable pod (kube's moveRequestCycle), under _lock:
         # the count of them, the count at the latest one that can fit any pod, and the latest
-        # scale-downs as (count, resources freed), which fit only pods that request one of those.
+        # pod deletes and scale-downs as (count, resources freed), which fit only pods that want
+        # one of those.
         self._moves = 0
         self._moved_all = 0
         self._shrinks: collections.deque[tuple[int, frozenset[str]]] = collections.deque()
@@ -366,18 +376,19 @@ class IroScheduler:
         """The bound-pods reflector's ``on_change``: only a pod that frees room counts."""
         try:
             freed = _frees_room(old, new, self.config.resources)
-        except Exception:  # never end the reflector's watch over one odd object: count it
+        except Exception:  # never end the reflector's watch over one odd object: count it for every pod
             log.debug("bound pod change not judged; counted as a cluster change", exc_info=True)
-            freed = True
-        if freed is True:
             self._cluster_moved()
+            return
+        if freed is True:
+            self._cluster_moved(frozenset({POD_GONE}))
         elif freed:
             self._cluster_moved(freed)
 
     def _cluster_moved(self, freed: frozenset[str] | None = None) -> None:
         """A cluster change that can fit queued pods: they are tried again once their backoff is
-        over (kube's ``MoveAllToActiveOrBackoffQueue``); ``freed``: a scale-down, which can fit
-        only the pods that want one of these resources (:meth:`_count_move`). Called after the
+        over (kube's ``MoveAllToActiveOrBackoffQueue``); ``freed``: a pod delete or scale-down,
+        which can fit only the pods that want one of these (:meth:`_count_move`). Called after the
         store holds the change, so a loop woken here, or an attempt that reads this count, sees it."""
         with self._lock:
             self._count_move(freed)
@@ -386,9 +397,10 @@ class IroScheduler:
 
     def _count_move(self, freed: frozenset[str] | None = None) -> None:
         """Under ``_lock``: count a cluster change that can fit every queued pod (``freed`` None),
-        or a scale-down that freed ``freed``. Scale-downs are logged rather than marked on the
-        queued pods: a pod whose attempt is under way when one comes is queued afterwards, with
-        the count read when its attempt began, and judged by the log then (kube's in-flight events)."""
+        or a pod delete (``{POD_GONE}``) or scale-down that freed ``freed``. These are logged
+        rather than marked on the queued pods: a pod whose attempt is under way when one comes is
+        queued afterwards, with the count read when its attempt began, and judged by the log then
+        (kube's in-flight events)."""
         self._moves += 1
         if freed is None:
             self._moved_all = self._moves
@@ -399,8 +411,8 @@ class IroScheduler:
 
     def _changed_for(self, q: QueuedPod) -> bool:
         """Under ``_lock``: whether a cluster change since ``q``'s last attempt began can fit it.
-        Each logged scale-down is judged once per queued pod (``q.judged``): the queue is read on
-        every pass of the loop and every cluster change."""
+        Each logged delete or scale-down is judged once per queued pod (``q.judged``): the queue is
+        read on every pass of the loop and every cluster change."""
         if self._moved_all > q.cluster:
             return True
         since = max(q.cluster, q.judged)
@@ -409,7 +421,7 @@ class IroScheduler:
                 break
             if q.wants is None or freed & q.wants:
                 return True
-        q.judged = self._moves  # a scale-down dropped from the log later moves _moved_all past it
+        q.judged = self._moves  # an entry dropped from the log later moves _moved_all past it
         return False
 
     def _ready_on_change(self) -> bool:
@@ -505,7 +517,7 @@ class IroScheduler:
                     self._assumed.pop(key, None)
                 elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
                     self._assumed.pop(key, None)
-                    self._count_move()
+                    self._count_move(frozenset({POD_GONE}))
             for key, (uid, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
@@ -650,7 +662,7 @@ class IroScheduler:
             with self._lock:
                 # The room this batch counted for the pod is free: the pods of the batch it kept
                 # out may fit now (kube moves pods with AssignedPodDelete after a failed binding).
-                self._count_move()
+                self._count_move(frozenset({POD_GONE}))
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
@@ -879,14 +891,15 @@ def _resize_status(pod: Mapping[str, Any]) -> Any:
 def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
                 resources: Sequence[str]) -> bool | frozenset[str]:
     """What a bound pod going from ``old`` to ``new`` (None: added / deleted) frees for another
-    pod, as kube's NodeResourcesFit hint judges it: True, room for any pod (deleted, finished,
-    moved off its node, or unreadable now: as a deleted one); for a scale-down, the resources it
-    takes less of (``nvidia.com/gpu`` for fewer or other GPU cards), which can fit only a pod that
-    requests one of them (``isSchedulableAfterPodScaleDown``); False, nothing. Scaled down is
-    judged on the effective requests (kube's ``extractPodScaleDown`` compares ``PodRequests`` with
-    ``UseStatusResources`` on every update), so the status update of a kubelet actuating an
-    in-place shrink counts. A pod added or a status, label or annotation update that leaves its
-    requests frees nothing."""
+    pod, as kube's NodeResourcesFit hint judges it: True, all it held (deleted, finished, moved
+    off its node, or unreadable now: as a deleted one), which can fit any pod that some node
+    rejected for its resources; for a scale-down, the resources it takes less of
+    (``nvidia.com/gpu`` for fewer GPU cards or a smaller share: cards that move or grow release
+    nothing), which can fit only such a pod that requests one of them
+    (``isSchedulableAfterPodScaleDown``); False, nothing. Scaled down is judged on the effective
+    requests (kube's ``extractPodScaleDown`` compares ``PodRequests`` with ``UseStatusResources``
+    on every update), so the status update of a kubelet actuating an in-place shrink counts. A
+    pod added or a status, label or annotation update that leaves its requests frees nothing."""
     if old is None:
         return False
     if new is not None and _counts(old) == _counts(new) and old.get("spec") == new.get("spec") \
@@ -900,21 +913,22 @@ def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if now is None or now[0] != was[0]:
         return True
     freed = {r for r, v in was[1].items() if now[1].get(r, 0.0) < v}
-    if now[2:] != was[2:]:
+    if now[2] * now[3] < was[2] * was[3]:  # milli of GPU held (cards x 1000, or the share): as kube, a decrease
         freed.add(GPU_RESOURCE)
     return frozenset(freed) or False
 
 
 def _fit_needs(problem: Any, w: int) -> frozenset[str]:
-    """What a bound pod's scale-down must free to fit workload ``w`` of ``problem``, which is
-    left unplaced: the resources it requests (``nvidia.com/gpu`` for GPU cards or a share), as
-    kube's hint reads the waiting pod's ``PodRequests``; none when no node reached the resource
-    check (each failed a static filter: labels, taints, domains...), as kube consults
-    NodeResourcesFit's hint only for a pod that plugin rejected."""
+    """What a bound pod's delete or scale-down must free to fit workload ``w`` of ``problem``,
+    which is left unplaced: ``POD_GONE`` (any delete) and the resources it requests
+    (``nvidia.com/gpu`` for GPU cards or a share), as kube's hint reads the waiting pod's
+    ``PodRequests``; none when no node reached the resource check (each failed a static filter:
+    labels, taints, domains...), as kube consults NodeResourcesFit's hint only for a pod that
+    plugin rejected, and the static filters' plugins move nothing on a pod delete."""
     sf = static_filter(problem, w)
     if not (sf.mask | (sf.first_fail == GPU_CARDS_FILTER)).any():
         return frozenset()
-    wants = {r for r, v in zip(problem.resources, problem.demand[w], strict=True) if v > 0}
+    wants = {POD_GONE, *(r for r, v in zip(problem.resources, problem.demand[w], strict=True) if v > 0)}
     if problem.wl_gpu_count[w] > 0:
         wants.add(GPU_RESOURCE)
     return frozenset(wants)

@@ -158,7 +158,7 @@ def test_a_cpu_shrink_does_not_retry_a_pod_that_asks_only_for_a_gpu(api, kubecon
         clock.advance(s.pod_max_backoff_s)
         assert step(s) == []  # was: tried again, the card still held
         assert statuses(s, "default/gpu-pod") == ["unschedulable"]
-        api.delete("pods", "default/hog")  # a delete still moves every pod
+        api.delete("pods", "default/hog")  # a delete moves every pod some node rejected for resources
         assert step(s) == ["default/gpu-pod"]
         assert statuses(s, "default/gpu-pod") == ["unschedulable", "bound"]
     finally:
