@@ -590,12 +590,15 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     max_connections = 256  # one thread each
     max_parse_bytes = MAX_PARSE_BYTES
     max_parse_memory = MAX_PARSE_MEMORY
+    max_parse_total: int | None = None  # what all requests parse at once (None: max_parse_memory)
     busy_error_key = "Error"
     busy_message = "too many connections to the extender: retry"
 
     def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
         self.extender = extender
         self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
+        # Here, not on a first request: two first requests at once would each make one.
+        self.parse_budget = ByteBudget(self.max_parse_total or self.max_parse_memory)
         self.url_prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
         super().__init__((host, port), _ExtenderHandler)
 

@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from socketserver import BaseServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,11 +72,24 @@ PARSE_VALUE_BYTES = 128
 #: What a body may be reckoned to take once parsed (:func:`parse_estimate`) before it is refused
 #: with a 413 unparsed: ``[{},{},...]`` parses to about 24 times its size.
 MAX_PARSE_MEMORY = 512 << 20
-# UTF-8 lead bytes of characters CPython stores at 4 bytes (past U+FFFF) and at 2 (U+0100..U+FFFF);
-# \xc2-\xc3 lead U+0080..U+00FF, stored at 1 byte like ASCII. And the escapes that parse to those.
-_UCS4_UTF8 = re.compile(rb"[\xf0-\xf4]")
-_UCS2_UTF8 = re.compile(rb"[\xc4-\xef]")
+# Escapes that parse to characters CPython stores at 2 bytes (U+0100..U+FFFF; see _SURROGATE_ESCAPE for 4).
 _UCS2_ESCAPE = re.compile(rb"\\u(?:0[1-9a-fA-F]|[1-9a-fA-F])")
+# Each byte of UTF-8 by what it is: ASCII, a continuation, or the lead of a character of 2 bytes
+# stored at 1 (U+0080..U+00FF: "l", \xc2-\xc3), of 2 or 3 bytes stored at 2, of 4 stored at 4.
+_UTF8_CLASS = bytes.maketrans(bytes(range(256)), b"a" * 128 + b"c" * 64 + b"22ll" + b"2" * 28 + b"3" * 16 + b"4" * 16)
+# A body is escaped (see _ascii_text) this much at a time, so no more than one piece is ever wide.
+_ESCAPE_CHUNK = 256 << 10
+# Where a piece may end: before a byte that does not continue a UTF-8 character (one within 4
+# bytes, or the UTF-8 is invalid there and any cut reads the same).
+_CHAR_START = re.compile(rb"[^\x80-\xbf]")
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # never valid raw in JSON (\t \n \r are whitespace)
+_BACKSLASH_WIDE = re.compile(rb"\\[\x80-\xff]")
+# What stands for "\" while a piece is escaped: UTF-8 never decodes to a lone surrogate.
+_BACKSLASH_MARK = "\udbff"
+# What encode_basestring_ascii escapes besides the non-ASCII characters, put back as sent. Each "\"
+# of its output starts one of its escapes (those sent are marked), so none of these matches across
+# two; the marks go back last.
+_UNESCAPE = (('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"), ("\x7f", "\\u007f"), ("\\", "\\udbff"))
 _PARSE_BUDGET_LOCK = threading.Lock()  # makes a server's parse_budget once (see RoutedJsonHandler._parse_budget)
 
 
@@ -125,21 +139,46 @@ def parse_estimate(raw: bytes, value_bytes: int = PARSE_VALUE_BYTES) -> tuple[in
     return values, values * value_bytes
 
 
-def decode_estimate(raw: bytes) -> int:
-    """What :func:`loads_strict` takes for text besides :func:`parse_estimate`'s values: the body
-    decoded to a str, and string contents wider than the body. CPython stores a str at 1, 2 or 4
-    bytes a character by its widest one, so one emoji in 256 MiB makes the text 1 GiB, and a
-    string holding it up to 1 GiB more; an escape (``\\ud83d\\ude00``) widens a string alone.
-    ``isascii`` and ``in`` are fast; the searches only run for a body that has such bytes."""
+def decode_estimate(raw: bytes, parsed: int = 0) -> int:
+    """What :func:`loads_strict` takes for text besides :func:`parse_estimate`'s values (``parsed``
+    bytes, when known): the text it parses, and string contents wider than the body. CPython
+    stores a str at 1, 2 or 4 bytes a character by its widest one: one emoji in 256 MiB would make
+    the decoded text 1 GiB, so a body with such characters is parsed as ASCII with them escaped
+    (:func:`_ascii_text`) where that text is the smaller; it is built from pieces as large, gone
+    before the first value is parsed. A string holding a wide character is up to 2 or 4 times its
+    length all the same; an escape (``\\ud83d\\ude00``) widens a string alone."""
     n = len(raw)
-    text = 1
-    if not raw.isascii():
-        text = 4 if _UCS4_UTF8.search(raw) else 2 if _UCS2_UTF8.search(raw) else 1
-    strings = text
-    if text < 4 and b"\\u" in raw:
-        strings = max(text, 4 if _SURROGATE_ESCAPE.search(raw) else 2 if _UCS2_ESCAPE.search(raw) else 1)
+    width, escaped = _text_plan(raw)
+    strings = width
+    if strings < 4 and b"\\u" in raw:
+        strings = max(width, 4 if _SURROGATE_ESCAPE.search(raw) else 2 if _UCS2_ESCAPE.search(raw) else 1)
+    text = escaped + max(escaped - parsed, 0) if escaped else n * width
     # The text, and what strings wider than 1 byte a character add to contents bounded by the body.
-    return n * text + n * (strings - 1)
+    return text + n * (strings - 1)
+
+
+def _text_plan(raw: bytes) -> tuple[int, int]:
+    """``(width, escaped)``: the bytes a character of ``raw`` decoded is stored at (1, 2 or 4), and
+    the length of the ASCII text :func:`_ascii_text` makes of it, or 0 where that is no smaller
+    than the decoded text (ASCII, Latin-1, a body mostly of wide characters: ``\\u4e2d`` is 6
+    bytes where the character takes 2). Counted by pieces: an ASCII one is one ``isascii``."""
+    if raw.isascii():
+        return 1, 0
+    chars = escaped = len(raw)
+    latin = lead2 = lead3 = lead4 = 0
+    for start in range(0, len(raw), _ESCAPE_CHUNK):
+        piece = raw[start:start + _ESCAPE_CHUNK]
+        if piece.isascii():
+            continue
+        classes = piece.translate(_UTF8_CLASS)
+        chars -= classes.count(b"c")
+        latin += classes.count(b"l")
+        lead2 += classes.count(b"2")
+        lead3 += classes.count(b"3")
+        lead4 += classes.count(b"4")
+    width = 4 if lead4 else 2 if lead2 or lead3 else 1
+    escaped += 4 * (latin + lead2) + 3 * lead3 + 8 * lead4  # "\uXXXX" for 2 or 3 bytes, a pair for 4
+    return width, escaped if width > 1 and escaped < width * chars else 0
 
 
 def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -149,19 +188,166 @@ def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     and UTF-32) and a BOM, ``NaN`` / ``Infinity`` / numbers that overflow to infinity, integers
     outside int64 (every integer in a kube object is one), strings with lone surrogates (Go
     would read them as U+FFFD, so a name would not match), and nesting deeper than ``max_depth``.
+    A body with characters past U+00FF may be parsed from :func:`_ascii_text`: the same document,
+    the same errors.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise JsonBodyError(f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    spans = None
+    if _text_plan(raw)[1]:
+        text, spans = _ascii_text(raw)
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, 0) from None
     try:
         doc = json.loads(text, parse_constant=_NonFinite)
     except RecursionError:
         raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from None
-    except ValueError as exc:  # JSONDecodeError, and int() refusing more than 4300 digits
+    except json.JSONDecodeError as exc:
+        where = str(exc) if spans is None else _where_in_raw(exc, raw, spans)
+        raise JsonBodyError(f"not valid JSON: {where}") from None
+    except ValueError as exc:  # int() refusing more than 4300 digits
         raise JsonBodyError(f"not valid JSON: {exc}") from None
     _check_values(doc, max_depth, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
     return doc
+
+
+def _not_utf8(exc: UnicodeDecodeError, offset: int) -> JsonBodyError:
+    return JsonBodyError(f"not UTF-8 (byte {offset + exc.start}: {exc.reason})")
+
+
+# (where a piece starts in the text, the characters of raw before it, its bytes in raw, escaped?)
+_Span = tuple[int, int, int, int, bool]
+
+
+def _ascii_text(raw: bytes) -> tuple[str, list[_Span]]:
+    """``raw`` as JSON text in ASCII: each character past U+007F written as a ``\\uXXXX`` escape
+    (a surrogate pair past U+FFFF), which json parses to the very same string, while the text is
+    1 byte a character. Such characters are only valid inside strings (outside, an escape is as
+    much an error), so only two things would read otherwise: a raw control character (escaped
+    here it would be valid) and an escaping ``\\`` before a wide character (``\\é``: invalid,
+    ``\\\\u00e9``: valid). JSON is invalid at the first of those whatever follows, so the text ends
+    there (with the control, or an ``x`` after the ``\\``) and fails at the same place. Invalid
+    UTF-8 anywhere is refused first, as ``raw.decode`` names it. Also returns the pieces' spans
+    (:func:`_where_in_raw`)."""
+    pieces: list[str] = []
+    spans: list[_Span] = []
+    at = chars = start = 0
+    ended = False
+    odd = False  # whether the "\\" right before this piece (in those before) are an odd run
+    while start < len(raw):
+        end = len(raw)
+        if start + _ESCAPE_CHUNK < end:
+            m = _CHAR_START.search(raw, start + _ESCAPE_CHUNK, start + _ESCAPE_CHUNK + 4)
+            end = m.start() if m else min(start + _ESCAPE_CHUNK + 4, end)
+        chunk = raw[start:end]
+        if chunk.isascii():
+            if not ended:
+                pieces.append(chunk.decode("ascii"))
+                spans.append((at, chars, start, end, False))
+                at += len(chunk)
+                chars += len(chunk)
+        else:
+            try:
+                decoded = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(_whole_body_error(raw, start, end, exc), start) from None
+            if not ended:
+                piece, hidden = _escape(decoded, odd)
+                stop = _invalid_at(chunk, odd) if hidden else None
+                if stop is not None:  # the JSON is invalid here: the text ends
+                    decoded = chunk[:stop].decode("utf-8")
+                    piece = _escape(decoded)[0] + (chr(chunk[stop]) if chunk[stop] < 0x80 else "x")
+                    ended = True
+                pieces.append(piece)
+                spans.append((at, chars, start, start + (len(chunk) if stop is None else stop), True))
+                at += len(piece)
+                chars += len(decoded)
+        run = len(chunk) - len(chunk.rstrip(b"\\"))
+        odd = (odd + run) % 2 == 1 if run == len(chunk) else run % 2 == 1
+        start = end
+    if not ended and raw[-1:] >= b"\x80":
+        # JSON never ends with such a character. In a string left open, json reads an escape at
+        # the very end as a bad escape: one more character keeps it "Unterminated string".
+        pieces.append(" ")
+        spans.append((at, chars, len(raw), len(raw), False))
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return "\ufeff", spans  # json.loads names a BOM (at 0) before reading anything
+    return "".join(pieces), spans
+
+
+def _whole_body_error(raw: bytes, start: int, end: int, exc: UnicodeDecodeError) -> UnicodeDecodeError:
+    """The error ``raw.decode`` gives where ``raw[start:end]`` fails with ``exc``: up to 3 more
+    bytes finish the character at fault (cut there, it would be "unexpected end of data")."""
+    try:
+        raw[start:end + 4].decode("utf-8")
+    except UnicodeDecodeError as longer:
+        return longer
+    return exc
+
+
+def _escape(decoded: str, odd: bool = False) -> tuple[str, bool]:
+    """``decoded`` with its characters past U+007F escaped, the rest as it was; and whether JSON
+    is invalid in it in a way the escapes hide (see :func:`_invalid_at`; ``odd``: an odd run of
+    "\\" right before it). The "\\" sent are marked first, so until the marks go back every
+    "\\" of the text starts an escape made here."""
+    backslash = "\\" in decoded
+    marked = decoded.replace("\\", _BACKSLASH_MARK) if backslash else decoded
+    ascii_text = marked.encode("ascii", "backslashreplace")  # \xe9, \u4e2d, \U0001f600; ASCII as it was
+    # A "\" sent right before a wide character, once the pairs (each escaping the other) are out.
+    hidden = (backslash or odd) and b"\\udbff\\" in (b"\\udbff" * odd + ascii_text).replace(b"\\udbff\\udbff", b"")
+    if b"\\U" not in ascii_text:
+        ascii_text = ascii_text.replace(b"\\x", b"\\u00")
+        if backslash:
+            ascii_text = ascii_text.replace(b"\\udbff", b"\\")
+        return ascii_text.decode("ascii"), hidden
+    # Past U+FFFF json reads a surrogate pair, which encode_basestring_ascii writes; it escapes
+    # "\"", \n, DEL and controls too: those go back as they were sent.
+    text = encode_basestring_ascii(marked)[1:-1]
+    # Before the marks go back, a "\b" or "\u0001" can only be the escape of a control.
+    hidden = hidden or "\\u000" in text or "\\u001" in text or "\\b" in text or "\\f" in text
+    for char, escape in _UNESCAPE:
+        if char in decoded:
+            text = text.replace(escape, char)
+    return text, hidden
+
+
+def _invalid_at(chunk: bytes, odd: bool) -> int | None:
+    """Where in ``chunk`` JSON is invalid in a way :func:`_escape` may hide: the first raw control
+    character (escaped past U+FFFF) or the first character past U+007F escaped by a ``\\`` (an
+    odd run of them before it, ``odd`` one more before ``chunk``); None where neither is."""
+    found = []
+    m = _CONTROL.search(chunk)
+    if m:
+        found.append(m.start())
+    text = b"\\" * odd + chunk
+    for m in _BACKSLASH_WIDE.finditer(text):
+        run = m.start()
+        while run > 0 and text[run - 1] == 0x5C:
+            run -= 1
+        if (m.start() + 1 - run) % 2:
+            found.append(m.start() + 1 - odd)
+            break
+    return min(found) if found else None
+
+
+def _where_in_raw(exc: json.JSONDecodeError, raw: bytes, spans: list[_Span]) -> str:
+    """``exc`` (from the text of :func:`_ascii_text`) as ``json.loads`` of the decoded ``raw`` would
+    put it: line, column and character counted in the characters sent, not in their escapes."""
+    def char(pos: int) -> int:
+        at, before, start, end, escaped = max((s for s in spans if s[0] <= pos), default=(0, 0, 0, 0, False))
+        if not escaped:
+            return before + pos - at
+        for ch in raw[start:end].decode("utf-8"):
+            at += 12 if ch > "\uffff" else 6 if ch > "\x7f" else 1
+            if pos < at:
+                break
+            before += 1
+        return before
+
+    newline = exc.doc.rfind("\n", 0, exc.pos)
+    column = char(exc.pos) - char(newline) if newline >= 0 else char(exc.pos) + 1
+    return f"{exc.msg}: line {exc.lineno} column {column} (char {char(exc.pos)})"
 
 
 def _check_values(doc: Any, max_depth: int, surrogates: bool) -> None:
@@ -613,7 +799,7 @@ class RoutedJsonHandler(JsonHandler):
         # parsed body takes up to ~30 times its size ("[{},{},...]"), which the parse_budget counts.
         raw = self.read_body()
         values, need = parse_estimate(raw)
-        need += decode_estimate(raw)
+        need += decode_estimate(raw, need)
         if need > self.max_parse_memory:
             raise HttpError(413, f"body: {len(raw)} bytes holding up to {values} JSON values would take about "
                             f"{need >> 20} MiB once decoded and parsed, over the limit of {self.max_parse_memory} "
@@ -638,7 +824,8 @@ class RoutedJsonHandler(JsonHandler):
 
     def _parse_budget(self) -> ByteBudget:
         """The server's ``parse_budget``, made on first use where the server has none
-        (``max_parse_total`` bytes, else ``max_parse_memory``)."""
+        (``max_parse_total`` bytes, else ``max_parse_memory``). A server should make its own in
+        ``__init__`` (the extender and the webhook do): this is the fallback."""
         budget: ByteBudget | None = getattr(self.server, "parse_budget", None)
         if budget is None:
             with _PARSE_BUDGET_LOCK:

@@ -17,8 +17,9 @@ None``): a ``dryRun`` review gets the same answer.
 Only a core (``""`` group) ``Pod`` is changed. The certificate and key files are loaded again
 for new connections when they change (a renewed Secret). The bytes of request bodies read, parsed
 and answered at once are bounded (``MAX_PARSE_BYTES``, counted as they arrive, a body still being
-sent included; past that a request waits until its body deadline, then gets 503 with
-``Retry-After: 1``), so memory does not grow with the number of connections.
+sent included), and so is what their parses are reckoned to take (``MAX_PARSE_MEMORY``); past
+either a request waits up to ``budget_wait_s`` (2 s), then gets 503 with ``Retry-After: 1``, so
+memory does not grow with the number of connections.
 
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
 the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
@@ -406,6 +407,15 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     max_body_bytes = MAX_BODY_BYTES  # the API server caps an object at about 3 MiB
     max_parse_bytes = MAX_PARSE_BYTES
     max_parse_memory = MAX_PARSE_MEMORY
+    max_parse_total: int | None = None  # what all requests parse at once (None: max_parse_memory)
+    #: How long a body waits for room in the body or parse budget before its 503. The API server
+    #: gives up on the call after timeoutSeconds (5 s in deploy/), and a review still has its parse
+    #: and up to budget_s (2 s in deploy/) to go: waiting longer answers no one, while the body
+    #: keeps its bytes of the budget and the bodies behind it wait too (until the 10 s body
+    #: deadline, the default). A 503 admits the pod unchanged (failurePolicy: Ignore) as that
+    #: timeout would, at once. Two 3 MiB pods with a value every 10 bytes (~40 MiB reckoned each,
+    #: 64 MiB of parse budget) are parsed one after the other: the second waits out the first.
+    budget_wait_s: float | None = 2.0
     #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
     #: API server has given up on the call anyway.
     body_timeout_s = 10.0
@@ -416,6 +426,8 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
         self.webhook = webhook
         self.body_budget = ByteBudget(self.max_parse_bytes)
+        # Here, not on a first request: two first requests at once would each make one.
+        self.parse_budget = ByteBudget(self.max_parse_total or self.max_parse_memory)
         self._tls_files = (cert_file, key_file)
         self._tls_lock = threading.Lock()
         self._tls_stamp = self._tls_files_stamp()
