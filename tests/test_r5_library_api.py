@@ -162,3 +162,20 @@ def test_a_problem_document_built_from_numpy_values_reads_as_the_plain_one() -> 
     doc["workloads"][0]["requests"]["memory"] = np.float32(doc["workloads"][0]["requests"]["memory"])
     # np.int64 was refused: "nodes[0].capacity.cpu: expected a finite number, got int64 ...".
     assert problem_to_dict(problem_from_dict(doc)) == problem_to_dict(problem_from_dict(plain))
+
+
+def test_a_placement_on_cards_the_node_does_not_have_is_refused_by_name() -> None:
+    from iro_fed.model import ClusterState as State
+    from iro_fed.problem_io import problem_from_dict
+
+    doc = {
+        "domains": [{"name": "z", "kind": "zone"}],
+        "nodes": [{"name": "g", "domain": "z", "capacity": {"cpu": 8000, "memory": 8192}, "gpus": 2}],
+        "workloads": [{"name": "ns/p", "requests": {"cpu": 100, "memory": 100}, "gpu": {"count": 1}}],
+    }
+    problem = problem_from_dict(doc)
+    assert State.with_assignment(problem, np.array([0]), {0: [1]}).gpu_free[0].tolist() == [1000, 0]
+    for cards in ([-1], [2], [0, 0]):
+        # [-1] silently took card 1 (a Python index); [2] was a bare IndexError.
+        with pytest.raises(ValueError, match=r"'ns/p': cards .* are not distinct card indices of node 'g' \(0..1\)"):
+            State.with_assignment(problem, np.array([0]), {0: cards})
