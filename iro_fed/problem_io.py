@@ -115,7 +115,7 @@ class _Checker:
                 self.fail(p, "required field is missing")
                 return None
             return default
-        value = obj[key]
+        value = _python_scalar(obj[key])
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.fail(p, f"expected a number, got {json_kind(value)} {_show(value)}")
@@ -157,6 +157,7 @@ class _Checker:
         return value
 
     def number(self, value: Any, path: str, minimum: float | None = None, positive: bool = False) -> float | None:
+        value = _python_scalar(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
             self.fail(path, f"expected a finite number, got {json_kind(value)} {_show(value)}")
             return None
@@ -190,16 +191,10 @@ class _Checker:
         return out
 
 
-def _python_scalars(value: Any) -> Any:
-    """``value`` with numpy scalars as their Python values: a document built in code from numpy or
-    pandas data held ``np.int64(4000)``, refused as "expected a finite number, got int64"."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Mapping):
-        return {k: _python_scalars(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_python_scalars(v) for v in value]
-    return value
+def _python_scalar(value: Any) -> Any:
+    """A numpy scalar as its Python value: a document built in code from numpy or pandas data held
+    ``np.int64(4000)``, refused as "expected a finite number, got int64"."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _finite(value: int | float) -> bool:
@@ -302,7 +297,6 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     c = _Checker()
     if not isinstance(doc, Mapping):
         raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], source)
-    doc = _python_scalars(doc)
 
     resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
     res_names: list[str] = []
