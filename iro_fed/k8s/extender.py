@@ -252,8 +252,9 @@ def _shape_key(pod: Mapping[str, Any]) -> str:
     keep = {k: spec.get(k) for k in ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations", "priority")}
     for k in ("containers", "initContainers"):
         if isinstance(keep[k], list):  # anything else is kept whole: the snapshot then says what is wrong with it
-            keep[k] = [{"resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")} if isinstance(c, dict) else c
-                       for c in keep[k]]
+            # The name too: the reader refuses a bad or repeated one, which a cached shape would hide.
+            keep[k] = [{"name": c.get("name"), "resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")}
+                       if isinstance(c, dict) else c for c in keep[k]]
     return json.dumps([keep, ann], sort_keys=True, default=str)
 
 

@@ -231,3 +231,16 @@ def test_ephemeral_containers_add_nothing_to_the_request():
     model = ClusterModel([make_node("n0", gpus=1)], [debug])
     assert model.problem.allocated[0].tolist() == [500.0, 512.0] and model.warnings == []
     assert model.problem.gpu_free[0].tolist() == [1000]
+
+
+def test_the_extender_snapshot_cache_does_not_hide_a_bad_container_name():
+    # Nodes with a resourceVersion let the extender reuse a snapshot by the pod's shape; the shape
+    # left container names out, so a pod like a good one got its snapshot and no error.
+    node = make_node("n0")
+    node["metadata"]["resourceVersion"] = "7"
+    ext = Extender()
+    good = _pod(["app"])
+    assert ext.filter({"Pod": good, "Nodes": {"items": [node]}})["Error"] in ("", None)
+    bad = _pod(["Bad_Name"])
+    res = ext.filter({"Pod": bad, "Nodes": {"items": [node]}})
+    assert "spec.containers[0].name" in (res["Error"] or "") and not res["Nodes"]
