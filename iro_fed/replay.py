@@ -261,5 +261,5 @@ def _mean_curves(curves: list[dict[str, float | None]]) -> dict[str, float | Non
     out: dict[str, float | None] = {}
     for key in curves[0]:
         values = [v for c in curves if (v := c.get(key)) is not None]
-        out[key] = round(float(np.mean(values)), 4) if values and len(values) == len(curves) else None
+        out[key] = round(float(np.mean(values)), 4) if len(values) == len(curves) else None
     return out

@@ -229,15 +229,22 @@ class Decision:
     reason: str | None = None
 
 
+def _integer(name: str, value: Any, expected: str) -> int:
+    """``value`` as an int (numpy ints too, bools not), else a TypeError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)):
+        shown = repr(value)
+    else:
+        try:
+            return operator.index(value)
+        except TypeError:
+            shown = _show(value)
+    raise TypeError(f"{name}: expected {expected}, got {type(value).__name__} {shown}")
+
+
 def workload_index(state: ClusterState, w: Any) -> int:
     """``w`` as a workload index of ``state``'s problem (numpy ints too); an error naming ``w``
     otherwise. A negative index silently meant the last pods, as a Python index does."""
-    if isinstance(w, (bool, np.bool_)):
-        raise TypeError(f"w: expected a workload index, got {type(w).__name__} {w!r}")
-    try:
-        index = operator.index(w)
-    except TypeError:
-        raise TypeError(f"w: expected a workload index, got {type(w).__name__} {_show(w)}") from None
+    index = _integer("w", w, "a workload index")
     n = state.problem.num_workloads
     if not 0 <= index < n:
         raise IndexError(f"w: workload index {index} is out of range (the problem has {n} workload(s))")
@@ -246,12 +253,7 @@ def workload_index(state: ClusterState, w: Any) -> int:
 
 def nonnegative_count(name: str, value: Any) -> int:
     # k=-1 returned all nodes but the last (a slice end), k=2.5 a TypeError about slices.
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__} {value!r}")
-    try:
-        count = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__} {_show(value)}") from None
+    count = _integer(name, value, "a non-negative integer")
     if count < 0:
         raise ValueError(f"{name}: must be >= 0, got {count}")
     return count

@@ -300,7 +300,7 @@ class ValidatedStrategy:
         ``fraction_train`` is.
         """
         sampled = [int(m.metadata.dst_node_id) for m in messages]
-        failing = {n for n in connected if self._failures.get(n, 0) >= DEMOTE_AFTER}
+        failing = self._failing(connected)
         if not messages or not failing or not connected - set(sampled):
             return messages, []
         spare = sorted(connected - set(sampled) - failing)
@@ -313,6 +313,10 @@ class ValidatedStrategy:
         asked = {int(m.metadata.dst_node_id) for m in out}
         return out, sorted(failing - asked)
 
+    def _failing(self, nodes: Iterable[int]) -> set[int]:
+        """Those of ``nodes`` whose last ``DEMOTE_AFTER`` train replies were all bad: tried last."""
+        return {n for n in nodes if self._failures.get(n, 0) >= DEMOTE_AFTER}
+
     def _prefer_low_carbon(self, server_round: int, messages: list[Message], info: dict[str, Any]) -> list[Message]:
         """The sampled nodes at or below the median intensity, failing ones tried last (see the module's
         docstring); records the nodes left out in ``info`` (``skipped_high_carbon``, ``skipped_failing``)."""
@@ -322,8 +326,7 @@ class ValidatedStrategy:
             if value is not None:
                 known[int(m.metadata.dst_node_id)] = value
         info["carbon"] = dict(known)
-        failing = {int(m.metadata.dst_node_id) for m in messages
-                   if self._failures.get(int(m.metadata.dst_node_id), 0) >= DEMOTE_AFTER}
+        failing = self._failing(int(m.metadata.dst_node_id) for m in messages)
         if not known and not failing:
             return messages
         # the median of the nodes that get their turn: a failing node's intensity does not move it

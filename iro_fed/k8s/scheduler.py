@@ -118,6 +118,7 @@ SHRINK_LOG = 1024  # pod deletes and scale-downs kept to judge queued pods by; a
 # What a bound pod's delete frees, in the log of _count_move: all it held, so it can fit any pod
 # that some node rejected for its resources (whose _fit_needs hold this), whatever it requests.
 POD_GONE = "*"
+_ALL_HELD = frozenset({POD_GONE})  # what a bound pod's delete frees (see _frees_room)
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
 EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
@@ -380,9 +381,7 @@ class IroScheduler:
             log.debug("bound pod change not judged; counted as a cluster change", exc_info=True)
             self._cluster_moved()
             return
-        if freed is True:
-            self._cluster_moved(frozenset({POD_GONE}))
-        elif freed:
+        if freed:
             self._cluster_moved(freed)
 
     def _cluster_moved(self, freed: frozenset[str] | None = None) -> None:
@@ -517,7 +516,7 @@ class IroScheduler:
                     self._assumed.pop(key, None)
                 elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
                     self._assumed.pop(key, None)
-                    self._count_move(frozenset({POD_GONE}))
+                    self._count_move(_ALL_HELD)
             for key, (uid, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
@@ -662,7 +661,7 @@ class IroScheduler:
             with self._lock:
                 # The room this batch counted for the pod is free: the pods of the batch it kept
                 # out may fit now (kube moves pods with AssignedPodDelete after a failed binding).
-                self._count_move(frozenset({POD_GONE}))
+                self._count_move(_ALL_HELD)
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
@@ -889,33 +888,33 @@ def _resize_status(pod: Mapping[str, Any]) -> Any:
 
 
 def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
-                resources: Sequence[str]) -> bool | frozenset[str]:
+                resources: Sequence[str]) -> frozenset[str]:
     """What a bound pod going from ``old`` to ``new`` (None: added / deleted) frees for another
-    pod, as kube's NodeResourcesFit hint judges it: True, all it held (deleted, finished, moved
+    pod, as kube's NodeResourcesFit hint judges it: ``{POD_GONE}``, all it held (deleted, finished, moved
     off its node, or unreadable now: as a deleted one), which can fit any pod that some node
     rejected for its resources; for a scale-down, the resources it takes less of
     (``nvidia.com/gpu`` for fewer GPU cards or a smaller share: cards that move or grow release
     nothing), which can fit only such a pod that requests one of them
-    (``isSchedulableAfterPodScaleDown``); False, nothing. Scaled down is judged on the effective
+    (``isSchedulableAfterPodScaleDown``); empty, nothing. Scaled down is judged on the effective
     requests (kube's ``extractPodScaleDown`` compares ``PodRequests`` with ``UseStatusResources``
     on every update), so the status update of a kubelet actuating an in-place shrink counts. A
     pod added or a status, label or annotation update that leaves its requests frees nothing."""
     if old is None:
-        return False
+        return frozenset()
     if new is not None and _counts(old) == _counts(new) and old.get("spec") == new.get("spec") \
             and _field(old, "metadata", "annotations") == _field(new, "metadata", "annotations") \
             and _resize_status(old) == _resize_status(new):
-        return False  # the usual update (status, labels): nothing the usage reads changed
+        return frozenset()  # the usual update (status, labels): nothing the usage reads changed
     was = _usage(old, resources)
     if was is None:
-        return False  # it took nothing
+        return frozenset()  # it took nothing
     now = _usage(new, resources) if new is not None else None
     if now is None or now[0] != was[0]:
-        return True
+        return _ALL_HELD
     freed = {r for r, v in was[1].items() if now[1].get(r, 0.0) < v}
     if now[2] * now[3] < was[2] * was[3]:  # milli of GPU held (cards x 1000, or the share): as kube, a decrease
         freed.add(GPU_RESOURCE)
-    return frozenset(freed) or False
+    return frozenset(freed)
 
 
 def _fit_needs(problem: Any, w: int) -> frozenset[str]:

@@ -638,7 +638,7 @@ def _check_container_name(name: str, who: str, path: str) -> None:
     if len(name) > 63:
         raise _bad(who, path, f"Invalid value: {_shown(name, 63)!r}: must be no more than 63 characters, got {len(name)}")
     if not DNS_LABEL.fullmatch(name):
-        raise _bad(who, path, f"Invalid value: {_shown(name, 63)!r}: a lowercase RFC 1123 label must consist of lower case "
+        raise _bad(who, path, f"Invalid value: {name!r}: a lowercase RFC 1123 label must consist of lower case "
                               "alphanumeric characters or '-', and must start and end with an alphanumeric character")
 
 

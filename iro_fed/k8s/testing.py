@@ -199,27 +199,29 @@ def _add(doc: Any, tokens: list[str], value: Any, field: str) -> Any:
     return doc
 
 
+def _existing(doc: Any, tokens: list[str], field: str) -> tuple[Any, int | str]:
+    """The parent of the value at ``tokens`` (not the root; the value must exist) and its key there."""
+    parent = _parent(doc, tokens, field)
+    if isinstance(parent, list):
+        return parent, _array_index(parent, tokens[-1], field, add=False)
+    if tokens[-1] not in parent:
+        raise JsonPatchError(f"{field}: {_pointer_text(tokens)} does not exist")
+    return parent, tokens[-1]
+
+
 def _remove(doc: Any, tokens: list[str], field: str) -> Any:
     """Removes the value at ``tokens`` (which must exist) and returns it."""
     if not tokens:
         raise JsonPatchError(f"{field}: the whole document cannot be removed")
-    parent = _parent(doc, tokens, field)
-    if isinstance(parent, list):
-        return parent.pop(_array_index(parent, tokens[-1], field, add=False))
-    if tokens[-1] not in parent:
-        raise JsonPatchError(f"{field}: {_pointer_text(tokens)} does not exist")
-    return parent.pop(tokens[-1])
+    parent, key = _existing(doc, tokens, field)
+    return parent.pop(key)
 
 
 def _replace(doc: Any, tokens: list[str], value: Any, field: str) -> Any:
-    _resolve(doc, tokens, field)  # the target must exist
     if not tokens:
-        return value
-    parent = _parent(doc, tokens, field)
-    if isinstance(parent, list):
-        parent[_array_index(parent, tokens[-1], field, add=False)] = value
-    else:
-        parent[tokens[-1]] = value
+        return value  # the whole document, which always exists
+    parent, key = _existing(doc, tokens, field)
+    parent[key] = value
     return doc
 
 

@@ -106,7 +106,6 @@ class DQNAgent:
         """Continue the streams :meth:`random_state` returned; ``ValueError`` naming the entry
         (``noise`` or ``epsilon``) that is missing or does not fit, and then nothing is changed."""
         rng = numpy_generator(state.get("epsilon"), self.rng, "epsilon")
-        noise: torch.Tensor | None = None
         if self.noise_generator is not None:
             raw = state.get("noise")
             if raw is None:
@@ -119,10 +118,8 @@ class DQNAgent:
                 scratch.set_state(raw)
             except RuntimeError as exc:  # another size, or not a valid state of this device's generator
                 raise ValueError(f"noise: not a state of a {scratch.device} generator ({exc})") from exc
-            noise = raw
+            self.noise_generator.set_state(raw)  # both checked: nothing below can fail
         self.rng = rng
-        if self.noise_generator is not None and noise is not None:
-            self.noise_generator.set_state(noise)
 
     def set_proximal(self, mu: float) -> None:
         """Anchor the proximal term at the current online weights (e.g. a federated round's global

@@ -57,6 +57,14 @@ class CheckpointError(ValueError):
     """A missing, unreadable or incompatible policy checkpoint; the message names the file."""
 
 
+def checked_count(where: str, value: Any, least: int = 0) -> int:
+    """``value`` if it is an integer >= ``least`` (a bool is not), else a :class:`CheckpointError`
+    naming ``where``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise CheckpointError(f"{where}: expected an integer >= {least}, got {value!r}")
+    return value
+
+
 class CheckpointWriteError(OSError):
     """A checkpoint that could not be written (a full disk, a read-only folder); the message names
     the file. An OSError, so the command line reports it as one (``iro train``: exit 2)."""
@@ -163,10 +171,7 @@ def read_schedule(path: str | os.PathLike[str], metadata: dict[str, Any]) -> dic
         raise CheckpointError(f"{where}: expected a mapping, got {raw!r}")
     out: dict[str, int] = {}
     for key, least in (("origin", 0), ("horizon", 1), ("updates", 0)):
-        value = raw.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise CheckpointError(f"{where}.{key}: expected an integer >= {least}, got {value!r}")
-        out[key] = value
+        out[key] = checked_count(f"{where}.{key}", raw.get(key), least)
     steps = metadata.get("steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= out["origin"] <= steps:
         raise CheckpointError(f"{where}.origin: {out['origin']} is not within the checkpoint's steps ({steps!r})")

@@ -264,10 +264,8 @@ def _train(
             target_state = training_state.pop(ckpt.TARGET_STATE, None)
             rng_state = training_state.pop(ckpt.RNG_STATE, None)
             saved_since = training_state.pop(ckpt.SINCE_LEARN, None)
-            if saved_since is not None and (not isinstance(saved_since, int) or isinstance(saved_since, bool)
-                                            or saved_since < 0):
-                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: {ckpt.SINCE_LEARN!r}: expected an "
-                                           f"integer >= 0, got {saved_since!r}")
+            if saved_since is not None:
+                ckpt.checked_count(f"optimizer state {str(opt)!r}: {ckpt.SINCE_LEARN!r}", saved_since)
             agent.optimizer.load_state_dict(training_state)
             # load_state_dict brings back the saved run's hyperparameters too; the moments are
             # what resuming keeps, the rate is this run's
@@ -295,10 +293,7 @@ def _train(
             _note(console, f"--resume {resume}: the env steps since its last gradient step are not saved with it "
                            f"({opt} is missing or from an older version): train_every counts them from 0, so this "
                            "run may learn on other steps than an uninterrupted one")
-        start_step = meta.get("steps", 0)
-        if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
-            raise ckpt.CheckpointError(f"policy {str(resume)!r}: metadata 'steps': expected an integer >= 0, "
-                                  f"got {start_step!r}")
+        start_step = ckpt.checked_count(f"policy {str(resume)!r}: metadata 'steps'", meta.get("steps", 0))
         schedule = ckpt.read_schedule(resume, meta)
         if schedule is None:
             origin = start_step

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 from typing import Any
@@ -27,6 +26,7 @@ from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.snapshot import ClusterModel, PodSpecError, build_snapshot, pod_demand, pod_requests, workload_doc
 from iro_fed.k8s.testing import make_node, make_pod
 from tests.k8s.helpers import serving
+from tests.k8s.test_extender import post
 
 RESOURCES = ("cpu", "memory")
 ANN = "iro-fed.io/gpu-milli"
@@ -120,23 +120,13 @@ def serve():
     yield from serving(lambda ext: ExtenderServer(ext, "127.0.0.1", 0, "/iro"))
 
 
-def _post(url: str, path: str, body: Any) -> tuple[int, Any]:
-    host, port = url.split("//")[1].split("/")[0].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read()
-    conn.close()
-    return resp.status, json.loads(raw)
-
-
 def test_extender_refuses_a_pod_without_container_name_naming_it(serve):
     srv = serve(Extender())
     args = {"Pod": _pod([None]), "Nodes": {"items": [make_node("n0")]}}
-    status, res = _post(srv.url, "/iro/filter", args)
+    status, res = post(srv.url, "/iro/filter", args)
     assert status == 200 and "pod shop/web: spec.containers[0].name: Required value" in res["Error"]
     assert not res["Nodes"]
-    status, res = _post(srv.url, "/iro/prioritize", args)
+    status, res = post(srv.url, "/iro/prioritize", args)
     assert status == 400 and "spec.containers[0].name: Required value" in res["Error"]
 
 

@@ -5,7 +5,6 @@ in ``state_arrays`` (a buffer restored from them restarted its stream from its o
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import pytest
@@ -17,18 +16,14 @@ from solvers.dqn.checkpoint import CheckpointError  # noqa: E402
 from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer, Transition  # noqa: E402
 from solvers.dqn.train import optimizer_path, train  # noqa: E402
 from tests.solvers.test_dqn_train import CFG, PickBestEnv  # noqa: E402
-from tests.solvers.test_dqnstate_resume import World, WorldEnv, _buffer, _equal, _states  # noqa: E402
+from tests.solvers.test_dqnstate_resume import World, _buffer, _equal, _states  # noqa: E402
+from tests.solvers.test_s3_resume_random_streams import _train  # noqa: E402
 
 # Learning every 4 env steps from the first step the buffer holds 66 transitions (step 67: 8-step
 # episodes of 2-step windows), so the cut at step 96, an episode boundary, falls 1 step after the
 # gradient step at 95 (8 gradient steps, between the target syncs at 5 and 10). The default
 # exploration (noisy layers) is on; the PER beta stays at 1.
 EVERY4 = CFG.replace(train_every=4, learning_starts=66, priority_beta0=1.0, target_update_every=5)
-
-
-def _train(cfg: Any, steps: int, world: World, buffer: Any, **kwargs: Any):
-    return train([lambda: WorldEnv(world)], cfg, steps=steps, seed=0, progress=False, track_emissions=False,
-                 replay=buffer, **kwargs)
 
 
 def test_a_resumed_run_learning_every_4_steps_cut_between_them_is_the_uninterrupted_run(tmp_path) -> None:
