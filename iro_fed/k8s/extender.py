@@ -598,7 +598,7 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
         self.extender = extender
         self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
-        # Here, not on a first request: two first requests at once would each make one.
+        # Made with the server, so it exists (and can be read) before any request arrives.
         self.parse_budget = ByteBudget(self.max_parse_total or self.max_parse_memory)
         self.url_prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
         super().__init__((host, port), _ExtenderHandler)

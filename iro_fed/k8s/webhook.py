@@ -426,7 +426,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
         self.webhook = webhook
         self.body_budget = ByteBudget(self.max_parse_bytes)
-        # Here, not on a first request: two first requests at once would each make one.
+        # Made with the server, so it exists (and can be read) before any request arrives.
         self.parse_budget = ByteBudget(self.max_parse_total or self.max_parse_memory)
         self._tls_files = (cert_file, key_file)
         self._tls_lock = threading.Lock()

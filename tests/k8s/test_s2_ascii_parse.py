@@ -203,7 +203,7 @@ def test_the_extender_makes_its_parse_budget_in_init() -> None:
     srv = ExtenderServer(Extender(), "127.0.0.1", 0)
     small = TotalExtender(Extender(), "127.0.0.1", 0)
     try:
-        # Before: none until a first request made one (two first requests at once: two budgets).
+        # Before: none until a first request made one (under a lock).
         assert getattr(srv, "parse_budget", None) is not None
         assert srv.parse_budget.limit == srv.max_parse_memory and srv.parse_budget.held == 0
         assert small.parse_budget.limit == 3 << 20
