@@ -20,6 +20,12 @@ from a start time (the mean over each step), and :func:`persistence_forecast` is
 (each future hour takes the value observed at the same time of day on the last day already seen:
 only the past is used).
 
+Gaps are kept, not refused (users' own grid data often has them): the value before a gap holds
+across it, as anywhere in a step function. So that this is not silent, two consecutive times more
+than :data:`GAP_FACTOR` times the series' median step apart are a gap: :attr:`CarbonSeries.gaps`
+lists them, and :func:`load_carbon_csv` logs one warning per file naming their count and the
+longest. The shipped files have none.
+
 Latency: ``shared/data/latency/gcp_latency_matrix.csv`` holds round-trip ms between 34 GCP
 regions keyed by grid-zone code, and ``gcp_dc_zonecode_mapper.json`` maps region names to those
 codes in the same order (two regions, us-east4 and us-east5, share the code US-MIDA-PJM, so the
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +45,8 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 #: Where the shared data sets live, relative to the repository root (``IRO_DATA_DIR`` overrides).
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -57,6 +66,10 @@ CARBON_FILES = {
     "ES": "ES_2022_hourly.csv",
     "NO": "NO_2022_hourly.csv",
 }
+
+#: Consecutive times more than this many median steps apart are a gap (one value held across
+#: it). 3 leaves room for mixed 15/30 min steps and a local-time DST jump in hourly data.
+GAP_FACTOR = 3.0
 
 
 class SignalFormatError(ValueError):
@@ -92,6 +105,17 @@ class CarbonSeries:
             return float("inf")  # a constant
         step = float(np.median(np.diff(self.times))) if self.times.size > 1 else 3600.0
         return float(self.times[-1]) + step
+
+    @cached_property
+    def gaps(self) -> tuple[tuple[float, float], ...]:
+        """Each gap as (time of the last sample before it, time of the first after it), in epoch
+        seconds: consecutive times more than :data:`GAP_FACTOR` median steps apart. The value
+        at the first time holds across the gap; ``()`` when there is none."""
+        if self.times.size < 3:  # with one step there is nothing to compare it with
+            return ()
+        diff = np.diff(self.times)
+        idx = np.flatnonzero(diff > GAP_FACTOR * float(np.median(diff)))
+        return tuple((float(self.times[i]), float(self.times[i + 1])) for i in idx)
 
     def at(self, t: np.ndarray | float) -> np.ndarray:
         """Intensity at epoch seconds ``t`` (the value of the last sample at or before t)."""
@@ -254,7 +278,24 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
     if not times:
         raise SignalFormatError(f"{p}: no data rows")
-    return CarbonSeries(name or p.stem, np.array(times), np.array(values))
+    series = CarbonSeries(name or p.stem, np.array(times), np.array(values))
+    if series.gaps:
+        start, end = max(series.gaps, key=lambda g: g[1] - g[0])
+        step = float(np.median(np.diff(series.times)))
+        log.warning(
+            "%s: %d gap(s) longer than %g x the series' %s step; the longest starts %s and holds its "
+            "value for %s (to %s); values are used as given, the last one before each gap held across it",
+            p, len(series.gaps), GAP_FACTOR, _duration(step), _iso(start), _duration(end - start), _iso(end),
+        )
+    return series
+
+
+def _duration(seconds: float) -> str:
+    """``4 h 00 min`` / ``15 min`` / ``90 s`` for a log message."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def carbon_zone(zone: str, directory: str | os.PathLike | None = None) -> CarbonSeries:
