@@ -12,7 +12,8 @@
   ``s = ref / (ref + latency_ms[region, domain])``, the seed's ``1/Latency`` smoothed so that a
   zero latency stays finite (``ref`` = ``latency_ref_ms``, default 10 ms). L is the sum of s over
   placed workloads divided by the number of workloads with a user region (unplaced ones add 0),
-  in [0, 1]. Unknown latencies (missing in ``latency_ms``) add 0.
+  in [0, 1]. Unknown latencies (missing in ``latency_ms``) add 0; the physical mean is over the
+  known ones only, and ``latency_unknown`` counts the placed workloads it leaves out.
 * **C, cost** (physical: currency per hour): every powered-on node costs its capacity times its
   domain's ``price_per_hour`` (per core, per GiB of memory, per GPU card, per unit of any other
   resource). Normalized by the cost of all nodes on. In [0, 1].
@@ -50,6 +51,9 @@ class Breakdown:
     score: float
     utilization_pct: float
     mean_latency_ms: float | None
+    # Placed pods with a user region whose latency to their node's domain is unknown: they add 0
+    # to L and are left out of mean_latency_ms, which without this count reads as covering all.
+    latency_unknown: int
     cost_per_hour: float
     carbon_g_per_hour: float
     power_w: float
@@ -65,6 +69,7 @@ class Breakdown:
             "score": round(self.score, 9) + 0.0,
             "utilization_pct": round(self.utilization_pct, 6),
             "mean_latency_ms": None if self.mean_latency_ms is None else round(self.mean_latency_ms, 6),
+            "latency_unknown": self.latency_unknown,
             "cost_per_hour": round(self.cost_per_hour, 6),
             "carbon_g_per_hour": round(self.carbon_g_per_hour, 6),
             "power_w": round(self.power_w, 6),
@@ -232,6 +237,7 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
         score=float(sum(weighted.values())),
         utilization_pct=100.0 * util,
         mean_latency_ms=(lat_ms / lat_known) if lat_known else None,
+        latency_unknown=int(with_region.size - lat_known),
         cost_per_hour=cost,
         carbon_g_per_hour=carbon,
         power_w=power,
