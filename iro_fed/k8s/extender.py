@@ -592,12 +592,11 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     max_parse_bytes = MAX_PARSE_BYTES
     max_parse_memory = MAX_PARSE_MEMORY
     max_parse_total: int | None = None  # what all requests parse at once (None: max_parse_memory)
-    #: How long a body waits for room in the body or the parse budget before its 503 (None waited
-    #: until the 30 s body deadline). kube-scheduler gives up on the call after httpTimeout (5 s in
-    #: deploy/, 5 s by default: DefaultExtenderTimeout), sending the body included. A body of one
-    #: read (up to 256 KiB; 500 NodeNames are ~25 KiB) can wait twice, for body room then for
-    #: parse room: 2 x 1.5 s, and its work then takes under 0.1 s (NodeNames, p99) or about 0.4 s (a
-    #: 500-node NodeList), so the 503 arrives with over 1 s to spare. Waiting longer answers no
+    #: How long a request waits, in all, for room in the body and the parse budget before its 503
+    #: (None waited until the 30 s body deadline). kube-scheduler gives up on the call after
+    #: httpTimeout (5 s in deploy/, 5 s by default: DefaultExtenderTimeout), sending the body
+    #: included. After 1.5 s of waiting its work takes under 0.1 s (NodeNames, p99) or about 0.4 s
+    #: (a 500-node NodeList), so the 503 or the answer arrives with 3 s to spare. Waiting longer answers no
     #: one, while the body keeps its share and the bodies behind it wait too. To kube-scheduler a
     #: 503 is the error a timeout would be, only sooner, and it schedules one pod at a time: a
     #: filter error fails this pod's cycle (ignorable: false in deploy/; the pod is retried) or,

@@ -499,9 +499,10 @@ class RoutedJsonHandler(JsonHandler):
     #: The stdlib alone caps each line (64 KiB) and their number (100): 6.5 MB a request, held
     #: several times over while parsed, on each of the open connections.
     max_header_bytes = 64 * 1024
-    #: How long a body waits for room in the server's ``body_budget`` before a 503 (None: until
-    #: its body deadline).
+    #: How long a request waits, in all, for room in the server's ``body_budget`` and
+    #: ``parse_budget`` before a 503 (None: until its body deadline).
     budget_wait_s: float | None = None
+    _budget_waited = 0.0  # per request (see handle_one_request and _acquire)
     #: A body whose parse (:func:`parse_estimate` + :func:`decode_estimate`) would take more than this is refused with a 413
     #: before it is parsed: the body limit alone let 256 MiB of ``[{},...]`` become ~6 GB of objects.
     max_parse_memory = MAX_PARSE_MEMORY
@@ -536,6 +537,7 @@ class RoutedJsonHandler(JsonHandler):
         self._continue_withheld = False
         self._budget_held = 0  # bytes of the server's body_budget this request holds (see _read_exact)
         self._parse_held = 0  # bytes of the server's parse_budget this request holds (see read_json)
+        self._budget_waited = 0.0  # seconds this request has waited for budget room (see _acquire)
         self._headers_over = False  # the headers passed max_header_bytes (see parse_request)
         try:
             self.raw_requestline = self.rfile.readline(65537)
@@ -761,7 +763,7 @@ class RoutedJsonHandler(JsonHandler):
                 want = min(length - got, _READ_CHUNK)
                 if budget is not None:
                     if not reserved:
-                        if not budget.acquire(want, self._budget_wait(deadline), self._budget_held):
+                        if not self._acquire(budget, want, deadline, self._budget_held):
                             raise HttpError(503, f"body: the server holds {budget.limit} bytes of request bodies at "
                                             f"once and had no room for this one's {length} in time: retry", "body")
                         self._budget_held += want
@@ -807,7 +809,7 @@ class RoutedJsonHandler(JsonHandler):
         # Each body under max_parse_memory is not enough: the parses of all requests at once are
         # charged to the server's parse_budget too, held (like the body) until the reply is sent.
         budget = self._parse_budget()
-        if not budget.acquire(need, self._budget_wait(self._reader.deadline or 0.0), self._parse_held):
+        if not self._acquire(budget, need, self._reader.deadline or 0.0, self._parse_held):
             raise HttpError(503, f"body: the server parses at most about {budget.limit} bytes of request bodies "
                             f"at once and had no room for this one's {need} in time: retry", "body")
         self._parse_held += need
@@ -816,11 +818,19 @@ class RoutedJsonHandler(JsonHandler):
         except JsonBodyError as exc:
             raise HttpError(400, str(exc), exc.field) from None
 
-    def _budget_wait(self, deadline: float) -> float:
-        """How long a body may wait for room in a budget: until its ``deadline`` (monotonic), and
-        at most ``budget_wait_s``."""
+    def _acquire(self, budget: ByteBudget, need: int, deadline: float, held: int) -> bool:
+        """Take ``need`` bytes of ``budget``, waiting for room until the body's ``deadline``
+        (monotonic) and, in all this request's waits, at most ``budget_wait_s``: a body waits once
+        per 256 KiB read and again for its parse, and per-wait bounds added up past the caller's
+        own timeout (an 8 MiB body could wait 32 times)."""
         wait = deadline - time.monotonic()
-        return wait if self.budget_wait_s is None else min(wait, self.budget_wait_s)
+        if self.budget_wait_s is not None:
+            wait = min(wait, self.budget_wait_s - self._budget_waited)
+        start = time.monotonic()
+        try:
+            return budget.acquire(need, max(wait, 0.0), held)
+        finally:
+            self._budget_waited += time.monotonic() - start
 
     def _parse_budget(self) -> ByteBudget:
         """The server's ``parse_budget``, made on first use where the server has none

@@ -409,9 +409,9 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     max_parse_memory = MAX_PARSE_MEMORY
     max_parse_total: int | None = None  # what all requests parse at once (None: max_parse_memory)
     #: How long a body waits for room in the body or parse budget before its 503. The API server
-    #: gives up on the call after timeoutSeconds (5 s in deploy/), and a review can wait twice (body
-    #: room, then parse room: 2 x 1 s) and still has its parse and up to budget_s (2 s in deploy/)
-    #: to go: 4 s and the parse. Waiting longer answers no one, while the body
+    #: gives up on the call after timeoutSeconds (5 s in deploy/), and a review that waited (for
+    #: body and parse room, 1 s in all) still has its parse and up to budget_s (2 s in deploy/) to
+    #: go: 3 s and the parse. Waiting longer answers no one, while the body
     #: keeps its bytes of the budget and the bodies behind it wait too (until the 10 s body
     #: deadline, the default). A 503 admits the pod unchanged (failurePolicy: Ignore) as that
     #: timeout would, at once. Two 3 MiB pods with a value every 10 bytes (~40 MiB reckoned each,

@@ -166,3 +166,33 @@ def test_a_request_that_finds_no_parse_room_is_answered_before_kube_scheduler_gi
     if verb_key == "bindVerb":  # started without a kubeconfig: it answers, and binds nothing
         assert "cannot bind" in reply["Error"], reply
     assert ext.stats_snapshot()["errors"] == 1  # the 503 is the server's error, not a bad request
+
+
+def test_budget_wait_bounds_all_of_a_requests_waits_not_each() -> None:
+    """A body waits once per 256 KiB read and again for its parse: each wait bounded alone let an
+    8 MiB body wait 32 x budget_wait_s. A request that has used its allowance gets no more."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from iro_fed.k8s.httpjson import ByteBudget, RoutedJsonHandler
+
+    budget = ByteBudget(10)
+    assert budget.acquire(10, 0)  # another request holds it all
+    request = SimpleNamespace(budget_wait_s=5.0, _budget_waited=0.0)
+    release = threading.Timer(0.5, budget.release, args=(10,))
+    release.start()
+    try:
+        # The first wait gets room once the other request lets go.
+        assert RoutedJsonHandler._acquire(request, budget, 4, time.monotonic() + 30, 0)
+        spent = request._budget_waited
+        assert 0 < spent < 5.0
+        assert budget.acquire(6, 0, 4)  # full again
+        request._budget_waited = 5.0  # this request has waited its whole allowance
+        later = threading.Timer(0.5, budget.release, args=(6,))
+        later.start()
+        # Before: another 5 s wait, which the release above would end with room (True).
+        assert RoutedJsonHandler._acquire(request, budget, 1, time.monotonic() + 30, 4) is False
+        later.join()
+    finally:
+        release.cancel()
