@@ -74,6 +74,8 @@ from typing import Any
 
 import numpy as np
 
+from iro_fed.problem_io import _finite
+
 log = logging.getLogger("iro_fed.feedback")
 
 DEFAULT_CLASS = "default"
@@ -163,12 +165,8 @@ def _amount(value: Any, what: str) -> float:
 def _is_finite_number(value: Any) -> bool:
     """An int, float or numpy scalar (np.float32 included), finite and not a bool (an int too
     large for a float is not: math.isfinite raised OverflowError instead of the named error)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
+    number = not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
+    return number and _finite(value)
 
 
 def _time(at: Any) -> float | None:

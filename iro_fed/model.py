@@ -550,12 +550,13 @@ class ClusterState:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is already placed")
         p = self.problem
         if cards is None:
-            cards = self.default_cards(w, n)
-        cards = tuple(int(c) for c in cards)
-        if cards and (len(set(cards)) != len(cards) or not all(0 <= c < p.gpu_count[n] for c in cards)):
-            # -1 took the node's last card (a Python index), 99 an IndexError deep in the update.
-            raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} are not distinct card indices "
-                             f"of node {p.nodes[n].name!r} (0..{int(p.gpu_count[n]) - 1})")
+            cards = self.default_cards(w, n)  # distinct cards of node n, as Python ints
+        else:
+            cards = tuple(int(c) for c in cards)
+            if cards and (len(set(cards)) != len(cards) or not all(0 <= c < p.gpu_count[n] for c in cards)):
+                # -1 took the node's last card (a Python index), 99 an IndexError deep in the update.
+                raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} are not distinct card "
+                                 f"indices of node {p.nodes[n].name!r} (0..{int(p.gpu_count[n]) - 1})")
         d = p.demand[w]
         self.allocated[n] += d
         self.free[n] -= d

@@ -2,41 +2,17 @@
 
 The caller's ``requests`` (what the node holds now, e.g. the scheduler's cache) count a pod
 bound after the reading was taken, which the reading cannot show: the error looked as large as
-the pod's share of the node and could fire a fine-tune on nothing.
+the pod's share of the node and could fire a fine-tune on nothing. The metrics-server feed's
+side of this (a scrape stamped in the second of a bind) is in tests/k8s/test_fbfix_feed_clock.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from iro_fed.feedback import FeedbackLoop
-from iro_fed.k8s.feedback import NodeMetricsFeed
 
 T0 = 1_796_000_000.0
-
-
-@pytest.fixture
-def api() -> Iterator[Any]:
-    """The loopback API server serving NodeMetrics (as tests/k8s/conftest.py's, which this folder lacks)."""
-    from iro_fed.k8s.testing import FakeApiServer
-
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kube(api: Any, tmp_path: Path) -> Any:
-    pytest.importorskip("kubernetes")
-    from iro_fed.k8s.client import Kube
-
-    return Kube.from_kubeconfig(str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml")), user_agent="iro-test")
 
 
 def test_a_reading_taken_before_a_bind_is_not_judged_against_requests_with_its_pod():
@@ -73,40 +49,6 @@ def test_readings_taken_before_binds_do_not_fire_a_fine_tune():
         assert loop.observe(node, held[node] / 16000.0, requests={"default": held[node]}, capacity=16000.0,
                             at=T0 + 400 + j) == pytest.approx(0.0)
     assert loop.signals == [] and loop.moving_error == pytest.approx(0.0)
-
-
-def test_a_scrape_stamped_in_the_second_of_a_bind_is_not_counted_against_it(api, kube):
-    """``metav1.Time`` has whole seconds: a scrape stamped T0 was taken in [T0, T0 + 1). Fed at
-    T0 + 1 (the end of that second), it counted a pod bound at T0 + 0.5, possibly after it."""
-    clock = [T0 - 60]
-    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: clock[0])
-    loop.predict("ns/p0", "n0", 2000.0, 8000.0)  # at T0 - 60
-    clock[0] = T0 + 0.5
-    loop.predict("ns/p1", "n0", 6000.0, 8000.0)  # bound at T0 + 0.5: 6000m on the node now
-    feed = NodeMetricsFeed(kube, loop, interval_s=30, current=lambda node: ({"default": 6000.0}, 8000.0))
-    api.set_node_metrics("n0", "2", at=T0)  # taken at T0 + 0.2, before the bind: p0's 2000m only
-    clock[0] = T0 + 20
-    assert feed.poll() == 0 and loop.observations == 0  # was 1, with an error of 0.5
-    assert loop.by_key["ns/p1"].observed_util is None
-    api.set_node_metrics("n0", "6", at=T0 + 15)  # the next scrape shows p1
-    clock[0] = T0 + 30
-    assert feed.poll() == 1 and loop.errors[-1] == pytest.approx(0.0)
-    assert loop.by_key["ns/p1"].observed_util == pytest.approx(0.75)
-    assert loop.by_key["ns/p1"].observed_at == T0 + 15  # the start of the second it names
-
-
-def test_without_current_requests_a_scrape_in_the_second_of_a_bind_does_not_complete_it(api, kube):
-    clock = [T0 - 60]
-    loop = FeedbackLoop(threshold=0.1, calibration=0, clock=lambda: clock[0])
-    loop.predict("ns/p0", "n0", 2000.0, 8000.0)
-    clock[0] = T0 + 0.5
-    loop.predict("ns/p1", "n0", 6000.0, 8000.0)
-    api.set_node_metrics("n0", "2", at=T0)
-    clock[0] = T0 + 20
-    assert NodeMetricsFeed(kube, loop, interval_s=30).poll() == 1  # judged as what it saw: p0
-    assert loop.experience[-1].requests == {"default": 2000.0} and loop.errors[-1] == pytest.approx(0.0)
-    assert loop.by_key["ns/p0"].observed_util == pytest.approx(0.25)
-    assert loop.by_key["ns/p1"].observed_util is None  # was completed with 0.25 (error -0.5)
 
 
 def test_a_latency_reading_taken_before_a_bind_does_not_complete_its_decision():

@@ -587,20 +587,20 @@ class FakeApiServer:
             cur = self._objects["pods"].get(f"{ns}/{name}")
             if cur is None:
                 return 404, _status(404, "NotFound", f'pods "{name}" not found')
-            pod = copy.deepcopy(cur)
             try:
                 if "json-patch" in content_type:
                     refused = _json_patch_refusal(patch)
                     if refused is not None:
                         return refused
-                    pod = json_patch(cur, patch or [])  # a new pod, all ops applied or none
+                    pod = json_patch(cur, patch or [])  # a new pod (json_patch copies), all ops applied or none
                 elif "merge-patch" in content_type and not isinstance(patch, dict):
                     # the API server decodes a (strategic) merge patch into a map first
                     return 400, _status(400, "BadRequest", f"json: cannot unmarshal {_GO_KIND.get(type(patch), 'null')} "
                                         "into Go value of type map[string]interface {}")
                 elif "strategic-merge-patch" in content_type:
-                    strategic_merge(pod, patch)
+                    pod = strategic_merge(copy.deepcopy(cur), patch)
                 elif "merge-patch" in content_type:
+                    pod = copy.deepcopy(cur)
                     _merge_patch(pod, patch)
                 else:
                     return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type}")

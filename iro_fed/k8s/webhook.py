@@ -18,7 +18,7 @@ Only a core (``""`` group) ``Pod`` is changed. The certificate and key files are
 for new connections when they change (a renewed Secret). The bytes of request bodies read, parsed
 and answered at once are bounded (``MAX_PARSE_BYTES``, counted as they arrive, a body still being
 sent included), and so is what their parses are reckoned to take (``MAX_PARSE_MEMORY``); past
-either a request waits up to ``budget_wait_s`` (2 s), then gets 503 with ``Retry-After: 1``, so
+either a request waits up to ``budget_wait_s`` (1 s), then gets 503 with ``Retry-After: 1``, so
 memory does not grow with the number of connections.
 
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to

@@ -130,15 +130,14 @@ class PrometheusClient:
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, deadline_s: float | None = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, bearer_token_file: str | None = None) -> None:
-        try:
-            parsed = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
-        except ValueError:  # e.g. an unclosed IPv6 bracket: "http://[::1"
-            parsed = None
-        try:
-            parsed_port = parsed.port if parsed is not None else None  # a port out of range raises
-        except ValueError:
-            parsed_port = -1
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname or parsed_port == -1:
+        parsed = None
+        if isinstance(base_url, str):
+            try:
+                parsed = urllib.parse.urlsplit(base_url)
+                _ = parsed.port  # a port out of range raises too
+            except ValueError:  # e.g. an unclosed IPv6 bracket: "http://[::1"
+                parsed = None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
             shown = redact_url(base_url) if isinstance(base_url, str) else base_url
             raise ValueError(f"prometheus url: expected http(s)://host:port, got {shown!r}")
         if not _positive(timeout_s) or timeout_s > MAX_TIMEOUT_S:

@@ -99,12 +99,16 @@ class CarbonSeries:
         return float(self.times[0])
 
     @cached_property
+    def _step(self) -> float:
+        """The median sampling interval (3600 s for a single sample; computed once)."""
+        return float(np.median(np.diff(self.times))) if self.times.size > 1 else 3600.0
+
+    @cached_property
     def end(self) -> float:
         """The last timestamp plus one sampling interval (the series' coverage; computed once)."""
         if self.times.size == 1 and not np.isfinite(self.times[0]):
             return float("inf")  # a constant
-        step = float(np.median(np.diff(self.times))) if self.times.size > 1 else 3600.0
-        return float(self.times[-1]) + step
+        return float(self.times[-1]) + self._step
 
     @cached_property
     def gaps(self) -> tuple[tuple[float, float], ...]:
@@ -113,8 +117,7 @@ class CarbonSeries:
         at the first time holds across the gap; ``()`` when there is none."""
         if self.times.size < 3:  # with one step there is nothing to compare it with
             return ()
-        diff = np.diff(self.times)
-        idx = np.flatnonzero(diff > GAP_FACTOR * float(np.median(diff)))
+        idx = np.flatnonzero(np.diff(self.times) > GAP_FACTOR * self._step)
         return tuple((float(self.times[i]), float(self.times[i + 1])) for i in idx)
 
     def at(self, t: np.ndarray | float) -> np.ndarray:
@@ -281,11 +284,10 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
     series = CarbonSeries(name or p.stem, np.array(times), np.array(values))
     if series.gaps:
         start, end = max(series.gaps, key=lambda g: g[1] - g[0])
-        step = float(np.median(np.diff(series.times)))
         log.warning(
             "%s: %d gap(s) longer than %g x the series' %s step; the longest starts %s and holds its "
             "value for %s (to %s); values are used as given, the last one before each gap held across it",
-            p, len(series.gaps), GAP_FACTOR, _duration(step), _iso(start), _duration(end - start), _iso(end),
+            p, len(series.gaps), GAP_FACTOR, _duration(series._step), _iso(start), _duration(end - start), _iso(end),
         )
     return series
 

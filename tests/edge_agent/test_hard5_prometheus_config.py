@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from edge_agent.agent import Agent
 from edge_agent.config import ConfigError, load_config
 from tests.edge_agent.test_config import write
+from tests.metrics.promapi import serve, vector
 
 
 def test_a_bad_url_with_a_password_is_named_without_the_password(tmp_path, site_file):
@@ -46,29 +44,16 @@ def test_the_token_file_must_exist_need_a_url_and_not_come_with_a_password(tmp_p
     assert cfg.prometheus.bearer_token_file == token.resolve()
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    seen: list[str | None] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        type(self).seen.append(self.headers.get("Authorization"))
-        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args) -> None:
-        pass
-
-
 @pytest.mark.parametrize("auth", ["token", "basic"])
 def test_the_agents_client_sends_the_configured_credentials(tmp_path, site_file, auth):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Prometheus.seen = []
-    try:
-        host, port = server.server_address[:2]
+    seen: list[str | None] = []
+
+    def respond(handler):
+        seen.append(handler.headers.get("Authorization"))
+        return 200, vector([])
+
+    with serve(respond) as url:
+        host, port = url.removeprefix("http://").split(":")
         token = tmp_path / "token"
         token.write_text("t0k3n\n")
         prom = ({"url": f"http://{host}:{port}", "bearer_token_file": str(token)} if auth == "token"
@@ -78,11 +63,8 @@ def test_the_agents_client_sends_the_configured_credentials(tmp_path, site_file,
         assert agent.prometheus is not None
         agent.prometheus.query("up")
         expected = "Bearer t0k3n" if auth == "token" else "Basic " + base64.b64encode(b"alice:s3cret").decode()
-        assert _Prometheus.seen == [expected]
+        assert seen == [expected]
         assert "s3cret" not in repr(agent.prometheus)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_url_urllib_cannot_split_is_a_config_error(tmp_path, site_file):

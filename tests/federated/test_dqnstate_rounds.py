@@ -4,31 +4,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
 from iro_fed.federated.task import FedConfig, build_agent, get_weights, local_train, schedule_position  # noqa: E402
-from solvers.dqn.replay import PrioritizedReplayBuffer  # noqa: E402
+from tests.solvers.test_resume_schedules import BetaBuffer  # noqa: E402
 
 TINY = dict(local_steps=40, hours=1.0, learning_starts=32, batch_size=16, track_emissions=False, min_nodes=2,
             embed_dim=16, hidden_dim=32, buffer_size=500)
-
-
-class BetaBuffer(PrioritizedReplayBuffer):
-    """The real prioritized buffer, keeping the importance-sampling beta of each batch it is asked for."""
-
-    def __init__(self, cfg: FedConfig) -> None:
-        d = cfg.dqn_config()
-        super().__init__(d.buffer_size, d.priority_alpha, d.priority_eps, seed=0)
-        self.betas: list[float] = []
-
-    def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, Any]:
-        self.betas.append(beta)
-        return super().sample(batch_size, beta=beta)
 
 
 def _beta(cfg: FedConfig, step: int) -> float:
@@ -41,7 +26,7 @@ def test_round_3_starts_where_two_rounds_of_local_steps_left_the_schedules() -> 
     cfg = FedConfig(num_server_rounds=4, **TINY)
     assert schedule_position(cfg, 3, 40) == (80, 160)
     weights = get_weights(build_agent(cfg).online)
-    buffer = BetaBuffer(cfg)  # the site's buffer, kept from round to round as keep-replay does
+    buffer = BetaBuffer(cfg.dqn_config())  # the site's buffer, kept from round to round as keep-replay does
     per_round = []
     for server_round in (1, 2, 3):
         buffer.betas = []
@@ -61,6 +46,6 @@ def test_a_round_past_the_last_stays_at_the_schedules_end_and_round_0_at_their_s
     cfg = FedConfig(num_server_rounds=2, **TINY)
     assert schedule_position(cfg, 9, 40) == (320, 80)
     assert schedule_position(cfg, 0, 40) == (0, 80)
-    buffer = BetaBuffer(cfg)
+    buffer = BetaBuffer(cfg.dqn_config())
     local_train(get_weights(build_agent(cfg).online), cfg, site=1, server_round=9, replay=buffer)
     assert buffer.betas and buffer.betas == pytest.approx([1.0] * len(buffer.betas))

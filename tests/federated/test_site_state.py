@@ -12,18 +12,11 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("flwr")
 
 from iro_fed.federated.task import FedConfig, build_agent, full_state_dict, get_weights, make_site_env  # noqa: E402
-from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer, Transition  # noqa: E402
+from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer  # noqa: E402
+from tests.solvers.test_s10_resume_exact import _fill  # noqa: E402
 
 TINY = dict(local_steps=40, hours=1.0, learning_starts=32, batch_size=16, track_emissions=False, min_nodes=2,
             embed_dim=16, hidden_dim=32, buffer_size=500)
-
-
-def _fill(buffer: ReplayBuffer, n: int, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        obs = {"candidates": rng.normal(size=(3, 2)).astype(np.float32), "mask": np.array([1, 0, 1], np.int8)}
-        nxt = {"candidates": rng.normal(size=(3, 2)).astype(np.float32), "mask": np.array([1, 1, 0], np.int8)}
-        buffer.add(Transition(obs, i % 3, float(i), nxt, 0.9))
 
 
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])

@@ -134,17 +134,25 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def raw_post(port: int, path: str, body: bytes, context: ssl.SSLContext | None = None) -> tuple[int, dict]:
+def post_json(port: int, path: str, body: bytes, context: ssl.SSLContext | None = None,
+              timeout: float = 120) -> tuple[int, dict[str, str], dict]:
+    """POST ``body`` to ``path`` over HTTP on 127.0.0.1, or HTTPS on localhost with ``context``:
+    (status, headers by lowercase name, reply)."""
     if context is None:
-        conn: http.client.HTTPConnection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn: http.client.HTTPConnection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     else:
-        conn = http.client.HTTPSConnection("localhost", port, timeout=120, context=context)
+        conn = http.client.HTTPSConnection("localhost", port, timeout=timeout, context=context)
     try:
         conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
     finally:
         conn.close()
+
+
+def raw_post(port: int, path: str, body: bytes, context: ssl.SSLContext | None = None) -> tuple[int, dict]:
+    status, _, reply = post_json(port, path, body, context)
+    return status, reply
 
 
 @pytest.fixture

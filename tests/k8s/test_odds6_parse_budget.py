@@ -9,7 +9,6 @@ under 512 MiB, parsed at once (~10 GB); and one emoji in a body made its text 4 
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ import pytest
 from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.testing import wait_for
+from tests.k8s.test_hard5_parse_budget import post_json
 
 LIMIT = 1 << 20  # max_parse_memory (and so the parse budget) of the test server
 
@@ -62,13 +62,7 @@ def args(name: str, pad: str = "") -> bytes:
 
 
 def post(srv: ExtenderServer, body: bytes) -> tuple[int, dict[str, str], dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=60)
-    try:
-        conn.request("POST", "/iro/filter", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
-    finally:
-        conn.close()
+    return post_json(srv.server_address[1], "/iro/filter", body, timeout=60)
 
 
 def parse_held(srv: ExtenderServer) -> int:

@@ -11,7 +11,6 @@ it; the webhook's body waited for room until its 10 s body deadline, past the AP
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import ssl
@@ -29,7 +28,7 @@ from iro_fed.k8s.httpjson import JsonBodyError, decode_estimate, loads_strict, p
 from iro_fed.k8s.testing import make_pod
 from iro_fed.k8s.webhook import Webhook, WebhookServer
 from tests.k8s.helpers import extender_server, serving, tls_files  # noqa: F401 (the ext and tls fixtures)
-from tests.k8s.test_hard5_parse_budget import node_list_args, raw_post
+from tests.k8s.test_hard5_parse_budget import node_list_args, post_json, raw_post
 
 ROOT = Path(__file__).resolve().parents[2]
 CJK = "\u4e2d\u6587"  # "Chinese": 2 characters stored at 2 bytes each, 3 bytes each in UTF-8
@@ -277,14 +276,7 @@ def serve_holding(tls) -> Iterator:
 
 
 def post_review(srv: WebhookServer, cafile: str, body: bytes, timeout: float) -> tuple[int, dict[str, str], dict]:
-    conn = http.client.HTTPSConnection("localhost", srv.server_address[1], timeout=timeout,
-                                       context=ssl.create_default_context(cafile=cafile))
-    try:
-        conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
-    finally:
-        conn.close()
+    return post_json(srv.server_address[1], "/mutate", body, ssl.create_default_context(cafile=cafile), timeout)
 
 
 def test_a_pod_that_finds_no_parse_room_is_answered_before_the_api_server_gives_up(serve_holding, tls) -> None:

@@ -8,11 +8,10 @@ deadline, long after kube-scheduler (5 s) had given up on the call.
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,10 +19,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from iro_fed.k8s.extender import Extender, ExtenderServer
+from iro_fed.k8s.extender import ExtenderServer
 from iro_fed.k8s.httpjson import decode_estimate, parse_estimate
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.testing import wait_for
+from tests.k8s.test_hard5_parse_budget import post_json
+from tests.k8s.test_odds6_parse_budget import HoldingExtender
 
 ROOT = Path(__file__).resolve().parents[2]
 #: kube-scheduler's DefaultExtenderTimeout (pkg/scheduler/extender.go), used when httpTimeout is unset.
@@ -64,21 +65,6 @@ def test_the_extender_waits_for_room_no_longer_than_kube_scheduler_waits_for_it(
     # most twice (body room, then parse room) and still needs time for its own work.
     assert wait is not None and 2 * wait < timeout_s - 1.0
     assert ExtenderServer.body_timeout_s > timeout_s  # what None meant: a wait past kube-scheduler's
-
-
-class HoldingExtender(Extender):
-    """A real extender whose filter of the pod named "hold" waits (its parse share held) until let go."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        if args["Pod"]["metadata"]["name"] == "hold":
-            self.entered.set()
-            self.release.wait(60)
-        return super().filter(args)
 
 
 @pytest.fixture
@@ -124,13 +110,7 @@ def second_request(verb: str) -> bytes:
 
 
 def post(srv: ExtenderServer, verb: str, body: bytes, timeout: float) -> tuple[int, dict[str, str], dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=timeout)
-    try:
-        conn.request("POST", f"{srv.url_prefix}/{verb}", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
-    finally:
-        conn.close()
+    return post_json(srv.server_address[1], f"{srv.url_prefix}/{verb}", body, timeout=timeout)
 
 
 @pytest.mark.parametrize("verb_key", ["filterVerb", "prioritizeVerb", "bindVerb"])

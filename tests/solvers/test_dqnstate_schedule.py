@@ -3,22 +3,14 @@ site's later round) anneals epsilon and the PER beta from there, not from its ow
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 gym = pytest.importorskip("gymnasium")
 torch = pytest.importorskip("torch")
 
-from solvers.dqn.train import train  # noqa: E402
-from tests.solvers.test_dqn_train import CFG, PickBestEnv  # noqa: E402
-from tests.solvers.test_resume_schedules import BetaBuffer, RecordingEnv  # noqa: E402
-
-
-def _train(cfg: Any, steps: int, **kwargs: Any):
-    kwargs.setdefault("env_fns", [PickBestEnv])
-    return train(cfg=cfg, steps=steps, progress=False, track_emissions=False, **kwargs)
+from tests.solvers.test_dqn_train import CFG  # noqa: E402
+from tests.solvers.test_resume_schedules import BetaBuffer, RecordingEnv, _train  # noqa: E402
 
 
 def test_epsilon_starts_at_the_position_given() -> None:

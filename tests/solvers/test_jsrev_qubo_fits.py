@@ -13,7 +13,7 @@ pytest.importorskip("dimod")
 
 from iro_fed import problem_from_dict
 from iro_fed.feasibility import feasible_nodes
-from iro_fed.model import ClusterState
+from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import marginal
 from iro_fed.testing import random_problem_doc
 from solvers.qubo import _BatchModel, _greedy
@@ -87,25 +87,30 @@ def test_pods_with_one_cache_key_have_the_same_candidates_and_gains(seed: int):
             assert marginal(p, state, w).tolist() == marginal(p, state, first).tolist()
 
 
+def candidates_pod_by_pod(p: Problem, state: ClusterState, pods: np.ndarray, k: int) -> tuple[list[int], list[int]]:
+    """``_BatchModel``'s ``(pw, pn)`` as it built them pod by pod before the cache (feasible nodes
+    ranked by marginal gain, the best k - 1 and the greedy reference node, or k without one)."""
+    ref = state.copy()
+    _greedy(p, ref, pods)
+    pw, pn = [], []
+    for i, w in enumerate(pods):
+        n0 = int(ref.assignment[w])
+        cand = np.flatnonzero(feasible_nodes(state, int(w)))
+        if cand.size == 0:
+            continue
+        top = cand[np.argsort(-marginal(p, state, int(w), cand), kind="stable")[: k - (n0 >= 0)]]
+        nodes = np.unique(np.concatenate([top, [n0]] if n0 >= 0 else [top]))
+        pw += [i] * nodes.size
+        pn += nodes.tolist()
+    return pw, pn
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_batch_candidates_are_each_pods_own_best_nodes(seed: int):
-    # What the batch model built pod by pod before the cache (feasible nodes ranked by marginal
-    # gain, the best max_candidates - 1 and the reference node, or max_candidates without one).
     state = _state(seed, twins=True)
     p = state.problem
     pods = np.arange(p.num_workloads)
     for k in (1, 2, 8):
         model = _BatchModel(p, state, pods, k, "unbalanced")
-        ref = state.copy()
-        _greedy(p, ref, pods)
-        pw, pn = [], []
-        for i, w in enumerate(pods):
-            n0 = int(ref.assignment[w])
-            cand = np.flatnonzero(feasible_nodes(state, int(w)))
-            if cand.size == 0:
-                continue
-            top = cand[np.argsort(-marginal(p, state, int(w), cand), kind="stable")[: k - (n0 >= 0)]]
-            nodes = np.unique(np.concatenate([top, [n0]] if n0 >= 0 else [top]))
-            pw += [i] * nodes.size
-            pn += nodes.tolist()
+        pw, pn = candidates_pod_by_pod(p, state, pods, k)
         assert model.pw.tolist() == pw and model.pn.tolist() == pn

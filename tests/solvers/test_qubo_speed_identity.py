@@ -16,9 +16,9 @@ pytest.importorskip("dwave.samplers")
 from iro_fed import problem_from_dict
 from iro_fed.feasibility import EPS, feasible_nodes
 from iro_fed.model import ClusterState
-from iro_fed.objective import marginal
 from iro_fed.testing import random_problem_doc
-from solvers.qubo import _BatchModel, _greedy
+from solvers.qubo import _BatchModel
+from tests.solvers.test_jsrev_qubo_fits import candidates_pod_by_pod
 
 
 def _doubled(seed: int, nodes: int, pods: int):
@@ -74,19 +74,7 @@ def test_pods_of_one_shape_get_the_candidates_each_would_get_alone(seed):
     pods = np.arange(problem.num_workloads)
     max_candidates = 3
     model = _BatchModel(problem, state, pods, max_candidates, "unbalanced")
-    ref = state.copy()
-    _greedy(problem, ref, pods)
-    expected_pw, expected_pn = [], []
-    for i, w in enumerate(pods):
-        n0 = int(ref.assignment[w])
-        cand = np.flatnonzero(feasible_nodes(state, int(w)))
-        if cand.size == 0:
-            continue
-        g = marginal(problem, state, int(w), cand)
-        top = cand[np.argsort(-g, kind="stable")[: max_candidates - (n0 >= 0)]]
-        nodes = np.unique(np.concatenate([top, [n0]] if n0 >= 0 else [top]))
-        expected_pw.extend([i] * nodes.size)
-        expected_pn.extend(nodes.tolist())
+    expected_pw, expected_pn = candidates_pod_by_pod(problem, state, pods, max_candidates)
     assert model.pw.tolist() == expected_pw
     assert model.pn.tolist() == expected_pn
     assert model.pw.dtype == model.pn.dtype == np.int64

@@ -16,8 +16,7 @@ from solvers.dqn.checkpoint import CheckpointError  # noqa: E402
 from solvers.dqn.replay import PrioritizedReplayBuffer, ReplayBuffer, Transition  # noqa: E402
 from solvers.dqn.train import optimizer_path, train  # noqa: E402
 from tests.solvers.test_dqn_train import CFG, PickBestEnv  # noqa: E402
-from tests.solvers.test_dqnstate_resume import World, _buffer, _equal, _states  # noqa: E402
-from tests.solvers.test_s3_resume_random_streams import _train  # noqa: E402
+from tests.solvers.test_dqnstate_resume import World, _buffer, _equal, _states, _train  # noqa: E402
 
 # Learning every 4 env steps from the first step the buffer holds 66 transitions (step 67: 8-step
 # episodes of 2-step windows), so the cut at step 96, an episode boundary, falls 1 step after the

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from solvers.dqn.checkpoint import RNG_STATE, CheckpointError, load_checkpoint  # noqa: E402
 from solvers.dqn.train import optimizer_path, train  # noqa: E402
 from tests.solvers.test_dqn_train import CFG, PickBestEnv  # noqa: E402
-from tests.solvers.test_dqnstate_resume import World, WorldEnv, _buffer, _equal, _states  # noqa: E402
+from tests.solvers.test_dqnstate_resume import World, _buffer, _equal, _states, _train  # noqa: E402
 
 # The default exploration (noisy layers) and prioritized replay; the PER beta stays at 1 (the cut run
 # anneals it over its own 96 steps, the whole run over 160) and the target syncs every 20 gradient
@@ -24,11 +24,6 @@ from tests.solvers.test_dqnstate_resume import World, WorldEnv, _buffer, _equal,
 NOISY = CFG.replace(priority_beta0=1.0, target_update_every=20)
 # Epsilon-greedy at a constant epsilon (an annealed one would anneal over each run's own steps).
 EPSILON = CFG.replace(noisy=False, epsilon_start=0.3, epsilon_end=0.3, priority_beta0=1.0, target_update_every=20)
-
-
-def _train(cfg: Any, steps: int, world: World, buffer: Any, **kwargs: Any):
-    return train([lambda: WorldEnv(world)], cfg, steps=steps, seed=0, progress=False, track_emissions=False,
-                 replay=buffer, **kwargs)
 
 
 def _streams(agent: Any, buffer: Any) -> tuple[torch.Tensor, dict, dict]:
