@@ -353,6 +353,20 @@ class Simulator:
         self.svc_sla = np.array([s.sla_ms for s in sc.services], dtype=np.float64)
         region_index = {r: i for i, r in enumerate(sc.regions)}
         self.svc_region = np.array([region_index[s.user_region] for s in sc.services], dtype=np.int64)
+        # The request model times each request from its users' region to its replica's domain: an
+        # unknown latency there (NaN, an empty latency-matrix cell) has no time to give. A
+        # service's max_latency_ms keeps its replicas out of such domains (feasibility reads NaN
+        # as too far), as its allowed_domains do.
+        dom_index = {d.name: j for j, d in enumerate(sc.domains)}
+        for si, svc in enumerate(sc.services):
+            reach = [dom_index[d] for d in svc.allowed_domains if d in dom_index] or range(len(sc.domains))
+            unknown = [sc.domains[j].name for j in reach if np.isnan(sc.latency_ms[self.svc_region[si], j])]
+            if unknown and svc.max_latency_ms is None:
+                raise SimConfigError(
+                    f"service {svc.name!r}: the latency from user region {svc.user_region!r} to domain(s) "
+                    f"{', '.join(unknown)} is unknown (NaN: an empty latency-matrix cell); the request model "
+                    "needs it wherever a replica may run: fill it in, or set the service's max_latency_ms or allowed_domains"
+                )
         # Actual vs requested CPU: a pod's usage class, its own usage factor, the shifted classes.
         self.usage_class = [sc.services[r["service"]].name if r["service"] >= 0 else r["klass"] for r in rows]
         self.usage_factor = np.ones(P)

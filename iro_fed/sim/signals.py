@@ -29,8 +29,16 @@ longest. The shipped files have none.
 Latency: ``shared/data/latency/gcp_latency_matrix.csv`` holds round-trip ms between 34 GCP
 regions keyed by grid-zone code, and ``gcp_dc_zonecode_mapper.json`` maps region names to those
 codes in the same order (two regions, us-east4 and us-east5, share the code US-MIDA-PJM, so the
-matrix is read by position and keyed by region name). :func:`load_latency_matrix` returns a
-:class:`LatencyMatrix` addressable by region name or by grid-zone code.
+columns are read by position and the matrix is keyed by region name). Rows may come in any order,
+each naming its origin by zone code or by region name; the rows of a shared code fill its regions
+in mapper order (name the region to be explicit). An empty cell is an unknown latency, NaN, as in
+the problem model's ``latency_ms``. :func:`load_latency_matrix` returns a :class:`LatencyMatrix`
+addressable by region name or by grid-zone code.
+
+Times are ISO 8601: ``2020-03-02 00:00:00`` or ``2020-03-02T00:00:00`` (UTC when there is no
+offset), with ``Z`` or an offset such as ``+01:00`` (converted to UTC), with a fraction
+(``.000Z``), or a date alone (``2020-03-02``, its midnight UTC). A bare number is refused: epoch
+seconds and milliseconds cannot be told apart, and no provider header read here says which.
 """
 
 from __future__ import annotations
@@ -187,15 +195,28 @@ def codecarbon_country(iso3: str) -> CarbonSeries:
     return constant(float(row["carbon_intensity"]), name=f"codecarbon:{code}:{row.get('year', '')}")
 
 
+#: The time forms besides ``2020-03-02 00:00:00`` (UTC) that the readers take, for error messages.
+OTHER_TIME_FORMS = ("or ISO 8601 2020-03-02T00:00:00Z, 2020-03-02T00:00:00.000+01:00 (converted to UTC) "
+                    "or 2020-03-02 (midnight UTC)")
+
+
+def _is_number(text: str) -> bool:
+    """A bare number could be epoch seconds or milliseconds (or a basic-form date such as
+    20200302, which fromisoformat takes): no provider header we read says which."""
+    return text.strip().lstrip("+-").replace(".", "", 1).isdigit()
+
+
 def _parse_time(text: str) -> float:
     text = text.strip()
-    if len(text) >= 16:  # the common ISO forms, ~10x faster than strptime (series have 10^5 rows)
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            pass
-        else:
-            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    if _is_number(text):
+        raise ValueError(text)
+    try:  # ISO 8601 with or without an offset or fraction, and date-only; ~10x faster than strptime
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    else:
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    # strptime also takes unpadded fields (2020-3-2 0:00), which fromisoformat refuses.
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%SZ"):
         try:
             return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
@@ -204,12 +225,19 @@ def _parse_time(text: str) -> float:
     raise ValueError(text)
 
 
+def _time_error(text: str, lead: str) -> str:
+    """What a bad time is told: the accepted forms, and why a number is not one of them."""
+    why = " (a bare number is not read: epoch seconds and milliseconds cannot be told apart)" if _is_number(text) else ""
+    return f"{lead} 2020-03-02 00:00:00, {OTHER_TIME_FORMS}, got {text!r}{why}"
+
+
 def parse_time(text: str) -> float:
-    """``YYYY-MM-DD HH:MM[:SS]`` (UTC) to epoch seconds; raises ValueError naming the text."""
+    """An ISO 8601 time (see :data:`OTHER_TIME_FORMS`) to epoch seconds: an offset is converted to
+    UTC, no offset means UTC, a date alone is its midnight; raises ValueError naming the text."""
     try:
         return _parse_time(text)
     except ValueError:
-        raise ValueError(f"expected a UTC time like 2020-03-02 00:00:00, got {text!r}") from None
+        raise ValueError(_time_error(text, "expected a UTC time like")) from None
 
 
 def _iso(t: float) -> str:
@@ -239,6 +267,8 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             raise SignalFormatError(f"{p}: empty file (expected a header)") from None
         except csv.Error as exc:
             raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise SignalFormatError(_not_utf8(p, exc)) from None
         # Case-blind: the provider's exports have written "Carbon Intensity" and "Carbon intensity".
         folded = [h.casefold() for h in header]
 
@@ -271,7 +301,7 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
                 try:
                     t = _parse_time(row[tcol])
                 except ValueError:
-                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: expected a time like 2020-01-01 00:00:00, got {row[tcol]!r}") from None
+                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: {_time_error(row[tcol], 'expected a time like')}") from None
                 v = _non_negative(row[vcol].strip(), f"{p} line {line}: {header[vcol]}")
                 if times and t <= times[-1]:
                     raise SignalFormatError(f"{p} line {line}: {header[tcol]}: times must increase, {row[tcol]!r} is not after the previous row")
@@ -279,6 +309,8 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
                 values.append(v)
         except csv.Error as exc:
             raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise SignalFormatError(_not_utf8(p, exc)) from None
     if not times:
         raise SignalFormatError(f"{p}: no data rows")
     series = CarbonSeries(name or p.stem, np.array(times), np.array(values))
@@ -290,6 +322,13 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             p, len(series.gaps), GAP_FACTOR, _duration(series._step), _iso(start), _duration(end - start), _iso(end),
         )
     return series
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """A file in another encoding (a spreadsheet's Windows-1252 export): decoded in buffered
+    chunks, so the line is not known; the byte is."""
+    return (f"{path}: not UTF-8 text: byte {exc.object[exc.start]:#04x} cannot be decoded "
+            "(save the file as UTF-8 CSV)")
 
 
 def _duration(seconds: float) -> str:
@@ -325,11 +364,13 @@ def persistence_forecast(actual: np.ndarray, now: int, horizon: int, steps_per_d
 
 @dataclass(frozen=True)
 class LatencyMatrix:
-    """Round-trip ms between cloud regions (symmetric in practice, read as given: row = origin)."""
+    """Round-trip ms between cloud regions (symmetric in practice, read as given: row = origin).
+    NaN is an unknown latency (an empty cell): :meth:`rtt` and :meth:`submatrix` return it as
+    NaN, never 0, for the problem model to treat as unknown."""
 
     regions: tuple[str, ...]  # GCP region names
     zones: tuple[str, ...]  # grid-zone code of each region
-    rtt_ms: np.ndarray  # [regions, regions]
+    rtt_ms: np.ndarray  # [regions, regions], NaN where unknown
 
     def index(self, key: str) -> int:
         """Row of a region name (``europe-west3``) or a grid-zone code (``DE``, first match)."""
@@ -367,24 +408,53 @@ def load_latency_matrix(
     except OSError as exc:
         raise SignalFormatError(f"{mpath}: cannot read file: {exc.strerror or exc}") from exc
     with handle:
-        rows = list(csv.reader(handle))
-    if not rows or not rows[0] or rows[0][0].strip() != "origin":
+        reader = csv.reader(handle)
+        try:  # each row with the file line it ends on (a quoted cell may span lines)
+            rows = [(reader.line_num, row) for row in reader]
+        except csv.Error as exc:
+            raise SignalFormatError(f"{mpath} line {reader.line_num}: not a valid CSV file: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise SignalFormatError(_not_utf8(mpath, exc)) from None
+    if not rows or not rows[0][1] or rows[0][1][0].strip() != "origin":
         raise SignalFormatError(f"{mpath} line 1: expected a header starting with 'origin'")
-    header = [h.strip() for h in rows[0][1:]]
+    header = [h.strip() for h in rows[0][1][1:]]
     if tuple(header) != zones:
         raise SignalFormatError(f"{mpath} line 1: columns {header} do not match the zone codes of {jpath.name} in order")
-    body = [r for r in rows[1:] if r and any(c.strip() for c in r)]
-    if len(body) != len(zones):
-        raise SignalFormatError(f"{mpath}: expected {len(zones)} rows, got {len(body)}")
-    m = np.zeros((len(zones), len(zones)))
-    for i, row in enumerate(body):
-        line = i + 2
-        if row[0].strip() != zones[i]:
-            raise SignalFormatError(f"{mpath} line {line}: origin: expected {zones[i]!r} (mapper order), got {row[0]!r}")
+    # Rows in any order: an origin is a zone code or a region name. A code that several regions
+    # share (US-MIDA-PJM) fills them in mapper order, as the header's columns are read.
+    by_key: dict[str, list[int]] = {}
+    for i, zone in enumerate(zones):
+        by_key.setdefault(zone, []).append(i)
+    m = np.full((len(zones), len(zones)), np.nan)  # an empty cell stays NaN: unknown latency
+    row_line: dict[int, int] = {}
+    last = 1
+    for line, row in rows[1:]:
+        if not row or all(not c.strip() for c in row):
+            continue
+        last = line
+        origin = row[0].strip()
+        if origin in regions:
+            i = regions.index(origin)
+            if i in row_line:
+                raise SignalFormatError(f"{mpath} line {line}: origin: duplicate row for {origin!r} (already on line {row_line[i]})")
+        elif origin in by_key:
+            free = [k for k in by_key[origin] if k not in row_line]
+            if not free:
+                raise SignalFormatError(f"{mpath} line {line}: origin: duplicate row for {origin!r} "
+                                        f"(already on line {', '.join(str(row_line[k]) for k in by_key[origin])})")
+            i = free[0]
+        else:
+            raise SignalFormatError(f"{mpath} line {line}: origin: unknown {row[0]!r} (not a zone code or region name of {jpath.name})")
         if len(row) != len(zones) + 1:
             raise SignalFormatError(f"{mpath} line {line}: expected {len(zones) + 1} columns, got {len(row)}")
         for j, cell in enumerate(row[1:]):
-            m[i, j] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
+            if cell.strip():
+                m[i, j] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
+        row_line[i] = line
+    missing = [i for i in range(len(zones)) if i not in row_line]
+    if missing:
+        names = ", ".join(f"{zones[i]!r} ({regions[i]})" for i in missing)
+        raise SignalFormatError(f"{mpath} line {last}: the rows end with no row for origin {names}")
     m.setflags(write=False)
     return LatencyMatrix(regions, zones, m)
 
