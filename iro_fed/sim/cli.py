@@ -3,10 +3,14 @@
     iro simulate --scenario bank --solver greedy-objective --seed 1 --hours 24 \
         --set promo_day=0 --out report.json --plot timeline.png
     iro simulate --scenario bank --solver kube-default --plain      # the plain-Kubernetes baseline
+    iro simulate --scenario bank --solver greedy-objective --hours 24 \
+        --set start="2023-03-01 00:00:00" --set carbon.DE=de.csv --set carbon.FR=fr.csv --set carbon.GB=gb.csv
 
 Exit status 2 (with a message naming it) for an unknown scenario, solver or setting, a seed
-or a number of hours out of range, an output path that cannot be written, or --out and --plot
-naming one file; all are checked before the run starts. The outputs are written atomically.
+or a number of hours out of range, an output path that cannot be written, --out and --plot
+naming one file, or a ``carbon.ZONE`` file for a zone the scenario does not read, that cannot
+be read, or that does not cover the run and its day of history; all are checked before the run
+starts. The outputs are written atomically.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="scenario and solver seed (default 0)")
     p.add_argument("--hours", type=float, default=None, help="simulated hours (default: the scenario's)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="scenario parameter or engine setting (e.g. promo_day=0, deferral=none); repeat for several")
+                   help="scenario parameter or engine setting (e.g. promo_day=0, deferral=none), or carbon.ZONE=FILE: "
+                        "your own carbon-intensity CSV for a zone the scenario reads (e.g. carbon.DE=de.csv; it must "
+                        "cover the run and the day before its start); repeat for several")
     p.add_argument("--plain", action="store_true",
                    help="plain-Kubernetes engine settings (no deferral, consolidation or make-room), as for the kube-default baseline")
     p.add_argument("--solver-set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
@@ -52,7 +58,8 @@ def register(sub: Any) -> None:
     f.add_argument("--hours", type=float, default=12.0, help="simulated hours (default 12)")
     f.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="scenario parameter or engine setting, e.g. usage_noise=0.1, usage_shift_at_h=6, "
-                        "usage_shift_class='ingest-*', usage_shift_factor=1.6; repeat for several")
+                        "usage_shift_class='ingest-*', usage_shift_factor=1.6, or carbon.ZONE=FILE (as for simulate); "
+                        "repeat for several")
     f.add_argument("--feedback-set", action="append", metavar="KEY=VALUE",
                    help="feedback loop setting (threshold, alpha, calm, min_samples, window, calibration, refit_every, "
                         "cooldown, settle_every, latency_threshold_ms); repeat for several")

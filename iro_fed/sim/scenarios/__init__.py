@@ -5,10 +5,18 @@
 
 Each entry declares its parameters with defaults (``--set KEY=VALUE`` on the command line
 overrides them, converted to the default's type) and its default length in hours.
+
+``carbon.ZONE=FILE`` (``--set carbon.DE=de.csv``, repeatable) replaces the shipped carbon series
+of a zone the scenario reads with a user's own CSV (any format ``load_carbon_csv`` reads), for
+every domain on that zone. It is a ``--set`` key like the bank's ``carbon_de=DE``: a scenario
+input, so the library (``simulate(settings=...)``), ``iro feedback-sim``, ``iro train`` and the gym
+environment take it too. The file is read at its own timestamps and must cover the run and its
+day of history (an error naming the setting otherwise, never a wrap or a held last value).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +54,36 @@ class ScenarioEntry:
     def builder(self) -> Callable[..., Scenario]:
         return self._mod().build
 
+    def carbon_zones(self, params: Mapping[str, Any]) -> list[str]:
+        """The carbon zones the scenario's domains read with ``params`` (over its defaults)."""
+        return self._mod().carbon_zones({**self.params, **params})
+
+
+#: Settings ``carbon.ZONE`` name a user's carbon CSV for that zone.
+CARBON_PREFIX = "carbon."
+
+
+def carbon_files(entry: ScenarioEntry, params: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The ``carbon.ZONE`` settings of ``params`` as zone (as the scenario spells it) -> (setting,
+    file); a ValueError names the setting when the scenario reads no such zone (listing those it
+    reads), the zone is given twice, or the value is not a file path."""
+    zones = entry.carbon_zones({k: v for k, v in params.items() if not k.startswith(CARBON_PREFIX)})
+    by_key = {z.upper(): z for z in zones}
+    out: dict[str, tuple[str, str]] = {}
+    for key, value in params.items():
+        if not key.startswith(CARBON_PREFIX):
+            continue
+        zone = by_key.get(key[len(CARBON_PREFIX):].strip().upper())
+        if zone is None:
+            raise ValueError(f"{key}: scenario {entry.name!r} reads no carbon zone {key[len(CARBON_PREFIX):]!r} "
+                             f"(its zones: {', '.join(zones) or 'none'})")
+        if zone in out:
+            raise ValueError(f"{key}: zone {zone!r} given twice (also as {out[zone][0]})")
+        if not isinstance(value, str | os.PathLike) or not str(value).strip():
+            raise ValueError(f"{key}: expected the path of a carbon-intensity CSV, got {value!r}")
+        out[zone] = (key, str(value))
+    return out
+
 
 SCENARIOS: dict[str, ScenarioEntry] = {
     "bank": ScenarioEntry("bank", "iro_fed.sim.scenarios.bank",
@@ -70,6 +108,8 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
     defaults = entry.params
     converted = {}
     for key, value in params.items():
+        if key.startswith(CARBON_PREFIX):
+            continue  # read below, once the zones (the bank's carbon_de etc.) are known
         if key not in defaults:
             raise SimConfigError(f"scenario {name!r}: unknown parameter {key!r} (known: {', '.join(sorted(defaults))})")
         converted[key] = convert_setting(key, value, type(defaults[key]))
@@ -87,8 +127,21 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
         raise SimConfigError(f"step_s must be > 0, got {step_s}")
     if run_steps(h, step_s) < 1:  # the builders round hours to whole steps
         raise SimConfigError(f"hours must cover at least one step of {step_s:g} s, got {h:g}")
+    user: dict[str, tuple[str, Any]] = {}
+    if any(key.startswith(CARBON_PREFIX) for key in params):
+        from iro_fed.sim.scenarios.common import user_series
+
+        try:
+            files = carbon_files(entry, {**converted, **{k: v for k, v in params.items() if k.startswith(CARBON_PREFIX)}})
+        except ValueError as exc:
+            raise SimConfigError(f"scenario {name!r}: setting {exc}") from None
+        for zone, (key, path) in files.items():
+            try:
+                user[zone] = (path, user_series(zone, path))
+            except ValueError as exc:  # SignalFormatError: the file, line and column
+                raise SimConfigError(f"scenario {name!r}: setting {key!r}: {exc}") from exc
     try:
-        return entry.builder(seed, h, step_s, **converted)
+        return entry.builder(seed, h, step_s, carbon_series=user or None, **converted)
     except (ValueError, KeyError) as exc:  # bad parameter values, signals or trace files
         raise SimConfigError(f"scenario {name!r}: {exc}") from exc
 
@@ -104,14 +157,20 @@ def split_settings(name: str, settings: Mapping[str, Any]) -> tuple[dict[str, An
     engine_keys = SimConfig.fields()
     scen, eng = {}, {}
     for key, value in settings.items():
-        if key in scenario_keys:
+        if key in scenario_keys or key.startswith(CARBON_PREFIX):
             scen[key] = value
         elif key in engine_keys:
             eng[key] = value
         else:
             known = ", ".join(sorted(set(scenario_keys) | set(engine_keys)))
-            raise SimConfigError(f"--set {key}: unknown setting for scenario {name!r} (known: {known})")
+            raise SimConfigError(f"--set {key}: unknown setting for scenario {name!r} (known: {known}, "
+                                 f"{CARBON_PREFIX}ZONE=FILE)")
+    try:  # before any data is read: the zone must be one the scenario reads
+        carbon_files(entry, scen)
+    except ValueError as exc:
+        raise SimConfigError(f"--set {exc}") from None
     return scen, eng
 
 
-__all__ = ["SCENARIOS", "ScenarioEntry", "UnknownScenarioError", "build_scenario", "split_settings"]
+__all__ = ["CARBON_PREFIX", "SCENARIOS", "ScenarioEntry", "UnknownScenarioError", "build_scenario", "carbon_files",
+           "split_settings"]

@@ -22,6 +22,9 @@ region). Carbon: the 2020 DE / FR / GB series of ``shared/data/carbon``. Prices 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from iro_fed.model import Domain, Taint, Toleration, Weights
@@ -33,6 +36,7 @@ from iro_fed.sim.scenarios.common import (
     MAX_RPS,
     PAYMENT_PROFILE,
     WEIGHT_RANGES,
+    UserCarbon,
     bump,
     carbon_window,
     check_ranges,
@@ -87,8 +91,15 @@ SERVICES = (
 )
 
 
-def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
-    """The bank scenario for ``hours`` from ``start`` (see the module docstring)."""
+def carbon_zones(p: Mapping[str, Any]) -> list[str]:
+    """The shipped carbon series the domains read (``carbon_de/fr/gb`` naming one), in domain order."""
+    sources = (str(p["carbon_de"]), str(p["carbon_fr"]), str(p["carbon_gb"]))
+    return list(dict.fromkeys(s for s in sources if not s.startswith(("const:", "codecarbon:"))))
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
+    """The bank scenario for ``hours`` from ``start`` (see the module docstring); ``carbon_series``:
+    a user's own series by zone (``--set carbon.DE=FILE``), read in place of the shipped ones."""
     p = {**PARAMS, **params}
     check_ranges(p, RANGES)
     rng = np.random.default_rng(seed)
@@ -101,9 +112,9 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         Domain("burst-london", "cloud", "GB", 0.0, {"cpu": 0.0388, "memory": 0.0052}, 1.1),
     ]
     carbon = {
-        "zone-a": carbon_window(p["carbon_de"], p["start"], history, steps, step_s),
-        "zone-b": carbon_window(p["carbon_fr"], p["start"], history, steps, step_s),
-        "burst-london": carbon_window(p["carbon_gb"], p["start"], history, steps, step_s),
+        "zone-a": carbon_window(p["carbon_de"], p["start"], history, steps, step_s, carbon_series),
+        "zone-b": carbon_window(p["carbon_fr"], p["start"], history, steps, step_s, carbon_series),
+        "burst-london": carbon_window(p["carbon_gb"], p["start"], history, steps, step_s, carbon_series),
     }
     regions = ["users-de", "users-fr", "users-gb"]
     latency = latency_between(

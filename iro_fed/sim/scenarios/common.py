@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import calendar
 import math
+import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
-from iro_fed.sim.signals import CarbonSeries, _iso, carbon_zone, constant, load_latency_matrix, parse_time
+from iro_fed.sim.signals import (
+    CarbonSeries,
+    _iso,
+    carbon_zone,
+    constant,
+    load_carbon_csv,
+    load_latency_matrix,
+    parse_time,
+)
 
 #: Hourly shape of retail payment traffic (share of the daily peak), hour 0..23, UTC.
 PAYMENT_PROFILE = (
@@ -34,6 +44,11 @@ MAX_FACTOR = 1e6
 WEIGHT_RANGES: dict[str, tuple[float | None, float | None]] = {"w_carbon": (0.0, None), "w_latency": (0.0, None)}
 
 _series_cache: dict[str, CarbonSeries] = {}
+#: A user's own carbon series by zone: (the file as given, its series).
+UserCarbon = Mapping[str, tuple[str, CarbonSeries]]
+#: A user's carbon files by (path, mtime, size): the gym environment rebuilds its scenario on
+#: every reset, and a year of 15 min data is ~35,000 rows to parse each time.
+_user_cache: dict[tuple[str, int, int], CarbonSeries] = {}
 
 
 def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
@@ -64,14 +79,34 @@ def series_for(source: str) -> CarbonSeries:
     return _series_cache[source]
 
 
+def user_series(zone: str, path: str | os.PathLike) -> CarbonSeries:
+    """A user's carbon-intensity CSV for ``zone`` (any format :func:`load_carbon_csv` reads; its
+    :class:`SignalFormatError` names the file, line and column)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return load_carbon_csv(p, name=zone)  # raises its "cannot read file" error
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _user_cache:
+        _user_cache[key] = load_carbon_csv(p, name=zone)
+    return _user_cache[key]
+
+
 def run_steps(hours: float, step_s: float) -> int:
     """Steps of a run of ``hours`` (every builder rounds to whole steps this way)."""
     return int(round(hours * 3600 / step_s))
 
 
-def carbon_window(source: str, start: str, history: int, steps: int, step_s: float) -> np.ndarray:
+def carbon_window(source: str, start: str, history: int, steps: int, step_s: float,
+                  user: UserCarbon | None = None) -> np.ndarray:
     """Realized intensity for steps ``-history .. steps-1`` of a run starting at ``start`` (UTC):
     value i is the mean intensity over step ``i - history`` (see :meth:`CarbonSeries.window`).
+
+    ``user`` maps a zone to a user's own (file, series) (``--set carbon.DE=FILE``), read in place
+    of ``source`` when it names that zone: at its own timestamps (never moved to another year), so
+    ``start`` must fall inside it; a series that does not cover the run is an error naming the
+    setting and the file.
 
     The 2022 files (ES, NO) are read on the same month, day and UTC time as each step
     (:func:`on_calendar_year`), so that one scenario can mix them with the 2020 files and a given
@@ -81,21 +116,28 @@ def carbon_window(source: str, start: str, history: int, steps: int, step_s: flo
     coverage and what the run needs: a series never wraps around and its last value is never
     extended.
     """
-    series = series_for(source)
     t0 = parse_time(start)
     lo = t0 - history * step_s
     hi = lo + (history + steps) * step_s
+    need = (f"the run needs {_iso(lo)} .. {_iso(hi)} ({history * step_s / 3600.0:g} h of history before the start "
+            f"for the deferral forecast, then {steps * step_s / 3600.0:g} h)")
+    if user and source in user:
+        path, own = user[source]
+        if lo < own.start or hi > own.end:  # never wrapped, never held past its end
+            raise ValueError(f"setting 'carbon.{source}': {path} covers {_iso(own.start)} .. {_iso(own.end)}; {need}: "
+                             f"give a series that covers it or move 'start'")
+        return own.window(lo, history + steps, step_s)
+    series = series_for(source)
     read = series
     if source in ("ES", "NO"):
         read = on_calendar_year(series, datetime.fromtimestamp(lo, tz=UTC).year)
     if lo < read.start or hi > read.end:
         raise ValueError(
             f"carbon series {series.name!r} covers {_iso(series.start)} .. {_iso(series.end)}; asked for a time "
-            f"outside it: the run needs "
-            f"{_iso(lo)} .. {_iso(hi)} ({history * step_s / 3600.0:g} h of history before the start for the "
-            f"deferral forecast, then {steps * step_s / 3600.0:g} h)"
+            f"outside it: {need}"
             + ("" if read is series else f", read on the same month, day and UTC time within one calendar year "
                f"({_iso(read.start)} .. {_iso(read.end)} here)")
+            + f"; setting 'carbon.{source}' reads your own series of that zone from a CSV file"
         )
     return read.window(lo, history + steps, step_s)
 

@@ -14,6 +14,9 @@ waits for low-carbon hours within their slack. Peak window for the pending metri
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from iro_fed.model import Domain, Weights
@@ -24,6 +27,7 @@ from iro_fed.sim.scenarios.common import (
     MAX_NODES,
     MAX_RPS,
     WEIGHT_RANGES,
+    UserCarbon,
     carbon_window,
     check_ranges,
     daily_curve,
@@ -62,8 +66,14 @@ SITES = (
 CLOUDS = (("cloud-paris", "FR", "europe-west9"), ("cloud-frankfurt", "DE", "europe-west3"))
 
 
-def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
-    """The edge-IoT scenario (see the module docstring)."""
+def carbon_zones(p: Mapping[str, Any]) -> list[str]:
+    """The carbon zones the domains read, in domain order."""
+    return list(dict.fromkeys(zone for _, zone, *_ in SITES + CLOUDS))
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
+    """The edge-IoT scenario (see the module docstring); ``carbon_series``: a user's own series
+    by zone (``--set carbon.DE=FILE``), read in place of the shipped ones."""
     p = {**PARAMS, **params}
     check_ranges(p, RANGES)
     rng = np.random.default_rng(seed)
@@ -73,12 +83,12 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
     domains, carbon, pools = [], {}, []
     for name, zone, _, _ in SITES:
         domains.append(Domain(name, "edge", zone, 0.0, {"cpu": 0.03, "memory": 0.004}, 1.3))
-        carbon[name] = carbon_window(zone, p["start"], history, steps, step_s)
+        carbon[name] = carbon_window(zone, p["start"], history, steps, step_s, carbon_series)
         pools.append(NodePool(f"{name}-n", name, int(p["edge_nodes"]), 8000, 32768, power_idle_w=40, power_peak_w=120,
                               labels={"iro.example/site": name}, min_on=1))
     for name, zone, _ in CLOUDS:
         domains.append(Domain(name, "cloud", zone, 0.0, {"cpu": 0.0388, "memory": 0.0052}, 1.1))
-        carbon[name] = carbon_window(zone, p["start"], history, steps, step_s)
+        carbon[name] = carbon_window(zone, p["start"], history, steps, step_s, carbon_series)
         pools.append(NodePool(f"{name}-n", name, int(p["cloud_nodes"]), 16000, 65536, power_idle_w=70, power_peak_w=210,
                               elastic=True, boot_steps=max(1, int(round(180 / step_s))), min_on=1))
     regions = [s[3] for s in SITES]

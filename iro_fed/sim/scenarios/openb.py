@@ -13,9 +13,19 @@ whole creation span fits the run), and each pod lives ``deletion_time - creation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
-from iro_fed.sim.scenarios.common import WEIGHT_RANGES, carbon_window, check_ranges, latency_between, run_steps
+from iro_fed.sim.scenarios.common import (
+    WEIGHT_RANGES,
+    UserCarbon,
+    carbon_window,
+    check_ranges,
+    latency_between,
+    run_steps,
+)
 from iro_fed.sim.signals import data_dir, parse_time
 
 PARAMS = {
@@ -42,8 +52,14 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
-    """The openb replay (see the module docstring); ``seed`` does not change a replay."""
+def carbon_zones(p: Mapping[str, Any]) -> list[str]:
+    """The carbon zones the domains read, in domain order."""
+    return ["DE", "FR", "GB"]
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
+    """The openb replay (see the module docstring); ``seed`` does not change a replay;
+    ``carbon_series``: a user's own series by zone (``--set carbon.DE=FILE``)."""
     from iro_fed.traces.openb import load_nodes, load_pods
 
     p = {**PARAMS, **params}
@@ -68,7 +84,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         Domain("zone-fr", "zone", "FR", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.0}, 1.3),
         Domain("cloud-gb", "cloud", "GB", 0.0, {"cpu": 0.0388, "memory": 0.0052, "gpu": 2.5}, 1.1),
     ]
-    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s) for d in domains}
+    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s, carbon_series) for d in domains}
     # One pool per (domain, node shape) keeps the node list compact; nodes dealt round-robin.
     shapes: dict[tuple, int] = {}
     for i, n in enumerate(nodes):

@@ -15,6 +15,9 @@ stay powered (``power_down`` off): the scenario measures packing, not power mana
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from iro_fed.model import Domain, Weights
@@ -22,6 +25,7 @@ from iro_fed.sim.model import NodePool, PodSpec, Scenario
 from iro_fed.sim.scenarios.common import (
     MAX_NODES,
     WEIGHT_RANGES,
+    UserCarbon,
     carbon_window,
     check_ranges,
     latency_between,
@@ -64,8 +68,14 @@ SHAPES = (
 )
 
 
-def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
-    """The promo-surge scenario (see the module docstring)."""
+def carbon_zones(p: Mapping[str, Any]) -> list[str]:
+    """The carbon zones the domains read, in domain order."""
+    return ["DE", "FR"]
+
+
+def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
+    """The promo-surge scenario (see the module docstring); ``carbon_series``: a user's own series
+    by zone (``--set carbon.DE=FILE``), read in place of the shipped ones."""
     p = {**PARAMS, **params}
     _check(p)
     rng = np.random.default_rng(seed)
@@ -75,7 +85,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, **params) -> Scenario:
         Domain("zone-de", "zone", "DE", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.2}, 1.3),
         Domain("zone-fr", "zone", "FR", 0.0, {"cpu": 0.02, "memory": 0.0027, "gpu": 1.2}, 1.3),
     ]
-    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s) for d in domains}
+    carbon = {d.name: carbon_window(d.carbon_zone, p["start"], history, steps, step_s, carbon_series) for d in domains}
     pools = []
     for d in domains:
         pools.append(NodePool(f"{d.name}-gpu", d.name, int(p["gpu_nodes"]) // 2 + int(p["gpu_nodes"]) % 2 * (d.name == "zone-de"),
