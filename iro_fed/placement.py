@@ -93,6 +93,7 @@ def _check_fits(placement: Placement, problem: Problem) -> None:
 def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
     """Read a placement document back against its problem (names -> indices)."""
     from iro_fed.objective import evaluate
+    from iro_fed.problem_io import json_kind
 
     if not isinstance(doc, dict):
         raise ValueError(f"invalid placement file: the document must be an object, got {type(doc).__name__}")
@@ -124,15 +125,25 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
             continue
         assignment[wl_index[name]] = problem.node_index[node]
     cards = {}
-    for name, card_list in section("gpu_assignments").items():
+    gpu_section = section("gpu_assignments")
+    for name, card_list in gpu_section.items():
         if name not in wl_index:
             errors.append(f"gpu_assignments.{name}: unknown workload")
-        elif not isinstance(card_list, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in card_list):
-            errors.append(f"gpu_assignments.{name}: expected a list of card indices, got {card_list!r}")
+        elif not isinstance(card_list, list):
+            errors.append(f"gpu_assignments.{name}: expected a list of card indices, got {json_kind(card_list)}")
         elif assignment[wl_index[name]] < 0:
             errors.append(f"gpu_assignments.{name}: the workload is not placed")
         else:
-            cards[wl_index[name]] = tuple(card_list)
+            w = wl_index[name]
+            got = _card_list(problem, name, w, int(assignment[w]), card_list, errors)
+            if got:  # a pod without GPUs has none (an empty list for it is consistent)
+                cards[w] = got
+    if isinstance(doc.get("gpu_assignments", {}), dict | None):  # else already reported as not an object
+        for w in np.flatnonzero((assignment >= 0) & (problem.wl_gpu_count > 0)):
+            name = problem.workloads[w].name
+            if name not in gpu_section:
+                errors.append(f"gpu_assignments.{name}: missing; the workload is placed on "
+                              f"{problem.nodes[assignment[w]].name!r} and asks for {int(problem.wl_gpu_count[w])} GPU(s)")
     reasons = {}
     for name, reason in section("unplaced").items():
         if name not in wl_index:
@@ -169,6 +180,35 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
     )
     p.objective = evaluate(problem, p)
     return p
+
+
+def _card_list(problem: Problem, name: str, w: int, n: int, card_list: list[Any], errors: list[str]) -> tuple[int, ...]:
+    """The cards of placed workload ``w`` on node ``n`` if the list is well formed: card indices of
+    the node, distinct, as many as the workload's GPUs. Errors go to ``errors`` (path
+    ``gpu_assignments.<pod>[i]``) and the result is then empty. Whether the cards have the milli the
+    workload takes is feasibility, left to ``check_placement``: an overfull placement still loads."""
+    from iro_fed.problem_io import show_value
+
+    path = f"gpu_assignments.{name}"
+    count, on = int(problem.wl_gpu_count[w]), int(problem.gpu_count[n])
+    node = problem.nodes[n].name
+    before = len(errors)
+    seen: dict[int, int] = {}
+    for i, c in enumerate(card_list):
+        if not isinstance(c, int) or isinstance(c, bool):
+            errors.append(f"{path}[{i}]: expected a card index (an integer), got {show_value(c)}")
+        elif not 0 <= c < on:
+            # ClusterState.place refuses these too: -1 is not "the last card", 99 not a card at all.
+            where = "it has no GPU cards" if on == 0 else f"cards 0..{on - 1}"
+            errors.append(f"{path}[{i}]: {show_value(c)} is not a card of node {node!r} ({where})")
+        elif c in seen:
+            errors.append(f"{path}[{i}]: card {c} is listed twice (also at [{seen[c]}]); a pod's cards are distinct")
+        else:
+            seen[c] = i
+    if len(card_list) != count:
+        wants = "asks for no GPU" if count == 0 else f"asks for {count} GPU(s): one card each"
+        errors.append(f"{path}: {len(card_list)} card(s) listed, but the workload {wants}")
+    return tuple(card_list) if len(errors) == before else ()
 
 
 def write_placement(placement: Placement, problem: Problem, path: str | os.PathLike) -> None:

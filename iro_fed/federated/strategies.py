@@ -29,9 +29,12 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   healthy node it left out, and is asked only when the healthy nodes cannot fill the sample
   (``fraction_train``, ``min_train_nodes``); when every node is asked (``fraction_train`` 1, or the
   minimum is every node) the sample has nothing to demote, and only carbon-aware selection (above)
-  can leave a failing node out. A failing node not asked is in ``skipped_failing``. After ``RETRY_AFTER`` (5) rounds skipped so it gets its turn
-  again (a site may have been repaired under the same node id), and one more dropped reply puts it
-  last again; a valid reply clears its record. Records are kept for connected nodes only, a few
+  can leave a failing node out. A failing node not asked is in ``skipped_failing``; it is *skipped*
+  in a round where Flower's sample drew it (or carbon-aware selection left it out of that sample),
+  not in one where the draw passed it by. After ``RETRY_AFTER`` (5) rounds skipped so it gets its
+  turn again at Flower's next draw of it (a site may have been repaired under the same node id), so it
+  trains in one of every ``RETRY_AFTER + 1`` draws of it whatever ``fraction_train`` is, and one more
+  dropped reply puts it last again; a valid reply clears its record. Records are kept for connected nodes only, a few
   integers each; so are the sites and intensities remembered by node (every strategy).
   Replies are down-weighted by ``min(1, median / intensity)``, but never below
   ``CARBON_WEIGHT_FLOOR`` (0.1) of their weight; ``median`` and ``intensity`` are the intensities
@@ -89,7 +92,8 @@ CARBON_WEIGHT_FLOOR = 0.1
 #: are a pattern, and an unknown intensity (a node that never had a valid reply) would otherwise put
 #: it first every round.
 DEMOTE_AFTER = 2
-#: ... and retries it after this many rounds in which it was skipped for that.
+#: ... and retries it after this many rounds in which it was skipped for that (Flower's sample drew it,
+#: and it was left out): rounds whose draw passed it by do not count.
 RETRY_AFTER = 5
 
 
@@ -270,6 +274,7 @@ class ValidatedStrategy:
         for record in (self.carbon, self.sites, self._failures, self._benched):
             for node in [n for n in record if n not in connected]:
                 del record[node]
+        drawn = {int(m.metadata.dst_node_id) for m in messages}  # Flower's own sample
         messages, left_out = self._sample_failing_last(messages, connected)
         info["sampled"] = [int(m.metadata.dst_node_id) for m in messages]
         info["skipped_high_carbon"] = []
@@ -279,7 +284,10 @@ class ValidatedStrategy:
         if info["skipped_failing"]:
             log(INFO, "round %d skips node(s) %s: their last %d replies were dropped, errors or missing",
                 server_round, info["skipped_failing"], DEMOTE_AFTER)
-        for node in info["skipped_failing"]:
+        # Only a node Flower drew lost a turn to its failures. Counting every round it sat out brought
+        # it back after RETRY_AFTER rounds whatever fraction_train is: at 0.2 it had lost about one
+        # draw, and trained half as often as a healthy node instead of once in RETRY_AFTER + 1 draws.
+        for node in (n for n in info["skipped_failing"] if n in drawn):
             self._benched[node] = self._benched.get(node, 0) + 1
             if self._benched[node] >= RETRY_AFTER:  # its turn again; one more drop puts it last again
                 del self._benched[node]
@@ -295,9 +303,9 @@ class ValidatedStrategy:
         still makes up a sample the healthy nodes cannot fill. The healthy stand-ins are drawn with ``random``
         as Flower draws its sample, so a seeded run stays reproducible. A round that asks every connected node
         has nothing to demote (carbon-aware selection may still leave failing nodes out, see
-        :meth:`_prefer_low_carbon`). In a round that asks only some, every failing node left out counts as
-        skipped, whether or not Flower had drawn it, so its retry comes ``RETRY_AFTER`` rounds on whatever
-        ``fraction_train`` is.
+        :meth:`_prefer_low_carbon`). Every failing node not asked is returned (``skipped_failing``), but only
+        those Flower drew count towards ``RETRY_AFTER`` (:meth:`configure_train`): a failing node gets one
+        turn in ``RETRY_AFTER + 1`` of Flower's draws of it, whatever ``fraction_train`` is.
         """
         sampled = [int(m.metadata.dst_node_id) for m in messages]
         failing = self._failing(connected)

@@ -13,7 +13,6 @@ CPU when the caller can tell them (the scheduler's cache), else those of its lat
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -27,7 +26,9 @@ from iro_fed.feedback import (
     Prediction,
     Trigger,
     UsageModel,
+    _is_finite_number,
 )
+from iro_fed.problem_io import show_value
 
 __all__ = ["CurrentNode", "Decision", "DriftSignal", "FeedbackConfig", "FeedbackLoop", "NodeMetricsFeed", "Prediction",
            "Trigger", "UsageModel"]
@@ -92,17 +93,19 @@ class NodeMetricsFeed:
 
     def __init__(self, kube: Any, loop: FeedbackLoop, interval_s: float = 30.0,
                  current: CurrentNode | None = None, max_ahead_s: float | None = None) -> None:
-        if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) \
-                or not math.isfinite(interval_s) or interval_s <= 0:  # 0 would poll the API server in a busy loop
-            raise ValueError(f"interval_s: must be a finite number > 0, got {interval_s!r}")
-        if max_ahead_s is not None and (isinstance(max_ahead_s, bool) or not isinstance(max_ahead_s, int | float)
-                                        or not math.isfinite(max_ahead_s) or max_ahead_s < 0):
-            raise ValueError(f"max_ahead_s: must be a finite number >= 0 or None, got {max_ahead_s!r}")
+        # Numbers as the rest of the library reads them (numpy scalars too); an int past the float
+        # range is refused by name (float() raised OverflowError). Past TIMEOUT_MAX the thread's
+        # Event.wait raised OverflowError at start, and the feed stopped silently.
+        if not _is_finite_number(interval_s) or not 0 < interval_s <= threading.TIMEOUT_MAX:  # 0: a busy loop
+            raise ValueError(f"interval_s: must be a finite number > 0 and at most {threading.TIMEOUT_MAX:.0f} "
+                             f"seconds, got {show_value(interval_s)}")
+        if max_ahead_s is not None and (not _is_finite_number(max_ahead_s) or max_ahead_s < 0):
+            raise ValueError(f"max_ahead_s: must be a finite number >= 0 or None, got {show_value(max_ahead_s)}")
         if current is not None and not callable(current):
             raise ValueError(f"current: expected a callable node -> (requests, capacity) or None, got {current!r}")
         self.kube = kube
         self.loop = loop
-        self.interval_s = interval_s
+        self.interval_s = float(interval_s)
         self.current = current
         # The clocks are assumed to agree within a poll: a timestamp further ahead is not the node's.
         self.max_ahead_s = float(interval_s if max_ahead_s is None else max_ahead_s)

@@ -69,9 +69,10 @@ def test_without_carbon_a_failing_node_is_left_out_of_a_sample_the_healthy_nodes
     assert all(len(nodes) == 2 and 4 not in nodes for nodes in asked.values()), asked
     assert [strategy.rounds[r]["skipped_failing"] for r in range(3, 8)] == [[4]] * 5
     assert all(strategy.rounds[r]["no_reply"] == [] and strategy.rounds[r]["dropped"] == [] for r in range(3, 8))
-    # 5 rounds skipped (RETRY_AFTER): its turn again, one more bad reply puts it last again
+    # only the rounds in which Flower's sample drew it count towards its retry (RETRY_AFTER, 5): with half
+    # of the nodes drawn, fewer than 5 of these here (tests/federated/test_v4_failing_retry.py)
     assert strategies_module.RETRY_AFTER == 5
-    assert strategy._failures == {4: strategies_module.DEMOTE_AFTER - 1} and strategy._benched == {}
+    assert strategy._failures == {4: strategies_module.DEMOTE_AFTER} and strategy._benched.get(4, 0) < 5
     strategy.fraction_train = 1.0
     assert 4 in _play(strategy, 8, 4, lambda node: answer(8, node))
     strategy.fraction_train = 0.5
