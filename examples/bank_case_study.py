@@ -34,7 +34,7 @@ from iro_fed.limits import MAX_HOURS
 from iro_fed.sim import PLAIN_KUBERNETES, simulate
 from solvers.base import MAX_SEED
 
-#: What the seed reported for IRO-Fed where it gave a number (None: no number given).
+#: What the project brief (the seed document) reported or asked for IRO-Fed where it gave a number (None: none).
 SEED_REPORTED = {
     "success_rate_pct": "99.99 (SLA)",
     "utilization_pct": "68",
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     for label in runs:
         table.add_column(label, justify="right")
     table.add_column("B vs A", justify="right")
-    table.add_column("seed reported (IRO-Fed)", justify="right")
+    table.add_column("project brief (target)", justify="right")
 
     def row(name: str, key: str, digits: int = 1, lower_better: bool = False) -> None:
         va, vb = a[key], b[key]
