@@ -244,8 +244,10 @@ def _integer(name: str, value: Any, expected: str) -> int:
 def workload_index(state: ClusterState, w: Any) -> int:
     """``w`` as a workload index of ``state``'s problem (numpy ints too); an error naming ``w``
     otherwise. A negative index silently meant the last pods, as a Python index does."""
-    index = _integer("w", w, "a workload index")
     n = state.problem.num_workloads
+    if type(w) is int and 0 <= w < n:  # the hot path (run(), the replay, the extender): no checks to pay for
+        return w
+    index = _integer("w", w, "a workload index")
     if not 0 <= index < n:
         raise IndexError(f"w: workload index {index} is out of range (the problem has {n} workload(s))")
     return index
