@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,37 @@ def _url_prefix(prefix: str) -> str:
 
 def _file(path: str | None, option: str) -> str | None:
     return None if path is None else str(check_input_file(option, path))
+
+
+_PRIVATE_KEY = re.compile(rb"-----BEGIN (?:RSA |EC |DSA )?PRIVATE KEY-----")
+
+
+def _tls_problem(cert: str | None, key: str | None) -> str | None:
+    """Which of the TLS files OpenSSL could not use, in words (its own "[SSL] PEM lib" names neither)."""
+    import ssl
+
+    def head(path: str) -> bytes:
+        with open(path, "rb") as handle:
+            return handle.read(1 << 20)
+
+    try:
+        cert_text, key_text = head(cert or ""), head(key or "")
+    except OSError:
+        return None
+    if b"-----BEGIN CERTIFICATE-----" not in cert_text:
+        return f"--tls-cert: {cert} holds no PEM certificate ('-----BEGIN CERTIFICATE-----')"
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_text:
+        return f"--tls-key: {key} is an encrypted private key; give it unencrypted (a Secret mounts it as a file)"
+    if not _PRIVATE_KEY.search(key_text):
+        return f"--tls-key: {key} holds no PEM private key ('-----BEGIN PRIVATE KEY-----')"
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert or "", key or "")
+    except ssl.SSLError as exc:
+        if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
+            return f"--tls-key: {key} is not the private key of the certificate in --tls-cert {cert}"
+        return f"--tls-cert/--tls-key: {cert} / {key}: {exc.reason or exc}"
+    return None
 
 
 def _config(path: str | None) -> Any:
@@ -224,7 +256,8 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     try:
         server = WebhookServer(hook, cert, key, args.host, args.port)
     except OSError as exc:  # ssl.SSLError is an OSError
-        raise UsageError(f"cannot serve HTTPS on {args.host}:{args.port} with --tls-cert/--tls-key: {exc}") from exc
+        problem = _tls_problem(cert, key)
+        raise UsageError(problem or f"cannot serve HTTPS on {args.host}:{args.port} with --tls-cert/--tls-key: {exc}") from exc
     _settings_table("iro webhook", [
         ("url", server.url + "/mutate"),
         ("mode", args.mode),

@@ -35,7 +35,7 @@ def test_help_lists_the_kubernetes_commands(capsys):
         (["extender", "--port", "0", "--kubeconfig", "/no/such/file"], "--kubeconfig: no such file"),
         (["extender", "--port", "0", "--cluster-config", "/no/such.yaml"], "--cluster-config: no such file"),
         (["webhook", "--port", "0", "--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"], "--tls-cert: no such file"),
-        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__], "cannot serve HTTPS"),
+        (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__], "holds no PEM certificate"),
         (["webhook", "--port", "0", "--tls-cert", __file__, "--tls-key", __file__, "--selector", "novalue"], "--selector"),
         (["scheduler", "--solver", "nope", "--kubeconfig", __file__], "unknown solver 'nope'"),
         (["scheduler"], "--kubeconfig: required when not running inside a cluster"),
@@ -271,3 +271,28 @@ def test_scheduler_waits_and_counts_out_of_range_exit_2_from_the_command(tmp_pat
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_webhook_tls_errors_name_the_file_at_fault(tmp_path, capsys, monkeypatch):
+    """OpenSSL's own "[SSL] PEM lib (_ssl.c:...)" names neither file nor what is wrong with it."""
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from iro_fed.k8s.testing import self_signed_cert
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cert, key = self_signed_cert(tmp_path / "a")
+    _, other_key = self_signed_cert(tmp_path / "b")
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
+    cases = [
+        (key, key, f"--tls-cert: {key} holds no PEM certificate"),
+        (cert, cert, f"--tls-key: {cert} holds no PEM private key"),
+        (cert, other_key, f"--tls-key: {other_key} is not the private key of the certificate in --tls-cert {cert}"),
+        (cert, encrypted, f"--tls-key: {encrypted} is an encrypted private key"),
+    ]
+    for cert_file, key_file, message in cases:
+        assert main(["webhook", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(cert_file), "--tls-key", str(key_file)]) == 2
+        assert message in capsys.readouterr().err
