@@ -72,6 +72,8 @@ MAX_INTERVAL_S = 7 * 86400.0
 
 
 def register(sub: Any) -> None:
+    # Each subcommand's defaults set ``command`` ("fed node"): argparse copies a subparser's
+    # defaults over its parents', so iro_fed.cli.main's "iro {command}: error:" names the subcommand.
     fed = sub.add_parser("fed", help="federated training of the placement policy (Flower)",
                          description="Federated DQN training: edge sites train locally, a Flower server aggregates.")
     fsub = fed.add_subparsers(dest="fed_command", metavar="{local,server,node,certs,rounds}")
@@ -97,7 +99,7 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is abandoned (default 3600)")
     p.add_argument("--json", dest="json_out", default=None, metavar="FILE", help="write the per-round summary as JSON")
     p.add_argument("--verbose", action="store_true", help="show Flower's whole log stream")
-    p.set_defaults(func=cmd_local)
+    p.set_defaults(func=cmd_local, command="fed local")
 
     s = fsub.add_parser("server", help="run the SuperLink of a multi-machine federation (TLS)",
                         description="Run flower-superlink for a real deployment. TLS is required unless --insecure.")
@@ -111,7 +113,7 @@ def register(sub: Any) -> None:
     s.add_argument("--database", default=None, help="SuperLink state database file (default: in memory)")
     s.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     s.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    s.set_defaults(func=cmd_server, service=True)
+    s.set_defaults(func=cmd_server, service=True, command="fed server")
 
     n = fsub.add_parser("node", help="run one site's SuperNode of a multi-machine federation (TLS)",
                         description="Run flower-supernode for one edge site. TLS is required unless --insecure.")
@@ -127,7 +129,7 @@ def register(sub: Any) -> None:
                         "seconds more per round)")
     n.add_argument("--insecure", action="store_true", help="plain HTTP (only for a lab network)")
     n.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    n.set_defaults(func=cmd_node, service=True)
+    n.set_defaults(func=cmd_node, service=True, command="fed node")
 
     r = fsub.add_parser("rounds", help="run the federated rounds that the feedback loop asks for (--round-request)",
                         description="Watch the folder that `iro scheduler --round-request DIR` / `iro feedback-sim "
@@ -150,7 +152,7 @@ def register(sub: Any) -> None:
                    help=f"least seconds from the start of one run to the next (default 0, at most {MAX_INTERVAL_S:g})")
     r.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned (default 3600)")
     r.add_argument("--app", default=None, help="Flower app folder (default: this checkout)")
-    r.set_defaults(func=cmd_rounds, service=True)
+    r.set_defaults(func=cmd_rounds, service=True, command="fed rounds")
 
     c = fsub.add_parser("certs", help="make a CA, a SuperLink certificate and SuperNode auth keys",
                         description="Write ca.crt/ca.key, server.crt/server.key and nodeN/nodeN.pub into --out.")
@@ -163,7 +165,7 @@ def register(sub: Any) -> None:
     c.add_argument("--force", action="store_true",
                    help="replace the CA, certificate and keys already in --out (every certificate and node key "
                         "made before stops working)")
-    c.set_defaults(func=cmd_certs)
+    c.set_defaults(func=cmd_certs, command="fed certs")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -210,6 +212,19 @@ def local_min_nodes(cfg: Any, nodes: int) -> int:
     if cfg.carbon_aware:
         share = math.ceil(cfg.carbon_min_fraction * share)  # as the strategy counts it per round
     return min(nodes, max(1, share, required_nodes(cfg.strategy, cfg.num_malicious)))
+
+
+def _setting_error(exc: Exception, sets: dict[str, Any], flags: dict[str, str]) -> UsageError:
+    """A :class:`FedConfigError` ("key: why") as a UsageError naming what set the key: ``--set KEY``,
+    or the option in ``flags`` (setting key -> option) that sets it; else the message as it is
+    (a key of pyproject.toml's own config)."""
+    text = str(exc)
+    key, sep, why = text.partition(": ")
+    if sep and key in sets:
+        return UsageError(f"--set {key}: {why}")
+    if sep and key in flags:
+        return UsageError(f"{flags[key]}: {why}")
+    return UsageError(text)
 
 
 def _port(flag: str, port: int) -> int:
@@ -439,7 +454,8 @@ def cmd_local(args: argparse.Namespace) -> int:
             overrides["min-nodes"] = local_min_nodes(cfg, args.nodes)
             cfg = FedConfig.from_run_config({**app_config, **overrides})
     except FedConfigError as exc:
-        raise UsageError(str(exc)) from exc
+        given = {"strategy": "--strategy", "local-steps": "--local-steps"}
+        raise _setting_error(exc, sets, {k: v for k, v in given.items() if k in overrides}) from exc
     if args.supernode_auth and not args.tls:
         raise UsageError("--supernode-auth needs --tls")
     # Folders are made (like mkdir -p) only once every argument and setting is known to be good.
@@ -589,7 +605,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     try:
         site_profile(FedConfig().scenario, args.site)
     except FedConfigError as exc:
-        raise UsageError(f"--site: {exc}") from exc
+        raise UsageError(f"--site: {str(exc).removeprefix('site: ')}") from exc
     if not args.root_certificates and not args.insecure:
         raise UsageError("TLS needs --root-certificates (the CA that signed the SuperLink's certificate); "
                          "pass --insecure to connect without TLS on a lab network")
@@ -634,22 +650,38 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "resume": not args.fresh}
     if args.registry is not None:
         overrides["registry"] = args.registry
-    overrides.update(parse_sets(args.set))
+    sets = parse_sets(args.set)
+    overrides.update(sets)
     try:
-        from iro_fed.federated.local import app_dir
+        from iro_fed.federated.local import FederationError, app_dir, check_superlink_connection
     except ImportError as exc:
         raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
     try:
         rounds = FedConfig.from_run_config({**_pyproject_config(), **overrides}).num_server_rounds  # --set may change it
     except FedConfigError as exc:
-        raise UsageError(str(exc)) from exc
+        raise _setting_error(exc, sets, {"registry": "--registry"}) from exc
     app = Path(args.app).resolve() if args.app else app_dir()
     if not (app / "pyproject.toml").is_file():
         raise UsageError(f"--app: no pyproject.toml in {str(app)!r}")
     try:
-        queue = RoundRequestQueue(args.requests)
+        root = RoundRequestQueue.check_root(args.requests)
+    except ValueError as exc:
+        raise UsageError(f"--requests: {str(exc).removeprefix('root: ')}") from exc
+    try:
+        # Before any request is claimed: a typo here failed every run (its requests filed under
+        # rounds/failed), or with none waiting polled forever without a word.
+        check_superlink_connection(app, args.federation)
+    except FederationError as exc:
+        raise UsageError(f"--federation: {exc}") from None
+    made = not root.exists()
+    try:
+        queue = RoundRequestQueue(root)
     except (ValueError, OSError) as exc:
         raise UsageError(f"--requests: {str(exc).removeprefix('root: ')}") from exc
+    if made:  # the writers' spool folder, which they may make later; a typo shows here
+        _console(stderr=True).print(f"note: --requests: {str(root)!r} did not exist, made it (the writers' "
+                                    "--round-request folder: check the path if no request ever comes)",
+                                    markup=False, highlight=False)
     try:
         # One consumer per folder, from here to the end: start-up recovery (below) then never takes
         # a live consumer's running claims, which would run twice.

@@ -377,6 +377,53 @@ def flwr_run(app: Path, federation: str, overrides: Mapping[str, Any], env: Mapp
     return {"rounds": rounds, "status": code, "wall_s": time.monotonic() - begun, "output": text, "run_id": run_id}
 
 
+def check_superlink_connection(app: Path, name: str) -> Path:
+    """Check that ``flwr run APP NAME`` will find the SuperLink connection ``name``, as flwr's CLI
+    resolves it (``flwr.cli.flower_config.read_superlink_connection``): a ``[superlink.NAME]`` table
+    of ``$FLWR_HOME/config.toml`` (default ``~/.flwr``), or a ``[tool.flwr.federations.NAME]`` of the
+    app's pyproject.toml, which ``flwr run`` migrates there first. Returns the config file's path.
+
+    Reads only: flwr's own reader writes a default config.toml where there is none, which names
+    flwr's default connections (``local``, ``supergrid``), so those are what a missing file knows.
+    Raises :class:`FederationError` naming the file and the connections it defines.
+    """
+    import tomllib
+
+    from flwr.cli.constant import DEFAULT_FLOWER_CONFIG_TOML, FLOWER_CONFIG_FILE
+    from flwr.cli.flower_config import parse_superlink_connection
+    from flwr.supercore.utils import get_flwr_home
+
+    path = get_flwr_home() / FLOWER_CONFIG_FILE
+    missing = not path.exists()
+    try:
+        doc = tomllib.loads(DEFAULT_FLOWER_CONFIG_TOML if missing else path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FederationError(f"cannot read the Flower configuration {str(path)!r}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FederationError(f"the Flower configuration {str(path)!r} is not valid TOML: {exc}") from None
+    links = doc.get("superlink")
+    known = {k: v for k, v in links.items() if isinstance(v, dict)} if isinstance(links, dict) else {}
+    try:
+        with open(app / "pyproject.toml", "rb") as fh:
+            legacy = tomllib.load(fh).get("tool", {}).get("flwr", {}).get("federations", {})
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        legacy = {}  # flwr run reports an unreadable or malformed app itself
+    if isinstance(legacy, dict) and isinstance(legacy.get(name), dict):
+        return path
+    if name not in known:
+        if missing:
+            raise FederationError(f"no SuperLink connection {name!r}: {str(path)!r} does not exist (FLWR_HOME names "
+                                  "the folder of the operator's config.toml; without one, flwr knows only its "
+                                  f"defaults: {', '.join(sorted(known))})")
+        raise FederationError(f"no SuperLink connection {name!r} in {str(path)!r} (its [superlink.NAME] "
+                              f"connections: {', '.join(sorted(known)) or 'none'})")
+    try:
+        parse_superlink_connection(known[name], name)
+    except ValueError as exc:
+        raise FederationError(f"[superlink.{name}] of {str(path)!r}: {exc}") from None
+    return path
+
+
 def flwr_stop(run_id: int, federation: str, env: Mapping[str, str], cwd: Path, timeout: float = 60.0) -> str | None:
     """Ask the SuperLink to stop run ``run_id`` (``flwr stop``): a run goes on on the SuperLink when
     the ``flwr run`` that started it is stopped. Returns None when it was stopped, else why not."""

@@ -94,12 +94,19 @@ class RoundRequestQueue:
     """The request folder ``root`` (the ``--round-request DIR`` of the writers)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root).expanduser()
-        if self.root.exists() and not self.root.is_dir():
-            raise ValueError(f"root: {str(self.root)!r} exists and is not a folder")
+        self.root = self.check_root(root)
         for state in STATES:
             self.folder(state).mkdir(parents=True, exist_ok=True)
         self._lock_fd: int | None = None
+
+    @staticmethod
+    def check_root(root: str | os.PathLike) -> Path:
+        """``root`` expanded, or ValueError when it exists and is not a folder; makes nothing
+        (the constructor makes the state folders), so a caller can check before anything else."""
+        path = Path(root).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"root: {str(path)!r} exists and is not a folder")
+        return path
 
     @property
     def lock_path(self) -> Path:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,6 +135,27 @@ def save_checkpoint(path: str | os.PathLike[str], state_dict: dict[str, Any], me
     return path
 
 
+def _load_failure(path: Path, exc: Exception) -> str:
+    """Why ``torch.load(path, weights_only=True)`` failed, in a few words. Not torch's own text for
+    a refused file: it advises ``weights_only=False``, which would run any code pickled into it."""
+    if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4)
+        except OSError as err:
+            return f"cannot read it: {err.strerror or err}"
+        if head != b"PK\x03\x04":  # torch.save writes a zip archive
+            pt = path.with_suffix(".pt")  # policy.json beside policy.pt: its metadata, given for it
+            hint = f"; it is the metadata of {str(pt)!r}" if path.suffix.lower() == ".json" and pt.is_file() else ""
+            return f"not a file torch.save wrote{hint}"
+        return "it holds objects other than tensors and plain values, which are not loaded"
+    if path.stat().st_size == 0:
+        return "an empty file"
+    # torch's first sentence says what failed (a damaged zip archive); the rest is for its developers
+    first = str(exc).strip().split(". ", 1)[0].splitlines()
+    return first[0][:200].rstrip(".") if first else f"{type(exc).__name__}: it ends too early or is damaged"
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(state_dict, metadata)`` of a checkpoint, or :class:`CheckpointError` saying what is wrong."""
     import torch
@@ -144,7 +166,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for corrupt or foreign files
-        raise CheckpointError(f"policy {str(path)!r}: not a readable torch checkpoint ({exc})") from exc
+        why = _load_failure(path, exc)
+        raise CheckpointError(f"policy {str(path)!r}: not a readable torch checkpoint ({why})") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(f"policy {str(path)!r}: format {found!r}, expected {FORMAT!r}")

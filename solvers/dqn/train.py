@@ -257,7 +257,7 @@ def _train(
             try:
                 training_state = torch.load(opt, weights_only=True)
             except Exception as exc:  # torch raises several types for corrupt or foreign files
-                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: not a readable torch file ({exc})") from exc
+                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: not a readable torch file ({ckpt._load_failure(opt, exc)})") from exc
             if not isinstance(training_state, dict):
                 raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: expected a mapping, got "
                                            f"{type(training_state).__name__}")

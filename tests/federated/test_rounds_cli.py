@@ -102,16 +102,17 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
         assert (reg / "rounds" / "rejected" / "notes.json").is_file()
         assert "format" in json.loads((reg / "rounds" / "rejected" / "notes.error").read_text())["error"]
 
-        # a federation that the connection file does not name: the run fails, the request is kept
-        write_round_request(reg, "edge-oslo")
+        # a federation that the connection file does not name: bad input (exit 2) before any request
+        # is claimed (it used to run, fail and file the request under rounds/failed)
+        oslo = Path(write_round_request(reg, "edge-oslo"))
         argv = rounds_argv(reg)
         argv[argv.index("local")] = "nowhere"
-        assert main(argv) == 1
-        (failed,) = sorted((reg / "rounds" / "failed").glob("*-run.json"))
-        doc = json.loads(failed.read_text())
-        assert doc["ok"] is False and doc["sites"] == ["edge-oslo"] and "flwr run failed" in doc["error"]
-        assert (reg / "rounds" / "failed" / doc["requests"][0]).is_file()
+        assert main(argv) == 2
+        captured = capsys.readouterr()  # its .out keeps the runs' "done:" lines, checked at the end
+        assert "--federation: no SuperLink connection 'nowhere'" in captured.err
+        assert oslo.is_file() and list((reg / "rounds" / "failed").iterdir()) == []
         assert registry.versions() == [1, 2]
+        oslo.unlink()  # the daemon below is to find only its own request
 
         # the daemon, stopped mid-run (SIGTERM): the request goes back to wait, exit 0
         argv = [a for a in rounds_argv(reg) if a != "--once"] + ["--poll-s", "0.2", "--set", "local-steps=20000"]
@@ -164,7 +165,7 @@ def test_requests_start_runs_that_continue_from_the_latest_policy(tmp_path, monk
         assert len(runs) == 4 and all(r["status"].startswith("finished") for r in runs), runs
         assert sum("stopped" in r["status"] for r in runs) == 2, runs
         assert [p.name for p in (reg / "requests").iterdir()] == [path.name] and registry.versions() == [1, 2]
-    out = capsys.readouterr().out
+    out = captured.out + capsys.readouterr().out
     assert "done: 2 request(s), 1 round(s), versions v0001" in out and "versions v0002" in out
 
 

@@ -135,3 +135,18 @@ def test_train_counts_out_of_range_exit_2_naming_the_flag(tmp_path, argv, messag
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())  # no policy.pt, no metadata
+
+
+def test_a_damaged_optimizer_state_is_refused_without_torchs_advice(tmp_path) -> None:
+    """torch's own text for a file it refuses advises ``weights_only=False``, which would run any
+    code pickled into the file; the message says what is wrong in a few words instead."""
+    from solvers.dqn.checkpoint import CheckpointError
+
+    torch.set_num_threads(1)
+    out = tmp_path / "policy.pt"
+    train([PickBestEnv], CFG, steps=50, seed=0, out=out, progress=False, track_emissions=False)
+    optimizer_path(out).write_text("{}")
+    with pytest.raises(CheckpointError) as caught:
+        train([PickBestEnv], CFG, steps=10, seed=1, out=tmp_path / "more.pt", resume=out, progress=False,
+              track_emissions=False)
+    assert str(caught.value) == f"optimizer state {str(optimizer_path(out))!r}: not a readable torch file (not a file torch.save wrote)"
