@@ -4,10 +4,11 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
 
 1. **Variables.** One variable per *candidate* (pod, node) pair: the pairs that
    :func:`~iro_fed.feasibility.feasible_matrix` accepts against the initial cluster (each pod
-   alone), optionally pruned to ``max_candidates`` nodes per pod (step 5). Pods that are
-   identical for the model (same requests, GPU shape and constraints, hence the same terms in
-   R) are interchangeable, so they form a *group* and the variable ``x[g, n]`` counts how many
-   of the group go to node n (a boolean for a pod of its own). ``sum_n x[g, n] <= |g|``; a
+   alone; found once per group of identical pods, :func:`candidate_matrix`), optionally
+   pruned to ``max_candidates`` nodes per pod (step 5). Pods that are identical for the model
+   (same requests, GPU shape and constraints, hence the same terms in R) are interchangeable,
+   so they form a *group* and the variable ``x[g, n]`` counts how many of the group go to
+   node n (a boolean for a pod of its own). ``sum_n x[g, n] <= |g|``; a
    pod on no node is unplaced and pays the objective's unplaced penalty. Counting instead of
    naming removes the permutations of identical pods from the search without losing a
    placement.
@@ -136,10 +137,23 @@ polished hint is the answer; pods the hint had not reached and no polish weighed
 ``info["not_reached"]``, say so in their reasons), then CP-SAT
 and the search get the time that is left. ``info["time_s"]`` gives the seconds of each phase
 (``hint``, ``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``, ``decode``, ``total``).
-Steps that cannot stop midway may carry the solve past the limit by their length: the
-feasibility matrix (0.15 s on 1000 x 5000), CP-SAT's loading of a model, and the unplaced
-pods' reasons, written last (hundreds of pods left out on thousands of nodes: 1000 x 5000 at
-0.1 s took 0.16 s in all).
+Steps that cannot stop midway are kept short: the candidate pairs are found once per group of
+identical pods, with the clock looked at between groups (:func:`candidate_matrix`; the whole
+matrix at once took 0.12-0.25 s at 1000 x 5000 and ended the solve up to 0.15 s past a 0.2 s or
+0.5 s limit; per group 0.003 s), the model build looks at it between GPU nodes too, and the
+unplaced pods' reasons, written last, are found once per group (1000 x 5000 with every pod out,
+``hint='none'``: 0.14-0.32 s, now 0.02-0.06 s). CP-SAT is not started with less than
+:data:`MIN_CPSAT_S` left. A step whose time was up before its turn is not started and is named in
+``info["skipped"]`` (``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``; ``cpsat`` and
+``lns`` when no model was built): with a limit only the hint fits, the list is all five.
+What can still end the solve late: the online hint (above), one step between two looks at the
+clock (the cardinality cuts' set matrix, a swap matrix of the polish: up to about 0.03 s at
+1000 x 500 and 1000 x 5000), CP-SAT's loading of a model and the decoding of its answer, and the
+reasons of many pods left out. The benchmark's sizes (100 x 20 to 1000 x 5000,
+``max_candidates=16``, ``time_limit_s`` 0.2 / 0.5 / 1 / 2, 3 runs each, with and without
+``deterministic``, 2 loaded cores): at most 0.027 s past the limit (a hint that alone took
+0.21 s of 0.2), before up to 0.153 s; with ``hint='none'`` at 1000 x 500 and 1000 x 5000, 0.04 s,
+before 0.35 s.
 
 *Without* ``deterministic`` the phases share the wall clock: the hint's polish ends at
 :data:`HINT_POLISH_SHARE` of the limit, CP-SAT gets :data:`FULL_SHARE` (one worker) or
@@ -205,6 +219,9 @@ HINT_BATCH_SHARE = 0.3
 #: Wall-clock time kept for decoding and the final polish: a share of the limit, at least MIN_RESERVE_S.
 RESERVE_SHARE = 0.05
 MIN_RESERVE_S = 0.05
+#: Least wall-clock time a CP-SAT run is given; the whole-problem model is not solved with less
+#: left (loading it alone took 0.015-0.03 s at 500 x 100 to 1000 x 5000, past the limit).
+MIN_CPSAT_S = 0.01
 #: Large-neighbourhood search: nodes per neighbourhood at the start, most pods per neighbourhood,
 #: deterministic time per sub-model, and the deterministic time charged per iteration for its
 #: Python work (so that the budget, and with it the result, does not depend on the machine).
@@ -274,12 +291,35 @@ def pod_groups(problem: Problem, pods: np.ndarray | None = None) -> list[np.ndar
     keys: dict[tuple, list[int]] = {}
     for w in pods:
         w = int(w)
-        key = (
-            problem.demand[w].tobytes(), int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]),
-            problem.workloads[w].constraint_key,
-        )
-        keys.setdefault(key, []).append(w)
+        keys.setdefault(_pod_key(problem, w), []).append(w)
     return [np.array(sorted(m), dtype=np.int64) for m in keys.values()]
+
+
+def _pod_key(problem: Problem, w: int) -> tuple:
+    """What decides a pod's feasibility and its terms in R: pods with equal keys are identical."""
+    return (
+        problem.demand[w].tobytes(), int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]),
+        problem.workloads[w].constraint_key,
+    )
+
+
+def candidate_matrix(problem: Problem, state: ClusterState, deadline: float | None = None) -> np.ndarray:
+    """:func:`~iro_fed.feasibility.feasible_matrix` of ``state``, computed once per group of
+    identical pods (:func:`pod_groups`: equal rows) by :func:`~iro_fed.feasibility.feasible_nodes`,
+    with the clock checked between groups (raises :class:`OutOfTime` past ``deadline``). The
+    whole-matrix broadcast cannot stop midway and took 0.12-0.20 s at 1000 x 5000 (182 groups:
+    0.003 s here), past a 0.2 s limit."""
+    p = problem
+    # feasible_nodes reads a one-card pod asking no milli (which problem_io rejects) as a share,
+    # feasible_matrix as a whole card: such a problem takes the matrix, whole.
+    if ((p.wl_gpu_count == 1) & (p.wl_gpu_milli <= 0)).any():
+        _check_deadline(deadline)
+        return feasible_matrix(p, state)
+    out = np.zeros((p.num_workloads, p.num_nodes), dtype=bool)
+    for members in pod_groups(p):
+        _check_deadline(deadline)
+        out[members] = feasible_nodes(state, int(members[0]))
+    return out
 
 
 def unplaced_reasons(
@@ -289,10 +329,16 @@ def unplaced_reasons(
     final cluster; a pod that would still fit somewhere was left out because placing it lowers R,
     or, for the pods of ``not_reached``, because the time limit passed ``why_not_reached``."""
     reasons: dict[int, str] = {}
+    # Identical pods (pod_groups) get the same message against the same cluster: one explain per
+    # group (1000 x 5000 with every pod out: 0.15 s, past a small time limit, for 182 groups).
+    seen: dict[tuple, tuple[str, bool]] = {}
     for w in np.flatnonzero(state.assignment < 0):
         w = int(w)
-        msg = explain(state, w)
-        if feasible_nodes(state, w).any():
+        key = _pod_key(problem, w)
+        if key not in seen:
+            seen[key] = (explain(state, w), bool(feasible_nodes(state, w).any()))
+        msg, fits = seen[key]
+        if fits:
             if w in not_reached:
                 msg += f" Left unplaced by {solver}: the time limit passed before {why_not_reached}"
             else:
@@ -603,6 +649,15 @@ def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, dem: np.nd
     return rounded == fits
 
 
+def unique_rows(mask: np.ndarray) -> np.ndarray:
+    """``np.unique(mask, axis=0)`` of a boolean matrix, found on its rows packed 8 to a byte:
+    big-endian bits compare as the booleans do, so the rows and their order are the same.
+    np.unique over 5000 booleans a row took 0.02-0.06 s at 1000 x 5000 (a step the clock cannot
+    stop inside a model build); packed, 0.003-0.009 s."""
+    packed = np.unique(np.packbits(mask, axis=1), axis=0)
+    return np.unpackbits(packed, axis=1, count=mask.shape[1]).astype(bool)
+
+
 def scaled_capacity(free: float, mult: float) -> int:
     """Integer capacity at ``mult`` units per resource unit, rounded down (float noise aside)."""
     scaled = free * mult
@@ -822,6 +877,9 @@ class PlacementModel:
 
         # 3. GPU cards.
         for n in np.unique(pn[gpu]):
+            # Most nodes' cards pack and add nothing to the model: the clock is looked at here too
+            # (1000 x 5000: 0.033 s of packing between two looks).
+            _check_deadline(model.deadline)
             n = int(n)
             ks = by_node[nb[n] : nb[n + 1]]
             ks = ks[gpu[ks]]
@@ -957,7 +1015,8 @@ class PlacementModel:
         p, base = self.problem, self.base
         if gfeas.shape[0] == 0:
             return
-        sets = np.unique(gfeas, axis=0)
+        sets = unique_rows(gfeas)
+        _check_deadline(self.model.deadline)
         if sets.shape[0] > MAX_CARDINALITY_SETS:  # the smallest sets: where pods are most confined
             sets = sets[np.argsort(sets.sum(axis=1), kind="stable")[:MAX_CARDINALITY_SETS]]
         sets = np.vstack([sets, gfeas.any(axis=0)])
@@ -1176,7 +1235,7 @@ class PlacementModel:
         # above, the default level reaches a good bound sooner.
         prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
         prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
-        prm.max_time_in_seconds = max(0.01, wall_limit)
+        prm.max_time_in_seconds = max(MIN_CPSAT_S, wall_limit)
         if deterministic_limit is not None:
             prm.max_deterministic_time = max(0.001, deterministic_limit)
         if workers:
@@ -1338,6 +1397,8 @@ class CpSat(Solver):
         # Phases that time_limit_s stopped before their own budget ran out (the deterministic
         # budget, or no move left to gain): empty, a deterministic solve is reproducible.
         cut: list[str] = []
+        # Optional steps not started because their time had run out (module docstring, "Time").
+        skipped: list[str] = []
         lap = start
 
         def phase(name: str) -> None:
@@ -1390,7 +1451,11 @@ class CpSat(Solver):
                 polish_end = cap
                 if not self.deterministic:
                     polish_end = min(cap, start + (HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)) * (end - start))
-                moves = improve(p, hint_state, deadline=polish_end, swaps=False, weighed=weighed)
+                moves = 0
+                if time.perf_counter() > polish_end:
+                    skipped.append("hint_polish")  # it would stop before its first move
+                else:
+                    moves = improve(p, hint_state, deadline=polish_end, swaps=False, weighed=weighed)
                 if self.deterministic and time.perf_counter() > polish_end:
                     cut.append("hint_polish")
                 info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)
@@ -1402,8 +1467,10 @@ class CpSat(Solver):
         pruned = False
         pruning: str | None = None  # when needed: "done", or "not completed" when the time ran out
         try:
-            _check_deadline(cap)
-            cand = feasible_matrix(p, state0)
+            if time.perf_counter() > cap:
+                skipped.append("build")  # not one step of it would fit
+                raise OutOfTime
+            cand = candidate_matrix(p, state0, deadline=cap)
             total_pairs = int(cand.sum())
             info["feasible_pairs"] = total_pairs
             limit = self.max_candidates
@@ -1421,6 +1488,7 @@ class CpSat(Solver):
             )
         except OutOfTime:
             cut.append("build")  # no model in the budget: the hint (polished if time is left) is the answer
+            skipped.extend(["cpsat", "lns"] if self.lns else ["cpsat"])
         # ``pruned``: the model CP-SAT solved is over pruned candidates (not when none was built).
         pruned = pruned and full is not None
         info["pruned"] = pruned
@@ -1441,10 +1509,10 @@ class CpSat(Solver):
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
         share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns else 1.0
         wall = cap - time.perf_counter()
+        if det_budget is None:
+            wall *= share
         result = Result("not_run", None, None, None, 0.0, 0.0, False)
-        if full is not None and wall > 0:
-            if det_budget is None:
-                wall *= share
+        if full is not None and wall >= MIN_CPSAT_S:
             det_limit = None if det_budget is None else share * det_budget
             result = full.solve(self.seed, wall, det_limit, workers, self.relative_gap)
             if det_limit is not None and result.status in ("feasible", "unknown") and (
@@ -1452,7 +1520,9 @@ class CpSat(Solver):
             ):
                 cut.append("cpsat")  # stopped by the wall clock before its deterministic limit
         elif full is not None:
+            # Less time left than CP-SAT's least run (and loading the model takes longer): not started.
             cut.append("cpsat")
+            skipped.append("cpsat")
         phase("cpsat")
         exact = full is not None and full.exact and not pruned
         optimal = exact and result.proved
@@ -1474,7 +1544,10 @@ class CpSat(Solver):
         # Large-neighbourhood search and polish with the true objective.
         if self.lns and not optimal and full is not None:
             det_left = None if det_budget is None else det_budget - result.deterministic_time
+            late = time.perf_counter() >= cap
             state, info["lns"] = self._lns(p, state, cap, det_left)
+            if late and info["lns"]["iterations"] == 0:
+                skipped.append("lns")
             if info["lns"]["stopped"] == "wall clock":
                 cut.append("lns")
             phase("lns")
@@ -1483,7 +1556,11 @@ class CpSat(Solver):
             # so the whole solve stays within time_limit_s (500 x 100 took 10.00 s of 10 with drains
             # and swaps polishing up to the limit).
             polish_end = end - 0.5 * reserve
-            info["polish_moves"] = improve(p, state, deadline=polish_end, weighed=weighed)
+            info["polish_moves"] = 0
+            if time.perf_counter() > polish_end:
+                skipped.append("polish")  # it would stop before its first move
+            else:
+                info["polish_moves"] = improve(p, state, deadline=polish_end, weighed=weighed)
             if time.perf_counter() > polish_end:
                 cut.append("polish")
             phase("polish")
@@ -1500,6 +1577,7 @@ class CpSat(Solver):
         phase("decode")
         info["time_s"] = dict(times, total=lap - start)
         info["wall_clock_cut"] = cut
+        info["skipped"] = skipped
         return Placement(
             assignment=state.assignment.copy(),
             gpu_cards=dict(state.gpu_cards),
