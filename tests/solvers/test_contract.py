@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import solvers
+from iro_fed.feasibility import check_placement
 from iro_fed.model import ClusterState
 from iro_fed.testing import random_problem
 from solvers import InvalidSettingError, OnlineSolver, SolverProperties
@@ -171,3 +172,16 @@ def test_largest_seed_is_accepted_and_solves(name):
     assert solver.get_params()["seed"] == 2**31 - 1
     placement = solver.solve(problem)
     assert placement.assignment.shape == (problem.num_workloads,) and placement.num_placed > 0
+
+
+def test_fallback_keeps_a_valid_placement_that_ends_late():
+    """A batch primary returns its best placement at the deadline (cpsat: at least its hint); one
+    that ended past the limit was thrown away for the fallback's, which ended later still."""
+    problem = random_problem(6, nodes=6, pods=10)
+    placement = solvers.make("fallback", primary="cpsat", primary_params={"hint": "greedy-objective"},
+                             fallback="first-fit", time_limit_s=0.0).solve(problem)
+    assert placement.info["solved_by"] == "cpsat" and placement.info["fallback_reason"] is None
+    assert placement.info["late_s"] > 0
+    assert not check_placement(problem, placement.assignment, placement.gpu_cards)
+    hint = solvers.make("greedy-objective").solve(problem)
+    assert placement.objective.score >= hint.objective.score - 1e-9
