@@ -111,13 +111,13 @@ def _tls_problem(cert: str | None, key: str | None) -> str | None:
         return None
     if b"-----BEGIN CERTIFICATE-----" not in cert_text:
         return f"--tls-cert: {cert} holds no PEM certificate ('-----BEGIN CERTIFICATE-----')"
-    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_text:
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_text or b"Proc-Type: 4,ENCRYPTED" in key_text:
         return f"--tls-key: {key} is an encrypted private key; give it unencrypted (a Secret mounts it as a file)"
     if not _PRIVATE_KEY.search(key_text):
         return f"--tls-key: {key} holds no PEM private key ('-----BEGIN PRIVATE KEY-----')"
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        context.load_cert_chain(cert or "", key or "")
+        context.load_cert_chain(cert or "", key or "", password=lambda: b"")  # never a pass-phrase prompt
     except ssl.SSLError as exc:
         if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
             return f"--tls-key: {key} is not the private key of the certificate in --tls-cert {cert}"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -90,6 +91,12 @@ MAX_PARSE_BYTES = MAX_BODY_BYTES
 #: (246 MiB measured) and passes; 256 MiB of ``[{},...]`` (~6 GB once parsed) does not. The
 #: deployment's limit is 1 GiB.
 MAX_PARSE_MEMORY = 512 * 1024 * 1024
+#: How long kube-scheduler waits for an extender call: the extender's ``httpTimeout`` in the
+#: KubeSchedulerConfiguration (5s in deploy/base/kube-scheduler-config.yaml, and kube's default,
+#: DefaultExtenderTimeout), the http.Client timeout that covers sending the body and reading the
+#: answer. The server's body and header deadlines (:class:`ExtenderServer`) are this: past it no one
+#: waits for the answer. tests/k8s/test_v3_caller_deadline.py checks that deploy/ says the same.
+HTTP_TIMEOUT_S = 5.0
 # The static filters whose reasons carry details (the taint, the latency bound), by their
 # first_fail code (an index into iro_fed.feasibility._FILTERS).
 TAINTS_FILTER = _FILTERS.index("taints")
@@ -376,7 +383,7 @@ class Extender(RequestStats):
         for j, name in enumerate(asked):
             i = int(idx[j])
             if i < 0:
-                failed[name] = "node is not in the extender's node cache yet"
+                failed[name] = "node is not in the extender's node cache (added since its last sync, or no such node)"
                 continue
             r = reasons.get(i)
             if r is None:
@@ -584,16 +591,19 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     allow_reuse_address = True
     #: NodeList mode sends every Node object: about 100 MB at 5000 nodes with their image lists.
     max_body_bytes = MAX_BODY_BYTES
-    #: The whole body must arrive within this (kube's httpTimeout is 5 s by default).
-    body_timeout_s = 30.0
-    #: The request line and headers must arrive within this of the request's first byte.
-    header_timeout_s = 30.0
+    #: The whole body must arrive within this of its start (else 408 and close), and the request
+    #: line and headers within this of the request's first byte: kube-scheduler's httpTimeout
+    #: (:data:`HTTP_TIMEOUT_S`; the constructor's ``http_timeout_s``). By then the caller has given
+    #: up, and a stalled sender would hold its connection and its share of the body budget for
+    #: nothing (it was 30 s). An 87 MiB NodeList of 5,000 nodes arrives over loopback in well under 1 s.
+    body_timeout_s = HTTP_TIMEOUT_S
+    header_timeout_s = HTTP_TIMEOUT_S
     max_connections = 256  # one thread each
     max_parse_bytes = MAX_PARSE_BYTES
     max_parse_memory = MAX_PARSE_MEMORY
     max_parse_total: int | None = None  # what all requests parse at once (None: max_parse_memory)
     #: How long a request waits, in all, for room in the body and the parse budget before its 503
-    #: (None waited until the 30 s body deadline). kube-scheduler gives up on the call after
+    #: (None waited until the body deadline, which was 30 s). kube-scheduler gives up on the call after
     #: httpTimeout (5 s in deploy/, 5 s by default: DefaultExtenderTimeout), sending the body
     #: included. After 1.5 s of waiting its work takes under 0.1 s (NodeNames, p99) or about 0.4 s
     #: (a 500-node NodeList), so the 503 or the answer arrives with 3 s to spare. Waiting longer answers no
@@ -606,7 +616,15 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     busy_error_key = "Error"
     busy_message = "too many connections to the extender: retry"
 
-    def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "") -> None:
+    def __init__(self, extender: Extender, host: str = "127.0.0.1", port: int = 0, url_prefix: str = "",
+                 http_timeout_s: float | None = None) -> None:
+        """``http_timeout_s``: the deployment's httpTimeout, when not :data:`HTTP_TIMEOUT_S`; the
+        body and header deadlines are set to it."""
+        if http_timeout_s is not None:
+            if isinstance(http_timeout_s, bool) or not (isinstance(http_timeout_s, (int, float))
+                                                        and math.isfinite(http_timeout_s) and http_timeout_s > 0):
+                raise ValueError(f"http_timeout_s: must be a finite number of seconds > 0, got {http_timeout_s!r}")
+            self.body_timeout_s = self.header_timeout_s = float(http_timeout_s)
         self.extender = extender
         self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
         # Made with the server, so it exists (and can be read) before any request arrives.

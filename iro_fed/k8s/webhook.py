@@ -37,6 +37,7 @@ import base64
 import concurrent.futures
 import json
 import logging
+import math
 import os
 import re
 import ssl
@@ -74,6 +75,11 @@ MAX_PARSE_BYTES = 8 * 1024 * 1024
 #: (:func:`~iro_fed.k8s.httpjson.parse_estimate`, else 413): a 3 MiB pod with a value every 10
 #: bytes is reckoned at about 40 MiB; 8 MiB of ``[{},...]`` (~200 MB once parsed) is refused.
 MAX_PARSE_MEMORY = 64 * 1024 * 1024
+#: How long the API server waits for the webhook: the configuration's ``timeoutSeconds`` (5 in
+#: deploy/base/webhook.yaml; 1..30, 10 by default), the whole call, the review sent and the answer
+#: read included. The server's body and header deadlines (:class:`WebhookServer`) are this.
+#: tests/k8s/test_v3_caller_deadline.py checks that deploy/ says the same.
+TIMEOUT_SECONDS = 5.0
 
 
 class BadReview(ValueError):
@@ -394,8 +400,14 @@ class Webhook(RequestStats):
 def _tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    # No password: OpenSSL would otherwise ask for an encrypted key's pass phrase on the terminal,
+    # and a server started from one would hang at start-up (a renewal, on its reload).
+    ctx.load_cert_chain(cert_file, key_file, password=_no_password)
     return ctx
+
+
+def _no_password() -> bytes:
+    return b""
 
 
 class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
@@ -412,19 +424,28 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     #: gives up on the call after timeoutSeconds (5 s in deploy/), and a review that waited (for
     #: body and parse room, 1 s in all) still has its parse and up to budget_s (2 s in deploy/) to
     #: go: 3 s and the parse. Waiting longer answers no one, while the body
-    #: keeps its bytes of the budget and the bodies behind it wait too (until the 10 s body
-    #: deadline, the default). A 503 admits the pod unchanged (failurePolicy: Ignore) as that
+    #: keeps its bytes of the budget and the bodies behind it wait too (until the body deadline,
+    #: which was 10 s). A 503 admits the pod unchanged (failurePolicy: Ignore) as that
     #: timeout would, at once. Two 3 MiB pods with a value every 10 bytes (~40 MiB reckoned each,
     #: 64 MiB of parse budget) are parsed one after the other: the second waits out the first.
     budget_wait_s: float | None = 1.0
-    #: The whole body must arrive within this: past timeoutSeconds (at most 30, 5 in deploy/) the
-    #: API server has given up on the call anyway.
-    body_timeout_s = 10.0
-    #: Each request's line and headers must arrive within this of its first byte.
-    header_timeout_s = 10.0
+    #: The whole body must arrive within this of its start (else 408 and close), and each
+    #: request's line and headers within this of its first byte: the API server's timeoutSeconds
+    #: (:data:`TIMEOUT_SECONDS`; the constructor's ``timeout_seconds``), after which it has given up
+    #: on the call, so a stalled sender held its connection and its body's share for nothing (it was 10 s).
+    body_timeout_s = TIMEOUT_SECONDS
+    header_timeout_s = TIMEOUT_SECONDS
     max_connections = 256  # one thread each
 
-    def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443) -> None:
+    def __init__(self, webhook: Webhook, cert_file: str, key_file: str, host: str = "0.0.0.0", port: int = 8443,
+                 timeout_seconds: float | None = None) -> None:
+        """``timeout_seconds``: the webhook configuration's timeoutSeconds, when not
+        :data:`TIMEOUT_SECONDS`; the body and header deadlines are set to it."""
+        if timeout_seconds is not None:
+            if isinstance(timeout_seconds, bool) or not (isinstance(timeout_seconds, (int, float))
+                                                         and math.isfinite(timeout_seconds) and timeout_seconds > 0):
+                raise ValueError(f"timeout_seconds: must be a finite number of seconds > 0, got {timeout_seconds!r}")
+            self.body_timeout_s = self.header_timeout_s = float(timeout_seconds)
         self.webhook = webhook
         self.body_budget = ByteBudget(self.max_parse_bytes)
         # Made with the server, so it exists (and can be read) before any request arrives.

@@ -296,3 +296,45 @@ def test_webhook_tls_errors_name_the_file_at_fault(tmp_path, capsys, monkeypatch
     for cert_file, key_file, message in cases:
         assert main(["webhook", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(cert_file), "--tls-key", str(key_file)]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_an_encrypted_key_never_asks_for_a_pass_phrase_on_the_terminal(tmp_path):
+    """OpenSSL asks for an encrypted key's pass phrase on the controlling terminal: a webhook
+    started from a shell (or reloading a renewed certificate) hung there instead of exiting 2."""
+    pytest.importorskip("cryptography")
+    import fcntl
+    import pty  # noqa: F401  (POSIX only, as the servers)
+    import subprocess
+    import sys
+    import termios
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from iro_fed.k8s.testing import self_signed_cert
+
+    cert, _ = self_signed_cert(tmp_path / "a")
+    key = tmp_path / "traditional.pem"  # "Proc-Type: 4,ENCRYPTED" inside an RSA PRIVATE KEY block
+    key.write_bytes(rsa.generate_private_key(65537, 2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.BestAvailableEncryption(b"pw")))
+    code = ("import sys; from iro_fed.k8s.webhook import _tls_context\n"
+            "try:\n    _tls_context(sys.argv[1], sys.argv[2])\nexcept OSError as exc:\n    print('refused', exc)\n")
+    controller, terminal = os.openpty()
+
+    def take_terminal() -> None:  # the child's controlling terminal: where OpenSSL would prompt
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([sys.executable, "-c", code, str(cert), str(key)], stdin=terminal, stdout=subprocess.PIPE,
+                            stderr=terminal, preexec_fn=take_terminal, text=True)
+    os.close(terminal)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail("the key load waited for a pass phrase on the terminal")
+    finally:
+        os.close(controller)
+    assert out.startswith("refused"), out
