@@ -74,6 +74,10 @@ def test_zone_file_replaces_every_domain_on_that_zone_only(tmp_path: Path) -> No
     for domain in ("edge-madrid", "edge-oslo", "edge-london", "cloud-paris"):
         assert mine.series[f"carbon_intensity.{domain}"] == base.series[f"carbon_intensity.{domain}"]
     assert mine.totals["carbon_kg"] < base.totals["carbon_kg"]
+    # The report says which data it came from: the parameters as run and the user's files.
+    assert mine.report()["scenario_params"]["carbon_files"] == {"DE": str(zero)}
+    assert "carbon_files" not in base.report()["scenario_params"]
+    assert base.report()["scenario_params"]["start"] == mine.report()["scenario_params"]["start"]
 
 
 @needs_data

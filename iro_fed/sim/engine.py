@@ -209,11 +209,15 @@ class SimResult:
     series: dict[str, list]
     config: dict[str, Any]
     timing: dict[str, float] = field(default_factory=dict)
+    #: The scenario's parameters as run (defaults filled in) and the user carbon files it read
+    #: (``carbon_files``: zone -> path), so that a report says which data it came from.
+    scenario_params: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         """The JSON report (fixed keys first; see ``iro_fed.sim.metrics`` for definitions)."""
         return {**self.totals, "scenario": self.scenario, "solver": self.solver, "seed": self.seed,
-                "config": self.config, "timing": self.timing, "series": self.series}
+                "scenario_params": self.scenario_params, "config": self.config, "timing": self.timing,
+                "series": self.series}
 
 
 class Simulator:
@@ -1155,8 +1159,9 @@ class Simulator:
         for d in sc.domains:
             series[f"carbon_intensity.{d.name}"] = [round(float(v), 2) for v in sc.carbon[d.name][sc.history: sc.history + sc.steps]]
         solver_name = getattr(self.solver, "name", "agent")
+        params = {**sc.params, **({"carbon_files": dict(sc.notes["carbon_files"])} if "carbon_files" in sc.notes else {})}
         return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
-                         {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s})
+                         {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params)
 
 
 def cfg_consolidate(cfg: SimConfig, t: int) -> bool:

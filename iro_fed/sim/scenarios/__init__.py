@@ -141,9 +141,12 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
             except ValueError as exc:  # SignalFormatError: the file, line and column
                 raise SimConfigError(f"scenario {name!r}: setting {key!r}: {exc}") from exc
     try:
-        return entry.builder(seed, h, step_s, carbon_series=user or None, **converted)
+        scenario = entry.builder(seed, h, step_s, carbon_series=user or None, **converted)
     except (ValueError, KeyError) as exc:  # bad parameter values, signals or trace files
         raise SimConfigError(f"scenario {name!r}: {exc}") from exc
+    if user:  # for the report: which of the zones came from the user's own files
+        scenario.notes["carbon_files"] = {zone: str(path) for zone, (path, _) in user.items()}
+    return scenario
 
 
 def split_settings(name: str, settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
