@@ -455,7 +455,7 @@ class ClusterState:
     def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray, nonzero: np.ndarray | None = None) -> None:
         """Give node ``n`` another base usage (what it holds besides this state's workloads):
         ``allocated`` per resource and ``gpu_free`` milli free on its first cards (the node's
-        cards, or the whole padded row of ``gpu_free``), every aggregate kept as a
+        cards, or the whole padded row of ``gpu_free`` with -1 past them), every aggregate kept as a
         fresh state of a problem with that usage would have it. For a what-if (the extender's
         preemption check: a node without its victims); ``n`` must hold none of this state's
         workloads. The new usage is the node's base from then on: removing the last workload
@@ -482,6 +482,12 @@ class ClusterState:
             raise ValueError(f"set_node_usage: gpu_free must list at most {self.gpu_free.shape[1]} card(s), got shape {cards.shape}")
         if cards.size and (not np.issubdtype(cards.dtype, np.number) or not np.all(np.isin(cards, np.arange(-1, GPU_MILLI + 1)))):
             raise ValueError(f"set_node_usage: gpu_free must be whole milli -1..{GPU_MILLI} per card, got {cards.tolist()}")
+        # -1 marks a card the node does not have: 1000 past its count made a phantom free card that
+        # decide() chose and place() then refused, and -1 on a card it has would hide that card.
+        count = int(p.gpu_count[n])
+        if (cards[:count] < 0).any() or (cards[count:] != -1).any():
+            raise ValueError(f"set_node_usage: gpu_free of node {p.nodes[n].name!r} must give 0..{GPU_MILLI} for each of "
+                             f"its {count} card(s) and -1 past them, got {cards.tolist()}")
         if nonzero is not None:
             if self.initial_nonzero is None:
                 raise ValueError("set_node_usage: nonzero is given but the problem has no initial_nonzero (its nodes' "

@@ -394,7 +394,13 @@ def _single_pod_round(
             continue
         gain = marginal(problem, state, w, cand)
         best = int(np.argmax(gain))
-        current = float(gain[np.searchsorted(cand, n0)]) if n0 >= 0 else 0.0
+        current = 0.0
+        if n0 >= 0:
+            at = int(np.searchsorted(cand, n0))
+            # Taken off and weighed again, a pod need not fit back where it was: sums of tiny
+            # amounts round differently (1e-6 nodes, a 1e-9 pod). Staying is still allowed.
+            here = at < cand.size and int(cand[at]) == n0
+            current = float(gain[at]) if here else float(marginal(problem, state, w, np.array([n0]))[0])
         if gain[best] > max(current, 0.0) + POLISH_TOL:
             state.place(w, int(cand[best]))
             moved += 1
