@@ -20,5 +20,5 @@ def test_short_case_study_prints_the_table(capsys):
     assert module.main(["--short", "--seed", "2"]) == 0
     out = capsys.readouterr().out
     for label in ("request success %", "utilization % of powered nodes", "batch completion min", "carbon kg CO2", "cost",
-                  "A kube-default", "B IRO-Fed", "project brief"):
+                  "A kube-default", "A+ kube-default", "B IRO-Fed", "B vs A+", "project brief"):
         assert label in out
