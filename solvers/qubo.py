@@ -639,7 +639,9 @@ class _BatchModel:
             for r in range(len(p.resources)):
                 d = p.demand[w_of[ks], r]
                 use = d > 0
-                if d.sum() > st.free[n, r] + EPS:
+                # use.any(): free rounded just below -EPS (sums of 1e-9 pods on 1e-6 nodes) with no
+                # candidate asking for r made a constraint over no pods, its unit the mean of nothing.
+                if use.any() and d.sum() > st.free[n, r] + EPS:
                     next_var = self._constraint(ks[use], d[use], max(float(st.free[n, r]), 0.0), next_var)
             gk = ks[p.wl_gpu_count[w_of[ks]] > 0]
             if gk.size == 0:

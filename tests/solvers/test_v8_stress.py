@@ -92,3 +92,19 @@ def test_a_pod_that_does_not_fit_back_where_it_was_is_weighed_there_too(solver):
     placement = solvers.make(solver, seed=0).solve(problem)
     assert not check_placement(problem, placement.assignment, placement.gpu_cards)
     assert (placement.assignment >= 0).all()
+
+
+def test_qubo_makes_no_capacity_constraint_over_no_pods():
+    """A node whose free memory rounded to just below -EPS, with no candidate asking for memory,
+    got a constraint over no pods: its unit the mean of an empty array, NaN penalties in two
+    sub-QUBOs and a refinement that accepted none of its steps."""
+    pytest.importorskip("dimod")
+    import warnings
+
+    from tests.solvers.fuzz_problems import brim
+
+    problem = problem_from_dict(brim(73))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "Mean of empty slice", "invalid value ..."
+        placement = solvers.make("qubo", seed=0, num_reads=2, num_sweeps=50, refine_steps=10).solve(problem)
+    assert not check_placement(problem, placement.assignment, placement.gpu_cards)
