@@ -72,8 +72,8 @@ def parse_held(srv: ExtenderServer) -> int:
 
 def test_concurrent_parses_are_bounded_by_the_servers_budget(srv: SmallExtender) -> None:
     ext = srv.extender
-    holder_body = args("hold", "h" * 600_000)  # reckoned at ~0.6 of the budget
-    big = args("big", "b" * 500_000)  # under max_parse_memory alone, not beside the holder
+    holder_body = args("hold", "h" * 320_000)  # reckoned at ~0.6 of the budget (its string's contents counted)
+    big = args("big", "b" * 250_000)  # under max_parse_memory alone, not beside the holder
     small = args("small")
     with ThreadPoolExecutor(8) as pool:
         try:

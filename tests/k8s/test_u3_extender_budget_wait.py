@@ -96,7 +96,8 @@ def filter_args(name: str, commas: int = 0) -> bytes:
 def holder_filling(limit: int, room: int) -> bytes:
     """The holder's body: alone under ``limit``, with less than ``room`` left beside it."""
     base = filter_args("hold")
-    commas = (limit - need(base)) // (need(b",,") - need(b","))
+    # what one comma in the annotation adds, averaged over 1,000 (the string it sits in counts too)
+    commas = (limit - need(base)) * 1000 // (need(filter_args("hold", 2000)) - need(filter_args("hold", 1000)))
     while need(body := filter_args("hold", commas)) > limit:
         commas -= 1
     assert limit - need(body) < room
