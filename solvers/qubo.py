@@ -126,12 +126,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, check_placement, feasible_matrix, feasible_nodes, static_filter
+from iro_fed.feasibility import EPS, check_placement, feasible_nodes, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
 from solvers.base import SEED, InvalidSettingError, Param, Solver, SolverProperties
-from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, pod_groups, unplaced_reasons
+from solvers.cpsat import POLISH_TOL, candidate_matrix, improve, is_share, pack_gpu, pod_groups, unplaced_reasons
 
 #: Unbalanced-penalization coefficients (Montañez-Barrera et al. 2022).
 UNBALANCED_L1 = 1.0
@@ -270,7 +270,7 @@ class Qubo(Solver):
         score = evaluate(p, state.assignment).score
         tried = accepted = 0
         gained = 0.0
-        fits_alone = feasible_matrix(p)
+        fits_alone = candidate_matrix(p, ClusterState(p))  # feasible_matrix, once per group of identical pods
         placeable = fits_alone.any(axis=1)
         chosen = np.zeros(p.num_nodes, dtype=bool)
         failed: set[bytes] = set()

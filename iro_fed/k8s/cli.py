@@ -101,6 +101,8 @@ def _tls_problem(cert: str | None, key: str | None) -> str | None:
     """Which of the TLS files OpenSSL could not use, in words (its own "[SSL] PEM lib" names neither)."""
     import ssl
 
+    from iro_fed.k8s.webhook import _tls_context
+
     def head(path: str) -> bytes:
         with open(path, "rb") as handle:
             return handle.read(1 << 20)
@@ -115,9 +117,8 @@ def _tls_problem(cert: str | None, key: str | None) -> str | None:
         return f"--tls-key: {key} is an encrypted private key; give it unencrypted (a Secret mounts it as a file)"
     if not _PRIVATE_KEY.search(key_text):
         return f"--tls-key: {key} holds no PEM private key ('-----BEGIN PRIVATE KEY-----')"
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        context.load_cert_chain(cert or "", key or "", password=lambda: b"")  # never a pass-phrase prompt
+        _tls_context(cert or "", key or "")  # as the server loads them: never a pass-phrase prompt
     except ssl.SSLError as exc:
         if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
             return f"--tls-key: {key} is not the private key of the certificate in --tls-cert {cert}"

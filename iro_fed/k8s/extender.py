@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -58,6 +57,7 @@ from iro_fed.k8s.httpjson import (
     HttpError,
     RequestStats,
     RoutedJsonHandler,
+    caller_timeout_s,
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import (
@@ -621,10 +621,7 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
         """``http_timeout_s``: the deployment's httpTimeout, when not :data:`HTTP_TIMEOUT_S`; the
         body and header deadlines are set to it."""
         if http_timeout_s is not None:
-            if isinstance(http_timeout_s, bool) or not (isinstance(http_timeout_s, (int, float))
-                                                        and math.isfinite(http_timeout_s) and http_timeout_s > 0):
-                raise ValueError(f"http_timeout_s: must be a finite number of seconds > 0, got {http_timeout_s!r}")
-            self.body_timeout_s = self.header_timeout_s = float(http_timeout_s)
+            self.body_timeout_s = self.header_timeout_s = caller_timeout_s("http_timeout_s", http_timeout_s)
         self.extender = extender
         self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
         # Made with the server, so it exists (and can be read) before any request arrives.

@@ -1277,6 +1277,14 @@ class RequestStats:
             self.count("bad_requests")
 
 
+def caller_timeout_s(name: str, value: Any) -> float:
+    """``value`` (the argument ``name``: how long the server's caller waits) as seconds, for a
+    server's body and header deadlines; anything but a finite number > 0 is a ValueError naming it."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 class ConnectionLimit:
     """Mixin for a ``ThreadingHTTPServer`` (put it first): at most ``max_connections`` open at
     once (one thread each). One more is answered 503 with ``Retry-After: 1`` from the accepting

@@ -37,7 +37,6 @@ import base64
 import concurrent.futures
 import json
 import logging
-import math
 import os
 import re
 import ssl
@@ -54,6 +53,7 @@ from iro_fed.k8s.httpjson import (
     HttpError,
     RequestStats,
     RoutedJsonHandler,
+    caller_timeout_s,
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
@@ -442,10 +442,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
         """``timeout_seconds``: the webhook configuration's timeoutSeconds, when not
         :data:`TIMEOUT_SECONDS`; the body and header deadlines are set to it."""
         if timeout_seconds is not None:
-            if isinstance(timeout_seconds, bool) or not (isinstance(timeout_seconds, (int, float))
-                                                         and math.isfinite(timeout_seconds) and timeout_seconds > 0):
-                raise ValueError(f"timeout_seconds: must be a finite number of seconds > 0, got {timeout_seconds!r}")
-            self.body_timeout_s = self.header_timeout_s = float(timeout_seconds)
+            self.body_timeout_s = self.header_timeout_s = caller_timeout_s("timeout_seconds", timeout_seconds)
         self.webhook = webhook
         self.body_budget = ByteBudget(self.max_parse_bytes)
         # Made with the server, so it exists (and can be read) before any request arrives.

@@ -361,9 +361,8 @@ class Simulator:
         # unknown latency there (NaN, an empty latency-matrix cell) has no time to give. A
         # service's max_latency_ms keeps its replicas out of such domains (feasibility reads NaN
         # as too far), as its allowed_domains do.
-        dom_index = {d.name: j for j, d in enumerate(sc.domains)}
         for si, svc in enumerate(sc.services):
-            reach = [dom_index[d] for d in svc.allowed_domains if d in dom_index] or range(len(sc.domains))
+            reach = [self.domain_index[d] for d in svc.allowed_domains if d in self.domain_index] or range(len(sc.domains))
             unknown = [sc.domains[j].name for j in reach if np.isnan(sc.latency_ms[self.svc_region[si], j])]
             if unknown and svc.max_latency_ms is None:
                 raise SimConfigError(
@@ -1159,7 +1158,9 @@ class Simulator:
         for d in sc.domains:
             series[f"carbon_intensity.{d.name}"] = [round(float(v), 2) for v in sc.carbon[d.name][sc.history: sc.history + sc.steps]]
         solver_name = getattr(self.solver, "name", "agent")
-        params = {**sc.params, **({"carbon_files": dict(sc.notes["carbon_files"])} if "carbon_files" in sc.notes else {})}
+        params = dict(sc.params)
+        if "carbon_files" in sc.notes:  # the zones read from the user's own files
+            params["carbon_files"] = dict(sc.notes["carbon_files"])
         return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
                          {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params)
 

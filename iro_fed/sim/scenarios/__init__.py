@@ -73,9 +73,10 @@ def carbon_files(entry: ScenarioEntry, params: Mapping[str, Any]) -> dict[str, t
     for key, value in params.items():
         if not key.startswith(CARBON_PREFIX):
             continue
-        zone = by_key.get(key[len(CARBON_PREFIX):].strip().upper())
+        given = key.removeprefix(CARBON_PREFIX)
+        zone = by_key.get(given.strip().upper())
         if zone is None:
-            raise ValueError(f"{key}: scenario {entry.name!r} reads no carbon zone {key[len(CARBON_PREFIX):]!r} "
+            raise ValueError(f"{key}: scenario {entry.name!r} reads no carbon zone {given!r} "
                              f"(its zones: {', '.join(zones) or 'none'})")
         if zone in out:
             raise ValueError(f"{key}: zone {zone!r} given twice (also as {out[zone][0]})")
