@@ -111,6 +111,9 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
 
     assignment = np.full(problem.num_workloads, -1, dtype=np.int64)
     wl_index = {w.name: i for i, w in enumerate(problem.workloads)}
+    # Pods whose node is already reported as bad: their cards cannot be checked against a node,
+    # and "not placed" would be a second, false error about the same entry.
+    bad_node: set[str] = set()
     for name, node in section("assignments").items():
         if name not in wl_index:
             errors.append(f"assignments.{name}: unknown workload")
@@ -119,9 +122,11 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
             continue
         if not isinstance(node, str):
             errors.append(f"assignments.{name}: expected a node name or null, got {type(node).__name__}")
+            bad_node.add(name)
             continue
         if node not in problem.node_index:
             errors.append(f"assignments.{name}: unknown node {node!r}")
+            bad_node.add(name)
             continue
         assignment[wl_index[name]] = problem.node_index[node]
     cards = {}
@@ -131,6 +136,8 @@ def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:
             errors.append(f"gpu_assignments.{name}: unknown workload")
         elif not isinstance(card_list, list):
             errors.append(f"gpu_assignments.{name}: expected a list of card indices, got {json_kind(card_list)}")
+        elif name in bad_node:
+            continue
         elif assignment[wl_index[name]] < 0:
             errors.append(f"gpu_assignments.{name}: the workload is not placed")
         else:

@@ -29,10 +29,11 @@ longest. The shipped files have none.
 Latency: ``shared/data/latency/gcp_latency_matrix.csv`` holds round-trip ms between 34 GCP
 regions keyed by grid-zone code, and ``gcp_dc_zonecode_mapper.json`` maps region names to those
 codes in the same order (two regions, us-east4 and us-east5, share the code US-MIDA-PJM, so the
-columns are read by position and the matrix is keyed by region name). Rows may come in any order,
-each naming its origin by zone code or by region name; the rows of a shared code fill its regions
-in mapper order (name the region to be explicit). An empty cell is an unknown latency, NaN, as in
-the problem model's ``latency_ms``. :func:`load_latency_matrix` returns a :class:`LatencyMatrix`
+matrix is keyed by region name). Rows and header columns may come in any order, each naming its
+region by zone code or by region name; the rows (columns) of a shared code fill those of its
+regions no other row (column) names, in mapper order. An empty cell, ``NaN``, ``NA`` or ``N/A``
+(any case; what pandas and R write for a missing value) is an unknown latency, NaN, as in the
+problem model's ``latency_ms``. :func:`load_latency_matrix` returns a :class:`LatencyMatrix`
 addressable by region name or by grid-zone code.
 
 Times are ISO 8601: ``2020-03-02 00:00:00`` or ``2020-03-02T00:00:00`` (UTC when there is no
@@ -292,23 +293,32 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             )
         times: list[float] = []
         values: list[float] = []
+        # csv counts records, not lines: a quoted cell may span lines, so errors name the file
+        # lines a record starts and ends on, from the reader's line count.
+        end = reader.line_num
         try:
-            for line, row in enumerate(reader, start=2):
+            for row in reader:
+                first, end = end + 1, reader.line_num
                 if not row or all(not c.strip() for c in row):
                     continue
                 if len(row) <= max(tcol, vcol):
-                    raise SignalFormatError(f"{p} line {line}: expected at least {max(tcol, vcol) + 1} columns, got {len(row)}")
+                    raise SignalFormatError(f"{p} {_lines(first, end)}: expected at least {max(tcol, vcol) + 1} columns, got {len(row)}")
                 try:
                     t = _parse_time(row[tcol])
                 except ValueError:
-                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: {_time_error(row[tcol], 'expected a time like')}") from None
-                v = _non_negative(row[vcol].strip(), f"{p} line {line}: {header[vcol]}")
+                    raise SignalFormatError(f"{p} {_lines(first, end)}: {header[tcol]}: {_time_error(row[tcol], 'expected a time like')}") from None
+                try:  # the message is built only for a bad value: this loop reads every row
+                    v = float(row[vcol])
+                except ValueError:
+                    v = -1.0
+                if not 0.0 <= v < np.inf:
+                    _non_negative(row[vcol].strip(), f"{p} {_lines(first, end)}: {header[vcol]}")  # raises
                 if times and t <= times[-1]:
-                    raise SignalFormatError(f"{p} line {line}: {header[tcol]}: times must increase, {row[tcol]!r} is not after the previous row")
+                    raise SignalFormatError(f"{p} {_lines(first, end)}: {header[tcol]}: times must increase, {row[tcol]!r} is not after the previous row")
                 times.append(t)
                 values.append(v)
         except csv.Error as exc:
-            raise SignalFormatError(f"{p}: not a valid CSV file: {exc}") from exc
+            raise SignalFormatError(f"{p} line {reader.line_num}: not a valid CSV file: {exc}") from exc
         except UnicodeDecodeError as exc:
             raise SignalFormatError(_not_utf8(p, exc)) from None
     if not times:
@@ -322,6 +332,11 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             p, len(series.gaps), GAP_FACTOR, _duration(series._step), _iso(start), _duration(end - start), _iso(end),
         )
     return series
+
+
+def _lines(first: int, last: int) -> str:
+    """``line 5``, or ``lines 5-7`` for a record whose quoted cell spans lines."""
+    return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
@@ -365,7 +380,7 @@ def persistence_forecast(actual: np.ndarray, now: int, horizon: int, steps_per_d
 @dataclass(frozen=True)
 class LatencyMatrix:
     """Round-trip ms between cloud regions (symmetric in practice, read as given: row = origin).
-    NaN is an unknown latency (an empty cell): :meth:`rtt` and :meth:`submatrix` return it as
+    NaN is an unknown latency (an empty, NaN or NA cell): :meth:`rtt` and :meth:`submatrix` return it as
     NaN, never 0, for the problem model to treat as unknown."""
 
     regions: tuple[str, ...]  # GCP region names
@@ -418,45 +433,74 @@ def load_latency_matrix(
     if not rows or not rows[0][1] or rows[0][1][0].strip() != "origin":
         raise SignalFormatError(f"{mpath} line 1: expected a header starting with 'origin'")
     header = [h.strip() for h in rows[0][1][1:]]
-    if tuple(header) != zones:
-        raise SignalFormatError(f"{mpath} line 1: columns {header} do not match the zone codes of {jpath.name} in order")
-    # Rows in any order: an origin is a zone code or a region name. A code that several regions
-    # share (US-MIDA-PJM) fills them in mapper order, as the header's columns are read.
-    by_key: dict[str, list[int]] = {}
-    for i, zone in enumerate(zones):
-        by_key.setdefault(zone, []).append(i)
+    # Columns in any order too, named as rows are. Column numbers count 'origin' as column 1.
+    cols = _match_regions(header, regions, zones)
+    for j, (col, key) in enumerate(zip(cols, header, strict=True)):
+        if col is None:
+            raise SignalFormatError(f"{mpath} line 1: column {j + 2}: unknown {key!r} (not a zone code or region name of {jpath.name})")
+        if isinstance(col, list):
+            raise SignalFormatError(f"{mpath} line 1: column {j + 2}: duplicate column for {key!r} "
+                                    f"(already in column {', '.join(str(k + 2) for k in col)})")
+    col_of = [c for c in cols if isinstance(c, int)]  # all of them, after the checks above
+    if len(col_of) != len(zones):
+        names = ", ".join(f"{zones[i]!r} ({regions[i]})" for i in range(len(zones)) if i not in col_of)
+        raise SignalFormatError(f"{mpath} line 1: no column for {names}")
+    data = [(line, row) for line, row in rows[1:] if row and any(c.strip() for c in row)]
+    origins = _match_regions([row[0].strip() for _, row in data], regions, zones)
     m = np.full((len(zones), len(zones)), np.nan)  # an empty cell stays NaN: unknown latency
     row_line: dict[int, int] = {}
-    last = 1
-    for line, row in rows[1:]:
-        if not row or all(not c.strip() for c in row):
-            continue
-        last = line
-        origin = row[0].strip()
-        if origin in regions:
-            i = regions.index(origin)
-            if i in row_line:
-                raise SignalFormatError(f"{mpath} line {line}: origin: duplicate row for {origin!r} (already on line {row_line[i]})")
-        elif origin in by_key:
-            free = [k for k in by_key[origin] if k not in row_line]
-            if not free:
-                raise SignalFormatError(f"{mpath} line {line}: origin: duplicate row for {origin!r} "
-                                        f"(already on line {', '.join(str(row_line[k]) for k in by_key[origin])})")
-            i = free[0]
-        else:
+    for (line, row), i in zip(data, origins, strict=True):
+        if i is None:
             raise SignalFormatError(f"{mpath} line {line}: origin: unknown {row[0]!r} (not a zone code or region name of {jpath.name})")
+        if isinstance(i, list):
+            raise SignalFormatError(f"{mpath} line {line}: origin: duplicate row for {row[0].strip()!r} "
+                                    f"(already on line {', '.join(str(data[k][0]) for k in i)})")
         if len(row) != len(zones) + 1:
             raise SignalFormatError(f"{mpath} line {line}: expected {len(zones) + 1} columns, got {len(row)}")
         for j, cell in enumerate(row[1:]):
-            if cell.strip():
-                m[i, j] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
+            # pandas writes NaN as an empty cell, or as NaN/NA with na_rep: all unknown.
+            if cell.strip().casefold() not in UNKNOWN_CELLS:
+                m[i, col_of[j]] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
         row_line[i] = line
     missing = [i for i in range(len(zones)) if i not in row_line]
     if missing:
         names = ", ".join(f"{zones[i]!r} ({regions[i]})" for i in missing)
+        last = data[-1][0] if data else 1
         raise SignalFormatError(f"{mpath} line {last}: the rows end with no row for origin {names}")
     m.setflags(write=False)
     return LatencyMatrix(regions, zones, m)
+
+
+#: Latency cells read as unknown (NaN), compared stripped and case-folded: empty, and what pandas
+#: and R write for a missing value.
+UNKNOWN_CELLS = frozenset({"", "nan", "na", "n/a"})
+
+
+def _match_regions(keys: list[str], regions: tuple[str, ...], zones: tuple[str, ...]) -> list[int | list[int] | None]:
+    """The region index each key (a region name or a zone code) stands for; ``None`` for an
+    unknown key, and for a duplicate the positions of the keys already holding its region(s).
+
+    Region names are matched first, so that a zone code that several regions share
+    (US-MIDA-PJM) fills those of its regions not named elsewhere, in mapper order.
+    """
+    out: list[int | list[int] | None] = [None] * len(keys)
+    owner: dict[int, int] = {}  # region index -> position of the key that took it
+    for pos, key in enumerate(keys):
+        if key in regions:
+            i = regions.index(key)
+            out[pos] = [owner[i]] if i in owner else i
+            owner.setdefault(i, pos)
+    for pos, key in enumerate(keys):
+        if key in regions or key not in zones:
+            continue
+        mine = [i for i, z in enumerate(zones) if z == key]
+        free = [i for i in mine if i not in owner]
+        if free:
+            owner[free[0]] = pos
+            out[pos] = free[0]
+        else:
+            out[pos] = sorted(owner[i] for i in mine)
+    return out
 
 
 def _non_negative(text: str, where: str) -> float:
