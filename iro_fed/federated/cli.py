@@ -138,7 +138,9 @@ def register(sub: Any) -> None:
                                     "then file them under DIR/rounds/done or DIR/rounds/failed with a record of the run.")
     r.add_argument("--requests", required=True, metavar="DIR", help="the writers' --round-request folder")
     r.add_argument("--federation", required=True,
-                   help="SuperLink connection of the operator's FLWR_HOME config.toml (e.g. production)")
+                   help="SuperLink connection of the operator's FLWR_HOME config.toml (e.g. production); checked at "
+                        "start and before each run: once it is gone or unusable, the command exits 2 and the "
+                        "requests wait in DIR/requests")
     r.add_argument("--rounds", type=int, default=3, help="federated rounds per run (default 3)")
     r.add_argument("--registry", default=None,
                    help="policy registry on the ServerApp's machine (default: the app's `registry` setting)")
@@ -290,7 +292,7 @@ def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 
 
 def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int | None = None,
-               start_timeout_s: float = 120.0) -> int:
+               start_timeout_s: float = 120.0, command: str = "fed") -> int:
     """Run ``argv`` (its own process group) in the foreground until it exits; SIGTERM / Ctrl-C stop
     it and everything it started. With ``executor_port`` (a SuperNode in ``--isolation process``)
     the warm ClientApp executor runs beside it: started once the Runtime API on that port listens,
@@ -300,7 +302,9 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
     stopped everything, 130 after Ctrl-C (whatever the child answers the SIGTERM we pass on with:
     flower-superlink dies of it or exits 3), 1 when something had to be killed after
     :data:`STOP_WAIT_S` or the Runtime API never listened, and the child's own status (128+N for a
-    death by signal N) when it exits unasked. A second signal kills what is still running."""
+    death by signal N) when it exits unasked. A second signal kills what is still running.
+    ``command`` ("fed server", "fed node") names the subcommand in its messages, as
+    :func:`iro_fed.cli.main` names it in an error's."""
     import socket
     import time
 
@@ -333,7 +337,7 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
                             break
                     except OSError:
                         if time.monotonic() > deadline:
-                            print(f"iro fed node: the SuperNode's Runtime API did not listen on "
+                            print(f"iro {command}: the SuperNode's Runtime API did not listen on "
                                   f"127.0.0.1:{executor_port} within {start_timeout_s:.0f} s", file=sys.stderr)
                             _stop_procs(procs)
                             return EXIT_FAILED
@@ -348,7 +352,7 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
                         time.sleep(0.5)
                     if node.poll() is None and not asked:
                         pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 30.0)
-                        print(f"iro fed node: the ClientApp executor exited ({executor.returncode}); restarting in "
+                        print(f"iro {command}: the ClientApp executor exited ({executor.returncode}); restarting in "
                               f"{pause:.0f} s", file=sys.stderr)
                         until = time.monotonic() + pause
                         while not asked and time.monotonic() < until:
@@ -369,10 +373,10 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
             _signal_groups(procs, signal.SIGKILL)
             return EXIT_INTERRUPTED
         if len(asked) > 1:  # on_term killed them
-            print("iro fed: a second signal: Flower's processes were killed", file=sys.stderr)
+            print(f"iro {command}: a second signal: Flower's processes were killed", file=sys.stderr)
             return EXIT_FAILED
         if not clean:
-            print(f"iro fed: {Path(argv[0]).name} did not stop within {STOP_WAIT_S:.0f} s and was killed",
+            print(f"iro {command}: {Path(argv[0]).name} did not stop within {STOP_WAIT_S:.0f} s and was killed",
                   file=sys.stderr)
             return EXIT_FAILED
         return stop_status(asked[0])
@@ -589,7 +593,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(argv))
         return EXIT_OK
-    return _supervise(argv, _daemon_env())
+    return _supervise(argv, _daemon_env(), command=args.command)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -621,13 +625,13 @@ def cmd_node(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(" ".join(argv))
             return EXIT_OK
-        return _supervise(argv, _daemon_env())
+        return _supervise(argv, _daemon_env(), command=args.command)
     argv += ["--isolation", "process"]
     if args.dry_run:
         print(" ".join(argv))
         print(" ".join(executor_command(args.port, "<supernode pid>")))
         return EXIT_OK
-    return _supervise(argv, _daemon_env(), executor_port=args.port)
+    return _supervise(argv, _daemon_env(), executor_port=args.port, command=args.command)
 
 
 def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
@@ -702,7 +706,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     import threading
     import time
 
-    from iro_fed.federated.local import FederationError, flwr_run, flwr_stop
+    from iro_fed.federated.local import FederationError, check_superlink_connection, flwr_run, flwr_stop
     from iro_fed.federated.round_requests import ClaimLostError
 
     err = _console(stderr=True)
@@ -757,6 +761,22 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
                     if (wait > 0 and stop.wait(wait)) or stop.is_set():
                         queue.release(claimed)
                         break
+                    try:
+                        # Checked at start, but the operator's config.toml (or the app's
+                        # federations) may have changed since: flwr run would fail on it, and
+                        # file these requests, and every later one, under rounds/failed.
+                        check_superlink_connection(app, args.federation)
+                    except FederationError as exc:
+                        # Bad input, as at start (exit 2), not a failed run: the requests wait for
+                        # a consumer with a usable connection, none is filed under rounds/failed.
+                        back = sum(req.path.exists() for req in claimed)  # still in running/
+                        try:
+                            queue.release(claimed)
+                        except ClaimLostError as lost:  # moved away meanwhile; the others are back
+                            err.print(f"[red]{lost}[/red]", highlight=False)
+                        raise UsageError(f"--federation: the Flower configuration changed since this consumer "
+                                         f"started: {exc}; {back} request(s) put back to wait in "
+                                         f"{str(queue.folder('requests'))!r}") from None
                     last_start = time.monotonic()
                     sites = sorted({req.site for req in claimed})
                     err.print(f"run: {len(claimed)} request(s) from {', '.join(sites)}; {rounds} round(s) on "

@@ -69,6 +69,15 @@ MAX_METRICS_POLL_S = 86400.0
 #: Longest pod backoff and unschedulable wait (kube-scheduler's defaults are 1 s, 10 s and 5 min).
 MAX_POD_BACKOFF_S = 3600.0
 MAX_UNSCHEDULABLE_S = 86400.0
+#: Longest ``--api-timeout-s`` (an API write's wait for its answer; Kube.write_timeout_s, 30 s by
+#: default) and ``--watch-timeout-s`` (a watch's ``timeoutSeconds``, whole seconds as the API takes
+#: it; 60 by default): an hour, as long as kube-apiserver keeps a watch open of its own accord.
+MAX_API_TIMEOUT_S = 3600.0
+MAX_WATCH_TIMEOUT_S = 3600
+#: The webhook configuration's ``timeoutSeconds`` (``--timeout-seconds``): the API server takes 1..30.
+MAX_WEBHOOK_TIMEOUT_S = 30
+#: Longest ``--http-timeout-s`` (kube-scheduler's extender ``httpTimeout``).
+MAX_EXTENDER_HTTP_TIMEOUT_S = 3600.0
 
 
 def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) -> str:
@@ -141,17 +150,49 @@ def _config(path: str | None) -> Any:
         raise UsageError(f"--cluster-config: {exc}") from exc
 
 
-def _kube(kubeconfig: str | None, user_agent: str) -> Any:
+def _kube(kubeconfig: str | None, user_agent: str, api_timeout_s: float | None = None) -> Any:
+    """The API client of ``--kubeconfig`` (else the in-cluster service account); its writes wait
+    ``api_timeout_s`` for an answer when given, else ``Kube.write_timeout_s``."""
     from iro_fed.k8s.client import Kube
 
     if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise UsageError("--kubeconfig: required when not running inside a cluster (no in-cluster service account found)")
     try:
-        return Kube.from_kubeconfig(_file(kubeconfig, "--kubeconfig"), user_agent=user_agent)
+        kube = Kube.from_kubeconfig(_file(kubeconfig, "--kubeconfig"), user_agent=user_agent)
     except UsageError:
         raise
     except Exception as exc:  # kubernetes.config.ConfigException and friends
         raise UsageError(f"--kubeconfig: cannot load {kubeconfig!r}: {exc}") from exc
+    if api_timeout_s is not None:
+        kube.write_timeout_s = api_timeout_s
+    return kube
+
+
+def _api_timeouts(args: argparse.Namespace, talks: bool, needs: str) -> tuple[float | None, int | None]:
+    """``--api-timeout-s`` and ``--watch-timeout-s`` (None: not given, the library's defaults),
+    checked; given to a command that does not talk to the API server (``talks`` false), they are
+    an error naming the flag and what it ``needs``, not silently unused."""
+    api = getattr(args, "api_timeout_s", None)
+    watch = args.watch_timeout_s
+    if api is not None:
+        check_number("--api-timeout-s", api, 0.0, MAX_API_TIMEOUT_S, low_open=True)
+    if watch is not None:
+        check_int("--watch-timeout-s", watch, 1, MAX_WATCH_TIMEOUT_S)
+    for flag, value in (("--api-timeout-s", api), ("--watch-timeout-s", watch)):
+        if value is not None and not talks:
+            raise UsageError(f"{flag}: needs {needs} (without it no API server is called)")
+    return api, watch
+
+
+def _watch_kwargs(watch_timeout_s: int | None) -> dict[str, int]:
+    """``watch_timeout_s`` for ClusterCache / IroScheduler when ``--watch-timeout-s`` was given
+    (else theirs: the defaults stay in one place)."""
+    return {} if watch_timeout_s is None else {"watch_timeout_s": watch_timeout_s}
+
+
+def _timeouts_row(kube: Any, cache: Any) -> tuple[str, str]:
+    """The settings table's row of the API timeouts in effect."""
+    return "API timeouts", f"writes {kube.write_timeout_s:g} s, watches {cache.nodes.watch_timeout_s} s"
 
 
 def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -178,15 +219,18 @@ def cmd_extender(args: argparse.Namespace) -> int:
     _server_args(args)
     _url_prefix(args.url_prefix)
     check_number("--solver-weight", args.solver_weight, 0.0, 1.0)
+    if args.http_timeout_s is not None:
+        check_number("--http-timeout-s", args.http_timeout_s, 0.0, MAX_EXTENDER_HTTP_TIMEOUT_S, low_open=True)
+    api_timeout, watch_timeout = _api_timeouts(args, bool(args.kubeconfig or args.watch), "--kubeconfig or --watch")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     kube = cache = None
     if args.kubeconfig or args.watch:
-        kube = _kube(args.kubeconfig, "iro-extender")
-        cache = ClusterCache(kube, config).start()
+        kube = _kube(args.kubeconfig, "iro-extender", api_timeout)
+        cache = ClusterCache(kube, config, **_watch_kwargs(watch_timeout)).start()
     ext = Extender(args.solver, settings, cache=cache, kube=kube, config=config, solver_weight=args.solver_weight)
     try:
-        server = ExtenderServer(ext, args.host, args.port, args.url_prefix)
+        server = ExtenderServer(ext, args.host, args.port, args.url_prefix, http_timeout_s=args.http_timeout_s)
     except OSError as exc:
         raise UsageError(f"--port: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     _settings_table("iro extender", [
@@ -195,6 +239,8 @@ def cmd_extender(args: argparse.Namespace) -> int:
         ("mode", "nodeCacheCapable: true (node cache from a watch)" if cache else "nodeCacheCapable: false (stateless NodeList)"),
         ("solver", f"{args.solver} {settings or ''}".strip()),
         ("solver weight", f"{args.solver_weight:g} (objective {1 - args.solver_weight:g})"),
+        ("caller timeout", f"{server.body_timeout_s:g} s (kube-scheduler's httpTimeout)"),
+        *([_timeouts_row(kube, cache)] if cache is not None else []),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
@@ -244,18 +290,24 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _k8s_name("--scheduler-name", args.scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
+    if args.timeout_seconds is not None:
+        check_int("--timeout-seconds", args.timeout_seconds, 1, MAX_WEBHOOK_TIMEOUT_S)
+        if args.budget_s >= args.timeout_seconds:  # the answer would come after the API server gave up
+            raise UsageError(f"--budget-s: must be below --timeout-seconds ({args.timeout_seconds}), "
+                             f"got {args.budget_s:g}")
     check_int("--top-k", args.top_k, 1, MAX_TOP_K)
+    _, watch_timeout = _api_timeouts(args, args.mode == "affinity", "--mode affinity")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     cache = None
     if args.mode == "affinity":
         if not args.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
-        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), config).start()
+        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), config, **_watch_kwargs(watch_timeout)).start()
     hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
                    args.budget_s, config)
     try:
-        server = WebhookServer(hook, cert, key, args.host, args.port)
+        server = WebhookServer(hook, cert, key, args.host, args.port, timeout_seconds=args.timeout_seconds)
     except OSError as exc:  # ssl.SSLError is an OSError
         problem = _tls_problem(cert, key)
         raise UsageError(problem or f"cannot serve HTTPS on {args.host}:{args.port} with --tls-cert/--tls-key: {exc}") from exc
@@ -265,6 +317,8 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         ("scheduler name" if args.mode == "scheduler-name" else "top-K", args.scheduler_name if args.mode == "scheduler-name" else str(args.top_k)),
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
+        ("caller timeout", f"{server.body_timeout_s:g} s (the webhook configuration's timeoutSeconds)"),
+        *([("API timeouts", f"watches {cache.nodes.watch_timeout_s} s")] if cache is not None else []),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
@@ -301,6 +355,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
         raise UsageError(f"--pod-max-backoff-s: must be >= --pod-initial-backoff-s ({args.pod_initial_backoff_s:g}), "
                          f"got {args.pod_max_backoff_s:g}")
     check_number("--max-unschedulable-s", args.max_unschedulable_s, 0.0, MAX_UNSCHEDULABLE_S, low_open=True)
+    api_timeout, watch_timeout = _api_timeouts(args, True, "")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     import solvers
@@ -310,7 +365,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     if (args.fine_tune_registry or args.round_request) and args.feedback_threshold is None:
         raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
     actions = _fine_tune_actions(args)
-    kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}")
+    kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}", api_timeout)
     feedback, registry = None, None
     if args.metrics_port is not None:
         try:
@@ -335,7 +390,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
                              leader_election=not args.no_leader_elect, feedback=feedback,
                              metrics_poll_s=args.metrics_poll_s if feedback is not None else None,
                              pod_initial_backoff_s=args.pod_initial_backoff_s, pod_max_backoff_s=args.pod_max_backoff_s,
-                             max_unschedulable_s=args.max_unschedulable_s)
+                             max_unschedulable_s=args.max_unschedulable_s, **_watch_kwargs(watch_timeout))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if registry is not None:
@@ -397,6 +452,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("unschedulable queue", f"backoff {args.pod_initial_backoff_s:g} s doubling to {args.pod_max_backoff_s:g} s, "
                                 f"retried after {args.max_unschedulable_s:g} s anyway"),
         ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
+        _timeouts_row(sched.kube, sched.cache),
         ("feedback", "off" if feedback is None else
          f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
@@ -443,6 +499,17 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
 # --- registration -----------------------------------------------------------------------------
 
 
+def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: str) -> None:
+    """``--api-timeout-s`` (when the command writes: ``writes`` says what) and ``--watch-timeout-s``."""
+    if writes is not None:
+        p.add_argument("--api-timeout-s", type=float, metavar="S",
+                       help=f"seconds each API write ({writes}) waits for the API server's answer before it counts "
+                            f"as failed (default 30, at most {MAX_API_TIMEOUT_S:g})")
+    p.add_argument("--watch-timeout-s", type=int, metavar="S",
+                   help=f"whole seconds each watch of the API server ({watches}) lasts: its timeoutSeconds, after "
+                        f"which it is renewed from where it stopped (default 60, 1..{MAX_WATCH_TIMEOUT_S})")
+
+
 def register(sub: Any) -> None:
     """Add ``extender``, ``webhook`` and ``scheduler`` to the ``iro`` command."""
     p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter, prioritize, bind, preempt)")
@@ -457,6 +524,10 @@ def register(sub: Any) -> None:
     p.add_argument("--watch", action="store_true",
                    help="same as --kubeconfig with the in-cluster service account (inside a pod)")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("--http-timeout-s", type=float, metavar="S",
+                   help="kube-scheduler's httpTimeout for this extender: a request's headers and body must arrive "
+                        f"within S seconds, else 408 (default 5, kube's default; at most {MAX_EXTENDER_HTTP_TIMEOUT_S:g})")
+    _add_api_timeouts(p, "a bind; with --kubeconfig or --watch", "nodes and bound pods; with --kubeconfig or --watch")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_extender, service=True)
@@ -480,6 +551,10 @@ def register(sub: Any) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("--timeout-seconds", type=int, metavar="S",
+                   help="the webhook configuration's timeoutSeconds: a review's headers and body must arrive within "
+                        f"S seconds, else 408; --budget-s must be below it (default 5, as deploy/; 1..{MAX_WEBHOOK_TIMEOUT_S})")
+    _add_api_timeouts(p, None, "nodes and bound pods; with --mode affinity")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_webhook, service=True)
@@ -516,5 +591,6 @@ def register(sub: Any) -> None:
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    _add_api_timeouts(p, "a bind, an Event, a pod status patch", "nodes, bound and pending pods")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_scheduler, service=True)

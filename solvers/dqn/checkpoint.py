@@ -10,7 +10,8 @@ schedules stopped (:data:`SCHEDULE`, read by :func:`read_schedule`; ``iro train 
 continues them). A checkpoint written before that key existed loads as before (the key is
 optional, the format unchanged), and an older release reads a newer checkpoint (it ignores it).
 
-The training state beside it (``policy.optim.pt``, written by :func:`solvers.dqn.train.train`)
+The training state beside it (``policy.optim.pt``, written by :func:`solvers.dqn.train.train`,
+read by :func:`load_training_state`)
 holds Adam's ``state_dict`` and, under :data:`TARGET_STATE`, the target network's, as Rainbow's
 and Dopamine's checkpoints keep the target network with the online one: ``iro train --resume``
 goes on with the target the run had, not a copy of the online network. It stays out of
@@ -154,6 +155,24 @@ def _load_failure(path: Path, exc: Exception) -> str:
     # torch's first sentence says what failed (a damaged zip archive); the rest is for its developers
     first = str(exc).strip().split(". ", 1)[0].splitlines()
     return first[0][:200].rstrip(".") if first else f"{type(exc).__name__}: it ends too early or is damaged"
+
+
+def load_training_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The training-state file beside a checkpoint (``policy.optim.pt``: Adam's ``state_dict`` with
+    :data:`TARGET_STATE`, :data:`RNG_STATE` and :data:`SINCE_LEARN`), loaded with
+    ``weights_only=True``; :class:`CheckpointError` naming the file when it is unreadable or not a
+    mapping. The caller checks that it exists (a missing one is an older run's, not an error)."""
+    import torch
+
+    path = Path(path)
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises several types for corrupt or foreign files
+        raise CheckpointError(f"optimizer state {str(path)!r}: not a readable torch file "
+                              f"({_load_failure(path, exc)})") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"optimizer state {str(path)!r}: expected a mapping, got {type(state).__name__}")
+    return state
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -254,13 +254,7 @@ def _train(
         opt = optimizer_path(resume)
         target_state = rng_state = saved_since = None
         if opt.is_file():
-            try:
-                training_state = torch.load(opt, weights_only=True)
-            except Exception as exc:  # torch raises several types for corrupt or foreign files
-                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: not a readable torch file ({ckpt._load_failure(opt, exc)})") from exc
-            if not isinstance(training_state, dict):
-                raise ckpt.CheckpointError(f"optimizer state {str(opt)!r}: expected a mapping, got "
-                                           f"{type(training_state).__name__}")
+            training_state = ckpt.load_training_state(opt)
             target_state = training_state.pop(ckpt.TARGET_STATE, None)
             rng_state = training_state.pop(ckpt.RNG_STATE, None)
             saved_since = training_state.pop(ckpt.SINCE_LEARN, None)
