@@ -514,7 +514,9 @@ def register(sub: Any) -> None:
     """Add ``extender``, ``webhook`` and ``scheduler`` to the ``iro`` command."""
     p = sub.add_parser("extender", help="serve the kube-scheduler extender (filter, prioritize, bind, preempt)")
     p.add_argument("--port", type=_port, required=True, help="TCP port (0 = any free port)")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: bind is unauthenticated; kube-scheduler runs the "
+                        "extender as a sidecar on loopback; 0.0.0.0 to serve other hosts)")
     p.add_argument("--url-prefix", default="", metavar="X", help="path prefix of the verbs, e.g. /iro (default none)")
     p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver whose ranking scores nodes (default greedy-objective)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
