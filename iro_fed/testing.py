@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import check_placement, feasible_nodes, static_filter
+from iro_fed.feasibility import check_placement, feasible_nodes, over_capacity, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import STATUSES, Placement
@@ -117,8 +117,16 @@ def _card_options(state: ClusterState, w: int, n: int) -> list[tuple[int, ...]]:
 
 
 def all_placements(problem: Problem, limit: int = 500_000) -> Iterator[tuple[np.ndarray, dict[int, tuple[int, ...]]]]:
-    """Every distinct feasible placement (unplaced allowed), by depth-first search."""
-    state = ClusterState(problem)
+    """Every distinct placement that :func:`check_placement` accepts (unplaced allowed), by
+    depth-first search in pod order.
+
+    Capacity is tested as check_placement tests it (:func:`over_capacity` of each node's totals,
+    added up in pod order as its ``np.add.at`` does), not by the filters: they subtract one pod at
+    a time from what is free, which rounds otherwise, so at a rounding edge the search in index
+    order missed placements that check_placement accepts and a solver found (then an optimum
+    above the oracle's). Totals only grow, so a node past capacity stays past it: pruned there."""
+    state = ClusterState(problem)  # the card choices
+    used = problem.allocated.copy()
     count = 0
 
     def rec(w: int) -> Iterator[tuple[np.ndarray, dict[int, tuple[int, ...]]]]:
@@ -130,11 +138,18 @@ def all_placements(problem: Problem, limit: int = 500_000) -> Iterator[tuple[np.
             yield state.assignment.copy(), dict(state.gpu_cards)
             return
         yield from rec(w + 1)  # w stays unplaced
-        for n in np.flatnonzero(feasible_nodes(state, w)):
-            for cards in _card_options(state, w, int(n)):
-                state.place(w, int(n), cards)
-                yield from rec(w + 1)
-                state.remove(w)
+        d = problem.demand[w]
+        asks = d > 0
+        for n in np.flatnonzero(static_filter(problem, w).mask):
+            n = int(n)
+            before = used[n].copy()
+            used[n] += d
+            if not over_capacity(problem, used[n], n)[asks].any():
+                for cards in _card_options(state, w, n):
+                    state.place(w, n, cards)
+                    yield from rec(w + 1)
+                    state.remove(w)
+            used[n] = before  # restored exactly, not by a subtraction that rounds
 
     yield from rec(0)
 

@@ -183,7 +183,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, explain, feasible_matrix, feasible_nodes, resource_fit
+from iro_fed.feasibility import candidate_matrix as _candidate_matrix
+from iro_fed.feasibility import explain, feasible_nodes, fit_tolerance, pod_groups, pod_key, resource_fit
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -284,42 +285,11 @@ def pack_gpu(problem: Problem, n: int, pods: list[int], free: np.ndarray | None 
     return out
 
 
-def pod_groups(problem: Problem, pods: np.ndarray | None = None) -> list[np.ndarray]:
-    """``pods`` (default: all) split into groups that are identical for feasibility and the
-    objective (requests, GPU shape and constraints); members in pod order."""
-    pods = np.arange(problem.num_workloads) if pods is None else np.asarray(pods, dtype=np.int64)
-    keys: dict[tuple, list[int]] = {}
-    for w in pods:
-        w = int(w)
-        keys.setdefault(_pod_key(problem, w), []).append(w)
-    return [np.array(sorted(m), dtype=np.int64) for m in keys.values()]
-
-
-def _pod_key(problem: Problem, w: int) -> tuple:
-    """What decides a pod's feasibility and its terms in R: pods with equal keys are identical."""
-    return (
-        problem.demand[w].tobytes(), int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]),
-        problem.workloads[w].constraint_key,
-    )
-
-
 def candidate_matrix(problem: Problem, state: ClusterState, deadline: float | None = None) -> np.ndarray:
-    """:func:`~iro_fed.feasibility.feasible_matrix` of ``state``, computed once per group of
-    identical pods (:func:`pod_groups`: equal rows) by :func:`~iro_fed.feasibility.feasible_nodes`,
-    with the clock checked between groups (raises :class:`OutOfTime` past ``deadline``). The
-    whole-matrix broadcast cannot stop midway and took 0.12-0.20 s at 1000 x 5000 (182 groups:
-    0.003 s here), past a 0.2 s limit."""
-    p = problem
-    # feasible_nodes reads a one-card pod asking no milli (which problem_io rejects) as a share,
-    # feasible_matrix as a whole card: such a problem takes the matrix, whole.
-    if ((p.wl_gpu_count == 1) & (p.wl_gpu_milli <= 0)).any():
-        _check_deadline(deadline)
-        return feasible_matrix(p, state)
-    out = np.zeros((p.num_workloads, p.num_nodes), dtype=bool)
-    for members in pod_groups(p):
-        _check_deadline(deadline)
-        out[members] = feasible_nodes(state, int(members[0]))
-    return out
+    """:func:`iro_fed.feasibility.candidate_matrix` (the feasibility matrix of ``state``, once per
+    group of identical pods) with the clock checked between groups: raises :class:`OutOfTime`
+    past ``deadline``."""
+    return _candidate_matrix(problem, state, between=lambda: _check_deadline(deadline))
 
 
 def unplaced_reasons(
@@ -334,7 +304,7 @@ def unplaced_reasons(
     seen: dict[tuple, tuple[str, bool]] = {}
     for w in np.flatnonzero(state.assignment < 0):
         w = int(w)
-        key = _pod_key(problem, w)
+        key = pod_key(problem, w)
         if key not in seen:
             seen[key] = (explain(state, w), bool(feasible_nodes(state, w).any()))
         msg, fits = seen[key]
@@ -503,8 +473,8 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
     i, j = np.unravel_index(flat, gain.shape)
     a, b = placed[i], placed[j]
     m, n = node[i], node[j]
-    d = problem.demand
-    fits = _room_after(state.free[n], d[b], d[a]) & _room_after(state.free[m], d[a], d[b])
+    d, tol = problem.demand, fit_tolerance(problem)
+    fits = _room_after(state.free[n], d[b], d[a], tol[n]) & _room_after(state.free[m], d[a], d[b], tol[m])
     static = {int(w): _static_mask(problem, int(w)) for w in np.unique(np.concatenate([a[fits], b[fits]]))}
     fits[fits] = [bool(static[int(x)][int(y)] and static[int(u)][int(v)])
                   for x, y, u, v in zip(a[fits], n[fits], b[fits], m[fits], strict=True)]
@@ -545,10 +515,11 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
     return 2 * swaps
 
 
-def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray) -> np.ndarray:
-    """Per row: ``coming``'s additive resources fit ``free`` once ``leaving`` is out (a resource
-    it does not request is not checked, as in resource_fit). The swap and eviction screens."""
-    return ((free + leaving - coming >= -EPS) | (coming <= 0)).all(axis=1)
+def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """Per row: ``coming``'s additive resources fit ``free`` once ``leaving`` is out, within the
+    rows' :func:`~iro_fed.feasibility.fit_tolerance` ``tol`` (a resource it does not request is
+    not checked, as in resource_fit). The swap and eviction screens."""
+    return ((free + leaving + tol >= coming) | (coming <= 0)).all(axis=1)
 
 
 #: Most (unplaced pod, node, evicted pod) tries of :func:`insert_by_eviction` per call.
@@ -569,7 +540,7 @@ def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | 
     out = np.flatnonzero(state.assignment < 0)
     if out.size == 0:
         return 0
-    d = problem.demand
+    d, tol = problem.demand, fit_tolerance(problem)
     score = evaluate(problem, state.assignment).score
     tries = inserted = 0
     for u in out:
@@ -579,7 +550,8 @@ def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | 
         on = np.flatnonzero(np.isin(state.assignment, np.flatnonzero(mask)))
         if on.size == 0:
             continue
-        on = on[_room_after(state.free[state.assignment[on]], d[on], d[u])]
+        at = state.assignment[on]
+        on = on[_room_after(state.free[at], d[on], d[u], tol[at])]
         # Cheapest evictions first: the pods whose own placement is worth least.
         on = on[np.argsort(d[on].sum(axis=1), kind="stable")]
         for v in on:
@@ -638,10 +610,11 @@ def scaled_demand(demand: np.ndarray, mult: float) -> np.ndarray:
     return np.ceil(scaled - INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
 
 
-def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, dem: np.ndarray, cap: int) -> bool:
+def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, tol: float, dem: np.ndarray, cap: int) -> bool:
     """Whether a capacity row rounded conservatively (``dem`` up, ``cap`` down) admits exactly
-    the pod counts that :func:`~iro_fed.feasibility.resource_fit` does, placing one pod after
-    another. Decided only when the pods ask for equal amounts (one count to compare); else False."""
+    the pod counts that :func:`~iro_fed.feasibility.resource_fit` does (``tol`` the node's
+    :func:`~iro_fed.feasibility.fit_tolerance`), placing one pod after another. Decided only
+    when the pods ask for equal amounts (one count to compare); else False."""
     if d.size == 0:  # no pod asks for the resource (its node used past capacity): none kept out
         return True
     if not np.all(d == d[0]):
@@ -649,7 +622,7 @@ def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, dem: np.nd
     total = int(ub.sum())
     rounded = min(total, cap // int(dem[0])) if dem[0] > 0 else total
     left, fits = free, 0
-    while fits < total and left >= d[0] - EPS:  # as ClusterState.place subtracts, pod by pod
+    while fits < total and left + tol >= d[0]:  # as ClusterState.place subtracts, pod by pod
         left -= d[0]
         fits += 1
     return rounded == fits
@@ -818,13 +791,14 @@ class PlacementModel:
         pw = rep[pg]
         self.pg, self.pn = pg, pn
         free = base.free
+        tol = fit_tolerance(p)  # the filters' rounding allowance, so the model admits what they do
         gpu_free = base.gpu_free
 
         # 1. Count variables, bounded by the group size and by what fits the node alone.
         ub = size[pg].astype(np.float64)
         for r in range(len(p.resources)):
             d = p.demand[pw, r]
-            ub = np.where(d > 0, np.minimum(ub, np.floor((free[pn, r] + EPS) / np.where(d > 0, d, 1.0))), ub)
+            ub = np.where(d > 0, np.minimum(ub, np.floor((free[pn, r] + tol[pn, r]) / np.where(d > 0, d, 1.0))), ub)
         gpu = p.wl_gpu_count[pw] > 0
         if gpu.any():
             share = is_share(p, pw)
@@ -856,7 +830,7 @@ class PlacementModel:
         for r in range(len(p.resources)):
             d = p.demand[pw, r]
             total = np.bincount(pn, weights=d * ub, minlength=p.num_nodes)
-            binding = np.flatnonzero(total > free[:, r] + EPS)
+            binding = np.flatnonzero(total > free[:, r] + tol[:, r])
             if binding.size == 0:
                 continue
             # Exact where the amounts are decimals of up to six places; otherwise conservative
@@ -867,9 +841,9 @@ class PlacementModel:
                 ks = ks[d[ks] > 0]
                 if ks.size == 0:  # a node used past capacity, no candidate asks for r: nothing to bound
                     continue  # (the empty row `0 <= negative` made the whole model invalid)
-                dem, cap = scaled_demand(d[ks], mult), scaled_capacity(free[n, r], mult)
+                dem, cap = scaled_demand(d[ks], mult), scaled_capacity(free[n, r] + tol[n, r], mult)
                 model.linear(x[ks], dem, 0, cap)
-                if not integral and not _rounding_keeps_count(d[ks], ub[ks], float(free[n, r]), dem, cap):
+                if not integral and not _rounding_keeps_count(d[ks], ub[ks], float(free[n, r]), float(tol[n, r]), dem, cap):
                     # Rounded up, the demands may keep out pods that fit (3 pods of 1/3 cpu on 1.0
                     # free: 333334 x 3 > 10^6): the model is then not exact, and "optimal" would
                     # be a claim about fewer placements than the feasibility module allows.
@@ -877,7 +851,7 @@ class PlacementModel:
                 # Large-item cuts: pods over 1/(j+1) of what is free fit at most j at a time.
                 # Implied for integers, but they tighten the LP bound where big pods compete.
                 for j in (1, 2, 3):
-                    big = ks[d[ks] * (j + 1) > free[n, r] + EPS]
+                    big = ks[d[ks] * (j + 1) > free[n, r] + tol[n, r]]
                     if big.size > 1 and ub[big].sum() > j:
                         model.linear(x[big], np.ones(big.size), 0, j)
 
@@ -1039,6 +1013,9 @@ class PlacementModel:
         supply.append(np.where(gf > 0, gf, 0).sum(axis=1).astype(np.float64))
         demand.append(np.where(gpu & ~share, p.wl_gpu_count[rep], 0).astype(np.float64))
         supply.append((gf == GPU_MILLI).sum(axis=1).astype(np.float64))
+        # What the filters let a node take past its supply: their tolerance (GPU amounts are whole).
+        tol = fit_tolerance(p)
+        allowance = [tol[:, r] for r in range(len(p.resources))] + [np.zeros(p.num_nodes)] * 2
         cuts = 0
         for s in range(sets.shape[0]):
             _check_deadline(self.model.deadline)
@@ -1046,14 +1023,15 @@ class PlacementModel:
             if conf.size == 0:
                 continue
             drop = 0
-            for d_all, f_all in zip(demand, supply, strict=True):
+            for d_all, f_all, t_all in zip(demand, supply, allowance, strict=True):
                 d, n = d_all[conf], size[conf]
                 excess = float((d * n).sum()) - float(f_all[sets[s]].sum())
-                if excess <= EPS:
+                slack = float(t_all[sets[s]].sum())
+                if excess <= slack:
                     continue
                 order = np.argsort(-d, kind="stable")
                 largest = np.repeat(d[order], n[order])
-                drop = max(drop, int(np.searchsorted(np.cumsum(largest), excess - EPS)) + 1)
+                drop = max(drop, int(np.searchsorted(np.cumsum(largest), excess - slack)) + 1)
             if drop:
                 ks = np.concatenate([np.arange(group_pairs[g], group_pairs[g + 1]) for g in conf])
                 self.model.linear(x[ks], np.ones(ks.size), 0, int(size[conf].sum()) - drop)

@@ -126,12 +126,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, check_placement, feasible_nodes, static_filter
+from iro_fed.feasibility import (
+    candidate_matrix,
+    check_placement,
+    feasible_nodes,
+    fit_tolerance,
+    pod_groups,
+    static_filter,
+)
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
 from solvers.base import SEED, InvalidSettingError, Param, Solver, SolverProperties
-from solvers.cpsat import POLISH_TOL, candidate_matrix, improve, is_share, pack_gpu, pod_groups, unplaced_reasons
+from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
 
 #: Unbalanced-penalization coefficients (Montañez-Barrera et al. 2022).
 UNBALANCED_L1 = 1.0
@@ -470,10 +477,10 @@ def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> lis
 
 def _fit_rule(p: Problem, w: int) -> tuple[np.ndarray, list[tuple[int, float]], tuple[bool, int] | None]:
     """What :func:`~iro_fed.feasibility.feasible_nodes` checks for pod ``w``, node by node: its
-    static mask; ``(resource, least free)`` per requested resource (``demand - EPS``, as
-    ``resource_fit`` compares); the GPU test as ``(fully free cards?, amount)`` or None."""
+    static mask; ``(resource, demand)`` per requested resource (``resource_fit`` compares
+    ``free + fit_tolerance >= demand``); the GPU test as ``(fully free cards?, amount)`` or None."""
     d = p.demand[w]
-    need = [(int(r), float(d[r] - EPS)) for r in np.flatnonzero(d > 0)]
+    need = [(int(r), float(d[r])) for r in np.flatnonzero(d > 0)]
     count = int(p.wl_gpu_count[w])
     gpu = None
     if count > 0:
@@ -631,6 +638,7 @@ class _BatchModel:
         p, st = self.p, self.state
         if self.num_pairs == 0:
             return next_var
+        tol = fit_tolerance(p)
         w_of = self.pods[self.pw]
         by_node: dict[int, np.ndarray] = {}
         for n in np.unique(self.pn):
@@ -639,9 +647,9 @@ class _BatchModel:
             for r in range(len(p.resources)):
                 d = p.demand[w_of[ks], r]
                 use = d > 0
-                # use.any(): free rounded just below -EPS (sums of 1e-9 pods on 1e-6 nodes) with no
+                # use.any(): free rounded just below -tol (sums of 1e-9 pods on 1e-6 nodes) with no
                 # candidate asking for r made a constraint over no pods, its unit the mean of nothing.
-                if use.any() and d.sum() > st.free[n, r] + EPS:
+                if use.any() and d.sum() > st.free[n, r] + tol[n, r]:
                     next_var = self._constraint(ks[use], d[use], max(float(st.free[n, r]), 0.0), next_var)
             gk = ks[p.wl_gpu_count[w_of[ks]] > 0]
             if gk.size == 0:
@@ -813,5 +821,5 @@ class _BatchModel:
     def _fits_but_cards(self, state: ClusterState, w: int, n: int) -> bool:
         """Pod ``w``'s additive resources fit node ``n`` (its static filters passed when it
         became a candidate): only the card choice can be in the way."""
-        free = state.free
-        return all(free[n, r] >= least for r, least in self._rule(w)[1])
+        free, tol = state.free, fit_tolerance(self.p)
+        return all(free[n, r] + tol[n, r] >= demand for r, demand in self._rule(w)[1])
