@@ -2,8 +2,9 @@
 objective terms of each choice.
 
 The site is a set of nodes of a problem file (those of one domain, or all). A request's
-workload is validated by the problem loader itself (the same field rules as a problem file)
-and joined to the site's cluster as a one-workload :class:`~iro_fed.model.Problem`; the ranker
+workload is validated by the problem loader itself (the same field rules as a problem file, but
+an unknown field is refused, not noted: :mod:`edge_agent.workload`) and joined to the site's
+cluster as a one-workload :class:`~iro_fed.model.Problem`; the ranker
 (registry policy, configured solver or fallback heuristic) ranks the feasible nodes with
 ``rank``; :func:`iro_fed.objective.evaluate` scores the placement on each of the top-K nodes
 and :func:`iro_fed.objective.marginal` gives the change of R, so the reply's terms come from the

@@ -24,15 +24,25 @@ A Pod (``kind: Pod`` or an object with ``spec.containers``) becomes a workload o
   the scheduler reads it.
 
 Errors raise :class:`BadRequest` with the field path (``pod.spec.containers[0].resources.requests.cpu``).
+
+Unknown fields are refused, as the API server refuses them with strict field validation
+(``kubectl``'s default): in the Pod, its ``metadata``, ``spec``, each container and init container,
+their ``resources`` and the pod-level ``spec.resources``, and each toleration (the fields of
+Kubernetes 1.37's v1 objects, :data:`POD_FIELDS`); a resource name without a ``/`` in a container's
+``requests`` / ``limits`` must be a standard one (``cpu``, ``memory``, ``ephemeral-storage``,
+``hugepages-*``); pod-level ``spec.resources`` takes ``cpu``, ``memory`` and ``hugepages-*`` only. A workload object's unknown
+fields (:func:`iro_fed.problem_io.unknown_fields`) are refused too. Either was read as absent
+before: a misspelt ``resources`` ranked the nodes for a pod that asks for nothing.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, unknown_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "iro-fed.io/"
@@ -59,6 +69,132 @@ def _check_name(field: str, value: str, pattern: re.Pattern[str], max_len: int, 
         raise BadRequest(field, f"a lowercase {kind} must consist of lower case alphanumeric characters, {allowed}, "
                                 f"and must start and end with an alphanumeric character, got {value if shown is None else shown!r}")
     return value
+
+
+#: The fields of the v1 objects of a Pod that /recommend reads (Kubernetes 1.37, the names of the
+#: kubernetes client's ``attribute_map``; tests/edge_agent/test_y1_strict_fields.py compares them).
+#: ``status`` is not checked: the kubelet writes it, not a person.
+_CONTAINER_FIELDS = frozenset({
+    "args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "name", "ports",
+    "readinessProbe", "resizePolicy", "resources", "restartPolicy", "restartPolicyRules", "securityContext",
+    "startupProbe", "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy", "tty",
+    "volumeDevices", "volumeMounts", "workingDir"})
+_RESOURCES_FIELDS = frozenset({"claims", "limits", "requests"})
+POD_FIELDS: dict[str, frozenset[str]] = {
+    "Pod": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "ObjectMeta": frozenset({
+        "annotations", "creationTimestamp", "deletionGracePeriodSeconds", "deletionTimestamp", "finalizers",
+        "generateName", "generation", "labels", "managedFields", "name", "namespace", "ownerReferences",
+        "resourceVersion", "selfLink", "uid"}),
+    "PodSpec": frozenset({
+        "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers", "dnsConfig", "dnsPolicy",
+        "enableServiceLinks", "ephemeralContainers", "evictionResponders", "hostAliases", "hostIPC", "hostNetwork",
+        "hostPID", "hostUsers", "hostname", "hostnameOverride", "imagePullSecrets", "initContainers", "nodeName",
+        "nodeSelector", "os", "overhead", "preemptionPolicy", "priority", "priorityClassName", "readinessGates",
+        "resourceClaims", "resources", "restartPolicy", "runtimeClassName", "schedulerName", "schedulingGates",
+        "schedulingGroup", "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
+        "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
+        "topologySpreadConstraints", "volumes"}),
+    "Container": _CONTAINER_FIELDS,
+    "ResourceRequirements": _RESOURCES_FIELDS,
+    "Toleration": frozenset({"effect", "key", "operator", "tolerationSeconds", "value"}),
+}
+#: Resource names the API server takes besides hugepages-<size>: in a container (with any
+#: extended resource, a name with a '/': ``IsStandardContainerResourceName``) and at the pod
+#: level (``IsSupportedPodLevelResource``).
+_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_POD_LEVEL_RESOURCES = ("cpu", "memory")
+
+
+def _unknown(field: str, key: str, known: frozenset[str], what: str) -> tuple[str, str]:
+    """(path, message) of an unknown field, with the nearest known name when one is close."""
+    near = difflib.get_close_matches(key, sorted(known), n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"{field}.{key}", f"unknown field (not a field of {what}){hint}"
+
+
+def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bool) -> list[tuple[str, str]]:
+    """A ``requests`` / ``limits`` object's names the API server refuses (``cpus``): read as not
+    asked for, they were a silent zero. ``extended``: names with a '/' are taken (containers)."""
+    if not isinstance(obj, Mapping):
+        return []
+    out = []
+    for name in obj:
+        name = str(name)
+        if name in allowed or name.startswith("hugepages-") or (extended and "/" in name):
+            continue
+        near = difflib.get_close_matches(name, allowed, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        kinds = ", ".join((*allowed, "hugepages-<size>")) + (", or an extended resource with a '/'" if extended else "")
+        where = "containers" if extended else "the pod level"
+        out.append((f"{field}.{name}", f"must be a standard resource for {where} ({kinds}){hint}"))
+    return out
+
+
+def pod_field_errors(pod: Mapping[str, Any], field: str = "pod") -> list[tuple[str, str]]:
+    """(path, message) of each field of ``pod`` that the API server would refuse as unknown, in the
+    parts /recommend reads (see the module doc), and of each non-standard resource name there.
+    Values of the wrong type are left to the reader, which names them."""
+    out: list[tuple[str, str]] = []
+
+    def fields(obj: Any, path: str, kind: str) -> Mapping[str, Any]:
+        if not isinstance(obj, Mapping):
+            return {}
+        known = POD_FIELDS[kind]
+        out.extend(_unknown(path, str(k), known, f"a v1 {kind}") for k in obj if k not in known)
+        return obj
+
+    def resources(obj: Any, path: str, allowed: tuple[str, ...], extended: bool) -> None:
+        res = fields(obj, path, "ResourceRequirements")
+        for key in ("requests", "limits"):
+            out.extend(_resource_names(res.get(key), f"{path}.{key}", allowed, extended))
+
+    top = fields(pod, field, "Pod")
+    fields(top.get("metadata"), f"{field}.metadata", "ObjectMeta")
+    spec = fields(top.get("spec"), f"{field}.spec", "PodSpec")
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        for i, c in enumerate(items if isinstance(items, list) else []):
+            c = fields(c, f"{field}.spec.{key}[{i}]", "Container")
+            resources(c.get("resources"), f"{field}.spec.{key}[{i}].resources", _CONTAINER_RESOURCES, True)
+    if spec.get("resources") is not None:
+        resources(spec["resources"], f"{field}.spec.resources", _POD_LEVEL_RESOURCES, False)
+    tols = spec.get("tolerations")
+    for j, t in enumerate(tols if isinstance(tols, list) else []):
+        fields(t, f"{field}.spec.tolerations[{j}]", "Toleration")
+    return out
+
+
+#: The objects of a workload that unknown_fields looks into: the workload, its gpu, a toleration,
+#: a preferred node affinity term (a key with a dot in it stays in the right object).
+_WORKLOAD_PARENT = re.compile(r"\Aworkloads\[0\](\.gpu|\.tolerations\[\d+\]|\.preferred_node_affinity\[\d+\])?\.")
+
+
+def workload_field_errors(workload: Mapping[str, Any], field: str = "workload") -> list[tuple[str, str]]:
+    """(path, message) of each field of a workload object that the problem loader does not know
+    (in a file it only notes them, for a format that may gain fields; a request is answered now,
+    and a misspelt field was read as absent)."""
+    out = []
+    for path in unknown_fields({"workloads": [workload]}):
+        m = _WORKLOAD_PARENT.match(path)
+        if m is None:  # not a path unknown_fields makes
+            out.append((path.replace("workloads[0]", field, 1), "unknown field"))
+            continue
+        sub = m.group(1) or ""
+        schema = re.sub(r"\[\d+\]", "[]", sub)  # .tolerations[] (KNOWN_FIELDS' key)
+        known = KNOWN_FIELDS.get("workloads[]" + schema, frozenset())
+        out.append(_unknown(field + sub, path[m.end():], known, f"workload{schema}" if sub else "a workload"))
+    return out
+
+
+def _refuse(errors: list[tuple[str, str]]) -> None:
+    """A :class:`BadRequest` naming the first error's field, the others counted and named."""
+    if not errors:
+        return
+    path, message = errors[0]
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more: {', '.join(p for p, _ in errors[1:])})"
+    raise BadRequest(path, message)
 
 
 def is_pod(doc: Mapping[str, Any]) -> bool:
@@ -88,6 +224,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
     meta = _mapping(pod.get("metadata"), "pod.metadata")
     spec = _mapping(pod.get("spec"), "pod.spec", required=True)
+    _refuse(pod_field_errors(pod))
     for key in ("name", "generateName", "namespace"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise BadRequest(f"pod.metadata.{key}", f"expected a string, got {type(meta[key]).__name__}")
@@ -177,11 +314,15 @@ def request_to_workload(body: Any, resources: tuple[str, ...]) -> tuple[dict[str
         pod = _mapping(body["pod"], "pod", required=True)
         return pod_to_workload(pod, resources), "pod"
     if "workload" in body:
-        return dict(_mapping(body["workload"], "workload", required=True)), "workload"
+        wl = dict(_mapping(body["workload"], "workload", required=True))
+        _refuse(workload_field_errors(wl))
+        return wl, "workload"
+    # A bare Pod or workload may carry the request's k beside its own fields.
+    bare = {k: v for k, v in body.items() if k != "k"}
     if is_pod(body):
-        return pod_to_workload(body, resources), "pod"
-    wl = {k: v for k, v in body.items() if k != "k"}
-    return wl, "workload"
+        return pod_to_workload(bare, resources), "pod"
+    _refuse(workload_field_errors(bare))
+    return bare, "workload"
 
 
 #: Pod scheduling constraints that /recommend does not evaluate (a reply warns about them).
