@@ -13,6 +13,9 @@ pods, all integers until the one division) so that one pass over the distinct pe
 thresholds and one vector expression per task score many candidate (node, card) variants at
 once, and equal fragmentation compares equal. With ``memory_aware`` a task is also
 unsatisfied when the node lacks its memory (our extension; the paper ignores memory).
+F depends on a node's cards only through integer counts per threshold, so
+:func:`fragmentation_after_share` scores a share on every card of many-card nodes from those
+counts, once per distinct free amount, with the same F as the whole changed rows.
 """
 
 from __future__ import annotations
@@ -116,29 +119,136 @@ def fragmentation(
     memory: GPUs a node can no longer feed with CPU or memory count as fragmented. "blend" is
     ``(1 - copies_weight) * fgd + copies_weight * copies`` (the mean by default).
     """
+    _check_model(model, copies_weight)
+    counts = _card_counts(tasks, np.asarray(cards), copies=model != "fgd")
+    return _from_counts(tasks, nodes, cpu_left, memory_left, counts, model, copies_weight)
+
+
+def fragmentation_after_share(
+    tasks: TypicalTasks,
+    nodes: np.ndarray,
+    cpu_left: np.ndarray,
+    cards: np.ndarray,
+    milli: int,
+    memory_left: np.ndarray | None = None,
+    model: str = "fgd",
+    copies_weight: float = 0.5,
+) -> np.ndarray:
+    """[R, G]: the :func:`fragmentation` of row r after a share of ``milli`` takes card g (its
+    free milli less ``milli``; ``cpu_left`` and ``memory_left`` are already those after the
+    share), inf where card g has less than ``milli`` free.
+
+    F depends on a row's cards only through the counts in :func:`_card_counts`, so cards of a row
+    with equal free milli give the same F: each distinct (row, free milli) is evaluated once, its
+    counts those of the row changed by the one card. The cost grows with the candidate rows'
+    cards plus their distinct free values times the typical tasks, not with cards squared, and
+    each F equals (bit for bit) the one computed from the whole changed row."""
+    _check_model(model, copies_weight)
+    if isinstance(milli, bool) or not isinstance(milli, (int, np.integer)) or milli < 0:
+        raise ValueError(f"milli must be an integer >= 0, got {milli!r}")
+    cards = np.asarray(cards)
+    out = np.full(cards.shape, np.inf)
+    fit_r, fit_g = np.nonzero(cards >= milli)
+    if fit_r.size == 0:
+        return out
+    values = cards[fit_r, fit_g].astype(np.int64)
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    variant, inverse = np.unique(fit_r.astype(np.int64) * span + (values - low), return_inverse=True)
+    row = variant // span
+    before = variant % span + low
+    after = before - int(milli)
+    base = _card_counts(tasks, cards, copies=model != "fgd")
+    th = base.thresholds[:, None]
+    fit_before, fit_after = before >= th, after >= th  # [thresholds, variants]
+    # Free milli (>= 0 here) of the changed card counts as stranded while it is below a threshold.
+    stranded = base.stranded[:, row] - np.where(fit_before, 0, before) + np.where(fit_after, 0, after)
+    counts = _CardCounts(
+        thresholds=base.thresholds,
+        total=base.total[row] - int(milli),
+        n_fit=base.n_fit[:, row] - fit_before + fit_after,
+        stranded=stranded,
+    )
+    if base.full is not None and base.slots is not None:
+        full = base.full[row] - (before >= GPU_MILLI) + (after >= GPU_MILLI)
+        slots = base.slots[:, row] - before // th + after // th
+        counts.full = full
+        counts.slots = np.where(th >= GPU_MILLI, full, slots)
+    mem = None if memory_left is None else np.asarray(memory_left)[row]
+    frag = _from_counts(tasks, np.asarray(nodes)[row], np.asarray(cpu_left)[row], mem, counts, model, copies_weight)
+    out[fit_r, fit_g] = frag[inverse]
+    return out
+
+
+def _check_model(model: str, copies_weight: float) -> None:
+    if model == "blend" and not 0.0 <= copies_weight <= 1.0:
+        raise ValueError(f"copies_weight must be in [0, 1], got {copies_weight!r}")
+    if model not in ("fgd", "copies", "blend"):
+        raise ValueError(f"model must be 'fgd', 'copies' or 'blend', got {model!r}")
+
+
+@dataclass
+class _CardCounts:
+    """What F needs of each row's cards (integers, so any way of computing them gives equal F)."""
+
+    thresholds: np.ndarray  # [H] the GPU tasks' distinct per-card milli, ascending
+    total: np.ndarray  # [R] free milli
+    n_fit: np.ndarray  # [H, R] cards with >= thresholds[h] milli free
+    stranded: np.ndarray  # [H, R] free milli of the cards below thresholds[h]
+    full: np.ndarray | None = None  # [R] fully free cards (copies model)
+    slots: np.ndarray | None = None  # [H, R] shares of thresholds[h] the cards hold (full for whole cards)
+
+
+def _card_counts(tasks: TypicalTasks, cards: np.ndarray, copies: bool) -> _CardCounts:
+    thresholds = np.unique(tasks.milli[tasks.milli > 0]).astype(np.int64)
+    free = np.maximum(cards, 0).astype(np.int64)
+    rows = cards.shape[0]
+    n_fit = np.empty((thresholds.size, rows), dtype=np.int64)
+    stranded = np.empty((thresholds.size, rows), dtype=np.int64)
+    for h, threshold in enumerate(thresholds):
+        fits = cards >= threshold
+        n_fit[h] = fits.sum(axis=1)
+        stranded[h] = np.where(fits, 0, free).sum(axis=1)
+    counts = _CardCounts(thresholds, free.sum(axis=1), n_fit, stranded)
+    if copies:
+        counts.full = (cards >= GPU_MILLI).sum(axis=1).astype(np.int64)
+        counts.slots = np.empty((thresholds.size, rows), dtype=np.int64)
+        for h, threshold in enumerate(thresholds):
+            counts.slots[h] = counts.full if threshold >= GPU_MILLI else (free // threshold).sum(axis=1)
+    return counts
+
+
+def _from_counts(
+    tasks: TypicalTasks,
+    nodes: np.ndarray,
+    cpu_left: np.ndarray,
+    memory_left: np.ndarray | None,
+    counts: _CardCounts,
+    model: str,
+    copies_weight: float,
+) -> np.ndarray:
     if model == "blend":
-        if not 0.0 <= copies_weight <= 1.0:
-            raise ValueError(f"copies_weight must be in [0, 1], got {copies_weight!r}")
-        fgd = fragmentation(tasks, nodes, cpu_left, cards, memory_left, "fgd")
-        copies = _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
+        fgd = _fragmentation_fgd(tasks, nodes, cpu_left, memory_left, counts)
+        copies = _fragmentation_copies(tasks, nodes, cpu_left, memory_left, counts)
         return (1.0 - copies_weight) * fgd + copies_weight * copies
     if model == "copies":
-        return _fragmentation_copies(tasks, nodes, cpu_left, cards, memory_left)
-    if model != "fgd":
-        raise ValueError(f"model must be 'fgd', 'copies' or 'blend', got {model!r}")
+        return _fragmentation_copies(tasks, nodes, cpu_left, memory_left, counts)
+    return _fragmentation_fgd(tasks, nodes, cpu_left, memory_left, counts)
+
+
+def _fragmentation_fgd(
+    tasks: TypicalTasks, nodes: np.ndarray, cpu_left: np.ndarray, memory_left: np.ndarray | None, counts: _CardCounts
+) -> np.ndarray:
     # Per task the fragmented milli is an integer (all free milli, or that of the cards too small
     # for it). Weighted by the groups' pod counts the sum stays an integer: one division at the end
     # keeps F exact, so a placement that leaves F unchanged scores sigmoid(0) (50) as upstream,
     # not 49 from rounding noise of the popularity-weighted float sum.
     mass = tasks.mass
-    free = np.maximum(cards, 0).astype(np.int64)
-    total = free.sum(axis=1)
+    total = counts.total
     frag = total * (mass[tasks.milli <= 0].sum())
     gpu_tasks = np.flatnonzero(tasks.milli > 0)
-    for threshold in np.unique(tasks.milli[gpu_tasks]):
-        fits = cards >= threshold
-        n_fit = fits.sum(axis=1)
-        stranded = np.where(fits, 0, free).sum(axis=1)
+    for h, threshold in enumerate(counts.thresholds):
+        n_fit, stranded = counts.n_fit[h], counts.stranded[h]
         for t in gpu_tasks[tasks.milli[gpu_tasks] == threshold]:
             sat = tasks.access[t, nodes] & (cpu_left >= tasks.cpu[t]) & (n_fit >= tasks.count[t])
             if memory_left is not None:
@@ -149,14 +259,13 @@ def fragmentation(
 
 
 def _fragmentation_copies(
-    tasks: TypicalTasks, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None
+    tasks: TypicalTasks, nodes: np.ndarray, cpu_left: np.ndarray, memory_left: np.ndarray | None, counts: _CardCounts
 ) -> np.ndarray:
-    free = np.maximum(cards, 0)
-    frag = free.sum(axis=1).astype(np.float64) * tasks.popularity.sum()
+    assert counts.slots is not None
+    frag = counts.total.astype(np.float64) * tasks.popularity.sum()
     gpu_tasks = np.flatnonzero(tasks.milli > 0)
-    full = (cards >= GPU_MILLI).sum(axis=1)
-    for threshold in np.unique(tasks.milli[gpu_tasks]):
-        slots = full if threshold >= GPU_MILLI else (free // threshold).sum(axis=1)
+    for h, threshold in enumerate(counts.thresholds):
+        slots = counts.slots[h]
         for t in gpu_tasks[tasks.milli[gpu_tasks] == threshold]:
             k = max(int(tasks.count[t]), 1)
             copies = (slots // k).astype(np.float64)

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.fragmentation import TypicalTasks, fragmentation, typical_tasks
+from iro_fed.fragmentation import TypicalTasks, fragmentation, fragmentation_after_share, typical_tasks
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 
@@ -210,6 +210,14 @@ class Fgd(PaperPolicy):
         """Fragmented GPU milli of each row (``iro_fed.fragmentation.fragmentation`` with this policy's model)."""
         return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model)
 
+    def fragment_after_share(
+        self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, milli: int, memory_left: np.ndarray | None
+    ) -> np.ndarray:
+        """[R, G]: :meth:`fragment` of row r after a share of ``milli`` takes card g, inf where it
+        does not fit (``iro_fed.fragmentation.fragmentation_after_share``; a subclass that
+        overrides :meth:`fragment` overrides this too)."""
+        return fragmentation_after_share(self.tasks, nodes, cpu_left, cards, milli, memory_left, self.frag_model)
+
     def rebuild_caches(self, state: ClusterState) -> None:
         self.frag = self.node_frag(state, np.arange(state.problem.num_nodes))
 
@@ -227,19 +235,8 @@ class Fgd(PaperPolicy):
         mem_after = state.free[candidates, mem_col] - p.demand[w, mem_col] if self.memory_aware and mem_col is not None else None
         cards = state.gpu_free[candidates]
         if k == 1 and milli < GPU_MILLI:
-            c, g = cards.shape
-            variants = np.repeat(cards[:, None, :], g, axis=1)  # [C, G(variant), G]
-            fits = cards >= milli
-            idx = np.arange(g)
-            variants[:, idx, idx] -= np.where(fits, milli, 0).astype(variants.dtype)
-            rows = np.repeat(candidates, g)
-            frag = self.fragment(
-                rows,
-                np.repeat(cpu_after, g),
-                variants.reshape(c * g, g),
-                None if mem_after is None else np.repeat(mem_after, g),
-            ).reshape(c, g)
-            return np.where(fits, frag, np.inf), fits
+            # Once per distinct free milli of a node, not once per card: many-card nodes stay cheap.
+            return self.fragment_after_share(candidates, cpu_after, cards, milli, mem_after), cards >= milli
         if k > 0:
             # The lowest-index fully free cards (which ones does not change fragmentation).
             take = (cards == GPU_MILLI) & (np.cumsum(cards == GPU_MILLI, axis=1) <= k)

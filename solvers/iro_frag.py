@@ -47,7 +47,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.fragmentation import fragmentation
+from iro_fed.fragmentation import fragmentation, fragmentation_after_share
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.packing import CardPrices, card_prices
 from solvers.base import SEED, Param, SolverProperties
@@ -113,6 +113,13 @@ class IroFrag(Fgd):
 
     def fragment(self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None) -> np.ndarray:
         return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model, self.copies_weight)
+
+    def fragment_after_share(
+        self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, milli: int, memory_left: np.ndarray | None
+    ) -> np.ndarray:
+        return fragmentation_after_share(
+            self.tasks, nodes, cpu_left, cards, milli, memory_left, self.frag_model, self.copies_weight
+        )
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         _, k, milli, _ = pod_numbers(state.problem, w)
