@@ -6,6 +6,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _pyplot():
@@ -99,6 +100,75 @@ def allocation_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+#: Top of the success % axis: 100 and a margin that keeps a line at 100 % in sight (autoscale
+#: put it at 105, past what a success rate can be).
+SUCCESS_PCT_TOP = 102.0
+
+
+def timeline_figure(series: Mapping[str, Sequence[float | None]], title: str) -> Any:
+    """``iro simulate --plot``'s figure (open; :func:`timeline_plot` saves and closes it): traffic
+    and success, pods and nodes, carbon intensity and emissions over time."""
+    import numpy as np
+
+    plt = _pyplot()
+    t = np.array(series["t_min"]) / 60.0
+
+    def arr(name: str) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
+
+    def line(ax: Any, y: np.ndarray, **kw: Any) -> None:
+        # A point with no drawn neighbour (a run of one step, or one value between gaps) is a
+        # line of zero length, which draws nothing: mark such points.
+        drawn = np.isfinite(t) & np.isfinite(y)
+        alone = drawn & ~np.r_[False, drawn[:-1]] & ~np.r_[drawn[1:], False]
+        if alone.any():
+            kw.update(marker="o", markevery=alone.tolist())
+        ax.plot(t, y, **kw)
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), dpi=110, sharex=True)
+    ax = axes[0]
+    line(ax, arr("requests_per_s"), color="tab:blue", lw=1, label="requests/s")
+    ax.set_ylabel("requests/s")
+    ax2 = ax.twinx()
+    line(ax2, arr("success_rate_pct"), color="tab:green", lw=1, label="success %")
+    ax2.set_ylabel("success %")
+    low, high = ax2.get_ylim()  # autoscaled: the bottom follows the data, the top stops near 100
+    ax2.set_ylim(max(low, -2.0), min(high, SUCCESS_PCT_TOP))
+    ax.set_title(title)
+    ax = axes[1]
+    line(ax, arr("running"), lw=1, label="running pods")
+    line(ax, arr("pending"), lw=1, label="pending pods", color="tab:red")
+    line(ax, arr("powered_nodes"), lw=1, label="powered nodes", color="tab:gray")
+    ax.set_ylabel("count")
+    ax.legend(loc="upper left", fontsize=8)
+    ax = axes[2]
+    for key in series:
+        if key.startswith("carbon_intensity."):
+            line(ax, arr(key), lw=1, label=key.split(".", 1)[1])
+    ax.set_ylabel("gCO2/kWh")
+    ax.set_xlabel("hours")
+    ax2 = ax.twinx()
+    line(ax2, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg CO2/h (right axis)")
+    ax2.set_ylabel("kg CO2 / h")
+    # One legend for both axes: the twin's dashed emissions line had none. On the twin, drawn
+    # over both axes' lines.
+    handles, labels = ax.get_legend_handles_labels()
+    handles2, labels2 = ax2.get_legend_handles_labels()
+    ax2.legend(handles + handles2, labels + labels2, loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def timeline_plot(series: Mapping[str, Sequence[float | None]], path: str | os.PathLike, title: str) -> None:
+    """Write :func:`timeline_figure` to ``path`` (the suffix picks the format), atomically."""
+    plt = _pyplot()
+    fig = timeline_figure(series, title)
     try:
         save_figure(fig, path)
     finally:

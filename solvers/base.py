@@ -219,6 +219,22 @@ class Solver(ABC):
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         """Return a placement (assignment, cards, reasons, status, info); no score."""
 
+    # A batch solver (cpsat, qubo, the composites) places all pods jointly and has no per-pod
+    # decision; without these, calling one raised a bare AttributeError. OnlineSolver overrides
+    # both, and callers that need them check isinstance(solver, OnlineSolver) first.
+    def decide(self, state: ClusterState, w: int) -> Decision:
+        """Online solvers only (:class:`OnlineSolver`): a batch solver raises TypeError."""
+        raise TypeError(self._batch_only("decide"))
+
+    def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
+        """Online solvers only (:class:`OnlineSolver`): a batch solver raises TypeError."""
+        raise TypeError(self._batch_only("rank"))
+
+    def _batch_only(self, method: str) -> str:
+        what = "is a batch solver" if self.properties.mode == "batch" else f"has no {method}() of its own"
+        return (f"solver {self.name!r} {what}: use solve(problem); {method}() needs an online solver "
+                f"(an OnlineSolver, e.g. greedy-objective)")
+
 
 @dataclass(frozen=True)
 class Decision:

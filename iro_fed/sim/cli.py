@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from iro_fed.limits import MAX_TRAIN_STEPS
+from iro_fed.plots import timeline_plot  # drawn there (matplotlib imported lazily); used here by --plot
 
 #: Seconds per simulator step: ``build_scenario``'s default, which ``iro simulate`` and
 #: ``iro feedback-sim`` never change.
@@ -194,58 +195,6 @@ def totals_table(totals: dict[str, Any], title: str) -> Any:
     for name, value in rows:
         table.add_row(name, value)
     return table
-
-
-def timeline_plot(series: dict[str, list], path: str, title: str) -> None:
-    """Traffic and success, pods and nodes, carbon intensity and emissions over time."""
-    from iro_fed.plots import _pyplot, save_figure
-
-    plt = _pyplot()
-    import numpy as np
-
-    t = np.array(series["t_min"]) / 60.0
-
-    def arr(name: str) -> np.ndarray:
-        return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
-
-    def line(ax: Any, y: np.ndarray, **kw: Any) -> None:
-        # A point with no drawn neighbour (a run of one step, or one value between gaps) is a
-        # line of zero length, which draws nothing: mark such points.
-        drawn = np.isfinite(t) & np.isfinite(y)
-        alone = drawn & ~np.r_[False, drawn[:-1]] & ~np.r_[drawn[1:], False]
-        if alone.any():
-            kw.update(marker="o", markevery=alone.tolist())
-        ax.plot(t, y, **kw)
-
-    fig, axes = plt.subplots(3, 1, figsize=(9, 8), dpi=110, sharex=True)
-    ax = axes[0]
-    line(ax, arr("requests_per_s"), color="tab:blue", lw=1, label="requests/s")
-    ax.set_ylabel("requests/s")
-    ax2 = ax.twinx()
-    line(ax2, arr("success_rate_pct"), color="tab:green", lw=1, label="success %")
-    ax2.set_ylabel("success %")
-    ax.set_title(title)
-    ax = axes[1]
-    line(ax, arr("running"), lw=1, label="running pods")
-    line(ax, arr("pending"), lw=1, label="pending pods", color="tab:red")
-    line(ax, arr("powered_nodes"), lw=1, label="powered nodes", color="tab:gray")
-    ax.set_ylabel("count")
-    ax.legend(loc="upper left", fontsize=8)
-    ax = axes[2]
-    for key in series:
-        if key.startswith("carbon_intensity."):
-            line(ax, arr(key), lw=1, label=key.split(".", 1)[1])
-    ax.set_ylabel("gCO2/kWh")
-    ax.set_xlabel("hours")
-    ax.legend(loc="upper left", fontsize=8)
-    ax2 = ax.twinx()
-    line(ax2, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg/h")
-    ax2.set_ylabel("kg CO2 / h")
-    fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
 
 
 FEEDBACK_KEYS = (
