@@ -249,9 +249,7 @@ def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.n
     # not checked (as in resource_fit and NodeResourcesFit), even on an overcommitted node.
     room = st.free + fit_tolerance(p)
     out[:] = ((room[None, :, :] >= p.demand[:, None, :]) | (p.demand[:, None, :] <= 0)).all(axis=2)
-    # As resource_fit: count 1 below a whole card is a share, also at milli 0 (a directly built
-    # problem; the loaders refuse it), which needs a card and takes nothing of it, as
-    # ClusterState.place and check_placement take it, and as NodeResourcesFit skips a zero request.
+    # As resource_fit: count 1 below a whole card is a share (a Problem refuses milli 0).
     share = (p.wl_gpu_count == 1) & (p.wl_gpu_milli < GPU_MILLI)
     whole = (p.wl_gpu_count >= 1) & ~share
     if share.any():

@@ -196,6 +196,7 @@ class Problem:
         self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(gpu_count)))
         self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),))
         self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
+        _check_gpu_shape(self.workloads, self.wl_gpu_count, self.wl_gpu_milli)
         self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
         self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
@@ -674,6 +675,19 @@ def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
     if arr.shape != shape:
         raise ValueError(f"array has shape {arr.shape}, expected {shape}")
     return _readonly(arr)
+
+
+def _check_gpu_shape(workloads: Sequence[Workload], count: np.ndarray, milli: np.ndarray) -> None:
+    """The loaders' rule (``problem_io``) for a problem built directly: count 1 is a share of
+    1..1000 milli of one card, count k > 1 takes whole cards (1000). Count 1 at milli 0 was a
+    share to the filters and a whole card to cpsat/qubo, which then disagreed on where it fits."""
+    bad = ((count == 1) & ((milli < 1) | (milli > GPU_MILLI))) | ((count > 1) & (milli != GPU_MILLI))
+    if bad.any():
+        w = int(np.flatnonzero(bad)[0])
+        k, m = int(count[w]), int(milli[w])
+        rule = (f"a GPU share must be in 1..{GPU_MILLI} milli of one card" if k == 1
+                else f"a pod asking for {k} GPUs takes whole cards: it must be {GPU_MILLI}")
+        raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count {k}): {rule}, got {m}")
 
 
 def _optional_nonzero(a: Any, rows: int, name: str) -> np.ndarray | None:

@@ -112,7 +112,7 @@ def test_what_the_filters_accept_check_placement_accepts(case: str, doc: dict):
 
 def gpu_problem() -> Problem:
     """Node g0: one card with 500 milli free; g1: one card with none free; c: no GPU. Pod 0 asks
-    count 1 and milli 0 (built directly: the loader refuses it)."""
+    a share of 1 milli."""
     p = problem_from_dict({
         "resources": ["cpu"], "domains": [{"name": "d"}],
         "nodes": [{"name": "g0", "domain": "d", "capacity": {"cpu": 10}, "gpus": 1, "gpu_free_milli": [500]},
@@ -120,20 +120,18 @@ def gpu_problem() -> Problem:
                   {"name": "c", "domain": "d", "capacity": {"cpu": 10}}],
         "workloads": [{"name": "p0", "requests": {"cpu": 1}, "gpu": {"count": 1, "milli": 1}}],
     })
-    return p.replace(wl_gpu_milli=np.array([0], dtype=np.int32))
+    return p
 
 
-def test_a_one_card_pod_asking_no_milli_is_read_alike_by_both_filters():
-    """A share of no milli: it needs a node with a card and takes nothing of it, as
-    ClusterState.place, check_placement and the objective (wl_gpu_total 0) read it; old
-    feasible_matrix asked for a fully free card and refused g0 and g1."""
+def test_a_one_card_pod_asking_no_milli_cannot_be_built():
+    """The two filters once read a share of no milli differently (old feasible_matrix asked for a
+    fully free card); a Problem now refuses it, as the loaders do, so no filter sees one."""
+    with pytest.raises(ValueError, match="wl_gpu_milli"):
+        gpu_problem().replace(wl_gpu_milli=np.array([0], dtype=np.int32))
     p = gpu_problem()
     st = ClusterState(p)
-    assert feasible_nodes(st, 0).tolist() == [True, True, False]
-    assert feasible_matrix(p, st)[0].tolist() == [True, True, False]
-    for n in (0, 1):
-        cards = ClusterState(p).place(0, n)
-        assert check_placement(p, np.array([n]), {0: cards}) == []
+    assert feasible_nodes(st, 0).tolist() == [True, False, False]
+    assert feasible_matrix(p, st)[0].tolist() == [True, False, False]
 
 
 @pytest.mark.parametrize("case", ["gpu", "broad-4", "broad-9", "broad-14", "tight-eps-5"])

@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import EPS, feasible_nodes, resource_fit, static_filter
+from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
 from iro_fed.objective import coefficients, evaluate
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, success_pct, weighted_percentile
@@ -682,6 +682,20 @@ class Simulator:
         self.capacity_freed = True
         return True
 
+    def _fits_after_removing(self, p: int, n: int, pods: np.ndarray) -> np.ndarray:
+        """``fit[k]``: pod p's additive requests fit node n once ``pods[: k + 1]`` (running there)
+        are taken off in that order, by resource_fit's test (``free + fit_tolerance >= demand``
+        where it asks for some). What is free is summed as ClusterState.remove adds it back, one
+        pod at a time (an emptied node then holds its base usage exactly), so a plan that frees
+        "enough" is one the filters then accept: the old absolute 1e-9 let a 1e-9 pod "fit" a
+        full 1e-6 node (no eviction; the filters refused it, pending for good)."""
+        st = self.state
+        free = np.cumsum(np.vstack([st.free[n][None, :], self.demand[pods]]), axis=0)[1:]
+        if pods.size and pods.size == st.pods_on_node[n]:
+            free[-1] = self.capacity[n] - st.base_allocated[n]
+        demand = self.demand[p]
+        return ((free + fit_tolerance(self.master)[n] >= demand) | (demand <= 0)).all(axis=1)
+
     def _preempt(self, t: int) -> None:
         """kube-scheduler's preemption (PostFilter, simplified): a pending pod that fits nowhere
         evicts the fewest lower-priority pods from one powered node (lowest priorities first)
@@ -695,18 +709,17 @@ class Simulator:
                 continue
             prio = self.priority[p]
             cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
+            fits_now = resource_fit(st, int(p), cand)
             best: tuple[int, int, np.ndarray] | None = None
-            for n in cand:
-                need = self.demand[p] - st.free[n]
-                if (need <= EPS).all():
+            for n, fits in zip(cand, fits_now, strict=True):
+                if fits:
                     continue  # it fits here: the solver left it pending on purpose (or a later step places it)
                 on_n = np.flatnonzero(st.assignment == n)
                 lower = on_n[(self.priority[on_n] < prio) & (self.wl_gpu_count[on_n] == 0)]
                 if lower.size == 0:
                     continue
                 lower = lower[np.lexsort((-self.first_placed[lower], self.priority[lower]))]
-                freed = np.cumsum(self.demand[lower], axis=0)
-                enough = np.flatnonzero((freed >= need - EPS).all(axis=1))
+                enough = np.flatnonzero(self._fits_after_removing(int(p), int(n), lower))
                 if enough.size == 0:
                     continue
                 k = int(enough[0]) + 1
@@ -740,19 +753,20 @@ class Simulator:
         if waiting.size == 0:
             return
         for p in self._pending_order(waiting)[:3]:
+            if self.wl_gpu_count[p] > 0:
+                continue
             cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
+            fits_now = resource_fit(st, int(p), cand)
             best: tuple[int, int, np.ndarray] | None = None
-            for n in cand:
-                need = self.demand[p] - st.free[n]
-                if (need <= EPS).all() or self.wl_gpu_count[p] > 0:
+            for n, fits in zip(cand, fits_now, strict=True):
+                if fits:
                     continue
                 on_n = np.flatnonzero(st.assignment == n)
                 movable = on_n[self.service[on_n] >= 0]
                 if movable.size == 0:
                     continue
                 movable = movable[np.argsort(-self.demand[movable, 0], kind="stable")]
-                freed = np.cumsum(self.demand[movable], axis=0)
-                enough = np.flatnonzero((freed >= need - EPS).all(axis=1))
+                enough = np.flatnonzero(self._fits_after_removing(int(p), int(n), movable))
                 if enough.size == 0:
                     continue
                 k = int(enough[0]) + 1
@@ -824,7 +838,9 @@ class Simulator:
                 key = (self.workloads[p].constraint_key, int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p]), *self.demand[p])
                 pool = empty_fit_cache.get(key)
                 if pool is None:
-                    fit = self._static_mask(p) & (self.capacity >= self.demand[p] - EPS).all(axis=1) & (self.gpu_count >= self.wl_gpu_count[p])
+                    # What an empty node has free is its capacity: resource_fit's test there.
+                    room = (self.capacity + fit_tolerance(self.master) >= self.demand[p]) | (self.demand[p] <= 0)
+                    fit = self._static_mask(p) & room.all(axis=1) & (self.gpu_count >= self.wl_gpu_count[p])
                     cand = np.flatnonzero(fit & (self.node_state != ON))
                     if cand.size == 0:
                         pool = -1

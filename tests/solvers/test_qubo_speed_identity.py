@@ -14,7 +14,7 @@ pytest.importorskip("dimod")
 pytest.importorskip("dwave.samplers")
 
 from iro_fed import problem_from_dict
-from iro_fed.feasibility import EPS, feasible_nodes
+from iro_fed.feasibility import feasible_nodes, fit_tolerance
 from iro_fed.model import ClusterState
 from iro_fed.testing import random_problem_doc
 from solvers.qubo import _BatchModel
@@ -43,11 +43,16 @@ def test_one_node_fit_is_feasible_nodes_on_that_node(seed):
     allocated = problem.allocated.copy()
     if seed % 3 == 0:  # a node used past its capacity: no resource it is short of fits
         allocated[0] = problem.capacity[0] * 1.5
-    elif seed % 3 == 1:  # free cpu within EPS of pod 0's request on node 0, just past it on node 1
+    elif seed % 3 == 1:  # free cpu short of pod 0's request within the tolerance on node 0, just past it on node 1
         cpu = problem.cpu_index
-        allocated[0, cpu] = problem.capacity[0, cpu] - problem.demand[0, cpu] + EPS / 2
-        allocated[1, cpu] = problem.capacity[1, cpu] - problem.demand[0, cpu] + 2 * EPS
+        tol = fit_tolerance(problem)[:, cpu]  # relative to each node's capacity (2*EPS was inside it)
+        allocated[0, cpu] = problem.capacity[0, cpu] - problem.demand[0, cpu] + tol[0] / 2
+        allocated[1, cpu] = problem.capacity[1, cpu] - problem.demand[0, cpu] + 2 * tol[1]
     problem = problem.replace(allocated=allocated)
+    if seed % 3 == 1:  # the edges are where the comment says
+        free, demand = ClusterState(problem).free[:, cpu], problem.demand[0, cpu]
+        assert free[0] < demand <= free[0] + tol[0]
+        assert free[1] + tol[1] < demand
     pods = np.arange(problem.num_workloads)
     model = _BatchModel(problem, ClusterState(problem), pods, 8, "unbalanced")
     state = ClusterState(problem)
