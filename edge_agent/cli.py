@@ -157,7 +157,7 @@ def _bench(args: argparse.Namespace) -> int:
     import solvers
     from edge_agent.bench import machine, run_bench
     from edge_agent.recommend import MAX_K
-    from iro_fed.cli import UsageError, check_int
+    from iro_fed.cli import UsageError, check_int, check_names
     from iro_fed.problem_io import write_json_atomic
 
     def bad(message: str) -> int:
@@ -173,10 +173,14 @@ def _bench(args: argparse.Namespace) -> int:
             check_int(name, value, low, high)
     except UsageError as exc:
         return bad(str(exc))
-    names = [s.strip() for s in args.solvers.split(",") if s.strip()]
-    unknown = [n for n in names if n not in solvers.registered()]
-    if not names or unknown:
-        return bad(f"--solvers: unknown solver(s) {', '.join(unknown) or '(none given)'}")
+    registered = list(solvers.registered())
+    unknown = [n for n in (s.strip() for s in args.solvers.split(",")) if n and n not in registered]
+    if unknown:  # every unknown name at once, before the list's shape
+        return bad(f"--solvers: unknown solver(s) {', '.join(unknown)}")
+    try:  # none given, an empty name ("best-fit,": was dropped, a name lost in an edit), one given twice
+        names = check_names("--solvers", args.solvers, registered)
+    except UsageError as exc:
+        return bad(str(exc))
     from solvers.base import OnlineSolver, SolverError
 
     for name in names:  # /recommend ranks with an online solver; a batch one would fail mid-bench

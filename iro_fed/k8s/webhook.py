@@ -183,10 +183,19 @@ def parse_selector(text: str | None) -> dict[str, str]:
 
     ``k=v`` and ``k==v`` mean the same, as in kubectl; ``!=``, ``in``/``notin`` and bare keys
     (existence) are refused rather than read as a key or value with ``=``/``!`` in it, which
-    would never match; keys and values must be valid label keys and values.
+    would never match; keys and values must be valid label keys and values. An empty term
+    (``app=x,``, ``a=1,,b=2``, ``,a=1``) is refused, as kubectl refuses it ("found '',
+    expected: identifier after ','"): dropping it hid a term lost in an edit. An empty or blank
+    ``text`` is no selector, as in kubectl.
     """
     out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+    if text is None or not text.strip():
+        return out
+    parts = [p.strip() for p in text.split(",")]
+    for i, part in enumerate(parts, start=1):
+        if not part:
+            raise ValueError(f"empty term at position {i} of {len(parts)} in {text!r}: each ',' must "
+                             "separate two key=value terms")
         if "!=" in part:
             raise ValueError(f"{part!r}: only equality (key=value) is supported, not !=")
         key, sep, value = part.partition("=")
