@@ -10,7 +10,8 @@ that differs from a field's name only in case (which Go's decoder would read as 
   FailedNodes, FailedAndUnresolvableNodes, Error}``. ``Nodes`` (a NodeList) arrives when the
   extender is configured ``nodeCacheCapable: false`` and is answered with the passing Node
   objects; ``NodeNames`` arrives with ``nodeCacheCapable: true`` and is answered with names
-  (never one that was not asked about). Each failed node gets kube's reason; a node that fails a
+  (never one that was not asked about); the passing Node objects are written as the request's own
+  JSON text of them (:func:`spliced_filter_reply`). Each failed node gets kube's reason; a node that fails a
   static constraint (taints, affinity, domain, latency, GPU model or card count) is
   unresolvable (preemption cannot help), a resource shortage is not.
 * prioritize: same args -> ``[{"Host": name, "Score": 0..10}]`` (``MaxExtenderPriority``). The
@@ -52,6 +53,7 @@ import numpy as np
 
 from iro_fed.feasibility import _FILTERS, EPS, GPU_CARDS_FILTER, resource_fit, static_filter
 from iro_fed.k8s.httpjson import (
+    ArraySpans,
     ByteBudget,
     ConnectionLimit,
     HttpError,
@@ -312,7 +314,7 @@ class Extender(RequestStats):
                 if model is not None:
                     self._nodelist_models.move_to_end(key)
                     return model
-        model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs)
+        model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs, keys=key)
         if cacheable:
             with self._snap_lock:
                 self._nodelist_models[key] = model
@@ -667,7 +669,8 @@ class _ExtenderHandler(RoutedJsonHandler):
 
     def _verb(self, verb: str) -> None:
         ext = self.server.extender
-        args = self.read_json()
+        # A filter's NodeList reply repeats the passing Node objects: their JSON text is kept.
+        args = self.read_json(spans_at=_NODE_ITEMS if verb == "filter" else None)
         if not isinstance(args, dict):
             raise HttpError(400, f"body: must be a JSON object ({_ARGS[verb]}), got {json_kind(args)}", "body")
         start = time.perf_counter()
@@ -685,4 +688,40 @@ class _ExtenderHandler(RoutedJsonHandler):
                                     "FailedAndUnresolvableNodes": {}, "Error": message})
         log.debug("%s %s in %.2f ms", verb, obj_key(args["Pod"]) if isinstance(args.get("Pod"), dict) else "",
                   1000 * (time.perf_counter() - start))
+        data = spliced_filter_reply(result, self.json_spans) if self.json_spans is not None else None
+        if data is not None:
+            return self.send_body(200, data)
         self._send(200, result)
+
+
+_NODE_ITEMS = ("Nodes", "items")
+
+
+def spliced_filter_reply(result: Mapping[str, Any], spans: ArraySpans) -> bytes | None:
+    """``json.dumps(result)`` of a NodeList-mode filter result, its ``Nodes.items`` (objects of the
+    request, ``spans.items``) written as the request's own JSON text of them: re-encoding 5,000
+    kubelet Nodes took 0.6 s of kube-scheduler's 5 s. The rest is json.dumps's, piece by piece, so
+    the reply is json.dumps's bytes where the request's items were written as json.dumps writes
+    them, and parses to the same document in any case. None where an item is not one of the request's."""
+    nodes = result.get("Nodes")
+    if type(nodes) is not dict or list(nodes) != ["metadata", "items"]:
+        return None
+    where = {id(item): k for k, item in enumerate(spans.items)}
+    picked = [where.get(id(item)) for item in nodes["items"]]
+    if None in picked or len(where) != len(spans.items):  # (the items are distinct objects: Node dicts)
+        return None
+    out: list[bytes | memoryview] = []
+    for key, value in result.items():
+        out.append(b"{" if not out else b", ")
+        out.append(json.dumps(key).encode() + b": ")
+        if key == "Nodes":
+            out += [b'{"metadata": ', json.dumps(nodes["metadata"]).encode(), b', "items": [']
+            for n, k in enumerate(picked):  # one list, joined once: the reply is copied once
+                if n:
+                    out.append(b", ")
+                out.append(spans.text(k))
+            out.append(b"]}")
+        else:
+            out.append(json.dumps(value, check_circular=False).encode())
+    out.append(b"}" if out else b"{}")
+    return b"".join(out)

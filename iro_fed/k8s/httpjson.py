@@ -23,11 +23,13 @@ answered with the cyclic GC paused (:class:`_GcPause`): the same document, json'
 :class:`ConnectionLimit` caps a threading server's open connections (one thread each): beyond
 the cap a connection gets 503 with ``Retry-After: 1`` and is closed at once. :class:`RequestStats`
 counts requests from every thread.
-:func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong.
+:func:`loads_strict` parses a body as kube's Go decoder would accept it, or names what is wrong;
+:func:`loads_with_spans` does the same and says where each item of one array is in the text.
 """
 
 from __future__ import annotations
 
+import array
 import gc
 import http.client
 import io
@@ -40,7 +42,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.scanner import make_scanner  # type: ignore[attr-defined]
 from socketserver import BaseServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -92,6 +96,13 @@ _EMPTY_DICT = 0x7D7B  # "{}" read as a little-endian uint16
 _STRINGS_FIXED = 4 << 10
 _SCAN_PIECE = 128 << 10  # _scan reads a body this much at a time: at most ~3 MiB held (24 B a quote)
 _QUOTE, _BACKSLASH, _COLON, _COMMA, _SPACE, _BRACE, _BRACKET = b'"\\:, {['
+# What a key copied per item (loads_with_spans) is charged: a str's 49 B and its first 16
+# characters. The rest of its first 48 fit in what its value's charge leaves (a NodeList of 1-key
+# dicts with 48-character keys: 1.02 of its parse peak); past 48, _scan counts them as any string's.
+_KEY_COPY = 49
+_KEY_COPY_COVERED = 16
+_AFTER_KEY = np.zeros(256, bool)  # by byte: a ":" or JSON's whitespace (which may come before the ":")
+_AFTER_KEY[list(b": \t\n\r")] = True
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 #: What a body may be reckoned to take once parsed (:func:`parse_estimate`) before it is refused
 #: with a 413 unparsed: ``[{},{},...]`` parses to about 24 times its size.
@@ -174,11 +185,25 @@ def parse_estimate(raw: bytes, value_bytes: int = PARSE_VALUE_BYTES) -> tuple[in
     return values, values * value_bytes + strings
 
 
+def parse_estimates(raw: bytes) -> tuple[int, int, int]:
+    """``(values, bytes, copied)``: :func:`parse_estimate`, and what :func:`loads_with_spans`
+    takes besides (``copied``): a key is made once per item there, not once for the document
+    (:data:`_KEY_COPY` a key), and each item's span takes 16 B (within what its value's charge
+    leaves). In one pass over ``raw``."""
+    values, strings, keys = _scan_all(raw, True)
+    return values, values * PARSE_VALUE_BYTES + strings, keys
+
+
 def _scan(raw: bytes) -> tuple[int, int]:
-    """``(values, strings)``: the values of :func:`parse_estimate`, and at most what the strings
+    return _scan_all(raw, False)[:2]
+
+
+def _scan_all(raw: bytes, keys: bool) -> tuple[int, int, int]:
+    """``(values, strings, copied)``: the values of :func:`parse_estimate`, at most what the strings
     of ``raw`` take beyond what :data:`PARSE_VALUE_BYTES` a value covers, at a byte a character
-    (:func:`_wide_strings` adds what wider characters take). Before, string contents went
-    uncounted: one string of 8 MiB took 16 MiB to parse (text and string), reckoned at 8.
+    (:func:`_wide_strings` adds what wider characters take), and with ``keys`` the ``copied`` of
+    :func:`parse_estimates` (else 0). Before, string contents went uncounted: one string of 8 MiB
+    took 16 MiB to parse (text and string), reckoned at 8.
 
     A value's charge covers a string's first bytes (``_COVERED_*``), by where it stands. The runs
     of bytes between the ``"`` of ``raw`` (128 KiB of it at a time, with numpy) are told apart by
@@ -195,7 +220,7 @@ def _scan(raw: bytes) -> tuple[int, int]:
     the next longest at the worst for all the others."""
     a = np.frombuffer(raw, np.uint8)
     n = a.size
-    values, empty, extra = 1, 0, 0
+    values, empty, extra, copied = 1, 0, 0, 0
     # Only a string that holds an escape is built (see _building): in a text of _ascii_text, every
     # character past U+007F is one.
     built = not raw.isascii() or raw.find(b"\\") >= 0
@@ -238,22 +263,25 @@ def _scan(raw: bytes) -> tuple[int, int]:
         later[max(2 - first, 0):] = before[max(first - 2, 0):-3] == _COMMA
         kind = ((before[first:-1] == _COLON).view(np.uint8) << 1) | later | (escaped.view(np.uint8) << 2)
         extra += int(np.maximum(runs - _COVERED[kind], 0).sum())
+        if keys:  # a run whose closing quote a ":" or a space follows: a key (or more, never fewer)
+            key = _AFTER_KEY[a[np.minimum(q[first + 1:] + 1, n - 1)]]
+            copied += int(key.sum()) * _KEY_COPY + int(np.minimum(runs[key], _KEY_COPY_COVERED).sum())
     extra = max(extra - _EMPTY_DICT_SPARE * empty, 0)
     if extra:
         extra += _STRINGS_FIXED
     if not prev.size:
-        return values, extra
+        return values, extra, copied
     # After the last quote, a string could only run on to the end: invalid JSON, which json
     # scans through before it says so, and builds as it goes where the string holds an escape.
     last = int(prev[-1])
     tail = n - last - 1 if raw.find(b"\\", last + 1) >= 0 else 0
     extra += tail
     if not built:
-        return values, extra  # json takes every string from the text as it is
+        return values, extra, copied  # json takes every string from the text as it is
     if opened.size:  # a string left open runs on to the end
         top.append((n - int(opened[0]) - 1, int(opened[0]) + 1))
     (size, at), (other, _) = sorted(top, reverse=True)[:2]
-    return values, extra + max(_building(raw, at, at + size), other * 4)
+    return values, extra + max(_building(raw, at, at + size), other * 4), copied
 
 
 def _empty_dicts(a: np.ndarray, start: int, end: int) -> int:
@@ -407,6 +435,128 @@ def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     A body with characters past U+00FF may be parsed from :func:`_ascii_text`: the same document,
     the same errors.
     """
+    return _loads(raw, max_depth, None)[0]
+
+
+def loads_with_spans(raw: bytes, path: tuple[str, ...], max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, ArraySpans | None]:
+    """:func:`loads_strict`, and where the array at ``path`` (object keys from the top: ``("Nodes",
+    "items")``) is, the JSON text of each of its items (:class:`ArraySpans`), found by the same
+    parse: json's scanner is called once per item, so where it ends is known. The document and the
+    errors are those of :func:`loads_strict`. ``None`` where the path leads to no array."""
+    return _loads(raw, max_depth, path)
+
+
+class ArraySpans:
+    """Where each item of a parsed array (``items``, the very list in the document) is in the
+    text it was parsed from: :meth:`text` of item ``k`` is JSON that parses to ``items[k]``.
+
+    The items' keys are not shared between items, as one ``json.loads`` shares every equal key:
+    a NodeList of 5,000 kubelet Nodes peaks 40 MiB higher to parse (334 -> 374 MiB, tracemalloc),
+    which :meth:`RoutedJsonHandler.read_json` charges (:func:`parse_estimates`)."""
+
+    __slots__ = ("items", "_source", "_spans")
+
+    def __init__(self, items: list[Any], source: bytes | str, spans: array.array) -> None:
+        self.items = items
+        self._source = source  # the body where the parsed text is its bytes (ASCII), else the text
+        self._spans = spans  # start and end of each item, in turn: 16 B an item
+
+    def text(self, k: int) -> bytes | memoryview:
+        """Item ``k`` as JSON in UTF-8: the bytes of the body (no copy) where they are the text."""
+        start, end = self._spans[2 * k], self._spans[2 * k + 1]
+        if isinstance(self._source, str):
+            return self._source[start:end].encode("utf-8")
+        return memoryview(self._source)[start:end]
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # json's own
+
+
+class _NotWalked(Exception):
+    """The text is not what :func:`_walk` reads: json.loads parses it (and names what is wrong)."""
+
+
+def _walk(text: str, path: tuple[str, ...]) -> tuple[Any, list[tuple[list[Any], array.array]]]:
+    """``json.loads(text)`` for a top-level object, the objects along ``path`` read here and every
+    other value by json's own scanner, so the spans of the items of each array at ``path`` are
+    known: ``(document, [(array, spans), ...])`` (a repeated key may give several; the document
+    holds the last). Raises :class:`_NotWalked` where json.loads raises a JSONDecodeError, or the
+    text is not an object; a RecursionError or json's other ValueErrors as json.loads would."""
+    decoder = json.JSONDecoder(parse_constant=_NonFinite)  # one per call, as json.loads makes (its memo is its own)
+    scan = make_scanner(decoder)
+    ws = _WHITESPACE.match
+    found: list[tuple[list[Any], array.array]] = []
+
+    def value(end: int, rest: tuple[str, ...]) -> tuple[Any, int]:
+        ch = text[end:end + 1]
+        if rest and ch == "{":
+            return obj(end + 1, rest)
+        if not rest and ch == "[":
+            return items_of(end + 1)
+        return plain(end)
+
+    def obj(end: int, rest: tuple[str, ...]) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        end = ws(text, end).end()
+        if text[end:end + 1] == "}":
+            return out, end + 1
+        while True:
+            if text[end:end + 1] != '"':
+                raise _NotWalked
+            key, end = scanstring(text, end + 1, True)
+            end = ws(text, end).end()
+            if text[end:end + 1] != ":":
+                raise _NotWalked
+            end = ws(text, end + 1).end()
+            out[key], end = value(end, rest[1:]) if key == rest[0] else plain(end)
+            end = ws(text, end).end()
+            ch = text[end:end + 1]
+            if ch == "}":
+                return out, end + 1
+            if ch != ",":
+                raise _NotWalked
+            end = ws(text, end + 1).end()
+
+    def plain(end: int) -> tuple[Any, int]:
+        try:
+            return scan(text, end)
+        except StopIteration:
+            raise _NotWalked from None
+
+    def items_of(end: int) -> tuple[list[Any], int]:
+        items: list[Any] = []
+        spans = array.array("q")
+        end = ws(text, end).end()
+        if text[end:end + 1] == "]":
+            found.append((items, spans))
+            return items, end + 1
+        while True:
+            item, stop = plain(end)
+            items.append(item)
+            spans.append(end)
+            spans.append(stop)
+            end = ws(text, stop).end()
+            ch = text[end:end + 1]
+            if ch == "]":
+                found.append((items, spans))
+                return items, end + 1
+            if ch != ",":
+                raise _NotWalked
+            end = ws(text, end + 1).end()
+
+    start = ws(text, 0).end()
+    if text[start:start + 1] != "{":
+        raise _NotWalked
+    try:
+        doc, end = obj(start + 1, path)
+    except json.JSONDecodeError:
+        raise _NotWalked from None
+    if ws(text, end).end() != len(text):
+        raise _NotWalked  # "Extra data"
+    return doc, found
+
+
+def _loads(raw: bytes, max_depth: int, path: tuple[str, ...] | None) -> tuple[Any, ArraySpans | None]:
     spans = None
     if _text_plan(raw)[1]:
         text, spans = _ascii_text(raw)
@@ -418,8 +568,16 @@ def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     # A large text is parsed and checked with the cyclic GC paused (see _GcPause).
     paused = len(text) >= _GC_PAUSE_CHARS and _GC_PAUSE.enter()
     try:
+        walked = None
         try:
-            doc = json.loads(text, parse_constant=_NonFinite)
+            if path:
+                try:
+                    doc, arrays = _walk(text, path)
+                    walked = next((a for a in reversed(arrays) if _at(doc, path) is a[0]), None)
+                except _NotWalked:
+                    doc = json.loads(text, parse_constant=_NonFinite)  # it names what is wrong
+            else:
+                doc = json.loads(text, parse_constant=_NonFinite)
         except RecursionError:
             raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from None
         except json.JSONDecodeError as exc:
@@ -428,10 +586,22 @@ def loads_strict(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         except ValueError as exc:  # int() refusing more than 4300 digits
             raise JsonBodyError(f"not valid JSON: {exc}") from None
         _check_values(doc, max_depth, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
-        return doc
+        if walked is None:
+            return doc, None
+        # Offsets in the text are offsets in the body where the body is ASCII (the text is its decode).
+        return doc, ArraySpans(walked[0], raw if raw.isascii() else text, walked[1])
     finally:
         if paused:
             _GC_PAUSE.leave()
+
+
+def _at(doc: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` (object keys) in ``doc``, or None."""
+    for key in path:
+        if type(doc) is not dict:
+            return None
+        doc = doc.get(key)
+    return doc
 
 
 class _GcPause:
@@ -803,6 +973,7 @@ class RoutedJsonHandler(JsonHandler):
         self._gc_paused = False  # this request holds a _GC_PAUSE (see read_json)
         self._budget_waited = 0.0  # seconds this request has waited for budget room (see _acquire)
         self._headers_over = False  # the headers passed max_header_bytes (see parse_request)
+        self.json_spans: ArraySpans | None = None  # see read_json
         try:
             self.raw_requestline = self.rfile.readline(65537)
             if not self.raw_requestline:
@@ -877,6 +1048,7 @@ class RoutedJsonHandler(JsonHandler):
             if self._parse_held:
                 self.server.parse_budget.release(self._parse_held)  # type: ignore[attr-defined]
                 self._parse_held = 0
+            self.json_spans = None  # it holds the document: gone with the reply, before the GC is back
             self._resume_gc()
 
     def _dispatch_routed(self) -> None:
@@ -1058,19 +1230,29 @@ class RoutedJsonHandler(JsonHandler):
                             f"{self._hint('max_body_bytes')}", "Content-Length")
         return self._read_exact(length)
 
-    def read_json(self) -> Any:
+    def read_json(self, spans_at: tuple[str, ...] | None = None) -> Any:
         """The body parsed by :func:`loads_strict`; errors are 400s naming the field, a 413 for
         a body that would take more than ``max_parse_memory`` once decoded and parsed, and a 503
-        when the server's ``parse_budget`` has no room for it in time."""
+        when the server's ``parse_budget`` has no room for it in time. With ``spans_at``, parsed
+        by :func:`loads_with_spans` instead: the items' JSON text is then ``self.json_spans``."""
         # The body's bytes stay charged to the server's body_budget (if any) until the reply; a
         # parsed body takes up to ~30 times its size ("[{},{},...]"), which the parse_budget counts.
         raw = self.read_body()
-        values, need = parse_estimate(raw)
+        if spans_at is None:
+            values, need = parse_estimate(raw)
+            copied = 0
+        else:
+            values, need, copied = parse_estimates(raw)
         need += decode_estimate(raw, need)
         if need > self.max_parse_memory:
             raise HttpError(413, f"body: {len(raw)} bytes holding up to {values} JSON values would take about "
                             f"{need >> 20} MiB once decoded and parsed, over the limit of {self.max_parse_memory} "
                             f"bytes{self._hint('max_parse_memory')}", "body")
+        if spans_at is not None:
+            if need + copied <= self.max_parse_memory:
+                need += copied
+            else:  # parsed as any body, within the limit: only the spans are given up
+                spans_at = None
         # Each body under max_parse_memory is not enough: the parses of all requests at once are
         # charged to the server's parse_budget too, held (like the body) until the reply is sent.
         budget = self._parse_budget()
@@ -1084,7 +1266,10 @@ class RoutedJsonHandler(JsonHandler):
             # None of a request's own objects are cycles (1,000 requests, good and bad, left none).
             self._gc_paused = _GC_PAUSE.enter()
         try:
-            return loads_strict(raw)
+            if spans_at is None:
+                return loads_strict(raw)
+            doc, self.json_spans = loads_with_spans(raw, spans_at)
+            return doc
         except JsonBodyError as exc:
             raise HttpError(400, str(exc), exc.field) from None
 

@@ -1083,10 +1083,14 @@ class ClusterModel:
     :meth:`with_pods` adds pending pods as workloads cheaply (no re-validation of nodes)."""
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
-                 config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None) -> None:
+                 config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
+                 keys: Sequence[tuple[str, str, str] | None] | None = None) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
-        is most of a rebuild)."""
+        is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
+        has them already (the extender keys its models by them)."""
+        if keys is not None and len(keys) != len(nodes):
+            raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         self.config = config or ClusterConfig()
         res = self.config.resources
         self.warnings: list[str] = []
@@ -1094,10 +1098,10 @@ class ClusterModel:
         docs = []
         kinds: dict[str, str] = {}
         by_node = pods_by_node(bound_pods or (), self.warnings)
-        for obj in nodes:
+        for k, obj in enumerate(nodes):
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.
-            key = node_cache_key(obj)
+            key = node_cache_key(obj) if keys is None else keys[k]
             base = doc_cache.get(key) if (doc_cache is not None and key) else None
             if base is None:
                 base = node_doc(obj, res)
