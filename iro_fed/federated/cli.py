@@ -173,10 +173,19 @@ def register(sub: Any) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 
 
+def _needs_fed_extra(exc: ImportError) -> UsageError:
+    """The error of ``iro fed local`` / ``rounds`` without Flower: main prints it after
+    "iro fed rounds: error:", so it does not name the command again."""
+    return UsageError(f"the 'fed' extra is needed (pip install 'iro-fed[fed]'): {exc}")
+
+
 def _pyproject_config() -> dict[str, Any]:
     import tomllib
 
-    from iro_fed.federated.local import app_dir
+    try:  # iro fed local reads it first: without Flower this import is the one that fails
+        from iro_fed.federated.local import app_dir
+    except ImportError as exc:
+        raise _needs_fed_extra(exc) from exc
 
     with open(app_dir() / "pyproject.toml", "rb") as fh:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"].get("config", {}))
@@ -471,7 +480,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         from iro_fed.federated.local import FederationError, LocalFederation, TLSFiles
     except ImportError as exc:
-        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
+        raise _needs_fed_extra(exc) from exc
     if registry.exists() and not registry.is_dir():
         raise UsageError(f"--registry: {str(registry)!r} exists and is not a folder")
     try:
@@ -659,7 +668,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     try:
         from iro_fed.federated.local import FederationError, app_dir, check_superlink_connection
     except ImportError as exc:
-        raise UsageError(f"iro fed needs the 'fed' extra (pip install 'iro-fed[fed]'): {exc}") from exc
+        raise _needs_fed_extra(exc) from exc
     try:
         rounds = FedConfig.from_run_config({**_pyproject_config(), **overrides}).num_server_rounds  # --set may change it
     except FedConfigError as exc:

@@ -78,6 +78,12 @@ MAX_WATCH_TIMEOUT_S = 3600
 MAX_WEBHOOK_TIMEOUT_S = 30
 #: Longest ``--http-timeout-s`` (kube-scheduler's extender ``httpTimeout``).
 MAX_EXTENDER_HTTP_TIMEOUT_S = 3600.0
+#: The extender's bind waits for the API server at most this share of its caller's timeout when
+#: ``--api-timeout-s`` is not given (and no longer than ``Kube.write_timeout_s``): kube-scheduler
+#: stops waiting for the extender after ``httpTimeout`` and retries the pod, and a Binding made
+#: after that could bind it where it was not scheduled (then the retry's bind gets 409). The rest
+#: (1 s of kube's 5 s) is for the request's body to arrive and the answer to go back.
+EXTENDER_BIND_SHARE = 0.8
 
 
 def _k8s_name(flag: str, value: str, label: bool = False, max_len: int = 253) -> str:
@@ -190,9 +196,11 @@ def _watch_kwargs(watch_timeout_s: int | None) -> dict[str, int]:
     return {} if watch_timeout_s is None else {"watch_timeout_s": watch_timeout_s}
 
 
-def _timeouts_row(kube: Any, cache: Any) -> tuple[str, str]:
-    """The settings table's row of the API timeouts in effect."""
-    return "API timeouts", f"writes {kube.write_timeout_s:g} s, watches {cache.nodes.watch_timeout_s} s"
+def _timeouts_row(kube: Any, cache: Any, writes_note: str = "") -> tuple[str, str]:
+    """The settings table's row of the API timeouts in effect (``writes_note``: where the write
+    timeout comes from, when not from ``--api-timeout-s``)."""
+    note = f" ({writes_note})" if writes_note else ""
+    return "API timeouts", f"writes {kube.write_timeout_s:g} s{note}, watches {cache.nodes.watch_timeout_s} s"
 
 
 def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -212,8 +220,8 @@ def _logging(verbose: bool) -> None:
 
 
 def cmd_extender(args: argparse.Namespace) -> int:
-    from iro_fed.k8s.client import ClusterCache
-    from iro_fed.k8s.extender import Extender, ExtenderServer
+    from iro_fed.k8s.client import ClusterCache, Kube
+    from iro_fed.k8s.extender import HTTP_TIMEOUT_S, Extender, ExtenderServer
 
     _logging(args.verbose)
     _server_args(args)
@@ -225,6 +233,11 @@ def cmd_extender(args: argparse.Namespace) -> int:
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     kube = cache = None
+    writes_note = ""
+    if (args.kubeconfig or args.watch) and api_timeout is None:  # a bind ends before its caller gives up
+        caller = HTTP_TIMEOUT_S if args.http_timeout_s is None else args.http_timeout_s
+        api_timeout = min(Kube.write_timeout_s, EXTENDER_BIND_SHARE * caller)
+        writes_note = f"default: {EXTENDER_BIND_SHARE:g} x the caller timeout, at most {Kube.write_timeout_s:g} s"
     if args.kubeconfig or args.watch:
         kube = _kube(args.kubeconfig, "iro-extender", api_timeout)
         cache = ClusterCache(kube, config, **_watch_kwargs(watch_timeout)).start()
@@ -240,7 +253,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
         ("solver", f"{args.solver} {settings or ''}".strip()),
         ("solver weight", f"{args.solver_weight:g} (objective {1 - args.solver_weight:g})"),
         ("caller timeout", f"{server.body_timeout_s:g} s (kube-scheduler's httpTimeout)"),
-        *([_timeouts_row(kube, cache)] if cache is not None else []),
+        *([_timeouts_row(kube, cache, writes_note)] if cache is not None else []),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
@@ -499,12 +512,13 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
 # --- registration -----------------------------------------------------------------------------
 
 
-def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: str) -> None:
-    """``--api-timeout-s`` (when the command writes: ``writes`` says what) and ``--watch-timeout-s``."""
+def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: str, write_default: str = "30") -> None:
+    """``--api-timeout-s`` (when the command writes: ``writes`` says what; ``write_default`` its
+    default, in words) and ``--watch-timeout-s``."""
     if writes is not None:
         p.add_argument("--api-timeout-s", type=float, metavar="S",
                        help=f"seconds each API write ({writes}) waits for the API server's answer before it counts "
-                            f"as failed (default 30, at most {MAX_API_TIMEOUT_S:g})")
+                            f"as failed (default {write_default}, at most {MAX_API_TIMEOUT_S:g})")
     p.add_argument("--watch-timeout-s", type=int, metavar="S",
                    help=f"whole seconds each watch of the API server ({watches}) lasts: its timeoutSeconds, after "
                         f"which it is renewed from where it stopped (default 60, 1..{MAX_WATCH_TIMEOUT_S})")
@@ -529,7 +543,9 @@ def register(sub: Any) -> None:
     p.add_argument("--http-timeout-s", type=float, metavar="S",
                    help="kube-scheduler's httpTimeout for this extender: a request's headers and body must arrive "
                         f"within S seconds, else 408 (default 5, kube's default; at most {MAX_EXTENDER_HTTP_TIMEOUT_S:g})")
-    _add_api_timeouts(p, "a bind; with --kubeconfig or --watch", "nodes and bound pods; with --kubeconfig or --watch")
+    _add_api_timeouts(p, "a bind; with --kubeconfig or --watch", "nodes and bound pods; with --kubeconfig or --watch",
+                      f"{EXTENDER_BIND_SHARE:g} x --http-timeout-s up to 30, i.e. {EXTENDER_BIND_SHARE * 5:g} with kube's 5 s httpTimeout: "
+                      f"a bind ends before kube-scheduler stops waiting")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_extender, service=True)

@@ -8,12 +8,18 @@ problems (kubernetes-client/python #547, #825: ``create_namespaced_pod_binding``
 :class:`Reflector` keeps a local copy of a list of objects from a list + watch, relisting when
 the watch reports 410 Gone, as client-go's reflector does; like it, it asks for watch bookmarks,
 so that a watch of a quiet kind resumes from a recent version instead of relisting.
+
+Every call waits a bounded time (the client's default is to wait for ever): a connection that an
+API server or a proxy in between stopped answering without closing it would otherwise stall a
+list, or a watch, for good, and the cache would silently stop changing. The server-side
+``timeoutSeconds`` of a watch cannot help there: it ends a watch on a live connection only.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,17 +28,34 @@ from typing import Any
 
 log = logging.getLogger("iro_fed.k8s")
 
+#: How long a read (a list; a watch past its ``timeoutSeconds``) waits for the API server's next
+#: bytes: kube-apiserver answers a request it has not served in its ``--request-timeout`` (1 min
+#: by default) with 504 itself, so a longer silence means no answer will come. urllib3 retries a
+#: GET that timed out up to 3 times, on a new connection (which gets past a dropped one).
+READ_TIMEOUT_S = 60.0
+#: How long opening a connection may take (client-go's dialer allows 30 s; a reachable API server
+#: accepts in milliseconds).
+CONNECT_TIMEOUT_S = 10.0
+
+
+def read_timeout(read_s: float) -> tuple[float, float]:
+    """The client's ``_request_timeout`` of a read that waits at most ``read_s`` for each answer."""
+    return (min(CONNECT_TIMEOUT_S, read_s), read_s)
+
 
 def api_client(kubeconfig: str | None = None, user_agent: str | None = None) -> Any:
-    """An ``ApiClient`` from a kubeconfig file, or the in-cluster service account when None."""
+    """An ``ApiClient`` from a kubeconfig file, or the in-cluster service account when None; its
+    connections use TCP keepalive with client-go's timings, so a proxy or load balancer does not
+    drop an idle watch's connection silently, and a peer gone for good is noticed."""
     from kubernetes import client, config
 
+    cfg = client.Configuration()
     if kubeconfig:
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     else:
-        cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)
-        api = client.ApiClient(cfg)
+    cfg.keep_alive = True  # read when the ApiClient makes its connection pool
+    api = client.ApiClient(cfg)
     if user_agent:
         api.user_agent = user_agent
     return api
@@ -79,6 +102,9 @@ class Kube:
     """
 
     write_timeout_s: float = 30.0
+    #: Reads (:meth:`list_nodes`, :meth:`list_pods`, :meth:`node_metrics`, the lists and watches
+    #: of a :class:`ClusterCache`) wait at most this for the API server's next bytes.
+    read_timeout_s: float = READ_TIMEOUT_S
 
     def __init__(self, api: Any) -> None:
         from kubernetes import client
@@ -92,12 +118,13 @@ class Kube:
         return cls(api_client(kubeconfig, user_agent))
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        doc = _read(self.core.list_node(_preload_content=False))
+        doc = _read(self.core.list_node(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s)))
         return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
 
     def list_pods(self, field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         kwargs = {"field_selector": field_selector} if field_selector else {}
-        doc = _read(self.core.list_pod_for_all_namespaces(_preload_content=False, **kwargs))
+        doc = _read(self.core.list_pod_for_all_namespaces(_preload_content=False,
+                                                          _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
         return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
 
     def node_metrics(self) -> list[dict[str, Any]]:
@@ -105,7 +132,8 @@ class Kube:
         from kubernetes import client
 
         api = client.CustomObjectsApi(self.api)
-        doc = _read(api.list_cluster_custom_object("metrics.k8s.io", "v1beta1", "nodes", _preload_content=False))
+        doc = _read(api.list_cluster_custom_object("metrics.k8s.io", "v1beta1", "nodes", _preload_content=False,
+                                                   _request_timeout=read_timeout(self.read_timeout_s)))
         return doc.get("items") or []
 
     def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
@@ -194,12 +222,21 @@ class Reflector:
     restarts, after ``watch_timeout_s``, from the version of its last change, which the API
     server may have compacted since (changes of other kinds move the version too): 410 Gone and
     a full relist, each time. ``lists`` counts the lists made.
+
+    A list waits at most ``read_timeout_s`` for the API server's next bytes, a watch at most
+    ``watch_timeout_s + read_timeout_s`` (a quiet watch may be silent until its server-side end):
+    past that the connection is taken for dead, and the reflector counts an error in ``errors``,
+    logs it, and lists and watches again, as after any other failure.
     """
 
     def __init__(self, list_func: Callable[..., Any], name: str, field_selector: str | None = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None, watch_timeout_s: int = 60,
                  bookmarks: bool = True,
-                 on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None) -> None:
+                 on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        if isinstance(read_timeout_s, bool) or not (isinstance(read_timeout_s, (int, float))
+                                                    and math.isfinite(read_timeout_s) and read_timeout_s > 0):
+            raise ValueError(f"read_timeout_s: must be a finite number of seconds > 0, got {read_timeout_s!r}")
         self.list_func = list_func
         self.name = name
         self.field_selector = field_selector
@@ -207,6 +244,7 @@ class Reflector:
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self.bookmarks = bookmarks
+        self.read_timeout_s = float(read_timeout_s)
         self.resource_version = ""
         self.lists = 0
         self.store: dict[str, dict[str, Any]] = {}
@@ -254,7 +292,7 @@ class Reflector:
 
     def _list(self) -> str:
         kwargs = {"field_selector": self.field_selector} if self.field_selector else {}
-        doc = _read(self.list_func(_preload_content=False, **kwargs))
+        doc = _read(self.list_func(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
         items = doc.get("items") or []
         self.lists += 1
         with self.changed:
@@ -288,8 +326,11 @@ class Reflector:
                 backoff = 0.2
                 while not self._stop.is_set():
                     self._watch = _raw_watch()
+                    # The server ends the watch at timeoutSeconds; a silence past that plus a read's
+                    # wait is a dead connection (no client-side timeout: a read for ever).
                     kwargs: dict[str, Any] = {"resource_version": self.resource_version,
-                                              "timeout_seconds": self.watch_timeout_s}
+                                              "timeout_seconds": self.watch_timeout_s,
+                                              "_request_timeout": read_timeout(self.watch_timeout_s + self.read_timeout_s)}
                     if self.field_selector:
                         kwargs["field_selector"] = self.field_selector
                     if self.bookmarks:
@@ -326,13 +367,24 @@ class Reflector:
                 log.warning("%s: API error %s, retrying", self.name, exc.status)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-            except Exception as exc:  # connection errors: back off and relist
+            except Exception as exc:  # connection errors, no answer in time: back off and relist
                 if self._stop.is_set():
                     break
                 self.errors += 1
-                log.warning("%s: %s: %s, retrying", self.name, type(exc).__name__, exc)
+                if _timed_out(exc):
+                    log.warning("%s: no answer from the API server in time (lists wait %g s, watches %g s): "
+                                "%s, relisting", self.name, self.read_timeout_s, self.watch_timeout_s + self.read_timeout_s, exc)
+                else:
+                    log.warning("%s: %s: %s, retrying", self.name, type(exc).__name__, exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is urllib3's timeout (also as the reason of its MaxRetryError)."""
+    from urllib3.exceptions import MaxRetryError, TimeoutError
+
+    return isinstance(exc, TimeoutError) or (isinstance(exc, MaxRetryError) and isinstance(exc.reason, TimeoutError))
 
 
 class ClusterCache:
@@ -352,9 +404,10 @@ class ClusterCache:
         self.kube = kube
         self.config = config or ClusterConfig()
         self.refresh_s = refresh_s
-        self.nodes = Reflector(kube.core.list_node, "nodes", watch_timeout_s=watch_timeout_s)
+        read = getattr(kube, "read_timeout_s", READ_TIMEOUT_S)
+        self.nodes = Reflector(kube.core.list_node, "nodes", watch_timeout_s=watch_timeout_s, read_timeout_s=read)
         self.pods = Reflector(kube.core.list_pod_for_all_namespaces, "bound-pods", field_selector="spec.nodeName!=",
-                              watch_timeout_s=watch_timeout_s)
+                              watch_timeout_s=watch_timeout_s, read_timeout_s=read)
         self._model: Any = None
         self._model_version: tuple[int, int] = (-1, -1)
         self._lock = threading.Lock()

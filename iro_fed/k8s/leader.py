@@ -24,12 +24,20 @@ What this module adds around them, because the scheduler must never bind as a st
 * the Lease is written as client-go writes it: ``acquireTime`` / ``renewTime`` are ``MicroTime``
   (RFC 3339 with exactly six fractional digits, which the API server requires: the Python
   client's ``isoformat()`` drops them for a whole second, as the release's times always were),
-  and ``leaseTransitions`` starts at 0 and counts every change of holder.
+  and ``leaseTransitions`` starts at 0 and counts every change of holder;
+* every Lease call (get, create, replace; the release's too) waits at most half the
+  ``renew_deadline`` for its answer and is not retried by urllib3 (its retries would multiply the
+  wait), on a client of its own, as kube-scheduler gives leader election its own client with
+  the renew deadline as its timeout: a hung API server or a dropped connection fails the renew
+  in time, so the elector gives leadership up (``on_stopped``) and campaigns again, instead of
+  waiting for ever in a call while still counted as leader.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
+import functools
 import logging
 import threading
 import time
@@ -95,6 +103,34 @@ def _lease_lock(name: str, namespace: str, identity: str) -> Any:
                 return False
 
     return Lock(name, namespace, identity)
+
+
+class _Timed:
+    """An API object whose every call waits at most ``timeout_s`` (the client's ``_request_timeout``)."""
+
+    def __init__(self, api: Any, timeout_s: float) -> None:
+        self._api = api
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._api, name)
+        return functools.partial(attr, _request_timeout=self._timeout_s) if callable(attr) else attr
+
+
+def _lease_api(kube: Any, timeout_s: float) -> Any:
+    """``kube``'s ``CoordinationV1Api`` on an ``ApiClient`` of its own without urllib3's retries
+    (by default a GET or PUT that timed out is sent up to 3 more times, each waiting the whole
+    timeout again), each call waiting at most ``timeout_s``."""
+    from kubernetes import client
+
+    api = getattr(kube, "api", None)
+    if getattr(api, "configuration", None) is None:  # not a real ApiClient: its calls as they are
+        return _Timed(kube.coordination, timeout_s)
+    cfg = copy.copy(api.configuration)  # shallow: the same credentials and their refresh hook
+    cfg.retries = False  # a failed call fails the try; the elector retries every retry_period
+    own = client.ApiClient(cfg)
+    own.default_headers.update(api.default_headers)  # the user agent
+    return _Timed(client.CoordinationV1Api(own), timeout_s)
 
 
 def _lease_seconds(written: Any, own: int) -> int:
@@ -186,8 +222,12 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = float(renew_deadline)
         self.retry_period = float(retry_period)
+        #: Each Lease call's wait for its answer: a try (a get, then a create or a replace) ends
+        #: within the renew deadline even when the API server does not answer.
+        self.lease_timeout_s = self.renew_deadline / 2
         self.lock = _lease_lock(name, namespace, identity)
-        self.lock.api_instance = kube.coordination  # the client of this process, not the global default
+        # The client of this process (not the global default), its calls bounded.
+        self.lock.api_instance = _lease_api(kube, self.lease_timeout_s)
         # LeaderElection only reads these attributes of its config; its Config class would
         # sys.exit() on sub-second periods, which the tests use.
         config = SimpleNamespace(lock=self.lock, lease_duration=lease_duration, renew_deadline=renew_deadline,
@@ -270,8 +310,8 @@ class LeaderElector:
     def stop(self, release: bool = True) -> None:
         """Stop campaigning; with ``release`` give the lease up so a follower need not wait."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._thread is not None:  # a try in progress ends within the renew deadline
+            self._thread.join(timeout=max(10.0, self.renew_deadline + 1.0))
         if release:
             self.release()
 
@@ -279,9 +319,13 @@ class LeaderElector:
         """Empty the lease's holder if this candidate holds it (optimistic: a 409 means someone else)."""
         from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-        ok, record = self.lock.get(self.lock.name, self.lock.namespace)
-        if not ok or record is None or record.holder_identity != self.identity:
+        try:  # no answer in time (urllib3's errors pass the lock's ApiException handling): not released
+            ok, record = self.lock.get(self.lock.name, self.lock.namespace)
+            if not ok or record is None or record.holder_identity != self.identity:
+                return False
+            now = str(datetime.datetime.now())  # the record format of the client; written as a MicroTime
+            empty = LeaderElectionRecord("", "1", now, now)
+            return bool(self.lock.update(self.lock.name, self.lock.namespace, empty))
+        except Exception as exc:  # the lease then ends after its duration, as without a release
+            log.warning("%s: lease release failed: %s: %s", self.identity, type(exc).__name__, exc)
             return False
-        now = str(datetime.datetime.now())  # the record format of the client; written as a MicroTime
-        empty = LeaderElectionRecord("", "1", now, now)
-        return bool(self.lock.update(self.lock.name, self.lock.namespace, empty))

@@ -24,7 +24,9 @@ IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeco
   with its ``timestamp`` by :meth:`FakeApiServer.set_node_metrics`; else stamped now);
 * ``coordination.k8s.io/v1`` leases GET / POST / PUT with optimistic concurrency: a PUT whose
   ``metadata.resourceVersion`` is stale gets 409 Conflict, a POST of an existing lease 409
-  AlreadyExists.
+  AlreadyExists;
+* a hung API server or proxy (:meth:`FakeApiServer.stall` / :meth:`FakeApiServer.resume`):
+  requests whose path matches get no answer at all, and open watches stop sending.
 
 It is not a conformant API server (no admission, no validation beyond what is listed, no
 authentication); every request is logged in :attr:`FakeApiServer.requests` for assertions.
@@ -324,6 +326,9 @@ class FakeApiServer:
         #: Called with (namespace, event body) before an Event is created; may raise
         #: :class:`InjectedError` to answer with an error instead (nothing is stored).
         self.event_hook: Callable[[str, dict], None] | None = None
+        self._stall: re.Pattern[str] | None = None  # paths that get no answer (stall / resume)
+        #: Requests (and open watches) that the stall has held since the server started.
+        self.stalled_requests = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -485,6 +490,34 @@ class FakeApiServer:
         with self._lock:
             self._close_generation += 1
             self._lock.notify_all()
+
+    def stall(self, path: str = "") -> None:
+        """Hang as a dead API server, or a proxy that dropped its connections, does: every request
+        whose path matches the regex ``path`` (``""``: all) is read and then gets nothing, not even
+        headers, and each open watch of a matching path stops sending (no events, no bookmarks, no
+        end). A connection held so stays silent for good (until :meth:`stop`), as a dropped one
+        does: only a client-side timeout gets the client out, and nothing held takes effect.
+        :meth:`resume` answers new requests again."""
+        with self._lock:
+            self._stall = re.compile(path)
+            self._lock.notify_all()
+
+    def resume(self) -> None:
+        """New requests are answered again; connections :meth:`stall` held stay silent."""
+        with self._lock:
+            self._stall = None
+            self._lock.notify_all()
+
+    def _hold(self, path: str) -> bool:
+        """If a stall holds ``path``: count it and keep the caller until :meth:`stop`, then True
+        (the caller closes its connection unanswered). The caller holds the lock."""
+        if self._stall is None or not self._stall.search(path):
+            return False
+        self.stalled_requests += 1
+        self._lock.notify_all()
+        while not self._stopping:
+            self._lock.wait(0.5)
+        return True
 
     def open_watches(self, kind: str) -> int:
         """How many watches of ``kind`` (``"pods"``, ``"nodes"`` ...) are being served now."""
@@ -874,6 +907,9 @@ class _Handler(JsonHandler):
             while True:
                 bookmark = False
                 with api._lock:
+                    if api._hold(urlsplit(self.path).path):
+                        self.close_connection = True  # a dead connection: it ends with no last chunk
+                        return
                     if api._stopping or api._watch_generation != generation:
                         break  # expired watches end before sending anything newer than the expiry
                     if since < api._dropped_rv.get(kind, 0):
@@ -1233,6 +1269,26 @@ def _tracked(handler: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
 
 for _verb in ("do_POST", "do_PUT", "do_PATCH", "do_DELETE"):
     setattr(_Handler, _verb, _tracked(getattr(_Handler, _verb)))
+
+
+def _stallable(handler: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
+    """Hold a request that :meth:`FakeApiServer.stall` matches, never answered (outside
+    the write tracking: a held write is no write in flight that ``requests_to`` should wait for)."""
+
+    def run(self: _Handler) -> None:
+        with self.api._lock:
+            held = self.api._hold(urlsplit(self.path).path)
+        if held:
+            self.close_connection = True
+            return
+        handler(self)
+
+    run.__name__ = handler.__name__
+    return run
+
+
+for _verb in ("do_GET", "do_POST", "do_PUT", "do_PATCH", "do_DELETE"):
+    setattr(_Handler, _verb, _stallable(getattr(_Handler, _verb)))
 
 
 # Last: under ``python -m`` the module runs top to bottom, and main() must find the handler's

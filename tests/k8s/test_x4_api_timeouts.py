@@ -78,7 +78,10 @@ def test_help_documents_each_timeout_and_its_library_default() -> None:
     assert default_watch == Reflector.__init__.__defaults__[2] == 60  # type: ignore[index]
     for cmd in ("extender", "scheduler"):
         assert "--api-timeout-s S seconds each API write" in " ".join(helps[cmd].split())
-        assert f"(default {Kube.write_timeout_s:g}, at most 3600)" in " ".join(helps[cmd].split())
+    assert f"(default {Kube.write_timeout_s:g}, at most 3600)" in " ".join(helps["scheduler"].split())
+    # The extender's bind must end before kube-scheduler stops waiting for it (test_z2_hung_api.py).
+    assert (f"(default {k8s_cli.EXTENDER_BIND_SHARE:g} x --http-timeout-s up to {Kube.write_timeout_s:g}, i.e. 4 with "
+            f"kube's 5 s httpTimeout") in " ".join(helps["extender"].split())
     for cmd in ("extender", "webhook", "scheduler"):
         assert f"(default {default_watch}, 1..3600)" in " ".join(helps[cmd].split())
     assert "--api-timeout-s" not in helps["webhook"]  # the webhook writes nothing to the API server
