@@ -242,14 +242,17 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     _check_name("pod.metadata.namespace", ns, DNS_LABEL, 63)
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
-    from iro_fed.k8s.snapshot import PodSpecError, pod_demand
+    from iro_fed.k8s.snapshot import PodSpecError, annotation_list, pod_demand
 
     if not _list(spec.get("containers"), "pod.spec.containers"):
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
     try:
-        # The snapshot's reader: the same formula, units, GPU share and errors as the scheduler and
-        # extender (it also refuses annotation values that are not strings, as the API does).
+        # The snapshot's readers: the same formula, units, GPU share and errors as the scheduler and
+        # extender (it also refuses annotation values that are not strings, as the API does), and
+        # the same comma lists (an empty entry refused, not dropped).
         demand = pod_demand(pod, resources)
+        models = annotation_list(annotations, ANNOTATION_PREFIX + "gpu-models")
+        allowed = annotation_list(annotations, ANNOTATION_PREFIX + "allowed-domains")
     except PodSpecError as exc:
         raise BadRequest(f"pod.{exc.field}" if exc.field else "pod", exc.reason) from None
 
@@ -259,9 +262,8 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     }
     if demand.gpu_count:
         gpu: dict[str, Any] = {"count": demand.gpu_count, "milli": demand.gpu_milli}
-        models = annotations.get(ANNOTATION_PREFIX + "gpu-models")
         if models:
-            gpu["models"] = [m.strip() for m in models.split(",") if m.strip()]
+            gpu["models"] = models
         wl["gpu"] = gpu
     selector = spec.get("nodeSelector")
     if selector is not None:
@@ -287,9 +289,8 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
             wl[key] = conv(value)
         except (TypeError, ValueError):
             raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", f"cannot read {value!r}") from None
-    allowed = annotations.get(ANNOTATION_PREFIX + "allowed-domains")
     if allowed:
-        wl["allowed_domains"] = [d.strip() for d in allowed.split(",") if d.strip()]
+        wl["allowed_domains"] = allowed
     return wl
 
 

@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from iro_fed.feasibility import _FILTERS, EPS, GPU_CARDS_FILTER, resource_fit, static_filter
+from iro_fed.feasibility import _FILTERS, GPU_CARDS_FILTER, fit_tolerance, resource_fit, static_filter
 from iro_fed.k8s.httpjson import (
     ArraySpans,
     ByteBudget,
@@ -215,6 +215,7 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
     p = state.problem
     sf = static_filter(p, w)
     fit = resource_fit(state, w, nodes)
+    tol = fit_tolerance(p)  # the shortage test of resource_fit and explain(): free + tol < demand
     out: dict[int, tuple[str, bool]] = {}
     wl = p.workloads[w]
     first = sf.first_fail[nodes]
@@ -230,7 +231,7 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
         else:
             # NodeResourcesFit lists every shortage of the node, cards included.
             parts = [f"Insufficient {p.resources[r]}" for r in np.flatnonzero(p.demand[w] > 0)
-                     if state.free[n, r] < p.demand[w, r] - EPS]
+                     if state.free[n, r] + tol[n, r] < p.demand[w, r]]
             count = int(p.wl_gpu_count[w])
             if code == GPU_CARDS_FILTER:  # fewer cards than the pod asks for: no preemption can help
                 out[n] = (", ".join([*parts, _STATIC_REASONS[GPU_CARDS_FILTER]]), True)

@@ -265,6 +265,23 @@ def _str_map(value: Any, who: str, path: str) -> dict[str, str]:
     return out
 
 
+def annotation_list(annotations: Mapping[str, str], key: str, who: str = "") -> list[str] | None:
+    """A comma-list pod annotation (``iro-fed.io/allowed-domains: "eu,us"``), entries stripped;
+    None when absent, empty or blank (an empty value reads as absent, as documented). An
+    empty entry (``"a100,"``, ``"eu,,us"``, ``","``) is a :class:`PodSpecError` naming the
+    annotation and the entry's position: dropped, ``","`` read as ``[]``, which is no restriction
+    at all. The reader of the scheduler, extender, webhook and edge agent."""
+    text = annotations.get(key)
+    if text is None or not text.strip():
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    for i, part in enumerate(parts, start=1):
+        if not part:
+            raise _bad(who, f"metadata.annotations.{key}",
+                       f"empty entry at position {i} of {len(parts)} in {_shown(text, 80)!r}: each ',' must separate two names")
+    return parts
+
+
 def metadata_error(meta: Mapping[str, Any], string_keys: Iterable[str]) -> tuple[str, str] | None:
     """The first field of an object's ``metadata`` a server reads that has not its kube type, as
     (path inside metadata, why), or None: each of ``string_keys`` a string when given, ``labels``
@@ -913,8 +930,9 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     if demand.gpu_count:
         wl["gpu"] = {"count": demand.gpu_count, "milli": demand.gpu_milli}
     ann = _str_map(meta.get("annotations"), who, "metadata.annotations")
-    if ann.get(ANN_GPU_MODELS) and demand.gpu_count:
-        wl["gpu"]["models"] = [m.strip() for m in ann[ANN_GPU_MODELS].split(",") if m.strip()]
+    models = annotation_list(ann, ANN_GPU_MODELS, who)  # checked without a GPU request too: it is malformed either way
+    if models and demand.gpu_count:
+        wl["gpu"]["models"] = models
     if ann.get(ANN_CLASS):
         wl["class"] = ann[ANN_CLASS]
     if ann.get(ANN_USER_REGION):
@@ -924,8 +942,9 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
             wl["max_latency_ms"] = float(ann[ANN_MAX_LATENCY])
         except ValueError:
             raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", f"expected a number, got {ann[ANN_MAX_LATENCY]!r}") from None
-    if ann.get(ANN_ALLOWED_DOMAINS):
-        wl["allowed_domains"] = [d.strip() for d in ann[ANN_ALLOWED_DOMAINS].split(",") if d.strip()]
+    domains = annotation_list(ann, ANN_ALLOWED_DOMAINS, who)
+    if domains:
+        wl["allowed_domains"] = domains
     selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
     wl["tolerations"] = _tolerations(spec, who)
     affinity = _obj(_obj(spec.get("affinity"), who, "spec.affinity").get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
@@ -966,10 +985,12 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
 
 
 def _parse_cards(text: str | None) -> list[int] | None:
+    """The card indices of a bound pod's ``iro-fed.io/gpu-cards``; None (no annotation: first fit)
+    when absent or malformed, an empty entry (``"0,,1"``) included, as a card that is not a number."""
     if not text:
         return None
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in text.split(",")]  # int() refuses "" and blanks, allows " 1 "
     except ValueError:
         return None
 
