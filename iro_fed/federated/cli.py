@@ -174,7 +174,7 @@ def register(sub: Any) -> None:
 
 
 def _needs_fed_extra(exc: ImportError) -> UsageError:
-    """The error of ``iro fed local`` / ``rounds`` without Flower: main prints it after
+    """The error of ``iro fed`` subcommands without Flower: main prints it after
     "iro fed rounds: error:", so it does not name the command again."""
     return UsageError(f"the 'fed' extra is needed (pip install 'iro-fed[fed]'): {exc}")
 
@@ -571,7 +571,10 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from iro_fed.federated.local import flower_bin
+    try:
+        from iro_fed.federated.local import flower_bin
+    except ImportError as exc:
+        raise _needs_fed_extra(exc) from exc
 
     files = [args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile]
     if any(files) and not all(files):
@@ -606,7 +609,10 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from iro_fed.federated.local import flower_bin, run_config_arg
+    try:
+        from iro_fed.federated.local import flower_bin, run_config_arg
+    except ImportError as exc:
+        raise _needs_fed_extra(exc) from exc
     from iro_fed.federated.task import FedConfig, FedConfigError, site_profile
 
     try:

@@ -298,8 +298,13 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         selector = parse_selector(args.selector)
     except ValueError as exc:
         raise UsageError(f"--selector: {exc}") from exc
-    namespaces = [_k8s_name("--namespaces", n.strip(), label=True)
-                  for n in (args.namespaces or "").split(",") if n.strip()]
+    ns_text = args.namespaces or ""
+    ns_parts = ns_text.split(",") if ns_text.strip() else []
+    # "a,,b" or "a," (a name lost in an edit) was read as fewer namespaces
+    empty = next((i for i, n in enumerate(ns_parts, start=1) if not n.strip()), None)
+    if empty is not None:
+        raise UsageError(f"--namespaces: empty name at position {empty} of {len(ns_parts)} in {ns_text!r}")
+    namespaces = [_k8s_name("--namespaces", n.strip(), label=True) for n in ns_parts]
     _k8s_name("--scheduler-name", args.scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)

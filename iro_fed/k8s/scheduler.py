@@ -271,7 +271,8 @@ class IroScheduler:
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
-                                 on_event=lambda t, o: self._wake.set(), watch_timeout_s=watch_timeout_s)
+                                 on_event=lambda t, o: self._wake.set(), watch_timeout_s=watch_timeout_s,
+                                 read_timeout_s=kube.read_timeout_s)
         self.elector = None
         if leader_election:
             from iro_fed.k8s.leader import LeaderElector

@@ -19,7 +19,9 @@ NO_FLOWER = ("import sys; sys.modules['flwr'] = None\n"
 
 
 @pytest.mark.parametrize("argv", [["fed", "rounds", "--requests", "{tmp}/requests", "--federation", "local"],
-                                  ["fed", "local", "--registry", "{tmp}/registry"]])
+                                  ["fed", "local", "--registry", "{tmp}/registry"],
+                                  ["fed", "server", "--insecure"],
+                                  ["fed", "node", "--insecure", "--superlink", "127.0.0.1:9092", "--site", "0"]])
 def test_without_flower_the_error_names_the_command_once(argv: list[str], tmp_path: Path) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     done = subprocess.run([sys.executable, "-c", NO_FLOWER, *args], capture_output=True, text=True, timeout=120,
