@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, unknown_fields
@@ -106,11 +106,15 @@ _CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
 
 
+def _did_you_mean(name: str, choices: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` with the nearest of ``choices`` when one is close, else ``""``."""
+    near = difflib.get_close_matches(name, choices, n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
 def _unknown(field: str, key: str, known: frozenset[str], what: str) -> tuple[str, str]:
     """(path, message) of an unknown field, with the nearest known name when one is close."""
-    near = difflib.get_close_matches(key, sorted(known), n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return f"{field}.{key}", f"unknown field (not a field of {what}){hint}"
+    return f"{field}.{key}", f"unknown field (not a field of {what}){_did_you_mean(key, sorted(known))}"
 
 
 def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bool) -> list[tuple[str, str]]:
@@ -123,8 +127,7 @@ def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bo
         name = str(name)
         if name in allowed or name.startswith("hugepages-") or (extended and "/" in name):
             continue
-        near = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
+        hint = _did_you_mean(name, allowed)
         kinds = ", ".join((*allowed, "hugepages-<size>")) + (", or an extended resource with a '/'" if extended else "")
         where = "containers" if extended else "the pod level"
         out.append((f"{field}.{name}", f"must be a standard resource for {where} ({kinds}){hint}"))

@@ -229,16 +229,17 @@ def cmd_extender(args: argparse.Namespace) -> int:
     check_number("--solver-weight", args.solver_weight, 0.0, 1.0)
     if args.http_timeout_s is not None:
         check_number("--http-timeout-s", args.http_timeout_s, 0.0, MAX_EXTENDER_HTTP_TIMEOUT_S, low_open=True)
-    api_timeout, watch_timeout = _api_timeouts(args, bool(args.kubeconfig or args.watch), "--kubeconfig or --watch")
+    watching = bool(args.kubeconfig or args.watch)
+    api_timeout, watch_timeout = _api_timeouts(args, watching, "--kubeconfig or --watch")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     kube = cache = None
     writes_note = ""
-    if (args.kubeconfig or args.watch) and api_timeout is None:  # a bind ends before its caller gives up
-        caller = HTTP_TIMEOUT_S if args.http_timeout_s is None else args.http_timeout_s
-        api_timeout = min(Kube.write_timeout_s, EXTENDER_BIND_SHARE * caller)
-        writes_note = f"default: {EXTENDER_BIND_SHARE:g} x the caller timeout, at most {Kube.write_timeout_s:g} s"
-    if args.kubeconfig or args.watch:
+    if watching:
+        if api_timeout is None:  # a bind ends before its caller gives up
+            caller = HTTP_TIMEOUT_S if args.http_timeout_s is None else args.http_timeout_s
+            api_timeout = min(Kube.write_timeout_s, EXTENDER_BIND_SHARE * caller)
+            writes_note = f"default: {EXTENDER_BIND_SHARE:g} x the caller timeout, at most {Kube.write_timeout_s:g} s"
         kube = _kube(args.kubeconfig, "iro-extender", api_timeout)
         cache = ClusterCache(kube, config, **_watch_kwargs(watch_timeout)).start()
     ext = Extender(args.solver, settings, cache=cache, kube=kube, config=config, solver_weight=args.solver_weight)
