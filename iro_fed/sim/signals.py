@@ -448,7 +448,6 @@ def load_latency_matrix(
     data = [(line, row) for line, row in rows[1:] if row and any(c.strip() for c in row)]
     origins = _match_regions([row[0].strip() for _, row in data], regions, zones)
     m = np.full((len(zones), len(zones)), np.nan)  # an empty cell stays NaN: unknown latency
-    row_line: dict[int, int] = {}
     for (line, row), i in zip(data, origins, strict=True):
         if i is None:
             raise SignalFormatError(f"{mpath} line {line}: origin: unknown {row[0]!r} (not a zone code or region name of {jpath.name})")
@@ -461,8 +460,8 @@ def load_latency_matrix(
             # pandas writes NaN as an empty cell, or as NaN/NA with na_rep: all unknown.
             if cell.strip().casefold() not in UNKNOWN_CELLS:
                 m[i, col_of[j]] = _non_negative(cell, f"{mpath} line {line}: column {header[j]!r}")
-        row_line[i] = line
-    missing = [i for i in range(len(zones)) if i not in row_line]
+    # every origin is a region index here: unknown and duplicate rows raised above
+    missing = sorted(set(range(len(zones))) - set(origins))
     if missing:
         names = ", ".join(f"{zones[i]!r} ({regions[i]})" for i in missing)
         last = data[-1][0] if data else 1

@@ -166,7 +166,7 @@ def load_training_state(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     path = Path(path)
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)  # as load_checkpoint: a GPU run's state resumes on a CPU
     except Exception as exc:  # torch raises several types for corrupt or foreign files
         raise CheckpointError(f"optimizer state {str(path)!r}: not a readable torch file "
                               f"({_load_failure(path, exc)})") from exc
