@@ -157,16 +157,62 @@ def simulate(scenario: str, solver: str, seed: int, hours: float, settings: dict
     return {k: float(report[k]) for k in keys}
 
 
+def trains(args: argparse.Namespace) -> bool:
+    """Whether this run trains policies: the scenarios section without ``--skip-train``."""
+    return "scenarios" in args.sections and not args.skip_train
+
+
+def shipped_policy() -> tuple[Path, str | None]:
+    """The policy shipped with the dqn solver and the scenario its metadata says it was trained on."""
+    import json
+
+    from solvers.dqn.checkpoint import metadata_path
+    from solvers.dqn.solver import DEFAULT_POLICY
+
+    try:
+        scenario = json.loads(metadata_path(DEFAULT_POLICY).read_text()).get("scenario")
+    except (OSError, ValueError):
+        scenario = None
+    return DEFAULT_POLICY, scenario if DEFAULT_POLICY.is_file() else None
+
+
+def policy_paths(args: argparse.Namespace) -> dict[str, Path]:
+    """The policy file each scenario's dqn runs load, decided before any section runs.
+
+    A run that trains writes ``results/dqn/<scenario>.pt``. Otherwise (``--skip-train``, or only
+    the generalization / latency sections) that file must be there; ``results/`` is git-ignored,
+    so on a fresh checkout the scenario of the shipped ``solvers/dqn/policies/default.pt`` (bank)
+    falls back to it and any other scenario raises ValueError naming the flag and the file.
+    Before, ``--skip-train`` trained silently, up to ``--train-minutes``, when the file was missing.
+    """
+    needed = list(args.scenarios) if "scenarios" in args.sections else []
+    if args.sections & {"generalization", "latency"} and args.scenarios[0] not in needed:
+        needed.insert(0, args.scenarios[0])  # these sections run the first scenario's policy
+    shipped, shipped_scenario = shipped_policy()
+    out: dict[str, Path] = {}
+    for scenario in needed:
+        policy = RESULTS / "dqn" / f"{scenario}.pt"
+        if trains(args) or policy.is_file():
+            out[scenario] = policy
+        elif scenario == shipped_scenario:
+            out[scenario] = shipped
+        else:
+            flag = "--skip-train" if args.skip_train else f"--sections {','.join(sorted(args.sections))}"
+            raise ValueError(f"{flag}: no trained {scenario} policy, {policy} does not exist (run the scenarios "
+                             "section without --skip-train to train it)")
+    return out
+
+
 def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
     rows = []
     for scenario in args.scenarios:
-        policy = RESULTS / "dqn" / f"{scenario}.pt"
-        if not args.skip_train or not policy.is_file():
+        policy = args.policies[scenario]
+        if trains(args):
             console.print(f"[bold]training on {scenario}[/bold] (<= {args.train_minutes:g} min, {args.train_steps:,} steps)")
             training = train_policy(scenario, policy, args.train_steps, args.train_minutes, hours_for(args, scenario), 0,
                                     config=TRAIN_CONFIG.get(scenario), console=console)
         else:
-            training = {"reused": str(policy)}
+            training = {"reused": str(policy), **({"shipped": True} if policy == shipped_policy()[0] else {})}
         runs = {name: {} for name in (*HEURISTICS, "cpsat", "dqn")}
         for seed in args.eval_seeds:
             for name in runs:
@@ -204,7 +250,7 @@ def generalization_section(args: argparse.Namespace, console: Console) -> list[d
     import iro_fed
 
     node_shapes, pod_shapes = _shapes(dt)
-    policy = RESULTS / "dqn" / f"{args.scenarios[0]}.pt"
+    policy = args.policies[args.scenarios[0]]
     rows = []
     for nodes in args.sizes:
         pods = max(50, nodes // 5)
@@ -231,7 +277,7 @@ def latency_section(args: argparse.Namespace, console: Console) -> dict[str, Any
     doc = dt.make_document(dt.make_nodes(node_shapes, nodes, 1), dt.make_pods(pod_shapes, args.latency_pods, 1))
     problem = iro_fed.problem_from_dict(doc)
     out: dict[str, Any] = {"nodes": nodes, "decisions": args.latency_pods}
-    for name, settings in (("greedy-objective", {}), ("dqn", {"policy": str(RESULTS / "dqn" / f"{args.scenarios[0]}.pt")})):
+    for name, settings in (("greedy-objective", {}), ("dqn", {"policy": str(args.policies[args.scenarios[0]])})):
         solver = solvers.make(name, **settings)
         state = ClusterState(problem)
         solver.decide(state, 0)  # load the policy, warm caches
@@ -351,7 +397,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ablation-scenarios", default=None,
                     help="scenarios of the ablation (default: the first of --scenarios)")
     ap.add_argument("--sections", default="scenarios,generalization,latency,ablation")
-    ap.add_argument("--skip-train", action="store_true", help="reuse policies already under results/dqn/")
+    ap.add_argument("--skip-train", action="store_true",
+                    help="never train: reuse the policies under results/dqn/ (bank without one: the shipped "
+                         "solvers/dqn/policies/default.pt; another scenario without one: exit 2)")
     ap.add_argument("--out", default=str(RESULTS / "dqn.json"))
     args = ap.parse_args(argv)
     if args.quick:
@@ -370,6 +418,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          ("--ablation-scenarios", args.ablation_scenarios)):
         if "ablation" in args.sections and not values:
             ap.error(f"{flag}: empty")
+    if args.sections & {"scenarios", "generalization", "latency"} and not args.scenarios:
+        ap.error("--scenarios: empty")
+    try:  # before any work: --skip-train must never fall back to training
+        args.policies = policy_paths(args)
+    except ValueError as exc:
+        ap.error(str(exc))
     return args
 
 
@@ -378,9 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)  # files/pipes: tables unclipped
     settings = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}
     settings["ablation_variants"] = [vid for vid, _, _ in args.ablation_variants]
+    settings["policies"] = {scenario: str(path) for scenario, path in args.policies.items()}
     doc: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
                            "settings": settings}
     console.print(f"[dim]{doc['machine']}[/dim]")
+    shipped = shipped_policy()[0]
+    for scenario, policy in args.policies.items():
+        if policy == shipped:
+            console.print(f"{scenario}: no {RESULTS / 'dqn' / f'{scenario}.pt'}, using the shipped {scenario} policy "
+                          f"{policy}", highlight=False)
     doc["scenarios"] = scenario_section(args, console) if "scenarios" in args.sections else []
     if "generalization" in args.sections:
         doc["generalization"] = generalization_section(args, console)

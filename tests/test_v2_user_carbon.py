@@ -108,13 +108,13 @@ def bad_file(tmp_path: Path) -> Path:
         # carbon_de=const:120 takes zone-a off the DE series: DE is no longer read.
         (lambda t: hourly_constant(t / "x.csv", 1.0), ("--set", "carbon_de=const:120", "--set", "carbon.DE={}"),
          "--set carbon.DE: scenario 'bank' reads no carbon zone 'DE' (its zones: FR, GB)"),
-        (lambda t: t / "missing.csv", ("--set", "carbon.DE={}"), "setting 'carbon.DE': "),
-        (lambda t: t, ("--set", "carbon.DE={}"), "setting 'carbon.DE': "),  # a folder
-        (bad_file, ("--set", "carbon.DE={}"), "setting 'carbon.DE': "),
+        (lambda t: t / "missing.csv", ("--set", "carbon.DE={}"), "--set carbon.DE: "),
+        (lambda t: t, ("--set", "carbon.DE={}"), "--set carbon.DE: "),  # a folder
+        (bad_file, ("--set", "carbon.DE={}"), "--set carbon.DE: "),
         (lambda t: t / "x.csv", ("--set", "carbon.DE="), "--set carbon.DE: expected the path of a carbon-intensity CSV"),
         # Ends before the run does (2 h from 2020-03-02 00:00): not wrapped, not held.
         (lambda t: hourly_constant(t / "short.csv", 1.0, hours=25), ("--set", "carbon.DE={}"),
-         "setting 'carbon.DE': "),
+         "--set carbon.DE: "),
         # Starts at the run's start: the day of history before it is missing.
         (lambda t: hourly_constant(t / "late.csv", 1.0, start="2020-03-02 00:00:00"), ("--set", "carbon.DE={}"),
          "24 h of history before the start"),
@@ -148,7 +148,7 @@ def test_malformed_file_gives_the_readers_line(tmp_path: Path, capsys) -> None:
     path = bad_file(tmp_path)
     assert main(["simulate", "--scenario", "bank", "--solver", "best-fit", "--hours", "1",
                  "--set", f"carbon.DE={path}"]) == 2
-    assert f"setting 'carbon.DE': {path} line 3: Carbon Intensity: expected a number, got 'abc'" in capsys.readouterr().err
+    assert f"--set carbon.DE: {path} line 3: Carbon Intensity: expected a number, got 'abc'" in capsys.readouterr().err
 
 
 @needs_data

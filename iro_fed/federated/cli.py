@@ -40,6 +40,7 @@ from iro_fed.cli import (
     EXIT_OK,
     UsageError,
     _console,
+    _resolve,
     check_input_file,
     check_int,
     check_listen_host,
@@ -240,6 +241,51 @@ def _setting_error(exc: Exception, sets: dict[str, Any], flags: dict[str, str]) 
 
 def _port(flag: str, port: int) -> int:
     return check_int(flag, port, 1, 65535)
+
+
+def _check_listen(host_flag: str, host: str, port: int | None, port_flag: str = "--port") -> None:
+    """Bind ``host`` as the SuperLink's HTTP server (uvicorn on asyncio: every address
+    getaddrinfo gives, SO_REUSEADDR) and close at once: first on a free port, so that an address
+    not of this machine names ``host_flag``, then on ``port`` (unless None), naming ``port_flag``.
+    Resolving alone (:func:`iro_fed.cli.check_listen_host`) let ``--host 10.99.99.99`` start
+    flower-superlink, which failed inside its log (exit 1). ``host`` has passed that check."""
+    import socket
+
+    for flag, at in ((host_flag, 0), *(((port_flag, port),) if port is not None else ())):
+        try:
+            infos = socket.getaddrinfo(host, at, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except (OSError, UnicodeError) as exc:
+            raise UsageError(f"{host_flag}: cannot resolve {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        for family, kind, proto, _name, address in infos:
+            try:
+                with socket.socket(family, kind, proto) as sock:
+                    if os.name == "posix":  # as asyncio's create_server: a port in TIME_WAIT is free
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(address)
+            except OSError as exc:
+                why = exc.strerror or exc
+                if flag == host_flag:
+                    raise UsageError(f"{host_flag}: cannot listen on {host!r} (is it an address of this machine?): "
+                                     f"{why}") from None
+                raise UsageError(f"{port_flag}: cannot listen on {host}:{port}: {why}") from None
+
+
+def _check_database(path: str) -> Path:
+    """``--database``: a file path whose folder is there or can be made; nothing is made here (a dry
+    run changes nothing; a real start makes the folder once every argument is good)."""
+    db = Path(path)
+    _resolve("--database", db)
+    if db.is_dir():
+        raise UsageError(f"--database: {path!r} is a folder; give a file name")
+    folder = db.parent
+    if not folder.is_dir():
+        in_the_way = folder if folder.exists() else next((p for p in folder.parents if p.exists() and not p.is_dir()),
+                                                         None)
+        if in_the_way is not None:
+            raise UsageError(f"--database: cannot make folder {str(folder)!r}: {str(in_the_way)!r} is a file")
+    return db
 
 
 # Flower's own reading of --node-config (flwr.common.config.parse_config_args): key=value pairs, a
@@ -467,8 +513,13 @@ def cmd_local(args: argparse.Namespace) -> int:
             overrides["min-nodes"] = local_min_nodes(cfg, args.nodes)
             cfg = FedConfig.from_run_config({**app_config, **overrides})
     except FedConfigError as exc:
-        given = {"strategy": "--strategy", "local-steps": "--local-steps"}
+        # min-nodes starts at --nodes: Krum's "needs at least 5 sites, got 3" asks for more --nodes
+        given = {"strategy": "--strategy", "local-steps": "--local-steps", "min-nodes": "--nodes"}
         raise _setting_error(exc, sets, {k: v for k, v in given.items() if k in overrides}) from exc
+    if cfg.min_nodes > args.nodes:
+        # Flower starts no round before min-nodes sites have joined: the run would only wait for --timeout.
+        raise UsageError(f"--set min-nodes: {cfg.min_nodes} sites must join before a round starts, but --nodes "
+                         f"starts {args.nodes}: no round could start; lower min-nodes or raise --nodes")
     if args.supernode_auth and not args.tls:
         raise UsageError("--supernode-auth needs --tls")
     # Folders are made (like mkdir -p) only once every argument and setting is known to be good.
@@ -589,7 +640,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     check_listen_host("--host", args.host)
     _port("--port", args.port)
     if args.database:
-        check_output_file("--database", args.database)
+        _check_database(args.database)
     argv = [flower_bin("flower-superlink"), "--host", args.host, "--port", str(args.port),
             "--disable-runtime-dependency-installation"]
     if all(files):
@@ -602,9 +653,13 @@ def cmd_server(args: argparse.Namespace) -> int:
         argv += ["--enable-supernode-auth"]
     if args.database:
         argv += ["--database", str(Path(args.database).resolve())]
+    # A dry run prints a command for later: the port may be busy now (the SuperLink it replaces).
+    _check_listen("--host", args.host, None if args.dry_run else args.port)
     if args.dry_run:
         print(" ".join(argv))
         return EXIT_OK
+    if args.database:  # every argument is good: make its folder now, like mkdir -p
+        check_output_file("--database", args.database)
     return _supervise(argv, _daemon_env(), command=args.command)
 
 

@@ -16,12 +16,16 @@ starts. The outputs are written atomically.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iro_fed.limits import MAX_TRAIN_STEPS
 from iro_fed.plots import timeline_plot  # drawn there (matplotlib imported lazily); used here by --plot
+
+if TYPE_CHECKING:
+    from iro_fed.cli import UsageError
 
 #: Seconds per simulator step: ``build_scenario``'s default, which ``iro simulate`` and
 #: ``iro feedback-sim`` never change.
@@ -77,6 +81,26 @@ def register(sub: Any) -> None:
     f.set_defaults(func=cmd_feedback_sim)
 
 
+#: A simulator or scenario error about one setting: ``setting 'key': why``, perhaps after
+#: ``scenario 'name': ``, or ``--set key: why`` (build_scenario's unknown keys).
+_SETTING_ERROR = re.compile(r"(?:scenario '[^']*': )?(?:setting '([^']+)'|--set (\S+)): ")
+
+
+def setting_error(exc: Exception, given: Mapping[str, Any], flag: str = "--set") -> UsageError:
+    """A SimConfigError / SignalFormatError as the UsageError of a command line: an error about a
+    key of ``given`` names it as ``flag key: why``, as the other ``--set`` errors do (the library
+    says ``setting 'promo_day': ...``); any other message is kept as it is. ``iro simulate`` and
+    ``iro feedback-sim`` pass their ``--set`` pairs; ``iro train`` may pass ``--scenario-set``'s."""
+    from iro_fed.cli import UsageError
+
+    text = str(exc)
+    match = _SETTING_ERROR.match(text)
+    key = match and (match.group(1) or match.group(2))
+    if match and key in given:
+        return UsageError(f"{flag} {key}: {text[match.end():]}")
+    return UsageError(text)
+
+
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     from iro_fed.cli import split_pairs
 
@@ -124,7 +148,7 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_distinct_outputs
+    from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import simulate
     from iro_fed.sim.engine import SimConfigError
@@ -147,7 +171,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             result = simulate(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
                               solver_settings=solver_settings, progress=tick)
         except (SimConfigError, SignalFormatError) as exc:
-            raise UsageError(str(exc)) from exc
+            raise setting_error(exc, settings) from exc
     console = _console()
     console.print(totals_table(result.totals, f"{args.scenario} with {args.solver}, seed {args.seed}, "
                                               f"{result.totals['hours']:g} h"))
@@ -278,7 +302,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
             run = run_feedback_sim(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
                                    config=config, actions=actions, delay_steps=args.delay_steps, progress=tick)
         except (SimConfigError, SignalFormatError) as exc:
-            raise UsageError(str(exc)) from exc
+            raise setting_error(exc, settings) from exc
     report = run.report()
     console = _console()
     console.print(feedback_table(report, f"feedback loop: {args.scenario} with {args.solver}, seed {args.seed}, "

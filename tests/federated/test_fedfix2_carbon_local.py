@@ -34,7 +34,7 @@ def test_carbon_min_nodes_leaves_room_to_skip(settings: dict, nodes: int, expect
 def test_carbon_aware_krum_with_too_few_nodes_is_refused_naming_min_nodes(tmp_path: Path, capsys) -> None:
     argv = ["fed", "local", "--nodes", "3", "--carbon-aware", "--strategy", "krum", "--registry", str(tmp_path / "r")]
     assert main(argv) == 2
-    assert "min-nodes: krum with num-malicious 1 needs at least 5" in capsys.readouterr().err
+    assert "--nodes: krum with num-malicious 1 needs at least 5" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

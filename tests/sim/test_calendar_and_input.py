@@ -131,9 +131,9 @@ def test_engine_floats_must_be_finite():
     [
         (["--solver-set", "bogus=1"], "--solver-set bogus: unknown setting for solver 'best-fit'"),  # said --set
         (["--solver-set", "seed=abc"], "--solver-set seed: solver 'best-fit' setting 'seed': cannot read 'abc'"),
-        (["--set", "load=nan"], "setting 'load': must be a finite number, got nan"),  # ran an empty surge
-        (["--set", "queue_cap=inf"], "setting 'queue_cap': must be a finite number, got inf"),
-        (["--set", "start=garbage"], "setting 'start': expected a UTC time"),  # did not name 'start'
+        (["--set", "load=nan"], "--set load: must be a finite number, got nan"),  # ran an empty surge
+        (["--set", "queue_cap=inf"], "--set queue_cap: must be a finite number, got inf"),
+        (["--set", "start=garbage"], "--set start: expected a UTC time"),  # did not name 'start'
         (["--hours", "0.001"], "--hours: must cover at least one step of 60 s, got 0.001"),
     ],
 )
