@@ -49,6 +49,7 @@ import solvers  # noqa: E402
 from iro_fed.learning import TRAIN_CONFIG, env_factories, evaluate_policy, train_hours  # noqa: E402
 from iro_fed.model import ClusterState  # noqa: E402
 from iro_fed.problem_io import write_json_atomic  # noqa: E402
+from solvers.dqn.solver import DEFAULT_POLICY  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HEURISTICS = ("kube-default", "best-fit", "greedy-objective")
@@ -162,18 +163,19 @@ def trains(args: argparse.Namespace) -> bool:
     return "scenarios" in args.sections and not args.skip_train
 
 
-def shipped_policy() -> tuple[Path, str | None]:
-    """The policy shipped with the dqn solver and the scenario its metadata says it was trained on."""
+def shipped_scenario() -> str | None:
+    """The scenario the dqn solver's shipped policy (``DEFAULT_POLICY``) was trained on, as its
+    metadata says; None when there is no shipped policy."""
     import json
 
     from solvers.dqn.checkpoint import metadata_path
-    from solvers.dqn.solver import DEFAULT_POLICY
 
+    if not DEFAULT_POLICY.is_file():
+        return None
     try:
-        scenario = json.loads(metadata_path(DEFAULT_POLICY).read_text()).get("scenario")
+        return json.loads(metadata_path(DEFAULT_POLICY).read_text()).get("scenario")
     except (OSError, ValueError):
-        scenario = None
-    return DEFAULT_POLICY, scenario if DEFAULT_POLICY.is_file() else None
+        return None
 
 
 def policy_paths(args: argparse.Namespace) -> dict[str, Path]:
@@ -188,14 +190,14 @@ def policy_paths(args: argparse.Namespace) -> dict[str, Path]:
     needed = list(args.scenarios) if "scenarios" in args.sections else []
     if args.sections & {"generalization", "latency"} and args.scenarios[0] not in needed:
         needed.insert(0, args.scenarios[0])  # these sections run the first scenario's policy
-    shipped, shipped_scenario = shipped_policy()
+    shipped = shipped_scenario()
     out: dict[str, Path] = {}
     for scenario in needed:
         policy = RESULTS / "dqn" / f"{scenario}.pt"
         if trains(args) or policy.is_file():
             out[scenario] = policy
-        elif scenario == shipped_scenario:
-            out[scenario] = shipped
+        elif scenario == shipped:
+            out[scenario] = DEFAULT_POLICY
         else:
             flag = "--skip-train" if args.skip_train else f"--sections {','.join(sorted(args.sections))}"
             raise ValueError(f"{flag}: no trained {scenario} policy, {policy} does not exist (run the scenarios "
@@ -212,7 +214,7 @@ def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[st
             training = train_policy(scenario, policy, args.train_steps, args.train_minutes, hours_for(args, scenario), 0,
                                     config=TRAIN_CONFIG.get(scenario), console=console)
         else:
-            training = {"reused": str(policy), **({"shipped": True} if policy == shipped_policy()[0] else {})}
+            training = {"reused": str(policy), **({"shipped": True} if policy == DEFAULT_POLICY else {})}
         runs = {name: {} for name in (*HEURISTICS, "cpsat", "dqn")}
         for seed in args.eval_seeds:
             for name in runs:
@@ -436,9 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
                            "settings": settings}
     console.print(f"[dim]{doc['machine']}[/dim]")
-    shipped = shipped_policy()[0]
     for scenario, policy in args.policies.items():
-        if policy == shipped:
+        if policy == DEFAULT_POLICY:
             console.print(f"{scenario}: no {RESULTS / 'dqn' / f'{scenario}.pt'}, using the shipped {scenario} policy "
                           f"{policy}", highlight=False)
     doc["scenarios"] = scenario_section(args, console) if "scenarios" in args.sections else []

@@ -200,14 +200,15 @@ def check_number(flag: str, value: float, low: float | None = None, high: float 
     return value
 
 
-def check_output_file(flag: str, path: str | Path) -> Path:
+def check_output_file(flag: str, path: str | Path, make: bool = True) -> Path:
     """A file path a command will write: not a folder, and its folder there or made now (like
-    ``mkdir -p``). Checked before any work so that a long run does not fail at its last step."""
+    ``mkdir -p``). Checked before any work so that a long run does not fail at its last step.
+    ``make`` false: the folder only checked to be makeable (a dry run changes nothing)."""
     out = Path(path)
     _resolve(flag, out)  # a symlink loop fails here, not when the result is written after the work
     if out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
-    _make_folder(flag, out.parent if str(out.parent) else Path("."))
+    _make_folder(flag, out.parent if str(out.parent) else Path("."), make)
     return out
 
 
@@ -241,13 +242,16 @@ def check_output_folder(flag: str, path: str | Path) -> Path:
     return out
 
 
-def _make_folder(flag: str, folder: Path) -> None:
-    """Make ``folder`` and its missing parents, or say which part of the path is in the way."""
+def _make_folder(flag: str, folder: Path, make: bool = True) -> None:
+    """Make ``folder`` and its missing parents (``make`` false: only check that nothing is in the
+    way), or say which part of the path is in the way."""
     if folder.is_dir():
         return
     in_the_way = folder if folder.exists() else next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
     if in_the_way is not None:
         raise UsageError(f"{flag}: cannot make folder {str(folder)!r}: {str(in_the_way)!r} is a file")
+    if not make:
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

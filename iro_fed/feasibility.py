@@ -108,6 +108,13 @@ def fit_tolerance(problem: Problem) -> np.ndarray:
     return tol
 
 
+def room_fits(free: np.ndarray, tol: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """Where ``demand``'s additive requests fit what is free (last axis: resources): ``free + tol
+    >= demand`` for each resource it asks for (one it asks none of is not checked, as in
+    NodeResourcesFit). ``tol`` is :func:`fit_tolerance` of the rows; the arrays broadcast."""
+    return ((free + tol >= demand) | (demand <= 0)).all(axis=-1)
+
+
 def over_capacity(problem: Problem, used: np.ndarray, nodes: np.ndarray | int | slice = slice(None)) -> np.ndarray:
     """Where ``used`` (totals of ``problem.capacity[nodes]``'s shape) is past capacity by more
     than float rounding: the filters' :func:`fit_tolerance` plus :data:`ROUNDING_REL` of the
@@ -247,8 +254,7 @@ def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.n
         return out
     # Additive resources: one broadcast over [W, N, R]; a resource the pod does not request is
     # not checked (as in resource_fit and NodeResourcesFit), even on an overcommitted node.
-    room = st.free + fit_tolerance(p)
-    out[:] = ((room[None, :, :] >= p.demand[:, None, :]) | (p.demand[:, None, :] <= 0)).all(axis=2)
+    out[:] = room_fits(st.free[None, :, :], fit_tolerance(p)[None, :, :], p.demand[:, None, :])
     # As resource_fit: count 1 below a whole card is a share (a Problem refuses milli 0).
     share = (p.wl_gpu_count == 1) & (p.wl_gpu_milli < GPU_MILLI)
     whole = (p.wl_gpu_count >= 1) & ~share

@@ -203,17 +203,16 @@ def _card_counts(tasks: TypicalTasks, cards: np.ndarray, copies: bool) -> _CardC
     thresholds = np.unique(tasks.milli[tasks.milli > 0]).astype(np.int64)
     free = np.maximum(cards, 0).astype(np.int64)
     rows = cards.shape[0]
-    n_fit = np.empty((thresholds.size, rows), dtype=np.int64)
-    stranded = np.empty((thresholds.size, rows), dtype=np.int64)
-    for h, threshold in enumerate(thresholds):
-        fits = cards >= threshold
-        n_fit[h] = fits.sum(axis=1)
-        stranded[h] = np.where(fits, 0, free).sum(axis=1)
-    counts = _CardCounts(thresholds, free.sum(axis=1), n_fit, stranded)
+    counts = _CardCounts(thresholds, free.sum(axis=1), np.empty((thresholds.size, rows), dtype=np.int64),
+                         np.empty((thresholds.size, rows), dtype=np.int64))
     if copies:
         counts.full = (cards >= GPU_MILLI).sum(axis=1).astype(np.int64)
         counts.slots = np.empty((thresholds.size, rows), dtype=np.int64)
-        for h, threshold in enumerate(thresholds):
+    for h, threshold in enumerate(thresholds):
+        fits = cards >= threshold
+        counts.n_fit[h] = fits.sum(axis=1)
+        counts.stranded[h] = np.where(fits, 0, free).sum(axis=1)
+        if counts.slots is not None:
             counts.slots[h] = counts.full if threshold >= GPU_MILLI else (free // threshold).sum(axis=1)
     return counts
 

@@ -184,7 +184,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from iro_fed.feasibility import candidate_matrix as _candidate_matrix
-from iro_fed.feasibility import explain, feasible_nodes, fit_tolerance, pod_groups, pod_key, resource_fit
+from iro_fed.feasibility import explain, feasible_nodes, fit_tolerance, pod_groups, pod_key, resource_fit, room_fits
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -519,7 +519,7 @@ def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray, tol: 
     """Per row: ``coming``'s additive resources fit ``free`` once ``leaving`` is out, within the
     rows' :func:`~iro_fed.feasibility.fit_tolerance` ``tol`` (a resource it does not request is
     not checked, as in resource_fit). The swap and eviction screens."""
-    return ((free + leaving + tol >= coming) | (coming <= 0)).all(axis=1)
+    return room_fits(free + leaving, tol, coming)
 
 
 #: Most (unplaced pod, node, evicted pod) tries of :func:`insert_by_eviction` per call.

@@ -181,6 +181,8 @@ class Fgd(PaperPolicy):
     properties = SolverProperties("online", False, "FGD: minimize the growth of GPU fragmentation for the typical tasks.")
     memory_aware: ClassVar[bool] = False
     frag_model: ClassVar[str] = "fgd"
+    #: The copies model's weight in a "blend" (iro-frag's setting; unused by FGD's own model).
+    copies_weight: ClassVar[float] = 0.5
 
     #: Typical tasks given by :meth:`use_typical_tasks` (None: those of the problem's workloads).
     given_tasks: TypicalTasks | None = None
@@ -208,15 +210,16 @@ class Fgd(PaperPolicy):
 
     def fragment(self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None) -> np.ndarray:
         """Fragmented GPU milli of each row (``iro_fed.fragmentation.fragmentation`` with this policy's model)."""
-        return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model)
+        return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model, self.copies_weight)
 
     def fragment_after_share(
         self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, milli: int, memory_left: np.ndarray | None
     ) -> np.ndarray:
         """[R, G]: :meth:`fragment` of row r after a share of ``milli`` takes card g, inf where it
-        does not fit (``iro_fed.fragmentation.fragmentation_after_share``; a subclass that
-        overrides :meth:`fragment` overrides this too)."""
-        return fragmentation_after_share(self.tasks, nodes, cpu_left, cards, milli, memory_left, self.frag_model)
+        does not fit (``iro_fed.fragmentation.fragmentation_after_share``, the same model)."""
+        return fragmentation_after_share(
+            self.tasks, nodes, cpu_left, cards, milli, memory_left, self.frag_model, self.copies_weight
+        )
 
     def rebuild_caches(self, state: ClusterState) -> None:
         self.frag = self.node_frag(state, np.arange(state.problem.num_nodes))

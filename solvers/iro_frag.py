@@ -47,7 +47,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.fragmentation import fragmentation, fragmentation_after_share
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.packing import CardPrices, card_prices
 from solvers.base import SEED, Param, SolverProperties
@@ -110,16 +109,6 @@ class IroFrag(Fgd):
                 elif milli >= GPU_MILLI:
                     demand[GPU_MILLI] = demand.get(GPU_MILLI, 0.0) + weight * count
             self.prices = card_prices(demand)
-
-    def fragment(self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, memory_left: np.ndarray | None) -> np.ndarray:
-        return fragmentation(self.tasks, nodes, cpu_left, cards, memory_left, self.frag_model, self.copies_weight)
-
-    def fragment_after_share(
-        self, nodes: np.ndarray, cpu_left: np.ndarray, cards: np.ndarray, milli: int, memory_left: np.ndarray | None
-    ) -> np.ndarray:
-        return fragmentation_after_share(
-            self.tasks, nodes, cpu_left, cards, milli, memory_left, self.frag_model, self.copies_weight
-        )
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         _, k, milli, _ = pod_numbers(state.problem, w)

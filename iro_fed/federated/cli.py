@@ -40,7 +40,6 @@ from iro_fed.cli import (
     EXIT_OK,
     UsageError,
     _console,
-    _resolve,
     check_input_file,
     check_int,
     check_listen_host,
@@ -270,22 +269,6 @@ def _check_listen(host_flag: str, host: str, port: int | None, port_flag: str = 
                     raise UsageError(f"{host_flag}: cannot listen on {host!r} (is it an address of this machine?): "
                                      f"{why}") from None
                 raise UsageError(f"{port_flag}: cannot listen on {host}:{port}: {why}") from None
-
-
-def _check_database(path: str) -> Path:
-    """``--database``: a file path whose folder is there or can be made; nothing is made here (a dry
-    run changes nothing; a real start makes the folder once every argument is good)."""
-    db = Path(path)
-    _resolve("--database", db)
-    if db.is_dir():
-        raise UsageError(f"--database: {path!r} is a folder; give a file name")
-    folder = db.parent
-    if not folder.is_dir():
-        in_the_way = folder if folder.exists() else next((p for p in folder.parents if p.exists() and not p.is_dir()),
-                                                         None)
-        if in_the_way is not None:
-            raise UsageError(f"--database: cannot make folder {str(folder)!r}: {str(in_the_way)!r} is a file")
-    return db
 
 
 # Flower's own reading of --node-config (flwr.common.config.parse_config_args): key=value pairs, a
@@ -640,7 +623,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     check_listen_host("--host", args.host)
     _port("--port", args.port)
     if args.database:
-        _check_database(args.database)
+        check_output_file("--database", args.database, make=False)  # a dry run makes nothing
     argv = [flower_bin("flower-superlink"), "--host", args.host, "--port", str(args.port),
             "--disable-runtime-dependency-installation"]
     if all(files):

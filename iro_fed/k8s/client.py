@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from iro_fed.k8s.httpjson import positive_seconds
 
 log = logging.getLogger("iro_fed.k8s")
 
@@ -234,9 +235,7 @@ class Reflector:
                  bookmarks: bool = True,
                  on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None,
                  read_timeout_s: float = READ_TIMEOUT_S) -> None:
-        if isinstance(read_timeout_s, bool) or not (isinstance(read_timeout_s, (int, float))
-                                                    and math.isfinite(read_timeout_s) and read_timeout_s > 0):
-            raise ValueError(f"read_timeout_s: must be a finite number of seconds > 0, got {read_timeout_s!r}")
+        self.read_timeout_s = positive_seconds("read_timeout_s", read_timeout_s)
         self.list_func = list_func
         self.name = name
         self.field_selector = field_selector
@@ -244,7 +243,6 @@ class Reflector:
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self.bookmarks = bookmarks
-        self.read_timeout_s = float(read_timeout_s)
         self.resource_version = ""
         self.lists = 0
         self.store: dict[str, dict[str, Any]] = {}

@@ -59,7 +59,7 @@ from iro_fed.k8s.httpjson import (
     HttpError,
     RequestStats,
     RoutedJsonHandler,
-    caller_timeout_s,
+    positive_seconds,
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import (
@@ -624,7 +624,7 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
         """``http_timeout_s``: the deployment's httpTimeout, when not :data:`HTTP_TIMEOUT_S`; the
         body and header deadlines are set to it."""
         if http_timeout_s is not None:
-            self.body_timeout_s = self.header_timeout_s = caller_timeout_s("http_timeout_s", http_timeout_s)
+            self.body_timeout_s = self.header_timeout_s = positive_seconds("http_timeout_s", http_timeout_s)
         self.extender = extender
         self.body_budget = ByteBudget(self.max_parse_bytes)  # past it: 503 (kube-scheduler retries the pod)
         # Made with the server, so it exists (and can be read) before any request arrives.

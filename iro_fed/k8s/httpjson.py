@@ -1462,9 +1462,9 @@ class RequestStats:
             self.count("bad_requests")
 
 
-def caller_timeout_s(name: str, value: Any) -> float:
-    """``value`` (the argument ``name``: how long the server's caller waits) as seconds, for a
-    server's body and header deadlines; anything but a finite number > 0 is a ValueError naming it."""
+def positive_seconds(name: str, value: Any) -> float:
+    """``value`` (the argument ``name``: a wait, e.g. how long a server's caller waits) as seconds;
+    anything but a finite number > 0 is a ValueError naming it."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
     return float(value)

@@ -53,7 +53,7 @@ from iro_fed.k8s.httpjson import (
     HttpError,
     RequestStats,
     RoutedJsonHandler,
-    caller_timeout_s,
+    positive_seconds,
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
@@ -451,7 +451,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
         """``timeout_seconds``: the webhook configuration's timeoutSeconds, when not
         :data:`TIMEOUT_SECONDS`; the body and header deadlines are set to it."""
         if timeout_seconds is not None:
-            self.body_timeout_s = self.header_timeout_s = caller_timeout_s("timeout_seconds", timeout_seconds)
+            self.body_timeout_s = self.header_timeout_s = positive_seconds("timeout_seconds", timeout_seconds)
         self.webhook = webhook
         self.body_budget = ByteBudget(self.max_parse_bytes)
         # Made with the server, so it exists (and can be read) before any request arrives.

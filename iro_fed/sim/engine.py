@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, static_filter
+from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, room_fits, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
 from iro_fed.objective import coefficients, evaluate
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, success_pct, weighted_percentile
@@ -693,8 +693,7 @@ class Simulator:
         free = np.cumsum(np.vstack([st.free[n][None, :], self.demand[pods]]), axis=0)[1:]
         if pods.size and pods.size == st.pods_on_node[n]:
             free[-1] = self.capacity[n] - st.base_allocated[n]
-        demand = self.demand[p]
-        return ((free + fit_tolerance(self.master)[n] >= demand) | (demand <= 0)).all(axis=1)
+        return room_fits(free, fit_tolerance(self.master)[n], self.demand[p])
 
     def _preempt(self, t: int) -> None:
         """kube-scheduler's preemption (PostFilter, simplified): a pending pod that fits nowhere
@@ -839,8 +838,8 @@ class Simulator:
                 pool = empty_fit_cache.get(key)
                 if pool is None:
                     # What an empty node has free is its capacity: resource_fit's test there.
-                    room = (self.capacity + fit_tolerance(self.master) >= self.demand[p]) | (self.demand[p] <= 0)
-                    fit = self._static_mask(p) & room.all(axis=1) & (self.gpu_count >= self.wl_gpu_count[p])
+                    room = room_fits(self.capacity, fit_tolerance(self.master), self.demand[p])
+                    fit = self._static_mask(p) & room & (self.gpu_count >= self.wl_gpu_count[p])
                     cand = np.flatnonzero(fit & (self.node_state != ON))
                     if cand.size == 0:
                         pool = -1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -109,3 +111,14 @@ def fit_and_balance(problem, w: int = 0) -> tuple[list[int], list[int]]:
     solver.reset(problem)
     scores = solver.plugin_scores(ClusterState(problem), w, np.arange(problem.num_nodes))
     return scores["NodeResourcesFit"].tolist(), scores["NodeResourcesBalancedAllocation"].tolist()
+
+
+def post_json(url: str, path: str, body: Any) -> tuple[int, Any]:
+    """POST ``body`` as JSON to ``path`` of the server at ``url``: (status, the parsed answer)."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read()
+    conn.close()
+    return resp.status, json.loads(raw)

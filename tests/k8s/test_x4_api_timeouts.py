@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -150,6 +151,19 @@ def _start_extender(argv: list[str], ready: Path) -> subprocess.Popen:
     return proc
 
 
+def bind_over_http(url: str, pod: dict[str, Any], node: str) -> tuple[int, Any]:
+    """kube-scheduler's bind call to the extender at ``url``, on a raw connection that waits as
+    long as the extender does: (status, the parsed answer)."""
+    body = json.dumps({"PodName": pod["metadata"]["name"], "PodNamespace": "default",
+                       "PodUID": pod["metadata"]["uid"], "Node": node}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    conn = Conn(socket.create_connection((host, int(port)), timeout=120))
+    conn.send(b"POST /bind HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    status, _, answer = conn.response()
+    return status, answer
+
+
 def _stop(proc: subprocess.Popen) -> tuple[str, str]:
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
@@ -167,13 +181,7 @@ def test_extender_bind_gives_up_after_api_timeout_and_watches_ask_for_watch_time
         url = (tmp_path / "ready").read_text().strip()
         assert api.wait_for(lambda: _watch_timeouts(api, "/api/v1/nodes") == {"7"}
                             and _watch_timeouts(api, "/api/v1/pods") == {"7"}, timeout=30)
-        body = json.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
-                           "Node": "n1"}).encode()
-        host, port = url.removeprefix("http://").split(":")
-        conn = Conn(socket.create_connection((host, int(port)), timeout=120))
-        conn.send(b"POST /bind HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        status, _, answer = conn.response()
+        status, answer = bind_over_http(url, pod, "n1")
         # The API server never answered: the bind failed on the client's read timeout (1 s), not
         # the 30 s default (kube-scheduler would have given up on the extender long before).
         assert status == 200 and stalled_binds == ["p"]

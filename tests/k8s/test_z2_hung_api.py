@@ -10,7 +10,6 @@ while kube-scheduler gives up on it after 5 s. Real HTTP on 127.0.0.1, the real 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import socket
@@ -25,8 +24,7 @@ import pytest
 from iro_fed.k8s.client import ClusterCache, Kube, Reflector
 from iro_fed.k8s.leader import LeaderElector
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-from tests.k8s.test_server_hardening import Conn
-from tests.k8s.test_x4_api_timeouts import _start_extender, _stop
+from tests.k8s.test_x4_api_timeouts import _start_extender, _stop, bind_over_http
 
 LEASES = r"/leases"
 
@@ -177,13 +175,7 @@ def test_the_extenders_default_bind_wait_ends_before_its_callers_timeout(api: Fa
     try:
         url = (tmp_path / "ready").read_text().strip()
         api.stall(r"/binding$")
-        body = json.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
-                           "Node": "n1"}).encode()
-        host, port = url.removeprefix("http://").split(":")
-        conn = Conn(socket.create_connection((host, int(port)), timeout=120))
-        conn.send(b"POST /bind HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        status, _, answer = conn.response()
+        status, answer = bind_over_http(url, pod, "n1")
         assert status == 200 and api.stalled_requests == 1
         assert "failed (HTTP 0): ReadTimeoutError" in answer["Error"], answer
         waited = float(re.search(r"read timeout=([0-9.]+)", answer["Error"]).group(1))  # type: ignore[union-attr]

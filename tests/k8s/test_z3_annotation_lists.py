@@ -7,8 +7,6 @@ malformed card lists are."""
 
 from __future__ import annotations
 
-import http.client
-import json
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from iro_fed.k8s import snapshot
 from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.snapshot import ClusterModel, PodSpecError, build_snapshot, workload_doc
 from iro_fed.k8s.testing import make_node, make_pod
+from tests.k8s.helpers import post_json as post
 from tests.k8s.helpers import serving
 
 RESOURCES = ("cpu", "memory")
@@ -28,16 +27,6 @@ MODELS = "iro-fed.io/gpu-models"
 @pytest.fixture
 def serve():
     yield from serving(lambda ext: ExtenderServer(ext, "127.0.0.1", 0, "/iro"))
-
-
-def post(url: str, path: str, body: Any) -> tuple[int, Any]:
-    host, port = url.split("//")[1].split("/")[0].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read()
-    conn.close()
-    return resp.status, json.loads(raw)
 
 
 def nodes() -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ lack a resource that fits."""
 
 from __future__ import annotations
 
-import http.client
 import json
 from typing import Any
 
@@ -17,6 +16,7 @@ from iro_fed.k8s.extender import Extender, ExtenderServer
 from iro_fed.k8s.snapshot import ClusterConfig, build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.model import ClusterState
+from tests.k8s.helpers import post_json as post
 from tests.k8s.helpers import serving
 
 # "scratch" has no '/' and is not memory-like: read in its base unit, so 1n is 1e-9 of it.
@@ -26,16 +26,6 @@ CONFIG = ClusterConfig(resources=("cpu", "memory", "scratch"))
 @pytest.fixture
 def serve():
     yield from serving(lambda ext: ExtenderServer(ext, "127.0.0.1", 0, "/iro"))
-
-
-def post(url: str, path: str, body: Any) -> tuple[int, Any]:
-    host, port = url.split("//")[1].split("/")[0].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read()
-    conn.close()
-    return resp.status, json.loads(raw)
 
 
 def scratch_node(name: str, scratch: str, used: str, cpu: str = "8") -> dict[str, Any]:
