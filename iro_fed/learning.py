@@ -11,9 +11,15 @@ and its JSON metadata hold the config, the scenario, steps, metrics and the run'
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from iro_fed import limits
+
+if TYPE_CHECKING:
+    from iro_fed.cli import UsageError
 
 EVAL_SEED_OFFSET = 10_000  # held-out scenario seeds start here
 #: Upper bounds of ``iro train``'s counts, generous for real use: each env is a whole simulator
@@ -131,6 +137,58 @@ def evaluate_policy(agent: Any, scenario: str, episodes: int, hours: float, k: i
             "greedy_reward": float(np.mean(greedy)) if greedy else None, "policy_rewards": policy, "greedy_rewards": greedy}
 
 
+def _config_error(exc: Exception, given: dict[str, Any], other: str = "--set: ") -> UsageError:
+    """A DQN config error (``field: why``) as ``--set field: why`` when ``field`` was given on
+    ``--set``; any other message after ``other`` (a rule of several fields, a scenario default)."""
+    from iro_fed.cli import UsageError
+
+    name, sep, why = str(exc).partition(": ")
+    if sep and name in given:
+        return UsageError(f"--set {name}: {why}")
+    return UsageError(f"{other}{exc}")
+
+
+def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: dict[str, Any]) -> None:
+    """``--scenario-set``'s keys and values, read as the training envs will (the scenario built
+    once): a bad one was found only inside ``fit``, as the simulator's text with no flag."""
+    from iro_fed.cli import UsageError
+    from iro_fed.sim.cli import setting_error
+    from iro_fed.sim.engine import SimConfig, SimConfigError
+    from iro_fed.sim.scenarios import build_scenario, split_settings
+    from iro_fed.sim.signals import SignalFormatError
+
+    try:
+        params, engine = split_settings(scenario, settings)
+        SimConfig().with_settings(engine)
+        built = build_scenario(scenario, seed=seed, hours=hours, **params)
+        SimConfig().with_settings({**built.engine_defaults, **engine})
+    except (SimConfigError, SignalFormatError) as exc:
+        error = setting_error(exc, settings, "--scenario-set")
+        if settings and not str(error).startswith("--scenario-set"):  # about several settings, or a value's effect
+            error = UsageError(f"--scenario-set: {error}")
+        raise error from exc
+
+
+@contextmanager
+def _output_folder(flag: str, path: str) -> Iterator[None]:
+    """Make the folders ``path`` needs for the run inside; if it fails, remove those of them it
+    left empty (a bad --resume is found only when training loads it: nothing must be left)."""
+    from iro_fed.cli import check_output_file
+
+    folder = Path(path).absolute().parent
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    check_output_file(flag, path)
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            try:
+                made.rmdir()
+            except OSError:  # not empty (something was written): kept
+                break
+        raise
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.cli import (
@@ -144,10 +202,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_seed,
         split_pairs,
     )
-    from iro_fed.sim.engine import SimConfigError
-    from iro_fed.sim.scenarios import SCENARIOS, split_settings
+    from iro_fed.sim.cli import STEP_S
+    from iro_fed.sim.scenarios import SCENARIOS
+    from iro_fed.sim.scenarios.common import run_steps
     from solvers.dqn.checkpoint import CheckpointError, metadata_path
+    from solvers.dqn.config import ConfigError, DQNConfig
 
+    # Every flag is checked before anything is made: the --out folder only once all are.
     if args.scenario not in SCENARIOS:
         raise UsageError(f"--scenario: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
     check_int("--steps", args.steps, 1, MAX_TRAIN_STEPS)
@@ -157,25 +218,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.hours is None:
         args.hours = train_hours(args.scenario)
     check_hours("--hours", args.hours)
+    if run_steps(args.hours, STEP_S) < 1:  # the envs round hours to whole steps (was the library's text, no flag)
+        raise UsageError(f"--hours: must cover at least one step of {STEP_S:g} s, got {args.hours:g}")
     # The checkpoint and its metadata are written after training: a bad path must fail now.
-    check_output_file("--out", args.out)
-    check_output_file("--out (its metadata file)", metadata_path(args.out))
+    check_output_file("--out", args.out, make=False)
+    check_output_file("--out (its metadata file)", metadata_path(args.out), make=False)
     if args.resume:
         check_input_file("--resume", args.resume)
-    config = {**TRAIN_CONFIG.get(args.scenario, {}), **_config_pairs(args.set)}
-    scenario_settings: dict[str, Any] = {k: v.strip() for k, v in split_pairs(args.scenario_set, "--scenario-set")}
-    try:
-        split_settings(args.scenario, scenario_settings)
-    except SimConfigError as exc:
-        raise UsageError(f"--scenario-set: {exc}") from exc
-
-    solver = solvers.make("dqn", seed=args.seed)
-    from solvers.dqn.config import ConfigError, DQNConfig
-
+    given = _config_pairs(args.set)
+    config = {**TRAIN_CONFIG.get(args.scenario, {}), **given}
     try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)
         k = DQNConfig.from_dict(config).top_k
     except ConfigError as exc:
-        raise UsageError(f"--set: {exc}") from exc
+        raise _config_error(exc, given) from exc
+    scenario_settings: dict[str, Any] = {key: v.strip() for key, v in split_pairs(args.scenario_set, "--scenario-set")}
+    _check_scenario_settings(args.scenario, args.seed * 1000, args.hours, scenario_settings)  # the first env's seed
+
+    solver = solvers.make("dqn", seed=args.seed)
     console = _console(stderr=True)
     fns = env_factories(args.scenario, args.envs, args.seed, args.hours, k, scenario_settings)
 
@@ -185,17 +244,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         console.print(f"evaluating on {args.eval_episodes} held-out episode(s) ...")
         return evaluate_policy(agent, args.scenario, args.eval_episodes, args.hours, k, scenario_settings)
 
-    try:
-        result = solver.fit(
-            fns, args.steps, out=args.out, config=config, resume=args.resume,
-            metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
-                      "command": "iro train " + " ".join(_argv(args))},
-            evaluate=judge, track_emissions=not args.no_emissions, console=console,
-        )
-    except CheckpointError as exc:
-        raise UsageError(f"--resume: {exc}") from exc
-    except ValueError as exc:  # env / config mismatch found by the trainer
-        raise UsageError(str(exc)) from exc
+    with _output_folder("--out", args.out):
+        try:
+            result = solver.fit(
+                fns, args.steps, out=args.out, config=config, resume=args.resume,
+                metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
+                          "command": "iro train " + " ".join(_argv(args))},
+                evaluate=judge, track_emissions=not args.no_emissions, console=console,
+            )
+        except CheckpointError as exc:
+            raise UsageError(f"--resume: {exc}") from exc
+        except ValueError as exc:  # env / config mismatch found by the trainer ("--resume FILE: ..." names its flag)
+            raise _config_error(exc, given, other="") from exc  # e.g. "buffer_size: ... GiB" as --set buffer_size
     _print_result(result, args, _console())
     return EXIT_OK
 

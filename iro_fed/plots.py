@@ -26,12 +26,13 @@ def plot_format(path: str | os.PathLike) -> str:
     return suffix or "png"
 
 
-def check_plot_file(flag: str, path: str | os.PathLike) -> Path:
+def check_plot_file(flag: str, path: str | os.PathLike, make: bool = True) -> Path:
     """A plot path checked before a run: writable as ``check_output_file`` says, matplotlib
-    installed, and a suffix matplotlib can write (else the run would fail at its last step)."""
+    installed, and a suffix matplotlib can write (else the run would fail at its last step).
+    ``make`` false: its folder only checked to be makeable (the command's other checks come first)."""
     from iro_fed.cli import UsageError, check_output_file
 
-    out = check_output_file(flag, path)
+    out = check_output_file(flag, path, make=False)
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:  # pragma: no cover - depends on the install
@@ -49,6 +50,8 @@ def check_plot_file(flag: str, path: str | os.PathLike) -> Path:
         tex = matplotlib.rcParams["pgf.texsystem"]
         if shutil.which(tex) is None:
             raise UsageError(f"{flag}: a .pgf image needs {tex} (matplotlib's pgf.texsystem), which is not on PATH")
+    if make:  # only once the image can be written: a bad suffix made the folder, then failed
+        check_output_file(flag, out)
     return out
 
 
@@ -118,51 +121,86 @@ def timeline_figure(series: Mapping[str, Sequence[float | None]], title: str) ->
 
     plt = _pyplot()
     t = np.array(series["t_min"]) / 60.0
-
-    def arr(name: str) -> np.ndarray:
-        return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
-
-    def line(ax: Any, y: np.ndarray, **kw: Any) -> None:
-        # A point with no drawn neighbour (a run of one step, or one value between gaps) is a
-        # line of zero length, which draws nothing: mark such points.
-        drawn = np.isfinite(t) & np.isfinite(y)
-        alone = drawn & ~np.r_[False, drawn[:-1]] & ~np.r_[drawn[1:], False]
-        if alone.any():
-            kw.update(marker="o", markevery=alone.tolist())
-        ax.plot(t, y, **kw)
-
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), dpi=110, sharex=True)
+    try:
+        _draw_timeline(axes, series, t, title)
+        fig.tight_layout()
+    except BaseException:
+        # A series missing or unreadable: no caller gets the figure to close, and pyplot would
+        # keep it for the life of the process.
+        plt.close(fig)
+        raise
+    return fig
+
+
+def _series_array(series: Mapping[str, Sequence[float | None]], name: str) -> Any:
+    """``series[name]`` as floats, None as NaN (a gap in the line)."""
+    import numpy as np
+
+    return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
+
+
+def _timeline_line(ax: Any, t: Any, y: Any, **kw: Any) -> None:
+    """``ax.plot(t, y)``, marking each point with no drawn neighbour (a run of one step, or one
+    value between gaps): a line of zero length draws nothing."""
+    import numpy as np
+
+    drawn = np.isfinite(t) & np.isfinite(y)
+    alone = drawn & ~np.r_[False, drawn[:-1]] & ~np.r_[drawn[1:], False]
+    if alone.any():
+        kw.update(marker="o", markevery=alone.tolist())
+    ax.plot(t, y, **kw)
+
+
+def _legend_of_both(ax: Any, twin: Any, least: int = 1, **kw: Any) -> None:
+    """One legend for a panel's axis and its twin (right axis), on the twin (drawn over both axes'
+    lines), of the lines with data (one of no value at all, such as the success % of a run
+    without requests, draws nothing); none if fewer than ``least`` have some."""
+    import numpy as np
+
+    lines = [line for a in (ax, twin) for line in a.get_lines()
+             if not line.get_label().startswith("_") and np.isfinite(np.asarray(line.get_ydata(), float)).any()]
+    if len(lines) >= least:
+        twin.legend(lines, [line.get_label() for line in lines], **kw)
+
+
+def _draw_timeline(axes: Any, series: Mapping[str, Sequence[float | None]], t: Any, title: str) -> None:
+    """The three panels of :func:`timeline_figure` onto its ``axes``."""
+
+    def line(ax: Any, name: str, **kw: Any) -> None:
+        _timeline_line(ax, t, _series_array(series, name), **kw)
+
     ax = axes[0]
-    line(ax, arr("requests_per_s"), color="tab:blue", lw=1, label="requests/s")
+    line(ax, "requests_per_s", color="tab:blue", lw=1, label="requests/s")
     ax.set_ylabel("requests/s")
     ax2 = ax.twinx()
-    line(ax2, arr("success_rate_pct"), color="tab:green", lw=1, label="success %")
+    line(ax2, "success_rate_pct", color="tab:green", lw=1, label="success % (right axis)")
     ax2.set_ylabel("success %")
     low, high = ax2.get_ylim()  # autoscaled: the bottom follows the data, the top stops near 100
     ax2.set_ylim(max(low, -2.0), min(high, SUCCESS_PCT_TOP))
-    ax.set_title(title)
+    # Two series on two axes had no legend. Above the panel, right of the title (now on the left):
+    # inside it, any corner hid some hours of traffic or the success line near 100.
+    _legend_of_both(ax, ax2, least=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8,
+                    frameon=False, borderaxespad=0.2)
+    ax.set_title(title, loc="left")
     ax = axes[1]
-    line(ax, arr("running"), lw=1, label="running pods")
-    line(ax, arr("pending"), lw=1, label="pending pods", color="tab:red")
-    line(ax, arr("powered_nodes"), lw=1, label="powered nodes", color="tab:gray")
+    line(ax, "running", lw=1, label="running pods")
+    line(ax, "pending", lw=1, label="pending pods", color="tab:red")
+    line(ax, "powered_nodes", lw=1, label="powered nodes", color="tab:gray")
     ax.set_ylabel("count")
     ax.legend(loc="upper left", fontsize=8)
     ax = axes[2]
     for key in series:
         if key.startswith("carbon_intensity."):
-            line(ax, arr(key), lw=1, label=key.split(".", 1)[1])
+            line(ax, key, lw=1, label=key.split(".", 1)[1])
     ax.set_ylabel("gCO2/kWh")
     ax.set_xlabel("hours")
     ax2 = ax.twinx()
-    line(ax2, arr("carbon_g_per_hour") / 1000.0, color="black", lw=1, ls="--", label="emissions kg CO2/h (right axis)")
+    emissions = _series_array(series, "carbon_g_per_hour") / 1000.0
+    _timeline_line(ax2, t, emissions, color="black", lw=1, ls="--", label="emissions kg CO2/h (right axis)")
     ax2.set_ylabel("kg CO2 / h")
-    # One legend for both axes: the twin's dashed emissions line had none. On the twin, drawn
-    # over both axes' lines.
-    handles, labels = ax.get_legend_handles_labels()
-    handles2, labels2 = ax2.get_legend_handles_labels()
-    ax2.legend(handles + handles2, labels + labels2, loc="upper left", fontsize=8)
-    fig.tight_layout()
-    return fig
+    # One legend for both axes: the twin's dashed emissions line had none.
+    _legend_of_both(ax, ax2, loc="upper left", fontsize=8)
 
 
 def timeline_plot(series: Mapping[str, Sequence[float | None]], path: str | os.PathLike, title: str) -> None:

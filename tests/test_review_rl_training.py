@@ -57,8 +57,8 @@ def test_a_held_out_range_must_be_a_plain_range() -> None:
 
 
 @pytest.mark.parametrize(("sets", "message"), [
-    (["top_k=0"], "--set: top_k: expected a positive integer, got 0"),  # was a ConfigError traceback, exit 1
-    (["top_k=8", "gamma=2"], "--set: gamma: expected a number in [0, 1], got 2.0"),
+    (["top_k=0"], "--set top_k: expected a positive integer, got 0"),  # was a ConfigError traceback, exit 1
+    (["top_k=8", "gamma=2"], "--set gamma: expected a number in [0, 1], got 2.0"),
 ])
 def test_iro_train_refuses_a_bad_config_before_training(tmp_path, capsys, sets: list[str], message: str) -> None:
     argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.2", "--eval-episodes", "0",

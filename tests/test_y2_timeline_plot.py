@@ -50,7 +50,9 @@ def test_the_emissions_line_has_a_legend_entry(tmp_path):
     axes = _render(tmp_path, _series([100.0] * 4))
     legends = {label: _legend(ax) for label, ax in axes.items() if _legend(ax)}
     # one legend for the bottom panel's two axes: the zones' intensity and the dashed emissions
-    assert legends == {"count": ["running pods", "pending pods", "powered nodes"],
+    # (and one for the top panel's, tests/test_f2_timeline_plot.py)
+    assert legends == {"success %": ["requests/s", "success % (right axis)"],
+                       "count": ["running pods", "pending pods", "powered nodes"],
                        "kg CO2 / h": ["zone-a", "zone-b", "emissions kg CO2/h (right axis)"]}
     emissions = next(line for line in axes["kg CO2 / h"].get_lines() if line.get_label().startswith("emissions"))
     assert emissions.get_linestyle() == "--"

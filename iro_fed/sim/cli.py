@@ -10,15 +10,16 @@ Exit status 2 (with a message naming it) for an unknown scenario, solver or sett
 or a number of hours out of range, an output path that cannot be written, --out and --plot
 naming one file, or a ``carbon.ZONE`` file for a zone the scenario does not read, that cannot
 be read, or that does not cover the run and its day of history; all are checked before the run
-starts. The outputs are written atomically.
+starts and before any output folder is made. The outputs are written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iro_fed.limits import MAX_TRAIN_STEPS
@@ -108,7 +109,8 @@ def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _check_run_args(args: argparse.Namespace) -> None:
-    """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours, seed and --out."""
+    """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours, seed and --out
+    (its folder made later, by :func:`_make_outputs`)."""
     import solvers
     from iro_fed.cli import UsageError, check_hours, check_output_file, check_seed
     from iro_fed.sim.scenarios import SCENARIOS
@@ -125,7 +127,31 @@ def _check_run_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--hours: must cover at least one step of {STEP_S:g} s, got {args.hours:g}")
     check_seed("--seed", args.seed)
     if args.out:
-        check_output_file("--out", args.out)
+        check_output_file("--out", args.out, make=False)
+
+
+def _check_output_folder(flag: str, path: str) -> None:
+    """``check_output_folder`` without making anything: the folder there, or makeable."""
+    from iro_fed.cli import UsageError, _make_folder
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag}: {str(out)!r} exists and is not a folder")
+    _make_folder(flag, out, make=False)
+
+
+def _make_outputs(files: Sequence[tuple[str, str | None]], folders: Sequence[tuple[str, str | None]] = ()) -> None:
+    """Make the folders of a command's outputs (``(flag, path)``; None: not given), once every
+    flag is checked: a bad one must leave nothing behind (``--set bad=1 --dqn-registry DIR`` made
+    DIR, then failed). Made before the run, not after it, so a folder that cannot be made fails now."""
+    from iro_fed.cli import check_output_file, check_output_folder
+
+    for flag, path in files:
+        if path:
+            check_output_file(flag, path)
+    for flag, path in folders:
+        if path:
+            check_output_folder(flag, path)
 
 
 @contextmanager
@@ -150,7 +176,7 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs
     from iro_fed.problem_io import write_json_atomic
-    from iro_fed.sim import simulate
+    from iro_fed.sim import build_simulator
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.signals import SignalFormatError
 
@@ -158,7 +184,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         from iro_fed.plots import check_plot_file
 
-        check_plot_file("--plot", args.plot)
+        check_plot_file("--plot", args.plot, make=False)
         check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     settings = _pairs(args.set, "--set")
     if args.plain:
@@ -166,10 +192,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         settings = {**PLAIN_KUBERNETES, **settings}
     solver_settings = _parse_settings(args.solver_set, args.solver, "--solver-set", flag_value_errors=True)
+    try:  # the scenario and every setting read (data files too) before any output folder is made
+        sim = build_simulator(args.scenario, args.solver, args.seed, args.hours, settings, solver_settings)
+    except (SimConfigError, SignalFormatError) as exc:
+        raise setting_error(exc, settings) from exc
+    _make_outputs([("--out", args.out), ("--plot", args.plot)])
     with _progress(f"{args.scenario} / {args.solver}") as tick:
         try:
-            result = simulate(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
-                              solver_settings=solver_settings, progress=tick)
+            result = sim.run(progress=tick)
         except (SimConfigError, SignalFormatError) as exc:
             raise setting_error(exc, settings) from exc
     console = _console()
@@ -258,9 +288,10 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_int, check_output_folder
+    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_int
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
+    from iro_fed.sim import build_simulator
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.feedback import run_feedback_sim
     from iro_fed.sim.scenarios.common import run_steps
@@ -280,13 +311,18 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
             raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")
         check_input_file("--dqn-policy", args.dqn_policy)
-    # The actions write only when drift fires, possibly hours into the run: make their folders now.
-    if args.round_request:
-        check_output_folder("--round-request", args.round_request)
-    if args.dqn_registry:
-        check_output_folder("--dqn-registry", args.dqn_registry)
+    # The actions write only when drift fires, possibly hours into the run: their folders are
+    # checked now and made (by _make_outputs) once every flag is.
+    folders = [("--round-request", args.round_request), ("--dqn-registry", args.dqn_registry)]
+    for flag, folder in folders:
+        if folder:
+            _check_output_folder(flag, folder)
     settings = _pairs(args.set, "--set")
     config = feedback_settings(args.feedback_set)
+    try:  # the scenario and every setting read before any folder is made (run_feedback_sim builds its own)
+        build_simulator(args.scenario, args.solver, args.seed, args.hours, settings)
+    except (SimConfigError, SignalFormatError) as exc:
+        raise setting_error(exc, settings) from exc
     actions: list[Any] = []
     try:
         if args.round_request:
@@ -297,6 +333,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
                                        else settings, steps=args.dqn_steps, seed=args.seed))
     except ValueError as exc:
         raise UsageError(f"--round-request / --dqn-registry: {exc}") from exc
+    _make_outputs([("--out", args.out)], folders)
     with _progress(f"{args.scenario} / {args.solver} with feedback") as tick:
         try:
             run = run_feedback_sim(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
