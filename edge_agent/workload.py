@@ -286,10 +286,10 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         ("max-latency-ms", "max_latency_ms", float),
     ):
         value = annotations.get(ANNOTATION_PREFIX + ann)
-        if not value:  # absent or empty, as the scheduler reads it
+        if not value or not value.strip():  # absent, empty or blank, as the scheduler reads it (annotation_value)
             continue
         try:
-            wl[key] = conv(value)
+            wl[key] = conv(value.strip())
         except (TypeError, ValueError):
             raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", f"cannot read {value!r}") from None
     if allowed:

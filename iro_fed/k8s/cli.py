@@ -190,17 +190,38 @@ def _api_timeouts(args: argparse.Namespace, talks: bool, needs: str) -> tuple[fl
     return api, watch
 
 
-def _watch_kwargs(watch_timeout_s: int | None) -> dict[str, int]:
-    """``watch_timeout_s`` for ClusterCache / IroScheduler when ``--watch-timeout-s`` was given
-    (else theirs: the defaults stay in one place)."""
-    return {} if watch_timeout_s is None else {"watch_timeout_s": watch_timeout_s}
+def _watch_kwargs(watch_timeout_s: int | None) -> dict[str, Any]:
+    """``watch_timeout_s`` for ClusterCache / IroScheduler when ``--watch-timeout-s`` was given,
+    exactly (no jitter), else theirs: the defaults stay in one place.
+
+    Only the default is stretched at random (up to twice, as client-go's reflector does): a
+    timeout the operator gives is a bound they know of (a proxy's or load balancer's limit on a
+    stream), which a longer watch would break, and kube-apiserver, too, draws a watch's timeout at
+    random only when the client names none."""
+    return {} if watch_timeout_s is None else {"watch_timeout_s": watch_timeout_s, "watch_jitter": 0.0}
+
+
+def _watches_text(reflector: Any) -> str:
+    """A reflector's watch timeout in words: ``60 s`` or ``60 s to 120 s at random``."""
+    low = reflector.watch_timeout_s
+    if not reflector.watch_jitter:
+        return f"{low} s"
+    return f"{low} s to {low * (1 + reflector.watch_jitter):g} s at random (client-go's jitter)"
 
 
 def _timeouts_row(kube: Any, cache: Any, writes_note: str = "") -> tuple[str, str]:
     """The settings table's row of the API timeouts in effect (``writes_note``: where the write
     timeout comes from, when not from ``--api-timeout-s``)."""
     note = f" ({writes_note})" if writes_note else ""
-    return "API timeouts", f"writes {kube.write_timeout_s:g} s{note}, watches {cache.nodes.watch_timeout_s} s"
+    return "API timeouts", f"writes {kube.write_timeout_s:g} s{note}, watches {_watches_text(cache.nodes)}"
+
+
+def _below_caller(flag: str, value: float, caller_flag: str, caller: float, given: bool, why: str) -> None:
+    """``value`` of ``flag`` must be below its caller's timeout (``caller_flag``, its default when
+    not ``given``): at or past it no one is left to read the answer."""
+    if value >= caller:
+        where = f"{caller:g}" if given else f"{caller:g} when not given"
+        raise UsageError(f"{flag}: must be below {caller_flag} ({where}), got {value:g}: {why}")
 
 
 def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -231,6 +252,11 @@ def cmd_extender(args: argparse.Namespace) -> int:
         check_number("--http-timeout-s", args.http_timeout_s, 0.0, MAX_EXTENDER_HTTP_TIMEOUT_S, low_open=True)
     watching = bool(args.kubeconfig or args.watch)
     api_timeout, watch_timeout = _api_timeouts(args, watching, "--kubeconfig or --watch")
+    if api_timeout is not None:
+        _below_caller("--api-timeout-s", api_timeout, "--http-timeout-s",
+                      HTTP_TIMEOUT_S if args.http_timeout_s is None else args.http_timeout_s, args.http_timeout_s is not None,
+                      "a bind still waiting for the API server when kube-scheduler stops waiting for it can bind the "
+                      "pod after kube-scheduler has retried it")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     kube = cache = None
@@ -289,7 +315,7 @@ def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> int:
 
 def cmd_webhook(args: argparse.Namespace) -> int:
     from iro_fed.k8s.client import ClusterCache
-    from iro_fed.k8s.webhook import Webhook, WebhookServer, parse_selector
+    from iro_fed.k8s.webhook import TIMEOUT_SECONDS, Webhook, WebhookServer, parse_selector
 
     _logging(args.verbose)
     _server_args(args)
@@ -311,9 +337,10 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
     if args.timeout_seconds is not None:
         check_int("--timeout-seconds", args.timeout_seconds, 1, MAX_WEBHOOK_TIMEOUT_S)
-        if args.budget_s >= args.timeout_seconds:  # the answer would come after the API server gave up
-            raise UsageError(f"--budget-s: must be below --timeout-seconds ({args.timeout_seconds}), "
-                             f"got {args.budget_s:g}")
+    # Also against the default (deploy/'s timeoutSeconds), which the server's deadlines assume.
+    _below_caller("--budget-s", args.budget_s, "--timeout-seconds",
+                  TIMEOUT_SECONDS if args.timeout_seconds is None else args.timeout_seconds, args.timeout_seconds is not None,
+                  "the answer would come after the API server gave up on the call")
     check_int("--top-k", args.top_k, 1, MAX_TOP_K)
     _, watch_timeout = _api_timeouts(args, args.mode == "affinity", "--mode affinity")
     settings = _parse_settings(args.set or [], args.solver)
@@ -337,7 +364,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
         ("caller timeout", f"{server.body_timeout_s:g} s (the webhook configuration's timeoutSeconds)"),
-        *([("API timeouts", f"watches {cache.nodes.watch_timeout_s} s")] if cache is not None else []),
+        *([("API timeouts", f"watches {_watches_text(cache.nodes)}")] if cache is not None else []),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
@@ -527,7 +554,9 @@ def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: s
                             f"as failed (default {write_default}, at most {MAX_API_TIMEOUT_S:g})")
     p.add_argument("--watch-timeout-s", type=int, metavar="S",
                    help=f"whole seconds each watch of the API server ({watches}) lasts: its timeoutSeconds, after "
-                        f"which it is renewed from where it stopped (default 60, 1..{MAX_WATCH_TIMEOUT_S})")
+                        f"which it is renewed from where it stopped (default 60, 1..{MAX_WATCH_TIMEOUT_S}); "
+                        f"without it each watch lasts 60 to 120 s at random, as client-go's, so that replicas do "
+                        f"not renew theirs together; a given S is exact")
 
 
 def register(sub: Any) -> None:
@@ -551,7 +580,7 @@ def register(sub: Any) -> None:
                         f"within S seconds, else 408 (default 5, kube's default; at most {MAX_EXTENDER_HTTP_TIMEOUT_S:g})")
     _add_api_timeouts(p, "a bind; with --kubeconfig or --watch", "nodes and bound pods; with --kubeconfig or --watch",
                       f"{EXTENDER_BIND_SHARE:g} x --http-timeout-s up to 30, i.e. {EXTENDER_BIND_SHARE * 5:g} with kube's 5 s httpTimeout: "
-                      f"a bind ends before kube-scheduler stops waiting")
+                      f"a bind ends before kube-scheduler stops waiting; must be below --http-timeout-s")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_extender, service=True)
@@ -570,7 +599,7 @@ def register(sub: Any) -> None:
                    help="nodes to prefer in affinity mode, 1..1000 (default 3)")
     p.add_argument("--budget-s", type=float, default=2.0, metavar="S",
                    help="answer within S seconds, unchanged if the recommendation is late (default 2, at most 30; "
-                        "keep below timeoutSeconds)")
+                        "must be below --timeout-seconds, 5 when not given)")
     p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for affinity mode (default greedy-objective)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +36,11 @@ log = logging.getLogger("iro_fed.k8s")
 #: by default) with 504 itself, so a longer silence means no answer will come. urllib3 retries a
 #: GET that timed out up to 3 times, on a new connection (which gets past a dropped one).
 READ_TIMEOUT_S = 60.0
+#: How much longer than ``watch_timeout_s`` a watch may last, at random: client-go's reflector asks
+#: each watch for ``minWatchTimeout * (rand.Float64() + 1.0)`` seconds (reflector.go), uniform in
+#: [min, 2 * min), so that replicas which relisted together (after an API server restart, or a
+#: timeout they all saw) do not renew their watches together ever after.
+WATCH_JITTER = 1.0
 #: How long opening a connection may take (client-go's dialer allows 30 s; a reachable API server
 #: accepts in milliseconds).
 CONNECT_TIMEOUT_S = 10.0
@@ -224,8 +231,14 @@ class Reflector:
     server may have compacted since (changes of other kinds move the version too): 410 Gone and
     a full relist, each time. ``lists`` counts the lists made.
 
+    Each watch asks for a ``timeoutSeconds`` drawn uniformly from [``watch_timeout_s``,
+    ``watch_timeout_s * (1 + watch_jitter)``), whole seconds (:meth:`next_watch_timeout`, as
+    client-go's reflector: :data:`WATCH_JITTER`); ``watch_jitter=0`` asks for ``watch_timeout_s``
+    exactly. ``rng`` draws them (a seeded ``random.Random`` makes them repeatable; by default one
+    seeded by the OS, so that replicas differ).
+
     A list waits at most ``read_timeout_s`` for the API server's next bytes, a watch at most
-    ``watch_timeout_s + read_timeout_s`` (a quiet watch may be silent until its server-side end):
+    its ``timeoutSeconds + read_timeout_s`` (a quiet watch may be silent until its server-side end):
     past that the connection is taken for dead, and the reflector counts an error in ``errors``,
     logs it, and lists and watches again, as after any other failure.
     """
@@ -234,14 +247,20 @@ class Reflector:
                  on_event: Callable[[str, dict[str, Any]], None] | None = None, watch_timeout_s: int = 60,
                  bookmarks: bool = True,
                  on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, watch_jitter: float = WATCH_JITTER,
+                 rng: random.Random | None = None) -> None:
         self.read_timeout_s = positive_seconds("read_timeout_s", read_timeout_s)
+        if not (math.isfinite(watch_jitter) and watch_jitter >= 0):
+            raise ValueError(f"watch_jitter: must be a finite number >= 0, got {watch_jitter}")
         self.list_func = list_func
         self.name = name
         self.field_selector = field_selector
         self.on_event = on_event
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
+        self.watch_jitter = float(watch_jitter)
+        self._rng = rng or random.Random()
+        self.last_watch_timeout_s = watch_timeout_s  # the timeoutSeconds of the latest watch
         self.bookmarks = bookmarks
         self.resource_version = ""
         self.lists = 0
@@ -259,6 +278,11 @@ class Reflector:
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace")
         return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+    def next_watch_timeout(self) -> int:
+        """The next watch's ``timeoutSeconds``: ``watch_timeout_s`` times 1 plus up to ``watch_jitter``
+        at random, truncated to whole seconds as client-go does (so 60 gives 60..119)."""
+        return int(self.watch_timeout_s * (1.0 + self.watch_jitter * self._rng.random()))
 
     def start(self) -> Reflector:
         self._thread = threading.Thread(target=self._run, name=f"reflector-{self.name}", daemon=True)
@@ -326,9 +350,10 @@ class Reflector:
                     self._watch = _raw_watch()
                     # The server ends the watch at timeoutSeconds; a silence past that plus a read's
                     # wait is a dead connection (no client-side timeout: a read for ever).
+                    timeout = self.last_watch_timeout_s = self.next_watch_timeout()
                     kwargs: dict[str, Any] = {"resource_version": self.resource_version,
-                                              "timeout_seconds": self.watch_timeout_s,
-                                              "_request_timeout": read_timeout(self.watch_timeout_s + self.read_timeout_s)}
+                                              "timeout_seconds": timeout,
+                                              "_request_timeout": read_timeout(timeout + self.read_timeout_s)}
                     if self.field_selector:
                         kwargs["field_selector"] = self.field_selector
                     if self.bookmarks:
@@ -371,11 +396,18 @@ class Reflector:
                 self.errors += 1
                 if _timed_out(exc):
                     log.warning("%s: no answer from the API server in time (lists wait %g s, watches %g s): "
-                                "%s, relisting", self.name, self.read_timeout_s, self.watch_timeout_s + self.read_timeout_s, exc)
+                                "%s, relisting", self.name, self.read_timeout_s, self.last_watch_timeout_s + self.read_timeout_s, exc)
                 else:
                     log.warning("%s: %s: %s, retrying", self.name, type(exc).__name__, exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+def child_rng(rng: random.Random | None) -> random.Random | None:
+    """A generator of its own for one reflector (each runs in its thread: one shared generator
+    would give each the draws in whatever order the threads came), seeded from ``rng``; None
+    (the reflector's own, from the OS) when ``rng`` is None."""
+    return None if rng is None else random.Random(rng.getrandbits(64))
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -396,16 +428,20 @@ class ClusterCache:
     ``refresh_s=0`` rebuilds in the caller whenever the cache changed.
     """
 
-    def __init__(self, kube: Kube, config: Any = None, watch_timeout_s: int = 60, refresh_s: float = 0.5) -> None:
+    def __init__(self, kube: Kube, config: Any = None, watch_timeout_s: int = 60, refresh_s: float = 0.5,
+                 watch_jitter: float = WATCH_JITTER, rng: random.Random | None = None) -> None:
+        """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`); ``rng``
+        seeds one generator per watch (repeatable in tests), else each has its own from the OS."""
         from iro_fed.k8s.snapshot import ClusterConfig
 
         self.kube = kube
         self.config = config or ClusterConfig()
         self.refresh_s = refresh_s
         read = getattr(kube, "read_timeout_s", READ_TIMEOUT_S)
-        self.nodes = Reflector(kube.core.list_node, "nodes", watch_timeout_s=watch_timeout_s, read_timeout_s=read)
+        watches = {"watch_timeout_s": watch_timeout_s, "read_timeout_s": read, "watch_jitter": watch_jitter}
+        self.nodes = Reflector(kube.core.list_node, "nodes", rng=child_rng(rng), **watches)
         self.pods = Reflector(kube.core.list_pod_for_all_namespaces, "bound-pods", field_selector="spec.nodeName!=",
-                              watch_timeout_s=watch_timeout_s, read_timeout_s=read)
+                              rng=child_rng(rng), **watches)
         self._model: Any = None
         self._model_version: tuple[int, int] = (-1, -1)
         self._lock = threading.Lock()

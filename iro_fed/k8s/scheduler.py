@@ -79,6 +79,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -91,7 +92,7 @@ import numpy as np
 
 from iro_fed.feasibility import GPU_CARDS_FILTER, feasible_nodes, static_filter
 from iro_fed.feedback import DEFAULT_CLASS, placement_terms
-from iro_fed.k8s.client import CallResult, ClusterCache, Kube, Reflector, resource_version_of
+from iro_fed.k8s.client import WATCH_JITTER, CallResult, ClusterCache, Kube, Reflector, child_rng, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
@@ -225,7 +226,10 @@ class IroScheduler:
                  bind_workers: int = 8, watch_timeout_s: int = 60,
                  pod_initial_backoff_s: float = POD_INITIAL_BACKOFF_S, pod_max_backoff_s: float = POD_MAX_BACKOFF_S,
                  max_unschedulable_s: float = MAX_UNSCHEDULABLE_S, poll_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, watch_jitter: float = WATCH_JITTER,
+                 rng: random.Random | None = None) -> None:
+        """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`: each
+        60..119 s by default, as client-go's); ``rng`` seeds their draws (repeatable in tests)."""
         import solvers
 
         if not 0 <= window_s <= threading.TIMEOUT_MAX:  # nan passed `< 0`; inf made Event.wait raise in the loop
@@ -257,7 +261,8 @@ class IroScheduler:
         self.config = config or ClusterConfig()
         # refresh_s=0: no background model builds; the scheduler builds its own (with the pods it
         # assumed) from the cache's stores when it solves.
-        self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s, refresh_s=0)
+        self.cache = ClusterCache(kube, self.config, watch_timeout_s=watch_timeout_s, refresh_s=0,
+                                  watch_jitter=watch_jitter, rng=child_rng(rng))
         # Each node / bound-pod change is judged with its old and new object (see the module's notes).
         self.cache.nodes.on_change = self._node_changed
         self.cache.pods.on_change = self._bound_pod_changed
@@ -272,7 +277,7 @@ class IroScheduler:
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
                                  on_event=lambda t, o: self._wake.set(), watch_timeout_s=watch_timeout_s,
-                                 read_timeout_s=kube.read_timeout_s)
+                                 read_timeout_s=kube.read_timeout_s, watch_jitter=watch_jitter, rng=child_rng(rng))
         self.elector = None
         if leader_election:
             from iro_fed.k8s.leader import LeaderElector

@@ -33,12 +33,14 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   pod-level request during a pod-level resize (pod ``status.resources`` / ``allocatedResources``);
 * GPU: ``nvidia.com/gpu: k`` takes k whole cards; the pod annotation ``iro-fed.io/gpu-milli``
   (1..1000, read as Go's ``strconv.Atoi`` reads it) asks for that share of one card instead;
-  ``iro-fed.io/gpu-cards`` on a bound pod (written by IRO's scheduler through the Binding) says
-  which cards it holds;
+  ``iro-fed.io/gpu-cards`` on a bound pod (written by IRO's scheduler through the Binding:
+  ASCII digits and commas only) says which cards it holds; one it cannot be is ignored (first fit)
+  and logged once per node and value;
 * node selector, tolerations, required and preferred node affinity (all operators, including
   ``matchFields`` on ``metadata.name``); pod annotations ``iro-fed.io/user-region``,
   ``iro-fed.io/max-latency-ms``, ``iro-fed.io/class``, ``iro-fed.io/allowed-domains``,
-  ``iro-fed.io/gpu-models`` carry the model's own constraints.
+  ``iro-fed.io/gpu-models`` carry the model's own constraints (stripped; empty or blank reads as
+  absent; an error on one names the annotation).
 
 A field of the wrong type raises :class:`PodSpecError` whose ``field`` is its JSON path, never a
 TypeError from deep inside; so does a container name that is missing, not a DNS-1123 label, or
@@ -55,8 +57,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -78,6 +82,8 @@ from iro_fed.problem_io import (
     load_document,
     problem_from_dict,
 )
+
+log = logging.getLogger("iro_fed.k8s.snapshot")
 
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -280,6 +286,21 @@ def annotation_list(annotations: Mapping[str, str], key: str, who: str = "") -> 
             raise _bad(who, f"metadata.annotations.{key}",
                        f"empty entry at position {i} of {len(parts)} in {_shown(text, 80)!r}: each ',' must separate two names")
     return parts
+
+
+#: The scalar pod annotations and the workload field each one sets (:func:`annotation_value`);
+#: the loader's errors on those fields name the annotation (:func:`_annotation_path`).
+_SCALAR_ANNOTATIONS = {ANN_CLASS: "class", ANN_USER_REGION: "user_region", ANN_MAX_LATENCY: "max_latency_ms"}
+
+
+def annotation_value(annotations: Mapping[str, str], key: str) -> str | None:
+    """A scalar pod annotation (``iro-fed.io/class: batch``), stripped; None when absent, empty or
+    blank, as :func:`annotation_list` reads an empty or blank list (``"  "`` was a class or a user
+    region of two spaces, refused by the loader under the workload's field name, not the annotation's)."""
+    text = annotations.get(key)
+    if text is None or not text.strip():
+        return None
+    return text.strip()
 
 
 def metadata_error(meta: Mapping[str, Any], string_keys: Iterable[str]) -> tuple[str, str] | None:
@@ -933,15 +954,16 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     models = annotation_list(ann, ANN_GPU_MODELS, who)  # checked without a GPU request too: it is malformed either way
     if models and demand.gpu_count:
         wl["gpu"]["models"] = models
-    if ann.get(ANN_CLASS):
-        wl["class"] = ann[ANN_CLASS]
-    if ann.get(ANN_USER_REGION):
-        wl["user_region"] = ann[ANN_USER_REGION]
-    if ann.get(ANN_MAX_LATENCY):
+    for key in (ANN_CLASS, ANN_USER_REGION):
+        value = annotation_value(ann, key)
+        if value is not None:
+            wl[_SCALAR_ANNOTATIONS[key]] = value
+    latency = annotation_value(ann, ANN_MAX_LATENCY)
+    if latency is not None:
         try:
-            wl["max_latency_ms"] = float(ann[ANN_MAX_LATENCY])
+            wl["max_latency_ms"] = float(latency)
         except ValueError:
-            raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", f"expected a number, got {ann[ANN_MAX_LATENCY]!r}") from None
+            raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", f"expected a number, got {_shown(latency, 80)!r}") from None
     domains = annotation_list(ann, ANN_ALLOWED_DOMAINS, who)
     if domains:
         wl["allowed_domains"] = domains
@@ -984,15 +1006,83 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
 # --- usage of bound pods -------------------------------------------------------------------
 
 
+#: ``iro-fed.io/gpu-cards`` as IRO's scheduler writes it: card indices in ASCII decimal digits,
+#: comma-separated, nothing else (``int()`` also took ``"+1"``, ``"1_0"``, ``" 3"``, ``"٣"``).
+_CARDS = re.compile(r"[0-9]+(?:,[0-9]+)*")
+#: A card index of more digits is on no node (at most MAX_GPUS cards), and is not handed to int()
+#: (which refuses over 4,300 digits).
+_CARD_DIGITS = 9
+
+
 def _parse_cards(text: str | None) -> list[int] | None:
-    """The card indices of a bound pod's ``iro-fed.io/gpu-cards``; None (no annotation: first fit)
-    when absent or malformed, an empty entry (``"0,,1"``) included, as a card that is not a number."""
-    if not text:
+    """The card indices of a bound pod's ``iro-fed.io/gpu-cards``; None when absent, empty or
+    blank (no annotation: first fit). Anything but comma-separated ASCII decimal digits raises
+    ValueError saying why (an empty entry, as in ``"0,,1"``, a sign, a space, an underscore)."""
+    if text is None or not text.strip():
         return None
-    try:
-        return [int(x) for x in text.split(",")]  # int() refuses "" and blanks, allows " 1 "
-    except ValueError:
-        return None
+    if not _CARDS.fullmatch(text):
+        raise ValueError("not card numbers in ASCII decimal digits separated by ',', as IRO's scheduler writes them")
+    parts = text.split(",")
+    long = next((p for p in parts if len(p.lstrip("0")) > _CARD_DIGITS), None)
+    if long is not None:
+        raise ValueError(f"card number {_shown(long)} is past any node's cards (at most {MAX_GPUS})")
+    return [int(p) for p in parts]
+
+
+def _card_problem(chosen: list[int], count: int, cards: list[int], take: int) -> str | None:
+    """Why a bound pod's well-formed card list cannot be what it holds on a node of ``cards`` (free
+    milli per card), taking ``take`` milli from each of ``count`` cards; None when it can."""
+    if len(chosen) != count:
+        return f"lists {len(chosen)} card(s), but the pod holds {count}"
+    if len(set(chosen)) != len(chosen):
+        # A repeated card would pass the free check once per copy and take one card twice
+        # (negative free milli, and the whole snapshot refused).
+        return f"lists card {next(c for c in chosen if chosen.count(c) > 1)} twice"
+    for c in chosen:
+        if not 0 <= c < len(cards):
+            return f"card {c} is not on the node (it has {len(cards)})"
+        if cards[c] < take:
+            return f"card {c} has {cards[c]} milli free, the pod takes {take} (another pod holds it)"
+    return None
+
+
+class _OnceLog:
+    """Warnings logged once per key (a node and an annotation value), not once per snapshot: the
+    cluster model is rebuilt on every change, and a bad annotation stays until someone fixes it.
+    Bounded: past ``size`` keys the oldest is forgotten (and may be logged again)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._seen: dict[tuple[str, str], None] = {}
+        self._lock = threading.Lock()
+
+    def first(self, key: tuple[str, str]) -> bool:
+        """Whether ``key`` is new (and now remembered)."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) >= self.size:
+                del self._seen[next(iter(self._seen))]
+            self._seen[key] = None
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+_CARDS_LOGGED = _OnceLog()
+
+
+def _cards_ignored(node: str, pod: Mapping[str, Any], text: str, why: str, warnings: list[str]) -> None:
+    """Say that a bound pod's ``iro-fed.io/gpu-cards`` is ignored (its cards counted first fit):
+    in the snapshot's ``warnings`` each time, in the log once per node and value."""
+    message = (f"node {node}: pod {obj_key(pod)}: annotation {ANN_GPU_CARDS} {_shown(text, 80)!r} ignored ({why}); "
+               "its GPUs are counted first fit")
+    warnings.append(message)
+    # A value may be up to 256 KiB (the annotations' limit): a long one is remembered by its digest.
+    if _CARDS_LOGGED.first((node, text if len(text) <= 64 else hashlib.sha256(text.encode()).hexdigest())):
+        log.warning("%s", message)
 
 
 def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resources: Sequence[str],
@@ -1015,11 +1105,16 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
         nonzero[1] += d.nonzero[1]
         if d.gpu_count and cards:
             take = d.gpu_milli if d.gpu_count == 1 else GPU_MILLI
-            chosen = _parse_cards((_meta(pod).get("annotations") or {}).get(ANN_GPU_CARDS))
-            # A repeated card ("0,0") would pass the free check once per copy and take one card
-            # twice (negative free milli, and the whole snapshot refused): read it as no annotation.
-            if (not chosen or len(chosen) != d.gpu_count or len(set(chosen)) != len(chosen)
-                    or any(not 0 <= c < len(cards) or cards[c] < take for c in chosen)):
+            text = (_meta(pod).get("annotations") or {}).get(ANN_GPU_CARDS)
+            try:
+                chosen = _parse_cards(text)
+                why = None if chosen is None else _card_problem(chosen, d.gpu_count, cards, take)
+            except ValueError as exc:
+                chosen, why = None, str(exc)
+            if why is not None:
+                _cards_ignored(node["name"], pod, str(text), why, warnings)
+                chosen = None
+            if chosen is None:
                 if take < GPU_MILLI:
                     fits = [c for c in range(len(cards)) if cards[c] >= take]
                     chosen = [min(fits, key=lambda c: cards[c])] if fits else []
@@ -1189,12 +1284,29 @@ class ClusterModel:
         return Snapshot(problem, list(pods), self.node_objects, list(self.warnings))
 
 
+#: The workload fields that pod annotations set, and the annotation each comes from.
+_FIELD_ANNOTATIONS = (*((name, key) for key, name in _SCALAR_ANNOTATIONS.items()),
+                      ("allowed_domains", ANN_ALLOWED_DOMAINS), ("gpu.models", ANN_GPU_MODELS))
+
+
+def _annotation_path(path: str, msg: str) -> tuple[str, str]:
+    """A loader error on a workload field a pod annotation sets, as the annotation's (``user_region``
+    -> ``metadata.annotations.iro-fed.io/user-region``, ``allowed_domains[0]`` ->
+    ``metadata.annotations.iro-fed.io/allowed-domains[0]``): the operator wrote the annotation, not
+    the field. Other paths as they are."""
+    for name, key in _FIELD_ANNOTATIONS:
+        if path == name or path.startswith(f"{name}["):
+            return f"metadata.annotations.{key}{path[len(name):]}", msg.replace("needs user_region", f"needs {ANN_USER_REGION}")
+    return path, msg
+
+
 def _name_pods(exc: ProblemValidationError, pods: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for path, msg in exc.errors:
         if path.startswith("workloads["):
             idx = int(path[len("workloads["):path.index("]")])
             rest = path[path.index("]") + 1:].lstrip(".")
+            rest, msg = _annotation_path(rest, msg)
             lines.append(f"pod {obj_key(pods[idx])}: {rest}: {msg}")
         else:
             lines.append(f"{path}: {msg}")

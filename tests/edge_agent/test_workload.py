@@ -147,3 +147,17 @@ def test_pod_errors_come_from_the_shared_reader_with_the_pod_path(requests, fiel
     assert info.value.field == f"pod.spec.containers[0].resources.{field}"
     assert str(info.value).startswith(f"pod.spec.containers[0].resources.{field}: invalid quantity")
     assert message in str(info.value)
+
+
+def test_blank_scalar_annotations_read_as_absent_as_the_scheduler_reads_them():
+    # Before: a class or user region of " " went to the model (refused as unknown), and a blank
+    # max-latency-ms was "cannot read"; the scheduler's annotation_value reads them as absent.
+    pod = {"metadata": {"name": "p", "annotations": {"iro-fed.io/class": " ", "iro-fed.io/user-region": "\t",
+                                                     "iro-fed.io/max-latency-ms": "  "}},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    wl = pod_to_workload(pod, ("cpu",))
+    assert not {"class", "user_region", "max_latency_ms"} & set(wl)
+    pod["metadata"]["annotations"] = {"iro-fed.io/class": " batch ", "iro-fed.io/user-region": "users ",
+                                      "iro-fed.io/max-latency-ms": " 12 "}
+    wl = pod_to_workload(pod, ("cpu",))
+    assert (wl["class"], wl["user_region"], wl["max_latency_ms"]) == ("batch", "users", 12.0)

@@ -190,8 +190,9 @@ def test_the_extenders_default_bind_wait_with_kubes_http_timeout(kubeconfig: str
     assert "writes 4 s (default: 0.8 x the caller timeout, at most 30 s), watches 60 s" in out, out
     out, _ = _stop(_start_extender(["--kubeconfig", kubeconfig, "--http-timeout-s", "3600"], tmp_path / "ready2"))
     assert "writes 30 s (default: 0.8 x the caller timeout, at most 30 s)" in out, out
-    # Given, it is the operator's: as before.
-    out, _ = _stop(_start_extender(["--kubeconfig", kubeconfig, "--api-timeout-s", "12"], tmp_path / "ready3"))
+    # Given, it is the operator's (below --http-timeout-s: tests/k8s/test_f1_timeouts.py).
+    out, _ = _stop(_start_extender(["--kubeconfig", kubeconfig, "--http-timeout-s", "20", "--api-timeout-s", "12"],
+                                   tmp_path / "ready3"))
     assert "writes 12 s, watches 60 s" in out, out
 
 

@@ -123,4 +123,5 @@ def test_gpu_cards_with_an_empty_entry_are_read_as_no_annotation():
     # before: [2, 3] read from "2,,3" and "2,3,"
     assert gpu_free("2,,3") == [0, 0, 1000, 1000]
     assert gpu_free("2,3,") == [0, 0, 1000, 1000]
-    assert gpu_free(" 2, 3 ") == [1000, 1000, 0, 0]  # blanks around a number are still read
+    # blanks around a number: not as the scheduler writes it (int() read them), first fit
+    assert gpu_free(" 2, 3 ") == [0, 0, 1000, 1000]
