@@ -8,7 +8,9 @@ allocated GPU share (percent, 2 decimals); ``alloc_gpu_pct[x]`` is the mean allo
 events with a == x (or x-1 <= a <= x+1 when none), for x = 0..130, rounded to 2 decimals as the
 simulator's analysis does. It also records the FGD fragmentation of the cluster (percent of GPU
 capacity that is free but fragmented for the typical tasks) and CPU / memory allocation on the
-same axis. The typical tasks (for the metric and for the FGD policies) are those of the original
+same axis. With a batch window a queued pod's point is recorded when its window is placed, the
+window's decisions applied in arrival order: the curve measures placement, not the pod's wait
+in the queue (an online solver's curve is unchanged). The typical tasks (for the metric and for the FGD policies) are those of the original
 pod list, before the arrival sequence's copies and removals, as in the simulator
 (``SetTypicalPods`` on the workload before ``TunePodsByNodeTotalResource``).
 """
@@ -103,7 +105,9 @@ def replay_problem(
     capacity. With ``batch_window`` 1 each pod goes through ``solver.decide`` (an online solver)
     as it arrives; with N > 1 arriving pods are queued and every N of them (and the rest at the
     end) are placed jointly by ``solver.solve`` on the current cluster; pods it leaves unplaced
-    are dropped, as in the online replay. ``tasks`` are the typical tasks of the fragmentation
+    are dropped, as in the online replay; each queued pod's curve point is taken once its window is
+    placed (arrived: the pods up to it; allocated: the cluster with the window placed up to it).
+    ``tasks`` are the typical tasks of the fragmentation
     metric (default: those of ``problem.workloads``); a solver with ``use_typical_tasks`` (the
     FGD policies) is given the same ones."""
     p = problem
@@ -145,36 +149,45 @@ def replay_problem(
         totals["frag"] += new - frag_nodes[node]
         frag_nodes[node] = new
 
+    n_gpu = np.array([gpu_of(w) for w in range(n)], dtype=np.int64)
+    arrived_cum = np.cumsum(n_gpu)  # GPU milli arrived through each pod (exact integers)
+    arrived_pct = np.empty(n, dtype=np.int64)
+    alloc, frag, cpu_pct, mem_pct = (np.empty(n) for _ in range(4))
+
+    def record(w: int) -> None:
+        """Pod w's curve point: everything that arrived up to w, the cluster as placed up to w."""
+        arrived_pct[w] = round(100.0 * int(arrived_cum[w]) / capacity)
+        alloc[w] = round(100.0 * totals["used"] / capacity, 2)
+        frag[w] = 100.0 * totals["frag"] / capacity
+        cpu_pct[w] = 100.0 * totals["cpu"] / cpu_total if cpu_total else 0.0
+        mem_pct[w] = 100.0 * totals["mem"] / mem_total if mem_total else 0.0
+
     def flush(queue: list[int]) -> None:
         window = p.with_workloads(queue).with_cluster(state.allocated, state.gpu_free)
         placement = solver.solve(window)
+        # Each queued pod's point is taken once the window is placed, its decisions applied in
+        # arrival order: the curve measures placement quality, not the time a pod waits in the
+        # queue (a point at arrival charged a batch solver 0 % allocation for queued pods).
         for i, w in enumerate(queue):
             settle(w, int(placement.assignment[i]), placement.gpu_cards.get(i))
+            record(w)
         queue.clear()
 
-    arrived = 0
-    arrived_pct = np.empty(n, dtype=np.int64)
-    alloc, frag, cpu_pct, mem_pct = (np.empty(n) for _ in range(4))
     queue: list[int] = []
     start = time.perf_counter()
     decide_s = 0.0
     for w in range(n):
-        arrived += gpu_of(w)
         t0 = time.perf_counter()
         if batch_window == 1:
             decision = solver.decide(state, w)
             decide_s += time.perf_counter() - t0
             settle(w, decision.node, decision.cards)
+            record(w)
         else:
             queue.append(w)
             if len(queue) == batch_window or w == n - 1:
                 flush(queue)
             decide_s += time.perf_counter() - t0
-        arrived_pct[w] = round(100.0 * arrived / capacity)
-        alloc[w] = round(100.0 * totals["used"] / capacity, 2)
-        frag[w] = 100.0 * totals["frag"] / capacity
-        cpu_pct[w] = 100.0 * totals["cpu"] / cpu_total if cpu_total else 0.0
-        mem_pct[w] = 100.0 * totals["mem"] / mem_total if mem_total else 0.0
         if on_progress is not None:
             on_progress(w + 1)
     total_s = time.perf_counter() - start

@@ -29,8 +29,7 @@ QUICK = ["train", "--scenario", "bank", "--steps", "1", "--envs", "1", "--eval-e
             ["--scenario-set", "carbon.DE=/nonexistent.csv"],
             "--scenario-set carbon.DE: /nonexistent.csv: cannot read file",
         ),
-        # a message about no one key keeps the flag in front
-        (["--scenario-set", "carbon_de=XX"], "--scenario-set: scenario 'bank': no carbon series for zone 'XX'"),
+        (["--scenario-set", "carbon_de=XX"], "--scenario-set carbon_de: no carbon series for zone 'XX'"),
         (["--hours", "0.001"], "--hours: must cover at least one step of 60 s, got 0.001"),
         (["--set", "top_k=0"], "--set top_k: expected a positive integer, got 0"),
         (["--set", "gamma=nan"], "--set gamma: expected a number in [0, 1], got nan"),

@@ -99,7 +99,7 @@ def test_batch_window_places_queued_pods_jointly():
     assert batched.batch_window == 2 and batched.arrived_pods == 4
     # After the first window (a, b) both 600-milli shares are placed: 60 % allocated at 60 % arrival.
     assert batched.alloc_gpu_pct["60"] == 60.0
-    assert batched.alloc_gpu_pct["30"] == 0.0  # a waits in the queue
+    assert batched.alloc_gpu_pct["30"] == 30.0  # a waited in the queue; its point is taken at the flush
     # Second window (c, d): c (500) fits no 400-milli leftover and is dropped, d (400) is placed.
     assert batched.failed_pods == 1 and batched.alloc_gpu_pct["105"] == 80.0
     assert online.batch_window == 1

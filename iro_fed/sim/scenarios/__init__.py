@@ -86,6 +86,16 @@ def carbon_files(entry: ScenarioEntry, params: Mapping[str, Any]) -> dict[str, t
     return out
 
 
+def as_given(text: str, files: Mapping[str, tuple[str, str]]) -> str:
+    """A builder's error about ``carbon.ZONE`` (the zone as the scenario spells it) named by the
+    key the user gave (``carbon.es``), so that the command line reports it as that ``--set``."""
+    for zone, (key, _) in files.items():
+        canonical = f"setting {CARBON_PREFIX + zone!r}: "
+        if text.startswith(canonical):
+            return f"setting {key!r}: " + text.removeprefix(canonical)
+    return text
+
+
 SCENARIOS: dict[str, ScenarioEntry] = {
     "bank": ScenarioEntry("bank", "iro_fed.sim.scenarios.bank",
                           "three zones: online txn (primary), nightly batch (secondary), cloud burst; 12x promo peak"),
@@ -129,6 +139,7 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
     if run_steps(h, step_s) < 1:  # the builders round hours to whole steps
         raise SimConfigError(f"hours must cover at least one step of {step_s:g} s, got {h:g}")
     user: dict[str, tuple[str, Any]] = {}
+    files: dict[str, tuple[str, str]] = {}
     if any(key.startswith(CARBON_PREFIX) for key in params):
         from iro_fed.sim.scenarios.common import user_series
 
@@ -144,7 +155,7 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
     try:
         scenario = entry.builder(seed, h, step_s, carbon_series=user or None, **converted)
     except (ValueError, KeyError) as exc:  # bad parameter values, signals or trace files
-        raise SimConfigError(f"scenario {name!r}: {exc}") from exc
+        raise SimConfigError(f"scenario {name!r}: {as_given(str(exc), files)}") from exc
     if user:  # for the report: which of the zones came from the user's own files
         scenario.notes["carbon_files"] = {zone: str(path) for zone, (path, _) in user.items()}
     return scenario

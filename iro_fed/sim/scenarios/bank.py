@@ -38,6 +38,8 @@ from iro_fed.sim.scenarios.common import (
     WEIGHT_RANGES,
     UserCarbon,
     bump,
+    carbon_setting,
+    carbon_source,
     carbon_window,
     check_ranges,
     daily_curve,
@@ -91,9 +93,13 @@ SERVICES = (
 )
 
 
+#: The settings that name each domain's carbon source, in domain order.
+CARBON_SETTINGS = ("carbon_de", "carbon_fr", "carbon_gb")
+
+
 def carbon_zones(p: Mapping[str, Any]) -> list[str]:
     """The shipped carbon series the domains read (``carbon_de/fr/gb`` naming one), in domain order."""
-    sources = (str(p["carbon_de"]), str(p["carbon_fr"]), str(p["carbon_gb"]))
+    sources = (carbon_source(p[key]) for key in CARBON_SETTINGS)
     return list(dict.fromkeys(s for s in sources if not s.startswith(("const:", "codecarbon:"))))
 
 
@@ -102,6 +108,8 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     a user's own series by zone (``--set carbon.DE=FILE``), read in place of the shipped ones."""
     p = {**PARAMS, **params}
     check_ranges(p, RANGES)
+    for key in CARBON_SETTINGS:  # one spelling per source (es -> ES), an unreadable one named
+        p[key] = carbon_setting(key, p[key])
     rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from iro_fed.sim.signals import (
+    CARBON_FILES,
     CarbonSeries,
     _iso,
     carbon_zone,
@@ -66,14 +67,51 @@ def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | Non
         raise ValueError(f"setting {key!r}: {want}, got {value!r}")
 
 
+def carbon_source(text: str) -> str:
+    """A carbon source as :func:`series_for` reads it: a shipped zone in upper case (``es`` is
+    ``ES``), ``const:120``, ``codecarbon:DEU``; the prefixes in any case, blanks dropped. Every
+    reader normalises through here, so one spelling cannot take another path (``es`` skipped the
+    2022 files' calendar-year reading)."""
+    text = str(text).strip()
+    kind, sep, rest = text.partition(":")
+    if sep and kind.strip().lower() == "const":
+        return f"const:{rest.strip()}"
+    if sep and kind.strip().lower() == "codecarbon":
+        return f"codecarbon:{rest.strip().upper()}"
+    return text.upper()
+
+
+def carbon_setting(key: str, value: object) -> str:
+    """The setting ``key`` (the bank's ``carbon_de`` etc.) as a normalised source whose series
+    can be read; a ValueError names the setting otherwise (``build_scenario`` reports it)."""
+    source = carbon_source(str(value))
+    try:
+        series_for(source)
+    except ValueError as exc:
+        raise ValueError(f"setting {key!r}: {exc}") from None
+    return source
+
+
 def series_for(source: str) -> CarbonSeries:
-    """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon), ``codecarbon:DEU`` or ``const:120``."""
+    """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon), ``codecarbon:DEU`` or ``const:120``
+    (any case: see :func:`carbon_source`)."""
+    source = carbon_source(source)
     if source.startswith("const:"):
-        return constant(float(source.split(":", 1)[1]), name=source)
+        text = source.split(":", 1)[1]
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"const: expected a carbon intensity in gCO2/kWh (e.g. const:120), got {text!r}") from None
+        return constant(value, name=source)
     if source.startswith("codecarbon:"):
         from iro_fed.sim.signals import codecarbon_country
 
-        return codecarbon_country(source.split(":", 1)[1])
+        if source not in _series_cache:  # a table lookup per build otherwise (the gym env rebuilds on reset)
+            _series_cache[source] = codecarbon_country(source.split(":", 1)[1])
+        return _series_cache[source]
+    if source not in CARBON_FILES:
+        known = ", ".join(CARBON_FILES)
+        raise ValueError(f"no carbon series for zone {source!r} (known: {known}; or const:GRAMS_PER_KWH, codecarbon:ISO3)")
     if source not in _series_cache:
         _series_cache[source] = carbon_zone(source)
     return _series_cache[source]
@@ -116,6 +154,7 @@ def carbon_window(source: str, start: str, history: int, steps: int, step_s: flo
     coverage and what the run needs: a series never wraps around and its last value is never
     extended.
     """
+    source = carbon_source(source)
     t0 = parse_time(start)
     lo = t0 - history * step_s
     hi = lo + (history + steps) * step_s

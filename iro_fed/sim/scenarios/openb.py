@@ -1,6 +1,7 @@
 """``openb``: the Alibaba ``cluster-trace-gpu-v2023`` replayed with its departures.
 
-Nodes: the first ``nodes`` (default 200; 0 = all 1213) of the trace's GPU node list, dealt
+Nodes: the first ``nodes`` (default 200, or all of a shorter file; 0 = all 1213; more than the
+file has is an error) of the trace's GPU node list, dealt
 round-robin over three domains with real signals: ``zone-de`` (DE grid, europe-west3),
 ``zone-fr`` (FR, europe-west9) and ``cloud-gb`` (GB, europe-west2, a public cloud at list prices
 whose nodes are provisioned on demand). Pods: the production pod list; arrivals keep the order
@@ -8,12 +9,15 @@ and spacing of ``creation_time`` compressed ``time_scale`` times (0, the default
 whole creation span fits the run), and each pod lives ``deletion_time - creation_time`` seconds
 (times ``duration_scale``), so departures are the trace's own lifetimes. Own nodes stay powered
 (``power_down`` off, as in the traced cluster). Data: ``shared/data/alibaba-openb-2023`` (loader
-:mod:`iro_fed.traces.openb`).
+:mod:`iro_fed.traces.openb`); ``pods_file`` / ``nodes_file`` name a file relative to the working
+directory (or absolute) when one is there, else one of that folder. The report's
+``scenario_params`` hold ``time_scale`` and ``nodes`` as run (the fit's compression, the node count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from iro_fed.model import Domain, Weights
@@ -57,6 +61,28 @@ def carbon_zones(p: Mapping[str, Any]) -> list[str]:
     return ["DE", "FR", "GB"]
 
 
+def trace_file(key: str, value: object) -> Path:
+    """The file a ``pods_file`` / ``nodes_file`` setting names: the path itself when it exists
+    (relative to the working directory), else that name in the openb data folder; a ValueError
+    naming the setting and both places when neither exists."""
+    given = Path(str(value)).expanduser()
+    if given.exists():
+        return given
+    folder = data_dir() / "alibaba-openb-2023"
+    if not given.is_absolute() and (folder / given).exists():
+        return folder / given
+    where = "" if given.is_absolute() else f" (looked in the working directory {Path.cwd()} and in {folder})"
+    raise ValueError(f"setting {key!r}: no such file {str(value)!r}{where}")
+
+
+def read_trace(key: str, load: Callable[[Path], list], path: Path) -> list:
+    """``load(path)``, its format error prefixed with the setting that named the file."""
+    try:
+        return load(path)
+    except ValueError as exc:  # TraceFormatError: the file, line and column
+        raise ValueError(f"setting {key!r}: {exc}") from None
+
+
 def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
     """The openb replay (see the module docstring); ``seed`` does not change a replay;
     ``carbon_series``: a user's own series by zone (``--set carbon.DE=FILE``)."""
@@ -67,11 +93,15 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     if 0.0 < float(p["time_scale"]) < MIN_TIME_SCALE:
         raise ValueError(f"setting 'time_scale': must be 0 (fit the run) or between {MIN_TIME_SCALE:g} and {MAX_SCALE:g}, "
                          f"got {p['time_scale']!r}")
-    folder = data_dir() / "alibaba-openb-2023"
-    nodes = load_nodes(folder / p["nodes_file"])
+    nodes_path = trace_file("nodes_file", p["nodes_file"])
+    nodes = read_trace("nodes_file", load_nodes, nodes_path)
+    # Asked for more nodes than the file has: an error (the run had silently fewer); the default
+    # 200 of a smaller file of the user's takes them all (the report says how many).
+    if "nodes" in params and int(p["nodes"]) > len(nodes):
+        raise ValueError(f"setting 'nodes': must be at most {len(nodes)} (rows in {nodes_path}), got {p['nodes']!r}")
     if int(p["nodes"]) > 0:
         nodes = nodes[: int(p["nodes"])]
-    trace = load_pods(folder / p["pods_file"])
+    trace = read_trace("pods_file", load_pods, trace_file("pods_file", p["pods_file"]))
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     first = min(pod.creation_time for pod in trace)
@@ -111,6 +141,9 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
             departure = -1
         pods.append(PodSpec(pod.name, "batch", float(pod.cpu_milli), float(pod.memory_mib), arrival, departure=departure,
                             gpu_count=pod.num_gpu, gpu_milli=pod.gpu_milli, gpu_models=pod.gpu_spec))
+    # The report's parameters as run: the compression used (the fit's, when 0 asked for it) and
+    # the node count (all of them, when 0).
+    as_run = {**p, "time_scale": scale, "nodes": len(nodes)}
     regions = ["users-de"]
     latency = latency_between({"users-de": "europe-west3"},
                               {"zone-de": "europe-west3", "zone-fr": "europe-west9", "cloud-gb": "europe-west2"})
@@ -118,5 +151,5 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         name="openb", description="Alibaba openb GPU trace with creation and deletion times over three domains.",
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=[], pods=pods, carbon=carbon,
         history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]), weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])),
-        peak_windows=[(0, steps)], params=p, engine_defaults={"power_down": False}, notes={"time_scale": scale, "nodes": len(nodes)},
+        peak_windows=[(0, steps)], params=as_run, engine_defaults={"power_down": False}, notes={"time_scale": scale, "nodes": len(nodes)},
     )
