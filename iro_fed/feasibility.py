@@ -16,11 +16,20 @@ kube-scheduler's framework:
 
 A pod that fits nowhere gets a reason in kube-scheduler's words
 (``pkg/scheduler/framework/types.go`` ``FitError.Error``): each node contributes the reasons of
-its first failing filter in plugin order (taints, node selector, our allowed domains / latency /
-GPU-model filters, then resources, where every insufficient resource counts; a node's untolerated
-taint is the first in the node's own taint list), the histogram is sorted as
-strings and joined: ``0/12 nodes are available: 5 Insufficient cpu, 3 node(s) had untolerated
-taint {dedicated: batch}.``
+its first failing filter in plugin order (NodeAffinity's PreFilter node-name set, a cordoned
+node, taints, node selector, our allowed domains / latency / GPU-model filters, then resources,
+where every insufficient resource counts; a node's untolerated taint is the first in the node's
+own taint list), the histogram is sorted as strings and joined: ``0/12 nodes are available: 5
+Insufficient cpu, 3 node(s) had untolerated taint {dedicated: batch}.``
+
+Two conventions carry what kube reads from the Node and pod objects themselves:
+
+* a cordoned node (``spec.unschedulable``) is one with the taint
+  :data:`UNSCHEDULABLE_TAINT` (``node.kubernetes.io/unschedulable:NoSchedule``, what the node
+  lifecycle controller adds and what the Kubernetes snapshot adds);
+* a ``node_selector`` key starting with :data:`NODE_NAMES_LABEL_PREFIX` is the node-name set of a
+  required node affinity whose every term has ``matchFields`` ``metadata.name In [...]`` (how a
+  DaemonSet pins its pods), which NodeAffinity's PreFilter turns into the only nodes filtered.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iro_fed.model import GPU_MILLI, ClusterState, Problem, Workload
+from iro_fed.model import GPU_MILLI, ClusterState, Problem, Taint, Workload
 
 #: Absolute float tolerance for comparisons that are not capacities (a latency bound).
 EPS = 1e-9
@@ -50,15 +59,77 @@ FIT_REL = 1e-12
 #: with two decimals filling a 1e8 node were once flagged "over capacity (100000000 > 100000000)").
 ROUNDING_REL = 1e-12
 
-_FILTERS = ("allowed_domains", "taints", "node_selector", "latency", "gpu_model", "gpu_cards")
+#: The static filters; a ``first_fail`` code is an index into this tuple. New filters go at the
+#: end, so the codes that callers keep (``GPU_CARDS_FILTER``) stay what they were.
+_FILTERS = (
+    "allowed_domains",
+    "taints",
+    "node_selector",
+    "latency",
+    "gpu_model",
+    "gpu_cards",
+    "node_names",
+    "unschedulable",
+)
 #: ``first_fail`` of a node with fewer GPU cards than the pod asks for (NodeResourcesFit then
 #: lists its other shortages too).
 GPU_CARDS_FILTER = _FILTERS.index("gpu_cards")
+TAINTS_FILTER = _FILTERS.index("taints")
+#: ``first_fail`` of a node outside the pod's ``matchFields`` node-name set (NodeAffinity PreFilter).
+NODE_NAMES_FILTER = _FILTERS.index("node_names")
+#: ``first_fail`` of a cordoned node the pod does not tolerate (NodeUnschedulable).
+UNSCHEDULABLE_FILTER = _FILTERS.index("unschedulable")
 #: The order in which a node's failing filters are tried (indices into ``_FILTERS``):
-#: kube-scheduler's plugin order (TaintToleration, then NodeAffinity, which a domain
-#: restriction would be in Kubernetes), our latency and GPU-model filters, then the card count
-#: (NodeResourcesFit). A node's reason is that of the first one that fails.
-_PRECEDENCE = np.array([1, 2, 0, 3, 4, 5], dtype=np.int8)
+#: kube-scheduler's. Nodes outside NodeAffinity's PreFilter node-name set are never filtered at
+#: all; then the plugin order: NodeUnschedulable, TaintToleration, NodeAffinity (node selector,
+#: and the allowed domains, which would be node affinity on a domain label in Kubernetes), our
+#: latency and GPU-model filters, then the card count (NodeResourcesFit). A node's reason is
+#: that of the first one that fails.
+_PRECEDENCE = np.array([NODE_NAMES_FILTER, UNSCHEDULABLE_FILTER, TAINTS_FILTER, 2, 0, 3, 4, 5], dtype=np.int8)
+
+#: The taint of a cordoned node: the node lifecycle controller adds it for ``spec.unschedulable``
+#: and the Kubernetes snapshot does too. A node that has it is read as cordoned, so a taint of
+#: this key, empty value and effect added by hand reads the same way ("node(s) were
+#: unschedulable"); one with a value is an ordinary taint.
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+#: ``node_selector`` keys with this prefix hold a NodeAffinity PreFilter node-name set (the
+#: snapshot labels the named nodes): a node without the label is "didn't satisfy plugin(s)
+#: [NodeAffinity]", ahead of every other filter.
+NODE_NAMES_LABEL_PREFIX = "iro-fed.io/node-names-"
+#: Kubernetes' name of the GPU count (``Problem.resource_names``' ``gpu``).
+GPU_RESOURCE_NAME = "nvidia.com/gpu"
+#: kube-scheduler's reasons (``pkg/scheduler/...``) for the static filters, by code; taints and the
+#: latency bound carry details (:func:`static_reasons`).
+_STATIC_REASONS = {
+    0: "node(s) were not in the pod's allowed domains",
+    2: "node(s) didn't match Pod's node affinity/selector",
+    4: "node(s) didn't have an allowed GPU model",
+    GPU_CARDS_FILTER: f"Insufficient {GPU_RESOURCE_NAME}",
+    NODE_NAMES_FILTER: "node(s) didn't satisfy plugin(s) [NodeAffinity]",  # schedule_one.go, absent nodes
+    UNSCHEDULABLE_FILTER: "node(s) were unschedulable",  # nodeunschedulable ErrReasonUnschedulable
+}
+
+
+def insufficient(resource: str) -> str:
+    """NodeResourcesFit's reason for a node short of ``resource`` (a problem resource, or ``gpu``
+    for the GPU cards): ``Too many pods`` for the pod count (fit.go), else ``Insufficient <name>``
+    in Kubernetes' resource name."""
+    if resource == "pods":
+        return "Too many pods"
+    return f"Insufficient {GPU_RESOURCE_NAME if resource == 'gpu' else resource}"
+
+
+def static_reasons(problem: Problem, w: int) -> dict[int, str]:
+    """kube's reason for each static filter code but the taints (whose message is per taint:
+    ``StaticFilter.taint_messages``), for workload ``w``."""
+    wl = problem.workloads[w]
+    out = dict(_STATIC_REASONS)
+    out[3] = (
+        f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}"
+        if wl.max_latency_ms is not None
+        else ""
+    )
+    return out
 
 
 @dataclass(frozen=True)
@@ -94,6 +165,15 @@ def _taint_positions(problem: Problem) -> np.ndarray:
     return pos
 
 
+def _cordoned(problem: Problem) -> np.ndarray:
+    """``cordoned[n]``: node n has :data:`UNSCHEDULABLE_TAINT` (NodeUnschedulable's test of
+    ``spec.unschedulable``)."""
+    taints, table = problem.taint_table
+    if UNSCHEDULABLE_TAINT not in taints:
+        return np.zeros(problem.num_nodes, dtype=bool)
+    return table[:, taints.index(UNSCHEDULABLE_TAINT)].copy()
+
+
 def fit_tolerance(problem: Problem) -> np.ndarray:
     """``tol[n, r]``: how far what is free of resource r on node n may fall short of a request and
     the pod still fit, for float rounding only (:data:`FIT_REL` of the node's capacity; a
@@ -127,7 +207,11 @@ def untolerated(workload: Workload, problem: Problem, effects: Sequence[str]) ->
     """Columns of ``problem.taint_table`` with one of ``effects`` that the workload does not tolerate."""
     taints, _ = problem.taint_table
     return np.array(
-        [i for i, t in enumerate(taints) if t.effect in effects and not any(tol.tolerates(t) for tol in workload.tolerations)],
+        [
+            i
+            for i, t in enumerate(taints)
+            if t.effect in effects and not any(tol.tolerates(t) for tol in workload.tolerations)
+        ],
         dtype=np.int64,
     )
 
@@ -171,12 +255,18 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     else:
         fails.append(np.zeros(n, dtype=bool))
 
-    # Node selector (NodeAffinity plugin): every key must be present with the same value.
+    # Node selector (NodeAffinity plugin): every key must be present with the same value. The
+    # node-name set keys are NodeAffinity's PreFilter instead (below).
     sel_fail = np.zeros(n, dtype=bool)
+    names_fail = np.zeros(n, dtype=bool)
     for key, value in wl.node_selector.items():
         codes, values = problem.label_codes(key)
         code = values.get(value)
-        sel_fail |= codes != (code if code is not None else -2)
+        miss = codes != (code if code is not None else -2)
+        if key.startswith(NODE_NAMES_LABEL_PREFIX):
+            names_fail |= miss
+        else:
+            sel_fail |= miss
     fails.append(sel_fail)
 
     # Latency bound from the pod's user region to the node's domain (unknown latency fails).
@@ -194,11 +284,15 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     if count > 0:
         if wl.gpu_models:
             allowed_models = [problem.gpu_models.index(m) for m in wl.gpu_models if m in problem.gpu_models]
-            # Nodes without GPUs fail on the card count ("Insufficient gpu") instead.
-            model_fail = ~np.isin(problem.node_gpu_model, np.array(allowed_models, dtype=np.int32)) & (problem.gpu_count > 0)
+            # Nodes without GPUs fail on the card count ("Insufficient nvidia.com/gpu") instead.
+            model_fail = ~np.isin(problem.node_gpu_model, np.array(allowed_models, dtype=np.int32)) & (
+                problem.gpu_count > 0
+            )
         card_fail = problem.gpu_count < count
     fails.append(model_fail)
     fails.append(card_fail)
+    fails.append(names_fail)
+    fails.append(_cordoned(problem) & ~any(t.tolerates(UNSCHEDULABLE_TAINT) for t in wl.tolerations))
 
     stacked = np.stack(fails)[_PRECEDENCE]  # [filters, N], in the order they are tried
     any_fail = stacked.any(axis=0)
@@ -208,7 +302,7 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     mask = ~any_fail
     mask.setflags(write=False)
     # Keep the taint index only where taints are the first failing filter.
-    taint_reason = np.where(first == 1, taint_reason, -1).astype(np.int32)
+    taint_reason = np.where(first == TAINTS_FILTER, taint_reason, -1).astype(np.int32)
     taint_reason.setflags(write=False)
     return StaticFilter(mask, first, taint_reason, messages)
 
@@ -270,7 +364,9 @@ def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.n
 def pod_key(problem: Problem, w: int) -> tuple:
     """What decides a pod's feasibility and its terms in R: pods with equal keys are identical."""
     return (
-        problem.demand[w].tobytes(), int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]),
+        problem.demand[w].tobytes(),
+        int(problem.wl_gpu_count[w]),
+        int(problem.wl_gpu_milli[w]),
         problem.workloads[w].constraint_key,
     )
 
@@ -304,16 +400,9 @@ def explain(state: ClusterState, w: int) -> str:
     p = state.problem
     sf = static_filter(p, w)
     counts: Counter[str] = Counter()
-    wl = p.workloads[w]
-    static_messages = {
-        0: "node(s) were not in the pod's allowed domains",
-        2: "node(s) didn't match Pod's node affinity/selector",
-        3: f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}" if wl.max_latency_ms else "",
-        4: "node(s) didn't have an allowed GPU model",
-        5: "Insufficient gpu",
-    }
+    static_messages = static_reasons(p, w)
     for code, message in static_messages.items():
-        k = int((sf.first_fail == code).sum())
+        k = int((sf.first_fail == code).sum())  # never the taints' code: static_reasons leaves it out
         if k:
             counts[message] += k
     if sf.taint_messages:
@@ -321,7 +410,7 @@ def explain(state: ClusterState, w: int) -> str:
         for idx, k in zip(*np.unique(ti, return_counts=True), strict=True):
             counts[sf.taint_messages[int(idx)]] += int(k)
     # Resources: every insufficient resource of a node that reaches NodeResourcesFit counts; a
-    # node with too few GPU cards (static "Insufficient gpu") reaches it too, so its cpu /
+    # node with too few GPU cards (static "Insufficient nvidia.com/gpu") reaches it too, so its cpu /
     # memory shortages count beside the gpu one, as kube lists all of a node's shortfalls.
     ok_nodes = np.flatnonzero(sf.mask)
     fit_nodes = np.flatnonzero(sf.mask | (sf.first_fail == GPU_CARDS_FILTER))
@@ -331,7 +420,7 @@ def explain(state: ClusterState, w: int) -> str:
         for r in np.flatnonzero(demand > 0):
             k = int((state.free[fit_nodes, r] + tol[fit_nodes, r] < demand[r]).sum())
             if k:
-                counts[f"Insufficient {p.resources[r]}"] += k
+                counts[insufficient(p.resources[r])] += k
     if ok_nodes.size:
         count = int(p.wl_gpu_count[w])
         if count > 0:
@@ -341,7 +430,7 @@ def explain(state: ClusterState, w: int) -> str:
             else:
                 k = int((state.gpu_full[ok_nodes] < count).sum())
             if k:
-                counts["Insufficient gpu"] += k
+                counts[insufficient("gpu")] += k
     available = int(feasible_nodes(state, w).sum())
     reasons = sorted(f"{k} {msg}" for msg, k in counts.items())
     head = f"{available}/{p.num_nodes} nodes are available"

@@ -73,14 +73,44 @@ DNS_LABEL = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 DNS_SUBDOMAIN = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 #: Fields the loader reads, per object (for :func:`unknown_fields`).
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
-    "": frozenset({"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}),
+    "": frozenset(
+        {"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}
+    ),
     "domains[]": frozenset({"name", "kind", "carbon_zone", "carbon_intensity", "price_per_hour", "pue"}),
-    "nodes[]": frozenset({"name", "domain", "capacity", "allocated", "gpus", "gpu_model", "gpu_free_milli", "labels", "taints",
-                          "power_idle_w", "power_peak_w", "nonzero_allocated"}),
+    "nodes[]": frozenset(
+        {
+            "name",
+            "domain",
+            "capacity",
+            "allocated",
+            "gpus",
+            "gpu_model",
+            "gpu_free_milli",
+            "labels",
+            "taints",
+            "power_idle_w",
+            "power_peak_w",
+            "nonzero_allocated",
+        }
+    ),
     "nodes[].taints[]": frozenset({"key", "value", "effect"}),
-    "workloads[]": frozenset({"name", "requests", "gpu", "class", "user_region", "max_latency_ms", "node_selector",
-                              "tolerations", "allowed_domains", "priority", "deadline_s", "preferred_node_affinity",
-                              "nonzero_requests"}),
+    "workloads[]": frozenset(
+        {
+            "name",
+            "requests",
+            "gpu",
+            "class",
+            "user_region",
+            "max_latency_ms",
+            "node_selector",
+            "tolerations",
+            "allowed_domains",
+            "priority",
+            "deadline_s",
+            "preferred_node_affinity",
+            "nonzero_requests",
+        }
+    ),
     "workloads[].gpu": frozenset({"count", "milli", "models"}),
     "workloads[].tolerations[]": frozenset({"key", "operator", "value", "effect"}),
     "workloads[].preferred_node_affinity[]": frozenset({"weight", "match_labels"}),
@@ -108,7 +138,9 @@ class _Checker:
     def fail(self, path: str, msg: str) -> None:
         self.errors.append((path, msg))
 
-    def get(self, obj: Mapping, key: str, path: str, kind: type | tuple, default: Any = ..., required: bool = False) -> Any:
+    def get(
+        self, obj: Mapping, key: str, path: str, kind: type | tuple, default: Any = ..., required: bool = False
+    ) -> Any:
         p = f"{path}.{key}" if path else key
         if key not in obj or obj[key] is None:
             if required or default is ...:
@@ -207,8 +239,15 @@ def _finite(value: int | float) -> bool:
 
 def json_kind(value: Any) -> str:
     """The JSON name of a parsed value's type, for messages ("expected an object, got list")."""
-    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "object",
+        list: "list",
+        str: "string",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 class _ShortRepr(reprlib.Repr):
@@ -280,7 +319,9 @@ def load_document(path: str | os.PathLike) -> dict:
         else:
             doc = json.loads(text)
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
-        raise ProblemValidationError([("", f"not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: {exc}")], str(p)) from exc
+        raise ProblemValidationError(
+            [("", f"not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: {exc}")], str(p)
+        ) from exc
     if not isinstance(doc, dict):
         raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], str(p))
     return doc
@@ -342,7 +383,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for k, v in prices.items():
             val = c.number(v, f"{p}.price_per_hour.{k}", minimum=0.0)
             if k != "gpu" and k not in res_names:
-                c.fail(f"{p}.price_per_hour.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names + ['gpu'])})")
+                c.fail(
+                    f"{p}.price_per_hour.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names + ['gpu'])})"
+                )
             elif val is not None:
                 price[k] = val
         carbon_zone = c.get(d, "carbon_zone", p, str, default="")
@@ -407,7 +450,10 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             cap.append(c.number(cap_doc[r], f"{p}.capacity.{r}", positive=True) or 0.0)
         for k in cap_doc or {}:
             if k not in res_names:
-                c.fail(f"{p}.capacity.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}; GPUs go in 'gpus')")
+                c.fail(
+                    f"{p}.capacity.{k}",
+                    f"unknown resource {k!r} (resources: {', '.join(res_names)}; GPUs go in 'gpus')",
+                )
         alloc_doc = c.get(n, "allocated", p, dict, default={}) or {}
         alloc = []
         for j, r in enumerate(res_names):
@@ -418,7 +464,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for k in alloc_doc:
             if k not in res_names:
                 c.fail(f"{p}.allocated.{k}", f"unknown resource {k!r}")
-        nz_alloc = node_nonzero.read(c, n, p, res_names)
+        nz_alloc = node_nonzero.read(c, n, p, res_names, "allocated", alloc)
         gpus = c.get(n, "gpus", p, int, default=0)
         gpus_ok = gpus is not None
         if gpus is not None and gpus < 0:
@@ -507,7 +553,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             if k not in res_names:
                 hint = "; GPUs go in 'gpu'" if k in ("gpu", "nvidia.com/gpu") else ""
                 c.fail(f"{p}.requests.{k}", f"unknown resource {k!r} (resources: {', '.join(res_names)}{hint})")
-        nz_req = wl_nonzero.read(c, w, p, res_names)
+        nz_req = wl_nonzero.read(c, w, p, res_names, "requests", dem)
         gpu = c.get(w, "gpu", p, dict, default=None)
         count, milli, models = 0, 0, ()
         if gpu is not None:
@@ -522,8 +568,10 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             elif count == 1 and not 0 < milli <= GPU_MILLI:
                 c.fail(f"{p}.gpu.milli", f"a GPU share must be in 1..{GPU_MILLI} milli of one card, got {_show(milli)}")
             elif count > 1 and milli != GPU_MILLI:
-                c.fail(f"{p}.gpu.milli",
-                       f"a pod asking for {count} GPUs takes whole cards: milli must be {GPU_MILLI}, got {_show(milli)}")
+                c.fail(
+                    f"{p}.gpu.milli",
+                    f"a pod asking for {count} GPUs takes whole cards: milli must be {GPU_MILLI}, got {_show(milli)}",
+                )
             if count > 1:
                 milli = GPU_MILLI
             if count == 0:
@@ -538,7 +586,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             c.fail(f"{p}.class", f"must be one of {', '.join(WORKLOAD_CLASSES)}, got {klass!r}")
         region = c.get(w, "user_region", p, str, default="") or ""
         if region and latency_ok and region not in regions:
-            c.fail(f"{p}.user_region", f"unknown user region {region!r} (latency_ms has: {', '.join(regions) or 'none'})")
+            c.fail(
+                f"{p}.user_region", f"unknown user region {region!r} (latency_ms has: {', '.join(regions) or 'none'})"
+            )
         max_lat = c.get(w, "max_latency_ms", p, float, default=None)
         if max_lat is not None and max_lat <= 0:
             c.fail(f"{p}.max_latency_ms", f"must be > 0, got {max_lat}")
@@ -571,7 +621,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         allowed = c.get(w, "allowed_domains", p, list, default=[]) or []
         for j, dname in enumerate(allowed):
             if not isinstance(dname, str) or dname not in seen:
-                c.fail(f"{p}.allowed_domains[{j}]", f"unknown domain {_show(dname)} (domains: {', '.join(domain_names)})")
+                c.fail(
+                    f"{p}.allowed_domains[{j}]", f"unknown domain {_show(dname)} (domains: {', '.join(domain_names)})"
+                )
         priority = c.int_in(c.get(w, "priority", p, int, default=0), f"{p}.priority", PRIORITY_MIN, PRIORITY_MAX)
         deadline = c.get(w, "deadline_s", p, float, default=None)
         if deadline is not None and deadline <= 0:
@@ -659,7 +711,10 @@ class _NonzeroColumn:
     (``Problem.initial_nonzero``), each ``{"cpu": .., "memory": ..}`` in the units of
     ``requests`` / ``allocated`` for the resources of :data:`NONZERO_RESOURCES` that the problem
     has (both required). Every object of the list gives it, or none does: the array is
-    the problem's or absent, and a half-filled one would score the rest by another rule."""
+    the problem's or absent, and a half-filled one would score the rest by another rule. Each
+    amount is at least the object's ``requests`` / ``allocated`` of it: kube's non-zero request
+    only fills in a *missing* container request, so it is never below the request (10m against
+    a request of 100m would have kube-default score the pod as a tenth of its size)."""
 
     def __init__(self, section: str, key: str) -> None:
         self.section, self.key = section, key
@@ -667,7 +722,11 @@ class _NonzeroColumn:
         self.given: list[str] = []  # paths of the objects that give it
         self.missing: list[str] = []  # ... and of those that do not
 
-    def read(self, c: _Checker, obj: Mapping, path: str, res_names: list[str]) -> list[float] | None:
+    def read(
+        self, c: _Checker, obj: Mapping, path: str, res_names: list[str], base_key: str, base: list[float]
+    ) -> list[float] | None:
+        """The row of ``obj`` (None when it gives none); ``base`` is its ``base_key`` amounts
+        (``requests`` / ``allocated``) per resource of ``res_names``, the floor of each."""
         if obj.get(self.key) is None:
             self.missing.append(path)
             return None
@@ -682,19 +741,28 @@ class _NonzeroColumn:
             if r not in doc:
                 c.fail(f"{path}.{self.key}.{r}", "required field is missing")
                 continue
-            row[j] = c.number(doc[r], f"{path}.{self.key}.{r}", minimum=0.0) or 0.0
+            value = c.number(doc[r], f"{path}.{self.key}.{r}", minimum=0.0)
+            floor = base[res_names.index(r)]
+            if value is not None and value < floor:
+                c.fail(f"{path}.{self.key}.{r}", f"must be >= {base_key}.{r} ({floor:.12g}), got {value:.12g}")
+            row[j] = value or 0.0
         for k in doc:
             if k not in NONZERO_RESOURCES or k not in res_names:
                 scored = [r for r in NONZERO_RESOURCES if r in res_names]
-                c.fail(f"{path}.{self.key}.{k}", f"unknown resource {k!r} (only {', '.join(scored)}: what kube-scheduler scores)")
+                c.fail(
+                    f"{path}.{self.key}.{k}",
+                    f"unknown resource {k!r} (only {', '.join(scored)}: what kube-scheduler scores)",
+                )
         return row
 
     def check(self, c: _Checker) -> None:
         if self.given and self.missing:
             others = f" ({len(self.missing) - 1} more lack it)" if len(self.missing) > 1 else ""
-            c.fail(f"{self.missing[0]}.{self.key}",
-                   f"required, since {self.given[0]} gives it: give it for all {len(self.given) + len(self.missing)}"
-                   f" {self.section} or for none{others}")
+            c.fail(
+                f"{self.missing[0]}.{self.key}",
+                f"required, since {self.given[0]} gives it: give it for all {len(self.given) + len(self.missing)}"
+                f" {self.section} or for none{others}",
+            )
 
     def array(self) -> np.ndarray | None:
         if not self.rows or any(r is None for r in self.rows):
@@ -745,7 +813,13 @@ def _nonzero_doc(problem: Problem, row: np.ndarray) -> dict[str, int | float]:
 
 def problem_to_dict(problem: Problem) -> dict:
     """The problem as a document that :func:`problem_from_dict` reads back to an equal problem."""
-    doc: dict[str, Any] = {"resources": list(problem.resources), "domains": [], "latency_ms": {}, "nodes": [], "workloads": []}
+    doc: dict[str, Any] = {
+        "resources": list(problem.resources),
+        "domains": [],
+        "latency_ms": {},
+        "nodes": [],
+        "workloads": [],
+    }
     for d in problem.domains:
         doc["domains"].append(
             {
@@ -789,7 +863,11 @@ def problem_to_dict(problem: Problem) -> dict:
         if problem.nonzero_demand is not None:
             wl["nonzero_requests"] = _nonzero_doc(problem, problem.nonzero_demand[i])
         if problem.wl_gpu_count[i] > 0:
-            wl["gpu"] = {"count": int(problem.wl_gpu_count[i]), "milli": int(problem.wl_gpu_milli[i]), "models": list(w.gpu_models)}
+            wl["gpu"] = {
+                "count": int(problem.wl_gpu_count[i]),
+                "milli": int(problem.wl_gpu_milli[i]),
+                "models": list(w.gpu_models),
+            }
         if w.user_region:
             wl["user_region"] = w.user_region
         if w.max_latency_ms is not None:
@@ -805,7 +883,9 @@ def problem_to_dict(problem: Problem) -> dict:
         if w.deadline_s is not None:
             wl["deadline_s"] = w.deadline_s
         if w.preferred:
-            wl["preferred_node_affinity"] = [{"weight": t.weight, "match_labels": dict(t.match_labels)} for t in w.preferred]
+            wl["preferred_node_affinity"] = [
+                {"weight": t.weight, "match_labels": dict(t.match_labels)} for t in w.preferred
+            ]
         doc["workloads"].append(wl)
     wt = problem.weights
     doc["weights"] = {k: getattr(wt, k) for k in Weights.__dataclass_fields__}

@@ -34,7 +34,9 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
         raise InvalidSettingError(f"solver {owner!r} setting {role!r}: cannot wrap itself")
     bad = [key for key in params if not isinstance(key, str)]
     if bad:  # make(**settings) raised a bare "keywords must be strings"
-        raise InvalidSettingError(f"solver {owner!r} setting {role + '_params'!r}: setting names must be strings, got {bad[0]!r}")
+        raise InvalidSettingError(
+            f"solver {owner!r} setting {role + '_params'!r}: setting names must be strings, got {bad[0]!r}"
+        )
     settings = dict(params)
     cls = solvers.registered().get(name)
     if cls is not None and "seed" in cls.parameters:
@@ -42,7 +44,10 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
     try:
         return solvers.make(name, **settings)
     except InvalidSettingError as exc:
-        raise InvalidSettingError(f"solver {owner!r} setting {role!r}: {exc}") from exc
+        # A bad setting of the wrapped solver is one of ``<role>_params``; a bad or unknown solver
+        # name is ``<role>`` itself.
+        where = role + "_params" if cls is not None else role
+        raise InvalidSettingError(f"solver {owner!r} setting {where!r}: {exc}") from exc
 
 
 def _earliest(*deadlines: float | None) -> float | None:
@@ -125,8 +130,11 @@ class TimeBudget(Solver):
                 # info["not_reached"], which no part of it considered); ``then`` places those.
                 pending = list(placement.info.get("not_reached") or [])
                 if not pending or self._then is None:
-                    placement.info = {"solved_by": self.solver, "budget_exhausted": bool(pending),
-                                      "inner": placement.info}
+                    placement.info = {
+                        "solved_by": self.solver,
+                        "budget_exhausted": bool(pending),
+                        "inner": placement.info,
+                    }
                     if pending:  # then='none': counted as on the other paths (the reasons are the solver's)
                         placement.info["pods_after_budget"] = len(pending)
                     return placement
@@ -159,8 +167,11 @@ class TimeBudget(Solver):
         if violations:
             info["violations"] = violations
         return Placement(
-            assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons,
-            status="infeasible" if violations else "feasible", info=info,
+            assignment=state.assignment.copy(),
+            gpu_cards=dict(state.gpu_cards),
+            reasons=reasons,
+            status="infeasible" if violations else "feasible",
+            info=info,
         )
 
 

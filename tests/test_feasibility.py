@@ -78,7 +78,7 @@ def test_gpu_share_needs_one_card_with_enough_milli():
     assert fits == [False, False, False, False]
     assert reason == (
         "0/4 nodes are available: 1 node(s) didn't have an allowed GPU model, 1 node(s) had untolerated taint "
-        "{dedicated: batch}, 2 Insufficient gpu."
+        "{dedicated: batch}, 2 Insufficient nvidia.com/gpu."
     )
 
 

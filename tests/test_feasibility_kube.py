@@ -194,7 +194,7 @@ def test_gpu_model_reason_and_card_rules_in_check_placement():
                       {"name": "s", "requests": {"cpu": 100}, "gpu": {"count": 1, "milli": 600}}],
     })
     state = ClusterState(problem)
-    assert explain(state, 0) == "0/2 nodes are available: 1 Insufficient gpu, 1 node(s) didn't have an allowed GPU model."
+    assert explain(state, 0) == "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't have an allowed GPU model."
     assert check_placement(problem, np.array([-1, 0, -1]), {1: (0, 1)}) == [
         "node t4: GPU card 1 over capacity (1000 milli > 600 free)"]
     assert check_placement(problem, np.array([-1, -1, 0]), {2: (1,)}) == []  # 600 on the card with 600 free

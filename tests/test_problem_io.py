@@ -962,9 +962,11 @@ def test_placement_file_errors_name_the_field(small_doc) -> None:
 
 def with_nonzero(problem: Problem) -> Problem:
     w, n = problem.num_workloads, problem.num_nodes
-    # Fractions too: 3 bytes of memory is 3 / 2**20 MiB, which must come back bit for bit.
-    demand = np.column_stack([np.arange(w) * 100.0 + 100.0, np.full(w, 3 / 2**20) + np.arange(w) * 200.0])
-    initial = np.column_stack([np.arange(n) * 250.0, np.arange(n) * 512.5])
+    cols = [problem.resources.index(r) for r in ("cpu", "memory")]
+    # Fractions too: 3 bytes of memory is 3 / 2**20 MiB, which must come back bit for bit. On top of
+    # the requests / allocated: the loader refuses a non-zero amount below them.
+    demand = problem.demand[:, cols] + np.column_stack([np.arange(w) * 100.0 + 100.0, np.full(w, 3 / 2**20) + np.arange(w) * 200.0])
+    initial = problem.allocated[:, cols] + np.column_stack([np.arange(n) * 250.0, np.arange(n) * 512.5])
     return problem.replace(nonzero_demand=demand, initial_nonzero=initial)
 
 
@@ -972,8 +974,9 @@ def test_nonzero_arrays_round_trip_through_the_dict(rich: Problem) -> None:
     p = with_nonzero(rich)
     doc = problem_to_dict(p)
     # Beside `requests` / `allocated`, in their units, for cpu and memory only.
-    assert doc["workloads"][1]["nonzero_requests"] == {"cpu": 200, "memory": 200 + 3 / 2**20}
-    assert doc["nodes"][1]["nonzero_allocated"] == {"cpu": 250, "memory": 512.5}
+    cpu, mem = p.resources.index("cpu"), p.resources.index("memory")
+    assert doc["workloads"][1]["nonzero_requests"] == {"cpu": p.demand[1, cpu] + 200, "memory": p.demand[1, mem] + (200 + 3 / 2**20)}
+    assert doc["nodes"][1]["nonzero_allocated"] == {"cpu": p.allocated[1, cpu] + 250, "memory": p.allocated[1, mem] + 512.5}
     again = problem_from_dict(json.loads(json.dumps(doc, allow_nan=False)))
     assert again.nonzero_demand.dtype == again.initial_nonzero.dtype == np.float64
     np.testing.assert_array_equal(again.nonzero_demand, p.nonzero_demand)
@@ -998,13 +1001,14 @@ def test_a_problem_without_memory_writes_and_reads_only_cpu(small_doc) -> None:
         for key in ("capacity", "allocated", "requests"):
             if key in obj:
                 obj[key] = {"cpu": obj[key]["cpu"]}
-        obj.update({"nonzero_allocated": {"cpu": 10}} if "capacity" in obj else {"nonzero_requests": {"cpu": 100}})
+        # (at least what the objects request / hold: the loader refuses less)
+        obj.update({"nonzero_allocated": {"cpu": 5000}} if "capacity" in obj else {"nonzero_requests": {"cpu": 3000}})
     for d in small_doc["domains"]:
         d["price_per_hour"].pop("memory")
     p = problem_from_dict(small_doc)
-    assert p.nonzero_demand.tolist() == [[100.0, 0.0]] * 3  # the memory column is 0: nothing scores it
-    assert p.initial_nonzero.tolist() == [[10.0, 0.0]] * 3
-    assert problem_to_dict(p)["workloads"][0]["nonzero_requests"] == {"cpu": 100}
+    assert p.nonzero_demand.tolist() == [[3000.0, 0.0]] * 3  # the memory column is 0: nothing scores it
+    assert p.initial_nonzero.tolist() == [[5000.0, 0.0]] * 3
+    assert problem_to_dict(p)["workloads"][0]["nonzero_requests"] == {"cpu": 3000}
 
 
 def test_a_file_without_nonzero_fields_loads_with_none(small_doc) -> None:
@@ -1017,10 +1021,11 @@ def test_a_file_without_nonzero_fields_loads_with_none(small_doc) -> None:
 
 
 def _nonzero_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    # Above every request / allocation of small_doc: the loader refuses a non-zero amount below them.
     for n in doc["nodes"]:
-        n["nonzero_allocated"] = {"cpu": 100, "memory": 200}
+        n["nonzero_allocated"] = {"cpu": 5000, "memory": 8192}
     for w in doc["workloads"]:
-        w["nonzero_requests"] = {"cpu": 100, "memory": 200}
+        w["nonzero_requests"] = {"cpu": 5000, "memory": 8192}
     return doc
 
 
@@ -1030,7 +1035,7 @@ NONZERO_ERRORS = [
     ("bool", _set("nodes/2/nonzero_allocated/cpu", True), "nodes[2].nonzero_allocated.cpu", "boolean"),
     ("nan", _set("workloads/0/nonzero_requests/memory", float("nan")), "workloads[0].nonzero_requests.memory", "finite"),
     ("too large", _set("workloads/0/nonzero_requests/cpu", 1e11), "workloads[0].nonzero_requests.cpu", "at most 1e+10"),
-    ("missing memory", _set("workloads/2/nonzero_requests", {"cpu": 100}), "workloads[2].nonzero_requests.memory",
+    ("missing memory", _set("workloads/2/nonzero_requests", {"cpu": 5000}), "workloads[2].nonzero_requests.memory",
      "required field is missing"),
     ("unknown resource", _set("nodes/1/nonzero_allocated/gpu", 1), "nodes[1].nonzero_allocated.gpu", "unknown resource 'gpu'"),
     ("not an object", _set("workloads/0/nonzero_requests", [100, 200]), "workloads[0].nonzero_requests", "expected an object"),

@@ -20,13 +20,13 @@ def _node(name: str, **extra: Any) -> dict[str, Any]:
 
 def test_explain_counts_every_shortfall_of_a_node_with_too_few_gpu_cards() -> None:
     # kube-scheduler's NodeResourcesFit lists every insufficient resource of a node: a node with
-    # one card for a 2-GPU pod that also lacks cpu is "Insufficient cpu" and "Insufficient gpu".
+    # one card for a 2-GPU pod that also lacks cpu is "Insufficient cpu" and "Insufficient nvidia.com/gpu".
     problem = problem_from_dict({
         "domains": [{"name": "d"}],
         "nodes": [_node("one-card", gpus=1), _node("no-gpu")],
         "workloads": [{"name": "w", "requests": {"cpu": 2000}, "gpu": {"count": 2}}],
     })
-    assert explain(ClusterState(problem), 0) == "0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient gpu."
+    assert explain(ClusterState(problem), 0) == "0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient nvidia.com/gpu."
 
 
 def test_explain_still_stops_at_a_failing_filter_before_resources() -> None:

@@ -51,7 +51,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from iro_fed.feasibility import _FILTERS, GPU_CARDS_FILTER, fit_tolerance, resource_fit, static_filter
+from iro_fed.feasibility import (
+    GPU_CARDS_FILTER,
+    TAINTS_FILTER,
+    fit_tolerance,
+    insufficient,
+    resource_fit,
+    static_filter,
+    static_reasons,
+)
 from iro_fed.k8s.httpjson import (
     ArraySpans,
     ByteBudget,
@@ -99,19 +107,6 @@ MAX_PARSE_MEMORY = 512 * 1024 * 1024
 #: answer. The server's body and header deadlines (:class:`ExtenderServer`) are this: past it no one
 #: waits for the answer. tests/k8s/test_v3_caller_deadline.py checks that deploy/ says the same.
 HTTP_TIMEOUT_S = 5.0
-# The static filters whose reasons carry details (the taint, the latency bound), by their
-# first_fail code (an index into iro_fed.feasibility._FILTERS).
-TAINTS_FILTER = _FILTERS.index("taints")
-LATENCY_FILTER = _FILTERS.index("latency")
-# kube-scheduler's reasons (pkg/scheduler/framework/plugins/*) for the model's static filters,
-# by first_fail code (taints are handled separately).
-_STATIC_REASONS = {
-    _FILTERS.index("allowed_domains"): "node(s) were not in the pod's allowed domains",
-    _FILTERS.index("node_selector"): "node(s) didn't match Pod's node affinity/selector",
-    LATENCY_FILTER: "node(s) exceeded the pod's max latency",
-    _FILTERS.index("gpu_model"): "node(s) didn't have an allowed GPU model",
-    GPU_CARDS_FILTER: "Insufficient nvidia.com/gpu",
-}
 
 
 class BadRequest(ValueError):
@@ -217,30 +212,28 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
     fit = resource_fit(state, w, nodes)
     tol = fit_tolerance(p)  # the shortage test of resource_fit and explain(): free + tol < demand
     out: dict[int, tuple[str, bool]] = {}
-    wl = p.workloads[w]
+    reasons = static_reasons(p, w)  # kube's words, shared with explain() (feasibility.py)
     first = sf.first_fail[nodes]
     for j in np.flatnonzero((first >= 0) | ~fit):  # only the failing nodes are visited in Python
         n = int(nodes[j])
         code = int(first[j])
         if code == TAINTS_FILTER:
             out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
-        elif code == LATENCY_FILTER:
-            out[n] = (f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}", True)
         elif code >= 0 and code != GPU_CARDS_FILTER:
-            out[n] = (_STATIC_REASONS[code], True)
+            out[n] = (reasons[code], True)
         else:
             # NodeResourcesFit lists every shortage of the node, cards included.
-            parts = [f"Insufficient {p.resources[r]}" for r in np.flatnonzero(p.demand[w] > 0)
+            parts = [insufficient(p.resources[r]) for r in np.flatnonzero(p.demand[w] > 0)
                      if state.free[n, r] + tol[n, r] < p.demand[w, r]]
             count = int(p.wl_gpu_count[w])
             if code == GPU_CARDS_FILTER:  # fewer cards than the pod asks for: no preemption can help
-                out[n] = (", ".join([*parts, _STATIC_REASONS[GPU_CARDS_FILTER]]), True)
+                out[n] = (", ".join([*parts, reasons[GPU_CARDS_FILTER]]), True)
                 continue
             if count:
                 short = (state.gpu_max_free[n] < p.wl_gpu_milli[w]) if (count == 1 and p.wl_gpu_milli[w] < GPU_MILLI) \
                     else (state.gpu_full[n] < count)
                 if short:
-                    parts.append("Insufficient nvidia.com/gpu")
+                    parts.append(insufficient("gpu"))
             out[n] = (", ".join(parts) or "Insufficient resources", False)
     return out
 

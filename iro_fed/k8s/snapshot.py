@@ -17,7 +17,8 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   ``failure-domain.beta.kubernetes.io`` label when present, else the ``topology.kubernetes.io``
   one); its kind from the config or the node label ``iro-fed.io/domain-kind``;
 * taints as given; ``spec.unschedulable`` adds ``node.kubernetes.io/unschedulable:NoSchedule``
-  (what the node lifecycle controller does);
+  (what the node lifecycle controller does) unless the node has it already, and feasibility reads
+  that taint as a cordon ("node(s) were unschedulable");
 * a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
   (plus restartable init containers, i.e. sidecars), or the largest init container if that is
   more, plus ``spec.overhead`` (kube's ``PodRequests``); a container without a request but with
@@ -50,7 +51,10 @@ pod). ``spec.ephemeralContainers`` are not read: kube's ``PodRequests`` does not
 Affinity terms that are more than label equality are evaluated here, against each node, and
 handed to the model as a synthetic node label (``iro-fed.io/affinity-<hash>``) that the pod
 selects, so the one feasibility module enforces them and reports kube's message
-("didn't match Pod's node affinity/selector").
+("didn't match Pod's node affinity/selector"). A required affinity whose every term has
+``matchFields`` ``metadata.name In [...]`` (a DaemonSet pod's) also gets the label
+``iro-fed.io/node-names-<hash>`` on the nodes NodeAffinity's PreFilter narrows it to
+(:func:`prefilter_node_names`): the others are "didn't satisfy plugin(s) [NodeAffinity]".
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from typing import Any
 
 import numpy as np
 
+from iro_fed.feasibility import NODE_NAMES_LABEL_PREFIX, UNSCHEDULABLE_TAINT
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import (
@@ -427,8 +432,9 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
     unschedulable = spec.get("unschedulable")
     if unschedulable is not None and not isinstance(unschedulable, bool):
         raise _bad(who, "spec.unschedulable", f"expected a boolean, got {json_kind(unschedulable)} {unschedulable!r}")
-    if unschedulable:
-        taints.append({"key": "node.kubernetes.io/unschedulable", "value": "", "effect": "NoSchedule"})
+    cordon = {"key": UNSCHEDULABLE_TAINT.key, "value": UNSCHEDULABLE_TAINT.value, "effect": UNSCHEDULABLE_TAINT.effect}
+    if unschedulable and cordon not in taints:  # the node lifecycle controller has usually added it already
+        taints.append(cordon)
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "")
     return {
         "name": name,
@@ -893,6 +899,26 @@ def term_matches(term: list[_Requirement], name: str, labels: Mapping[str, str])
     return bool(term) and all(_matches(r, name, labels) for r in term)
 
 
+def prefilter_node_names(terms: list[list[_Requirement]]) -> set[str] | None:
+    """The node names NodeAffinity's PreFilter narrows the pod to (nodeaffinity ``PreFilter``):
+    per term the intersection of its ``matchFields`` ``metadata.name In`` values, united over the
+    terms; None (every node) when some term has no such requirement, or there are no terms. The
+    nodes outside it are never filtered ("didn't satisfy plugin(s) [NodeAffinity]"). An empty set
+    is upstream's "pod affinity terms conflict"; here every node is outside it."""
+    if not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        term_names: set[str] | None = None
+        for on_field, key, op, values in term:
+            if on_field and key == "metadata.name" and op == "In":
+                term_names = set(values) if term_names is None else term_names & set(values)
+        if term_names is None:
+            return None
+        names |= term_names
+    return names
+
+
 def _affinity_key(obj: Any) -> str:
     digest = hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
     return AFFINITY_LABEL_PREFIX + digest
@@ -976,10 +1002,16 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     if required:
         terms = _items(required.get("nodeSelectorTerms"), who, f"{req_path}.nodeSelectorTerms")
         label = _affinity_key(terms)
+        names_label = NODE_NAMES_LABEL_PREFIX + label[len(AFFINITY_LABEL_PREFIX):]
         if label not in extra_labels:  # the same terms (same JSON) were checked and evaluated already
             parsed = [parse_term(t, who, f"{req_path}.nodeSelectorTerms[{k}]") for k, t in enumerate(terms)]
             extra_labels[label] = {n["name"] for n in nodes if any(term_matches(t, n["name"], n["labels"]) for t in parsed)}
+            names = prefilter_node_names(parsed)
+            if names is not None:
+                extra_labels[names_label] = {n["name"] for n in nodes if n["name"] in names}
         selector[label] = "true"
+        if names_label in extra_labels:  # the nodes outside it are NodeAffinity PreFilter's, reported first
+            selector[names_label] = "true"
     preferred = []
     pref_path = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
     for i, p in enumerate(_items(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), who, pref_path)):

@@ -219,10 +219,12 @@ def broad(seed: int) -> dict[str, Any]:
         hasmem = "memory" in res
         for nd in nodes:
             cpu = min(nd.get("allocated", {}).get("cpu", 0) + float(rng.choice([0, 100])), MAX_AMOUNT)
-            nd["nonzero_allocated"] = {"cpu": cpu, **({"memory": float(rng.choice([0, 200]))} if hasmem else {})}
-        for wl in wls:
+            mem = min(nd.get("allocated", {}).get("memory", 0) + float(rng.choice([0, 200])), MAX_AMOUNT)
+            nd["nonzero_allocated"] = {"cpu": cpu, **({"memory": mem} if hasmem else {})}
+        for wl in wls:  # never below the requests (the loader refuses that)
             wl["nonzero_requests"] = {"cpu": max(wl["requests"].get("cpu", 0), float(rng.choice([0, 100]))),
-                                      **({"memory": float(rng.choice([0, 200, 1e9]))} if hasmem else {})}
+                                      **({"memory": max(wl["requests"].get("memory", 0), float(rng.choice([0, 200, 1e9])))}
+                                         if hasmem else {})}
     weights = {}
     for key in WEIGHT_KEYS:
         if rare(0.5):

@@ -75,7 +75,7 @@ def test_a_what_if_cannot_give_a_node_cards_it_does_not_have():
     assert state.gpu_free[1].tolist() == [1000, 1000, -1, -1] and state.journal == []
     state.set_node_usage(1, problem.allocated[1], np.array([0, 1000, -1, -1]))
     decision = solvers.make("best-fit").decide(state, 0)
-    assert decision.node == -1 and "Insufficient gpu" in decision.reason
+    assert decision.node == -1 and "Insufficient nvidia.com/gpu" in decision.reason
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "qubo"])
