@@ -14,6 +14,7 @@ have are -1, so they never fit a request and never count as fully free.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -114,6 +115,13 @@ class Workload:
     preferred: tuple[PreferredTerm, ...] = ()
 
     @cached_property
+    def _field_error(self) -> str:
+        """What the loaders would refuse in this workload's own fields ("" if nothing), for a
+        :class:`Problem` built directly; once per object (frozen), as a problem is built per
+        simulator step from the same workloads."""
+        return _workload_error(self)
+
+    @cached_property
     def constraint_key(self) -> tuple:
         """Everything that decides static feasibility besides resources (for caching masks)."""
         return (
@@ -140,6 +148,14 @@ class Problem:
 
     The arrays are read-only views; solvers never mutate a problem, they work on a
     :class:`ClusterState` copy of its mutable part.
+
+    Built directly (or by :meth:`replace`), it refuses what the loaders refuse, with a ValueError
+    naming the field and its node / workload / domain: amounts (capacity, allocated, demand,
+    power) that are negative or not finite, GPU counts below 0 and card values outside 0..1000
+    (-1 past a node's cards), latency below 0 or infinite (NaN: unknown), negative carbon,
+    prices and weights, PUE below 1, latency limits and deadlines <= 0, unknown classes, domains
+    and user regions. It allows what a snapshot may hold and a file may not: a capacity of 0 (a
+    node without a resource) and usage past capacity (an overcommitted node).
 
     Optional, for kube-scheduler's scoring (``kube-default``), from the Kubernetes snapshot:
     ``nonzero_demand[W, 2]`` is each workload's non-zero request and ``initial_nonzero[N, 2]``
@@ -188,6 +204,7 @@ class Problem:
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.region_index = {r: i for i, r in enumerate(self.regions)}
 
+        _check_names(self.domains, self.nodes, self.workloads, self.region_index)
         self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)))
         self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)))
         self.allocated = _frozen(allocated, np.float64, self.capacity.shape)
@@ -196,9 +213,11 @@ class Problem:
         self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(gpu_count)))
         self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),))
         self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
+        _check_gpu_counts(self.nodes, self.workloads, self.gpu_count, self.gpu_free, self.wl_gpu_count)
         _check_gpu_shape(self.workloads, self.wl_gpu_count, self.wl_gpu_milli)
         self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
         self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
+        self._check_numbers()
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
         self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
 
@@ -241,6 +260,43 @@ class Problem:
             (len(self.domains), len(self.util_resources)),
         )
         self._label_codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+
+    def _check_numbers(self) -> None:
+        """The loaders' number rules (``problem_io``) for a problem built directly: a ValueError
+        naming the field and its node / workload / domain. Amounts are finite and >= 0 (a
+        capacity may be 0 where a node has none of a resource, and usage past capacity is a
+        snapshot's overcommitted node); latency may be NaN (unknown), not negative or inf."""
+        from iro_fed.feasibility import FIT_REL  # (feasibility imports this module)
+
+        nodes = self.nodes
+        _check_amounts("capacity", self.capacity, "node", nodes, self.resources)
+        # A running state's usage (the simulator's snapshots, replay windows) is sums and
+        # differences of requests: where a resource's pods left but others stay on the node, it
+        # is 0 give or take rounding (1.4 + 2.8 - 1.4 - 2.8 = -4.4e-16), within the filters' tolerance.
+        _check_amounts("allocated", self.allocated, "node", nodes, self.resources, -FIT_REL * np.abs(self.capacity))
+        _check_amounts("demand", self.demand, "workload", self.workloads, self.resources)
+        _check_amounts("power_idle_w", self.power_idle_w, "node", nodes)
+        _check_amounts("power_peak_w", self.power_peak_w, "node", nodes)
+        over = np.flatnonzero(self.power_idle_w > self.power_peak_w)
+        if over.size:
+            n = int(over[0])
+            raise ValueError(f"power_idle_w[{n}] (node {nodes[n].name!r}): must be at most power_peak_w "
+                             f"({float(self.power_peak_w[n])!r}), got {float(self.power_idle_w[n])!r}")
+        bad = np.argwhere(np.isinf(self.latency_ms) | (self.latency_ms < 0))
+        if bad.size:
+            u, d = (int(x) for x in bad[0])
+            raise ValueError(f"latency_ms[{u}, {d}] (user region {self.regions[u]!r}, domain {self.domains[d].name!r}): "
+                             f"must be >= 0 and finite (NaN: unknown), got {float(self.latency_ms[u, d])!r}")
+        for d in self.domains:
+            _check_domain(d)
+        for w in self.workloads:
+            if w._field_error:
+                raise ValueError(w._field_error)
+        for k, v in vars(self.weights).items():
+            if not _finite_at_least(v, 0.0):
+                raise ValueError(f"weights.{k}: must be finite and >= 0, got {v!r}")
+        if not (math.isfinite(self.latency_ref_ms) and self.latency_ref_ms > 0):
+            raise ValueError(f"latency_ref_ms: must be finite and > 0, got {self.latency_ref_ms!r}")
 
     # --- derived views -------------------------------------------------------------------
 
@@ -677,16 +733,108 @@ def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
     return _readonly(arr)
 
 
+def _finite_at_least(value: Any, low: float) -> bool:
+    """``value`` is a real number (not bool), finite and >= ``low``."""
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+
+
+def _check_amounts(field: str, arr: np.ndarray, kind: str, rows: Sequence[Node] | Sequence[Workload],
+                   cols: Sequence[str] = (), low: np.ndarray | float = 0.0) -> None:
+    """Every entry of ``arr`` (per ``kind`` row: the nodes or workloads, per resource column) is
+    finite and >= 0 (>= ``low``, a rounding allowance below 0)."""
+    bad = np.argwhere(~np.isfinite(arr) | (arr < low))
+    if not bad.size:
+        return
+    at = tuple(int(x) for x in bad[0])
+    where = f"{kind} {rows[at[0]].name!r}" + (f", {cols[at[1]]}" if len(at) > 1 else "")
+    raise ValueError(f"{field}[{', '.join(map(str, at))}] ({where}): must be finite and >= 0, got {float(arr[at])!r}")
+
+
+def _check_names(domains: Sequence[Domain], nodes: Sequence[Node], workloads: Sequence[Workload],
+                 regions: Mapping[str, int]) -> None:
+    """Names the problem's indices rely on: distinct domains and nodes, each node's domain, each
+    workload's user region and allowed domains declared (an unknown region was -1 silently, an
+    unknown node domain a KeyError). Set tests first: a problem is built per simulator step."""
+    for kind, names in (("domain", [d.name for d in domains]), ("node", [n.name for n in nodes])):
+        if len(set(names)) < len(names):
+            seen: dict[str, int] = {}
+            for i, name in enumerate(names):
+                if name in seen:
+                    raise ValueError(f"{kind}s[{i}]: duplicate {kind} name {name!r} (also {kind}s[{seen[name]}])")
+                seen[name] = i
+    known = {d.name for d in domains}
+    if not {n.domain for n in nodes} <= known:
+        i, n = next((i, n) for i, n in enumerate(nodes) if n.domain not in known)
+        raise ValueError(f"nodes[{i}] (node {n.name!r}): unknown domain {n.domain!r} (domains: {', '.join(sorted(known))})")
+    if not {w.user_region for w in workloads} <= {"", *regions}:
+        i, w = next((i, w) for i, w in enumerate(workloads) if w.user_region and w.user_region not in regions)
+        raise ValueError(f"workloads[{i}] (workload {w.name!r}): unknown user_region {w.user_region!r} "
+                         f"(regions: {', '.join(regions) or 'none'})")
+    if not {d for w in workloads for d in w.allowed_domains} <= known:
+        i, w = next((i, w) for i, w in enumerate(workloads) if not set(w.allowed_domains) <= known)
+        d = next(d for d in w.allowed_domains if d not in known)
+        raise ValueError(f"workloads[{i}] (workload {w.name!r}): unknown allowed domain {d!r} "
+                         f"(domains: {', '.join(sorted(known))})")
+
+
+def _check_gpu_counts(nodes: Sequence[Node], workloads: Sequence[Workload], gpu_count: np.ndarray,
+                      gpu_free: np.ndarray, wl_gpu_count: np.ndarray) -> None:
+    """Card counts >= 0; each node's cards 0..1000 milli free and -1 past its count (what the
+    loader builds; -1 on a card it has hid it, a value past its count made a phantom card)."""
+    if (gpu_count < 0).any():
+        n = int(np.flatnonzero(gpu_count < 0)[0])
+        raise ValueError(f"gpu_count[{n}] (node {nodes[n].name!r}): must be >= 0, got {int(gpu_count[n])}")
+    if (wl_gpu_count < 0).any():
+        w = int(np.flatnonzero(wl_gpu_count < 0)[0])
+        raise ValueError(f"wl_gpu_count[{w}] (workload {workloads[w].name!r}): must be >= 0, got {int(wl_gpu_count[w])}")
+    has = np.arange(gpu_free.shape[1])[None, :] < gpu_count[:, None]
+    bad = np.argwhere(np.where(has, (gpu_free < 0) | (gpu_free > GPU_MILLI), gpu_free != -1))
+    if bad.size:
+        n, c = (int(x) for x in bad[0])
+        rule = f"a card of the node must have 0..{GPU_MILLI} milli free" if has[n, c] else "past the node's cards it must be -1"
+        raise ValueError(f"gpu_free[{n}, {c}] (node {nodes[n].name!r}, gpu_count {int(gpu_count[n])}): {rule}, "
+                         f"got {int(gpu_free[n, c])}")
+
+
+def _check_domain(d: Domain) -> None:
+    if d.kind not in DOMAIN_KINDS:
+        raise ValueError(f"domain {d.name!r}: kind must be one of {', '.join(DOMAIN_KINDS)}, got {d.kind!r}")
+    if not _finite_at_least(d.carbon_intensity, 0.0):
+        raise ValueError(f"domain {d.name!r}: carbon_intensity must be finite and >= 0, got {d.carbon_intensity!r}")
+    if not _finite_at_least(d.pue, 1.0):
+        raise ValueError(f"domain {d.name!r}: pue must be finite and >= 1.0, got {d.pue!r}")
+    for r, v in d.price_per_hour.items():
+        if not _finite_at_least(v, 0.0):
+            raise ValueError(f"domain {d.name!r}: price_per_hour.{r} must be finite and >= 0, got {v!r}")
+
+
+def _workload_error(w: Workload) -> str:
+    if w.klass not in WORKLOAD_CLASSES:
+        return f"workload {w.name!r}: klass must be one of {', '.join(WORKLOAD_CLASSES)}, got {w.klass!r}"
+    if w.max_latency_ms is not None:
+        if not (_finite_at_least(w.max_latency_ms, 0.0) and w.max_latency_ms > 0):
+            return f"workload {w.name!r}: max_latency_ms must be finite and > 0, got {w.max_latency_ms!r}"
+        if not w.user_region:
+            return f"workload {w.name!r}: max_latency_ms needs user_region to know where the latency is measured from"
+    if w.deadline_s is not None and not (_finite_at_least(w.deadline_s, 0.0) and w.deadline_s > 0):
+        return f"workload {w.name!r}: deadline_s must be finite and > 0, got {w.deadline_s!r}"
+    if isinstance(w.priority, bool) or not isinstance(w.priority, (int, np.integer)) or not -(2**31) <= w.priority < 2**31:
+        return f"workload {w.name!r}: priority must be a 32-bit integer, got {w.priority!r}"
+    return ""
+
+
 def _check_gpu_shape(workloads: Sequence[Workload], count: np.ndarray, milli: np.ndarray) -> None:
     """The loaders' rule (``problem_io``) for a problem built directly: count 1 is a share of
     1..1000 milli of one card, count k > 1 takes whole cards (1000). Count 1 at milli 0 was a
     share to the filters and a whole card to cpsat/qubo, which then disagreed on where it fits."""
     bad = ((count == 1) & ((milli < 1) | (milli > GPU_MILLI))) | ((count > 1) & (milli != GPU_MILLI))
+    bad |= (milli < 0) | (milli > GPU_MILLI)  # count 0 (no GPU): no share either, but not a negative one
     if bad.any():
         w = int(np.flatnonzero(bad)[0])
         k, m = int(count[w]), int(milli[w])
         rule = (f"a GPU share must be in 1..{GPU_MILLI} milli of one card" if k == 1
-                else f"a pod asking for {k} GPUs takes whole cards: it must be {GPU_MILLI}")
+                else f"a pod asking for {k} GPUs takes whole cards: it must be {GPU_MILLI}" if k > 1
+                else f"a pod without GPUs has 0..{GPU_MILLI}")
         raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count {k}): {rule}, got {m}")
 
 

@@ -385,9 +385,11 @@ class OnlineSolver(Solver):
             prio = np.array([wl.priority for wl in problem.workloads], dtype=np.int64)
             return np.argsort(-prio, kind="stable")
         if self.order == "largest-first":
-            share = problem.util_demand / np.maximum(problem.util_capacity.max(axis=0), 1.0) if problem.num_nodes else None
-            if share is None:
+            if not problem.num_nodes:
                 return np.arange(problem.num_workloads)
+            # The largest node's capacity as it is (max(cap, 1) shrank a sub-unit resource's shares).
+            cap = problem.util_capacity.max(axis=0)
+            share = np.where(cap > 0, problem.util_demand / np.where(cap > 0, cap, 1.0), 0.0)
             return np.argsort(-share.max(axis=1), kind="stable")
         return np.arange(problem.num_workloads)
 

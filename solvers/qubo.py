@@ -19,8 +19,10 @@ pod, and ``o[n]`` ("on") per candidate node that is empty (powered off).
 * power-on: ``P x[w, n] (1 - o[n])`` (a pod on an empty node turns it on);
 * capacity, per node and resource where the candidates could overflow it (cpu, memory, other
   additive resources; GPU as the node's total free milli for share pods plus whole cards, and
-  fully free cards for k-GPU pods; the card-level packing is checked when decoding): the
-  ``capacity`` setting chooses
+  fully free cards for k-GPU pods; the card-level packing is checked when decoding). The room
+  ``F`` of an additive resource is what is free plus the filters' tolerance
+  (:func:`~iro_fed.feasibility.fit_tolerance`), so the QUBO takes the pods the filters and
+  check_placement take. The ``capacity`` setting chooses
 
   - ``"unbalanced"`` (default), unbalanced penalization (J. A. Montañez-Barrera, D. Willsch,
     A. Maldonado-Romo, K. Michielsen, "Unbalanced penalization: a new approach to encode
@@ -33,7 +35,7 @@ pod, and ``o[n]`` ("on") per candidate node that is empty (powered off).
     placement. The calibration raises ``l1`` with ``P`` (below);
   - ``"slack"``: ``P ((sum_w a_w x[w, n] + sum_b c_b s_b - F) / unit)^2`` with binary slack bits
     ``s_b`` of weights ``c_b = g 2^b`` (``g`` the greatest common divisor of the demands and the
-    free amount ``F``, coarsened to at most :data:`MAX_SLACK_BITS` bits). Every placement that
+    free amount, the largest bit stretched to ``F``; coarsened to at most :data:`MAX_SLACK_BITS` bits). Every placement that
     fits has a zero penalty (exactly when ``F - load`` is a multiple of ``g``).
 
   Why unbalanced by default: a node's free capacity spans many pods, so a quadratic in the
@@ -614,24 +616,31 @@ class _BatchModel:
             self.pen_quad.append((vs[i], vs[j], weight * 2.0 * ws[i] * ws[j]))
         self.pen_offset += weight * target * target
 
-    def _constraint(self, vs: np.ndarray, ws: np.ndarray, free: float, next_var: int) -> int:
-        """``sum ws vs <= free`` as slack bits or unbalanced penalization (module docstring)."""
+    def _constraint(self, vs: np.ndarray, ws: np.ndarray, free: float, next_var: int, tol: float = 0.0) -> int:
+        """``sum ws vs <= free + tol`` as slack bits or unbalanced penalization (module docstring).
+        ``tol`` is the filters' :func:`~iro_fed.feasibility.fit_tolerance`: with ``free`` alone as
+        the bound, a pod the filters and check_placement accept (free within tol short of its
+        request) was an overflow here, and the QUBO's ground state left it out."""
+        room = max(free + tol, 0.0)
         unit = float(ws.mean())
         if self.capacity == "unbalanced":
-            # -l1 h + l2 h^2 with h = (free - load) / unit
-            self._square(vs, ws, free, UNBALANCED_L2 / unit**2)
+            # -l1 h + l2 h^2 with h = (room - load) / unit
+            self._square(vs, ws, room, UNBALANCED_L2 / unit**2)
             self.shift_lin.append((vs, ws / unit))
-            self.shift_offset -= free / unit
+            self.shift_offset -= room / unit
             return next_var
+        # The bits' layout from what is free (free + tol gave a node with room for exactly 1, 3,
+        # 7 ... pods a spare bit of weight tol); the largest bit may stretch to the room.
+        free = max(free, 0.0)
         ints = np.round(np.concatenate([ws, [free]])).astype(np.int64)
         g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
         g = max(g, int(math.ceil(free / (2**MAX_SLACK_BITS - 1))))
         bits = max(1, int(math.ceil(math.log2(free / g + 1))))
         cs = g * 2.0 ** np.arange(bits)
-        if cs.sum() > free:  # the largest bit takes what is left, so the slack never exceeds free
-            cs[-1] = max(free - cs[:-1].sum(), 0.0)
+        if cs.sum() > room:  # the largest bit takes what is left, so the slack never exceeds the room
+            cs[-1] = max(room - cs[:-1].sum(), 0.0)
         slack = np.arange(next_var, next_var + bits)
-        self._square(np.concatenate([vs, slack]), np.concatenate([ws, cs]), free, 1.0 / unit**2)
+        self._square(np.concatenate([vs, slack]), np.concatenate([ws, cs]), room, 1.0 / unit**2)
         return next_var + bits
 
     def _capacities(self, next_var: int) -> int:
@@ -650,7 +659,7 @@ class _BatchModel:
                 # use.any(): free rounded just below -tol (sums of 1e-9 pods on 1e-6 nodes) with no
                 # candidate asking for r made a constraint over no pods, its unit the mean of nothing.
                 if use.any() and d.sum() > st.free[n, r] + tol[n, r]:
-                    next_var = self._constraint(ks[use], d[use], max(float(st.free[n, r]), 0.0), next_var)
+                    next_var = self._constraint(ks[use], d[use], float(st.free[n, r]), next_var, float(tol[n, r]))
             gk = ks[p.wl_gpu_count[w_of[ks]] > 0]
             if gk.size == 0:
                 continue

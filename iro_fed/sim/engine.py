@@ -633,9 +633,9 @@ class Simulator:
         on = np.flatnonzero((self.node_state == ON) & (st.pods_on_node > 0))
         if on.size < 2:
             return
-        share = st.allocated[on, 0] / np.maximum(self.capacity[on, 0], 1.0)
+        share = cpu_share(st.allocated[on, 0], self.capacity[on, 0])
         for n in on[np.argsort(share, kind="stable")]:
-            if st.allocated[n, 0] / max(self.capacity[n, 0], 1.0) >= cfg.consolidate_below:
+            if cpu_share(st.allocated[n, 0], self.capacity[n, 0]) >= cfg.consolidate_below:
                 return
             pods = np.flatnonzero(st.assignment == n)
             if pods.size == 0 or (self.service[pods] < 0).any():
@@ -882,9 +882,7 @@ class Simulator:
             cap = float(self.capacity[mask, 0].sum())
             deficit = cfg.headroom * cap - (cap - float(cpu_alloc[mask].sum()) - planned)
             if deficit > 0 and (in_d & off).any():
-                spare = np.flatnonzero(in_d & off)
-                count = max(1, int(math.ceil(deficit / max(float(self.capacity[spare[0], 0]), 1.0))))
-                self._boot(spare[:count], t)
+                self._boot(self._headroom_boots(deficit, np.flatnonzero(in_d & off)), t)
                 powered, off = self.node_state != OFF, self.node_state == OFF
         # The same over all own data centres together (pods that may run in several of them move
         # between domains): boot in the greenest own domain that has spares right now.
@@ -910,8 +908,7 @@ class Simulator:
             deficit = cfg.headroom * cap - free
             cloud_off = np.flatnonzero(~own & off)
             if deficit > 0 and cloud_off.size:
-                count = max(1, int(math.ceil(deficit / max(float(self.capacity[cloud_off[0], 0]), 1.0))))
-                self._boot(cloud_off[:count], t)
+                self._boot(self._headroom_boots(deficit, cloud_off), t)
                 powered, off = self.node_state != OFF, self.node_state == OFF
         # Power down / deprovision nodes empty long enough, keeping the domain's headroom (a cloud
         # domain with nothing left running gives all its idle nodes back).
@@ -946,6 +943,16 @@ class Simulator:
             if d in doms:
                 total += float(self.demand[p, 0]) / max(len(doms), 1)
         return total
+
+    def _headroom_boots(self, deficit: float, spare: np.ndarray) -> np.ndarray:
+        """The spare nodes (in order) to boot for ``deficit`` CPU of headroom: as many as the
+        first one's CPU takes to cover it (a pool's nodes are alike). Its CPU as it is: with
+        max(cpu, 1) a node of 0.5 cores counted as 1, so half the nodes needed booted; a spare
+        without CPU adds no headroom (none: nothing to boot)."""
+        spare = spare[self.capacity[spare, 0] > 0]
+        if spare.size == 0:
+            return spare
+        return spare[: max(1, int(math.ceil(deficit / float(self.capacity[spare[0], 0]))))]
 
     def _boot(self, nodes: np.ndarray, t: int) -> None:
         for n in nodes:
@@ -1178,6 +1185,12 @@ class Simulator:
             params["carbon_files"] = dict(sc.notes["carbon_files"])
         return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
                          {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params)
+
+
+def cpu_share(allocated: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """allocated / capacity per node, 0 where a node has no capacity (nothing can be allocated
+    there): the ratio as it is below one unit (max(capacity, 1) halved a 0.5-core node's share)."""
+    return np.where(capacity > 0, allocated / np.where(capacity > 0, capacity, 1.0), 0.0)
 
 
 def cfg_consolidate(cfg: SimConfig, t: int) -> bool:

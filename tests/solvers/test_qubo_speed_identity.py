@@ -45,6 +45,11 @@ def test_one_node_fit_is_feasible_nodes_on_that_node(seed):
         allocated[0] = problem.capacity[0] * 1.5
     elif seed % 3 == 1:  # free cpu short of pod 0's request within the tolerance on node 0, just past it on node 1
         cpu = problem.cpu_index
+        # Nodes 0 and 1 at least as large as pod 0 (a larger pod needed negative usage, which a
+        # Problem refuses).
+        capacity = problem.capacity.copy()
+        capacity[:2, cpu] = np.maximum(capacity[:2, cpu], problem.demand[0, cpu])
+        problem = problem.replace(capacity=capacity)
         tol = fit_tolerance(problem)[:, cpu]  # relative to each node's capacity (2*EPS was inside it)
         allocated[0, cpu] = problem.capacity[0, cpu] - problem.demand[0, cpu] + tol[0] / 2
         allocated[1, cpu] = problem.capacity[1, cpu] - problem.demand[0, cpu] + 2 * tol[1]
