@@ -155,7 +155,18 @@ def simulate(scenario: str, solver: str, seed: int, hours: float, settings: dict
 
     report = run(scenario, solver, seed=seed, hours=hours, solver_settings=settings).report()
     keys = ("score", "pending_pct", "utilization_pct", "success_rate_pct", "carbon_kg", "cost")
-    return {k: float(report[k]) for k in keys}
+    # success_rate_pct is None for a run without requests (promo-surge has no services).
+    return {k: None if report[k] is None else float(report[k]) for k in keys}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None; None when none is."""
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def trains(args: argparse.Namespace) -> bool:
@@ -227,7 +238,7 @@ def scenario_section(args: argparse.Namespace, console: Console) -> list[dict[st
                 runs[name][seed] = simulate(scenario, name, seed, args.hours or hours_for(args, scenario), settings)
                 console.print(f"  {scenario} seed {seed} {name:17s} R {runs[name][seed]['score']:+.4f}"
                               f"  ({time.perf_counter() - t0:.1f} s)")
-        means = {name: {k: float(np.mean([r[k] for r in by_seed.values()])) for k in next(iter(by_seed.values()))}
+        means = {name: {k: _mean([r[k] for r in by_seed.values()]) for k in next(iter(by_seed.values()))}
                  for name, by_seed in runs.items()}
         kube = means["kube-default"]["score"]
         best_name = max(HEURISTICS, key=lambda n: means[n]["score"])
@@ -346,7 +357,7 @@ def print_tables(doc: dict[str, Any], console: Console) -> None:
             t.add_column(col, justify="right")
         for name, m in row["means"].items():
             t.add_row(name, f"{m['score']:+.4f}", f"{m['pending_pct']:.2f}", f"{m['utilization_pct']:.1f}",
-                      f"{m['success_rate_pct']:.3f}", f"{m['carbon_kg']:.2f}", f"{m['cost']:.1f}")
+                      _cell(m["success_rate_pct"], ".3f"), f"{m['carbon_kg']:.2f}", f"{m['cost']:.1f}")
         console.print(t)
         console.print(f"dqn vs kube-default: {row['dqn_vs_kube_pct']:+.1f} % (target >= +10 %); gap to the best "
                       f"heuristic ({row['best_heuristic']}): {row['dqn_gap_to_best_pct']:.1f} % (target <= 5 %)")

@@ -135,7 +135,7 @@ def print_tables(results: dict[str, Any], console: Console) -> dict[str, Any]:
         s = doc["carbon_aware_vs_blind"]
         if s:
             console.print(f"  carbon saved by greedy-objective vs its carbon-blind run: {s['carbon_saved_vs_blind_pct']:.1f} % "
-                          f"(success {s['success_aware_pct']:.3f} % vs {s['success_blind_pct']:.3f} %)")
+                          f"(success {f(s['success_aware_pct'], 3)} % vs {f(s['success_blind_pct'], 3)} %)")
         if scenario == "bank":
             for variant in ("greedy-objective", "best-fit", "iro-frag"):
                 if variant not in doc["variants"]:

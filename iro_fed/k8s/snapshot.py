@@ -36,12 +36,15 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   (1..1000, read as Go's ``strconv.Atoi`` reads it) asks for that share of one card instead;
   ``iro-fed.io/gpu-cards`` on a bound pod (written by IRO's scheduler through the Binding:
   ASCII digits and commas only) says which cards it holds; one it cannot be is ignored (first fit)
-  and logged once per node and value;
+  and logged once per node and value; so are the other usage warnings (a bound pod left out of
+  usage, GPUs held that the node does not have free, usage clamped to allocatable), once per node
+  and pod or resource, while each model's ``warnings`` lists them all;
 * node selector, tolerations, required and preferred node affinity (all operators, including
   ``matchFields`` on ``metadata.name``); pod annotations ``iro-fed.io/user-region``,
   ``iro-fed.io/max-latency-ms``, ``iro-fed.io/class``, ``iro-fed.io/allowed-domains``,
   ``iro-fed.io/gpu-models`` carry the model's own constraints (stripped; empty or blank reads as
-  absent; an error on one names the annotation).
+  absent; an error on one names the annotation); ``iro-fed.io/max-latency-ms`` is a number in
+  JSON syntax (:func:`annotation_number`: ``250``, ``12.5``, ``1e3``; not ``1_0``, ``+5``, ``nan``).
 
 A field of the wrong type raises :class:`PodSpecError` whose ``field`` is its JSON path, never a
 TypeError from deep inside; so does a container name that is missing, not a DNS-1123 label, or
@@ -306,6 +309,27 @@ def annotation_value(annotations: Mapping[str, str], key: str) -> str | None:
     if text is None or not text.strip():
         return None
     return text.strip()
+
+
+#: A number annotation (``iro-fed.io/max-latency-ms``) in JSON number syntax, ASCII only: Kubernetes
+#: has no rule for numbers in annotations, and ``float()`` also took ``"1_0"`` (10), ``"+5"``,
+#: ``"nan"``, ``"inf"``, ``"\u0665"`` (Arabic-Indic 5), ``".5"`` and ``"5."``.
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def annotation_number(text: str) -> float:
+    """A number annotation's value (already stripped, as :func:`annotation_value` gives it) as a
+    float: JSON number syntax (``250``, ``12.5``, ``1e3``, ``-3``) and finite, else ValueError
+    saying so; the range (``> 0``) is the problem loader's check. The edge agent reads it so too."""
+    if not _JSON_NUMBER.fullmatch(text):
+        raise ValueError(
+            f"expected a number, got {_shown(text, 80)!r} (JSON number syntax: digits with an optional "
+            "fraction and exponent, e.g. 250 or 12.5)"
+        )
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a number, got {_shown(text, 80)!r} (out of range)")
+    return value
 
 
 def metadata_error(meta: Mapping[str, Any], string_keys: Iterable[str]) -> tuple[str, str] | None:
@@ -987,9 +1011,9 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     latency = annotation_value(ann, ANN_MAX_LATENCY)
     if latency is not None:
         try:
-            wl["max_latency_ms"] = float(latency)
-        except ValueError:
-            raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", f"expected a number, got {_shown(latency, 80)!r}") from None
+            wl["max_latency_ms"] = annotation_number(latency)
+        except ValueError as exc:
+            raise _bad(who, f"metadata.annotations.{ANN_MAX_LATENCY}", str(exc)) from None
     domains = annotation_list(ann, ANN_ALLOWED_DOMAINS, who)
     if domains:
         wl["allowed_domains"] = domains
@@ -1104,6 +1128,22 @@ class _OnceLog:
 
 
 _CARDS_LOGGED = _OnceLog()
+#: The model's other usage warnings (a pod left out of usage, GPUs held that are not free, usage
+#: clamped to allocatable), logged once per key as the gpu-cards one: they went only into
+#: ``warnings``, which no caller logs, so an operator never saw them.
+_USAGE_LOGGED = _OnceLog()
+
+
+def _once_key(text: str) -> str:
+    """``text`` as a once-log key: a long one (an annotation may hold 256 KiB) by its digest."""
+    return text if len(text) <= 64 else hashlib.sha256(text.encode()).hexdigest()
+
+
+def _usage_warning(warnings: list[str], message: str, key: tuple[str, str]) -> None:
+    """Add ``message`` to the model's ``warnings`` (each build) and log it once per ``key``."""
+    warnings.append(message)
+    if _USAGE_LOGGED.first((key[0], _once_key(key[1]))):
+        log.warning("%s", message)
 
 
 def _cards_ignored(node: str, pod: Mapping[str, Any], text: str, why: str, warnings: list[str]) -> None:
@@ -1113,7 +1153,7 @@ def _cards_ignored(node: str, pod: Mapping[str, Any], text: str, why: str, warni
                "its GPUs are counted first fit")
     warnings.append(message)
     # A value may be up to 256 KiB (the annotations' limit): a long one is remembered by its digest.
-    if _CARDS_LOGGED.first((node, text if len(text) <= 64 else hashlib.sha256(text.encode()).hexdigest())):
+    if _CARDS_LOGGED.first((node, _once_key(text))):
         log.warning("%s", message)
 
 
@@ -1129,7 +1169,8 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
         try:
             d = pod_demand(pod, resources)
         except (PodSpecError, QuantityError) as exc:
-            warnings.append(f"ignored in usage: {exc}")
+            message = f"ignored in usage: {exc}"
+            _usage_warning(warnings, message, (node["name"], message))
             continue
         for r in resources:
             alloc[r] += d.requests.get(r, 0.0)
@@ -1153,14 +1194,17 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
                 else:
                     chosen = [c for c in range(len(cards)) if cards[c] == GPU_MILLI][: d.gpu_count]
                 if len(chosen) != d.gpu_count:
-                    warnings.append(f"node {node['name']}: pod {obj_key(pod)} holds GPUs the node does not have free")
+                    message = f"node {node['name']}: pod {obj_key(pod)} holds GPUs the node does not have free"
+                    _usage_warning(warnings, message, (node["name"], f"gpus held: {obj_key(pod)}"))
                     chosen = []
             for c in chosen:
                 cards[c] -= take
     for r in resources:
         cap = node["capacity"][r]
         if alloc[r] > cap:
-            warnings.append(f"node {node['name']}: {r} requested {alloc[r]:g} exceeds allocatable {cap:g}; clamped")
+            # Keyed by node and resource, not by the sum: it changes with every pod bound there.
+            message = f"node {node['name']}: {r} requested {alloc[r]:g} exceeds allocatable {cap:g}; clamped"
+            _usage_warning(warnings, message, (node["name"], f"over allocatable: {r}"))
             alloc[r] = cap
     node["allocated"] = alloc
     node["gpu_free_milli"] = cards
@@ -1186,7 +1230,8 @@ def pods_by_node(pods: Iterable[Mapping[str, Any]], warnings: list[str] | None =
         if isinstance(node_name, str) and node_name:
             by_node.setdefault(node_name, []).append(pod)
         elif node_name and warnings is not None:  # a list would not even hash: say so instead of crashing the model
-            warnings.append(f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {json_kind(node_name)}")
+            message = f"ignored in usage: {_who(pod)}: spec.nodeName: expected a string, got {json_kind(node_name)}"
+            _usage_warning(warnings, message, ("", message))
     return by_node
 
 

@@ -1059,7 +1059,8 @@ class Simulator:
             self.replica_latency = (online, lat)
         total = float(hist_req.sum())
         ser["requests_per_s"][t] = total / sc.step_s
-        ser["success_rate_pct"][t] = success_pct(failed, total)
+        succ = success_pct(failed, total)
+        ser["success_rate_pct"][t] = np.nan if succ is None else succ  # a gap in the plot, null in JSON
         p99 = weighted_percentile(hist_lat, hist_req, 99.0)
         ser["p99_latency_ms"][t] = p99 if p99 is not None else np.nan
 

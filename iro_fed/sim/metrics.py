@@ -5,7 +5,8 @@ Definitions (what the report's keys mean):
 * ``pending_pct``: pods that were not placed in the step they became ready (arrival, or the
   start a carbon-aware deferral chose) as a percent of those that became ready;
   ``pending_at_peak_pct`` the same over pods ready inside the scenario's peak windows;
-  ``pending_at_peak_online_pct`` the same over service replicas only;
+  ``pending_at_peak_online_pct`` the same over service replicas only (each None when no such
+  pod became ready inside a peak window, e.g. a scenario without services);
   ``mean_pending_min``: mean minutes pods that waited spent pending, from ready to their first
   placement, or for a pod never placed to when it left or the run ended (a step counts as
   ``step_s`` seconds); ``mean_pending_placed_min`` the same over the waiting pods that were
@@ -16,9 +17,11 @@ Definitions (what the report's keys mean):
   and memory (and GPU when present); ``utilization_time_mean_pct`` is the plain time mean of
   the per-step ratio (nights with few powered nodes weigh as much as busy hours).
 * ``success_rate_pct``: requests served within their SLA over all requests of online
-  services (see :mod:`iro_fed.sim.engine` for the service model).
+  services (see :mod:`iro_fed.sim.engine` for the service model); None (JSON null) when the
+  run had no requests, and in the per-step series for a step without requests.
 * ``p99_latency_ms``: the 99th percentile of request latency over all requests of the run
-  (each request takes its replica's latency in its step; 1 ms histogram bins).
+  (each request takes its replica's latency in its step; 1 ms histogram bins); None without
+  requests.
 * ``cost``, ``carbon_kg``, ``energy_kwh``: integrals over the run of the objective module's cost
   per hour, gCO2 per hour and power for non-empty nodes, plus the idle draw, idle carbon and
   full price of powered-on empty nodes (the objective's own per-node coefficients). Each step
@@ -124,10 +127,11 @@ class Recorder:
         self.energy_wh += power_w * hours
 
 
-def success_pct(failed: float, requests: float) -> float:
+def success_pct(failed: float, requests: float) -> float | None:
     """Requests served within SLA, in percent: 100 x (1 - failed / requests), so a run without a
-    failure reads exactly 100 and never more; 100 when there were no requests."""
-    return 100.0 * (1.0 - min(failed / requests, 1.0)) if requests > 0 else 100.0
+    failure reads exactly 100 and never more; None when there were no requests (a scenario
+    without services served nothing: 100 read as a perfect run next to a P99 of none)."""
+    return 100.0 * (1.0 - min(failed / requests, 1.0)) if requests > 0 else None
 
 
 def pending_stats(
@@ -153,7 +157,8 @@ def pending_stats(
         "ready_pods": n,
         "pending_pods": int(waited.sum()),
         "pending_pct": 100.0 * float(waited.sum()) / n if n else 0.0,
-        "pending_at_peak_pct": 100.0 * float((waited & peak).sum()) / n_peak if n_peak else 0.0,
+        # None, not 0, without pods ready at peak (no services, or a run missing the peak window).
+        "pending_at_peak_pct": 100.0 * float((waited & peak).sum()) / n_peak if n_peak else None,
         "peak_ready_pods": n_peak,
         "mean_pending_min": float(wait_steps[waited].mean() * step_min) if waited.any() else 0.0,
         "mean_pending_placed_min": float(wait_steps[placed_waited].mean() * step_min) if placed_waited.any() else 0.0,
