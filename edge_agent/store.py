@@ -139,6 +139,9 @@ class PolicySample:
     obs: dict[str, np.ndarray]  # candidates [k, F] float32, context [C] float32, mask [k+1] int8
     action: int
     reward: float
+    row_id: int | None = None
+    """The store row it was read from (:func:`read_policy_samples`; None when not read from a store):
+    the federated learner pairs each decision only with the row right after it, its successor."""
 
 
 @dataclass
@@ -256,6 +259,55 @@ def _connect(path: Path, readonly: bool = False, busy_timeout_s: float = 10.0) -
         conn.close()
         raise StoreError(path, _explain(path, exc)) from exc
     return conn
+
+
+def probe_store(path: str | Path) -> None:
+    """Raise :class:`StoreError` for what :class:`ExperienceStore` would refuse at ``path``, found
+    without creating or changing the store (``edge-agent check``): an existing file must be a
+    regular file that the agent can write, with its folder (the -wal and -shm files), and be an
+    undamaged sqlite database (opened read-only, ``PRAGMA quick_check``); for a missing one, a
+    file is made and removed again in the nearest folder that exists (the store makes the
+    folders below it), as no permission bits tell whether a file system takes new files."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    if path.exists():
+        if path.is_dir():
+            raise StoreError(path, "is a folder, not a file")
+        if not path.is_file():
+            raise StoreError(path, "is not a regular file (a device, pipe or socket): give the database file's name")
+        for where in (path, path.parent):
+            if not os.access(where, os.R_OK | os.W_OK):
+                raise StoreError(path, f"{str(where)!r} is read-only for this user: the agent writes the file and "
+                                       "its -wal and -shm files beside it")
+        # Without a -wal file no agent has the file open and nothing waits in a WAL: immutable=1
+        # reads it without making the -wal and -shm files that a read-only WAL reader leaves behind.
+        wal = path.with_name(path.name + "-wal")
+        uri = path.resolve().as_uri() + "?mode=ro" + ("" if wal.exists() else "&immutable=1")
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=10.0)
+        except sqlite3.Error as exc:
+            raise StoreError(path, _explain(path, exc)) from exc
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "not a database" here
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+        except sqlite3.Error as exc:
+            raise StoreError(path, _explain(path, exc)) from exc
+        finally:
+            conn.close()
+        if problems != ["ok"]:
+            raise StoreError(path, f"the database is damaged (PRAGMA quick_check: {'; '.join(map(str, problems))})")
+        return
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        raise StoreError(path, f"cannot create its folder: {str(folder)!r} is not a folder")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".iro-agent-check-", dir=folder)
+    except OSError as exc:
+        raise StoreError(path, f"cannot create files in {str(folder)!r}: {exc.strerror or exc}") from exc
+    os.close(fd)
+    os.unlink(name)
 
 
 class ExperienceStore:
@@ -677,7 +729,8 @@ def read_policy_samples(
     path: str | Path, k: int, candidate_features: int, context_features: int, limit: int = 100_000
 ) -> PolicySamples:
     """The newest ``limit`` decisions of a store file as policy samples for a DQN with ``k``
-    candidate slots (plus the defer slot) and the given feature sizes; read-only."""
+    candidate slots (plus the defer slot) and the given feature sizes, oldest first, each with its
+    ``row_id``; read-only."""
     conn = _connect(Path(path), readonly=True)
     try:
         have = {r[1] for r in conn.execute("PRAGMA table_info(transitions)")}
@@ -686,13 +739,13 @@ def read_policy_samples(
                                      (limit,)).fetchone()[0])
             return PolicySamples([], without_observation=total)
         rows = conn.execute(
-            "SELECT obs_k, obs_candidates, obs_context, obs_mask, obs_action, obs_reward FROM transitions"
+            "SELECT id, obs_k, obs_candidates, obs_context, obs_mask, obs_action, obs_reward FROM transitions"
             " ORDER BY id DESC LIMIT ?", (limit,)
         ).fetchall()
     finally:
         conn.close()
     out = PolicySamples([])
-    for obs_k, cand, ctx, mask, action, reward in reversed(rows):
+    for row_id, obs_k, cand, ctx, mask, action, reward in reversed(rows):
         if obs_k is None:
             out.without_observation += 1
             continue
@@ -709,7 +762,7 @@ def read_policy_samples(
             continue
         obs = {"candidates": cand_a.reshape(k, candidate_features).copy(), "context": ctx_a.copy(),
                "mask": mask_a.copy()}
-        out.samples.append(PolicySample(obs, int(action), float(reward)))
+        out.samples.append(PolicySample(obs, int(action), float(reward), int(row_id)))
     return out
 
 

@@ -30,7 +30,7 @@ MAX_ENVS = 256
 MAX_TRAIN_STEPS = limits.MAX_TRAIN_STEPS
 MAX_EVAL_EPISODES = limits.MAX_EVAL_EPISODES
 #: Scenario seeds that training envs never run: every evaluation episode :func:`evaluate_policy`
-#: can run by default. The training streams (``seed * 1000 + env * 97 + episode``, and the vector
+#: can run by default. The training streams (then ``seed * 1000 + env * 97 + episode``, and the vector
 #: reset's ``seed + env``) reached them: ``--seed 10`` trained on seeds 10001, 10002, ...
 HELD_OUT = range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + MAX_EVAL_EPISODES)
 #: Episode length per scenario for training: long enough to hold its decisions, no longer.
@@ -93,13 +93,22 @@ def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def env_seed(seed: int, env: int) -> int:
+    """Training env ``env``'s base scenario seed (its episodes run base + 1, base + 2, ... after the
+    vector reset's ``seed + env``): drawn from ``SeedSequence([seed, env])``, so the envs' streams
+    are disjoint. ``seed * 1000 + env * 97`` made env 1 rerun env 0's episodes after 97 of them."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, env]).generate_state(1)[0])
+
+
 def env_factories(scenario: str, count: int, seed: int, hours: float, k: int, settings: dict[str, Any]) -> list[Any]:
-    """Zero-argument env constructors for ``gymnasium.vector``, each with its own seed stream, none
-    of which runs a held-out evaluation seed (:data:`HELD_OUT`)."""
+    """Zero-argument env constructors for ``gymnasium.vector``, each with its own seed stream
+    (:func:`env_seed`), none of which runs a held-out evaluation seed (:data:`HELD_OUT`)."""
     from iro_fed.sim.env import PlacementEnv
 
     def make(i: int) -> Any:
-        return lambda: PlacementEnv(scenario, hours=hours, k=k, seed=seed * 1000 + i * 97, settings=settings,
+        return lambda: PlacementEnv(scenario, hours=hours, k=k, seed=env_seed(seed, i), settings=settings,
                                     held_out=HELD_OUT)
 
     return [make(i) for i in range(count)]
@@ -232,7 +241,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise _config_error(exc, given) from exc
     scenario_settings: dict[str, Any] = {key: v.strip() for key, v in split_pairs(args.scenario_set, "--scenario-set")}
-    _check_scenario_settings(args.scenario, args.seed * 1000, args.hours, scenario_settings)  # the first env's seed
+    _check_scenario_settings(args.scenario, env_seed(args.seed, 0), args.hours, scenario_settings)  # the first env's seed
 
     solver = solvers.make("dqn", seed=args.seed)
     console = _console(stderr=True)

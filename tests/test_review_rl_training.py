@@ -8,7 +8,7 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 
 from iro_fed.cli import main  # noqa: E402
-from iro_fed.learning import EVAL_SEED_OFFSET, MAX_EVAL_EPISODES, env_factories  # noqa: E402
+from iro_fed.learning import EVAL_SEED_OFFSET, MAX_EVAL_EPISODES, env_factories, env_seed  # noqa: E402
 from iro_fed.sim.env import PlacementEnv  # noqa: E402
 
 from .sim.helpers import needs_data  # noqa: E402
@@ -44,8 +44,10 @@ def test_training_never_runs_a_held_out_evaluation_seed(seed: int, envs: int) ->
     assert all(len(set(row)) == len(row) for row in seen)  # still one scenario per episode
 
 
-def test_other_training_seeds_and_evaluation_episodes_are_unchanged() -> None:
-    assert _episode_seeds(0, 2, 3) == [[0, 1, 2], [1, 98, 99]]
+def test_training_streams_and_evaluation_episodes() -> None:
+    # each env's stream is its own (env_seed; it was seed * 1000 + env * 97, shared after 97 episodes)
+    b0, b1 = env_seed(0, 0), env_seed(0, 1)
+    assert _episode_seeds(0, 2, 3) == [[0, b0 + 1, b0 + 2], [1, b1 + 1, b1 + 2]]
     env = PlacementEnv("bank", hours=0.25, k=4, seed=0, settings=QUIET)  # as evaluate_policy builds it
     env.reset(seed=EVAL_SEED_OFFSET + 1)
     assert env.sim.seed == EVAL_SEED_OFFSET + 1

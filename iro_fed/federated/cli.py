@@ -468,7 +468,7 @@ def _daemon_env() -> dict[str, str]:
 def cmd_local(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
+    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError, training_sites
 
     check_int("--nodes", args.nodes, 1, LOCAL_MAX_NODES)
     check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
@@ -526,7 +526,8 @@ def cmd_local(args: argparse.Namespace) -> int:
     out = _console()
     workdir = Path(args.workdir).resolve() if args.workdir else None
     fed = LocalFederation(args.nodes, workdir=workdir, supernode_auth=False,
-                          log=lambda m: err.print(f"[dim]{m}[/dim]"))
+                          log=lambda m: err.print(f"[dim]{m}[/dim]"),
+                          sites=training_sites(cfg.scenario, cfg.eval_site, args.nodes))  # never the held-out one
     if args.tls:
         from iro_fed.federated.certs import make_tls
 

@@ -3,7 +3,8 @@
 :class:`LocalFederation` is what ``iro fed local``, the loopback tests and the benchmark use:
 
 * ``flower-superlink`` on 127.0.0.1 and a free port, state in memory;
-* one ``flower-supernode`` per site, each with its own free port and ``--node-config "site=i"``;
+* one ``flower-supernode`` per site, each with its own free port and ``--node-config "site=S"``
+  (``sites``: 0, 1, 2, ... skipping the held-out evaluation site);
 * ``executor="warm"`` (default): each SuperNode runs in Flower's ``process`` isolation mode with
   a warm ClientApp executor beside it (:mod:`iro_fed.federated.executor`: torch, flwr and the
   other heavy modules imported once, a fresh forked process per message); ``executor="flower"``
@@ -104,10 +105,19 @@ class LocalFederation:
     grid_poll_s: float | None = None
     """Fixed seconds between the ServerApp's reply pulls (``3`` = Flower's own); None: 50 ms backing off to 0.25 s."""
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+    sites: Sequence[int] | None = None
+    """Node ``i``'s ``site``; None: :func:`~iro_fed.federated.task.training_sites` of edge-iot with
+    the default ``eval-site`` (4), i.e. 0, 1, 2, 3, 5, ...: no node trains on the held-out site."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise ValueError(f"nodes: expected >= 1, got {self.nodes}")
+        if self.sites is None:
+            from iro_fed.federated.task import FedConfig, training_sites
+
+            self.sites = training_sites(FedConfig.scenario, FedConfig.eval_site, self.nodes)
+        if len(self.sites) != self.nodes:
+            raise ValueError(f"sites: expected one per node ({self.nodes}), got {len(self.sites)}")
         if self.supernode_auth and self.tls is None:
             raise ValueError("supernode_auth: SuperNode authentication needs TLS")
         if self.executor not in EXECUTORS:
@@ -177,7 +187,7 @@ class LocalFederation:
         warm = self.executor == "warm"
         runtime_ports: list[tuple[int, subprocess.Popen]] = []
         for i in range(self.nodes):
-            config = {"site": i, **(dict(self.node_configs[i]) if self.node_configs else {})}
+            config = self.node_config(i)
             runtime_port = free_port()
             node_argv = supernode_command(flower_bin("flower-supernode"), f"127.0.0.1:{self.port}", runtime_port,
                                           run_config_arg(config), str(self.tls.ca) if self.tls else None,
@@ -190,6 +200,11 @@ class LocalFederation:
         if self.log:
             self.log(f"SuperLink on 127.0.0.1:{self.port} ({'TLS' if self.tls else 'insecure'}), "
                      f"{self.nodes} SuperNode(s) ({self.executor} ClientApp executor), logs in {self.workdir}")
+
+    def node_config(self, i: int) -> dict[str, Any]:
+        """SuperNode ``i``'s ``--node-config``: its site (:attr:`sites`), then ``node_configs[i]``."""
+        assert self.sites is not None  # set in __post_init__
+        return {"site": int(self.sites[i]), **(dict(self.node_configs[i]) if self.node_configs else {})}
 
     @staticmethod
     def _app_path() -> dict[str, str]:

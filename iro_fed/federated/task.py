@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,9 @@ _COUNT_LIMITS = {"num_server_rounds": MAX_SERVER_ROUNDS, "local_steps": limits.M
                  "min_nodes": 100_000, "eval_episodes": limits.MAX_EVAL_EPISODES}
 #: A site's episode length in simulated hours (the carbon data covers about a year).
 MAX_SITE_HOURS = limits.MAX_HOURS
-#: Largest ``seed``: a site trains with ``seed * 1000 + site * 97 + round``, which numpy's global
-#: seeding takes only in 0..2**32 - 1 (outside it, every site's training raised). 4,000,000 leaves
-#: room for MAX_SERVER_ROUNDS rounds of sites up to 2.9 million.
+#: Largest ``seed``. A site's round now trains with :func:`site_seed` (always within numpy's
+#: 0..2**32 - 1); the bound stays from when it was ``seed * 1000 + site * 97 + round`` (outside it,
+#: every site's training raised), so the accepted settings did not change.
 MAX_SEED = 4_000_000
 #: The scenario seeds of evaluation episodes (:func:`evaluate_policy`: ``EVAL_SEED + e``), the
 #: held-out seeds of ``iro train``. A site's training env never runs them: ``seed=10`` trained
@@ -104,7 +104,8 @@ class FedConfig:
     top_k: int = 8
     """Candidate nodes per decision (the policy's action space, plus the defer action)."""
     seed: int = 0
-    """Seed of the initial global policy (0..4,000,000); sites add their id and the round."""
+    """Seed of the initial global policy (0..4,000,000); each site's round draws its own stream from
+    it, the site and the round (:func:`site_seed`)."""
     fraction_train: float = 1.0
     """Share of connected sites sampled per round."""
     min_nodes: int = 2
@@ -244,6 +245,25 @@ def site_profile(scenario: str, site: int) -> dict[str, Any]:
     if not isinstance(site, int) or site < 0:
         raise FedConfigError(f"site: expected an index >= 0, got {site!r}")
     return table[site % len(table)]
+
+
+def training_sites(scenario: str, eval_site: int, count: int) -> list[int]:
+    """The site indices of ``count`` training nodes: 0, 1, 2, ... skipping every index whose slice
+    is the held-out ``eval_site``'s (the list wraps, :func:`site_profile`), so that the server's
+    evaluation stays on a site no node trained on (node 4 of 5 trained on the held-out site 4)."""
+    n = len(sites(scenario))
+    if n < 2:
+        raise FedConfigError(f"eval-site: scenario {scenario!r} has one site, none is left to train on")
+    held = eval_site % n
+    return [i for i in range(count + count // (n - 1) + 1) if i % n != held][:count]
+
+
+def site_seed(seed: int, site: int, server_round: int) -> int:
+    """A site's training seed in a round (torch, its replay sampling and its env's scenario seeds,
+    ``S, S + 1, ...``): drawn from ``SeedSequence([seed, site, round])``, so the episodes of any two
+    (site, round) pairs are disjoint streams. ``seed * 1000 + site * 97 + round`` made round
+    ``r + 1`` rerun round ``r``'s episodes from its second one on (and site 1 site 0's after 97)."""
+    return int(np.random.SeedSequence([seed, site, server_round]).generate_state(1)[0])
 
 
 def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: int = 8,
@@ -528,7 +548,7 @@ def local_train(
     from solvers.dqn.train import train
 
     torch.set_num_threads(1)
-    seed = cfg.seed * 1000 + site * 97 + server_round
+    seed = site_seed(cfg.seed, site, server_round)
     n = int(steps or cfg.local_steps)
     if replay is None:
         replay = new_replay(cfg, seed)
@@ -565,17 +585,20 @@ def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig,
     """Gradient steps of ``agent`` on the decisions an edge agent recorded in its experience store.
 
     The agent records each decision in this policy's own observation format (the ``k`` candidates'
-    features, the context, the mask), the slot it chose and the env's reward for it, i.e. a
-    one-step (terminal) transition; rows recorded for another ``top-k`` or feature set, or without
-    an observation, are skipped and counted. They form a replay buffer of their own (the DQN
-    training loop owns the simulator's buffer), sampled uniformly for ``updates`` steps (default:
-    two passes over the samples, at most ``local_steps``). A missing or unreadable store trains
-    nothing and says so in ``experience-error``. Returns the ``experience-*`` metrics.
+    features, the context, the mask), the slot it chose and the env's reward for it; rows recorded
+    for another ``top-k`` or feature set, or without an observation, are skipped and counted.
+    Each decision becomes a one-step transition to the site's next recorded decision, discounted
+    by ``gamma`` and bootstrapped from it, as the simulator's episodes are: the agent's stream of
+    decisions has no end (see :func:`experience_transitions`). They form a replay buffer of their
+    own (the DQN training loop owns the simulator's buffer), sampled uniformly for ``updates``
+    steps (default: two passes over the transitions, at most ``local_steps``). A missing or
+    unreadable store trains nothing and says so in ``experience-error``. Returns the
+    ``experience-*`` metrics (``experience-samples``: the decisions read, the newest included).
     """
     import sqlite3
 
     from edge_agent.store import read_policy_samples
-    from solvers.dqn.replay import ReplayBuffer, Transition
+    from solvers.dqn.replay import ReplayBuffer
 
     out = {"experience-samples": 0, "experience-skipped": 0, "experience-updates": 0, "experience-loss": 0.0,
            "experience-mean-reward": 0.0, "experience-error": 0}
@@ -596,15 +619,43 @@ def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig,
     out["experience-skipped"] = found.without_observation + found.other_shape + found.invalid
     if not samples:
         return out
-    buffer = ReplayBuffer(len(samples), seed=seed)
-    for s in samples:
-        buffer.add(Transition(s.obs, s.action, s.reward, s.obs, 0.0))
-    batch_size = min(cfg.batch_size, len(samples))
-    n = updates if updates is not None else min(2 * math.ceil(len(samples) / batch_size), local_steps)
+    out["experience-mean-reward"] = float(np.mean([s.reward for s in samples]))
+    transitions = experience_transitions(samples, cfg.gamma)
+    if not transitions:
+        return out
+    buffer = ReplayBuffer(len(transitions), seed=seed)
+    for t in transitions:
+        buffer.add(t)
+    batch_size = min(cfg.batch_size, len(transitions))
+    n = updates if updates is not None else min(2 * math.ceil(len(transitions) / batch_size), local_steps)
     losses = [agent.learn(buffer.sample(batch_size))["loss"] for _ in range(max(0, int(n)))]
     out["experience-updates"] = len(losses)
     out["experience-loss"] = float(np.mean(losses)) if losses else 0.0
-    out["experience-mean-reward"] = float(np.mean([s.reward for s in samples]))
+    return out
+
+
+def experience_transitions(samples: Sequence[Any], gamma: float) -> list[Any]:
+    """The recorded decisions of one site (oldest first, as the store lists them) as 1-step
+    transitions: each to the next recorded decision's observation (its mask the valid actions
+    there, for the target's argmax), discount ``gamma``.
+
+    The decisions are a continuing stream, as the simulator's episode ends are time limits, not
+    terminal states: a discount of 0 (as stored before) made the value of a decision its
+    immediate reward, so every site pulled the policy away from the actions it had taken. A
+    decision without a successor here is left out: the newest one (it is not the end of
+    anything; the store keeps it, and the next round, which reads the store again, trains on it
+    once the decision after it is recorded), and one whose next row was skipped (no observation,
+    another shape: where it led is not known). Samples that carry their store ``row_id`` pair only
+    with the row right after; without it, neighbours in the list pair.
+    """
+    from solvers.dqn.replay import Transition
+
+    out = []
+    for s, nxt in zip(samples, samples[1:], strict=False):
+        here, there = getattr(s, "row_id", None), getattr(nxt, "row_id", None)
+        if here is not None and there is not None and there != here + 1:
+            continue  # rows between them were skipped: nxt is not the decision that followed
+        out.append(Transition(s.obs, s.action, s.reward, nxt.obs, float(gamma)))
     return out
 
 

@@ -43,6 +43,10 @@ def project_distribution(
     return out
 
 
+class NonFiniteLoss(ValueError):
+    """A gradient step whose loss, priorities or gradient are not finite (training diverged)."""
+
+
 def to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         torch.as_tensor(obs["candidates"], dtype=torch.float32, device=device),
@@ -177,6 +181,9 @@ class DQNAgent:
         rewards = torch.as_tensor(batch["reward"], dtype=torch.float32, device=dev)
         discounts = torch.as_tensor(batch["discount"], dtype=torch.float32, device=dev)
         weights = torch.as_tensor(batch["weights"], dtype=torch.float32, device=dev)
+        if not torch.isfinite(rewards).all():  # C51's projection would index with it (an IndexError)
+            raise NonFiniteLoss(f"loss became non-finite at update {self.updates + 1} (the batch holds a "
+                                "non-finite reward)")
         # A next state without any valid action cannot be bootstrapped from.
         discounts = torch.where(nmask.any(dim=1), discounts, torch.zeros_like(discounts))
         rows = torch.arange(actions.numel(), device=dev)
@@ -195,7 +202,10 @@ class DQNAgent:
                 target = project_distribution(next_probs, rewards, discounts, self.online.support)
             log_p = out[rows, actions]
             per_sample = -(target * log_p).sum(dim=1)
-            priorities = per_sample.detach()  # Rainbow prioritizes by the distributional loss
+            # Priority = this cross-entropy, as Dopamine's and Kaixhin's Rainbow do; Hessel et al.
+            # (2018) name the KL divergence, which is it minus the target's entropy. Kept: the
+            # defaults were measured with it (benchmarks/dqn.py) and its gradient is the KL's.
+            priorities = per_sample.detach()
         else:
             with torch.no_grad():
                 target = rewards + discounts * target_out[rows, next_actions]
@@ -203,6 +213,11 @@ class DQNAgent:
             # |TD error| (Schaul et al. 2016), not the Huber loss (0.5 * delta**2 below 1)
             priorities = (target - out[rows, actions]).detach()
         loss = (weights * per_sample).mean()
+        # A diverged step (e.g. a huge learning rate) would write NaN weights and NaN priorities,
+        # which failed later as an obscure overflow in the replay's sampling: stop here, unchanged.
+        if not (torch.isfinite(loss) and torch.isfinite(priorities).all()):
+            raise NonFiniteLoss(f"loss became non-finite at update {self.updates + 1} (lower learning_rate, "
+                                "or check the rewards' scale against v_min/v_max)")
         td_loss = loss
         if self.proximal is not None:
             mu, anchor = self.proximal
@@ -212,6 +227,10 @@ class DQNAgent:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), cfg.grad_clip)
+        if not torch.isfinite(grad_norm):  # clipping a non-finite norm gives NaN weights
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(f"loss became non-finite at update {self.updates + 1} (its gradient is "
+                                f"{float(grad_norm)}; lower learning_rate)")
         self.optimizer.step()
         self.updates += 1
         if self.updates % cfg.target_update_every == 0:

@@ -6,6 +6,7 @@ Plain data with no torch import, so the CLI can validate settings without loadin
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -97,6 +98,14 @@ class DQNConfig:
             raise ConfigError(f"top_k: expected at most {MAX_TOP_K}, got {self.top_k!r}")
         if self.learning_starts < 0:
             raise ConfigError(f"learning_starts: must be >= 0, got {self.learning_starts!r}")
+        # Training learns once the buffer holds max(learning_starts, batch_size) transitions: a
+        # smaller buffer never gets there (a run wrote a policy that never learned, exit 0).
+        need = max(self.learning_starts, self.batch_size)
+        if self.buffer_size < need:
+            which = "learning_starts" if self.learning_starts >= self.batch_size else "batch_size"
+            raise ConfigError(f"buffer_size: {self.buffer_size} holds fewer transitions than the {need} "
+                              f"({which}) needed before the first gradient step, so training would never learn; "
+                              f"raise buffer_size or lower {which}")
         for name in ("gamma", "priority_alpha", "priority_beta0", "epsilon_start", "epsilon_end", "epsilon_fraction"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
@@ -105,6 +114,13 @@ class DQNConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{name}: expected a positive number, got {value!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            # inf passed the checks above and failed deep inside training (v_max: an index error,
+            # learning_rate: an overflow in the replay sampling)
+            if f.type == "float" and not (isinstance(value, int | float) and not isinstance(value, bool)
+                                           and math.isfinite(value)):
+                raise ConfigError(f"{f.name}: expected a finite number, got {value!r}")
         if self.distributional and (self.atoms < 2 or not self.v_min < self.v_max):
             raise ConfigError(f"atoms/v_min/v_max: need atoms >= 2 and v_min < v_max, got {self.atoms}, "
                               f"{self.v_min}, {self.v_max}")

@@ -270,6 +270,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def __init__(self, capacity: int, alpha: float = 0.5, eps: float = 1e-6, seed: int = 0) -> None:
         super().__init__(capacity, seed)
         self.alpha, self.eps = alpha, eps
+        # The tree is allocated now, before _ensure's check of the whole buffer: `--set
+        # buffer_size=100000000000` died here in np.zeros (a 2 TiB MemoryError traceback).
+        need, have = 16 * (1 << max(capacity - 1, 0).bit_length()), _physical_memory()
+        if have and need > have:
+            raise ValueError(f"buffer_size: a prioritized buffer of {capacity:,} transitions needs {need / 2**30:.1f} GiB "
+                             f"for its priorities alone, more than this machine's {have / 2**30:.1f} GiB; "
+                             "lower buffer_size")
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
 

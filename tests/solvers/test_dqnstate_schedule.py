@@ -15,7 +15,8 @@ from tests.solvers.test_resume_schedules import BetaBuffer, RecordingEnv, _train
 
 def test_epsilon_starts_at_the_position_given() -> None:
     # epsilon decays from 1 to 0 over the first half of the 160-step schedule; no learning
-    cfg = CFG.replace(noisy=False, epsilon_start=1.0, epsilon_end=0.0, epsilon_fraction=0.5, learning_starts=10_000)
+    cfg = CFG.replace(noisy=False, epsilon_start=1.0, epsilon_end=0.0, epsilon_fraction=0.5, learning_starts=10_000,
+                      buffer_size=10_000)  # holds learning_starts: still no gradient step
     seen: list[tuple[dict[str, np.ndarray], int]] = []
     agent, result = _train(cfg, 40, env_fns=[lambda: RecordingEnv(seen)], schedule_position=(80, 160))
     assert result.steps == 40 and len(seen) == 40  # the run's own count

@@ -57,7 +57,8 @@ def _resave(src: Path, dst: Path, **changes: Any) -> Path:
 
 def test_epsilon_stays_where_the_checkpoint_left_it(tmp_path) -> None:
     # epsilon decays to 0 over the first 20 of 40 steps; no learning, so the network stays the checkpoint's
-    cfg = CFG.replace(noisy=False, epsilon_start=1.0, epsilon_end=0.0, epsilon_fraction=0.5, learning_starts=10_000)
+    cfg = CFG.replace(noisy=False, epsilon_start=1.0, epsilon_end=0.0, epsilon_fraction=0.5, learning_starts=10_000,
+                      buffer_size=10_000)  # holds learning_starts: still no gradient step
     first = tmp_path / "policy.pt"
     _train(cfg, 40, out=first)
     seen: list[tuple[dict[str, np.ndarray], int]] = []
