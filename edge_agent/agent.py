@@ -49,15 +49,27 @@ from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter
 from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
-from edge_agent.recommend import Recommender, add_discovered_nodes, empty_site, features, load_site
+from edge_agent.recommend import (
+    Recommender,
+    add_discovered_nodes,
+    empty_site,
+    features,
+    load_site_and_names,
+    site_queries,
+)
 from edge_agent.store import ExperienceStore, Outcome, Transition
-from edge_agent.workload import BadRequest
+from edge_agent.workload import BadRequest, did_you_mean
 from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
 from iro_fed.metrics.local import LocalCollector
 from iro_fed.metrics.prometheus import PrometheusUnavailable
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
+
+#: Distinct skipped discovered nodes logged (a bound against a Prometheus with endless bad names).
+MAX_REFUSALS_LOGGED = 1000
+#: The fields of a ``POST /outcome`` body.
+OUTCOME_FIELDS = ("decision_id", "node", "observed")
 
 
 class StoreBusy(HttpError):
@@ -86,15 +98,22 @@ class Agent:
         self.cfg = cfg
         self.log = logger or logging.getLogger(LOGGER_NAME)
         discover = cfg.prometheus.discover_nodes
-        self.base_site: Problem = (
-            load_site(cfg.problem, cfg.site, allow_empty=discover) if cfg.problem else empty_site(cfg.site)
-        )
+        self.file_nodes: frozenset[str] = frozenset()  # every node of the problem file, of every domain
+        if cfg.problem:
+            self.base_site, self.file_nodes = load_site_and_names(cfg.problem, cfg.site, allow_empty=discover)
+        else:
+            self.base_site = empty_site(cfg.site)
         self.discover_domain = cfg.site or (self.base_site.domains[0].name if self.base_site.domains else "")
         self._discovered: tuple = ()
         # What /recommend ranks against, swapped as a whole by the perception loop.
         self.view = SiteView(self.base_site, self.base_site, False, 0)
         self.recommender = Recommender(self.base_site, cfg.recommend.k)
-        self.metrics = AgentMetrics(cfg.node_name, cfg.site or "all", NetworkCounter(cfg.collect.network_interfaces))
+        site_label = cfg.site or "all"  # the site label of this agent's node series
+        self.metrics = AgentMetrics(cfg.node_name, site_label, NetworkCounter(cfg.collect.network_interfaces))
+        # Discovery reads the capacity of the nodes whose agents carry this agent's site label.
+        self.snapshot_queries = (site_queries(cfg.prometheus.queries, site_label) if discover
+                                 else cfg.prometheus.queries)
+        self._refusals_logged: set[str] = set()
         self.store = (
             ExperienceStore(cfg.store.path, cfg.store.max_rows, max_pending=cfg.store.max_pending,
                             busy_timeout_s=cfg.store.busy_timeout_s, logger=self.log)
@@ -107,6 +126,12 @@ class Agent:
             if cfg.recommend.solver
             else None
         )
+        if cfg.recommend.solver_params and not cfg.recommend.solver:
+            # The rule: the parameters are recommend.solver's, never the fallback's. Not an error: emptying
+            # the solver (IRO_AGENT_SOLVER=) of a file that sets them is how a site ranks with the policy only.
+            event(self.log, logging.WARNING, "recommend.solver_params not used: no recommend.solver is set "
+                  "(the fallback takes no parameters)", solver_params=sorted(map(str, cfg.recommend.solver_params)),
+                  solver=cfg.label("recommend.solver"))
         self.policy = RegistryPolicySource(cfg.policy.registry) if cfg.policy.registry else None
         self.federation: SuperNodeSupervisor | None = None
         if cfg.federated.enabled:
@@ -197,6 +222,12 @@ class Agent:
     def record_outcome(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise BadRequest("body", "expected a JSON object")
+        # Every field checked before the store is asked: a misspelt one ("observd") was stored as
+        # observed={} (202), and the corrected retry then got 409 for a different outcome.
+        unknown = [str(key) for key in body if key not in OUTCOME_FIELDS]
+        if unknown:
+            raise BadRequest(unknown[0], "unknown field of an outcome (known: " + ", ".join(OUTCOME_FIELDS) + ")"
+                                         + did_you_mean(unknown[0], OUTCOME_FIELDS))
         did = body.get("decision_id")
         if not isinstance(did, str) or not did:
             raise BadRequest("decision_id", "required: the decision_id of a /recommend reply")
@@ -204,10 +235,22 @@ class Agent:
         if not isinstance(observed, dict):
             raise BadRequest("observed", f"expected an object, got {type(observed).__name__}")
         node = body.get("node")
-        if node is not None and not isinstance(node, str):
+        if node is None or node == "":
+            raise BadRequest("node", "required: the node the pod was placed on (a node of this site)")
+        if not isinstance(node, str):
             raise BadRequest("node", f"expected a node name, got {type(node).__name__}")
+        site = self.view.site
+        if node not in site.node_index:
+            where = f"site {self.cfg.site!r}" if self.cfg.site else "this agent's site"
+            # A hint only for a name that can be a node's (at most 253 characters): difflib over
+            # every node of a large site with a body-sized name would hold the request.
+            hint = did_you_mean(node, list(site.node_index)) if len(node) <= 253 else ""
+            raise BadRequest("node", f"{node[:253]!r} is not a node of {where}{hint}")
         if self.store is None:
-            raise BadRequest("", "this agent has no experience store (store.path is not set)")
+            # 409, not 503: the agent's settings, not a passing state, refuse it, so a retry cannot
+            # succeed (503 invites retries forever); not 400 either: the request itself is fine.
+            raise HttpError(409, "this agent has no experience store (store.path is not set): it takes no outcomes",
+                            None)
         # One outcome per decision of this agent's store (edge_agent.store): a retried POST is the
         # row already stored (200), a different second outcome a 409, an unknown decision a 400.
         result = self.store.record_outcome(Outcome(did, observed, node),
@@ -335,7 +378,7 @@ class Agent:
     def _perception_step(self) -> None:
         assert self.prometheus is not None
         try:
-            snap = build_snapshot(self.prometheus, self.cfg.prometheus.queries)
+            snap = build_snapshot(self.prometheus, self.snapshot_queries)
         except Exception as exc:
             view = self.view
             if view.load_aware:
@@ -350,7 +393,8 @@ class Agent:
         self.snapshot = snap
         site = self.view.site
         if self.cfg.prometheus.discover_nodes:
-            site, key = add_discovered_nodes(self.base_site, snap, self.discover_domain)
+            site, key, refused = add_discovered_nodes(self.base_site, snap, self.discover_domain, self.file_nodes)
+            self._log_refusals(refused)
             if key == self._discovered:
                 site = self.view.site  # unchanged: keep the problem (and its caches)
             else:
@@ -362,6 +406,15 @@ class Agent:
         self.load_aware_nodes = used
         self.metrics.load_aware.set(1 if cluster is not site else 0)
         self.prometheus_state.update(up=True, last_error=None, last_success=snap.taken_at, unreachable=False)
+
+    def _log_refusals(self, refused: dict[str, str]) -> None:
+        """One warning per node Prometheus reports that may not join the site (not one per refresh)."""
+        for name, why in refused.items():
+            if name in self._refusals_logged or len(self._refusals_logged) >= MAX_REFUSALS_LOGGED:
+                continue
+            self._refusals_logged.add(name)
+            event(self.log, logging.WARNING, "node from Prometheus skipped", node=name[:300], reason=why,
+                  site=self.discover_domain)
 
     def _policy_step(self) -> None:
         assert self.policy is not None

@@ -86,22 +86,32 @@ def _main(args: argparse.Namespace) -> int:
 
     if args.command == "bench":
         return _bench(args)
-    store_path = None
+    from iro_fed.cli import UsageError
+
+    store_path, store_key = None, "store.path"
     try:
         cfg = load_config(args.config, port=args.port)
+        _check_listen(cfg.listen.host, cfg.label("listen.host"), test_bind=args.command == "check")
         logger = setup_logging(cfg.log_level)
         from edge_agent.agent import Agent
 
-        store_path = cfg.store.path
+        store_path, store_key = cfg.store.path, cfg.label("store.path")
         if args.command == "check":
+            if store_path is not None:
+                from edge_agent.store import probe_store
+
+                probe_store(store_path)  # what run's open would refuse, without creating or changing the file
             cfg.store.path = None  # a check writes nothing
         agent = Agent(cfg, logger)
-    except (ConfigError, ProblemValidationError, SiteError) as exc:
+    except SiteError as exc:  # after the settings were read: name IRO_AGENT_SITE if it set the site
+        print(f"edge-agent {args.command}: error: {cfg.label('site')}{str(exc).removeprefix('site')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ConfigError, ProblemValidationError, UsageError) as exc:
         print(f"edge-agent {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (sqlite3.Error, OSError) as exc:
         # The experience store opens here (a locked, unwritable or damaged file): say which setting.
-        print(f"edge-agent {args.command}: error: {_open_error(exc, store_path)}", file=sys.stderr)
+        print(f"edge-agent {args.command}: error: {_open_error(exc, store_path, store_key)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.command == "check":
         print(json.dumps({"settings_ok": True, "site_nodes": agent.view.site.num_nodes, "node": cfg.node_name,
@@ -118,8 +128,8 @@ def _main(args: argparse.Namespace) -> int:
         try:
             agent.start()
         except OSError as exc:  # port in use, cannot bind
-            print(f"edge-agent run: error: listen {cfg.listen.host}:{cfg.listen.port}: {exc.strerror or exc}",
-                  file=sys.stderr)
+            key, where = cfg.label(_listen_key(exc)), f"{cfg.listen.host}:{cfg.listen.port}"
+            print(f"edge-agent run: error: {key}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
             agent.stop()
             return EXIT_BAD_INPUT
         signum = wait_for_stop()  # the default handlers are back: a second signal interrupts a stop that hangs
@@ -127,14 +137,41 @@ def _main(args: argparse.Namespace) -> int:
         return stop_status(signum)
 
 
-def _open_error(exc: BaseException, store_path: Path | None) -> str:
+def _check_listen(host: str, key: str, test_bind: bool) -> None:
+    """``listen.host`` must resolve (run's bind said only "listen ...: Name or service not known");
+    ``check`` also binds a free port on it, which finds an address that is not this machine's
+    without taking ``listen.port`` (a running agent may hold it). UsageError names the key."""
+    import socket
+
+    from iro_fed.cli import UsageError, check_listen_host
+
+    check_listen_host(key, host)
+    if not test_bind:
+        return
+    info = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    try:
+        with socket.socket(info[0], socket.SOCK_STREAM) as sock:
+            sock.bind(info[4])
+    except OSError as exc:
+        raise UsageError(f"{key}: cannot listen on {host!r}: {exc.strerror or exc}") from None
+
+
+def _listen_key(exc: OSError) -> str:
+    """The setting a failed bind is about: the address (not this machine's, or not resolved) or the port."""
+    import errno
+    import socket
+
+    return "listen.host" if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL else "listen.port"
+
+
+def _open_error(exc: BaseException, store_path: Path | None, key: str = "store.path") -> str:
     """The message of an error raised while the agent was built, naming ``store.path`` when the
     experience store (the one file the agent opens then) was the cause."""
     filename = getattr(exc, "filename", None)
     if store_path is not None and (isinstance(exc, sqlite3.Error) or (
             filename is not None and Path(filename) in (store_path, *store_path.parents))):
         detail = getattr(exc, "strerror", None) or str(exc)
-        return f"store.path: cannot open the experience store {str(store_path)!r}: {detail}"
+        return f"{key}: cannot open the experience store {str(store_path)!r}: {detail}"
     return str(exc)
 
 
@@ -149,7 +186,9 @@ def _federated_summary(cfg: object, store_path: object) -> dict | None:
         from edge_agent.federation import supernode_argv
 
         db = store_path if (store_path is not None and fed.experience) else None
-        doc["command"] = supernode_argv(fed, fed.clientappio_port or 9094, db)
+        # Port 0: run picks a free port at each start (federation.free_port); no fixed one to show.
+        port = fed.clientappio_port if fed.clientappio_port else "<free port at each start>"
+        doc["command"] = supernode_argv(fed, port, db)  # type: ignore[arg-type]
     return doc
 
 

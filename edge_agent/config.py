@@ -151,6 +151,12 @@ class AgentConfig:
     federated: FederatedConfig = field(default_factory=FederatedConfig)
     log_level: str = "info"
     shutdown_timeout_s: float = 10.0
+    #: The keys set outside the file, as errors name them: ``listen.host (from IRO_AGENT_HOST)``.
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def label(self, key: str) -> str:
+        """``key`` as an error about it names it (with the variable or flag that set it)."""
+        return self.origins.get(key, key)
 
 
 #: Environment variables and the keys they set (they win over the file).
@@ -458,13 +464,48 @@ def load_config(
                     _set(cfg, key, v, base, False, errors, key)
             else:
                 _set(cfg, top, value, base, False, errors, top)
+    # Where each key set outside the file came from: the checks below name it too ("key (from VAR)").
+    origin: dict[str, str] = {}
     for var, key in ENV_VARS.items():
         if var in env:
-            _set(cfg, key, env[var], Path.cwd(), True, errors, f"{key} (from {var})")
+            origin[key] = f"{key} (from {var})"
+            _set(cfg, key, env[var], Path.cwd(), True, errors, origin[key])
+    _unknown_env(env, errors)
     if port is not None:
-        _set(cfg, "listen.port", port, base, False, errors, "listen.port (from --port)")
+        origin["listen.port"] = "listen.port (from --port)"
+        _set(cfg, "listen.port", port, base, False, errors, origin["listen.port"])
 
-    # Cross-field checks.
+    checked = len(errors)
+    _check_settings(cfg, errors)
+    errors[checked:] = [(origin.get(key, key), message) for key, message in errors[checked:]]
+    if errors:
+        raise ConfigError(errors, source)
+    cfg.origins = origin
+    if not cfg.node_name:
+        cfg.node_name = env.get("NODE_NAME") or socket.gethostname()
+    return cfg
+
+
+#: IRO_AGENT_* variables that are not settings: the SuperNode marker (edge_agent.federation.MARKER)
+#: that the agent's children inherit.
+_OTHER_ENV_VARS = frozenset({"IRO_AGENT_SUPERNODE_OF"})
+
+
+def _unknown_env(env: Mapping[str, str], errors: list[tuple[str, str]]) -> None:
+    """An IRO_AGENT_* variable that sets nothing is an error, as an unknown key of the file is: a
+    misspelt one (IRO_AGENT_PROMETHEUS for IRO_AGENT_PROMETHEUS_URL) was ignored without a word."""
+    import difflib
+
+    for var in sorted(v for v in env if v.startswith("IRO_AGENT_")):
+        if var in ENV_VARS or var in _OTHER_ENV_VARS:
+            continue
+        near = difflib.get_close_matches(var, list(ENV_VARS), n=1)
+        hint = f"; did you mean {near[0]}?" if near else " (see the settings table of docs/edge_agent.md)"
+        errors.append((var, f"unknown environment variable: no agent setting has this name{hint}"))
+
+
+def _check_settings(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
+    """Cross-field checks, once every setting is read; each error names the key it is about."""
     if cfg.backoff.max_s < cfg.backoff.initial_s:
         errors.append(("backoff.max_s", f"must be >= backoff.initial_s ({cfg.backoff.initial_s}), got {cfg.backoff.max_s}"))
     if cfg.prometheus.url:
@@ -493,11 +534,6 @@ def load_config(
     _check_paths(cfg, errors)
     _check_solvers(cfg, errors)
     _check_federated(cfg.federated, errors)
-    if errors:
-        raise ConfigError(errors, source)
-    if not cfg.node_name:
-        cfg.node_name = env.get("NODE_NAME") or socket.gethostname()
-    return cfg
 
 
 def _set(cfg: AgentConfig, key: str, value: Any, base: Path, from_text: bool, errors: list, label: str) -> None:
@@ -528,6 +564,9 @@ def _check_paths(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
         folder = store.parent
         if store.is_dir():
             errors.append(("store.path", f"{str(store)!r} is a folder; give the database file's name"))
+        elif store.exists() and not store.is_file():  # /dev/null: sqlite failed on it with "disk I/O error"
+            errors.append(("store.path", f"{str(store)!r} is not a regular file (a device, pipe or socket); "
+                                         "give the database file's name"))
         elif store.exists():
             try:
                 with open(store, "rb") as fh:

@@ -13,21 +13,30 @@ one scorer.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edge_agent.workload import BadRequest, pod_warnings, request_to_workload
+from edge_agent.workload import BadRequest, pod_source, pod_warnings, request_to_workload
 from iro_fed.feasibility import explain, feasible_nodes
 from iro_fed.limits import MAX_TOP_K as MAX_K
-from iro_fed.metrics.snapshot import ClusterSnapshot
+from iro_fed.metrics.snapshot import ClusterSnapshot, SnapshotQueries
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate, marginal
-from iro_fed.problem_io import MAX_NUMBER, ProblemValidationError, load_document, problem_from_dict, problem_to_dict
+from iro_fed.problem_io import (
+    DNS_SUBDOMAIN,
+    MAX_NUMBER,
+    ProblemValidationError,
+    load_document,
+    problem_from_dict,
+    problem_to_dict,
+)
 
 
 class SiteError(ValueError):
@@ -41,6 +50,12 @@ class RankingError(RuntimeError):
 
 def load_site(path: str | Path, site: str = "", allow_empty: bool = False) -> Problem:
     """The site's nodes from a problem file: the nodes of domain ``site`` (all when empty), no workloads."""
+    return load_site_and_names(path, site, allow_empty)[0]
+
+
+def load_site_and_names(path: str | Path, site: str = "", allow_empty: bool = False) -> tuple[Problem, frozenset[str]]:
+    """:func:`load_site`, and the names of every node of the file (of every domain): node discovery
+    must not add a node of another site to this one."""
     doc = load_document(path)
     full = problem_from_dict(doc, source=str(path))  # validates every field of the file
     if site and site not in full.domain_index:
@@ -51,7 +66,7 @@ def load_site(path: str | Path, site: str = "", allow_empty: bool = False) -> Pr
         out["nodes"] = [n for n in out["nodes"] if n["domain"] == site]
     if not out["nodes"] and not allow_empty:
         raise SiteError(f"site: no nodes in {'domain ' + repr(site) + ' of ' if site else ''}{path}")
-    return problem_from_dict(out, source=str(path))
+    return problem_from_dict(out, source=str(path)), frozenset(full.node_index)
 
 
 def empty_site(site: str) -> Problem:
@@ -60,34 +75,77 @@ def empty_site(site: str) -> Problem:
 
 
 DISCOVERED_LABEL = "iro-fed.io/discovered"
+#: The label of the agent's node series (``iro_node_*{node, site}``) that names its site.
+SITE_LABEL = "site"
 
 
-def add_discovered_nodes(base: Problem, snapshot: ClusterSnapshot, domain: str) -> tuple[Problem, tuple]:
+def site_queries(queries: SnapshotQueries, site_label_value: str) -> SnapshotQueries:
+    """``queries`` with the default capacity queries (those node discovery reads) limited to the
+    series of agents of this site (``{site="<site>"}``, the label every agent's node series
+    carry): with one Prometheus for several sites, every agent's node joined every site. A query
+    set in ``prometheus.queries`` is the operator's own and stays as it is."""
+    default = SnapshotQueries()
+    # A PromQL string literal: JSON's escapes (\", \\, \n, \uXXXX) are PromQL's too.
+    matcher = f"{{{SITE_LABEL}={json.dumps(site_label_value, ensure_ascii=False)}}}"
+    changes = {}
+    for key, metric in (("cpu_capacity_cores", "iro_node_cpu_capacity_cores"),
+                        ("memory_capacity_bytes", "iro_node_memory_capacity_bytes")):
+        if getattr(queries, key) == getattr(default, key):
+            changes[key] = f"max by ({queries.node_label}) ({metric}{matcher})"
+    return dataclasses.replace(queries, **changes) if changes else queries
+
+
+#: Why a node Prometheus reports does not join the site (see :func:`add_discovered_nodes`).
+OTHER_DOMAIN = "a node of another domain of the problem file"
+BAD_NODE_NAME = "not a Kubernetes node name (a lowercase RFC 1123 subdomain of at most 253 characters)"
+
+
+def discovery_refusal(name: str, file_nodes: Collection[str] = ()) -> str | None:
+    """Why node ``name`` (not yet of the site) may not join it, or None."""
+    if name in file_nodes:
+        return OTHER_DOMAIN
+    if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        return BAD_NODE_NAME
+    return None
+
+
+def add_discovered_nodes(
+    base: Problem, snapshot: ClusterSnapshot, domain: str, file_nodes: Collection[str] = ()
+) -> tuple[Problem, tuple, dict[str, str]]:
     """``base`` plus the nodes of ``snapshot`` it lacks (those that report CPU and memory
     capacity), in ``domain``, with nothing allocated (load-aware scoring fills in their usage).
 
-    Returns the problem and a key of what was added (equal keys: the same problem). Sites with
-    resources other than cpu and memory get no discovered nodes (their capacity is unknown).
-    A series the problem loader would refuse (a blank node name, a capacity over
-    :data:`~iro_fed.problem_io.MAX_NUMBER`) is left out: it failed the whole snapshot before, so
-    one bad series turned load-aware scoring off for the site.
+    Returns the problem, a key of what was added (equal keys: the same problem) and the nodes left
+    out with why (:func:`discovery_refusal`): a node of the problem file (``file_nodes``, every
+    domain) in another domain than the site's, and a name that is not a Kubernetes node's ("Bad
+    Name" joined). Sites with resources other than cpu and memory get no discovered nodes (their
+    capacity is unknown). A capacity the problem loader would refuse (over
+    :data:`~iro_fed.problem_io.MAX_NUMBER`) is left out too: it failed the whole snapshot before,
+    so one bad series turned load-aware scoring off for the site.
     """
     if set(base.resources) - {"cpu", "memory"} or domain not in base.domain_index:
-        return base, ()
-    extra = tuple(
-        (name, int(u.cpu_capacity_millicores), int(u.memory_capacity_mib))
-        for name, u in sorted(snapshot.nodes.items())
-        if name not in base.node_index and name.strip()
-        and 1 <= (u.cpu_capacity_millicores or 0) <= MAX_NUMBER and 1 <= (u.memory_capacity_mib or 0) <= MAX_NUMBER
-    )
+        return base, (), {}
+    extra = []
+    refused: dict[str, str] = {}
+    for name, u in sorted(snapshot.nodes.items()):
+        if name in base.node_index:
+            continue
+        cpu, mem = u.cpu_capacity_millicores or 0, u.memory_capacity_mib or 0
+        if not (1 <= cpu <= MAX_NUMBER and 1 <= mem <= MAX_NUMBER):
+            continue
+        why = discovery_refusal(name, file_nodes)
+        if why is not None:
+            refused[name] = why
+            continue
+        extra.append((name, int(cpu), int(mem)))
     if not extra:
-        return base, ()
+        return base, (), refused
     doc = problem_to_dict(base)
     doc["workloads"] = []
-    for name, cpu, mem in extra:
-        doc["nodes"].append({"name": name, "domain": domain, "capacity": {"cpu": cpu, "memory": mem},
+    for name, millicores, mib in extra:
+        doc["nodes"].append({"name": name, "domain": domain, "capacity": {"cpu": millicores, "memory": mib},
                              "labels": {DISCOVERED_LABEL: "true"}})
-    return problem_from_dict(doc), extra
+    return problem_from_dict(doc), tuple(extra), refused
 
 
 @dataclass
@@ -128,11 +186,11 @@ class Recommender:
         try:
             tiny = problem_from_dict(doc)
         except ProblemValidationError as exc:
-            prefix = "workload" if kind == "workload" else "pod (as workload)"
-            path, msg = exc.errors[0]
-            path = path.replace("workloads[0]", prefix, 1) if path.startswith("workloads[0]") else (path or prefix)
-            more = f" (and {len(exc.errors) - 1} more error(s))" if len(exc.errors) > 1 else ""
-            raise BadRequest(path, msg + more) from None
+            errors = [(_request_path(path, kind), msg) for path, msg in exc.errors]
+            path, msg = errors[0]
+            # Every error, not only a count of the others: the client fixes them in one go.
+            more = "; ".join(f"{p}: {m}" for p, m in errors[1:])
+            raise BadRequest(path, msg + (f" (and {len(errors) - 1} more: {more})" if more else "")) from None
         problem = cluster.replace(
             workloads=tiny.workloads, demand=tiny.demand, wl_gpu_count=tiny.wl_gpu_count, wl_gpu_milli=tiny.wl_gpu_milli
         )
@@ -187,6 +245,17 @@ class Recommender:
             doc["warnings"] = warnings
         doc["timing_ms"] = round((time.perf_counter() - start) * 1000.0, 3)
         return Recommendation(doc, problem, state, top, deltas)
+
+
+def _request_path(path: str, kind: str) -> str:
+    """A problem loader's error path (``workloads[0].max_latency_ms``) as the request's field:
+    ``workload.max_latency_ms``, or for a Pod the field or annotation that set it."""
+    if not path.startswith("workloads[0]"):
+        return path or kind
+    rest = path.removeprefix("workloads[0]").removeprefix(".")
+    if kind == "pod":
+        return pod_source(rest)
+    return f"workload.{rest}" if rest else "workload"
 
 
 #: Cached properties of a Problem that depend on the nodes only (not on the workloads); a

@@ -106,7 +106,7 @@ _CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
 
 
-def _did_you_mean(name: str, choices: Sequence[str]) -> str:
+def did_you_mean(name: str, choices: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` with the nearest of ``choices`` when one is close, else ``""``."""
     near = difflib.get_close_matches(name, choices, n=1)
     return f"; did you mean {near[0]!r}?" if near else ""
@@ -114,7 +114,7 @@ def _did_you_mean(name: str, choices: Sequence[str]) -> str:
 
 def _unknown(field: str, key: str, known: frozenset[str], what: str) -> tuple[str, str]:
     """(path, message) of an unknown field, with the nearest known name when one is close."""
-    return f"{field}.{key}", f"unknown field (not a field of {what}){_did_you_mean(key, sorted(known))}"
+    return f"{field}.{key}", f"unknown field (not a field of {what}){did_you_mean(key, sorted(known))}"
 
 
 def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bool) -> list[tuple[str, str]]:
@@ -127,7 +127,7 @@ def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bo
         name = str(name)
         if name in allowed or name.startswith("hugepages-") or (extended and "/" in name):
             continue
-        hint = _did_you_mean(name, allowed)
+        hint = did_you_mean(name, allowed)
         kinds = ", ".join((*allowed, "hugepages-<size>")) + (", or an extended resource with a '/'" if extended else "")
         where = "containers" if extended else "the pod level"
         out.append((f"{field}.{name}", f"must be a standard resource for {where} ({kinds}){hint}"))
@@ -245,7 +245,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     _check_name("pod.metadata.namespace", ns, DNS_LABEL, 63)
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
-    from iro_fed.k8s.snapshot import PodSpecError, annotation_list, pod_demand
+    from iro_fed.k8s.snapshot import PodSpecError, annotation_list, annotation_number, pod_demand
 
     if not _list(spec.get("containers"), "pod.spec.containers"):
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
@@ -283,18 +283,50 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     for ann, key, conv in (
         ("class", "class", str),
         ("user-region", "user_region", str),
-        ("max-latency-ms", "max_latency_ms", float),
+        ("max-latency-ms", "max_latency_ms", annotation_number),  # JSON number syntax, as the scheduler reads it
     ):
         value = annotations.get(ANNOTATION_PREFIX + ann)
         if not value or not value.strip():  # absent, empty or blank, as the scheduler reads it (annotation_value)
             continue
         try:
             wl[key] = conv(value.strip())
-        except (TypeError, ValueError):
-            raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", f"cannot read {value!r}") from None
+        except ValueError as exc:  # float() took "1_0" (10), "+5", "nan", "inf"
+            raise BadRequest(f"pod.metadata.annotations.{ANNOTATION_PREFIX}{ann}", str(exc)) from None
     if allowed:
         wl["allowed_domains"] = allowed
     return wl
+
+
+#: The Pod field or annotation that sets each field of the workload made of a Pod
+#: (:func:`pod_to_workload`), for naming it in the problem loader's errors.
+_ANNOTATIONS = "pod.metadata.annotations." + ANNOTATION_PREFIX
+_POD_SOURCES = (
+    ("name", "pod.metadata.name"),
+    ("requests", "pod.spec.containers[*].resources.requests"),
+    ("gpu.models", _ANNOTATIONS + "gpu-models"),
+    ("gpu.milli", _ANNOTATIONS + "gpu-milli"),
+    ("gpu", f"pod.spec.containers[*].resources.limits.{GPU_RESOURCE}"),
+    ("node_selector", "pod.spec.nodeSelector"),
+    ("tolerations", "pod.spec.tolerations"),
+    ("priority", "pod.spec.priority"),
+    ("class", _ANNOTATIONS + "class"),
+    ("user_region", _ANNOTATIONS + "user-region"),
+    ("max_latency_ms", _ANNOTATIONS + "max-latency-ms"),
+    ("allowed_domains", _ANNOTATIONS + "allowed-domains"),
+)
+
+
+def pod_source(path: str) -> str:
+    """The Pod field that set the workload field at ``path`` (relative to the workload:
+    ``max_latency_ms`` -> ``pod.metadata.annotations.iro-fed.io/max-latency-ms``,
+    ``tolerations[1].operator`` -> ``pod.spec.tolerations[1].operator``). An annotation is named
+    whole (its value is one string, an item of a list annotation has no path of its own)."""
+    for field, source in _POD_SOURCES:
+        if path == field or path.startswith((field + ".", field + "[")):
+            if source.startswith(_ANNOTATIONS) or field == "gpu":  # gpu.count: the whole-card limit
+                return source
+            return source + path[len(field):]
+    return f"pod (as workload).{path}" if path else "pod"
 
 
 def request_to_workload(body: Any, resources: tuple[str, ...]) -> tuple[dict[str, Any], str]:

@@ -38,14 +38,14 @@ def test_accepted_outcomes_are_kept_and_new_ones_refused_with_503_while_the_stor
     assert agent.store.flush(timeout=60)
     with write_lock(path):
         for did in (d1, d2):
-            status, _, reply = post(f"{url}/outcome", {"decision_id": did, "observed": {"ok": did}})
+            status, _, reply = post(f"{url}/outcome", {"decision_id": did, "node": "e2", "observed": {"ok": did}})
             assert status == 202 and reply["status"] == "pending", reply
         assert agent.store.pending == 2
         # A decision made meanwhile waits too; over max_pending it is what goes, not an accepted outcome.
         d4 = decide(http, url)
         wait_until(lambda: agent.store.failed == 1, "the newest decision dropped for max_pending")
         assert agent.store.pending == 2
-        status, headers, reply = post(f"{url}/outcome", {"decision_id": d3, "observed": {"ok": d3}})
+        status, headers, reply = post(f"{url}/outcome", {"decision_id": d3, "node": "e2", "observed": {"ok": d3}})
         assert status == 503 and reply["field"] is None, reply
         assert "store.max_pending (2)" in reply["error"] and "send it again" in reply["error"]
         assert int(headers["Retry-After"]) >= 1
@@ -56,9 +56,9 @@ def test_accepted_outcomes_are_kept_and_new_ones_refused_with_503_while_the_stor
     assert committed(path)[0] == [d1, d2, d3]  # d4 was dropped (counted in failed), nothing else
     assert d4 not in committed(path)[0]
     # The caller learns each fate by sending the outcome again: stored (200), or taken now (202).
-    status, _, reply = post(f"{url}/outcome", {"decision_id": d1, "observed": {"ok": d1}})
+    status, _, reply = post(f"{url}/outcome", {"decision_id": d1, "node": "e2", "observed": {"ok": d1}})
     assert status == 200 and reply["status"] == "duplicate", reply
-    status, _, reply = post(f"{url}/outcome", {"decision_id": d3, "observed": {"ok": d3}})
+    status, _, reply = post(f"{url}/outcome", {"decision_id": d3, "node": "e2", "observed": {"ok": d3}})
     assert status == 202 and reply["status"] == "recorded", reply
     metrics = http("GET", f"{url}/metrics")[1]
     assert 'iro_agent_requests_total{code="503",handler="outcome"} 1.0' in metrics
@@ -96,7 +96,7 @@ def test_outcomes_still_pending_at_close_are_counted_and_logged(start_agent, htt
     agent.log.addHandler(handler)
     try:
         with write_lock(tmp_path / "exp.db"):
-            status, _, reply = post(f"{url}/outcome", {"decision_id": did, "observed": {}})
+            status, _, reply = post(f"{url}/outcome", {"decision_id": did, "node": "e2", "observed": {}})
             assert status == 202 and reply["status"] == "pending"
             agent.stop()  # the file still fails: the outcome cannot be written
     finally:

@@ -56,8 +56,7 @@ def test_a_different_second_outcome_is_a_conflict_and_the_first_stays(start_agen
     did = decide(http, url)
     assert http("POST", f"{url}/outcome", {"decision_id": did, "node": "e2", "observed": {"latency_ms": 4.2}})[0] == 202
     for other in ({"decision_id": did, "node": "e2", "observed": {"latency_ms": 9.9}},
-                  {"decision_id": did, "node": "e3", "observed": {"latency_ms": 4.2}},
-                  {"decision_id": did, "observed": {"latency_ms": 4.2}}):
+                  {"decision_id": did, "node": "e3", "observed": {"latency_ms": 4.2}}):
         status, reply = http("POST", f"{url}/outcome", other)
         assert status == 409 and reply["field"] == "decision_id", reply
         assert reply["error"].startswith("decision_id: ") and "already has another outcome" in reply["error"]
@@ -69,7 +68,7 @@ def test_a_different_second_outcome_is_a_conflict_and_the_first_stays(start_agen
 def test_an_unknown_decision_id_is_a_400_naming_it(start_agent, http, tmp_path) -> None:
     agent, url = start_agent()
     decide(http, url)
-    status, reply = http("POST", f"{url}/outcome", {"decision_id": "no-such-decision", "observed": {"x": 1}})
+    status, reply = http("POST", f"{url}/outcome", {"decision_id": "no-such-decision", "node": "e2", "observed": {"x": 1}})
     assert status == 400 and reply["field"] == "decision_id", reply
     assert reply["error"].startswith("decision_id: unknown decision 'no-such-decision'")
     assert agent.store.flush()
@@ -82,7 +81,7 @@ def test_without_recording_decisions_no_outcome_is_taken(start_agent, http, tmp_
     agent, url = start_agent(recommend={"record": False})
     status, reply = http("POST", f"{url}/recommend", WEB)
     assert status == 200 and "decision_id" not in reply
-    status, reply = http("POST", f"{url}/outcome", {"decision_id": "anything", "observed": {}})
+    status, reply = http("POST", f"{url}/outcome", {"decision_id": "anything", "node": "e2", "observed": {}})
     assert status == 400 and reply["field"] == "decision_id"
     assert agent.store.flush() and outcome_rows(tmp_path / "exp.db") == []
 

@@ -188,15 +188,20 @@ def test_client_against_real_prometheus(scene, free_port_factory):
         build_snapshot(client, SnapshotQueries(cpu_used_cores="rate(up)"))
 
 
-def test_site_nodes_discovered_from_prometheus(scene, tmp_path):
-    """Without a problem file, an agent takes its site's nodes from Prometheus (capacity and usage)."""
-    prom = scene["prom"]
+def _observer(tmp_path, prom_url: str, site: str) -> Agent:
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump({
-        "site": "edge-lab", "node_name": "observer", "listen": {"port": 0},
-        "prometheus": {"url": prom.url, "scoring": "usage", "discover_nodes": True, "refresh_interval_s": 0.3},
+        "site": site, "node_name": "observer", "listen": {"port": 0},
+        "prometheus": {"url": prom_url, "scoring": "usage", "discover_nodes": True, "refresh_interval_s": 0.3},
         "collect": {"interval_s": 3600}, "backoff": {"initial_s": 0.2, "max_s": 0.5}, "log_level": "error",
     }))
-    agent = Agent(load_config(tmp_path / "agent.yaml", env={}))
+    return Agent(load_config(tmp_path / "agent.yaml", env={}))
+
+
+def test_site_nodes_discovered_from_prometheus(scene, tmp_path):
+    """Without a problem file, an agent takes its site's nodes from Prometheus (capacity and usage):
+    those whose agents carry its site label (site="edge-1"), not another site's."""
+    prom = scene["prom"]
+    agent = _observer(tmp_path, prom.url, "edge-1")
     agent.start()
     try:
         url = f"http://127.0.0.1:{agent.port}"
@@ -209,7 +214,7 @@ def test_site_nodes_discovered_from_prometheus(scene, tmp_path):
             assert "the site has no nodes yet" in " ".join(first["degraded"])
         site = agent.view.site
         [node] = site.nodes
-        assert node.name == "agent-node" and node.domain == "edge-lab" and node.labels["iro-fed.io/discovered"] == "true"
+        assert node.name == "agent-node" and node.domain == "edge-1" and node.labels["iro-fed.io/discovered"] == "true"
         values = exported(scene["url"])
         labels = (("node", "agent-node"), ("site", "edge-1"))
         assert site.capacity[0, site.resource_index["cpu"]] == int(values[("iro_node_cpu_capacity_cores", labels)] * 1000)
@@ -220,5 +225,9 @@ def test_site_nodes_discovered_from_prometheus(scene, tmp_path):
                                      method="POST")
         reply = json.loads(urllib.request.urlopen(req, timeout=10).read())
         assert [e["node"] for e in reply["nodes"]] == ["agent-node"] and reply["scoring"] == "usage", reply
+        # An agent of another site, on the same Prometheus, takes none of edge-1's nodes.
+        other = _observer(tmp_path, prom.url, "edge-lab")
+        other._perception_step()  # not started: one snapshot by hand (a real Prometheus runs the query)
+        assert other.prometheus_state["up"] is True and other.view.site.num_nodes == 0
     finally:
         agent.stop()
