@@ -225,14 +225,16 @@ class UsageModel:
             return None
         return float(network_ms) + self.latency_offset_ms.get(klass, 0.0)
 
-    def fit(self, samples: Iterable[Sample | tuple[Any, float, float]]) -> dict[str, float]:
+    def fit(self, samples: Iterable[Sample | tuple[Any, float, float]],
+            typical: Iterable[Sample | tuple[Any, float, float]] | None = None) -> dict[str, float]:
         """Refit the factors of the classes present in ``samples`` by NNLS; returns the factors.
 
         A sample is a :class:`Sample` or ``(requests, capacity, observed)`` with ``requests`` a
-        number (one class) or a mapping class -> millicores.
+        number (one class) or a mapping class -> millicores. ``typical``: the observations whose
+        mean squared share of each class sizes the pull towards the previous factors (the loop
+        passes its whole window; default: ``samples``).
         """
-        rows = [s if isinstance(s, Sample) else Sample(-1, _as_requests(s[0]), float(s[1]), float(s[2]))
-                for s in samples]
+        rows = [_as_sample(s) for s in samples]
         rows = [s for s in rows if s.capacity > 0 and s.requests and s.observed < self.saturated]
         if not rows:
             return dict(self.factors)
@@ -247,8 +249,7 @@ class UsageModel:
         # The pull towards the previous factors (of classes fitted before) only matters when
         # classes can be confused.
         known = np.array([c in self.factors for c in classes], dtype=np.float64)
-        typical = (x * x).sum(axis=0) / np.maximum((x > 0).sum(axis=0), 1)  # mean x^2 where the class runs
-        weight = np.sqrt(self.prior_samples * known * typical) if len(classes) > 1 else np.zeros(1)
+        weight = np.sqrt(self.prior_samples * known * _typical(x, col, typical)) if len(classes) > 1 else np.zeros(1)
         a = np.vstack([x, np.diag(weight)])
         b = np.concatenate([y, weight * prior])
         f = nnls(a, b)
@@ -268,6 +269,38 @@ class UsageModel:
 
     def copy(self) -> UsageModel:
         return replace(self, factors=dict(self.factors), latency_offset_ms=dict(self.latency_offset_ms))
+
+
+def _newest(decisions: Sequence[Decision]) -> Decision:
+    """The decision made last by its time ``at`` (of equal times, the one recorded last): one
+    recorded late with an older time (a bind worker that finished after another) is not what the
+    node holds now."""
+    return max(reversed(decisions), key=lambda d: d.at)
+
+
+def _as_sample(s: Sample | tuple[Any, float, float]) -> Sample:
+    return s if isinstance(s, Sample) else Sample(-1, _as_requests(s[0]), float(s[1]), float(s[2]))
+
+
+def _typical(x: np.ndarray, col: Mapping[str, int], typical: Iterable[Any] | None) -> np.ndarray:
+    """Per class of ``col``: the mean squared share (request / capacity) over the observations
+    where it runs, of ``typical`` (else of the fit's own rows ``x``). From the fit's rows alone, a
+    class on one lightly loaded node among the recent ones got a pull worth almost nothing and
+    its factor collapsed (edge-iot's ingest-edge-oslo 0.50 -> 0.13 while its use rose 1.6 x)."""
+    if typical is None:
+        return (x * x).sum(axis=0) / np.maximum((x > 0).sum(axis=0), 1)
+    total, count = np.zeros(len(col)), np.zeros(len(col))
+    for s in map(_as_sample, typical):
+        if s.capacity <= 0:
+            continue
+        for c, r in s.requests.items():
+            j = col.get(c)
+            if j is not None and r > 0:
+                total[j] += (r / s.capacity) ** 2
+                count[j] += 1
+    # A class absent from ``typical`` keeps the pull its own rows give.
+    own = (x * x).sum(axis=0) / np.maximum((x > 0).sum(axis=0), 1)
+    return np.where(count > 0, total / np.maximum(count, 1), own)
 
 
 # --- decisions, triggers, configuration -------------------------------------------------------
@@ -330,7 +363,7 @@ class Trigger:
     error_after: float  # mean absolute error of the refitted model on those samples (a latency trigger: ms)
     actions: list[str] = field(default_factory=list)
     results: dict[str, str] = field(default_factory=dict)
-    settled_error: float | None = None  # moving error at the end of the cooldown
+    settled_error: float | None = None  # moving error of ``quantity`` at the end of the cooldown
     settle_refits: int = 0
 
     @property
@@ -687,7 +720,7 @@ class FeedbackLoop:
             if req is None:
                 # What the node held when measured: its newest decision made by then.
                 known = [d for d in (self._basis.get(node), *done) if d is not None and d.at <= now]
-                basis = known[-1] if known else pred if pred is not None and pred.at <= now else None
+                basis = _newest(known) if known else pred if pred is not None and pred.at <= now else None
                 if basis is None:  # every decision known on the node came after the measurement
                     return None
                 req = dict(basis.requests)
@@ -700,7 +733,7 @@ class FeedbackLoop:
             else:
                 self.pending.pop(node, None)
             if done:
-                self._basis[node] = done[-1]
+                self._basis[node] = _newest([d for d in (self._basis.get(node), *done) if d is not None])
             if pred is not None:  # the node has per-node state
                 self._touch(node)
             for d in done:
@@ -808,7 +841,9 @@ class FeedbackLoop:
         """Refit the factors on ``samples`` and the latency offsets on the readings from
         ``since_reading`` on. Returns the factors and their in-sample error, and how many latency
         samples the offsets were fitted on and their in-sample error (ms)."""
-        self.model.fit(samples)
+        # The pull towards the previous factors is sized over the whole window (the documented
+        # "typical observations"), not over the few rows of a recent refit.
+        self.model.fit(samples, typical=self.experience)
         lat = [(k, n, o) for r, k, n, o in self.latency_experience if r >= since_reading]
         lat_mae = 0.0
         if lat:
@@ -848,7 +883,6 @@ class FeedbackLoop:
         if fire:
             return self._fine_tune(quantity, det, index, now)
         if self._active is not None:
-            util = self.detectors["utilization"]
             if cfg.settle_every and self._since_refit >= cfg.settle_every and self._settle_start is not None:
                 # What came after the trigger is surely the new regime: fit on it once there is
                 # enough (node observations and latency readings each on their own count).
@@ -864,8 +898,9 @@ class FeedbackLoop:
                     since_reading = self._lat_settle_start
                 self._refit(after, since_reading)
                 self._active.settle_refits += 1
-            if self.detectors[self._active.quantity].armed:
-                self._active.settled_error = util.value
+            own = self.detectors[self._active.quantity]
+            if own.armed:  # settled in the trigger's own quantity (a latency trigger: ms)
+                self._active.settled_error = own.value
                 self._active = None
                 self._settle_start = None
             return None
@@ -896,7 +931,7 @@ class FeedbackLoop:
                           samples, before, after, error_after, [action_name(a) for a in self.actions])
         self.signals.append(trigger)
         if self._active is not None and self._active.settled_error is None:
-            self._active.settled_error = self.detectors["utilization"].value
+            self._active.settled_error = self.detectors[self._active.quantity].value
         self._active = trigger
         self._active_reading = self.latency_readings
         self._settle_start = start
@@ -1114,6 +1149,18 @@ class FederatedRoundRequest:
         return str(path)
 
 
+def fine_tune_min_steps(config: Mapping[str, Any] | None = None) -> int:
+    """The fewest decisions a :class:`DQNFineTune` with these DQN settings (default: the ``dqn``
+    solver's defaults) needs for one gradient update: a batch of transitions (``learning_starts``
+    when given and larger), each complete ``n_step`` - 1 decisions after it was made (one env)."""
+    from solvers.dqn.config import DQNConfig
+
+    cfg = {**DQNConfig().to_dict(), **(config or {})}
+    batch = int(cfg["batch_size"])
+    starts = int(config["learning_starts"]) if config and "learning_starts" in config else batch
+    return max(max(starts, batch) + int(cfg["n_step"]) - 1, int(cfg["train_every"]))
+
+
 class DQNFineTune:
     """Local DQN fine-tuning on recent simulator experience, published atomically.
 
@@ -1169,6 +1216,10 @@ class DQNFineTune:
         cfg = {**start.config.to_dict(), **self.config}
         if "learning_starts" not in self.config:  # a trained policy need not wait long before learning
             cfg["learning_starts"] = min(int(cfg["learning_starts"]), max(int(cfg["batch_size"]), self.steps // 4))
+        least = fine_tune_min_steps(cfg)
+        if self.steps < least:  # it would publish the starting weights as a "fine-tuned" version
+            raise ValueError(f"steps: {self.steps} decisions make no gradient update with this policy's settings "
+                             f"(batch_size {cfg['batch_size']}, n_step {cfg['n_step']}); need at least {least}")
         initial = {k: v.detach().clone() for k, v in start.agent.online.state_dict().items()}
         env_fns = self.env_fns or [self._env_fn(cfg["top_k"])]
         meta: dict[str, Any] = {"fine_tune": {
@@ -1182,6 +1233,11 @@ class DQNFineTune:
         learned = [n for n, _ in solver.agent.online.named_parameters()]
         changed = float(sum(float((state[k].float() - initial[k].float()).abs().sum()) for k in learned))
         where = str(self.out) if self.out is not None else ""
+        if result.updates == 0:  # a time limit, or episodes too short to fill a batch: nothing learned
+            raise RuntimeError(f"trained {result.steps} steps but made no gradient update (need "
+                               f"{max(int(cfg['learning_starts']), int(cfg['batch_size']))} transitions first): "
+                               + ("nothing published" if self.registry is not None
+                                  else f"{where} holds the starting weights"))
         if self.registry is not None:
             from iro_fed.federated.registry import PolicyRegistry
 
@@ -1231,6 +1287,6 @@ def _metrics(registry: Any) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_CLASS", "QUANTITIES", "DQNFineTune", "Decision", "DriftDetector", "DriftSignal", "FederatedRoundRequest",
-    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "Prediction", "Sample", "Trigger", "UsageModel",
+    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "fine_tune_min_steps", "Prediction", "Sample", "Trigger", "UsageModel",
     "network_latency", "nnls", "observe_snapshot", "placement_terms",
 ]

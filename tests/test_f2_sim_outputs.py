@@ -26,7 +26,7 @@ RUN = ["--scenario", "bank", "--hours", "1"]
         (["--set", "carbon.DE=/nonexistent.csv"], "--set carbon.DE: /nonexistent.csv: cannot read file"),
         (["--feedback-set", "bad=1"], "--feedback-set bad: unknown setting"),
         (["--delay-steps", "9999"], "--delay-steps: must be less than the run's 60 steps"),
-        (["--dqn-steps", "0"], "--dqn-steps: must be between 1 and"),
+        (["--dqn-steps", "0"], "--dqn-steps: must be at least 66"),
         (["--dqn-policy", "/nonexistent/p.pt"], "--dqn-policy: no such file"),
         (["--seed", "-1"], "--seed: must be between 0 and"),
     ],

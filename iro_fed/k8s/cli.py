@@ -304,7 +304,11 @@ def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> int:
                 write_file_atomic(ready_file, lambda tmp: Path(tmp).write_text(server.url + "\n"))
             return wait_for_stop()
         finally:
-            server.shutdown()
+            server.shutdown()  # no new connections
+            server.close_idle_reads()  # no new requests: idle connections close, one under way is answered
+            # The request threads are daemons: the replies still due are waited for, no longer than
+            # the caller waits for them (kube-scheduler's httpTimeout, the webhook's timeoutSeconds).
+            server.wait_closed(server.body_timeout_s)
             server.server_close()
             if cache is not None:
                 cache.stop()
@@ -408,7 +412,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
 
     if args.fallback not in solvers.registered():
         raise UsageError(f"--fallback: unknown solver {args.fallback!r}")
-    if (args.fine_tune_registry or args.round_request) and args.feedback_threshold is None:
+    if (args.fine_tune_registry is not None or args.round_request is not None) and args.feedback_threshold is None:
         raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
     actions = _fine_tune_actions(args)
     kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}", api_timeout)
@@ -490,6 +494,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             start_http_server(args.metrics_port, registry=registry)
         except OSError as exc:
             raise UsageError(f"--metrics-port: cannot listen on {args.metrics_port}: {exc.strerror or exc}") from exc
+    for flag, folder in _action_folders(args):  # every flag accepted (the port too): now they are made
+        check_output_folder(flag, folder)
     _settings_table("iro scheduler", [
         ("scheduler name", args.name),
         ("identity", sched.identity),
@@ -515,16 +521,25 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return stop_status(signum)
 
 
+def _action_folders(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(flag, folder)`` of the fine-tune actions given (an empty one included, to be refused)."""
+    given = (("--round-request", args.round_request), ("--fine-tune-registry", args.fine_tune_registry))
+    return [(flag, folder) for flag, folder in given if folder is not None]
+
+
 def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
     """The fine-tune actions of ``iro scheduler`` on drift (they run on the loop's worker thread)."""
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
+    from iro_fed.sim.cli import _check_output_folder, check_fine_tune_steps
 
-    check_int("--fine-tune-steps", args.fine_tune_steps, 1, MAX_TRAIN_STEPS)
-    # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail now.
-    if args.round_request:
-        check_output_folder("--round-request", args.round_request)
-    if args.fine_tune_registry:
-        check_output_folder("--fine-tune-registry", args.fine_tune_registry)
+    check_fine_tune_steps("--fine-tune-steps", args.fine_tune_steps)
+    # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail
+    # now. They are only checked here, and made by cmd_scheduler once every flag is accepted
+    # (a later bad flag exited 2 leaving them behind).
+    for flag, folder in _action_folders(args):
+        if not folder.strip():  # "" was falsy: the action was silently left out
+            raise UsageError(f"{flag}: expected a folder, got {folder!r}")
+        _check_output_folder(flag, folder)
     actions: list[Any] = []
     try:
         if args.round_request:
@@ -639,7 +654,7 @@ def register(sub: Any) -> None:
                         "--fine-tune-scenario and publish it to the policy registry DIR")
     p.add_argument("--fine-tune-scenario", default="edge-iot", metavar="NAME",
                    help="simulator scenario of the DQN fine-tune (default edge-iot)")
-    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256, at most {MAX_TRAIN_STEPS:,})")
+    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256; at least 66, one gradient update; at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")

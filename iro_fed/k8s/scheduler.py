@@ -86,6 +86,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -213,6 +214,34 @@ def explain_placement(problem: Any, state: ClusterState, assignment: np.ndarray,
     return delta_r, terms, runner, gap
 
 
+def _policy_registry(solver: str, params: Mapping[str, Any]) -> Path | None:
+    """The policy-registry folder a ``dqn`` solver's ``policy`` setting names (None: a checkpoint
+    file, or another solver). A path not there yet counts: ``--fine-tune-registry`` with the same
+    folder makes it after the scheduler is built, and its first version is then loaded."""
+    policy = params.get("policy")
+    if solver != "dqn" or not isinstance(policy, str) or not policy or Path(policy).is_file():
+        return None
+    return Path(policy)
+
+
+def _latest_pointer(registry: Path) -> str | None:
+    """What a registry's ``latest`` names (its text, or a symlink's target); None: none readable."""
+    latest = registry / "latest"
+    try:
+        return "-> " + os.readlink(latest) if latest.is_symlink() else latest.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _preload(solver: Any) -> None:
+    """Load a solver's model now (``preload``), or the primary's of a composite: the fallback
+    wrapper would hide a bad policy by falling back on every batch."""
+    for inner in (solver, getattr(solver, "_primary", None)):
+        load = getattr(inner, "preload", None)
+        if callable(load):
+            load()
+
+
 class IroScheduler:
     """The scheduler. ``run()`` blocks until :meth:`stop`; :meth:`schedule_batch` is one step."""
 
@@ -256,8 +285,14 @@ class IroScheduler:
         self.max_batch = max_batch
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         # Built once here so a bad solver name or setting fails at start-up, not per batch.
-        self.solver = solvers.make("fallback", primary=solver, primary_params=solver_params or {}, fallback=fallback,
-                                   time_limit_s=time_limit_s)
+        self._solver_args = {"primary": solver, "primary_params": dict(solver_params or {}), "fallback": fallback,
+                             "time_limit_s": time_limit_s}
+        self.solver = solvers.make("fallback", **self._solver_args)
+        # A dqn policy read from a registry folder follows its ``latest`` (the fine-tunes this
+        # process publishes with --fine-tune-registry, or anyone's): reloaded before a batch.
+        self.policy_registry = _policy_registry(solver, solver_params or {})
+        self.policy_version = _latest_pointer(self.policy_registry) if self.policy_registry else None
+        self._policy_refused: str | None = None  # the pointer of a version that failed to load
         self.config = config or ClusterConfig()
         # refresh_s=0: no background model builds; the scheduler builds its own (with the pods it
         # assumed) from the cache's stores when it solves.
@@ -600,6 +635,30 @@ class IroScheduler:
         return ClusterModel(self.cache.nodes.items(), [*store.values(), *_unconfirmed(assumed, store)], self.config,
                             doc_cache=self._node_docs)
 
+    def refresh_policy(self) -> bool:
+        """With a dqn policy registry: when its ``latest`` names another version than the one in
+        use, build the solver on it and swap it in (True). A version that fails to load is logged
+        once and the last good policy stays (as the edge agent's registry poll does); the solver
+        would otherwise fall back to the heuristic on every batch."""
+        import solvers
+
+        if self.policy_registry is None:
+            return False
+        pointer = _latest_pointer(self.policy_registry)
+        if pointer is None or pointer in (self.policy_version, self._policy_refused):
+            return False
+        try:
+            fresh = solvers.make("fallback", **self._solver_args)
+            _preload(fresh)
+        except Exception as exc:  # a half-written, corrupt or incompatible version: keep the last good one
+            self._policy_refused = pointer
+            log.warning("policy registry %s: latest %r cannot be loaded (%s: %s); still using %r",
+                        self.policy_registry, pointer, type(exc).__name__, exc, self.policy_version)
+            return False
+        log.info("policy registry %s: now using %r (was %r)", self.policy_registry, pointer, self.policy_version)
+        self.solver, self.policy_version, self._policy_refused = fresh, pointer, None
+        return True
+
     def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
         """Solve ``pods`` jointly on the current cluster, bind, record events and conditions."""
         version = self._moves
@@ -620,6 +679,7 @@ class IroScheduler:
                 return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
             snap = model.with_pods(good)
         problem = snap.problem
+        self.refresh_policy()
         placement = self.solver.solve(problem)
         info = placement.info or {}
         state = ClusterState.with_assignment(problem, placement.assignment, placement.gpu_cards)

@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
     f.add_argument("--dqn-policy", metavar="FILE", help="with --dqn-registry: policy to start from while the registry is empty "
                                                       "(default: the shipped one)")
     f.add_argument("--dqn-steps", type=int, default=256,
-                   help=f"decisions of DQN fine-tuning per trigger (default 256, at most {MAX_TRAIN_STEPS:,})")
+                   help=f"decisions of DQN fine-tuning per trigger (default 256; at least 66, one gradient update; at most {MAX_TRAIN_STEPS:,})")
     f.add_argument("--round-request", metavar="DIR", help="fine-tune action: write a federated round request into DIR/requests")
     f.add_argument("--out", metavar="FILE", help="write the JSON report (fixed keys, then per-step series) here")
     f.set_defaults(func=cmd_feedback_sim)
@@ -126,8 +126,35 @@ def _check_run_args(args: argparse.Namespace) -> None:
         if run_steps(args.hours, STEP_S) < 1:  # the scenarios round hours to whole steps
             raise UsageError(f"--hours: must cover at least one step of {STEP_S:g} s, got {args.hours:g}")
     check_seed("--seed", args.seed)
+    _refuse_empty(("--out", args.out))
     if args.out:
         check_output_file("--out", args.out, make=False)
+
+
+def _refuse_empty(*paths: tuple[str, str | None]) -> None:
+    """Refuse a path flag given as "" (or blank): the commands test a path's truthiness, so
+    ``--out ""`` ran, exited 0 and wrote nothing."""
+    from iro_fed.cli import UsageError
+
+    for flag, path in paths:
+        if path is not None and not path.strip():
+            raise UsageError(f"{flag}: expected a path, got {path!r}")
+
+
+def check_fine_tune_steps(flag: str, steps: int) -> int:
+    """``steps`` of DQN fine-tuning per trigger: enough for one gradient update with the ``dqn``
+    solver's settings (fewer published the starting weights as a new "fine-tuned" version) and at
+    most ``MAX_TRAIN_STEPS``. ``iro scheduler --fine-tune-steps`` shares it."""
+    from iro_fed.cli import UsageError
+    from iro_fed.feedback import fine_tune_min_steps
+
+    least = fine_tune_min_steps()
+    if steps < least:
+        raise UsageError(f"{flag}: must be at least {least} (fewer decisions make no gradient update: the DQN "
+                         f"learns once it holds a batch of transitions), got {steps}")
+    if steps > MAX_TRAIN_STEPS:
+        raise UsageError(f"{flag}: must be between {least} and {MAX_TRAIN_STEPS}, got {steps}")
+    return steps
 
 
 def _check_output_folder(flag: str, path: str) -> None:
@@ -181,6 +208,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from iro_fed.sim.signals import SignalFormatError
 
     _check_run_args(args)
+    _refuse_empty(("--plot", args.plot))
     if args.plot:
         from iro_fed.plots import check_plot_file
 
@@ -288,7 +316,7 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, check_int
+    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
@@ -306,7 +334,9 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     if args.delay_steps >= steps:
         raise UsageError(f"--delay-steps: must be less than the run's {steps} steps of {STEP_S:g} s (--hours "
                          f"{args.hours:g}), got {args.delay_steps}: no decision would be observed")
-    check_int("--dqn-steps", args.dqn_steps, 1, MAX_TRAIN_STEPS)
+    check_fine_tune_steps("--dqn-steps", args.dqn_steps)
+    _refuse_empty(("--dqn-registry", args.dqn_registry), ("--dqn-policy", args.dqn_policy),
+                  ("--round-request", args.round_request))
     if args.dqn_policy:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
             raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")

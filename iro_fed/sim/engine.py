@@ -383,6 +383,16 @@ class Simulator:
             self.usage_shift_step = int(math.ceil(cfg.usage_shift_at_h * 3600.0 / sc.step_s - 1e-9))
             shifted = np.array([fnmatch.fnmatchcase(c, cfg.usage_shift_class) for c in self.usage_class], dtype=bool)
             self.usage_shifted = shifted
+            # Refused rather than run: a shift that changes no pod (a glob in the wrong case, an
+            # hour past the end) gave a run whose report still claimed the shift.
+            if not shifted.any():
+                known = sorted(set(self.usage_class))
+                more = f", ... ({len(known)} in all)" if len(known) > 20 else ""
+                raise SimConfigError(f"setting 'usage_shift_class': {cfg.usage_shift_class!r} matches no usage class "
+                                     f"(known: {', '.join(known[:20])}{more}; the glob is case-sensitive)")
+            if self.usage_shift_step >= sc.steps:
+                raise SimConfigError(f"setting 'usage_shift_at_h': {cfg.usage_shift_at_h:g} is at or past the run's "
+                                     f"end ({sc.steps * sc.step_s / 3600.0:g} h): no step would be shifted")
 
     def _domains_at(self, t: int) -> list[Domain]:
         c = self.sc.carbon_now(t)

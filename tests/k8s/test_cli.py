@@ -46,7 +46,7 @@ def test_help_lists_the_kubernetes_commands(capsys):
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
           "--fine-tune-scenario", "nope"], "--fine-tune-scenario: unknown scenario 'nope'"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--fine-tune-registry", "/tmp/x",
-          "--fine-tune-steps", "0"], "--fine-tune-steps: must be between 1 and 100000000, got 0"),
+          "--fine-tune-steps", "0"], "--fine-tune-steps: must be at least 66 (fewer decisions make no gradient update"),
         (["scheduler", "--kubeconfig", __file__, "--feedback-threshold", "0.1", "--round-request", __file__],
          "exists and is not a folder"),
     ],
@@ -154,10 +154,10 @@ def test_scheduler_fine_tune_options_build_the_loop_actions(tmp_path):
     from iro_fed.k8s.cli import _fine_tune_actions
 
     args = argparse.Namespace(name="iro-edge", fine_tune_registry=str(tmp_path / "reg"), fine_tune_scenario="bank",
-                              fine_tune_steps=64, round_request=str(tmp_path / "reg"))
+                              fine_tune_steps=128, round_request=str(tmp_path / "reg"))
     req, tune = _fine_tune_actions(args)
     assert isinstance(req, FederatedRoundRequest) and req.site == "iro-edge" and req.root == tmp_path / "reg"
-    assert isinstance(tune, DQNFineTune) and tune.scenario == "bank" and tune.steps == 64
+    assert isinstance(tune, DQNFineTune) and tune.scenario == "bank" and tune.steps == 128
     assert tune.registry == tmp_path / "reg"
 
 
@@ -262,7 +262,7 @@ def test_a_cluster_config_with_a_byte_order_mark_loads(tmp_path, capsys, monkeyp
     [
         (["--window-s", "1e10"], "--window-s: must be >= 0 and finite, at most 3600, got 1e+10"),
         (["--metrics-poll-s", "1e10"], "--metrics-poll-s: must be > 0 and finite, at most 86400, got 1e+10"),
-        (["--fine-tune-steps", "1000000000000"], "--fine-tune-steps: must be between 1 and 100000000"),
+        (["--fine-tune-steps", "1000000000000"], "--fine-tune-steps: must be between 66 and 100000000"),
     ],
 )
 def test_scheduler_waits_and_counts_out_of_range_exit_2_from_the_command(tmp_path, argv, message):

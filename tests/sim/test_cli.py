@@ -135,7 +135,7 @@ def _iro(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
         # a delay as long as the run: every decision's observation fell after its end (nothing observed)
         (["feedback-sim", "--delay-steps", "100000"], "--delay-steps: must be less than the run's 720 steps of 60 s"),
         (["feedback-sim", "--hours", "1", "--delay-steps", "60"], "--delay-steps: must be less than the run's 60 steps"),
-        (["feedback-sim", "--dqn-steps", "1000000000000"], "--dqn-steps: must be between 1 and 100000000"),
+        (["feedback-sim", "--dqn-steps", "1000000000000"], "--dqn-steps: must be between 66 and 100000000"),
     ],
 )
 def test_unbounded_run_sizes_exit_2_naming_the_flag(tmp_path, argv, message):
