@@ -30,7 +30,6 @@ import argparse
 import cProfile
 import csv
 import gc
-import json
 import os
 import platform
 import pstats
@@ -48,6 +47,10 @@ from rich.table import Table
 
 import iro_fed
 import solvers
+from iro_fed.cli import UsageError, check_int, check_names, check_output_file, check_seed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
@@ -57,6 +60,8 @@ POD_CSV = "openb_pod_list_default.csv"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "decision_throughput.json"
 
 DEFAULT_NODES = (1000, 5000, 20000)
+#: Largest cluster a run may build (in memory): a typo fails at once, not after allocating.
+MAX_NODES = 1_000_000
 DEFAULT_SOLVERS = ("kube-default", "best-fit", "greedy-objective")
 DEFAULT_PODS = 2000
 DEFAULT_WARMUP = 50
@@ -518,8 +523,8 @@ def int_list(text: str) -> list[int]:
         values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not values or any(not 0 < v <= MAX_NODES for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers from 1 to {MAX_NODES:,}, got {text!r}")
     return values
 
 
@@ -546,26 +551,54 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def online_solvers() -> list[str]:
+    return [n for n, cls in solvers.registered().items() if issubclass(cls, solvers.OnlineSolver)]
+
+
+def check_profile(spec: str | None) -> None:
+    """``--profile``: ``auto`` or ``[SOLVER][@NODES]`` with an online solver and NODES >= 1 (an
+    offline solver failed with AttributeError, a bad NODES with ValueError, both after the run)."""
+    if spec is None or spec == "auto":
+        return
+    solver, _, nodes = spec.partition("@")
+    if solver and solver not in online_solvers():
+        raise UsageError(f"--profile: {solver!r} is not a registered online solver (online: {', '.join(online_solvers())})")
+    if nodes:
+        try:
+            count = int(nodes)
+        except ValueError:
+            raise UsageError(f"--profile: expected SOLVER@NODES with an integer NODES, got {spec!r}") from None
+        check_int("--profile", count, 1, MAX_NODES)
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Every value checked and read in place before any work (UsageError naming the flag);
+    --quick's values only where the flag was not given."""
+    args.nodes = args.nodes or list(QUICK_NODES if args.quick else DEFAULT_NODES)
+    args.pods = args.pods if args.pods is not None else (QUICK_PODS if args.quick else DEFAULT_PODS)
+    args.warmup = args.warmup if args.warmup is not None else (QUICK_WARMUP if args.quick else DEFAULT_WARMUP)
+    check_int("--pods", args.pods, 1, 10_000_000)
+    check_int("--warmup", args.warmup, 0, 10_000_000)
+    args.solvers = check_names("--solvers", args.solvers or ",".join(DEFAULT_SOLVERS), list(solvers.registered()))
+    offline = [s for s in args.solvers if s not in online_solvers()]
+    if offline:
+        raise UsageError(f"--solvers: not online solvers (no per-pod decide): {', '.join(offline)}")
+    check_seed("--seed", args.seed)
+    check_profile(args.profile)
+    args.out = check_output_file("--out", args.out)  # a bad --out fails now, not after the run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
-    nodes = args.nodes or list(QUICK_NODES if args.quick else DEFAULT_NODES)
-    pods = args.pods if args.pods is not None else (QUICK_PODS if args.quick else DEFAULT_PODS)
-    warmup = args.warmup if args.warmup is not None else (QUICK_WARMUP if args.quick else DEFAULT_WARMUP)
-    names = [s.strip() for s in (args.solvers or ",".join(DEFAULT_SOLVERS)).split(",") if s.strip()]
-    if pods <= 0 or warmup < 0:
-        console.print("[red]error:[/red] --pods must be > 0 and --warmup >= 0")
+    try:
+        check_values(args)
+    except UsageError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
         return 2
-    unknown = [s for s in names if s not in solvers.registered()]
-    if unknown:
-        console.print(f"[red]error:[/red] unknown solver(s) {', '.join(unknown)} (registered: {', '.join(solvers.registered())})")
-        return 2
-    offline = [s for s in names if not issubclass(solvers.registered()[s], solvers.OnlineSolver)]
-    if offline:
-        console.print(f"[red]error:[/red] not online solvers (no per-pod decide): {', '.join(offline)}")
-        return 2
+    nodes, pods, warmup, names = args.nodes, args.pods, args.warmup, args.solvers
     try:
         node_shapes, pod_shapes = load_shapes(args.data)
     except (OSError, ValueError) as exc:
@@ -662,8 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": {"judged": len(judged), "short": len(short), "pass": len(judged) - len(short)},
         "profile": profile,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, doc)
     console.print(f"wrote {args.out}")
     return 0
 

@@ -25,7 +25,8 @@
     .venv/bin/python benchmarks/dqn.py --sections ablation --scenarios bank \
         --ablation-variants all-on,dd,dd-c51 --ablation-seeds 0,1,2 --out benchmarks/results/dqn_ablation_bank.json
 
-Writes ``benchmarks/results/dqn.json`` and the policies under ``benchmarks/results/dqn/``.
+Writes ``benchmarks/results/dqn.json`` (``--out``) and the policies under ``benchmarks/results/dqn/``
+(``--policy-dir``). ``--quick`` sets only the flags not given.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import IntRange, check_names, check_output_file, int_list, usage_errors, write_json  # noqa: E402
+
 import solvers  # noqa: E402
+from iro_fed.cli import check_output_folder  # noqa: E402
 from iro_fed.learning import TRAIN_CONFIG, env_factories, evaluate_policy, train_hours  # noqa: E402
 from iro_fed.model import ClusterState  # noqa: E402
-from iro_fed.problem_io import write_json_atomic  # noqa: E402
 from solvers.dqn.solver import DEFAULT_POLICY  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -192,8 +195,8 @@ def shipped_scenario() -> str | None:
 def policy_paths(args: argparse.Namespace) -> dict[str, Path]:
     """The policy file each scenario's dqn runs load, decided before any section runs.
 
-    A run that trains writes ``results/dqn/<scenario>.pt``. Otherwise (``--skip-train``, or only
-    the generalization / latency sections) that file must be there; ``results/`` is git-ignored,
+    A run that trains writes ``<--policy-dir>/<scenario>.pt`` (default ``results/dqn/``). Otherwise
+    (``--skip-train``, or only the generalization / latency sections) that file must be there; ``results/`` is git-ignored,
     so on a fresh checkout the scenario of the shipped ``solvers/dqn/policies/default.pt`` (bank)
     falls back to it and any other scenario raises ValueError naming the flag and the file.
     Before, ``--skip-train`` trained silently, up to ``--train-minutes``, when the file was missing.
@@ -204,7 +207,7 @@ def policy_paths(args: argparse.Namespace) -> dict[str, Path]:
     shipped = shipped_scenario()
     out: dict[str, Path] = {}
     for scenario in needed:
-        policy = RESULTS / "dqn" / f"{scenario}.pt"
+        policy = args.policy_dir / f"{scenario}.pt"
         if trains(args) or policy.is_file():
             out[scenario] = policy
         elif scenario == shipped:
@@ -330,7 +333,7 @@ def ablation_section(args: argparse.Namespace, console: Console,
                 name = f"{vid.replace('=', '-').replace('+', '_')}_s{seed}.pt"
                 solver = solvers.make("dqn", seed=seed)
                 result = solver.fit(env_factories(scenario, 4, seed, hours, 16, {}), args.ablation_steps,
-                                    out=RESULTS / "dqn" / "ablation" / scenario / name, config=row["config"],
+                                    out=args.policy_dir / "ablation" / scenario / name, config=row["config"],
                                     progress=False, track_emissions=False)
                 ev = evaluate_policy(solver.agent, scenario, args.ablation_episodes, hours, 16, {},
                                      baseline=greedy is None)
@@ -387,57 +390,96 @@ def print_tables(doc: dict[str, Any], console: Console) -> None:
         console.print(t)
 
 
+SECTIONS = ("scenarios", "generalization", "latency", "ablation")
+#: Largest cluster of the generalization section (decision_throughput's generator builds it in memory).
+MAX_NODES = 100_000
+#: ``--quick``'s values, for the flags not given (their argparse default is None).
+QUICK = {"train_steps": 3000, "train_minutes": 2.0, "eval_seeds": "101", "sizes": "100,1000", "ablation_steps": 1500,
+         "ablation_episodes": 1, "latency_pods": 100}
+FULL = {"train_steps": 200_000, "train_minutes": 10.0, "eval_seeds": "101,102,103", "sizes": "100,1000,5000",
+        "ablation_steps": 6000, "ablation_episodes": 3, "latency_pods": 300}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from iro_fed import limits
+
+    steps = IntRange(1, limits.MAX_TRAIN_STEPS)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short training, one seed, 1,000 nodes, short ablation")
+    ap.add_argument("--quick", action="store_true",
+                    help="short training, one seed, 1,000 nodes, short ablation (flags given explicitly still apply)")
     ap.add_argument("--scenarios", default="bank,promo-surge")
-    ap.add_argument("--train-steps", type=int, default=200_000)
-    ap.add_argument("--train-minutes", type=float, default=10.0)
+    ap.add_argument("--train-steps", type=steps, default=None, help="default 200,000 (--quick 3,000)")
+    ap.add_argument("--train-minutes", type=float, default=None, help="default 10 (--quick 2)")
     ap.add_argument("--train-hours", type=float, default=None,
                     help="simulated hours per training episode (default: iro train's per scenario, "
                          "6 for bank, 14 for promo-surge)")
-    ap.add_argument("--hours", type=float, default=24.0,
-                    help="simulated hours per evaluation run (--quick: the training length, 6 h bank, 14 h promo-surge)")
-    ap.add_argument("--eval-seeds", default="101,102,103")
-    ap.add_argument("--sizes", default="100,1000,5000")
-    ap.add_argument("--latency-pods", type=int, default=300)
-    ap.add_argument("--ablation-steps", type=int, default=6000)
-    ap.add_argument("--ablation-episodes", type=int, default=3)
+    ap.add_argument("--hours", type=float, default=None,
+                    help="simulated hours per evaluation run (default 24; --quick: the training length, 6 h bank, "
+                         "14 h promo-surge)")
+    ap.add_argument("--eval-seeds", default=None, help="default 101,102,103 (--quick 101)")
+    ap.add_argument("--sizes", default=None, help="generalization cluster sizes, default 100,1000,5000 (--quick 100,1000)")
+    ap.add_argument("--latency-pods", type=IntRange(1, 1_000_000), default=None, help="default 300 (--quick 100)")
+    ap.add_argument("--ablation-steps", type=steps, default=None, help="default 6,000 (--quick 1,500)")
+    ap.add_argument("--ablation-episodes", type=IntRange(1, limits.MAX_EVAL_EPISODES), default=None,
+                    help="default 3 (--quick 1)")
     ap.add_argument("--ablation-seeds", default="0", help="training seeds per ablation variant (default 0)")
     ap.add_argument("--ablation-variants", default="one-off",
                     help="comma-separated: groups one-off (default), combos, all; names "
                          f"({', '.join(VARIANTS)}); or inline settings on top of all-on, e.g. noisy=false+n_step=1")
     ap.add_argument("--ablation-scenarios", default=None,
                     help="scenarios of the ablation (default: the first of --scenarios)")
-    ap.add_argument("--sections", default="scenarios,generalization,latency,ablation")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--skip-train", action="store_true",
-                    help="never train: reuse the policies under results/dqn/ (bank without one: the shipped "
+                    help="never train: reuse the policies under --policy-dir (bank without one: the shipped "
                          "solvers/dqn/policies/default.pt; another scenario without one: exit 2)")
+    ap.add_argument("--policy-dir", default=None,
+                    help="folder of the trained policies (<scenario>.pt, ablation/<scenario>/*.pt; "
+                         "default benchmarks/results/dqn)")
     ap.add_argument("--out", default=str(RESULTS / "dqn.json"))
     args = ap.parse_args(argv)
-    if args.quick:
-        args.train_steps, args.train_minutes, args.hours = 3000, 2.0, None  # evaluate on training-length runs
-        args.eval_seeds, args.sizes, args.ablation_steps, args.ablation_episodes = "101", "100,1000", 1500, 1
-        args.latency_pods = 100
-    args.scenarios = [s for s in args.scenarios.split(",") if s]
-    args.eval_seeds = [int(s) for s in str(args.eval_seeds).split(",") if s]
-    args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
-    args.sections = set(args.sections.split(","))
-    args.ablation_seeds = [int(s) for s in str(args.ablation_seeds).split(",") if s]
-    args.ablation_variants = parse_variants(args.ablation_variants)
-    args.ablation_scenarios = ([s for s in args.ablation_scenarios.split(",") if s] if args.ablation_scenarios
-                               else args.scenarios[:1])
+    usage_errors(ap, lambda: check_values(args))
+    try:
+        args.ablation_variants = parse_variants(args.ablation_variants)
+    except SystemExit as exc:  # parse_variants' own error (it is also called without a parser)
+        ap.error(str(exc))
     for flag, values in (("--ablation-seeds", args.ablation_seeds), ("--ablation-variants", args.ablation_variants),
                          ("--ablation-scenarios", args.ablation_scenarios)):
         if "ablation" in args.sections and not values:
             ap.error(f"{flag}: empty")
-    if args.sections & {"scenarios", "generalization", "latency"} and not args.scenarios:
-        ap.error("--scenarios: empty")
     try:  # before any work: --skip-train must never fall back to training
         args.policies = policy_paths(args)
     except ValueError as exc:
         ap.error(str(exc))
+    args.out = usage_errors(ap, lambda: check_output_file("--out", args.out))
+    if trains(args) or "ablation" in args.sections:  # only a run that writes policies makes their folder
+        usage_errors(ap, lambda: check_output_folder("--policy-dir", args.policy_dir))
     return args
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Every flag's value read and checked in place (UsageError naming the flag); --quick's values
+    only for the flags not given."""
+    from iro_fed.cli import check_hours, check_number, parse_seeds
+    from iro_fed.sim.scenarios import SCENARIOS
+
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.hours is not None:
+        check_hours("--hours", args.hours)
+    elif not args.quick:
+        args.hours = 24.0  # --quick: None, the training length
+    if args.train_hours is not None:
+        check_hours("--train-hours", args.train_hours)
+    check_number("--train-minutes", args.train_minutes, 0.0, 7 * 24 * 60, low_open=True)
+    args.policy_dir = Path(args.policy_dir) if args.policy_dir is not None else RESULTS / "dqn"
+    args.sections = set(check_names("--sections", args.sections, SECTIONS, "section"))
+    args.scenarios = check_names("--scenarios", args.scenarios, tuple(SCENARIOS), "scenario")
+    args.ablation_scenarios = (check_names("--ablation-scenarios", args.ablation_scenarios, tuple(SCENARIOS), "scenario")
+                               if args.ablation_scenarios else args.scenarios[:1])
+    args.eval_seeds = parse_seeds(str(args.eval_seeds), "--eval-seeds")
+    args.ablation_seeds = parse_seeds(str(args.ablation_seeds), "--ablation-seeds")
+    args.sizes = int_list("--sizes", args.sizes, 1, MAX_NODES, "cluster size")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,12 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}
     settings["ablation_variants"] = [vid for vid, _, _ in args.ablation_variants]
     settings["policies"] = {scenario: str(path) for scenario, path in args.policies.items()}
+    settings["policy_dir"], settings["out"] = str(args.policy_dir), str(args.out)
     doc: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
                            "settings": settings}
     console.print(f"[dim]{doc['machine']}[/dim]")
     for scenario, policy in args.policies.items():
         if policy == DEFAULT_POLICY:
-            console.print(f"{scenario}: no {RESULTS / 'dqn' / f'{scenario}.pt'}, using the shipped {scenario} policy "
+            console.print(f"{scenario}: no {args.policy_dir / f'{scenario}.pt'}, using the shipped {scenario} policy "
                           f"{policy}", highlight=False)
     doc["scenarios"] = scenario_section(args, console) if "scenarios" in args.sections else []
     if "generalization" in args.sections:
@@ -460,11 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         doc["latency"] = latency_section(args, console)
     if "ablation" in args.sections:
         def save(rows: list[dict[str, Any]]) -> None:
-            write_json_atomic(args.out, {**doc, "ablation": rows, "partial": True})
+            write_json(args.out, {**doc, "ablation": rows, "partial": True})
 
         doc["ablation"] = ablation_section(args, console, save)
     print_tables(doc, console)
-    write_json_atomic(args.out, doc)
+    write_json(args.out, doc)
     console.print(f"wrote {args.out}")
     return 0
 

@@ -37,7 +37,7 @@ Quality and poisoning run the deployed ServerApp loop and ClientApp handlers thr
 in-process grid (:mod:`iro_fed.federated.inprocess`) so that many federations fit in one run;
 the overhead part uses real processes.
 
-    .venv/bin/python benchmarks/federated.py --quick      # 3 seeds x 8 episodes, a few minutes on 2 cores
+    .venv/bin/python benchmarks/federated.py --quick      # 3 seeds x 8 episodes, about 10 minutes on 2 shared cores
     .venv/bin/python benchmarks/federated.py              # more rounds and steps, 3 seeds x 10 episodes
 """
 
@@ -63,6 +63,8 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_common import IntRange, check_names, check_output_file, check_seed, usage_errors, write_json  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "federated.json"
 TRAIN_SITES = (0, 1, 2, 3)
@@ -397,13 +399,23 @@ def report(res: dict[str, Any], console: Console) -> None:
                       f"{q['centralized']['emissions_g']:.3f} gCO2eq")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+PARTS = ("quality", "poisoning", "overhead")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, every value checked before any work (exit 2 naming the flag)."""
+    from iro_fed import limits
+    from iro_fed.federated.task import MAX_SERVER_ROUNDS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="few rounds and steps (a few minutes on 2 cores)")
-    ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--local-steps", type=int, default=None)
-    ap.add_argument("--episodes", type=int, default=None, help="evaluation episodes on the held-out site")
-    ap.add_argument("--seeds", type=int, default=3, help="benchmark seeds of the quality part (0, 1, ...)")
+    ap.add_argument("--quick", action="store_true", help="few rounds and steps (about 10 minutes on 2 shared cores)")
+    ap.add_argument("--rounds", type=IntRange(1, MAX_SERVER_ROUNDS), default=None,
+                    help="federated rounds of the quality part (default 8, --quick 6)")
+    ap.add_argument("--local-steps", type=IntRange(1, limits.MAX_TRAIN_STEPS), default=None,
+                    help="training steps per site and round (default 500, --quick 150)")
+    ap.add_argument("--episodes", type=IntRange(1, limits.MAX_EVAL_EPISODES), default=None,
+                    help="evaluation episodes on the held-out site (default 10, --quick 8)")
+    ap.add_argument("--seeds", type=IntRange(1, 1000), default=3, help="benchmark seeds of the quality part (0, 1, ...)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED,
                     help="first env seed of the held-out evaluation episodes")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -414,34 +426,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--overhead-rounds", type=int, default=None, help="rounds of each overhead federation")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file")
     args = ap.parse_args(argv)
-    modes = [m.strip() for m in args.overhead_modes.split(",") if m.strip()]
-    if not modes or set(modes) - set(OVERHEAD_MODES):
-        ap.error(f"--overhead-modes: expected some of {', '.join(OVERHEAD_MODES)}, got {args.overhead_modes!r}")
-    if args.overhead_rounds is not None and args.overhead_rounds < 2:
-        ap.error(f"--overhead-rounds: expected >= 2 (round 1 includes start-up), got {args.overhead_rounds}")
-    if args.seeds < 1:
-        ap.error(f"--seeds: expected >= 1, got {args.seeds}")
+    args.modes = usage_errors(ap, lambda: check_names("--overhead-modes", args.overhead_modes, tuple(OVERHEAD_MODES),
+                                                      "mode"))
+    if args.overhead_rounds is not None and not 2 <= args.overhead_rounds <= MAX_SERVER_ROUNDS:
+        ap.error(f"--overhead-rounds: expected 2 to {MAX_SERVER_ROUNDS} (round 1 includes start-up), "
+                 f"got {args.overhead_rounds}")
+    usage_errors(ap, lambda: check_seed("--eval-seed", args.eval_seed))
+    # "--skip qualty" ran every part; an empty --skip (the default) skips nothing
+    args.skip = set(usage_errors(ap, lambda: check_names("--skip", args.skip, PARTS, "part"))) if args.skip else set()
+    args.rounds = args.rounds if args.rounds is not None else (6 if args.quick else 8)
+    args.local_steps = args.local_steps if args.local_steps is not None else (150 if args.quick else 500)
+    args.episodes = args.episodes if args.episodes is not None else (8 if args.quick else 10)
 
-    _quiet_flower()
+    from iro_fed.federated.cli import parse_sets
     from iro_fed.federated.task import FedConfig, FedConfigError
 
-    rounds = args.rounds or (6 if args.quick else 8)
-    steps = args.local_steps or (150 if args.quick else 500)
-    episodes = args.episodes or (8 if args.quick else 10)
-    cfg = FedConfig(num_server_rounds=rounds, local_steps=steps, hours=2.0 if args.quick else 4.0,
-                    learning_starts=64, eval_episodes=ROUND_EPISODES, track_emissions=True)
-    from iro_fed.cli import UsageError
-    from iro_fed.federated.cli import parse_sets
-
-    try:
-        overrides = parse_sets(args.set)  # read as `iro fed local --set` reads them (TOML values)
-    except UsageError as exc:
-        ap.error(str(exc))
-    try:
-        cfg = FedConfig.from_run_config({**cfg.to_run_config(), **overrides})
+    overrides = usage_errors(ap, lambda: parse_sets(args.set))  # read as `iro fed local --set` reads them
+    try:  # the flags' values and --set together, checked by FedConfig before any work
+        cfg = FedConfig(num_server_rounds=args.rounds, local_steps=args.local_steps, hours=2.0 if args.quick else 4.0,
+                        learning_starts=64, eval_episodes=ROUND_EPISODES, track_emissions=True)
+        args.cfg = FedConfig.from_run_config({**cfg.to_run_config(), **overrides})
     except FedConfigError as exc:
-        ap.error(f"--set: {exc}")
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+        ap.error(f"--set: {exc}" if overrides else str(exc))
+    args.out = usage_errors(ap, lambda: check_output_file("--out", args.out))  # a bad --out fails now, not at the end
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    _quiet_flower()
+    cfg, rounds, episodes, skip, modes = args.cfg, args.rounds, args.episodes, args.skip, args.modes
     console = Console(width=160)
     res: dict[str, Any] = {"machine": _machine(), "started": datetime.now(UTC).isoformat(), "quick": args.quick,
                            "episodes": episodes, "eval_seed": args.eval_seed, "seeds": args.seeds,
@@ -460,10 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             res["overhead"] = overhead(3, args.overhead_rounds or (4 if args.quick else 6), console, modes)
     res["wall_s"] = time.perf_counter() - t0
     report(res, console)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2, default=float) + "\n")
-    console.print(f"wrote {out} ({res['wall_s']:.0f} s)")
+    write_json(args.out, res)  # NaN (a ratio without a span) as null: valid JSON
+    console.print(f"wrote {args.out} ({res['wall_s']:.0f} s)")
     return 0
 
 

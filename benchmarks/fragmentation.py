@@ -14,7 +14,6 @@ median unallocated GPU % per list and policy (``--plot``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_common import check_int, check_names, check_output_file, usage_errors, write_json  # noqa: E402
+
+from iro_fed.cli import check_distinct_outputs  # noqa: E402
+
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alibaba-openb-2023"
 POD_LISTS = ("default", "gpushare40", "multigpu50", "gpuspec10", "cpu250")
 POLICIES = ("fgd-random", "fgd-dotprod", "fgd-clustering", "fgd-packing", "fgd-bestfit", "fgd", "iro-frag")
@@ -77,10 +81,23 @@ def _bound(job: tuple[str, str, int]) -> dict[str, Any]:
     return {"pod_list": pod_list, "seed": seed, "bound_pct": round(bound.unallocated_gpu_pct, 4), "optimal": bound.optimal}
 
 
-def _seeds(text: str) -> list[int]:
+def check_values(args: argparse.Namespace) -> None:
+    """The lists and files read and checked in place, before any worker starts (a UsageError names
+    the flag): an unknown policy or pod list raised in a worker, after the pool had started."""
+    import solvers
     from iro_fed.cli import parse_seeds
 
-    return parse_seeds(text)
+    args.seeds = parse_seeds(args.seeds)
+    known_lists = sorted(p.name.removeprefix("openb_pod_list_").removesuffix(".csv")
+                         for p in args.data.glob("openb_pod_list_*.csv"))
+    args.pod_lists = check_names("--pod-lists", args.pod_lists, known_lists, "pod list")
+    online = [n for n, cls in solvers.registered().items() if issubclass(cls, solvers.OnlineSolver)]
+    args.policies = check_names("--policies", args.policies, online, "online solver")
+    check_int("--workers", args.workers, 1, 1024)
+    args.out = check_output_file("--out", args.out)
+    if args.plot:
+        args.plot = check_output_file("--plot", args.plot)
+        check_distinct_outputs(("--out", str(args.out)), ("--plot", str(args.plot)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data / "openb_node_list_gpu_node.csv").exists():
         console.print(f"[red]openb data not found under {args.data}[/red] (use --data)")
         return 2
-    pod_lists = [p.strip() for p in args.pod_lists.split(",") if p.strip()]
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    seeds = _seeds(args.seeds)
+    usage_errors(parser, lambda: check_values(args))
+    pod_lists, policies, seeds = args.pod_lists, args.policies, args.seeds
     jobs = [(str(args.data), pl, pol, s) for pl in pod_lists for pol in policies for s in seeds]
     console.print(
         f"{len(jobs)} replays ({len(pod_lists)} pod lists x {len(policies)} policies x {len(seeds)} seeds) on "
@@ -167,7 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     for v in verdicts:
         console.print(v)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "seeds": seeds,
         "pod_lists": pod_lists,
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
         "runs": [{k: v for k, v in r.items() if k != "alloc_gpu_pct"} for r in runs],
     }
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(args.out, doc)
     console.print(f"wrote {args.out}")
     if args.plot:
         _plot(medians, pod_lists, policies, args.plot)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -53,6 +53,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 dt = importlib.import_module("decision_throughput")
+from bench_common import UsageError, check_names, check_output_file, check_seed, write_json  # noqa: E402
 
 REPO = HERE.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "joint_solvers.json"
@@ -81,9 +82,11 @@ class Row:
     nodes: int
     score: float
     unplaced: int
-    time_s: float
+    time_s: float  # wall clock: what the targets are judged on
     valid: bool
     status: str
+    cpu_s: float | None = None  # process CPU time of the solve, all threads (CP-SAT's workers too)
+    load_avg: float | None = None  # 1-minute load average right after the solve
     gap: float | None = None  # (bound - R) / (bound - R_min)
     gap_abs_bound: float | None = None  # (bound - R) / |bound|
     below_cpsat: float | None = None  # (R_cpsat - R) / (R_cpsat - R_min)
@@ -148,16 +151,17 @@ def run_size(
     rows = []
     for name in names:
         solver = solvers.make(name, **settings_for(name, size, quick, seed))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         placement = solver.solve(problem)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         valid = check_placement(problem, placement.assignment, placement.gpu_cards) == []
         rows.append(Row(
             solver=name, pods=pods, nodes=nodes, score=placement.objective.score, unplaced=placement.objective.unplaced,
-            time_s=elapsed, valid=valid, status=placement.status, info=summary(name, placement.info),
+            time_s=elapsed, valid=valid, status=placement.status, cpu_s=cpu, load_avg=load_average(),
+            info=summary(name, placement.info),
         ))
         console.print(f"[dim]  {name:<17} R {placement.objective.score:+.4f}  unplaced {placement.objective.unplaced:>3}  "
-                      f"{elapsed:6.2f} s[/dim]")
+                      f"{elapsed:6.2f} s wall, {cpu:6.2f} s CPU[/dim]")
     w = problem.weights
     lowest = -(w.cost + w.carbon + w.unplaced)
     cp = next((r for r in rows if r.solver == "cpsat"), None)
@@ -175,6 +179,15 @@ def run_size(
     return rows
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none): on a loaded machine the
+    wall time, on which the time targets are judged, is far above the CPU time."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def judge(r: Row, size: tuple[int, int], best_fit: Row | None) -> None:
     target = TARGETS.get((r.solver, size))
     if target is None:
@@ -183,7 +196,8 @@ def judge(r: Row, size: tuple[int, int], best_fit: Row | None) -> None:
     if not r.valid:
         short.append("invalid placement")
     if "max_time_s" in target and r.time_s > target["max_time_s"]:
-        short.append(f"{r.time_s:.1f} s > {target['max_time_s']:g} s")
+        load = "" if r.load_avg is None else f", load {r.load_avg:.1f}"
+        short.append(f"{r.time_s:.1f} s wall > {target['max_time_s']:g} s (CPU {r.cpu_s:.1f} s{load})")
     # Judged on the strict scales: the gap over |bound| and the distance over |R_cpsat| (the
     # shifted scale makes every difference look small when R is near 0).
     if "max_gap" in target and (r.gap_abs_bound is None or r.gap_abs_bound > target["max_gap"]):
@@ -207,9 +221,11 @@ def results_table(rows: list[Row]) -> Table:
         title="Joint placement: objective R (higher is better), unplaced pods, time and gap to CP-SAT's bound",
         caption="gap % = (bound - R) / (bound - R_min), R_min = -(w_cost + w_carbon + w_unplaced) = R's lowest value; "
         "gap|b| % = (bound - R) / |bound|; vs CP-SAT % = (R_cpsat - R) / (R_cpsat - R_min), vs|R| % over |R_cpsat|. "
-        "bound: CP-SAT's best bound, on the true R when the model is exact ('true'), else on its pruned model ('model').",
+        "bound: CP-SAT's best bound, on the true R when the model is exact ('true'), else on its pruned model ('model'). "
+        "time s: wall clock, on which the time targets are judged; cpu s: the process's CPU time (all threads); "
+        "load: 1-minute load average after the solve (wall >> CPU on a loaded machine).",
     )
-    cols = ("size", "solver", "R", "unplaced", "time s", "valid", "gap %", "gap|b| %", "vs CP-SAT %", "vs|R| %", "bound", "target")
+    cols = ("size", "solver", "R", "unplaced", "time s", "cpu s", "load", "valid", "gap %", "gap|b| %", "vs CP-SAT %", "vs|R| %", "bound", "target")
     for col in cols:
         t.add_column(col, justify="left" if col in ("size", "solver", "target", "bound") else "right")
     for r in rows:
@@ -223,6 +239,7 @@ def results_table(rows: list[Row]) -> Table:
             bound = "-" if b is None else f"{b:+.4f} ({kind})"
         t.add_row(
             f"{r.pods:,}x{r.nodes:,}", r.solver, f"{r.score:+.4f}", str(r.unplaced), f"{r.time_s:.2f}",
+            "-" if r.cpu_s is None else f"{r.cpu_s:.2f}", "-" if r.load_avg is None else f"{r.load_avg:.1f}",
             "yes" if r.valid else "[red]NO[/red]", pct(r.gap), pct(r.gap_abs_bound), pct(r.below_cpsat),
             pct(r.below_cpsat_abs), bound, verdict,
         )
@@ -269,10 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:
         console = Console(width=200)
     sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
-    names = [s.strip() for s in (args.solvers or ",".join(SOLVERS)).split(",") if s.strip()]
-    unknown = [s for s in names if s not in solvers.registered()]
-    if unknown:
-        console.print(f"[red]error:[/red] unknown solver(s) {', '.join(unknown)} (registered: {', '.join(solvers.registered())})")
+    try:  # every value before any work: a bad --out failed only after the whole run
+        names = check_names("--solvers", args.solvers or ",".join(SOLVERS), list(solvers.registered()))
+        check_seed("--seed", args.seed)
+        args.out = check_output_file("--out", args.out)
+    except UsageError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
         return 2
     missing = [s for s in names if s not in solvers.available()]
     if missing:
@@ -284,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]error:[/red] cannot read the openb trace under {args.data}: {exc}")
         return 2
     info = dt.machine()
-    console.print(dt.machine_line(info))
+    load_at_start = load_average()
+    console.print(dt.machine_line(info) + ("" if load_at_start is None else f"; load average {load_at_start:.1f}"))
     warm_up(node_shapes, pod_shapes, names, args.seed)
     rows: list[Row] = []
     for size in sizes:
@@ -298,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       + ", ".join(f"{r.solver}@{r.pods}x{r.nodes}" for r in short))
     elif judged:
         console.print(f"[green]all {len(judged)} target checks PASS[/green]")
+    if judged:
+        end = load_average()
+        console.print("time targets judged on wall time (cpu s beside it)"
+                      + ("" if end is None else f"; load average {load_at_start:.1f} at the start, {end:.1f} at the end"))
     doc = {
         "benchmark": "joint_solvers",
         "schema": 1,
@@ -314,13 +338,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "qubo": QUBO,
             "data": str(args.data),
             "gap": "(bound - R) / (bound - R_min), R_min = -(w_cost + w_carbon + w_unplaced)",
+            "clock": "time targets judged on wall time (time_s, perf_counter); cpu_s: process CPU time, all "
+                     "threads; load_avg: 1-minute load average after each solve",
         },
+        "load_avg": {"start": load_at_start, "end": load_average()},
         "targets": {f"{s}@{p}x{n}": t for (s, (p, n)), t in TARGETS.items()},
         "results": [asdict(r) for r in rows],
         "summary": {"judged": len(judged), "short": len(short), "pass": len(judged) - len(short)},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    write_json(args.out, doc, default=str)
     console.print(f"wrote {args.out}")
     return 0
 

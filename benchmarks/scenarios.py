@@ -38,9 +38,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from iro_fed.cli import parse_seeds
-from iro_fed.problem_io import write_json_atomic
+from iro_fed.cli import check_hours, parse_seeds
 from iro_fed.sim import PLAIN_KUBERNETES, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import check_names, check_output_file, usage_errors, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "scenarios.json"
@@ -152,27 +154,48 @@ def print_tables(results: dict[str, Any], console: Console) -> dict[str, Any]:
     return verdicts
 
 
-def main(argv: list[str] | None = None) -> int:
+DEFAULT_SCENARIOS, DEFAULT_SEEDS = "bank,edge-iot,promo-surge", "1-3"
+#: ``--quick``: bank, seed 1, one promotion day (24 h), for the flags not given.
+QUICK_SCENARIOS, QUICK_SEEDS, QUICK_HOURS = "bank", "1", 24.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, every value checked before any work (exit 2 naming the flag)."""
     parser = argparse.ArgumentParser(description="Scenarios x solvers in the simulator.")
-    parser.add_argument("--scenarios", default="bank,edge-iot,promo-surge")
+    parser.add_argument("--scenarios", default=None, help=f"comma list (default {DEFAULT_SCENARIOS}; --quick bank)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {', '.join(VARIANTS)}")
-    parser.add_argument("--seeds", default="1-3")
-    parser.add_argument("--hours", type=float, default=None, help="simulated hours (default: each scenario's)")
-    parser.add_argument("--quick", action="store_true", help="bank only, seed 1, one promotion day")
+    parser.add_argument("--seeds", default=None, help=f"N, N-M or a comma list (default {DEFAULT_SEEDS}; --quick 1)")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="simulated hours (default: each scenario's; --quick 24)")
+    parser.add_argument("--quick", action="store_true",
+                        help="bank only, seed 1, one promotion day (flags given explicitly still apply)")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args(argv)
+    usage_errors(parser, lambda: check_values(args))
+    return args
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """The flags' values read in place; a UsageError names the flag."""
+    from iro_fed.sim.scenarios import SCENARIOS
+
+    quick = args.quick
+    args.scenarios = check_names("--scenarios", args.scenarios or (QUICK_SCENARIOS if quick else DEFAULT_SCENARIOS),
+                                 tuple(SCENARIOS), "scenario")
+    args.variants = check_names("--variants", args.variants, tuple(VARIANTS), "variant")
+    args.seeds = parse_seeds(args.seeds if args.seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS))
+    if args.hours is not None:
+        check_hours("--hours", args.hours)
+    elif quick:
+        args.hours = QUICK_HOURS
+    args.extra = {"bank": {"promo_day": 0}} if quick else {}
+    args.out = check_output_file("--out", args.out)  # a bad --out fails now, not after the run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 170)
-    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        parser.error(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
-    seeds = parse_seeds(args.seeds)
-    hours = args.hours
-    extra: dict[str, Any] = {}
-    if args.quick:
-        scenarios, seeds, hours = ["bank"], [1], 24.0
-        extra = {"bank": {"promo_day": 0}}
+    scenarios, variants, seeds, hours, extra = args.scenarios, args.variants, args.seeds, args.hours, args.extra
     start = time.perf_counter()
     results = run(scenarios, variants, seeds, hours, extra, console)
     verdicts = print_tables(results, console)
@@ -181,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"machine: {machine['platform']}, {machine['cpus']} CPUs; total {time.perf_counter() - start:.0f} s")
     doc = {"created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine, "seeds": seeds,
            "hours": hours, "quick": args.quick, "results": results, "bank_targets": verdicts}
-    write_json_atomic(args.out, doc)
+    write_json(args.out, doc)
     console.print(f"results written to {args.out}")
     return 0
 

@@ -22,12 +22,15 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from iro_fed.cli import UsageError
 
 SHAPES = [("250m", "256Mi"), ("500m", "512Mi"), ("1", "1Gi"), ("1500m", "2Gi"), ("2", "4Gi"), ("4", "8Gi"),
           ("100m", "128Mi"), ("3", "6Gi")]
@@ -95,6 +98,19 @@ def run_case(url: str, verb: str, bodies: list[bytes], seconds: float, clients: 
             "p99_ms": float(np.percentile(lat, 99)) if lat.size else None, "wall_s": wall}
 
 
+def _stop_server(server: Any) -> None:
+    """Shut the extender's server down and close its socket (None: nothing to do)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+def _stop_cache(cache: Any) -> None:
+    """Stop the node cache's watch thread (None: nothing to do)."""
+    if cache is not None:
+        cache.stop()
+
+
 def run_scheduler(api: Any, kube: Any, pods: int, solver: str, max_batch: int = 500) -> dict[str, Any]:
     """``iro scheduler`` end to end: pending pods appear, are solved in batches, bound, explained."""
     from iro_fed.k8s.scheduler import IroScheduler
@@ -119,6 +135,31 @@ def run_scheduler(api: Any, kube: Any, pods: int, solver: str, max_batch: int = 
             "batches": len(sched.batches), "solve_s": sum(b.solve_s for b in sched.batches)}
 
 
+#: Most nodes the loopback API server is loaded with (three pods each, all in memory).
+MAX_NODES = 100_000
+#: Longest load per case, seconds.
+MAX_SECONDS = 3600.0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The flags checked before any work; a UsageError names the flag."""
+    import solvers
+    from iro_fed.cli import check_int, check_number, check_output_file
+
+    check_int("--nodes", args.nodes, 1, MAX_NODES)
+    check_int("--names", args.names, 1, args.nodes)  # kube sends at most every node
+    check_number("--seconds", args.seconds, 0.0, MAX_SECONDS, low_open=True)
+    check_int("--clients", args.clients, 1, 256)
+    check_int("--threads", args.threads, 1, 256)
+    check_int("--scheduler-pods", args.scheduler_pods, 0, 1_000_000)
+    if args.solver not in solvers.registered():
+        raise UsageError(f"--solver: unknown solver {args.solver!r} (registered: {', '.join(solvers.registered())})")
+    if args.solver not in solvers.available():
+        raise UsageError(f"--solver: {args.solver!r} is not installed here (its optional dependency is missing)")
+    if args.out:
+        args.out = str(check_output_file("--out", args.out))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m iro_fed.k8s.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -131,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="then time `iro scheduler` binding this many pending pods (0: skip; default 1000)")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args(argv)
-    if args.nodes < 1 or args.names < 1 or args.names > args.nodes:
-        parser.error("need 1 <= --names <= --nodes")
+    try:  # every value before any work (a bad --solver aborted the process, 0 clients failed in the table)
+        check_args(args)
+    except UsageError as exc:
+        parser.error(str(exc))
 
     from rich.console import Console
     from rich.table import Table
@@ -145,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     api = FakeApiServer().start()
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"iro-bench-{os.getpid()}.kubeconfig"
+    cache = server = None
     try:
         with console.status(f"loading {args.nodes} nodes into the loopback API server"):
             nodes = [make_node(f"node-{i:05d}", cpu="32", memory="128Gi", zone=f"zone-{i % 3}") for i in range(args.nodes)]
@@ -160,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             cache.model()
             sync_s = time.perf_counter() - t0
         ext = Extender(args.solver, cache=cache, kube=kube)
-        server = ExtenderServer(ext, "127.0.0.1", 0, "/iro")
-        server.serve_in_thread()
+        serving = ExtenderServer(ext, "127.0.0.1", 0, "/iro")
+        serving.serve_in_thread()
+        server = serving  # shutdown() before serving would wait forever
         stored = api.list("nodes")
         rng = np.random.default_rng(0)
         pods = [make_pod(f"web-{k}", cpu=c, memory=m) for k, (c, m) in enumerate(SHAPES)]
@@ -179,18 +224,21 @@ def main(argv: list[str] | None = None) -> int:
         for mode, bodies in (("NodeNames (nodeCacheCapable: true)", names_bodies), ("Nodes (nodeCacheCapable: false)", nodes_bodies)):
             for verb in ("filter", "prioritize"):
                 with console.status(f"{mode}: {verb}"):
-                    res = run_case(server.url, verb, bodies, args.seconds, args.clients, args.threads)
+                    res = run_case(serving.url, verb, bodies, args.seconds, args.clients, args.threads)
                 res["mode"] = mode
                 res["body_kb"] = round(sum(len(b) for b in bodies) / len(bodies) / 1024, 1)
                 rows.append(res)
-        server.shutdown()
-        server.server_close()
-        cache.stop()
+        _stop_server(server)
+        _stop_cache(cache)  # the scheduler keeps its own cache
+        server = cache = None
         sched = None
         if args.scheduler_pods:
             with console.status(f"iro scheduler: {args.scheduler_pods} pending pods"):
                 sched = run_scheduler(api, kube, args.scheduler_pods, args.solver)
     finally:
+        # on every path: a watch thread alive at interpreter exit aborted the process (exit 134)
+        _stop_server(server)
+        _stop_cache(cache)
         api.stop()
         tmp.unlink(missing_ok=True)
 
@@ -202,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         table.add_row(r["mode"], r["verb"], f"{r['body_kb']:.1f}", f"{r['requests_per_s']:.0f}",
                       f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", str(r["errors"]))
-    out = Console()
+    out = Console(width=None if sys.stdout.isatty() else 160)  # files and pipes: the table not cut at 80 columns
     out.print(table)
     out.print(f"machine: {machine}; node cache sync (list + watch + model): {sync_s:.2f} s")
     if sched is not None:
