@@ -135,8 +135,13 @@ pruning and the model build (checked as variables and constraints are added; whe
 finished, CP-SAT and the search are skipped, ``info["status"]`` reads ``not_run``, and the
 polished hint is the answer; pods the hint had not reached and no polish weighed, listed in
 ``info["not_reached"]``, say so in their reasons), then CP-SAT
-and the search get the time that is left. ``info["time_s"]`` gives the seconds of each phase
-(``hint``, ``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``, ``decode``, ``total``).
+and the search get the time that is left. Without a hint (``hint='none'``) and without a CP-SAT
+solution in its time, nothing weighed the pods either: those the search and the final polish
+did not place or weigh are in ``info["not_reached"]`` too (their reasons say the time limit
+passed before CP-SAT found a solution), so time-budget's ``then`` places them, and
+``info["start"]`` reads ``none`` (else ``hint`` or ``cpsat``: where the search started; the list
+is empty whenever CP-SAT found a solution or a hint ran). ``info["time_s"]`` gives the seconds
+of each phase (``hint``, ``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``, ``decode``, ``total``).
 Steps that cannot stop midway are kept short: the candidate pairs are found once per group of
 identical pods, with the clock looked at between groups (:func:`candidate_matrix`; the whole
 matrix at once took 0.12-0.25 s at 1000 x 5000 and ended the solve up to 0.15 s past a 0.2 s or
@@ -205,11 +210,17 @@ SCALE_BUDGET = 2.0**56
 FULL_SHARE = 0.5
 FULL_SHARE_PARALLEL = 0.4
 #: Deterministic budget per second of ``time_limit_s`` when ``deterministic`` is on and
-#: ``max_deterministic_time`` is not given. CP-SAT's deterministic second is about a second of one
-#: core here (500 x 100 at time_limit_s=30: 15.1 s in all), so half leaves room for the hint,
-#: decoding and slower machines, and the wall-clock limit rarely cuts in first (when it does,
-#: the result depends on the machine).
-DETERMINISTIC_SHARE = 0.5
+#: ``max_deterministic_time`` is not given. CP-SAT's deterministic second is not a second of one
+#: core: on a 2-core machine at load 4-6 the whole-problem model took 1.0 CPU-s per deterministic
+#: second at 500 x 100 but 1.7-2.2 CPU-s (2.3-2.6 wall s) at 100 x 20 (its LP, level 2, is
+#: undercounted); a whole solve took 1.7 (100 x 20) to 2.2 (500 x 100, with the hint's polish)
+#: CPU-s per unit of budget. At 0.5 the wall-clock limit cut the search at 100 x 20 in every run
+#: (info wall_clock_cut ['lns'], placements differing run to run); 0.25 leaves room for the hint,
+#: its polish, decoding and a loaded or slower machine, so the limit rarely cuts in first (when it
+#: does, the result depends on the machine). On an idle machine a larger max_deterministic_time
+#: buys a better R (100 x 20, two problems: budget 2 / 3 / 5: R -0.710 / -0.705 / -0.702 and
+#: -0.639 / -0.636 / -0.621).
+DETERMINISTIC_SHARE = 0.25
 #: Share of the wall-clock limit the hint's polish may take (without ``deterministic``; with it the
 #: polish runs until no move gains: 500 x 100 took 1.0 to 2.1 s of 10 on a loaded machine, past
 #: this share, so the placement depended on the load).
@@ -225,14 +236,18 @@ MIN_RESERVE_S = 0.05
 MIN_CPSAT_S = 0.01
 #: Large-neighbourhood search: nodes per neighbourhood at the start, most pods per neighbourhood,
 #: deterministic time per sub-model, and the deterministic time charged per iteration for its
-#: Python work (so that the budget, and with it the result, does not depend on the machine).
+#: Python work and CP-SAT's set-up of each sub-model, which its deterministic time leaves out (so
+#: that the budget, and with it the result, does not depend on the machine; the budget then ends
+#: before the wall clock). Measured at load 4-6 on 2 cores: 0.06-0.15 wall s per iteration against
+#: 0.018-0.021 deterministic s per sub-model (100 x 20 and 500 x 100); the former charge of 0.01
+#: let the search run 2-5 wall s per unit of budget. The R values below were measured with it.
 #: Many short sub-models beat fewer long ones: 500 x 100 in 10 s, mean R over six seeds, with
 #: 0.1 / 0.05 / 0.03 / 0.02 / 0.01 per sub-model: deterministic -0.728 / -0.705 / -0.696 /
 #: -0.700 / -0.701; on 2 workers -0.688 / -0.686 / -0.679 (0.1 / 0.05 / 0.03).
 LNS_START_NODES = 8
 LNS_MAX_PODS = 160
 LNS_SUB_DETERMINISTIC_S = 0.03
-LNS_ITERATION_CHARGE = 0.01
+LNS_ITERATION_CHARGE = 0.04
 LNS_MAX_STALL = 50
 #: Nodes outside the neighbourhood where each freed pod may also go (its best by marginal gain).
 LNS_EXTRA_TARGETS = 16
@@ -1323,8 +1338,8 @@ class CpSat(Solver):
             "info['wall_clock_cut'] names it (the placement may then differ by machine).",
         ),
         "max_deterministic_time": Param(
-            None, float, "Deterministic time budget (CP-SAT's unit, about a second of one core) when deterministic is "
-            "true (none: half of time_limit_s, so the wall clock rarely cuts in first and the seed fixes the result).",
+            None, float, "Deterministic time budget (CP-SAT's unit, 1-2 CPU-seconds here) when deterministic is true "
+            "(none: a quarter of time_limit_s, so the wall clock rarely cuts in first and the seed fixes the result).",
             minimum=0.001, nullable=True,
         ),
         "exact_levels": Param(
@@ -1373,9 +1388,17 @@ class CpSat(Solver):
         p = problem
         info: dict[str, Any] = {}
         if p.num_workloads == 0 or p.num_nodes == 0:
+            # Nothing to place (or nowhere): the empty placement is optimal, its R both objective
+            # and bound. The keys of a solve that built a model, so callers need no special case.
             state = ClusterState(p)
-            info.update(status="optimal", exact_model=True, num_variables=0)
+            score = evaluate(p, state.assignment).score
+            info.update(
+                status="optimal", exact_model=True, num_variables=0, objective=score, best_bound=score, gap_abs=0.0,
+                gap=0.0, final_gap=0.0, start="none", pruned=False, not_reached=[], skipped=[], wall_clock_cut=[],
+            )
             reasons = unplaced_reasons(p, state, self.name)
+            info["wall_time_s"] = time.perf_counter() - start
+            info["time_s"] = {"total": info["wall_time_s"]}
             return Placement(assignment=state.assignment.copy(), reasons=reasons, status="optimal", info=info)
         times: dict[str, float] = {}
         # Phases that time_limit_s stopped before their own budget ran out (the deterministic
@@ -1522,7 +1545,10 @@ class CpSat(Solver):
             )
         candidates = [s for s in (result.state, hint_state) if s is not None]
         state = max(candidates, key=lambda s: evaluate(p, s.assignment).score) if candidates else state0.copy()
-        info["start"] = "cpsat" if result.state is not None and state is result.state else "hint"
+        if result.state is not None and state is result.state:
+            info["start"] = "cpsat"
+        else:  # "none": neither a hint nor CP-SAT gave a placement (hint='none', no solution in time)
+            info["start"] = "hint" if hint_state is not None else "none"
         state = state.copy()
 
         # Large-neighbourhood search and polish with the true objective.
@@ -1552,12 +1578,14 @@ class CpSat(Solver):
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
-        not_reached: set[int] = set()
-        if full is None:  # without a hint, pods no polish weighed: not R's choice
-            # ``not_reached``: for a caller that can still place them (time-budget's ``then``).
-            info["not_reached"] = _not_reached(state, unreached, weighed)
-            not_reached = set(info["not_reached"])
-        reasons = unplaced_reasons(p, state, self.name, not_reached, "a model was built (no hint).")
+        # ``not_reached``: for a caller that can still place them (time-budget's ``then``). CP-SAT's
+        # solution weighs every pod of the model; without one (no model built, or none found in
+        # its time) and without a hint, the pods no polish weighed were not R's choice. A search
+        # from nothing that found no solution left every pod out "because R said so" before.
+        unweighed = unreached if result.state is None else []
+        info["not_reached"] = _not_reached(state, unweighed, weighed)
+        why = "a model was built (no hint)." if full is None else "CP-SAT found a solution (no hint)."
+        reasons = unplaced_reasons(p, state, self.name, set(info["not_reached"]), why)
         phase("decode")
         info["time_s"] = dict(times, total=lap - start)
         info["wall_clock_cut"] = cut
