@@ -231,9 +231,14 @@ class Agent:
         did = body.get("decision_id")
         if not isinstance(did, str) or not did:
             raise BadRequest("decision_id", "required: the decision_id of a /recommend reply")
-        observed = body.get("observed", {})
+        # Required: a body without it was stored as observed={} and the real outcome, sent after,
+        # got 409. An explicit {} is taken: it says where the pod went with nothing measured, on purpose.
+        if "observed" not in body:
+            raise BadRequest("observed", "required: what was observed after the decision, a JSON object "
+                                         '(e.g. {"latency_ms": 12}; {} when nothing was measured)')
+        observed = body["observed"]
         if not isinstance(observed, dict):
-            raise BadRequest("observed", f"expected an object, got {type(observed).__name__}")
+            raise BadRequest("observed", f"expected an object, got {json_kind(observed)}")
         node = body.get("node")
         if node is None or node == "":
             raise BadRequest("node", "required: the node the pod was placed on (a node of this site)")

@@ -25,7 +25,8 @@
   created) raises :class:`StoreError`, which names the path and the reason.
 * One outcome per decision, and only for a decision of the store: an outcome whose decision is
   not in ``transitions`` (never recorded, dropped, or evicted) is refused, an exact repeat (same
-  ``node`` and ``observed``: a retried request) is the row already there, and a different second
+  ``node`` and ``observed``: a retried request; ``observed`` compared as JSON values, so key order and
+  ``12`` vs ``12.0`` do not matter, ``true`` vs ``1`` does) is the row already there, and a different second
   outcome is refused (the first stays). The check and the insert share the transaction.
   :meth:`~ExperienceStore.record_outcome` waits for that answer (``/outcome``); an outcome given
   to :meth:`~ExperienceStore.record` follows the same rule, a refused one counted in ``rejected``.
@@ -191,9 +192,25 @@ class _Ticket:
 _Row = tuple[Transition | None, Outcome | None, _Ticket | None]
 
 
-def _canonical(observed_json: str) -> str:
-    """``observed`` as compared between two outcomes: key order does not matter."""
-    return json.dumps(json.loads(observed_json), sort_keys=True)
+def _same_observed(stored_json: str, new_json: str) -> bool:
+    """Whether two ``observed`` documents (JSON text) are the same outcome: compared as parsed JSON
+    values, so key order and the spelling of a number do not matter (a client that re-serialises
+    ``12`` as ``12.0`` retries the same outcome), but types do (``true`` is not ``1``)."""
+    return _same_json(json.loads(stored_json), json.loads(new_json))
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON value equality. Not ``==``: Python has ``True == 1`` and ``1.0 == True``, while JSON's
+    booleans are not numbers; numbers compare by value (``12 == 12.0``, exact for int vs float)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or (a != a and b != b)  # NaN (storable from Python callers) equals itself here
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b  # strings and null
 
 
 class StoreError(sqlite3.Error):
@@ -623,7 +640,7 @@ class ExperienceStore:
         first = c.execute("SELECT id, node, observed FROM outcomes WHERE decision_id = ? ORDER BY id LIMIT 1",
                           (o.decision_id,)).fetchone()
         if first is not None:  # before the decision's check: its transition may be evicted already
-            same = first[1] == o.node and _canonical(first[2]) == _canonical(observed)
+            same = first[1] == o.node and _same_observed(first[2], observed)
             return OutcomeResult("duplicate" if same else "conflict", int(first[0]))
         if c.execute("SELECT 1 FROM transitions WHERE decision_id = ?", (o.decision_id,)).fetchone() is None:
             return OutcomeResult("unknown")

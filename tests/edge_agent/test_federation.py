@@ -120,9 +120,18 @@ def test_bad_federated_settings_exit_2(write_config):
 # --- the SuperNode command ---------------------------------------------------------------------
 
 
-def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config, capsys):
+def _fed_node_dry_run(*args: str) -> list[str]:
+    """The lines `iro fed node ... --dry-run` prints, from its own process: in this one, main()
+    shares stdout (capsys took every thread's writes, e.g. an earlier test's leftover thread) and
+    the SIGTERM handler (main's EarlyStop) with the whole test session."""
+    done = subprocess.run([sys.executable, "-m", "iro_fed.cli", "fed", "node", *args, "--dry-run"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
+    return done.stdout.strip().splitlines()
+
+
+def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config):
     pytest.importorskip("flwr")
-    from iro_fed.cli import main
 
     ca, key = tmp_path / "ca.crt", tmp_path / "node0"
     ca.write_text("x")
@@ -131,17 +140,18 @@ def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config, ca
                                               "root_certificates": str(ca), "auth_key": str(key),
                                               "node_config": {"zone": "eu", "weight": 2}}), env={})
     argv = supernode_argv(cfg.federated, 9123)
-    assert main(["fed", "node", "--superlink", "link.example.org:9092", "--site", "2", "--port", "9123",
-                 "--root-certificates", str(ca), "--auth-key", str(key), "--node-config", 'weight=2 zone="eu"',
-                 "--dry-run"]) == 0
-    node_line, executor_line = capsys.readouterr().out.strip().splitlines()
+    lines = _fed_node_dry_run("--superlink", "link.example.org:9092", "--site", "2", "--port", "9123",
+                              "--root-certificates", str(ca), "--auth-key", str(key), "--node-config",
+                              'weight=2 zone="eu"')
+    assert len(lines) == 2, lines
+    node_line, executor_line = lines
     assert " ".join(argv) == node_line and "--isolation process" in node_line  # the warm executor serves it
     assert "iro_fed.federated.executor --runtime-api-address 127.0.0.1:9123" in executor_line
     cfg = load_config(write_config(federated={"enabled": True, "superlink": "10.1.1.1:9092", "insecure": True,
                                               "executor": "flower"}), env={})
-    assert main(["fed", "node", "--superlink", "10.1.1.1:9092", "--site", "0", "--port", "9094", "--insecure",
-                 "--executor", "flower", "--dry-run"]) == 0
-    assert " ".join(supernode_argv(cfg.federated, 9094)) == capsys.readouterr().out.strip()
+    lines = _fed_node_dry_run("--superlink", "10.1.1.1:9092", "--site", "0", "--port", "9094", "--insecure",
+                              "--executor", "flower")
+    assert lines == [" ".join(supernode_argv(cfg.federated, 9094))]
     # the agent adds its experience store to the node config
     assert node_config_arg(cfg.federated, tmp_path / "exp.db") == f'site=0 experience-db="{tmp_path / "exp.db"}"'
 
