@@ -238,11 +238,12 @@ def _bench(args: argparse.Namespace) -> int:
             return bad(str(exc))
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, markup=False)
     results = []
     for name in names:
-        with console.status(f"{name}: {args.requests} requests at {args.nodes} nodes"):
+        with console.status(Text(f"{name}: {args.requests} requests at {args.nodes} nodes")):
             results.append(run_bench(args.nodes, args.requests, args.clients, name, args.k))
     table = Table(title=f"/recommend latency, {args.nodes} nodes per site, {args.clients} client(s) - {machine()}")
     for col in ("solver", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s"):
@@ -250,7 +251,7 @@ def _bench(args: argparse.Namespace) -> int:
     for r in results:
         table.add_row(r["solver"], str(r["requests"]), f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{r['p99_ms']:.2f}",
                       f"{r['max_ms']:.2f}", f"{r['throughput_rps']:.0f}")
-    Console().print(table)
+    Console(markup=False).print(table)
     if args.out:
         write_json_atomic(args.out, {"machine": machine(), "results": results})
     return EXIT_OK

@@ -15,13 +15,32 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 HANDLERS = ("recommend", "outcome", "healthz", "readyz", "metrics", "snapshot", "federation", "other")
 
 
+#: What the agent says without its extra (edge-agent run and check exit 2 with it, as the other
+#: commands do for a missing extra, not with a traceback).
+PROMETHEUS_HINT = "edge-agent needs prometheus-client: pip install 'iro-fed[agent]'"
+
+
+def _prometheus_classes() -> tuple[Any, Any, Any, Any]:
+    """prometheus_client's CollectorRegistry, Counter, Gauge and Histogram, or a UsageError with
+    the install hint when it is not installed (a broken install still raises its own error)."""
+    try:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "prometheus_client":
+            raise
+        from iro_fed.cli import UsageError
+
+        raise UsageError(PROMETHEUS_HINT) from exc
+    return CollectorRegistry, Counter, Gauge, Histogram
+
+
 class AgentMetrics:
     """Counters, histograms and gauges of one agent (see docs/edge_agent.md for the list)."""
 
     def __init__(self, node: str, site: str, network: NetworkCounter | None = None) -> None:
         """``network`` reads iro_node_network_bytes (default: the uplink interfaces of this process's
         network namespace, see :class:`NetworkCounter`)."""
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        CollectorRegistry, Counter, Gauge, Histogram = _prometheus_classes()
 
         self.node, self.site = node, site
         self.network = NetworkCounter() if network is None else network

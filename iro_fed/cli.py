@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from iro_fed import limits
 
@@ -166,8 +167,13 @@ def stop_signals() -> Iterator[Callable[[], int]]:
         restore()
 
 
-def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
+def _console(stderr: bool = False, markup: bool = True) -> Console:
+    """The commands' console. ``markup=False``: every string is printed as it is, table cells and
+    titles too. Names, paths, reasons and messages are user data, and rich reads ``[...]`` in them
+    as markup (a workload ``batch[/gpu]`` raised MarkupError, ``'iro-fed[cpsat]'`` lost
+    ``[cpsat]``); style with ``style=`` or :class:`rich.text.Text` instead."""
+    return Console(stderr=stderr, markup=markup, highlight=False, soft_wrap=False,
+                   width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
 
 
 def check_seed(flag: str, seed: int) -> int:
@@ -449,7 +455,7 @@ def cmd_solvers(args: argparse.Namespace) -> int:
         mode = props["mode"] + (" (composite)" if props["composite"] else "")
         installed = "yes" if row["installed"] else f"no: pip install 'iro-fed[{props['extra']}]'"
         table.add_row(row["name"], installed, mode, "yes" if props["exact"] else "no", ", ".join(row["parameters"]), props["description"])
-    _console().print(table)
+    _console(markup=False).print(table)
     return EXIT_OK
 
 
@@ -464,14 +470,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
         check_output_file("--out", args.out)
     problem = _load(args.problem)
     solver = solvers.make(args.solver, **settings)
-    with _console(stderr=True).status(f"solving {problem!r} with {args.solver}", spinner="dots"):
+    # a str status is read as markup (rich.spinner), whatever the console says: Text is literal
+    with _console(stderr=True, markup=False).status(Text(f"solving {problem!r} with {args.solver}"), spinner="dots"):
         if problem.num_workloads:  # the table's time column: the solve, not the library loading
             warm_up(args.solver, settings, problem)
         placement = solver.solve(problem)
     if args.out == "-":
         print(json.dumps(placement.to_dict(problem), indent=2))
         return EXIT_OK
-    console = _console()
+    console = _console(markup=False)
     table = Table(title=f"{args.problem}: {problem.num_workloads} workloads on {problem.num_nodes} nodes")
     table.add_column("solver")
     table.add_column("status")
@@ -486,7 +493,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     )
     if placement.reasons:
         shown = sorted(placement.reasons.items())[: args.show_unplaced]
-        console.print(f"[bold]{len(placement.reasons)} unplaced[/bold]:")
+        console.print(Text(f"{len(placement.reasons)} unplaced", style="bold"), ":", sep="")
         for w, reason in shown:
             console.print(f"  {problem.workloads[w].name}: {reason}")
         if len(placement.reasons) > len(shown):
@@ -510,10 +517,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_output_file("--out", args.out)
     problems = [(path, _load(path)) for path in args.problems]
     results: list[dict[str, Any]] = []
-    console = _console()
-    from rich.progress import Progress
+    console = _console(markup=False)
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-    with Progress(console=_console(stderr=True), transient=True) as progress:
+    # Progress's default columns read the description as markup: a path is printed as it is
+    columns = (TextColumn("{task.description}", style="progress.description", markup=False), BarColumn(),
+               TaskProgressColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=_console(stderr=True, markup=False), transient=True) as progress:
         task = progress.add_task("solving", total=len(problems) * len(names))
         per_problem = []
         warmed: set[str] = set()
@@ -545,8 +555,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 continue
             cells = _objective_cells(placement)
             if placement.objective.score == best:
-                cells[0] = f"[bold green]{cells[0]}[/bold green]"
-            table.add_row(name, placement.status, *cells)
+                table.add_row(name, placement.status, Text(cells[0], style="bold green"), *cells[1:])
+            else:
+                table.add_row(name, placement.status, *cells)
             results.append({"problem": path, "solver": name, **placement.to_dict(problem)["objective"], "status": placement.status,
                             "solve_s": placement.timing.get("solve_s")})
         console.print(table)
@@ -646,7 +657,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     documents = {}
     all_results = {}
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_console(stderr=True), transient=True
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=_console(stderr=True, markup=False), transient=True
     )
     with progress:
         for name in policies:
@@ -682,16 +694,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
             _fmt(frag, 2),
             f"{sum(r.timing['replay_s'] for r in results):.1f}",
         )
-    _console().print(table)
+    console = _console(markup=False)
+    console.print(table)
     if args.out:
         write_json_atomic(args.out, documents[policies[0]] if len(policies) == 1 else {"results": list(documents.values())})
-        _console().print(f"results written to {args.out}")
+        console.print(f"results written to {args.out}")
     if args.plot:
         from iro_fed.plots import allocation_plot
 
         curves = {name: doc["alloc_gpu_pct"] for name, doc in documents.items()}
         allocation_plot(curves, args.plot, title=f"GPU allocation, {Path(args.pods).name}")
-        _console().print(f"plot written to {args.plot}")
+        console.print(f"plot written to {args.plot}")
     return EXIT_OK
 
 
@@ -700,10 +713,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     doc = load_document(args.problem)
     problem = problem_from_dict(doc, source=str(args.problem))
-    _console().print(f"{args.problem}: valid, {problem!r}")
+    _console(markup=False).print(f"{args.problem}: valid, {problem!r}")
     # Ignored, not errors (the format may gain fields), but often a typo: say so.
     for path in unknown_fields(doc):
-        _console(stderr=True).print(f"note: {args.problem}: {path}: unknown field, ignored")
+        _console(stderr=True, markup=False).print(f"note: {args.problem}: {path}: unknown field, ignored")
     return EXIT_OK
 
 
@@ -768,7 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
     # default None, not 42: giving --seed with --seeds is an error, the default alone is not
     p.add_argument("--seed", type=int, default=None, help=f"arrival-sequence seed (default {REPLAY_SEED})")
     p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51 or 1,5,9 (at most 1000, none twice); "
-                                                  "the result holds the median unallocated GPU % at 100 % and the mean curves")
+                                                  "the result holds the median unallocated GPU %% at 100 %% and the mean curves")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
     p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")

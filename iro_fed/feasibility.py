@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +98,12 @@ UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"
 NODE_NAMES_LABEL_PREFIX = "iro-fed.io/node-names-"
 #: Kubernetes' name of the GPU count (``Problem.resource_names``' ``gpu``).
 GPU_RESOURCE_NAME = "nvidia.com/gpu"
+#: kube's ``GetZoneKey`` (``component-helpers/node/topology``) lookup order, shared by the
+#: Kubernetes snapshot and ``solvers.kube_default`` (here, not in iro_fed.k8s, so that the solvers
+#: do not load the Kubernetes adapter): the deprecated beta label wins over the GA one when a node
+#: has both.
+ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
+REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
 #: kube-scheduler's reasons (``pkg/scheduler/...``) for the static filters, by code; taints and the
 #: latency bound carry details (:func:`static_reasons`).
 _STATIC_REASONS = {
@@ -108,6 +114,11 @@ _STATIC_REASONS = {
     NODE_NAMES_FILTER: "node(s) didn't satisfy plugin(s) [NodeAffinity]",  # schedule_one.go, absent nodes
     UNSCHEDULABLE_FILTER: "node(s) were unschedulable",  # nodeunschedulable ErrReasonUnschedulable
 }
+
+
+def topology_label(labels: Mapping[str, str], keys: Sequence[str]) -> str:
+    """The first of ``keys`` the node has (even if empty, as ``GetZoneKey``), else ``""``."""
+    return next((labels[k] for k in keys if k in labels), "")
 
 
 def insufficient(resource: str) -> str:

@@ -244,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_scenario_settings(args.scenario, env_seed(args.seed, 0), args.hours, scenario_settings)  # the first env's seed
 
     solver = solvers.make("dqn", seed=args.seed)
-    console = _console(stderr=True)
+    console = _console(stderr=True, markup=False)  # the trainer's notes may quote paths and values
     fns = env_factories(args.scenario, args.envs, args.seed, args.hours, k, scenario_settings)
 
     def judge(agent: Any) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume: {exc}") from exc
         except ValueError as exc:  # env / config mismatch found by the trainer ("--resume FILE: ..." names its flag)
             raise _config_error(exc, given, other="") from exc  # e.g. "buffer_size: ... GiB" as --set buffer_size
-    _print_result(result, args, _console())
+    _print_result(result, args, _console(markup=False))
     return EXIT_OK
 
 

@@ -132,6 +132,16 @@ def _parse_text(text: str, kind: type, where: str) -> Any:
     raise InvalidSettingError(f"{where}: cannot read {_show(text)} as {kind.__name__}")
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be found. For a dotted name find_spec imports the parent package,
+    and a parent that is missing (dimod installed without dwave-samplers: no ``dwave``) raises
+    ModuleNotFoundError instead of answering None: not installed either."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
 @dataclass(frozen=True)
 class SolverProperties:
     """What a solver is."""
@@ -144,7 +154,7 @@ class SolverProperties:
     composite: bool = False  # wraps other solvers
 
     def installed(self) -> bool:
-        return all(importlib.util.find_spec(m) is not None for m in self.requires)
+        return all(_importable(m) for m in self.requires)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -86,8 +86,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import feasible_nodes, untolerated
-from iro_fed.k8s.snapshot import REGION_LABELS, ZONE_LABELS, topology_label  # GetZoneKey, one copy for both readers
+# GetZoneKey, one copy for this and the Kubernetes snapshot, in the core: `import solvers` must
+# not load the Kubernetes adapter
+from iro_fed.feasibility import REGION_LABELS, ZONE_LABELS, feasible_nodes, topology_label, untolerated
 from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
 from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties

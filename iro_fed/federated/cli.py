@@ -467,6 +467,7 @@ def _daemon_env() -> dict[str, str]:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError, training_sites
 
@@ -522,11 +523,12 @@ def cmd_local(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--registry: cannot create {str(registry)!r}: {exc.strerror or exc}") from exc
 
-    err = _console(stderr=True)
-    out = _console()
+    # markup=False: Flower's log lines, paths and messages are printed as they are; styles by style=
+    err = _console(stderr=True, markup=False)
+    out = _console(markup=False)
     workdir = Path(args.workdir).resolve() if args.workdir else None
     fed = LocalFederation(args.nodes, workdir=workdir, supernode_auth=False,
-                          log=lambda m: err.print(f"[dim]{m}[/dim]"),
+                          log=lambda m: err.print(m, style="dim"),
                           sites=training_sites(cfg.scenario, cfg.eval_site, args.nodes))  # never the held-out one
     if args.tls:
         from iro_fed.federated.certs import make_tls
@@ -559,8 +561,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     old_term = signal.signal(signal.SIGTERM, on_term)
     try:
-        with err.status(f"federated training: {args.nodes} SuperNode(s), {cfg.num_server_rounds} round(s), "
-                        f"strategy {cfg.strategy}") as status:
+        with err.status(Text(f"federated training: {args.nodes} SuperNode(s), {cfg.num_server_rounds} round(s), "
+                             f"strategy {cfg.strategy}")) as status:
             with fed:
                 if cfg.min_nodes < args.nodes:  # Flower would start round 1 with the first min-nodes to join
                     status.update(f"waiting for {args.nodes} SuperNodes to join")
@@ -569,11 +571,11 @@ def cmd_local(args: argparse.Namespace) -> int:
                 result = fed.run(overrides, on_line=on_line, timeout=args.timeout)
                 rounds = result["rounds"]
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: every Flower process was stopped[/yellow]")
+        err.print("interrupted: every Flower process was stopped", style="yellow")
         # A job stopped before it finished: 143 after SIGTERM as for every other job, 130 after Ctrl-C.
         return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
     except FederationError as exc:
-        err.print(f"[red]federated run failed[/red] (logs in {fed.workdir}):")
+        err.print(Text("federated run failed", style="red"), f" (logs in {fed.workdir}):", sep="")
         err.print(str(exc), markup=False, highlight=False)
         return 1
     finally:
@@ -595,8 +597,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         write_json_atomic(args.json_out, {"nodes": args.nodes, "strategy": cfg.strategy, "registry": str(registry),
                                           "rounds": rounds, "wall_s": result["wall_s"]})
     if len(rounds) != cfg.num_server_rounds:
-        err.print(f"[red]expected {cfg.num_server_rounds} rounds, the server reported {len(rounds)}; logs in "
-                  f"{fed.workdir}[/red]")
+        err.print(f"expected {cfg.num_server_rounds} rounds, the server reported {len(rounds)}; logs in "
+                  f"{fed.workdir}", style="red")
         return 1
     if workdir is None:  # a temporary FLWR_HOME and logs: kept only when something failed
         import shutil
@@ -760,10 +762,12 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     import threading
     import time
 
+    from rich.text import Text
+
     from iro_fed.federated.local import FederationError, check_superlink_connection, flwr_run, flwr_stop
     from iro_fed.federated.round_requests import ClaimLostError
 
-    err = _console(stderr=True)
+    err = _console(stderr=True, markup=False)  # request files, sites and errors printed as they are
     stop = threading.Event()
     asked: list[int] = []  # the signals that asked for the stop, in order
     left_running: list[str] = []  # why a run could not be stopped on the SuperLink
@@ -808,7 +812,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
         while not stop.is_set():
             claimed, rejected = queue.claim()
             for path, why in rejected:
-                err.print(f"[yellow]rejected {path.name}: {why}[/yellow]", highlight=False)
+                err.print(f"rejected {path.name}: {why}", style="yellow", highlight=False)
             try:
                 if claimed:
                     wait = last_start + args.min_interval_s - time.monotonic()
@@ -827,7 +831,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
                         try:
                             queue.release(claimed)
                         except ClaimLostError as lost:  # moved away meanwhile; the others are back
-                            err.print(f"[red]{lost}[/red]", highlight=False)
+                            err.print(str(lost), style="red", highlight=False)
                         raise UsageError(f"--federation: the Flower configuration changed since this consumer "
                                          f"started: {exc}; {back} request(s) put back to wait in "
                                          f"{str(queue.folder('requests'))!r}") from None
@@ -853,8 +857,8 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
                         failed += 1
                         record = queue.finish(claimed, False,
                                               {"federation": args.federation, "error": str(exc)[-4000:]})
-                        err.print(f"[red]run failed; requests filed under {record.parent}[/red]\n{exc}",
-                                  highlight=False)
+                        err.print(Text(f"run failed; requests filed under {record.parent}", style="red"),
+                                  f"\n{exc}", sep="", highlight=False)
                     else:
                         failed += not _file_run(queue, claimed, result, rounds, args.federation)
                     finally:
@@ -863,7 +867,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
                             grace.cancel()
             except ClaimLostError as exc:  # someone moved a claim away meanwhile: said, the loop goes on
                 failed += 1
-                err.print(f"[red]{exc}[/red]", highlight=False)
+                err.print(str(exc), style="red", highlight=False)
             if args.once:
                 break
             stop.wait(args.poll_s)
@@ -873,9 +877,9 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     if stop.is_set():
         # A stop asked for: its status says how the stop went (runs that failed before it are
         # filed under rounds/failed and were reported then); see the convention in iro_fed.cli.
-        err.print("[yellow]stopped; unfinished requests wait in the requests folder[/yellow]")
+        err.print("stopped; unfinished requests wait in the requests folder", style="yellow")
         if left_running:
-            err.print(f"[red]not stopped on the SuperLink, it may still run: {'; '.join(left_running)}[/red]",
+            err.print(f"not stopped on the SuperLink, it may still run: {'; '.join(left_running)}", style="red",
                       highlight=False)
             return EXIT_FAILED
         return stop_status(asked[0])  # stop is set only by on_signal, after it noted the signal

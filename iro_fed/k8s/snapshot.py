@@ -77,7 +77,15 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import NODE_NAMES_LABEL_PREFIX, UNSCHEDULABLE_TAINT
+# ZONE_LABELS, REGION_LABELS and topology_label live in the core (the solvers read them too);
+# importable from here as before.
+from iro_fed.feasibility import (
+    NODE_NAMES_LABEL_PREFIX,
+    REGION_LABELS,
+    UNSCHEDULABLE_TAINT,
+    ZONE_LABELS,
+    topology_label,
+)
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
 from iro_fed.problem_io import (
@@ -96,10 +104,6 @@ log = logging.getLogger("iro_fed.k8s.snapshot")
 PREFIX = "iro-fed.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL_LABELS = ("nvidia.com/gpu.product", "iro-fed.io/gpu-model")
-#: kube's ``GetZoneKey`` (``component-helpers/node/topology``) lookup order, shared with
-#: ``solvers.kube_default``: the deprecated beta label wins over the GA one when a node has both.
-ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
-REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
 DOMAIN_KIND_LABEL = "iro-fed.io/domain-kind"
 DEFAULT_DOMAIN = "default"
 ANN_GPU_MILLI = "iro-fed.io/gpu-milli"
@@ -406,11 +410,6 @@ def _exact(resource: str, value: Any, who: str, path: str) -> Decimal:
 
 
 # --- nodes ---------------------------------------------------------------------------------
-
-
-def topology_label(labels: Mapping[str, str], keys: Sequence[str]) -> str:
-    """The first of ``keys`` the node has (even if empty, as ``GetZoneKey``), else ``""``."""
-    return next((labels[k] for k in keys if k in labels), "")
 
 
 def node_domain(labels: Mapping[str, str]) -> str:

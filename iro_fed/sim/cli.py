@@ -188,8 +188,9 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
     from iro_fed.cli import _console
 
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=_console(stderr=True), transient=True)
+    # markup=False: descriptions printed as they are (iro_fed.cli._console)
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=_console(stderr=True, markup=False), transient=True)
     with progress:
         task = progress.add_task(description, total=None)
 
@@ -230,7 +231,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             result = sim.run(progress=tick)
         except (SimConfigError, SignalFormatError) as exc:
             raise setting_error(exc, settings) from exc
-    console = _console()
+    console = _console(markup=False)  # titles and paths printed as they are (iro_fed.cli._console)
     console.print(totals_table(result.totals, f"{args.scenario} with {args.solver}, seed {args.seed}, "
                                               f"{result.totals['hours']:g} h"))
     if args.out:
@@ -371,7 +372,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         except (SimConfigError, SignalFormatError) as exc:
             raise setting_error(exc, settings) from exc
     report = run.report()
-    console = _console()
+    console = _console(markup=False)
     console.print(feedback_table(report, f"feedback loop: {args.scenario} with {args.solver}, seed {args.seed}, "
                                          f"{report['hours']:g} h"))
     if report["triggers"]:
