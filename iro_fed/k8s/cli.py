@@ -71,7 +71,7 @@ MAX_POD_BACKOFF_S = 3600.0
 MAX_UNSCHEDULABLE_S = 86400.0
 #: Longest ``--api-timeout-s`` (an API write's wait for its answer; Kube.write_timeout_s, 30 s by
 #: default) and ``--watch-timeout-s`` (a watch's ``timeoutSeconds``, whole seconds as the API takes
-#: it; 60 by default): an hour, as long as kube-apiserver keeps a watch open of its own accord.
+#: it; 60..119 s at random by default): an hour, as long as kube-apiserver keeps a watch open of its own accord.
 MAX_API_TIMEOUT_S = 3600.0
 MAX_WATCH_TIMEOUT_S = 3600
 #: The webhook configuration's ``timeoutSeconds`` (``--timeout-seconds``): the API server takes 1..30.
@@ -230,7 +230,7 @@ def _settings_table(title: str, rows: list[tuple[str, str]]) -> None:
     table.add_column("value")
     for k, v in rows:
         table.add_row(k, v)
-    _console().print(table)
+    _console(markup=False).print(table)  # values are user data (paths, label selectors such as a[b])
 
 
 def _logging(verbose: bool) -> None:
@@ -569,9 +569,9 @@ def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: s
                             f"as failed (default {write_default}, at most {MAX_API_TIMEOUT_S:g})")
     p.add_argument("--watch-timeout-s", type=int, metavar="S",
                    help=f"whole seconds each watch of the API server ({watches}) lasts: its timeoutSeconds, after "
-                        f"which it is renewed from where it stopped (default 60, 1..{MAX_WATCH_TIMEOUT_S}); "
-                        f"without it each watch lasts 60 to 120 s at random, as client-go's, so that replicas do "
-                        f"not renew theirs together; a given S is exact")
+                        f"which it is renewed from where it stopped (1..{MAX_WATCH_TIMEOUT_S}); a given S is "
+                        f"exact; without it each watch lasts 60..119 s at random, as client-go's, so that "
+                        f"replicas do not renew theirs together")
 
 
 def register(sub: Any) -> None:
