@@ -59,7 +59,7 @@ from edge_agent.recommend import (
 )
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest, did_you_mean
-from iro_fed.k8s.httpjson import ConnectionLimit, HttpError, RoutedJsonHandler
+from iro_fed.k8s.httpjson import AnyFamily, ConnectionLimit, HttpError, RoutedJsonHandler
 from iro_fed.metrics.local import LocalCollector
 from iro_fed.metrics.prometheus import PrometheusUnavailable
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
@@ -101,6 +101,7 @@ class Agent:
         self.file_nodes: frozenset[str] = frozenset()  # every node of the problem file, of every domain
         if cfg.problem:
             self.base_site, self.file_nodes = load_site_and_names(cfg.problem, cfg.site, allow_empty=discover)
+            self._warn_if_node_elsewhere()
         else:
             self.base_site = empty_site(cfg.site)
         self.discover_domain = cfg.site or (self.base_site.domains[0].name if self.base_site.domains else "")
@@ -149,6 +150,17 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.server: _Server | None = None
         self.started_at = time.time()
+
+    def _warn_if_node_elsewhere(self) -> None:
+        """Warn (once, at start) when this agent's node is a node of the problem file under another
+        domain than ``site``: a file shared by the nodes of several domains, ``site`` copied from
+        another node's settings, and this agent would rank and label that site, not its own. A
+        warning, not an error: an agent may serve a site from a node outside it."""
+        cfg = self.cfg
+        if cfg.site and cfg.node_name in self.file_nodes and cfg.node_name not in self.base_site.node_index:
+            event(self.log, logging.WARNING, "this agent's node is in another domain of the problem file than its "
+                  "site: it ranks and labels the site's nodes, not its own domain's", node=cfg.node_name,
+                  site=cfg.site, site_from=cfg.label("site"), problem=str(cfg.problem))
 
     # --- ranking -------------------------------------------------------------------------------
 
@@ -495,7 +507,7 @@ class Agent:
         event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
 
 
-class _Server(ConnectionLimit, ThreadingHTTPServer):
+class _Server(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
     """The agent's HTTP server: its limits are the ``listen`` settings, read by the shared
     handler (:class:`iro_fed.k8s.httpjson.RoutedJsonHandler`) from here."""
 

@@ -87,6 +87,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "bench":
         return _bench(args)
     from iro_fed.cli import UsageError
+    from iro_fed.k8s.httpjson import host_port
 
     store_path, store_key = None, "store.path"
     try:
@@ -115,7 +116,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.command == "check":
         print(json.dumps({"settings_ok": True, "site_nodes": agent.view.site.num_nodes, "node": cfg.node_name,
-                          "listen": f"{cfg.listen.host}:{cfg.listen.port}",
+                          "listen": host_port(cfg.listen.host, cfg.listen.port),
                           "store": str(store_path) if store_path else None,
                           "prometheus": cfg.prometheus.url or None, "scoring": cfg.prometheus.scoring,
                           "policy_registry": str(cfg.policy.registry) if cfg.policy.registry else None,
@@ -128,7 +129,7 @@ def _main(args: argparse.Namespace) -> int:
         try:
             agent.start()
         except OSError as exc:  # port in use, cannot bind
-            key, where = cfg.label(_listen_key(exc)), f"{cfg.listen.host}:{cfg.listen.port}"
+            key, where = cfg.label(_listen_key(exc)), host_port(cfg.listen.host, cfg.listen.port)
             print(f"edge-agent run: error: {key}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
             agent.stop()
             return EXIT_BAD_INPUT
@@ -144,24 +145,25 @@ def _check_listen(host: str, key: str, test_bind: bool) -> None:
     import socket
 
     from iro_fed.cli import UsageError, check_listen_host
+    from iro_fed.k8s.httpjson import listen_address
 
     check_listen_host(key, host)
     if not test_bind:
         return
-    info = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     try:
-        with socket.socket(info[0], socket.SOCK_STREAM) as sock:
-            sock.bind(info[4])
+        family, address = listen_address(host, 0)  # the family and address run's server binds
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind(address)
     except OSError as exc:
         raise UsageError(f"{key}: cannot listen on {host!r}: {exc.strerror or exc}") from None
 
 
 def _listen_key(exc: OSError) -> str:
-    """The setting a failed bind is about: the address (not this machine's, or not resolved) or the port."""
-    import errno
-    import socket
+    """The setting a failed bind is about: the address (not this machine's, not resolved, a family
+    the kernel lacks) or the port."""
+    from iro_fed.k8s.httpjson import listen_error_is_host
 
-    return "listen.host" if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL else "listen.port"
+    return "listen.host" if listen_error_is_host(exc) else "listen.port"
 
 
 def _open_error(exc: BaseException, store_path: Path | None, key: str = "store.path") -> str:

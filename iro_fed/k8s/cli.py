@@ -43,6 +43,9 @@ from iro_fed.cli import (
 from iro_fed.limits import MAX_TOP_K, MAX_TRAIN_STEPS
 from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, write_file_atomic
 
+#: Where ``iro scheduler --metrics-port`` listens without --metrics-host: every IPv4 address, as before the flag.
+METRICS_HOST = "0.0.0.0"
+
 
 def _port(text: str) -> int:
     try:
@@ -272,7 +275,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
     try:
         server = ExtenderServer(ext, args.host, args.port, args.url_prefix, http_timeout_s=args.http_timeout_s)
     except OSError as exc:
-        raise UsageError(f"--port: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+        raise _listen_error(exc, args.host, args.port) from exc
     _settings_table("iro extender", [
         ("url", server.url),
         ("verbs", "filter, prioritize, bind, preempt"),
@@ -283,6 +286,16 @@ def cmd_extender(args: argparse.Namespace) -> int:
         *([_timeouts_row(kube, cache, writes_note)] if cache is not None else []),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
+
+
+def _listen_error(exc: OSError, host: str, port: int, host_flag: str = "--host",
+                  port_flag: str = "--port") -> UsageError:
+    """A failed bind, naming the flag at fault: the address (not resolved, not this machine's, a
+    family the kernel lacks) or the port (in use, privileged); IPv6 shown as ``[::1]:8443``."""
+    from iro_fed.k8s.httpjson import host_port, listen_error_is_host
+
+    flag = host_flag if listen_error_is_host(exc) else port_flag
+    return UsageError(f"{flag}: cannot listen on {host_port(host, port)}: {exc.strerror or exc}")
 
 
 def _server_args(args: argparse.Namespace) -> None:
@@ -318,7 +331,10 @@ def _serve_until_signal(server: Any, ready_file: str | None, cache: Any) -> int:
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
+    import ssl
+
     from iro_fed.k8s.client import ClusterCache
+    from iro_fed.k8s.httpjson import host_port
     from iro_fed.k8s.webhook import TIMEOUT_SECONDS, Webhook, WebhookServer, parse_selector
 
     _logging(args.verbose)
@@ -360,7 +376,9 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         server = WebhookServer(hook, cert, key, args.host, args.port, timeout_seconds=args.timeout_seconds)
     except OSError as exc:  # ssl.SSLError is an OSError
         problem = _tls_problem(cert, key)
-        raise UsageError(problem or f"cannot serve HTTPS on {args.host}:{args.port} with --tls-cert/--tls-key: {exc}") from exc
+        if problem is None and not isinstance(exc, ssl.SSLError):  # the files loaded: the bind failed
+            raise _listen_error(exc, args.host, args.port) from exc
+        raise UsageError(problem or f"cannot serve HTTPS on {host_port(args.host, args.port)} with --tls-cert/--tls-key: {exc}") from exc
     _settings_table("iro webhook", [
         ("url", server.url + "/mutate"),
         ("mode", args.mode),
@@ -415,6 +433,10 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     if (args.fine_tune_registry is not None or args.round_request is not None) and args.feedback_threshold is None:
         raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
     actions = _fine_tune_actions(args)
+    if args.metrics_host is not None:
+        if args.metrics_port is None:
+            raise UsageError("--metrics-host: needs --metrics-port (no metrics are served without it)")
+        check_listen_host("--metrics-host", args.metrics_host)
     kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}", api_timeout)
     feedback, registry = None, None
     if args.metrics_port is not None:
@@ -487,13 +509,19 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     parts = build_scheduler(args)
     sched, registry = parts.scheduler, parts.registry
     feedback = sched.feedback
+    from iro_fed.k8s.httpjson import host_port, listen_address
+
+    metrics_host = args.metrics_host or METRICS_HOST
     if registry is not None:
         from prometheus_client import start_http_server
 
         try:
-            start_http_server(args.metrics_port, registry=registry)
+            # The address resolved as the other servers resolve theirs (IPv4 first): prometheus_client
+            # takes the first address of a name, and picks the IPv6 family for an IPv6 address.
+            address = listen_address(metrics_host, args.metrics_port)[1][0]
+            start_http_server(args.metrics_port, addr=address, registry=registry)
         except OSError as exc:
-            raise UsageError(f"--metrics-port: cannot listen on {args.metrics_port}: {exc.strerror or exc}") from exc
+            raise _listen_error(exc, metrics_host, args.metrics_port, "--metrics-host", "--metrics-port") from exc
     for flag, folder in _action_folders(args):  # every flag accepted (the port too): now they are made
         check_output_folder(flag, folder)
     _settings_table("iro scheduler", [
@@ -508,7 +536,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("feedback", "off" if feedback is None else
          f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
-        ("metrics", "off" if registry is None else f":{args.metrics_port}/metrics"),
+        ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics"),
     ])
     with stop_signals() as wait_for_stop:
         sched.start()
@@ -658,6 +686,8 @@ def register(sub: Any) -> None:
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")
+    p.add_argument("--metrics-host", metavar="ADDR",
+                   help=f"address the --metrics-port server listens on (default {METRICS_HOST}; :: for IPv6)")
     p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
     _add_api_timeouts(p, "a bind, an Event, a pod status patch", "nodes, bound and pending pods")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -61,12 +61,14 @@ from iro_fed.feasibility import (
     static_reasons,
 )
 from iro_fed.k8s.httpjson import (
+    AnyFamily,
     ArraySpans,
     ByteBudget,
     ConnectionLimit,
     HttpError,
     RequestStats,
     RoutedJsonHandler,
+    host_port,
     positive_seconds,
     serve_in_thread,
 )
@@ -579,7 +581,7 @@ _ARGS = {"filter": "ExtenderArgs", "prioritize": "ExtenderArgs", "bind": "Extend
          "preempt": "ExtenderPreemptionArgs"}
 
 
-class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
+class ExtenderServer(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
     """``ThreadingHTTPServer`` serving an :class:`Extender` under ``url_prefix``; at most
     ``max_connections`` open at once (more get 503 with ``Retry-After: 1``)."""
 
@@ -628,7 +630,7 @@ class ExtenderServer(ConnectionLimit, ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}{self.url_prefix}"
+        return f"http://{host_port(host, port)}{self.url_prefix}"
 
     def serve_in_thread(self) -> threading.Thread:
         return serve_in_thread(self, "iro-extender")

@@ -1761,3 +1761,53 @@ def serve_in_thread(server: BaseServer, name: str) -> threading.Thread:
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
     t.start()
     return t
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it: an IPv6 address in brackets (``[::1]:8443``); ``:::8443``
+    reads as nothing in particular."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def listen_address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+    """The family and socket address a server listening on ``host`` binds: the IPv4 address of
+    ``host`` where it has one (a name such as ``localhost`` keeps the address it had while every
+    server was IPv4-only), else its first IPv6 one (``::1``, ``::``, a name with AAAA records
+    only). socket.gaierror (an OSError) where ``host`` does not resolve."""
+    if not host:  # socketserver's "" is every IPv4 address (INADDR_ANY), as ever
+        return socket.AF_INET, (host, port)
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for info in infos:
+            if info[0] == family:
+                return family, info[4]
+    raise socket.gaierror(socket.EAI_FAMILY, f"no IPv4 or IPv6 address for {host!r}")
+
+
+def listen_error_is_host(exc: OSError) -> bool:
+    """Whether a server's failed bind is about its address (not resolved, not this machine's, a
+    family the kernel lacks) rather than its port (in use, privileged): the flag an error names."""
+    import errno
+
+    return isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+
+
+class AnyFamily:
+    """Mixin for a socketserver ``TCPServer`` (before it in the bases): it listens on an IPv6
+    address as on an IPv4 one (:func:`listen_address`). The stdlib's servers create an AF_INET
+    socket whatever the address, so ``::1`` failed with "Address family for hostname not
+    supported". On ``::`` (every IPv6 address) it takes IPv4 clients too, as dual-stack servers
+    do: IPV6_V6ONLY is cleared, which a kernel with ``bindv6only=1`` would otherwise set."""
+
+    def __init__(self, server_address: tuple[Any, ...], *args: Any, **kwargs: Any) -> None:
+        self.address_family, address = listen_address(server_address[0], server_address[1])
+        super().__init__(address, *args, **kwargs)  # type: ignore[call-arg]
+
+    def server_bind(self) -> None:
+        sock: socket.socket = self.socket  # type: ignore[attr-defined]
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":  # type: ignore[attr-defined]
+            try:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            except (OSError, AttributeError):  # no dual stack here: IPv6 clients only
+                pass
+        super().server_bind()  # type: ignore[misc]

@@ -48,11 +48,13 @@ from typing import Any
 import numpy as np
 
 from iro_fed.k8s.httpjson import (
+    AnyFamily,
     ByteBudget,
     ConnectionLimit,
     HttpError,
     RequestStats,
     RoutedJsonHandler,
+    host_port,
     positive_seconds,
     serve_in_thread,
 )
@@ -419,7 +421,7 @@ def _no_password() -> bytes:
     return b""
 
 
-class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
+class WebhookServer(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
     """HTTPS server for a :class:`Webhook` (``POST /mutate``, ``GET /healthz``); at most
     ``max_connections`` open at once (more are closed at once, see :meth:`refuse_connection`)."""
 
@@ -496,7 +498,7 @@ class WebhookServer(ConnectionLimit, ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"https://{host}:{port}"
+        return f"https://{host_port(host, port)}"
 
     def serve_in_thread(self) -> threading.Thread:
         return serve_in_thread(self, "iro-webhook")

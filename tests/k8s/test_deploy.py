@@ -465,7 +465,7 @@ def test_overlays_differ_where_they_should(rendered):
         assert [(p["containerPort"], p.get("hostPort")) for p in container["ports"]] == [(9464, 9464)]
     else:
         assert "hostNetwork" not in agent and "dnsPolicy" not in agent
-        assert env["IRO_AGENT_HOST"]["value"] == "0.0.0.0"
+        assert env["IRO_AGENT_HOST"]["value"] == "::"
 
 
 def test_cluster_config_sample_loads():
