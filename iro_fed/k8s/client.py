@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import threading
 import time
@@ -51,6 +52,26 @@ def read_timeout(read_s: float) -> tuple[float, float]:
     return (min(CONNECT_TIMEOUT_S, read_s), read_s)
 
 
+def check_kubeconfig(path: str | os.PathLike[str]) -> None:
+    """Raise ValueError unless each file of ``path`` (``:``-separated, as the kubernetes client
+    merges them) that exists parses as a YAML mapping: the client indexes the parsed document
+    and a plain-text file (``/etc/hostname``) failed with "'str' object does not support item
+    assignment". A missing or empty file is left to the client, whose message names it."""
+    import yaml
+
+    for part in str(path).split(os.pathsep):
+        if not part or not os.path.isfile(part):
+            continue
+        try:
+            with open(part, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"not a kubeconfig: {part}: {exc}") from None
+        if doc is not None and not isinstance(doc, dict):
+            kind = {"str": "a string", "list": "a list"}.get(type(doc).__name__, type(doc).__name__)
+            raise ValueError(f"not a kubeconfig: expected a YAML mapping, got {kind} ({part})")
+
+
 def api_client(kubeconfig: str | None = None, user_agent: str | None = None) -> Any:
     """An ``ApiClient`` from a kubeconfig file, or the in-cluster service account when None; its
     connections use TCP keepalive with client-go's timings, so a proxy or load balancer does not
@@ -59,6 +80,7 @@ def api_client(kubeconfig: str | None = None, user_agent: str | None = None) -> 
 
     cfg = client.Configuration()
     if kubeconfig:
+        check_kubeconfig(kubeconfig)
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)

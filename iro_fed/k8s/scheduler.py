@@ -16,13 +16,21 @@ Loop (leader only):
    429, 5xx) is sent again by the loop ``EVENT_RETRY_S`` (10 s) apart, ``EVENT_TRIES`` tries in all
    (client-go's broadcaster), from a queue of ``EVENT_RETRY_MAX`` Events at most;
 4. a pod that fits nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with kube's
-   message (``0/12 nodes are available: ...``) and a ``FailedScheduling`` Event; it waits in the
+   message (``0/12 nodes are available: ...``; with no nodes at all ``no nodes available to
+   schedule pods``, kube's ErrNoNodesAvailable) and a ``FailedScheduling`` Event; it waits in the
    unschedulable queue (below).
+
+A batch is placed on the cluster config's ``resources`` plus every other resource its pods request
+(a node that does not list one has none of it) and ``pods`` when some node has fewer free pod
+slots than the batch has pods, as kube's NodeResourcesFit checks them all; the objective's
+utilization counts the added ones in that batch only.
 
 Bound pods are *assumed* (counted on their node) until the watch shows that same pod (same UID:
 a StatefulSet pod recreated under its old name is another pod) bound, as kube-scheduler's cache
 does, so the next batch never double-books a node. Pods being deleted (``deletionTimestamp``) are
-not scheduled.
+not scheduled, nor are pods with ``spec.schedulingGates`` (kube's SchedulingGates PreEnqueue): such
+a pod gets ``PodScheduled=False`` reason ``SchedulingGated`` where the API server did not set it, and
+is tried as soon as an update removes its gates.
 
 Unschedulable pods wait as in kube-scheduler's queue (``pkg/scheduler/internal/queue``): each
 failed attempt doubles the pod's backoff (``pod_initial_backoff_s`` 1 s, at most
@@ -59,7 +67,8 @@ loop), at most ``EVENT_TRIES`` tries in a row for a passing failure (no answer, 
 for a refusal (other 4xx), then dropped until ``EVENT_REPEAT_S``. client-go's event broadcaster
 retries a write with no answer up to 12 times, 10 s apart, then drops it; it drops at once
 one the server refused, where a 5xx is retried here as the pod's next attempt comes anyway.
-A Binding answered 409 is not retried for that pod (UID); one that got no answer (status 0, after
+A Binding answered 409 is not retried for that pod (UID) while it is unchanged (an update as
+``isPodUpdated`` sees it makes it a pod to try again); one that got no answer (status 0, after
 ``Kube.write_timeout_s``) or an error backs off (1, 2, 4 ... 30 s) and is retried only if the pod is
 still pending; so do the pods of a batch that raised.
 The loop sleeps until something can change a decision: the pending-pods watch (a pod arrives or
@@ -69,7 +78,8 @@ out and its timer wakes the loop), becoming leader, or the end of the next timer
 flush, a bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net. The node and
 bound-pod reflectors judge each change in their ``on_change`` hook, with its old and new object.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
-binds, and it checks its leadership right before every Binding POST.
+binds, and it checks its leadership right before every Binding POST. On stop it gives the Lease
+up only after its Bindings under way have ended.
 """
 
 from __future__ import annotations
@@ -130,6 +140,11 @@ EVENT_RETRY_MAX = 1000  # Scheduled Events held for a retry at most (the oldest 
 POD_INITIAL_BACKOFF_S = 1.0
 POD_MAX_BACKOFF_S = 10.0
 MAX_UNSCHEDULABLE_S = 300.0
+# kube's texts: the API server's condition on a gated pod (the scheduler never tries one), and
+# the scheduler's ErrNoNodesAvailable (a FitError lists nodes; with none it says this instead).
+SCHEDULING_GATED = "SchedulingGated"
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
 
 
 @dataclass
@@ -329,7 +344,11 @@ class IroScheduler:
             self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s, current=self._node_cpu)
         self._feed_pods: tuple[int, dict[str, list[Mapping[str, Any]]]] = (-1, {})  # (pods version, pods by node)
         self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
-        self._conflicts: dict[str, tuple[str | None, float]] = {}  # key -> (UID whose bind got 409, when)
+        # key -> (UID whose bind got 409, the pod's spec then (_pod_spec_key), when): an update
+        # (a scheduling gate removed, say) or a new UID makes it a pod to try again
+        self._conflicts: dict[str, tuple[str | None, str, float]] = {}
+        # key -> (UID, when its SchedulingGated condition was patched (None: failed), when tried)
+        self._gated: dict[str, tuple[str | None, float | None, float]] = {}
         self._unschedulable: dict[str, QueuedPod] = {}
         # key -> (UID, reason, message, when its Event was posted or dropped (None: neither yet),
         # whether the condition is patched, failed POSTs of the Event in a row)
@@ -362,16 +381,23 @@ class IroScheduler:
         return self
 
     def stop(self, release: bool = True) -> None:
-        """Stop; ``release=False`` leaves the lease to expire (what a crash does)."""
+        """Stop; ``release=False`` leaves the lease to expire (what a crash does).
+
+        Campaigning stops first (no Binding starts after that: each checks leadership), then the
+        loop and the Bindings under way end, and only then is the lease given up: released
+        earlier, a follower took over and bound while this replica's POSTs were outstanding."""
         self._stop.set()
         self._wake.set()
         if self.elector is not None:
-            self.elector.stop(release=release)
+            self.elector.stop(release=False)
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            # A batch of one binds on the loop's thread: wait out its write timeout.
+            self._thread.join(timeout=max(10.0, float(getattr(self.kube, "write_timeout_s", 30.0)) + 5.0))
         if self.metrics_feed is not None:
             self.metrics_feed.stop()
         self._pool.shutdown(wait=True)
+        if self.elector is not None and release:
+            self.elector.release()
         self.pending.stop()
         self.cache.stop()
 
@@ -515,7 +541,8 @@ class IroScheduler:
             due += [until - now for until, _ in self._backoff.values()]
             due += [e.retry_at - now for e in self._event_retries.values()]
             # These expire strictly after ASSUME_TTL_S: at exactly 0 the next wake is 0.05 s on.
-            ttl = [ASSUME_TTL_S - (now - since) for _, since in (*self._assumed.values(), *self._conflicts.values())]
+            ttl = [ASSUME_TTL_S - (now - since)
+                   for since in (*(t for _, t in self._assumed.values()), *(t for *_, t in self._conflicts.values()))]
         ahead = [d for d in due if d > 0] + [d for d in ttl if d >= 0]
         return min(max(min(ahead, default=self.poll_s), 0.05), self.poll_s)
 
@@ -543,8 +570,8 @@ class IroScheduler:
         in the unschedulable queue, in kube's queue order (priority, then creation)."""
         now = self.clock()
         with self.pending.changed:
-            pending = list(self.pending.store.items())
-        pending_uids = {key: _uid(pod) for key, pod in pending}
+            pending = dict(self.pending.store)
+        pending_uids = {key: _uid(pod) for key, pod in pending.items()}
         with self._lock:
             assumed_keys = list(self._assumed)
         bound_uids = self._bound_uids([*pending_uids, *assumed_keys])
@@ -558,17 +585,20 @@ class IroScheduler:
                 elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
                     self._assumed.pop(key, None)
                     self._count_move(_ALL_HELD)
-            for key, (uid, since) in list(self._conflicts.items()):
+            for key, (uid, spec, since) in list(self._conflicts.items()):
                 if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
                     self._conflicts.pop(key, None)
-            for table in (self._unschedulable, self._reported, self._backoff):  # pods gone from the queue
+                elif _pod_spec_key(pending[key]) != spec:  # updated (a gate removed): a pod to try again
+                    self._conflicts.pop(key, None)
+            for table in (self._unschedulable, self._reported, self._backoff, self._gated):  # pods gone from the queue
                 for key in [k for k in table if k not in pending_uids]:
                     table.pop(key, None)
             assumed = set(self._assumed)
             backoff = {key for key, (until, _) in self._backoff.items() if until > now}
-            conflicts = {key: uid for key, (uid, _) in self._conflicts.items()}
+            conflicts = {key: uid for key, (uid, _, _) in self._conflicts.items()}
         pods = []
-        for key, pod in pending:
+        gated = []
+        for key, pod in pending.items():
             if key in assumed or key in backoff:
                 continue
             uid = pending_uids[key]
@@ -579,6 +609,10 @@ class IroScheduler:
             meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
             if meta.get("deletionTimestamp"):
                 continue  # being deleted: kube-scheduler skips such pods too
+            spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+            if spec.get("schedulingGates"):
+                gated.append(pod)  # kube's SchedulingGates PreEnqueue: never tried until the gates go
+                continue
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
             if status.get("phase") in TERMINAL_PHASES:
                 continue
@@ -586,7 +620,36 @@ class IroScheduler:
                 continue
             pods.append(pod)
         pods.sort(key=_queue_key)
+        self._report_gated(gated, now)
         return pods
+
+    def _report_gated(self, gated: Sequence[Mapping[str, Any]], now: float) -> None:
+        """Set ``PodScheduled=False`` reason ``SchedulingGated`` on each gated pod once (the API
+        server sets it on create; it is patched here where it is missing), leader only; a failed
+        patch is tried again EVENT_RETRY_S later."""
+        if not gated or not self.is_leader():
+            return
+        for pod in gated:
+            key, uid = obj_key(pod), _uid(pod)
+            with self._lock:
+                last = self._gated.get(key)
+            if last is not None and last[0] == uid and (last[1] is not None or now - last[2] < EVENT_RETRY_S):
+                continue
+            current = _pod_scheduled(pod)
+            if current is not None and current.get("status") == "False" and current.get("reason") == SCHEDULING_GATED:
+                with self._lock:
+                    self._gated[key] = (uid, now, now)
+                continue
+            cond = {"type": "PodScheduled", "status": "False", "reason": SCHEDULING_GATED,
+                    "message": SCHEDULING_GATED_MESSAGE, "lastProbeTime": None,
+                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            meta = pod.get("metadata") or {}
+            result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
+                                                {"status": {"conditions": [cond]}})
+            if not result.ok:
+                log.warning("SchedulingGated condition of %s not patched: HTTP %s %s", key, result.status, result.message)
+            with self._lock:
+                self._gated[key] = (uid, now if result.ok else None, now)
 
     # --- the NodeMetrics feed ------------------------------------------------------------------
 
@@ -628,12 +691,16 @@ class IroScheduler:
             return {key: _uid(store[key]) for key in keys if key in store}
 
     def _model(self) -> ClusterModel:
+        """The cluster with the pods bound and assumed. Widened: a batch is placed on the
+        configured resources plus what its pods request beyond them (and ``pods`` when a node is
+        short of slots), as kube checks every requested resource and the kubelet refuses a pod
+        bound past one (OutOf...)."""
         with self.cache.pods.changed:
             store = dict(self.cache.pods.store)
         with self._lock:
             assumed = [(key, pod) for key, (pod, _) in self._assumed.items()]
         return ClusterModel(self.cache.nodes.items(), [*store.values(), *_unconfirmed(assumed, store)], self.config,
-                            doc_cache=self._node_docs)
+                            doc_cache=self._node_docs, widen=True)
 
     def refresh_policy(self) -> bool:
         """With a dqn policy registry: when its ``latest`` names another version than the one in
@@ -679,6 +746,13 @@ class IroScheduler:
                 return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
             snap = model.with_pods(good)
         problem = snap.problem
+        if problem.num_nodes == 0:
+            # kube's ErrNoNodesAvailable, not a FitError ("0/0 nodes are available."): its status is
+            # UnschedulableAndUnresolvable, so reason Unschedulable; a node added moves the pods.
+            outcomes.extend(self._unschedulable_pod(pod, NO_NODES_MESSAGE, "Unschedulable", version, frozenset())
+                            for pod in good)
+            log.info("batch of %d: no nodes available to schedule pods", len(pods))
+            return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
         self.refresh_policy()
         placement = self.solver.solve(problem)
         info = placement.info or {}
@@ -731,7 +805,7 @@ class IroScheduler:
                 if result.status == 409:
                     # Bound already (the watch will show where) or the pod was replaced: this
                     # pod is not tried again; one recreated under the same name has a new UID.
-                    self._conflicts[key] = (meta.get("uid"), self.clock())
+                    self._conflicts[key] = (meta.get("uid"), _pod_spec_key(pod), self.clock())
                 else:  # try again in a later batch, backing off 1, 2, 4 ... 30 s
                     self._back_off(key)
             log.warning("binding %s to %s: HTTP %s %s", key, node, result.status, result.message)

@@ -507,6 +507,65 @@ def _request_names(resources: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r for r in (*resources, GPU_RESOURCE) if r != "pods"))
 
 
+def requested_names(pod: Mapping[str, Any]) -> set[str]:
+    """Every resource name ``pod`` requests or limits (containers, init containers, ``spec.overhead``
+    and pod-level ``spec.resources``) but ``pods`` and ``nvidia.com/gpu``, which the model always
+    reads. Lenient: a field of the wrong type names nothing (the full parse reports it)."""
+    spec = _spec(pod)
+    maps: list[Any] = [spec.get("overhead")]
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else ():
+            res = c.get("resources") if isinstance(c, Mapping) else None
+            if isinstance(res, Mapping):
+                maps += [res.get("requests"), res.get("limits")]
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping):
+        maps += [pod_level.get("requests"), pod_level.get("limits")]
+    names = {k for m in maps if isinstance(m, Mapping) for k in m if isinstance(k, str) and _RESOURCE_NAME.fullmatch(k)}
+    return names - {"pods", "gpu", GPU_RESOURCE}
+
+
+# A resource name the API server accepts (a qualified name, optionally prefixed by a DNS subdomain);
+# another key cannot come from the API, and is not made a problem resource.
+_RESOURCE_NAME = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def feasibility_resources(configured: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                          by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+                          pending: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The problem's resources for placing ``pending``: the configured ones, then each other one a
+    pending pod requests (kube's NodeResourcesFit checks every requested resource: a node that
+    does not list it has 0), then ``pods`` when a node has fewer free pod slots than there are
+    pending pods (kube's "Too many pods"). The added ones count in the objective's utilization
+    for that batch only; a batch that needs none of them is scored over the configured ones."""
+    extra = sorted(set().union(*(requested_names(p) for p in pending)) - set(configured)) if pending else []
+    res = (*configured, *extra)
+    if "pods" not in res and pending and _short_of_pod_slots(nodes, by_node, len(pending)):
+        res = (*res, "pods")
+    return tuple(res)
+
+
+def _short_of_pod_slots(nodes: Sequence[Mapping[str, Any]], by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+                        wanted: int) -> bool:
+    """Whether some node has fewer than ``wanted`` pod slots free (allocatable ``pods`` less the
+    pods counted on it); a node whose ``pods`` cannot be read counts as short (the full parse
+    reports it, or reads it as 0)."""
+    for node in nodes:
+        name = _meta(node).get("name")
+        status = node.get("status") if isinstance(node, Mapping) else None
+        alloc = (status.get("allocatable") or status.get("capacity")) if isinstance(status, Mapping) else None
+        if not isinstance(alloc, Mapping) or "pods" not in alloc:
+            return True
+        try:
+            slots = _amount("pods", alloc["pods"], "node", "pods")
+        except (PodSpecError, QuantityError):
+            return True
+        if slots - len(by_node.get(name, ()) if isinstance(name, str) else ()) < wanted:
+            return True
+    return False
+
+
 def _container_exact(container: Any, resources: Sequence[str], field: str, who: str) -> dict[str, Decimal]:
     """One container's requests, exact (:func:`exact_amount`), for the names of ``resources``
     (but ``pods``) and ``nvidia.com/gpu``; a resource without a request but with a limit
@@ -1276,24 +1335,30 @@ class ClusterModel:
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
-                 keys: Sequence[tuple[str, str, str] | None] | None = None) -> None:
+                 keys: Sequence[tuple[str, str, str] | None] | None = None, widen: bool = False) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
-        has them already (the extender keys its models by them)."""
+        has them already (the extender keys its models by them). ``widen``: :meth:`with_pods` adds
+        the other resources its pods request (and ``pods`` when a node is short of slots) to the
+        configured ones (:func:`feasibility_resources`), on a model built again for them."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         self.config = config or ClusterConfig()
-        res = self.config.resources
         self.warnings: list[str] = []
+        by_node = pods_by_node(bound_pods or (), self.warnings)
+        res = self.config.resources
+        # What with_pods needs to build the model again on more resources.
+        self._widen = (nodes, bound_pods, doc_cache, keys, by_node) if widen else None
         self.node_objects: dict[str, Mapping[str, Any]] = {}
         docs = []
         kinds: dict[str, str] = {}
-        by_node = pods_by_node(bound_pods or (), self.warnings)
         for k, obj in enumerate(nodes):
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.
             key = node_cache_key(obj) if keys is None else keys[k]
+            if key:
+                key = (*key, res)  # a doc parsed for other resources has other columns
             base = doc_cache.get(key) if (doc_cache is not None and key) else None
             if base is None:
                 base = node_doc(obj, res)
@@ -1323,14 +1388,22 @@ class ClusterModel:
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""
-        wl = workload_doc(pod, self.config.resources, self.node_docs, {})
+        res = self.config.resources
+        if self._widen is not None:  # its other resources are read too (a bad quantity of one is its error)
+            res = feasibility_resources(res, (), {}, [pod])
+        wl = workload_doc(pod, res, self.node_docs, {})
         try:
-            problem_from_dict(dict(self.skeleton, nodes=[], workloads=[wl]), source="pending pods")
+            problem_from_dict(dict(self.skeleton, resources=list(res), nodes=[], workloads=[wl]), source="pending pods")
         except ProblemValidationError as exc:
             raise PodSpecError(_name_pods(exc, [pod])) from None
 
     def with_pods(self, pods: Sequence[Mapping[str, Any]]) -> Snapshot:
         """A snapshot whose workloads are ``pods`` (pending), in order."""
+        if self._widen is not None:
+            nodes, bound, doc_cache, keys, by_node = self._widen
+            wider = feasibility_resources(self.config.resources, nodes, by_node, pods)
+            if wider != self.config.resources:
+                return ClusterModel(nodes, bound, dc_replace(self.config, resources=wider), doc_cache, keys).with_pods(pods)
         extra: dict[str, set[str]] = {}
         parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
         wls = [wl for wl, _ in parsed]

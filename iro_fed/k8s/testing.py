@@ -568,11 +568,17 @@ class FakeApiServer:
             uid = (body.get("metadata") or {}).get("uid")
             if uid and uid != pod["metadata"].get("uid"):
                 return 409, _status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata'].get('uid')}")
-            if pod["spec"].get("nodeName"):
-                return 409, _status(
-                    409, "Conflict",
-                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
-                    {"name": name, "kind": "pods/binding"})
+            # kube-apiserver's checks (BindingREST.setPodNodeAndMetadata), in its order, each a 409.
+            refused = None
+            if pod["metadata"].get("deletionTimestamp"):
+                refused = f"pod {name} is being deleted, cannot be assigned to a host"
+            elif pod["spec"].get("nodeName"):
+                refused = f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            elif pod["spec"].get("schedulingGates"):
+                refused = f"pod {name} has non-empty .spec.schedulingGates"
+            if refused:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": {refused}',
+                                    {"name": name, "kind": "pods/binding"})
             pod = copy.deepcopy(pod)
             pod["spec"]["nodeName"] = target
             ann = (body.get("metadata") or {}).get("annotations") or {}
