@@ -1,7 +1,9 @@
 """The ``iro`` command (shared/spec/interfaces.md).
 
 Every subcommand exits 0 on success and 2 on bad input, with a message on stderr that names
-what is wrong. Tables go to stdout; progress goes to stderr. Ctrl-C exits 130.
+what is wrong. Tables go to stdout; progress goes to stderr. Ctrl-C exits 130. A reader that
+closes stdout early (``iro solve p.json --solver best-fit --out - | head -1``) ends the command
+quietly with 141, as SIGPIPE ends other Unix tools.
 
 Stopping the long-running commands (``iro extender``, ``webhook``, ``scheduler``, ``iro fed
 server``, ``node``, ``rounds`` and ``edge-agent run``), one convention (:func:`stop_status`):
@@ -28,15 +30,21 @@ over: :func:`take_over_sigterm`). A job started that way ends as before (143).
 
 Output files (``--out``, ``--json``, ``--plot``) are written atomically (a temporary file beside
 them, renamed over them) after every input was read whole: ``--out`` may name an input file, which
-is then replaced by the complete result, or left as it was when the command fails.
+is then replaced by the complete result, or left as it was when the command fails. ``iro solve``,
+``compare``, ``replay`` and ``simulate`` make their folders (like ``mkdir -p``) once the inputs are
+known to be good, before the work. ``--out -`` prints the result to stdout in ``iro solve`` and
+``iro compare``; ``-`` is refused elsewhere, and so are an empty path and one that ends in a folder
+(``newres/``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -60,6 +68,9 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 #: Ctrl-C (SIGINT), by shell convention 128 + SIGINT.
 EXIT_INTERRUPTED = 130
+#: Standard output closed by its reader (``iro solve ... --out - | head -1``): 128 + SIGPIPE, the
+#: status of a Unix tool that the signal ends.
+EXIT_BROKEN_PIPE = 128 + 13
 
 # Subcommands that live beside their integration. Each module exposes ``register(sub)``, which
 # adds its parsers with ``set_defaults(func=...)``; it imports optional dependencies only when a
@@ -167,13 +178,23 @@ def stop_signals() -> Iterator[Callable[[], int]]:
         restore()
 
 
-def _console(stderr: bool = False, markup: bool = True) -> Console:
-    """The commands' console. ``markup=False``: every string is printed as it is, table cells and
-    titles too. Names, paths, reasons and messages are user data, and rich reads ``[...]`` in them
-    as markup (a workload ``batch[/gpu]`` raised MarkupError, ``'iro-fed[cpsat]'`` lost
-    ``[cpsat]``); style with ``style=`` or :class:`rich.text.Text` instead."""
-    return Console(stderr=stderr, markup=markup, highlight=False, soft_wrap=False,
-                   width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
+class _PipeConsole(Console):
+    """A Console whose reader going away raises BrokenPipeError, which :func:`main` turns into
+    the usual quiet exit 141; rich's own handler exits 1, the status of a failed command."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more to this stream
+        if threading.current_thread() is threading.main_thread():  # not a progress bar's refresh thread
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def _console(stderr: bool = False, markup: bool = False) -> Console:
+    """The commands' console. Markup is off (``markup=False``, the default): every string is
+    printed as it is, table cells and titles too. Names, paths, reasons and messages are user data,
+    and rich reads ``[...]`` in them as markup (a workload ``batch[/gpu]`` raised MarkupError,
+    ``'iro-fed[cpsat]'`` lost ``[cpsat]``); style with ``style=`` or :class:`rich.text.Text` instead."""
+    return _PipeConsole(stderr=stderr, markup=markup, highlight=False, soft_wrap=False,
+                        width=None if (sys.stderr if stderr else sys.stdout).isatty() else 160)
 
 
 def check_seed(flag: str, seed: int) -> int:
@@ -206,14 +227,32 @@ def check_number(flag: str, value: float, low: float | None = None, high: float 
     return value
 
 
+def refuse_empty(*paths: tuple[str, str | None]) -> None:
+    """Refuse a path flag (``(flag, path)``; None: not given) given as "" or blank: the commands
+    test a path's truthiness, so ``--out ""`` ran, exited 0 and wrote nothing."""
+    for flag, path in paths:
+        if path is not None and not path.strip():
+            raise UsageError(f"{flag}: expected a path, got {path!r}")
+
+
 def check_output_file(flag: str, path: str | Path, make: bool = True) -> Path:
     """A file path a command will write: not a folder, and its folder there or made now (like
     ``mkdir -p``). Checked before any work so that a long run does not fail at its last step.
-    ``make`` false: the folder only checked to be makeable (a dry run changes nothing)."""
+    ``make`` false: the folder only checked to be makeable (a dry run changes nothing). A command
+    that prints to stdout for ``-`` handles it before this check; here ``-`` is refused."""
+    text = os.fspath(path)
+    refuse_empty((flag, text))
+    if text == "-":  # it would be a file named '-' in the current folder, not stdout
+        raise UsageError(f"{flag}: '-' (standard output) is not supported here; give a file name (./- for a file named '-')")
     out = Path(path)
     _resolve(flag, out)  # a symlink loop fails here, not when the result is written after the work
     if out.is_dir():
         raise UsageError(f"{flag}: {str(out)!r} is a folder; give a file name")
+    name = text
+    for sep in os.sep + (os.altsep or ""):
+        name = name.rsplit(sep, 1)[-1]
+    if name in ("", ".", ".."):  # Path() drops a trailing '/' or '/.': --out newres/ wrote a file 'newres'
+        raise UsageError(f"{flag}: {text!r} ends with {name or text[-1]!r}, a folder; give a file name")
     _make_folder(flag, out.parent if str(out.parent) else Path("."), make)
     return out
 
@@ -371,8 +410,15 @@ def _load(path: str):
     return load_problem(path)
 
 
+def can_warm_up(problem: Problem) -> bool:
+    """Whether :func:`warm_up` on ``problem`` loads what a solver needs: it needs a pod and a node
+    (with no node a solver answers "unplaced" without importing anything, and the next problem's
+    timed solve then counted dqn's imports: 11-36 ms, not 3-4)."""
+    return bool(problem.num_workloads and problem.num_nodes)
+
+
 def warm_up(name: str, settings: dict[str, Any], problem: Problem) -> None:
-    """Solve a one-pod copy of ``problem`` (one with workloads) with a fresh ``name`` solver,
+    """Solve a one-pod copy of ``problem`` (one :func:`can_warm_up`) with a fresh ``name`` solver,
     untimed, so that a timed solve after it measures the solve: a solver's first solve in a
     process imports its libraries and loads its model (dqn: torch and the policy, about 5 s; qubo:
     dimod and dwave-samplers; cpsat: OR-Tools), a one-off cost that made the first ``time ms``
@@ -466,13 +512,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     settings = _parse_settings(args.set or [], args.solver)
     if args.show_unplaced < 0:
         raise UsageError(f"--show-unplaced: must be >= 0, got {args.show_unplaced}")
+    refuse_empty(("--out", args.out))
     if args.out and args.out != "-":
-        check_output_file("--out", args.out)
+        check_output_file("--out", args.out, make=False)
     problem = _load(args.problem)
     solver = solvers.make(args.solver, **settings)
+    if args.out and args.out != "-":  # its folder made only now that the input is good, before the solve
+        check_output_file("--out", args.out)
     # a str status is read as markup (rich.spinner), whatever the console says: Text is literal
     with _console(stderr=True, markup=False).status(Text(f"solving {problem!r} with {args.solver}"), spinner="dots"):
-        if problem.num_workloads:  # the table's time column: the solve, not the library loading
+        if can_warm_up(problem):  # the table's time column: the solve, not the library loading
             warm_up(args.solver, settings, problem)
         placement = solver.solve(problem)
     if args.out == "-":
@@ -513,9 +562,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         names = check_names("--solvers", args.solvers, list(solvers.registered()))
     else:
         names = [n for n in solvers.available() if not solvers.registered()[n].properties.composite]
-    if args.out:
-        check_output_file("--out", args.out)
+    refuse_empty(("--out", args.out))
+    to_file = bool(args.out) and args.out != "-"  # '-': the results as JSON on stdout, as iro solve
+    if to_file:
+        check_output_file("--out", args.out, make=False)
     problems = [(path, _load(path)) for path in args.problems]
+    if to_file:  # its folder made only once every problem is read and good
+        check_output_file("--out", args.out)
     results: list[dict[str, Any]] = []
     console = _console(markup=False)
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -531,7 +584,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             rows = []
             for name in names:
                 progress.update(task, description=f"{path}: {name}")
-                if name not in warmed and problem.num_workloads:
+                if name not in warmed and can_warm_up(problem):
                     # once per solver, untimed: its first solve would time the imports too
                     warm_up(name, {"seed": args.seed}, problem)
                     warmed.add(name)
@@ -542,6 +595,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     rows.append((name, None, str(exc)))
                 progress.advance(task)
             per_problem.append((path, problem, rows))
+    tables = []
     for path, problem, rows in per_problem:
         table = Table(title=f"{path}: {problem.num_workloads} workloads on {problem.num_nodes} nodes in {len(problem.domains)} domains")
         table.add_column("solver")
@@ -560,9 +614,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 table.add_row(name, placement.status, *cells)
             results.append({"problem": path, "solver": name, **placement.to_dict(problem)["objective"], "status": placement.status,
                             "solve_s": placement.timing.get("solve_s")})
+        tables.append(table)
+    document = {"seed": args.seed, "results": results}
+    if args.out == "-":  # the JSON alone on stdout, for a pipe
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    for table in tables:
         console.print(table)
     if args.out:
-        write_json_atomic(args.out, {"seed": args.seed, "results": results})
+        write_json_atomic(args.out, document)
         console.print(f"results written to {args.out}")
     return EXIT_OK
 
@@ -633,12 +693,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         seeds = [check_seed("--seed", REPLAY_SEED if args.seed is None else args.seed)]
     settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
+    refuse_empty(("--out", args.out), ("--plot", args.plot))
     if args.out:
-        check_output_file("--out", args.out)
+        check_output_file("--out", args.out, make=False)
     if args.plot:
         from iro_fed.plots import check_plot_file
 
-        check_plot_file("--plot", args.plot)
+        check_plot_file("--plot", args.plot, make=False)
     check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
         check_input_file(flag, path)
@@ -652,6 +713,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         pods = load_pods(args.pods)
     except TraceFormatError as exc:
         raise UsageError(f"--pods: {exc}") from exc
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
+        if path:  # their folders made only now that the traces are read and good, before the replay
+            check_output_file(flag, path)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     documents = {}
@@ -771,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problems", nargs="+", metavar="PROBLEM")
     p.add_argument("--solvers", metavar="A,B,...", help="solver names (default: every available non-composite solver)")
     p.add_argument("--seed", type=int, default=0, help="seed given to every solver (default 0)")
-    p.add_argument("--out", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--out", metavar="FILE", help="write the results as JSON here ('-' prints them to stdout, without the tables)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("replay", help="replay an Alibaba openb trace online, pod by pod (shared/spec/fgd-replay.md)")
@@ -796,6 +860,20 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
     return parser
+
+
+def broken_pipe() -> int:
+    """The reader of stdout went away (``iro solve ... --out - | head -1``): no message, exit 141
+    as a Unix tool ended by SIGPIPE does. stdout is pointed at the null device, so Python's flush
+    at exit does not report the same broken pipe again (the recipe of the signal module's docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a real file (main() called with stdout captured)
+        return EXIT_BROKEN_PIPE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -827,7 +905,12 @@ def _main(argv: Sequence[str] | None, early: EarlyStop | None) -> int:
         if stopped is not None:
             return stopped
     try:
-        return args.func(args)
+        status = args.func(args)
+        if sys.stdout is not None:  # a reader gone shows here, not as a flush error at exit
+            sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        return broken_pipe()
     except (UsageError, ProblemValidationError, InvalidSettingError) as exc:
         print(f"iro {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -132,13 +132,10 @@ def _check_run_args(args: argparse.Namespace) -> None:
 
 
 def _refuse_empty(*paths: tuple[str, str | None]) -> None:
-    """Refuse a path flag given as "" (or blank): the commands test a path's truthiness, so
-    ``--out ""`` ran, exited 0 and wrote nothing."""
-    from iro_fed.cli import UsageError
+    """:func:`iro_fed.cli.refuse_empty`: a path flag given as "" (or blank) is refused."""
+    from iro_fed.cli import refuse_empty
 
-    for flag, path in paths:
-        if path is not None and not path.strip():
-            raise UsageError(f"{flag}: expected a path, got {path!r}")
+    refuse_empty(*paths)
 
 
 def check_fine_tune_steps(flag: str, steps: int) -> int:
