@@ -362,8 +362,8 @@ def print_tables(doc: dict[str, Any], console: Console) -> None:
             t.add_row(name, f"{m['score']:+.4f}", f"{m['pending_pct']:.2f}", f"{m['utilization_pct']:.1f}",
                       _cell(m["success_rate_pct"], ".3f"), f"{m['carbon_kg']:.2f}", f"{m['cost']:.1f}")
         console.print(t)
-        console.print(f"dqn vs kube-default: {row['dqn_vs_kube_pct']:+.1f} % (target >= +10 %); gap to the best "
-                      f"heuristic ({row['best_heuristic']}): {row['dqn_gap_to_best_pct']:.1f} % (target <= 5 %)")
+        console.print(f"dqn vs kube-default: {_cell(row['dqn_vs_kube_pct'], '+.1f')} % (target >= +10 %); gap to the best "
+                      f"heuristic ({row['best_heuristic']}): {_cell(row['dqn_gap_to_best_pct'], '.1f')} % (target <= 5 %)")
     if doc.get("generalization"):
         t = Table(title="Generalization: the policy on larger openb-shaped clusters (R, unplaced)")
         t.add_column("nodes", justify="right")

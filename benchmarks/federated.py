@@ -202,18 +202,27 @@ def combine_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     local_means = [{k: float(np.mean([m[k] for m in r["local"].values()])) for k in METRICS} for r in per_seed]
     q["local_mean"] = mean_of(local_means)
     diffs = [r["federated"]["eval-reward"] - lm["eval-reward"] for r, lm in zip(per_seed, local_means, strict=True)]
-    ratios = [r["federated"]["eval-reward"] / r["centralized"]["eval-reward"] for r in per_seed]
+    # A ratio over a centralized reward of exactly 0 has no value (null in the JSON, "-" in the table).
+    ratios = [_ratio(r["federated"]["eval-reward"], r["centralized"]["eval-reward"]) for r in per_seed]
     q["fed_minus_local"] = float(np.mean(diffs))
     q["fed_minus_local_std"] = float(np.std(diffs))
     q["fed_minus_local_seeds"] = diffs
     q["fed_beats_local_seeds"] = int(sum(d > 0 for d in diffs))
-    q["fed_vs_central"] = q["federated"]["eval-reward"] / q["centralized"]["eval-reward"]
+    q["fed_vs_central"] = _ratio(q["federated"]["eval-reward"], q["centralized"]["eval-reward"])
     q["fed_vs_central_seeds"] = ratios
     base = q["random"]["eval-reward"]
     span = q["centralized"]["eval-reward"] - base
-    q["fed_vs_central_gain"] = (q["federated"]["eval-reward"] - base) / span if span else math.nan
+    q["fed_vs_central_gain"] = _ratio(q["federated"]["eval-reward"] - base, span)
     q["per_seed"] = list(per_seed)
     return q
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _pct(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.1f}"
 
 
 def poisoning(cfg: Any, episodes: int, work: Path, console: Console, eval_seed: int = EVAL_SEED) -> dict[str, Any]:
@@ -351,8 +360,8 @@ def report(res: dict[str, Any], console: Console) -> None:
         row("centralized (pooled)", q["centralized"])
         row("federated FedAvg", q["federated"])
         console.print(t)
-        console.print(f"federated / centralized R: {100 * q['fed_vs_central']:.1f} % (target >= 95 %); gain over "
-                      f"random, federated / centralized: {100 * q['fed_vs_central_gain']:.1f} %; federated - mean "
+        console.print(f"federated / centralized R: {_pct(q['fed_vs_central'])} % (target >= 95 %); gain over "
+                      f"random, federated / centralized: {_pct(q['fed_vs_central_gain'])} %; federated - mean "
                       f"local-only R: {q['fed_minus_local']:+.2f} +- {q['fed_minus_local_std']:.2f} over seeds "
                       f"(per seed {', '.join(f'{d:+.2f}' for d in q['fed_minus_local_seeds'])}; target > 0), "
                       f"federated ahead in {q['fed_beats_local_seeds']} of {len(q['seeds'])} seed(s)")
