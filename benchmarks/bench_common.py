@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.cli import UsageError, check_int, check_names, check_output_file, check_seed
-from iro_fed.problem_io import write_file_atomic
+from iro_fed.problem_io import fsync_file, write_file_atomic
 
 __all__ = [
     "UsageError",
@@ -64,7 +64,7 @@ def write_json(path: str | os.PathLike, doc: Any, default: Callable[[Any], Any] 
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            fsync_file(f.fileno())  # a device or fifo (written directly) cannot be synced
 
     write_file_atomic(path, write)
 

@@ -20,7 +20,7 @@ from iro_fed.federated.procs import parse_host_port
 from iro_fed.limits import MAX_TOP_K
 from iro_fed.metrics.prometheus import PrometheusClient
 from iro_fed.metrics.snapshot import SCORING_MODES, SnapshotQueries
-from iro_fed.problem_io import utf8_error
+from iro_fed.problem_io import DuplicateKeyError, load_yaml, utf8_error
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -443,8 +443,10 @@ def load_config(
             raise ConfigError([("", utf8_error(data, exc))], source) from None
         import yaml
 
-        try:
-            doc = yaml.safe_load(text)
+        try:  # the problem files' loader: a repeated key is an error, numbers as in YAML 1.2
+            doc = load_yaml(text)
+        except DuplicateKeyError as exc:
+            raise ConfigError(exc.errors, source) from None
         except yaml.YAMLError as exc:
             raise ConfigError([("", f"not valid YAML: {exc}")], source) from exc
         if doc is None:

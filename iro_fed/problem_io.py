@@ -23,6 +23,7 @@ import math
 import os
 import re
 import reprlib
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -171,7 +172,22 @@ class _Checker:
             want = {"dict": "an object", "list": "a list", "str": "a string"}.get(want, want)
             self.fail(p, f"expected {want}, got {json_kind(value)} {_show(value)}")
             return None
+        if isinstance(value, str) and not self.text(value, p):
+            return None
         return value
+
+    def text(self, value: str, path: str) -> bool:
+        """Whether ``value`` is valid Unicode text, else an error at ``path``: JSON's "\\ud800"
+        gives a lone surrogate, which passed here and broke the first write of the name (solve
+        printed half its table, then failed with a UnicodeEncodeError)."""
+        if value.isascii():
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            self.fail(path, f"not valid Unicode text (a lone surrogate at character {exc.start}): {_show(value)}")
+            return False
+        return True
 
     def name(self, obj: Mapping, path: str) -> str | None:
         """The required, non-empty ``name`` of an object."""
@@ -214,8 +230,12 @@ class _Checker:
         for k, v in obj.items():
             if not str(k).strip():  # (YAML may give a number as a key: read as its text)
                 self.fail(path, f"keys must not be empty, got {_show(k)}")
+            elif not self.text(str(k), path):
+                pass
             elif not isinstance(v, str):
                 self.fail(f"{path}.{k}", f"expected a string, got {json_kind(v)} {_show(v)}")
+            elif not self.text(v, f"{path}.{k}"):
+                pass
             elif str(k) in out:  # YAML's 1 and "1": two keys, one label (the last would win silently)
                 self.fail(f"{path}.{k}", f"duplicate key {str(k)!r} (keys are read as text)")
             else:
@@ -298,30 +318,258 @@ def utf8_error(data: bytes, exc: UnicodeDecodeError, offset: int = 0, line: int 
     return f"not UTF-8 text: byte 0x{data[at]:02x} at offset {offset + at} (line {line})"
 
 
-def load_document(path: str | os.PathLike) -> dict:
-    """Read a JSON or YAML file into a dict (YAML by extension .yaml/.yml)."""
-    p = Path(path)
+#: Largest problem file read (bytes): a bigger one, or an endless stream, is refused before it
+#: fills the memory (4 MB holds some 40k pods; 1 GiB is far beyond any real cluster).
+MAX_DOCUMENT_BYTES = 1 << 30
+_READ_CHUNK = 1 << 20
+
+
+class DuplicateKeyError(ValueError):
+    """A key repeated in one object of a JSON or YAML document (the parsers keep the last one
+    silently); ``errors`` holds (field path, message) pairs, as :class:`ProblemValidationError`."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in errors))
+
+
+def _key_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def load_json(text: str) -> Any:
+    """``json.loads`` that refuses a key repeated in one object (:class:`DuplicateKeyError`,
+    naming each object by its path) instead of keeping the last value."""
+    repeated: list[tuple[dict, list[str]]] = []
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):  # rare: only then are the repeated keys looked for
+            seen: set[str] = set()
+            keys = [k for k, _ in pairs if k in seen or seen.add(k)]
+            repeated.append((obj, list(dict.fromkeys(keys))))
+        return obj
+
+    doc = json.loads(text, object_pairs_hook=pairs_hook)
+    if repeated:
+        # An object the document no longer holds was the value of a repeated key, reported above it.
+        where = _paths_of(doc, {id(obj) for obj, _ in repeated})
+        raise DuplicateKeyError(
+            [(where[id(obj)], f"duplicate key {k!r}") for obj, keys in repeated if id(obj) in where for k in keys]
+        )
+    return doc
+
+
+def _paths_of(doc: Any, wanted: set[int]) -> dict[int, str]:
+    """The field path of each object of ``doc`` whose id is in ``wanted``."""
+    found: dict[int, str] = {}
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack and len(found) < len(wanted):
+        obj, path = stack.pop()
+        if id(obj) in wanted:
+            found.setdefault(id(obj), path)
+        if isinstance(obj, dict):
+            stack.extend((v, _key_path(path, k)) for k, v in obj.items())
+        elif isinstance(obj, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
+    return found
+
+
+# --- YAML ----------------------------------------------------------------------------------
+# Problem files and the edge agent's config are read with one loader, built on first use (PyYAML
+# is imported only then). It is PyYAML's safe loader with three changes:
+# - libyaml's parser (CSafeLoader, some 3x faster) where PyYAML has it; the constructor and the
+#   resolver stay Python, so the two changes below hold for both parsers;
+# - numbers as in YAML 1.2's core schema (JSON's numbers, plus 0o17 / 0x1f ints and .inf /
+#   .nan): YAML 1.1 read `cpu: 0100` as octal 64 and `memory: 1:30` as base-60 90, silently;
+#   such text is now a string (refused where a number is expected) and 0100 is 100;
+# - a key repeated in one mapping is refused (:class:`DuplicateKeyError`); keys brought in by a
+#   merge (`<<: *base`) may still be overridden, as merges are meant to be.
+_YAML_INT = r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+"
+_YAML_FLOAT = r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)"
+_yaml_loader: type | None = None
+
+
+def yaml_loader() -> type:
+    """The YAML loader class described above (a ``yaml.SafeLoader`` or ``yaml.CSafeLoader`` subclass)."""
+    global _yaml_loader
+    if _yaml_loader is None:
+        _yaml_loader = _make_yaml_loader()
+    return _yaml_loader
+
+
+def _make_yaml_loader() -> type:
+    import yaml
+    from yaml.constructor import ConstructorError
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    int_tag, float_tag, merge_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:merge"
+
+    class Loader(base):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.repeated: list[tuple[Any, Any, Any, Any]] = []  # (mapping node, key, first key node, repeat)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, Any] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == merge_tag:
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node)
+                    except TypeError:  # unhashable: the base constructor refuses it
+                        continue
+                    if first is not key_node:
+                        self.repeated.append((node, key, first, key_node))
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node: Any) -> int:
+            text = str(self.construct_scalar(node))
+            if not re.fullmatch(_YAML_INT, text):  # an explicit !!int on other text (int() takes 1_0)
+                raise ConstructorError(None, None, f"not a YAML 1.2 integer: {text!r}", node.start_mark)
+            if text.startswith(("0o", "0x")):
+                return int(text[2:], 8 if text[1] == "o" else 16)
+            return int(text, 10)
+
+        def construct_yaml_float(self, node: Any) -> float:
+            text = str(self.construct_scalar(node))
+            special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
+            if text.lower() in special:
+                return special[text.lower()]
+            if re.fullmatch(_YAML_INT, text):  # an explicit !!float 0x10
+                return float(self.construct_yaml_int(node))
+            if not re.fullmatch(_YAML_FLOAT, text):  # float() would also take 1_0 and "nan"
+                raise ConstructorError(None, None, f"not a YAML 1.2 number: {text!r}", node.start_mark)
+            return float(text)
+
+    Loader.add_constructor(int_tag, Loader.construct_yaml_int)
+    Loader.add_constructor(float_tag, Loader.construct_yaml_float)
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (int_tag, float_tag)]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(int_tag, re.compile(rf"\A(?:{_YAML_INT})\Z"), list("-+0123456789"))
+    Loader.add_implicit_resolver(float_tag, re.compile(rf"\A(?:{_YAML_FLOAT})\Z"), list("-+.0123456789"))
+    return Loader
+
+
+def _lines(first: int, again: int) -> str:
+    return f"line {first}" if first == again else f"lines {first} and {again}"
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document read with :func:`yaml_loader` (None for an empty one). Raises
+    ``yaml.YAMLError`` for a syntax error, :class:`DuplicateKeyError` for a repeated key."""
+    loader = yaml_loader()(text)
     try:
-        data = p.read_bytes()
+        root = loader.get_single_node()
+        doc = loader.construct_document(root) if root is not None else None
+        if loader.repeated:
+            raise DuplicateKeyError(_yaml_repeats(root, loader.repeated))
+        return doc
+    finally:
+        loader.dispose()
+
+
+def _yaml_repeats(root: Any, repeated: list[tuple[Any, Any, Any, Any]]) -> list[tuple[str, str]]:
+    """(path, message) of each repeated key; the path of a mapping node is found by walking the
+    node graph once (each node once: aliases can make the tree exponentially larger)."""
+    import yaml
+
+    wanted = {id(node) for node, *_ in repeated}
+    found: dict[int, str] = {}
+    seen: set[int] = set()
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack and len(found) < len(wanted):
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if id(node) in wanted:
+            found[id(node)] = path
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value in reversed(node.value):  # reversed: the stack pops them in order
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                stack.append((value, _key_path(path, key)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node.value))))
+    return [
+        (
+            found.get(id(node), "?"),
+            f"duplicate key {show_value(key)} ({_lines(first.start_mark.line + 1, again.start_mark.line + 1)})",
+        )
+        for node, key, first, again in repeated
+    ]
+
+
+def _read_document_bytes(p: Path) -> bytes:
+    """The bytes of the file at ``p``: a regular file, or a pipe or fifo (``<(cat p.json)``
+    passes /dev/fd/63), at most :data:`MAX_DOCUMENT_BYTES`. A device or socket is refused before
+    it is opened: /dev/zero never ends, and opening some devices has effects of its own.
+
+    A fifo is read as ``cat`` reads it: the open waits for a writer. Finding "no writer" would
+    need a non-blocking open, which cannot tell "none yet" from "none at all", so a reader started
+    before its writer (``iro validate f & make-problem > f``) would see an empty file; Ctrl-C ends
+    the wait."""
+    limit = MAX_DOCUMENT_BYTES
+    try:
+        st = os.stat(p)
+        _check_readable_kind(st.st_mode, p)
+        with open(p, "rb") as f:
+            st = os.fstat(f.fileno())  # what was opened (the path may have changed since)
+            _check_readable_kind(st.st_mode, p)
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise ProblemValidationError([("", _too_large(st.st_size))], str(p))
+            if stat.S_ISREG(st.st_mode):
+                return f.read()
+            chunks, size = [], 0
+            while chunk := f.read1(_READ_CHUNK):  # a pipe: in chunks, so that an endless one stops at the cap
+                size += len(chunk)
+                if size > limit:
+                    raise ProblemValidationError([("", _too_large(None))], str(p))
+                chunks.append(chunk)
+            return b"".join(chunks)
     except OSError as exc:
         raise ProblemValidationError([("", f"cannot read file: {exc.strerror or exc}")], str(p)) from exc
+
+
+def _check_readable_kind(mode: int, p: Path) -> None:
+    for is_kind, kind in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if is_kind(mode):
+            raise ProblemValidationError([("", f"is {kind}, not a file (give a problem file, or a pipe)")], str(p))
+
+
+def _too_large(size: int | None) -> str:
+    got = f" ({size} bytes)" if size is not None else ""
+    return f"the file is larger than {MAX_DOCUMENT_BYTES} bytes{got}, the most a problem file may hold"
+
+
+def load_document(path: str | os.PathLike) -> dict:
+    """Read a JSON or YAML file into a dict (YAML by extension .yaml/.yml; :func:`load_yaml`).
+
+    A key repeated in one object is an error naming the object's path, as is a device or socket
+    for ``path`` or a file over :data:`MAX_DOCUMENT_BYTES` (:func:`_read_document_bytes`)."""
+    p = Path(path)
+    data = _read_document_bytes(p)
     try:
         text = data.decode("utf-8-sig")  # a leading byte-order mark (some editors write one) is fine
     except UnicodeDecodeError as exc:
         raise ProblemValidationError([("", utf8_error(data, exc))], str(p)) from None
     if not text.strip():
         raise ProblemValidationError([("", "the file is empty (the document must be an object)")], str(p))
+    is_yaml = p.suffix.lower() in (".yaml", ".yml")
     try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text)
+        doc = load_yaml(text) if is_yaml else load_json(text)
+    except DuplicateKeyError as exc:
+        raise ProblemValidationError(exc.errors, str(p)) from None
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
-        raise ProblemValidationError(
-            [("", f"not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: {exc}")], str(p)
-        ) from exc
+        raise ProblemValidationError([("", f"not valid {'YAML' if is_yaml else 'JSON'}: {exc}")], str(p)) from exc
     if not isinstance(doc, dict):
         raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], str(p))
     return doc
@@ -347,6 +595,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         for i, r in enumerate(resources):
             if not isinstance(r, str) or not r:
                 c.fail(f"resources[{i}]", f"expected a resource name, got {_show(r)}")
+            elif not c.text(r, f"resources[{i}]"):
+                pass
             elif r in res_names:
                 c.fail(f"resources[{i}]", f"duplicate resource {r!r}")
             elif r == "gpu":
@@ -359,10 +609,15 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     # --- domains ---
     domains: list[Domain] = []
     seen: dict[str, int] = {}
+    # Whether the domains are a list of objects: if not (reported), the names used elsewhere are not
+    # checked, so that `domains: ["az-1"]` gives one error, not one more per node and latency entry.
+    # (An object without its name still gives them: they say which nodes used the domain.)
+    domains_ok = isinstance(doc.get("domains"), list)  # missing or mistyped: reported by _list
     for i, d in enumerate(_list(c, doc, "domains", required=True)):
         p = f"domains[{i}]"
         if not isinstance(d, Mapping):
             c.fail(p, f"expected an object, got {json_kind(d)}")
+            domains_ok = False
             continue
         name = c.name(d, p)
         if name is not None:
@@ -402,13 +657,15 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         p = f"latency_ms.{region}"
         if not str(region).strip():
             c.fail("latency_ms", f"user region names must not be empty, got {_show(region)}")
+        c.text(str(region), "latency_ms")
         if not isinstance(row, Mapping):
             c.fail(p, f"expected an object domain -> ms, got {json_kind(row)}")
             row = {}  # the region still exists: workloads naming it get no follow-up error
         values = [math.nan] * len(domain_names)
         for dom, ms in row.items():
             if dom not in seen:
-                c.fail(f"{p}.{dom}", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
+                if domains_ok:
+                    c.fail(f"{p}.{dom}", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
                 continue
             v = c.number(ms, f"{p}.{dom}", minimum=0.0)
             if v is not None and seen[dom] < len(values):
@@ -435,7 +692,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 c.fail(f"{p}.name", f"duplicate node name {name!r} (also nodes[{node_seen[name]}])")
             node_seen[name] = i
         dom = c.get(n, "domain", p, str, required=True)
-        if dom is not None and dom not in seen:
+        if dom is not None and dom not in seen and domains_ok:
             c.fail(f"{p}.domain", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
         cap_doc = c.get(n, "capacity", p, dict, required=True)
         cap = []
@@ -500,8 +757,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 c.fail(tp, f"expected an object, got {json_kind(t)}")
                 continue
             key = c.get(t, "key", tp, str, required=True)
-            if key is not None and not key:
+            if key is not None and not key.strip():  # " " was taken: a taint no toleration could name
                 c.fail(f"{tp}.key", "must not be empty")
+                key = None
             value = c.get(t, "value", tp, str, default="")
             effect = c.get(t, "effect", tp, str, default="NoSchedule")
             if effect is not None and effect not in TAINT_EFFECTS:
@@ -580,6 +838,9 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             bad = [m for m in model_list if not isinstance(m, str)]
             if bad:
                 c.fail(f"{p}.gpu.models", f"expected GPU model names, got {_show(bad)}")
+            for j, m in enumerate(model_list):
+                if isinstance(m, str):
+                    c.text(m, f"{p}.gpu.models[{j}]")
             models = tuple(m for m in model_list if isinstance(m, str))
         klass = c.get(w, "class", p, str, default="online")
         if klass is not None and klass not in WORKLOAD_CLASSES:
@@ -620,7 +881,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             tols.append(Toleration(key, op, value, effect))
         allowed = c.get(w, "allowed_domains", p, list, default=[]) or []
         for j, dname in enumerate(allowed):
-            if not isinstance(dname, str) or dname not in seen:
+            if not isinstance(dname, str) or (dname not in seen and domains_ok):
                 c.fail(
                     f"{p}.allowed_domains[{j}]", f"unknown domain {_show(dname)} (domains: {', '.join(domain_names)})"
                 )
@@ -903,6 +1164,11 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> P
 
     A ``path`` that is a symbolic link is written through, as the shell's ``>`` does: the
     temporary file goes beside the link's (resolved) target and replaces it, so the link stays.
+
+    A ``path`` that exists and is neither a regular file nor a folder (a device such as
+    /dev/null, a fifo, a socket) is written directly, as the shell's ``>`` does, not atomically:
+    renaming over it replaced the device with a plain file (as root, /dev/null itself). A fifo
+    waits for its reader. ``write`` should sync with :func:`fsync_file`, which such files refuse.
     Returns the file written.
     """
     target = Path(path)
@@ -911,6 +1177,9 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> P
             target = target.resolve()
         except (RuntimeError, OSError) as exc:  # a loop (RuntimeError before Python 3.13)
             raise OSError(errno.ELOOP, f"cannot resolve the symbolic link: {exc}", str(path)) from None
+    if _is_special_file(target):
+        write(str(target))
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
@@ -924,6 +1193,25 @@ def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> P
     return target
 
 
+def _is_special_file(path: Path) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder (a device, a fifo, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing (or unreadable: the write reports it)
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def fsync_file(fd: int) -> None:
+    """``os.fsync``, except where the file cannot be synced (a device, a fifo: EINVAL), which
+    :func:`write_file_atomic` writes directly."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+            raise
+
+
 def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write a text file atomically (:func:`write_file_atomic`), synced to disk before the rename."""
 
@@ -931,7 +1219,7 @@ def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            fsync_file(f.fileno())
 
     write_file_atomic(path, write)
 

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from iro_fed.problem_io import write_file_atomic
+from iro_fed.problem_io import fsync_file, write_file_atomic
 
 FORMAT = "iro-fed-dqn/1"
 
@@ -89,7 +89,7 @@ def _synced(write: Callable[[IO[bytes]], object]) -> Callable[[str], None]:
         with open(tmp, "wb") as fh:
             write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            fsync_file(fh.fileno())  # a device or fifo (written directly) cannot be synced
 
     return run
 
