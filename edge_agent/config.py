@@ -468,11 +468,12 @@ def load_config(
                 _set(cfg, top, value, base, False, errors, top)
     # Where each key set outside the file came from: the checks below name it too ("key (from VAR)").
     origin: dict[str, str] = {}
+    links = service_link_vars(env)
     for var, key in ENV_VARS.items():
-        if var in env:
+        if var in env and var not in links:
             origin[key] = f"{key} (from {var})"
             _set(cfg, key, env[var], Path.cwd(), True, errors, origin[key])
-    _unknown_env(env, errors)
+    _unknown_env(env, errors, links)
     if port is not None:
         origin["listen.port"] = "listen.port (from --port)"
         _set(cfg, "listen.port", port, base, False, errors, origin["listen.port"])
@@ -493,13 +494,55 @@ def load_config(
 _OTHER_ENV_VARS = frozenset({"IRO_AGENT_SUPERNODE_OF"})
 
 
-def _unknown_env(env: Mapping[str, str], errors: list[tuple[str, str]]) -> None:
+#: What follows <NAME>_ in the kubelet's service links (pkg/kubelet/envvars FromServices, on while the
+#: pod's enableServiceLinks is, the default): for every Service of the namespace, NAME its name
+#: upper-cased with '-' as '_' (a Service iro-agent gives IRO_AGENT_SERVICE_HOST), the variables
+#: <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT, <NAME>_SERVICE_PORT_<PORT NAME> (a named port), <NAME>_PORT
+#: (the first port) and <NAME>_PORT_<port>_<PROTOCOL>[_PROTO|_PORT|_ADDR] (every port).
+_LINK_SUFFIX = re.compile(
+    r"_(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT(?:_[1-9][0-9]{0,4}_(?:TCP|UDP|SCTP)(?:_(?:PROTO|PORT|ADDR))?)?)"
+)
+
+
+def service_link_vars(env: Mapping[str, str]) -> frozenset[str]:
+    """The IRO_AGENT_* variables of ``env`` that the kubelet set for a Service named iro-agent or
+    iro-agent-*, not settings: a variable counts only with the <NAME>_SERVICE_HOST of its Service,
+    which the kubelet always sets (a typo stays an error). IRO_AGENT_PORT is both a setting and the
+    link of a Service iro-agent: it counts only with the value the kubelet writes, a URL
+    (tcp://10.96.0.12:9464), which no port setting is; a value set in the pod's env wins over the link."""
+    names = {v.removesuffix("_SERVICE_HOST") for v in env if v.endswith("_SERVICE_HOST")}
+    names = {n for n in names if n == "IRO_AGENT" or n.startswith("IRO_AGENT_")}
+    links: set[str] = set()
+    for var in env:
+        if not var.startswith("IRO_AGENT_"):
+            continue
+        for name in names:
+            if var.startswith(name) and _LINK_SUFFIX.fullmatch(var, len(name)):
+                if var not in ENV_VARS or _is_link_url(env[var], env[f"{name}_SERVICE_HOST"]):
+                    links.add(var)
+                    break
+    return frozenset(links)
+
+
+def _is_link_url(value: str, host: str) -> bool:
+    """Whether ``value`` is a link's <proto>://<cluster IP>:<port>: the host bracketed when IPv6
+    (net.JoinHostPort), or not (kubelets before JoinHostPort)."""
+    proto, sep, rest = value.partition("://")
+    if not sep or proto not in ("tcp", "udp", "sctp"):
+        return False
+    addr, sep, port = rest.rpartition(":")
+    return bool(sep) and port.isascii() and port.isdigit() and addr in (host, f"[{host}]")
+
+
+def _unknown_env(env: Mapping[str, str], errors: list[tuple[str, str]], links: frozenset[str] = frozenset()) -> None:
     """An IRO_AGENT_* variable that sets nothing is an error, as an unknown key of the file is: a
-    misspelt one (IRO_AGENT_PROMETHEUS for IRO_AGENT_PROMETHEUS_URL) was ignored without a word."""
+    misspelt one (IRO_AGENT_PROMETHEUS for IRO_AGENT_PROMETHEUS_URL) was ignored without a word.
+    ``links`` (:func:`service_link_vars`) are skipped: the kubelet sets them in every pod of the
+    namespace of a Service iro-agent, and refusing them made the DaemonSet crash-loop."""
     import difflib
 
     for var in sorted(v for v in env if v.startswith("IRO_AGENT_")):
-        if var in ENV_VARS or var in _OTHER_ENV_VARS:
+        if var in ENV_VARS or var in _OTHER_ENV_VARS or var in links:
             continue
         near = difflib.get_close_matches(var, list(ENV_VARS), n=1)
         hint = f"; did you mean {near[0]}?" if near else " (see the settings table of docs/edge_agent.md)"

@@ -1557,6 +1557,11 @@ class StopSignal:
         self._read, self._write = os.pipe()
         self._lock = threading.Lock()
         self.is_set = False
+        # close() closes the pipe only once no wait polls it (the last wait closes it otherwise): a
+        # closed fd's number is reused by the next open, and a wait polling that reuse would take it
+        # for the signal (or get POLLNVAL).
+        self._closing = False
+        self._waiters = 0
 
     def set(self) -> None:
         with self._lock:
@@ -1565,27 +1570,44 @@ class StopSignal:
                 os.write(self._write, b"x")  # never read: the pipe stays readable
 
     def close(self) -> None:
-        """Set, and close the pipe (a wait that starts after this one polls no pipe)."""
+        """Set, and close the pipe, now or when the last wait polling it returns (at once: the pipe
+        is readable); a wait that starts after this one polls no pipe."""
         self.set()
         with self._lock:
-            if self._write >= 0:
-                os.close(self._read)
-                os.close(self._write)
-                self._read = self._write = -1
+            self._closing = True
+            if self._waiters == 0:
+                self._close_pipe()
+
+    def _close_pipe(self) -> None:  # with the lock held
+        if self._write >= 0:
+            os.close(self._read)
+            os.close(self._write)
+            self._read = self._write = -1
 
     def wait_readable(self, sock: socket.socket, timeout: float | None) -> bool:
         """Whether ``sock`` has something to read (bytes, or its end) within ``timeout`` seconds:
-        False once the signal is set with nothing there; TimeoutError after ``timeout``."""
+        False once the signal is set (or closed) with nothing there; TimeoutError after ``timeout``."""
         pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, which poll does not see
         if pending is not None and pending():
             return True
-        pipe = self._read
-        if self.is_set or pipe < 0:
+        with self._lock:  # the fd is read, and kept open, under the lock that close() takes
+            if self.is_set or self._closing:
+                pipe = -1
+            else:
+                pipe = self._read
+                self._waiters += 1
+        if pipe < 0:
             return _readable_now(sock)
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        poller.register(pipe, select.POLLIN)
-        ready = dict(poller.poll(-1 if timeout is None else math.ceil(max(timeout, 0.0) * 1000)))
+        try:
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            poller.register(pipe, select.POLLIN)
+            ready = dict(poller.poll(-1 if timeout is None else math.ceil(max(timeout, 0.0) * 1000)))
+        finally:
+            with self._lock:
+                self._waiters -= 1
+                if self._closing and self._waiters == 0:
+                    self._close_pipe()
         if sock.fileno() in ready:
             return True
         if ready:  # the signal
