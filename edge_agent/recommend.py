@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.workload import BadRequest, pod_source, pod_warnings, request_to_workload
+from edge_agent.workload import BadRequest, pod_error, pod_warnings, request_to_workload
 from iro_fed.feasibility import explain, feasible_nodes
 from iro_fed.limits import MAX_TOP_K as MAX_K
 from iro_fed.metrics.snapshot import ClusterSnapshot, SnapshotQueries
@@ -186,7 +186,7 @@ class Recommender:
         try:
             tiny = problem_from_dict(doc)
         except ProblemValidationError as exc:
-            errors = [(_request_path(path, kind), msg) for path, msg in exc.errors]
+            errors = [_request_error(path, msg, kind) for path, msg in exc.errors]
             path, msg = errors[0]
             # Every error, not only a count of the others: the client fixes them in one go.
             more = "; ".join(f"{p}: {m}" for p, m in errors[1:])
@@ -247,15 +247,16 @@ class Recommender:
         return Recommendation(doc, problem, state, top, deltas)
 
 
-def _request_path(path: str, kind: str) -> str:
-    """A problem loader's error path (``workloads[0].max_latency_ms``) as the request's field:
-    ``workload.max_latency_ms``, or for a Pod the field or annotation that set it."""
+def _request_error(path: str, msg: str, kind: str) -> tuple[str, str]:
+    """A problem loader's error (``workloads[0].max_latency_ms``) as the request's field:
+    ``workload.max_latency_ms``, or for a Pod the field or annotation that set it, named as the
+    scheduler names it (:func:`edge_agent.workload.pod_error`)."""
     if not path.startswith("workloads[0]"):
-        return path or kind
+        return path or kind, msg
     rest = path.removeprefix("workloads[0]").removeprefix(".")
     if kind == "pod":
-        return pod_source(rest)
-    return f"workload.{rest}" if rest else "workload"
+        return pod_error(rest, msg)
+    return (f"workload.{rest}" if rest else "workload"), msg
 
 
 #: Cached properties of a Problem that depend on the nodes only (not on the workloads); a

@@ -298,29 +298,44 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
 
 
 #: The Pod field or annotation that sets each field of the workload made of a Pod
-#: (:func:`pod_to_workload`), for naming it in the problem loader's errors.
+#: (:func:`pod_to_workload`), for naming it in the problem loader's errors; the annotations the
+#: scheduler reads too are named by its rule (:func:`iro_fed.k8s.snapshot.annotation_path`).
 _ANNOTATIONS = "pod.metadata.annotations." + ANNOTATION_PREFIX
 _POD_SOURCES = (
     ("name", "pod.metadata.name"),
     ("requests", "pod.spec.containers[*].resources.requests"),
-    ("gpu.models", _ANNOTATIONS + "gpu-models"),
     ("gpu.milli", _ANNOTATIONS + "gpu-milli"),
     ("gpu", f"pod.spec.containers[*].resources.limits.{GPU_RESOURCE}"),
     ("node_selector", "pod.spec.nodeSelector"),
     ("tolerations", "pod.spec.tolerations"),
     ("priority", "pod.spec.priority"),
-    ("class", _ANNOTATIONS + "class"),
-    ("user_region", _ANNOTATIONS + "user-region"),
-    ("max_latency_ms", _ANNOTATIONS + "max-latency-ms"),
-    ("allowed_domains", _ANNOTATIONS + "allowed-domains"),
 )
+
+
+def pod_error(path: str, msg: str) -> tuple[str, str]:
+    """A problem loader's error on the workload made of a Pod, as the Pod's: the field that set
+    ``path`` (:func:`pod_source`) and the message, worded for an annotation as the scheduler words it."""
+    from iro_fed.k8s.snapshot import annotation_path
+
+    # The scheduler's rule for the annotations it reads: an item of a list annotation by position
+    # (``allowed_domains[1]`` -> ``pod.metadata.annotations.iro-fed.io/allowed-domains[1]``).
+    named, msg = annotation_path(path, msg)
+    if named != path:
+        return f"pod.{named}", msg
+    return _pod_field(path), msg
 
 
 def pod_source(path: str) -> str:
     """The Pod field that set the workload field at ``path`` (relative to the workload:
     ``max_latency_ms`` -> ``pod.metadata.annotations.iro-fed.io/max-latency-ms``,
-    ``tolerations[1].operator`` -> ``pod.spec.tolerations[1].operator``). An annotation is named
-    whole (its value is one string, an item of a list annotation has no path of its own)."""
+    ``allowed_domains[1]`` -> ``pod.metadata.annotations.iro-fed.io/allowed-domains[1]``,
+    ``tolerations[1].operator`` -> ``pod.spec.tolerations[1].operator``)."""
+    return pod_error(path, "")[0]
+
+
+def _pod_field(path: str) -> str:
+    """:func:`pod_source` for the fields the scheduler does not read from an annotation. The
+    ``gpu-milli`` annotation is named whole (its value is one number)."""
     for field, source in _POD_SOURCES:
         if path == field or path.startswith((field + ".", field + "[")):
             if source.startswith(_ANNOTATIONS) or field == "gpu":  # gpu.count: the whole-card limit

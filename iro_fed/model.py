@@ -167,6 +167,11 @@ class Problem:
     ``demand`` / ``allocated``. :meth:`replace` drops ``nonzero_demand`` when ``demand`` or
     ``workloads`` change without it, and ``initial_nonzero`` when ``allocated`` does, so the
     data never describes other pods than the problem's.
+
+    ``feasibility_only``: names in ``resources`` that bound where a workload fits and nothing
+    else: they are left out of ``util_resources`` (utilization, cost, power-on), so adding one
+    never changes a placement's score (the Kubernetes scheduler checks every resource a batch
+    requests, but scores over the configured ones). ``cpu`` cannot be one (the power model).
     """
 
     def __init__(
@@ -191,8 +196,11 @@ class Problem:
         latency_ref_ms: float = DEFAULT_LATENCY_REF_MS,
         nonzero_demand: np.ndarray | None = None,
         initial_nonzero: np.ndarray | None = None,
+        feasibility_only: Sequence[str] = (),
     ) -> None:
         self.resources = tuple(resources)
+        self.feasibility_only = tuple(feasibility_only)
+        self._util_cols = _util_columns(self.resources, self.feasibility_only)
         self.domains = tuple(domains)
         self.nodes = tuple(nodes)
         self.workloads = tuple(workloads)
@@ -319,14 +327,20 @@ class Problem:
     @cached_property
     def util_resources(self) -> tuple[str, ...]:
         """Resources that utilization, cost and the power model are computed over."""
-        return self.resources + (("gpu",) if self.has_gpus else ())
+        return tuple(r for r in self.resources if r not in self.feasibility_only) + (("gpu",) if self.has_gpus else ())
+
+    def util_columns(self, a: np.ndarray) -> np.ndarray:
+        """The columns of a ``[..., R]`` array (capacity, allocated, demand or a row of one) that
+        count in utilization: all of them unless some resources are ``feasibility_only``."""
+        return a if self._util_cols is None else a[..., self._util_cols]
 
     @cached_property
     def util_capacity(self) -> np.ndarray:
         """capacity[N, R'] with the GPU column (cards x 1000) appended when the cluster has GPUs."""
+        cap = self.util_columns(self.capacity)
         if not self.has_gpus:
-            return self.capacity
-        return _readonly(np.column_stack([self.capacity, self.gpu_count.astype(np.float64) * GPU_MILLI]))
+            return _readonly(cap)
+        return _readonly(np.column_stack([cap, self.gpu_count.astype(np.float64) * GPU_MILLI]))
 
     @cached_property
     def util_inv_capacity(self) -> np.ndarray:
@@ -341,9 +355,10 @@ class Problem:
 
     @cached_property
     def util_demand(self) -> np.ndarray:
+        demand = self.util_columns(self.demand)
         if not self.has_gpus:
-            return self.demand
-        return _readonly(np.column_stack([self.demand, self.wl_gpu_total.astype(np.float64)]))
+            return _readonly(demand)
+        return _readonly(np.column_stack([demand, self.wl_gpu_total.astype(np.float64)]))
 
     @cached_property
     def node_unit_price(self) -> np.ndarray:
@@ -354,7 +369,7 @@ class Problem:
     def initial_on(self) -> np.ndarray:
         """``on[n]``: node n is powered on before any workload is placed (it has allocated
         resources or a partly used GPU card); placing a pod on a node powers it on."""
-        on = (self.allocated > 0).any(axis=1) if self.num_nodes else np.zeros(0, dtype=bool)
+        on = (self.util_columns(self.allocated) > 0).any(axis=1) if self.num_nodes else np.zeros(0, dtype=bool)
         if self.has_gpus:
             on = on | ((self.gpu_free >= 0) & (self.gpu_free < GPU_MILLI)).any(axis=1)
         return _readonly(np.asarray(on, dtype=bool))
@@ -410,6 +425,7 @@ class Problem:
             "latency_ref_ms": self.latency_ref_ms,
             "nonzero_demand": self.nonzero_demand,
             "initial_nonzero": self.initial_nonzero,
+            "feasibility_only": self.feasibility_only,
         }
         unknown = set(changes) - set(args)
         if unknown:
@@ -561,14 +577,15 @@ class ClusterState:
         self.free[n] = p.capacity[n] - self.allocated[n]
         if nonzero is not None:  # (given or derived only where the state has initial_nonzero)
             self.initial_nonzero[n] = nonzero
-        on = bool((self.allocated[n] > 0).any())
+        on = bool((p.util_columns(self.allocated[n]) > 0).any())
         if self.gpu_free.shape[1]:
             self.gpu_free[n, : cards.size] = cards
             self._refresh_gpu_row(n)
             row = self.gpu_free[n]
             on = on or bool(((row >= 0) & (row < GPU_MILLI)).any())
         self.initial_on[n] = on
-        used = np.append(self.allocated[n], self.gpu_used[n]) if p.has_gpus else self.allocated[n]
+        row = p.util_columns(self.allocated[n])
+        used = np.append(row, self.gpu_used[n]) if p.has_gpus else row
         self.util_used_total += used - (p.util_capacity[n] - self.util_free[n])
         self.util_free[n] = p.util_capacity[n] - used
         self.free_share[n] = (self.util_free[n] * p.util_inv_capacity[n]).sum()
@@ -584,9 +601,10 @@ class ClusterState:
 
     def util_used(self) -> np.ndarray:
         """used[N, R'] matching ``problem.util_capacity``."""
+        used = self.problem.util_columns(self.allocated)
         if not self.problem.has_gpus:
-            return self.allocated
-        return np.column_stack([self.allocated, self.gpu_used])
+            return used
+        return np.column_stack([used, self.gpu_used])
 
     def default_cards(self, w: int, n: int) -> tuple[int, ...]:
         """The card choice of the paper's simulator: a share pod takes the fitting card with
@@ -666,7 +684,8 @@ class ClusterState:
             base = self.base_allocated[n]
             self.allocated[n] = base
             self.free[n] = p.capacity[n] - base
-            used = np.append(base, self.gpu_used[n]) if p.has_gpus else base
+            row = p.util_columns(base)
+            used = np.append(row, self.gpu_used[n]) if p.has_gpus else row
             self.util_free[n] = p.util_capacity[n] - used
             self.free_share[n] = (self.util_free[n] * p.util_inv_capacity[n]).sum()
         if not self._node_is_on(n):
@@ -864,3 +883,17 @@ def default_power(cpu_millicores: float, gpus: int) -> tuple[float, float]:
     peak = DEFAULT_PEAK_W_PER_CORE * cpu_millicores / 1000.0 + DEFAULT_PEAK_W_PER_GPU * gpus
     return DEFAULT_IDLE_SHARE * peak, peak
 
+
+def _util_columns(resources: tuple[str, ...], feasibility_only: tuple[str, ...]) -> np.ndarray | None:
+    """The indices of the resources that count in utilization (None: all of them), refusing a
+    ``feasibility_only`` name the problem lacks, a repeated one, and ``cpu``."""
+    if not feasibility_only:
+        return None
+    for i, r in enumerate(feasibility_only):
+        if r not in resources:
+            raise ValueError(f"feasibility_only[{i}]: {r!r} is not one of the resources {list(resources)}")
+        if r == "cpu":
+            raise ValueError(f"feasibility_only[{i}]: 'cpu' counts in the objective (the power model uses CPU utilization)")
+        if r in feasibility_only[:i]:
+            raise ValueError(f"feasibility_only[{i}]: {r!r} is repeated")
+    return np.array([i for i, r in enumerate(resources) if r not in feasibility_only], dtype=np.int64)

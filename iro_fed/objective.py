@@ -3,9 +3,10 @@
 ``R = w1*U + w2*L - w3*C - w4*K - w5*P`` with the problem's weights and these terms:
 
 * **U, utilization** (physical: %): over the powered-on nodes, for each resource r of
-  ``problem.util_resources`` (cpu, memory, other additive resources and, when the cluster has
-  GPUs, gpu milli) the share ``sum used_r / sum capacity_r``, averaged over the resources whose
-  powered-on capacity is non-zero. A node is powered on when anything runs on it (its
+  ``problem.util_resources`` (cpu, memory, other additive resources but the problem's
+  ``feasibility_only`` ones and, when the cluster has GPUs, gpu milli) the share
+  ``sum used_r / sum capacity_r``, averaged over the resources whose powered-on capacity is
+  non-zero. A node is powered on when anything runs on it (its
   ``allocated`` is non-zero or a workload is placed on it); an empty node can be scaled down and
   counts as off. U is in [0, 1].
 * **L, latency** (physical: mean ms): for every placed workload with a ``user_region``,
@@ -191,7 +192,7 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
 
     used = p.util_capacity * 0.0
     if p.num_nodes:
-        used[:, : len(p.resources)] = p.allocated
+        used[:, : len(p.util_resources) - (1 if p.has_gpus else 0)] = p.util_columns(p.allocated)
         if p.has_gpus:
             initial_gpu = np.where(p.gpu_free >= 0, GPU_MILLI - np.maximum(p.gpu_free, 0), 0).sum(axis=1)
             used[:, -1] = initial_gpu

@@ -690,17 +690,18 @@ class IroScheduler:
             store = self.cache.pods.store
             return {key: _uid(store[key]) for key in keys if key in store}
 
-    def _model(self) -> ClusterModel:
-        """The cluster with the pods bound and assumed. Widened: a batch is placed on the
-        configured resources plus what its pods request beyond them (and ``pods`` when a node is
-        short of slots), as kube checks every requested resource and the kubelet refuses a pod
-        bound past one (OutOf...)."""
+    def _model(self, pods: Sequence[Mapping[str, Any]]) -> ClusterModel:
+        """The cluster with the pods bound and assumed, built once for the batch ``pods``: they
+        are placed on the configured resources plus what they request beyond them (and ``pods``
+        when a node is short of slots), as kube checks every requested resource and the kubelet
+        refuses a pod bound past one (OutOf...). The added ones bound fit only: a pod's score
+        does not depend on what the other pods of its batch request."""
         with self.cache.pods.changed:
             store = dict(self.cache.pods.store)
         with self._lock:
             assumed = [(key, pod) for key, (pod, _) in self._assumed.items()]
         return ClusterModel(self.cache.nodes.items(), [*store.values(), *_unconfirmed(assumed, store)], self.config,
-                            doc_cache=self._node_docs, widen=True)
+                            doc_cache=self._node_docs, pending=pods)
 
     def refresh_policy(self) -> bool:
         """With a dqn policy registry: when its ``latest`` names another version than the one in
@@ -729,7 +730,7 @@ class IroScheduler:
     def schedule_batch(self, pods: list[dict[str, Any]]) -> BatchResult:
         """Solve ``pods`` jointly on the current cluster, bind, record events and conditions."""
         version = self._moves
-        model = self._model()
+        model = self._model(pods)
         outcomes: list[PodOutcome] = []
         try:
             snap = model.with_pods(pods)

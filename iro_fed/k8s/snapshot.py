@@ -301,7 +301,7 @@ def annotation_list(annotations: Mapping[str, str], key: str, who: str = "") -> 
 
 
 #: The scalar pod annotations and the workload field each one sets (:func:`annotation_value`);
-#: the loader's errors on those fields name the annotation (:func:`_annotation_path`).
+#: the loader's errors on those fields name the annotation (:func:`annotation_path`).
 _SCALAR_ANNOTATIONS = {ANN_CLASS: "class", ANN_USER_REGION: "user_region", ANN_MAX_LATENCY: "max_latency_ms"}
 
 
@@ -537,8 +537,8 @@ def feasibility_resources(configured: Sequence[str], nodes: Sequence[Mapping[str
     """The problem's resources for placing ``pending``: the configured ones, then each other one a
     pending pod requests (kube's NodeResourcesFit checks every requested resource: a node that
     does not list it has 0), then ``pods`` when a node has fewer free pod slots than there are
-    pending pods (kube's "Too many pods"). The added ones count in the objective's utilization
-    for that batch only; a batch that needs none of them is scored over the configured ones."""
+    pending pods (kube's "Too many pods"). The added ones bound fit only (the problem's
+    ``feasibility_only``): a placement scores the same with or without them."""
     extra = sorted(set().union(*(requested_names(p) for p in pending)) - set(configured)) if pending else []
     res = (*configured, *extra)
     if "pods" not in res and pending and _short_of_pod_slots(nodes, by_node, len(pending)):
@@ -1335,21 +1335,28 @@ class ClusterModel:
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
-                 keys: Sequence[tuple[str, str, str] | None] | None = None, widen: bool = False) -> None:
+                 keys: Sequence[tuple[str, str, str] | None] | None = None,
+                 pending: Sequence[Mapping[str, Any]] | None = None) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
-        has them already (the extender keys its models by them). ``widen``: :meth:`with_pods` adds
-        the other resources its pods request (and ``pods`` when a node is short of slots) to the
-        configured ones (:func:`feasibility_resources`), on a model built again for them."""
+        has them already (the extender keys its models by them). ``pending``: the pods this model
+        is built for (the scheduler's batch): the configured resources are widened by the other
+        ones they request (and ``pods`` when a node is short of slots, :func:`feasibility_resources`),
+        which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
-        self.config = config or ClusterConfig()
+        config = config or ClusterConfig()
         self.warnings: list[str] = []
         by_node = pods_by_node(bound_pods or (), self.warnings)
-        res = self.config.resources
-        # What with_pods needs to build the model again on more resources.
-        self._widen = (nodes, bound_pods, doc_cache, keys, by_node) if widen else None
+        self._widened = pending is not None
+        configured = len(config.resources)
+        if pending is not None:  # the resource list first, so that the model is built once
+            config = dc_replace(config, resources=feasibility_resources(config.resources, nodes, by_node, pending))
+        self.config = config
+        res = config.resources
+        #: The resources added for the pending pods (after the configured ones): fit only, never scored.
+        self.feasibility_only: tuple[str, ...] = tuple(res[configured:])
         self.node_objects: dict[str, Mapping[str, Any]] = {}
         docs = []
         kinds: dict[str, str] = {}
@@ -1384,12 +1391,14 @@ class ClusterModel:
         # The nodes' NonZeroRequested is their docs' nonzero_allocated (none in NodeList mode:
         # the node annotation gives a sum, not pods), so the problem is built once.
         self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
+        if self.feasibility_only:
+            self.problem = self.problem.replace(feasibility_only=self.feasibility_only)
         self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""
         res = self.config.resources
-        if self._widen is not None:  # its other resources are read too (a bad quantity of one is its error)
+        if self._widened:  # its other resources are read too (a bad quantity of one is its error)
             res = feasibility_resources(res, (), {}, [pod])
         wl = workload_doc(pod, res, self.node_docs, {})
         try:
@@ -1399,11 +1408,6 @@ class ClusterModel:
 
     def with_pods(self, pods: Sequence[Mapping[str, Any]]) -> Snapshot:
         """A snapshot whose workloads are ``pods`` (pending), in order."""
-        if self._widen is not None:
-            nodes, bound, doc_cache, keys, by_node = self._widen
-            wider = feasibility_resources(self.config.resources, nodes, by_node, pods)
-            if wider != self.config.resources:
-                return ClusterModel(nodes, bound, dc_replace(self.config, resources=wider), doc_cache, keys).with_pods(pods)
         extra: dict[str, set[str]] = {}
         parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
         wls = [wl for wl, _ in parsed]
@@ -1438,11 +1442,12 @@ _FIELD_ANNOTATIONS = (*((name, key) for key, name in _SCALAR_ANNOTATIONS.items()
                       ("allowed_domains", ANN_ALLOWED_DOMAINS), ("gpu.models", ANN_GPU_MODELS))
 
 
-def _annotation_path(path: str, msg: str) -> tuple[str, str]:
+def annotation_path(path: str, msg: str) -> tuple[str, str]:
     """A loader error on a workload field a pod annotation sets, as the annotation's (``user_region``
     -> ``metadata.annotations.iro-fed.io/user-region``, ``allowed_domains[0]`` ->
-    ``metadata.annotations.iro-fed.io/allowed-domains[0]``): the operator wrote the annotation, not
-    the field. Other paths as they are."""
+    ``metadata.annotations.iro-fed.io/allowed-domains[0]``: an item of a list annotation by its
+    position): the operator wrote the annotation, not the field. Other paths as they are. The one
+    rule for the scheduler, extender, webhook and the edge agent's /recommend."""
     for name, key in _FIELD_ANNOTATIONS:
         if path == name or path.startswith(f"{name}["):
             return f"metadata.annotations.{key}{path[len(name):]}", msg.replace("needs user_region", f"needs {ANN_USER_REGION}")
@@ -1455,7 +1460,7 @@ def _name_pods(exc: ProblemValidationError, pods: Sequence[Mapping[str, Any]]) -
         if path.startswith("workloads["):
             idx = int(path[len("workloads["):path.index("]")])
             rest = path[path.index("]") + 1:].lstrip(".")
-            rest, msg = _annotation_path(rest, msg)
+            rest, msg = annotation_path(rest, msg)
             lines.append(f"pod {obj_key(pods[idx])}: {rest}: {msg}")
         else:
             lines.append(f"{path}: {msg}")

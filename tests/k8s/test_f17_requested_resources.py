@@ -62,7 +62,7 @@ def test_a_node_that_has_the_resource_takes_the_pod_and_bound_pods_count(
     api.add_pod(make_pod("c", cpu="100m", scheduler="iro"))
     s.pending._list()
     ready = [p for p in s.ready_pods() if p["metadata"]["name"] == "c"]
-    assert s._model().with_pods(ready).problem.resources == ("cpu", "memory")
+    assert s._model(ready).with_pods(ready).problem.resources == ("cpu", "memory")
     assert _outcomes(s.schedule_batch(ready))["c"][0] == "bound"
 
 
@@ -70,16 +70,19 @@ def test_the_model_adds_only_what_the_pending_pods_need():
     nodes = [make_node("n0", pods="110"), make_node("n1", pods="3")]
     bound = [make_pod(f"b{i}", node="n1") for i in range(2)]
     plain = [make_pod("x"), make_pod("y")]
-    assert ClusterModel(nodes, bound, CONFIG, widen=True).with_pods(plain).problem.resources == (
+    assert ClusterModel(nodes, bound, CONFIG, pending=plain).with_pods(plain).problem.resources == (
         "cpu",
         "memory",
         "pods",
     )
-    assert ClusterModel(nodes, bound, CONFIG, widen=True).with_pods(plain[:1]).problem.resources == ("cpu", "memory")
+    assert ClusterModel(nodes, bound, CONFIG, pending=plain[:1]).with_pods(plain[:1]).problem.resources == (
+        "cpu",
+        "memory",
+    )
     gpu = make_pod("g", gpus=1)
-    assert ClusterModel(nodes, bound, CONFIG, widen=True).with_pods([gpu]).problem.resources == ("cpu", "memory")
+    assert ClusterModel(nodes, bound, CONFIG, pending=[gpu]).with_pods([gpu]).problem.resources == ("cpu", "memory")
     eph = _requesting("e", "ephemeral-storage", "1Gi")
-    problem = ClusterModel(nodes, bound, CONFIG, widen=True).with_pods([eph]).problem
+    problem = ClusterModel(nodes, bound, CONFIG, pending=[eph]).with_pods([eph]).problem
     assert problem.resources == ("cpu", "memory", "ephemeral-storage")
     assert problem.demand[0].tolist() == [100.0, 512.0, 1024.0]
     # Not widened (the extender, snapshots): the configured resources as they are.

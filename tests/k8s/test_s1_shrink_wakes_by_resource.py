@@ -91,8 +91,8 @@ def test_a_shrink_during_an_attempt_counts_for_it(cluster, sched, clock):
     pods = sched.ready_pods()
     real_model = sched._model
 
-    def model_then_shrink() -> Any:
-        model = real_model()  # the attempt reads the cluster before the shrink...
+    def model_then_shrink(batch: Any) -> Any:
+        model = real_model(batch)  # the attempt reads the cluster before the shrink...
         _edit(cluster, "pods", "default/hog", _shrink("cpu", "1"))
         sched.cache.pods._list()  # ...which the watch delivers before the failures are queued
         return model
