@@ -1161,6 +1161,32 @@ def fine_tune_min_steps(config: Mapping[str, Any] | None = None) -> int:
     return max(max(starts, batch) + int(cfg["n_step"]) - 1, int(cfg["train_every"]))
 
 
+def fine_tune_config(start: Mapping[str, Any], overrides: Mapping[str, Any], steps: int) -> dict[str, Any]:
+    """The DQN settings a :class:`DQNFineTune` of ``steps`` decisions trains with: the start
+    policy's (all of them, as ``DQNConfig.to_dict``), ``overrides`` on top; ``learning_starts``,
+    unless overridden, at most ``max(batch_size, steps // 4)``: a trained policy need not wait long
+    before learning."""
+    cfg = {**start, **overrides}
+    if "learning_starts" not in overrides:
+        cfg["learning_starts"] = min(int(cfg["learning_starts"]), max(int(cfg["batch_size"]), steps // 4))
+    return cfg
+
+
+def start_policy_config(policy: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """Every DQN setting of the policy a fine-tune starts from (a checkpoint, a registry folder's
+    latest version, None: the shipped default), read without torch where its JSON metadata is
+    there. :class:`~solvers.dqn.checkpoint.CheckpointError` naming the file when unreadable."""
+    from solvers.dqn.checkpoint import CheckpointError, read_config
+    from solvers.dqn.config import ConfigError, DQNConfig
+    from solvers.dqn.solver import resolve_policy
+
+    path = resolve_policy(policy)
+    try:  # a setting the checkpoint leaves out takes its default, as loading the policy does
+        return DQNConfig.from_dict(read_config(path), training=False).to_dict()
+    except (ConfigError, TypeError) as exc:
+        raise CheckpointError(f"policy {str(path)!r}: unusable config in its metadata ({exc})") from exc
+
+
 class DQNFineTune:
     """Local DQN fine-tuning on recent simulator experience, published atomically.
 
@@ -1176,7 +1202,8 @@ class DQNFineTune:
     def __init__(self, registry: str | Path | None = None, out: str | Path | None = None, policy: str | None = None,
                  scenario: str = "edge-iot", hours: float = 1.0, settings: Mapping[str, Any] | None = None,
                  env_fns: Sequence[Callable[[], Any]] | None = None, steps: int = 256, seed: int = 0,
-                 config: Mapping[str, Any] | None = None, time_limit_s: float | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, time_limit_s: float | None = None,
+                 steps_flag: str = "steps") -> None:
         if (registry is None) == (out is None):
             raise ValueError("registry / out: give exactly one place to write the fine-tuned policy")
         if steps < 1:
@@ -1192,6 +1219,8 @@ class DQNFineTune:
         self.settings = dict(settings or {})
         self.env_fns = list(env_fns) if env_fns is not None else None
         self.steps = steps
+        #: What set ``steps``, named when they are too few for the start policy (a command line's flag).
+        self.steps_flag = steps_flag
         self.seed = seed
         self.config = dict(config or {})
         self.time_limit_s = time_limit_s
@@ -1213,13 +1242,12 @@ class DQNFineTune:
 
         solver = solvers.make("dqn", policy=self._start_policy(), seed=self.seed)
         start = solver.loaded
-        cfg = {**start.config.to_dict(), **self.config}
-        if "learning_starts" not in self.config:  # a trained policy need not wait long before learning
-            cfg["learning_starts"] = min(int(cfg["learning_starts"]), max(int(cfg["batch_size"]), self.steps // 4))
+        cfg = fine_tune_config(start.config.to_dict(), self.config, self.steps)
         least = fine_tune_min_steps(cfg)
         if self.steps < least:  # it would publish the starting weights as a "fine-tuned" version
-            raise ValueError(f"steps: {self.steps} decisions make no gradient update with this policy's settings "
-                             f"(batch_size {cfg['batch_size']}, n_step {cfg['n_step']}); need at least {least}")
+            raise ValueError(f"{self.steps_flag}: {self.steps} decisions make no gradient update with the settings "
+                             f"of the policy it starts from, {str(start.path)!r} (batch_size {cfg['batch_size']}, "
+                             f"n_step {cfg['n_step']}); need at least {least}")
         initial = {k: v.detach().clone() for k, v in start.agent.online.state_dict().items()}
         env_fns = self.env_fns or [self._env_fn(cfg["top_k"])]
         meta: dict[str, Any] = {"fine_tune": {
@@ -1287,6 +1315,6 @@ def _metrics(registry: Any) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_CLASS", "QUANTITIES", "DQNFineTune", "Decision", "DriftDetector", "DriftSignal", "FederatedRoundRequest",
-    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "fine_tune_min_steps", "Prediction", "Sample", "Trigger", "UsageModel",
-    "network_latency", "nnls", "observe_snapshot", "placement_terms",
+    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "fine_tune_config", "fine_tune_min_steps", "Prediction", "Sample", "Trigger", "UsageModel",
+    "network_latency", "nnls", "observe_snapshot", "placement_terms", "start_policy_config",
 ]

@@ -558,9 +558,11 @@ def _action_folders(args: argparse.Namespace) -> list[tuple[str, str]]:
 def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
     """The fine-tune actions of ``iro scheduler`` on drift (they run on the loop's worker thread)."""
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
-    from iro_fed.sim.cli import _check_output_folder, check_fine_tune_steps
+    from iro_fed.sim.cli import _check_output_folder, check_fine_tune_steps, fine_tune_start
 
-    check_fine_tune_steps("--fine-tune-steps", args.fine_tune_steps)
+    # against the registry's latest version when it has one (a policy of a larger batch needs more)
+    check_fine_tune_steps("--fine-tune-steps", args.fine_tune_steps,
+                          fine_tune_start(("--fine-tune-registry", args.fine_tune_registry)))
     # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail
     # now. They are only checked here, and made by cmd_scheduler once every flag is accepted
     # (a later bad flag exited 2 leaving them behind).
@@ -579,7 +581,7 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
                 raise UsageError(f"--fine-tune-scenario: unknown scenario {args.fine_tune_scenario!r} "
                                  f"(known: {', '.join(sorted(SCENARIOS))})")
             actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=args.fine_tune_scenario,
-                                       steps=args.fine_tune_steps))
+                                       steps=args.fine_tune_steps, steps_flag="--fine-tune-steps"))
     except ValueError as exc:
         raise UsageError(f"--round-request / --fine-tune-registry: {exc}") from exc
     return actions
@@ -682,7 +684,7 @@ def register(sub: Any) -> None:
                         "--fine-tune-scenario and publish it to the policy registry DIR")
     p.add_argument("--fine-tune-scenario", default="edge-iot", metavar="NAME",
                    help="simulator scenario of the DQN fine-tune (default edge-iot)")
-    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256; at least 66, one gradient update; at most {MAX_TRAIN_STEPS:,})")
+    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256; at least one gradient update's: batch_size + n_step - 1 of the registry's latest policy, 66 for the shipped one; at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")

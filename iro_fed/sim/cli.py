@@ -76,7 +76,8 @@ def register(sub: Any) -> None:
     f.add_argument("--dqn-policy", metavar="FILE", help="with --dqn-registry: policy to start from while the registry is empty "
                                                       "(default: the shipped one)")
     f.add_argument("--dqn-steps", type=int, default=256,
-                   help=f"decisions of DQN fine-tuning per trigger (default 256; at least 66, one gradient update; at most {MAX_TRAIN_STEPS:,})")
+                   help=f"decisions of DQN fine-tuning per trigger (default 256; at least one gradient update's: batch_size + "
+                        f"n_step - 1 of the policy it starts from, 66 for the shipped one; at most {MAX_TRAIN_STEPS:,})")
     f.add_argument("--round-request", metavar="DIR", help="fine-tune action: write a federated round request into DIR/requests")
     f.add_argument("--out", metavar="FILE", help="write the JSON report (fixed keys, then per-step series) here")
     f.set_defaults(func=cmd_feedback_sim)
@@ -138,20 +139,45 @@ def _refuse_empty(*paths: tuple[str, str | None]) -> None:
     refuse_empty(*paths)
 
 
-def check_fine_tune_steps(flag: str, steps: int) -> int:
-    """``steps`` of DQN fine-tuning per trigger: enough for one gradient update with the ``dqn``
-    solver's settings (fewer published the starting weights as a new "fine-tuned" version) and at
-    most ``MAX_TRAIN_STEPS``. ``iro scheduler --fine-tune-steps`` shares it."""
+def check_fine_tune_steps(flag: str, steps: int, start: tuple[str, str] | None = None) -> int:
+    """``steps`` of DQN fine-tuning per trigger: enough for one gradient update with the settings of
+    the policy it starts from (fewer published the starting weights as a new "fine-tuned" version,
+    or, from a policy of a larger batch_size, failed at every trigger hours later) and at most
+    ``MAX_TRAIN_STEPS``. ``start``: ``(flag, path)`` of that policy when known now (a checkpoint,
+    or a registry folder whose latest version it is); None: the shipped default. Its settings are
+    read from its JSON metadata (no torch). ``iro scheduler --fine-tune-steps`` shares it."""
     from iro_fed.cli import UsageError
-    from iro_fed.feedback import fine_tune_min_steps
+    from iro_fed.feedback import fine_tune_config, fine_tune_min_steps, start_policy_config
+    from solvers.base import InvalidSettingError
+    from solvers.dqn.checkpoint import CheckpointError
 
-    least = fine_tune_min_steps()
+    try:
+        start_cfg = start_policy_config(start[1] if start else None)
+    except (CheckpointError, InvalidSettingError) as exc:
+        raise UsageError(f"{start[0] if start else flag}: {exc}") from exc
+    # The fine-tune lowers learning_starts with fewer steps (towards batch_size): the fewest it
+    # accepts are those of the lowest learning_starts, and any more steps still learn.
+    cfg = fine_tune_config(start_cfg, {}, 0)
+    least = fine_tune_min_steps(cfg)
     if steps < least:
+        which = f"the policy it starts from ({start[0]} {start[1]!r})" if start else "the shipped default policy"
         raise UsageError(f"{flag}: must be at least {least} (fewer decisions make no gradient update: the DQN "
-                         f"learns once it holds a batch of transitions), got {steps}")
+                         f"learns once it holds a batch of transitions; {which} has batch_size {cfg['batch_size']}, "
+                         f"n_step {cfg['n_step']}), got {steps}")
     if steps > MAX_TRAIN_STEPS:
         raise UsageError(f"{flag}: must be between {least} and {MAX_TRAIN_STEPS}, got {steps}")
     return steps
+
+
+def fine_tune_start(registry: tuple[str, str | None], policy: tuple[str, str | None] = ("", None)) -> tuple[str, str] | None:
+    """``(flag, path)`` of the policy a :class:`~iro_fed.feedback.DQNFineTune` with this registry
+    and start policy starts from, as it picks it: the registry's latest version when it has one,
+    else the policy; None: the shipped default."""
+    if registry[1] and (Path(registry[1]) / "latest").is_file():
+        return (registry[0], registry[1])
+    if policy[1]:
+        return (policy[0], policy[1])
+    return None
 
 
 def _check_output_folder(flag: str, path: str) -> None:
@@ -332,13 +358,15 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     if args.delay_steps >= steps:
         raise UsageError(f"--delay-steps: must be less than the run's {steps} steps of {STEP_S:g} s (--hours "
                          f"{args.hours:g}), got {args.delay_steps}: no decision would be observed")
-    check_fine_tune_steps("--dqn-steps", args.dqn_steps)
     _refuse_empty(("--dqn-registry", args.dqn_registry), ("--dqn-policy", args.dqn_policy),
                   ("--round-request", args.round_request))
     if args.dqn_policy:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
             raise UsageError("--dqn-policy: only used with --dqn-registry (the policy DQN fine-tuning starts from)")
         check_input_file("--dqn-policy", args.dqn_policy)
+    # against the policy the first fine-tune starts from: one of a larger batch needs more steps
+    check_fine_tune_steps("--dqn-steps", args.dqn_steps,
+                          fine_tune_start(("--dqn-registry", args.dqn_registry), ("--dqn-policy", args.dqn_policy)))
     # The actions write only when drift fires, possibly hours into the run: their folders are
     # checked now and made (by _make_outputs) once every flag is.
     folders = [("--round-request", args.round_request), ("--dqn-registry", args.dqn_registry)]
@@ -358,7 +386,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         if args.dqn_registry:
             actions.append(DQNFineTune(registry=args.dqn_registry, policy=args.dqn_policy, scenario=args.scenario, hours=1.0,
                                        settings={**settings, "usage_shift_at_h": "0"} if "usage_shift_at_h" in settings
-                                       else settings, steps=args.dqn_steps, seed=args.seed))
+                                       else settings, steps=args.dqn_steps, seed=args.seed, steps_flag="--dqn-steps"))
     except ValueError as exc:
         raise UsageError(f"--round-request / --dqn-registry: {exc}") from exc
     _make_outputs([("--out", args.out)], folders)

@@ -201,6 +201,30 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     return state_dict, metadata
 
 
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's DQN settings (its metadata's ``config``), without torch where it can: from
+    the JSON file beside it (:func:`metadata_path`, written with it), else from the checkpoint
+    itself. :class:`CheckpointError` naming the file when neither is readable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"policy {str(path)!r}: no such file (train one with `iro train`)")
+    try:
+        config = json.loads(metadata_path(path).read_text(encoding="utf-8")).get("config")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):  # missing or not JSON: ask the checkpoint
+        config = None
+    if not isinstance(config, dict):
+        try:
+            config = load_checkpoint(path)[1]["config"]
+        except ImportError as exc:
+            raise CheckpointError(f"policy {str(path)!r}: its JSON metadata {str(metadata_path(path))!r} is missing "
+                                  "or unreadable, and reading the checkpoint needs torch "
+                                  "(pip install 'iro-fed[dqn]')") from exc
+        if not isinstance(config, dict):
+            raise CheckpointError(f"policy {str(path)!r}: metadata 'config' is {type(config).__name__}, "
+                                  "expected a mapping")
+    return config
+
+
 def read_schedule(path: str | os.PathLike[str], metadata: dict[str, Any]) -> dict[str, int] | None:
     """The :data:`SCHEDULE` entry of a checkpoint's metadata as ``{"origin", "horizon", "updates"}``,
     or None for a checkpoint written without one; :class:`CheckpointError` naming the field for a

@@ -7,7 +7,7 @@ Plain data with no torch import, so the CLI can validate settings without loadin
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import InitVar, asdict, dataclass, fields
 from typing import Any
 
 from iro_fed.limits import MAX_TOP_K
@@ -15,6 +15,16 @@ from iro_fed.limits import MAX_TOP_K
 
 class ConfigError(ValueError):
     """A DQN setting with a wrong name, type or value; the message names the field."""
+
+
+#: Settings only training reads: no Q-value of a trained network depends on them. A checkpoint's
+#: config is read for inference without their checks (``from_dict(..., training=False)``), so a
+#: policy written before a training rule existed still places pods.
+TRAINING_ONLY = frozenset({
+    "double", "gamma", "n_step", "learning_rate", "adam_eps", "batch_size", "buffer_size", "learning_starts",
+    "train_every", "target_update_every", "grad_clip", "prioritized", "priority_alpha", "priority_beta0",
+    "priority_eps", "epsilon_start", "epsilon_end", "epsilon_fraction",
+})
 
 
 @dataclass(frozen=True)
@@ -87,34 +97,37 @@ class DQNConfig:
     epsilon_fraction: float = 0.3
     """Share of the training steps over which epsilon decays linearly."""
 
-    def __post_init__(self) -> None:
+    training: InitVar[bool] = True
+    """Check the training-only settings too (:data:`TRAINING_ONLY`); False reads a checkpoint's
+    config for inference. Not a setting: not in ``fields()``, ``to_dict()`` or a checkpoint."""
+
+    def __post_init__(self, training: bool = True) -> None:
         positive_int = ("top_k", "embed_dim", "hidden_dim", "attention_heads", "atoms", "n_step", "batch_size",
                         "buffer_size", "train_every", "target_update_every")
+        unit = ("gamma", "priority_alpha", "priority_beta0", "epsilon_start", "epsilon_end", "epsilon_fraction")
+        positive = ("learning_rate", "adam_eps", "grad_clip", "noisy_sigma0", "priority_eps")
+        if not training:
+            positive_int, unit, positive = (tuple(n for n in names if n not in TRAINING_ONLY)
+                                            for names in (positive_int, unit, positive))
         for name in positive_int:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
         if self.top_k > MAX_TOP_K:
             raise ConfigError(f"top_k: expected at most {MAX_TOP_K}, got {self.top_k!r}")
-        if self.learning_starts < 0:
-            raise ConfigError(f"learning_starts: must be >= 0, got {self.learning_starts!r}")
-        # Training learns once the buffer holds max(learning_starts, batch_size) transitions: a
-        # smaller buffer never gets there (a run wrote a policy that never learned, exit 0).
-        need = max(self.learning_starts, self.batch_size)
-        if self.buffer_size < need:
-            which = "learning_starts" if self.learning_starts >= self.batch_size else "batch_size"
-            raise ConfigError(f"buffer_size: {self.buffer_size} holds fewer transitions than the {need} "
-                              f"({which}) needed before the first gradient step, so training would never learn; "
-                              f"raise buffer_size or lower {which}")
-        for name in ("gamma", "priority_alpha", "priority_beta0", "epsilon_start", "epsilon_end", "epsilon_fraction"):
+        if training:
+            self._training_rules()
+        for name in unit:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name}: expected a number in [0, 1], got {value!r}")
-        for name in ("learning_rate", "adam_eps", "grad_clip", "noisy_sigma0", "priority_eps"):
+        for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{name}: expected a positive number, got {value!r}")
         for f in fields(self):
+            if not training and f.name in TRAINING_ONLY:
+                continue
             value = getattr(self, f.name)
             # inf passed the checks above and failed deep inside training (v_max: an index error,
             # learning_rate: an overflow in the replay sampling)
@@ -126,6 +139,27 @@ class DQNConfig:
                               f"{self.v_min}, {self.v_max}")
         if self.attention and self.embed_dim % self.attention_heads:
             raise ConfigError(f"attention_heads: {self.attention_heads} does not divide embed_dim {self.embed_dim}")
+
+    def check_training(self) -> None:
+        """:class:`ConfigError` naming the field unless training can run with these settings. A
+        config built for training was checked when made; one read from a checkpoint for inference
+        (``training=False``) is checked here, where training starts (:func:`~solvers.dqn.train.train`:
+        a fine-tune or ``--resume`` from that policy)."""
+        DQNConfig.from_dict(self.to_dict())
+
+    def _training_rules(self) -> None:
+        """The rules between training-only settings (what a checkpoint read for inference skips)."""
+        if not isinstance(self.learning_starts, int) or isinstance(self.learning_starts, bool) \
+                or self.learning_starts < 0:
+            raise ConfigError(f"learning_starts: must be >= 0, got {self.learning_starts!r}")
+        # Training learns once the buffer holds max(learning_starts, batch_size) transitions: a
+        # smaller buffer never gets there (a run wrote a policy that never learned, exit 0).
+        need = max(self.learning_starts, self.batch_size)
+        if self.buffer_size < need:
+            which = "learning_starts" if self.learning_starts >= self.batch_size else "batch_size"
+            raise ConfigError(f"buffer_size: {self.buffer_size} holds fewer transitions than the {need} "
+                              f"({which}) needed before the first gradient step, so training would never learn; "
+                              f"raise buffer_size or lower {which}")
 
     @property
     def num_actions(self) -> int:
@@ -151,7 +185,7 @@ class DQNConfig:
         readable config (an unknown or invalid setting, not a mapping).
         """
         try:
-            theirs = DQNConfig.from_dict(dict(saved)).architecture()
+            theirs = DQNConfig.from_dict(dict(saved), training=False).architecture()
         except (TypeError, ValueError) as exc:  # ConfigError is a ValueError; dict() of a list: TypeError
             raise ConfigError(str(exc)) from exc
         ours = self.architecture()
@@ -162,13 +196,14 @@ class DQNConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DQNConfig:
-        """A config from a mapping; unknown keys are an error naming them."""
+    def from_dict(cls, data: dict[str, Any], training: bool = True) -> DQNConfig:
+        """A config from a mapping; unknown keys are an error naming them. ``training=False``: a
+        checkpoint's config read for inference, its training-only settings unchecked."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown DQN setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        return cls(**data)
+        return cls(**data, training=training)
 
     def replace(self, **changes: Any) -> DQNConfig:
         return self.from_dict({**self.to_dict(), **changes})

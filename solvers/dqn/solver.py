@@ -84,7 +84,7 @@ class LoadedPolicy:
 
         from solvers.dqn.agent import DQNAgent
         from solvers.dqn.checkpoint import CheckpointError, load_checkpoint
-        from solvers.dqn.config import DQNConfig
+        from solvers.dqn.config import TRAINING_ONLY, ConfigError, DQNConfig
 
         # One intra-op thread: a 16-candidate forward pass is far too small to split, and extra
         # threads only contend with the caller (measured: 0.6 ms vs 70+ ms on a busy 2-core box).
@@ -98,10 +98,17 @@ class LoadedPolicy:
         if (meta["candidate_features"], meta["context_features"]) != (len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)):
             raise CheckpointError(f"policy {str(path)!r}: {meta['candidate_features']}+{meta['context_features']} "
                                   f"features, this version computes {len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")
-        self.config = DQNConfig.from_dict(meta["config"])
+        try:  # for inference: a training-only setting a later version refuses does not stop a policy placing pods
+            self.config = DQNConfig.from_dict(meta["config"], training=False)
+        except (ConfigError, TypeError) as exc:  # TypeError: a config that is not a mapping
+            raise CheckpointError(f"policy {str(path)!r}: unusable config in its metadata ({exc})") from exc
         self.metadata = meta
-        # the agent draws its initial weights on a fork of torch's generator: the host's stays as it was
-        self.agent = DQNAgent(self.config, meta["candidate_features"], meta["context_features"], seed=0)
+        # The agent's optimizer is never used here: it gets the default training settings, so an
+        # unchecked saved one (learning_rate nan) cannot fail Adam's own check. The agent draws its
+        # initial weights on a fork of torch's generator: the host's stays as it was.
+        network = {k: v for k, v in self.config.to_dict().items() if k not in TRAINING_ONLY}
+        self.agent = DQNAgent(DQNConfig.from_dict(network), meta["candidate_features"], meta["context_features"],
+                              seed=0)
         try:
             self.agent.online.load_state_dict(state)
         except RuntimeError as exc:

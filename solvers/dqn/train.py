@@ -173,6 +173,9 @@ def train(
 
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
+    # A config read from a checkpoint for inference skipped the training rules (a fine-tune or a
+    # resume from an older policy): they hold here, before anything is built.
+    cfg.check_training()
     if replay is not None and (replay.capacity != cfg.buffer_size or replay.prioritized != cfg.prioritized):
         raise ValueError(f"replay: a {'prioritized' if replay.prioritized else 'uniform'} buffer of {replay.capacity}, "
                          f"the config needs {'prioritized' if cfg.prioritized else 'uniform'} of {cfg.buffer_size}")
