@@ -160,9 +160,11 @@ def test_refinement_improves_the_batch_qubo_and_stays_valid(seed):
     assert check_placement(problem, refined.assignment, refined.gpu_cards) == []
     info = refined.info["refine"]
     assert info["accepted"] > 0
-    # Same seed, same batch phase: the refinement's reported gain is the whole difference.
-    assert refined.objective.score == pytest.approx(batch_only.objective.score + info["gain"], abs=1e-9)
-    assert refined.objective.score > batch_only.objective.score + 1e-3
+    # The refinement's reported gain is the whole difference from its batch phase (whose
+    # calibration may differ from a run without refinement: qubo.py, penalty_patience).
+    (batch,) = refined.info["batches"]
+    assert refined.objective.score == pytest.approx(batch["score"] + info["gain"], abs=1e-9)
+    assert info["gain"] > 1e-3
 
 
 def test_refinement_frees_the_node_an_unplaced_pod_needs():
