@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.cli import UsageError, check_int, check_names, check_output_file, check_seed
-from iro_fed.problem_io import fsync_file, write_file_atomic
+from iro_fed.problem_io import write_text_atomic
 
 __all__ = [
     "UsageError",
@@ -58,15 +58,7 @@ def write_json(path: str | os.PathLike, doc: Any, default: Callable[[Any], Any] 
     """Write ``doc`` as JSON atomically (a reader sees the old file or the whole new one); non-finite
     numbers become null (:func:`json_ready`), and ``allow_nan=False`` makes any that slip through an
     error instead of invalid JSON."""
-    text = json.dumps(json_ready(doc), indent=2, allow_nan=False, default=default) + "\n"
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            fsync_file(f.fileno())  # a device or fifo (written directly) cannot be synced
-
-    write_file_atomic(path, write)
+    write_text_atomic(path, json.dumps(json_ready(doc), indent=2, allow_nan=False, default=default) + "\n")
 
 
 def int_list(flag: str, text: str, low: int, high: int, what: str = "value") -> list[int]:

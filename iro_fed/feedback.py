@@ -1187,6 +1187,14 @@ def start_policy_config(policy: str | os.PathLike[str] | None) -> dict[str, Any]
         raise CheckpointError(f"policy {str(path)!r}: unusable config in its metadata ({exc})") from exc
 
 
+def fine_tune_start_policy(registry: str | os.PathLike[str] | None, policy: str | None) -> str | None:
+    """The policy a fine-tune starts from: the registry when it has a ``latest`` version, else
+    ``policy`` (None: the shipped default). The CLIs check ``--dqn-steps`` against the same one."""
+    if registry is not None and (Path(registry) / "latest").is_file():
+        return str(registry)
+    return policy
+
+
 class DQNFineTune:
     """Local DQN fine-tuning on recent simulator experience, published atomically.
 
@@ -1230,11 +1238,8 @@ class DQNFineTune:
         """The registry's latest version, else the checkpoint ``out`` once this action wrote it
         (each fine-tune goes on from the last: starting again from ``policy`` overwrote what the
         previous one learned), else ``policy``, else None (the shipped default)."""
-        if self.registry is not None and (self.registry / "latest").is_file():
-            return str(self.registry)
-        if self.out is not None and self.results and self.out.is_file():
-            return str(self.out)
-        return self.policy
+        written = self.out is not None and bool(self.results) and self.out.is_file()
+        return fine_tune_start_policy(self.registry, str(self.out) if written else self.policy)
 
     def __call__(self, loop: FeedbackLoop | None, trigger: Trigger | None) -> str:
         import solvers

@@ -1212,7 +1212,7 @@ def fsync_file(fd: int) -> None:
             raise
 
 
-def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write a text file atomically (:func:`write_file_atomic`), synced to disk before the rename."""
 
     def write(tmp: str) -> None:
@@ -1226,7 +1226,7 @@ def _write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """Write JSON so that a reader sees either the old file or the whole new one."""
-    _write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def write_problem(problem: Problem, path: str | os.PathLike) -> None:
@@ -1235,6 +1235,6 @@ def write_problem(problem: Problem, path: str | os.PathLike) -> None:
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        _write_text_atomic(p, yaml.safe_dump(problem_to_dict(problem), sort_keys=False))
+        write_text_atomic(p, yaml.safe_dump(problem_to_dict(problem), sort_keys=False))
     else:
         write_json_atomic(p, problem_to_dict(problem))

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.test_f19_ipv6_listen import needs_ipv6
+
 NOT_MINE = "192.0.2.1"  # TEST-NET-1: an address of no machine here (EADDRNOTAVAIL)
 
 
@@ -19,15 +21,6 @@ def _busy_port():
     s.bind(("127.0.0.1", 0))
     s.listen()
     return s, s.getsockname()[1]
-
-
-def _has_ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
 
 
 def test_extender_bind_errors_name_host_or_port(capsys) -> None:
@@ -81,7 +74,7 @@ def _agent_config(tmp_path: Path, host: str, port: int = 0) -> Path:
     return path
 
 
-@pytest.mark.skipif(not _has_ipv6(), reason="no IPv6 on this machine (cannot bind ::1)")
+@needs_ipv6
 def test_edge_agent_check_and_run_show_ipv6_in_brackets(tmp_path: Path, capsys) -> None:
     from edge_agent.cli import main
 

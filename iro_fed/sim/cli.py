@@ -113,7 +113,7 @@ def _check_run_args(args: argparse.Namespace) -> None:
     """The checks ``simulate`` and ``feedback-sim`` share: scenario, solver, hours, seed and --out
     (its folder made later, by :func:`_make_outputs`)."""
     import solvers
-    from iro_fed.cli import UsageError, check_hours, check_output_file, check_seed
+    from iro_fed.cli import UsageError, check_hours, check_output_file, check_seed, refuse_empty
     from iro_fed.sim.scenarios import SCENARIOS
 
     if args.scenario not in SCENARIOS:
@@ -127,16 +127,9 @@ def _check_run_args(args: argparse.Namespace) -> None:
         if run_steps(args.hours, STEP_S) < 1:  # the scenarios round hours to whole steps
             raise UsageError(f"--hours: must cover at least one step of {STEP_S:g} s, got {args.hours:g}")
     check_seed("--seed", args.seed)
-    _refuse_empty(("--out", args.out))
+    refuse_empty(("--out", args.out))
     if args.out:
         check_output_file("--out", args.out, make=False)
-
-
-def _refuse_empty(*paths: tuple[str, str | None]) -> None:
-    """:func:`iro_fed.cli.refuse_empty`: a path flag given as "" (or blank) is refused."""
-    from iro_fed.cli import refuse_empty
-
-    refuse_empty(*paths)
 
 
 def check_fine_tune_steps(flag: str, steps: int, start: tuple[str, str] | None = None) -> int:
@@ -173,11 +166,12 @@ def fine_tune_start(registry: tuple[str, str | None], policy: tuple[str, str | N
     """``(flag, path)`` of the policy a :class:`~iro_fed.feedback.DQNFineTune` with this registry
     and start policy starts from, as it picks it: the registry's latest version when it has one,
     else the policy; None: the shipped default."""
-    if registry[1] and (Path(registry[1]) / "latest").is_file():
-        return (registry[0], registry[1])
-    if policy[1]:
-        return (policy[0], policy[1])
-    return None
+    from iro_fed.feedback import fine_tune_start_policy
+
+    chosen = fine_tune_start_policy(registry[1] or None, policy[1])
+    if chosen is None:
+        return None
+    return registry if chosen == registry[1] else policy
 
 
 def _check_output_folder(flag: str, path: str) -> None:
@@ -225,14 +219,14 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs
+    from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs, refuse_empty
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
     from iro_fed.sim.engine import SimConfigError
     from iro_fed.sim.signals import SignalFormatError
 
     _check_run_args(args)
-    _refuse_empty(("--plot", args.plot))
+    refuse_empty(("--plot", args.plot))
     if args.plot:
         from iro_fed.plots import check_plot_file
 
@@ -340,7 +334,7 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file
+    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, refuse_empty
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
@@ -358,7 +352,7 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     if args.delay_steps >= steps:
         raise UsageError(f"--delay-steps: must be less than the run's {steps} steps of {STEP_S:g} s (--hours "
                          f"{args.hours:g}), got {args.delay_steps}: no decision would be observed")
-    _refuse_empty(("--dqn-registry", args.dqn_registry), ("--dqn-policy", args.dqn_policy),
+    refuse_empty(("--dqn-registry", args.dqn_registry), ("--dqn-policy", args.dqn_policy),
                   ("--round-request", args.round_request))
     if args.dqn_policy:
         if not args.dqn_registry:  # the policy is only the fine-tune's starting point
