@@ -377,16 +377,28 @@ def _paths_of(doc: Any, wanted: set[int]) -> dict[int, str]:
 
 # --- YAML ----------------------------------------------------------------------------------
 # Problem files and the edge agent's config are read with one loader, built on first use (PyYAML
-# is imported only then). It is PyYAML's safe loader with three changes:
+# is imported only then). It is PyYAML's safe loader with four changes:
 # - libyaml's parser (CSafeLoader, some 3x faster) where PyYAML has it; the constructor and the
-#   resolver stay Python, so the two changes below hold for both parsers;
+#   resolver stay Python, so the changes below hold for both parsers;
 # - numbers as in YAML 1.2's core schema (JSON's numbers, plus 0o17 / 0x1f ints and .inf /
 #   .nan): YAML 1.1 read `cpu: 0100` as octal 64 and `memory: 1:30` as base-60 90, silently;
 #   such text is now a string (refused where a number is expected) and 0100 is 100;
+# - the rest of the plain scalars as in YAML 1.2's core schema too: only true / false (True,
+#   TRUE, False, FALSE) are booleans, and yes / no / on / off, a date (2026-12-03) or `=` are
+#   strings. YAML 1.1 made a domain named `no` the boolean false, a label key `on` the text
+#   "True" and `2026-12-03` a datetime.date, silently; a field that wants a boolean now refuses
+#   `yes` as a string, naming the field;
 # - a key repeated in one mapping is refused (:class:`DuplicateKeyError`); keys brought in by a
 #   merge (`<<: *base`) may still be overridden, as merges are meant to be.
-_YAML_INT = r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+"
-_YAML_FLOAT = r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)"
+#: A decimal integer and a finite decimal number as YAML 1.2 (and JSON, less its rules on leading
+#: zeros) write them: ASCII digits, an optional sign, no `_` (Python's int() and float() take
+#: 1_000, " 1", "١" and, for float(), "nan" and "infinity"). Solver settings given as text
+#: (``--set seed=7``) are read by the same rules (solvers.base).
+DECIMAL_INT = r"[-+]?[0-9]+"
+DECIMAL_FLOAT = r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+_YAML_INT = rf"{DECIMAL_INT}|0o[0-7]+|0x[0-9a-fA-F]+"
+_YAML_FLOAT = rf"{DECIMAL_FLOAT}|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)"
+_YAML_BOOL = r"true|True|TRUE|false|False|FALSE"
 _yaml_loader: type | None = None
 
 
@@ -404,6 +416,10 @@ def _make_yaml_loader() -> type:
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     int_tag, float_tag, merge_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:merge"
+    bool_tag = "tag:yaml.org,2002:bool"
+    # YAML 1.1's implicit types that YAML 1.2's core schema lacks or reads otherwise: their text is a string
+    # (or, for bool, int and float, resolved by this loader's own rules below).
+    yaml_1_1_only = {bool_tag, int_tag, float_tag, "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"}
 
     class Loader(base):  # type: ignore[misc,valid-type]
         def __init__(self, stream: Any) -> None:
@@ -429,9 +445,12 @@ def _make_yaml_loader() -> type:
             text = str(self.construct_scalar(node))
             if not re.fullmatch(_YAML_INT, text):  # an explicit !!int on other text (int() takes 1_0)
                 raise ConstructorError(None, None, f"not a YAML 1.2 integer: {text!r}", node.start_mark)
-            if text.startswith(("0o", "0x")):
-                return int(text[2:], 8 if text[1] == "o" else 16)
-            return int(text, 10)
+            try:
+                if text.startswith(("0o", "0x")):
+                    return int(text[2:], 8 if text[1] == "o" else 16)
+                return int(text, 10)
+            except ValueError:  # over Python's limit on the digits int() reads (4300): not a YAMLError
+                raise ConstructorError(None, None, f"an integer of {len(text)} digits is too long", node.start_mark) from None
 
         def construct_yaml_float(self, node: Any) -> float:
             text = str(self.construct_scalar(node))
@@ -444,12 +463,22 @@ def _make_yaml_loader() -> type:
                 raise ConstructorError(None, None, f"not a YAML 1.2 number: {text!r}", node.start_mark)
             return float(text)
 
+        def construct_yaml_bool(self, node: Any) -> bool:
+            text = str(self.construct_scalar(node))
+            if not re.fullmatch(_YAML_BOOL, text):  # an explicit !!bool yes (YAML 1.1's table takes it)
+                raise ConstructorError(None, None, f"not a YAML 1.2 boolean: {text!r}", node.start_mark)
+            return text.lower() == "true"
+
     Loader.add_constructor(int_tag, Loader.construct_yaml_int)
     Loader.add_constructor(float_tag, Loader.construct_yaml_float)
+    Loader.add_constructor(bool_tag, Loader.construct_yaml_bool)
+    # The resolvers live on the class (a dict by first character, read by the resolver for each plain
+    # scalar), so libyaml's speed stays: no second walk over the document in Python.
     Loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in (int_tag, float_tag)]
+        first: [(tag, rx) for tag, rx in resolvers if tag not in yaml_1_1_only]
         for first, resolvers in base.yaml_implicit_resolvers.items()
     }
+    Loader.add_implicit_resolver(bool_tag, re.compile(rf"\A(?:{_YAML_BOOL})\Z"), list("tTfF"))
     Loader.add_implicit_resolver(int_tag, re.compile(rf"\A(?:{_YAML_INT})\Z"), list("-+0123456789"))
     Loader.add_implicit_resolver(float_tag, re.compile(rf"\A(?:{_YAML_FLOAT})\Z"), list("-+.0123456789"))
     return Loader
@@ -1225,8 +1254,37 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON so that a reader sees either the old file or the whole new one."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Write JSON so that a reader sees either the old file or the whole new one. A NaN or an
+    infinity is refused (ValueError naming the file and the field; nothing is written): json.dumps
+    would write NaN / Infinity, which is not JSON, and every reader of ours refuses it (write None,
+    null, for a number that is missing)."""
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError:
+        where = _non_finite_path(data)
+        if where is None:  # another ValueError (a circular reference): json's own message
+            raise
+        field, value = where
+        raise ValueError(f"{os.fspath(path)}: {field or 'the document'} is {float(value)!r}, which JSON cannot hold; "
+                         "nothing was written") from None
+    write_text_atomic(path, text + "\n")
+
+
+def _non_finite_path(data: Any) -> tuple[str, float] | None:
+    """The field path and value of the first NaN or infinity in ``data`` (dicts, lists, tuples)."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    seen: set[int] = set()
+    while stack:
+        obj, path = stack.pop()
+        if isinstance(obj, float):
+            if not math.isfinite(obj):
+                return path, obj
+        elif isinstance(obj, (dict, list, tuple)) and id(obj) not in seen:
+            seen.add(id(obj))  # a circular document: each container once
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            children = [(v, _key_path(path, k) if isinstance(obj, dict) else f"{path}[{k}]") for k, v in items]
+            stack.extend(reversed(children))  # reversed: the first field is reported first
+    return None
 
 
 def write_problem(problem: Problem, path: str | os.PathLike) -> None:

@@ -19,6 +19,7 @@ import copy
 import importlib.util
 import json
 import operator
+import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from iro_fed.feasibility import explain, feasible_nodes
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
-from iro_fed.problem_io import show_value
+from iro_fed.problem_io import DECIMAL_FLOAT, DECIMAL_INT, show_value
 
 
 def _show(value: Any) -> str:
@@ -109,26 +110,41 @@ class Param:
         return value
 
 
+#: Text float() reads as nan or an infinity: read so, for each setting's own finite check to refuse
+#: it in its words ("must be finite", "expected a number in [0, 1]").
+_NOT_FINITE = r"[-+]?(nan|inf|infinity)"
+
+
 def _parse_text(text: str, kind: type, where: str) -> Any:
-    try:
-        if kind is bool:
-            low = text.strip().lower()
-            if low in ("true", "1", "yes", "on"):
-                return True
-            if low in ("false", "0", "no", "off"):
-                return False
-            raise ValueError(text)
-        if kind is int:
-            return int(text)
-        if kind is float:
-            return float(text)
-        if kind is dict:
-            value = json.loads(text)
-            if not isinstance(value, dict):
-                raise ValueError(text)
-            return value
-    except ValueError:
-        pass
+    """A setting's value from command-line text. Numbers are decimal as in problem files
+    (``problem_io.DECIMAL_INT`` / ``DECIMAL_FLOAT``: ASCII digits, an optional sign; spaces and
+    tabs around are ignored): int() and float() alone would also take ``1_000`` or ``١٠``."""
+    value = text.strip(" \t\r\n")
+    if kind is bool:
+        low = value.lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+    elif kind is int:
+        if re.fullmatch(DECIMAL_INT, value):
+            try:
+                return int(value, 10)
+            except ValueError:  # over Python's limit on the digits int() reads (4300)
+                pass
+        raise InvalidSettingError(f"{where}: cannot read {_show(text)} as int (expected a decimal integer, e.g. 42)")
+    elif kind is float:
+        if re.fullmatch(DECIMAL_FLOAT, value) or re.fullmatch(_NOT_FINITE, value, re.IGNORECASE):
+            return float(value)
+        raise InvalidSettingError(
+            f"{where}: cannot read {_show(text)} as float (expected a decimal number, e.g. 0.5 or 1e-3)")
+    elif kind is dict:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
     raise InvalidSettingError(f"{where}: cannot read {_show(text)} as {kind.__name__}")
 
 
