@@ -32,6 +32,9 @@
   to :meth:`~ExperienceStore.record` follows the same rule, a refused one counted in ``rejected``.
 * Readers (the federated ClientApp, tests) open their own connection:
   :meth:`transitions`, :meth:`sample`, :meth:`counts` work from any thread or process.
+* The file's format (schema, policy-sample columns) and the readers :func:`read_transitions` and
+  :func:`read_policy_samples` live in :mod:`iro_fed.experience` (the library may not import this
+  daemon); they are re-exported here.
 
 A transition is one decision as a one-step (contextual bandit) sample: ``state`` is a float32
 feature vector, ``action`` the index of the chosen candidate, ``reward`` the change of the
@@ -71,47 +74,28 @@ import numpy as np
 from edge_agent.backoff import Backoff
 from edge_agent.logs import LOGGER_NAME, event
 
-SCHEMA_VERSION = 3
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS transitions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts REAL NOT NULL,
-    decision_id TEXT NOT NULL UNIQUE,
-    workload TEXT NOT NULL,
-    source TEXT NOT NULL,
-    policy_version TEXT,
-    state BLOB NOT NULL,
-    state_dim INTEGER NOT NULL,
-    action INTEGER NOT NULL,
-    candidates TEXT NOT NULL,
-    reward REAL NOT NULL,
-    next_state BLOB,
-    done INTEGER NOT NULL DEFAULT 1,
-    info TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS outcomes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts REAL NOT NULL,
-    decision_id TEXT NOT NULL,
-    node TEXT,
-    observed TEXT NOT NULL
-);
-"""
-
-#: Schema 3: one outcome per decision, held by the file itself (files of schema 2 and before may
-#: hold several: :meth:`ExperienceStore._unique_outcomes` keeps the first of each).
-_UNIQUE_OUTCOMES = "outcomes_decision_unique"
+# The file's format and its readers are the library's (one definition, for this writer and for the
+# federated ClientApp, which must not import the daemon); the readers are re-exported here.
+from iro_fed.experience import (
+    POLICY_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UNIQUE_OUTCOMES_INDEX,
+    connect,
+    encode_policy_sample,
+    explain,
+    require_file,
+)
+from iro_fed.experience import PolicySample as PolicySample
+from iro_fed.experience import PolicySamples as PolicySamples
+from iro_fed.experience import StoreError as StoreError
+from iro_fed.experience import read_policy_samples as read_policy_samples
+from iro_fed.experience import read_transitions as read_transitions
 
 _MAX_BATCH = 512  # records per transaction from the queue (pending ones come on top)
 _RETRY_FIRST_S = 0.5  # first wait before writing pending records again (or batch_s, if longer)
 _RETRY_MAX_S = 30.0
 _RETRY = object()  # the writer's wake-up when a retry is due and nothing was queued
-
-#: Schema 2: the decision as a policy sample (NULL when the agent recorded none).
-_POLICY_COLUMNS = (("obs_k", "INTEGER"), ("obs_candidates", "BLOB"), ("obs_context", "BLOB"), ("obs_mask", "BLOB"),
-                   ("obs_action", "INTEGER"), ("obs_reward", "REAL"))
 
 
 @dataclass
@@ -131,18 +115,6 @@ class Transition:
     decision_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ts: float = field(default_factory=time.time)
     policy_sample: PolicySample | None = None
-
-
-@dataclass
-class PolicySample:
-    """The decision as the federated DQN sees it: observation, chosen slot, env-scale reward."""
-
-    obs: dict[str, np.ndarray]  # candidates [k, F] float32, context [C] float32, mask [k+1] int8
-    action: int
-    reward: float
-    row_id: int | None = None
-    """The store row it was read from (:func:`read_policy_samples`; None when not read from a store):
-    the federated learner pairs each decision only with the row right after it, its successor."""
 
 
 @dataclass
@@ -213,71 +185,6 @@ def _same_json(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b  # strings and null
 
 
-class StoreError(sqlite3.Error):
-    """An experience store file that cannot be opened or read. ``path`` is the file, ``strerror``
-    the reason without the path (as :class:`OSError` has it, for callers that name the setting)."""
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        self.path = Path(path)
-        self.strerror = reason
-        super().__init__(f"experience store {str(self.path)!r}: {reason}")
-
-
-def _explain(path: Path, exc: BaseException) -> str:
-    """What an error of sqlite or the file system means for the store file at ``path``."""
-    text = str(exc)
-    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
-        return f"not an sqlite database ({text}): another file is at this path?"
-    if "readonly" in text or "read-only" in text:
-        return (f"read-only ({text}): the agent writes the file and its -wal and -shm files beside it, "
-                "so the file and its folder must be writable")
-    if "locked" in text:
-        return f"{text}: another process (another agent?) holds a write lock on it"
-    if "unable to open" in text:
-        if path.is_dir():
-            return "is a folder, not a file"
-        if not path.parent.is_dir():
-            return f"its folder {str(path.parent)!r} does not exist"
-        return f"{text} (can the file and its folder be read and written?)"
-    if isinstance(exc, OSError):
-        return exc.strerror or text
-    return f"{type(exc).__name__}: {text}"
-
-
-def _require_file(path: Path) -> None:
-    """A store file a reader opens must be there: sqlite would make an empty one, or say only
-    "unable to open database file"."""
-    if not path.is_file():
-        raise StoreError(path, "is a folder, not a file" if path.is_dir() else "no such file")
-
-
-def _connect(path: Path, readonly: bool = False, busy_timeout_s: float = 10.0) -> sqlite3.Connection:
-    try:
-        if readonly:
-            _require_file(path)  # mode=ro would say only "unable to open database file"
-            # A URI from as_uri(): a '#', '?' or '%' in the path is escaped, not read as URI syntax
-            # (f"file:{path}" would open another file, read-write).
-            uri = path.resolve().as_uri() + "?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, timeout=10.0, check_same_thread=False)
-        else:
-            conn = sqlite3.connect(str(path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
-    except sqlite3.Error as exc:
-        if isinstance(exc, StoreError):
-            raise
-        raise StoreError(path, _explain(path, exc)) from exc
-    try:
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        if readonly:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "not a database" here, not later
-        else:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.Error as exc:
-        conn.close()
-        raise StoreError(path, _explain(path, exc)) from exc
-    return conn
-
-
 def probe_store(path: str | Path) -> None:
     """Raise :class:`StoreError` for what :class:`ExperienceStore` would refuse at ``path``, found
     without creating or changing the store (``edge-agent check``): an existing file must be a
@@ -305,12 +212,12 @@ def probe_store(path: str | Path) -> None:
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=10.0)
         except sqlite3.Error as exc:
-            raise StoreError(path, _explain(path, exc)) from exc
+            raise StoreError(path, explain(path, exc)) from exc
         try:
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "not a database" here
             problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
         except sqlite3.Error as exc:
-            raise StoreError(path, _explain(path, exc)) from exc
+            raise StoreError(path, explain(path, exc)) from exc
         finally:
             conn.close()
         if problems != ["ok"]:
@@ -354,17 +261,17 @@ class ExperienceStore:
         self.max_pending = int(max_pending)
         self.busy_timeout_s = float(busy_timeout_s)
         self.log = logger or logging.getLogger(LOGGER_NAME)
-        self._conn = _connect(self.path, busy_timeout_s=self.busy_timeout_s)
+        self._conn = connect(self.path, busy_timeout_s=self.busy_timeout_s)
         try:
-            self._conn.executescript(_SCHEMA)
+            self._conn.executescript(SCHEMA)
             have = {r[1] for r in self._conn.execute("PRAGMA table_info(transitions)")}
-            for name, kind in _POLICY_COLUMNS:
+            for name, kind in POLICY_COLUMNS:
                 if name not in have:  # a schema-1 file: add the column (NULL in old rows)
                     self._conn.execute(f"ALTER TABLE transitions ADD COLUMN {name} {kind}")
             self._unique_outcomes()
         except sqlite3.Error as exc:
             self._conn.close()
-            raise StoreError(self.path, _explain(self.path, exc)) from exc
+            raise StoreError(self.path, explain(self.path, exc)) from exc
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._lock = threading.Lock()  # nothing is queued behind close()'s end-of-queue mark
@@ -396,10 +303,10 @@ class ExperienceStore:
         dropped = 0
         try:
             if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
-                         (_UNIQUE_OUTCOMES,)).fetchone() is None:
+                         (UNIQUE_OUTCOMES_INDEX,)).fetchone() is None:
                 dropped = max(c.execute("DELETE FROM outcomes WHERE id NOT IN "
                                         "(SELECT MIN(id) FROM outcomes GROUP BY decision_id)").rowcount, 0)
-                c.execute(f"CREATE UNIQUE INDEX {_UNIQUE_OUTCOMES} ON outcomes (decision_id)")
+                c.execute(f"CREATE UNIQUE INDEX {UNIQUE_OUTCOMES_INDEX} ON outcomes (decision_id)")
                 c.execute("DROP INDEX IF EXISTS outcomes_decision")  # schema 2's, now redundant
             c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             c.execute("COMMIT")
@@ -603,7 +510,7 @@ class ExperienceStore:
                         (
                             t.ts, t.decision_id, t.workload, t.source, t.policy_version, state.tobytes(), int(state.size),
                             int(t.action), json.dumps(t.candidates), float(t.reward), nxt, int(t.done),
-                            json.dumps(t.info, default=str), *_policy_columns(t.policy_sample),
+                            json.dumps(t.info, default=str), *encode_policy_sample(t.policy_sample),
                         ),
                     )
                 result = None if o is None else self._write_outcome(o)
@@ -651,7 +558,7 @@ class ExperienceStore:
     # --- reading (own connection, any thread or process) --------------------------------------
 
     def _reader(self) -> sqlite3.Connection:
-        return _connect(self.path, readonly=True)
+        return connect(self.path, readonly=True)
 
     def counts(self) -> dict[str, int]:
         conn = self._reader()
@@ -685,108 +592,10 @@ def _answer_pending(rows: list[_Row] | deque[_Row]) -> None:
             ticket.resolve(OutcomeResult("pending"))
 
 
-def read_transitions(
-    path: str | Path, limit: int = 1000, after_id: int = 0, ids: list[int] | None = None
-) -> list[dict[str, Any]]:
-    """Read transitions (``id > after_id``, or exactly ``ids``) from a store file, oldest first,
-    without opening it for writing."""
-    columns = (
-        "SELECT id, ts, decision_id, workload, source, policy_version, state, state_dim, action, candidates,"
-        " reward, next_state, done, info FROM transitions"
-    )
-    conn = _connect(Path(path), readonly=True)
-    try:
-        if ids is not None:
-            rows = []
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                rows += conn.execute(f"{columns} WHERE id IN ({marks})", chunk).fetchall()  # noqa: S608
-            rows.sort(key=lambda r: r[0])
-        else:
-            rows = conn.execute(f"{columns} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)).fetchall()  # noqa: S608
-    finally:
-        conn.close()
-    out = []
-    for r in rows:
-        out.append(
-            {
-                "id": r[0], "ts": r[1], "decision_id": r[2], "workload": r[3], "source": r[4], "policy_version": r[5],
-                "state": np.frombuffer(r[6], dtype=np.float32, count=r[7]), "action": r[8],
-                "candidates": json.loads(r[9]), "reward": r[10],
-                "next_state": None if r[11] is None else np.frombuffer(r[11], dtype=np.float32),
-                "done": bool(r[12]), "info": json.loads(r[13]),
-            }
-        )
-    return out
-
-
-def _policy_columns(sample: PolicySample | None) -> tuple[Any, ...]:
-    if sample is None:
-        return (None,) * len(_POLICY_COLUMNS)
-    cand = np.ascontiguousarray(sample.obs["candidates"], dtype=np.float32)
-    if cand.ndim != 2:
-        raise ValueError(f"policy sample: candidates must be [k, F], got shape {cand.shape}")
-    ctx = np.ascontiguousarray(sample.obs["context"], dtype=np.float32).reshape(-1)
-    mask = np.ascontiguousarray(sample.obs["mask"], dtype=np.int8).reshape(-1)
-    return (int(cand.shape[0]), cand.tobytes(), ctx.tobytes(), mask.tobytes(), int(sample.action), float(sample.reward))
-
-
-@dataclass
-class PolicySamples:
-    """What :func:`read_policy_samples` found: usable samples and why the other rows were left out."""
-
-    samples: list[PolicySample]
-    without_observation: int = 0  # decisions recorded without a policy sample
-    other_shape: int = 0  # samples for another top-k or feature set than asked for
-    invalid: int = 0  # a chosen slot that is masked, or a non-finite value
-
-
-def read_policy_samples(
-    path: str | Path, k: int, candidate_features: int, context_features: int, limit: int = 100_000
-) -> PolicySamples:
-    """The newest ``limit`` decisions of a store file as policy samples for a DQN with ``k``
-    candidate slots (plus the defer slot) and the given feature sizes, oldest first, each with its
-    ``row_id``; read-only."""
-    conn = _connect(Path(path), readonly=True)
-    try:
-        have = {r[1] for r in conn.execute("PRAGMA table_info(transitions)")}
-        if "obs_k" not in have:  # a schema-1 file: no policy samples at all
-            total = int(conn.execute("SELECT COUNT(*) FROM (SELECT id FROM transitions ORDER BY id DESC LIMIT ?)",
-                                     (limit,)).fetchone()[0])
-            return PolicySamples([], without_observation=total)
-        rows = conn.execute(
-            "SELECT id, obs_k, obs_candidates, obs_context, obs_mask, obs_action, obs_reward FROM transitions"
-            " ORDER BY id DESC LIMIT ?", (limit,)
-        ).fetchall()
-    finally:
-        conn.close()
-    out = PolicySamples([])
-    for row_id, obs_k, cand, ctx, mask, action, reward in reversed(rows):
-        if obs_k is None:
-            out.without_observation += 1
-            continue
-        cand_a = np.frombuffer(cand, dtype=np.float32)
-        ctx_a = np.frombuffer(ctx, dtype=np.float32)
-        mask_a = np.frombuffer(mask, dtype=np.int8)
-        if (obs_k != k or cand_a.size != k * candidate_features or ctx_a.size != context_features
-                or mask_a.size != k + 1):
-            out.other_shape += 1
-            continue
-        if (not 0 <= action < mask_a.size or not mask_a[action] or not np.isfinite(reward)
-                or not np.isfinite(cand_a).all() or not np.isfinite(ctx_a).all()):
-            out.invalid += 1
-            continue
-        obs = {"candidates": cand_a.reshape(k, candidate_features).copy(), "context": ctx_a.copy(),
-               "mask": mask_a.copy()}
-        out.samples.append(PolicySample(obs, int(action), float(reward), int(row_id)))
-    return out
-
-
 def integrity_check(path: str | Path) -> str:
     """sqlite's ``PRAGMA integrity_check`` of a store file ('ok' when sound)."""
     path = Path(path)
-    _require_file(path)  # sqlite would create an empty database and call it sound
+    require_file(path)  # sqlite would create an empty database and call it sound
     conn = sqlite3.connect(str(path), timeout=10.0)
     try:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -597,7 +597,7 @@ def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig,
     """
     import sqlite3
 
-    from edge_agent.store import read_policy_samples
+    from iro_fed.experience import read_policy_samples
     from solvers.dqn.replay import ReplayBuffer
 
     out = {"experience-samples": 0, "experience-skipped": 0, "experience-updates": 0, "experience-loss": 0.0,
