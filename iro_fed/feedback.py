@@ -1195,6 +1195,14 @@ def fine_tune_start_policy(registry: str | os.PathLike[str] | None, policy: str 
     return policy
 
 
+def fine_tune_seed(seed: int, index: int) -> int:
+    """The seed of a :class:`DQNFineTune`'s ``index``-th fine-tune (torch, replay sampling and its
+    env's scenario seeds): drawn from ``SeedSequence([seed, index])``, so each fine-tune trains on
+    episodes of its own (with one ``seed`` for all, every fine-tune replayed the first one's).
+    31 bits: the ``dqn`` solver's ``seed`` setting is at most 2**31 - 1."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1)
+
+
 class DQNFineTune:
     """Local DQN fine-tuning on recent simulator experience, published atomically.
 
@@ -1203,6 +1211,14 @@ class DQNFineTune:
     (or from ``scenario``/``hours``/``settings``) with the ``dqn`` solver's ``fit``, and writes
     the new weights as the next version of the policy registry ``registry`` (``latest`` moves
     only once the version is complete), or to the checkpoint ``out``.
+
+    ``step_s``: scenario seconds per unit of ``Trigger.at`` (``run_feedback_sim``'s triggers count
+    simulator steps: the scenario's step, 60 s). With it, a trigger at scenario hour ``t`` trains on
+    the ``hours`` that led to it: episodes of ``PlacementEnv(start_h=max(0, t - hours))``, the
+    scenario's hours ``t - hours`` to ``t`` (``0`` to ``hours`` for an early trigger). Without it
+    (None: ``iro scheduler``, whose triggers carry wall-clock times, no scenario clock) every
+    fine-tune trains on the scenario's first ``hours``. Each fine-tune draws its own seed
+    (:func:`fine_tune_seed`).
     """
 
     name = "dqn-fine-tune"
@@ -1211,11 +1227,13 @@ class DQNFineTune:
                  scenario: str = "edge-iot", hours: float = 1.0, settings: Mapping[str, Any] | None = None,
                  env_fns: Sequence[Callable[[], Any]] | None = None, steps: int = 256, seed: int = 0,
                  config: Mapping[str, Any] | None = None, time_limit_s: float | None = None,
-                 steps_flag: str = "steps") -> None:
+                 steps_flag: str = "steps", step_s: float | None = None) -> None:
         if (registry is None) == (out is None):
             raise ValueError("registry / out: give exactly one place to write the fine-tuned policy")
         if steps < 1:
             raise ValueError(f"steps: must be >= 1, got {steps}")
+        if step_s is not None and not (_is_finite_number(step_s) and step_s > 0):
+            raise ValueError(f"step_s: expected a finite number of seconds > 0 (or None), got {step_s!r}")
         self.registry = Path(registry).expanduser() if registry is not None else None
         # Found at construction, not at the first trigger hours later (as FederatedRoundRequest does).
         if self.registry is not None and self.registry.exists() and not self.registry.is_dir():
@@ -1232,7 +1250,9 @@ class DQNFineTune:
         self.seed = seed
         self.config = dict(config or {})
         self.time_limit_s = time_limit_s
+        self.step_s = None if step_s is None else float(step_s)
         self.results: list[dict[str, Any]] = []
+        self.started = 0  # fine-tunes begun (failed ones too: the next never reuses their seed)
 
     def _start_policy(self) -> str | None:
         """The registry's latest version, else the checkpoint ``out`` once this action wrote it
@@ -1241,11 +1261,21 @@ class DQNFineTune:
         written = self.out is not None and bool(self.results) and self.out.is_file()
         return fine_tune_start_policy(self.registry, str(self.out) if written else self.policy)
 
+    def window_start_h(self, trigger: Trigger | None) -> float:
+        """Scenario hour the fine-tune's episodes start at: ``hours`` before the trigger's time
+        (0 at the earliest); 0 without a scenario clock (``step_s`` None) or a trigger."""
+        if self.step_s is None or trigger is None:
+            return 0.0
+        return max(0.0, float(trigger.at) * self.step_s / 3600.0 - self.hours)
+
     def __call__(self, loop: FeedbackLoop | None, trigger: Trigger | None) -> str:
         import solvers
         from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, feature_layout
 
-        solver = solvers.make("dqn", policy=self._start_policy(), seed=self.seed)
+        seed = fine_tune_seed(self.seed, self.started)
+        self.started += 1
+        start_h = self.window_start_h(trigger)
+        solver = solvers.make("dqn", policy=self._start_policy(), seed=seed)
         start = solver.loaded
         cfg = fine_tune_config(start.config.to_dict(), self.config, self.steps)
         least = fine_tune_min_steps(cfg)
@@ -1254,11 +1284,12 @@ class DQNFineTune:
                              f"of the policy it starts from, {str(start.path)!r} (batch_size {cfg['batch_size']}, "
                              f"n_step {cfg['n_step']}); need at least {least}")
         initial = {k: v.detach().clone() for k, v in start.agent.online.state_dict().items()}
-        env_fns = self.env_fns or [self._env_fn(cfg["top_k"])]
+        env_fns = self.env_fns or [self._env_fn(cfg["top_k"], seed, start_h)]
         meta: dict[str, Any] = {"fine_tune": {
             "from": str(start.metadata.get("version", self._start_policy() or "default")),
             "trigger": None if trigger is None else {k: v for k, v in trigger.to_dict().items() if k != "results"},
-            "scenario": self.scenario, "hours": self.hours, "settings": self.settings, "steps": self.steps}}
+            "scenario": self.scenario, "start_h": start_h, "hours": self.hours, "settings": self.settings,
+            "steps": self.steps, "seed": seed}}
         result = solver.fit(env_fns, self.steps, out=self.out, config=cfg, metadata=meta, initial_state=initial,
                             progress=False, track_emissions=False, time_limit_s=self.time_limit_s)
         state = {k: v.detach().cpu() for k, v in solver.agent.online.state_dict().items()}
@@ -1282,17 +1313,17 @@ class DQNFineTune:
             })
             where = str(path)
         record = {"path": where, "steps": result.steps, "updates": result.updates, "last_loss": result.last_loss,
-                  "weight_change_l1": changed, "wall_s": result.wall_s}
+                  "weight_change_l1": changed, "wall_s": result.wall_s, "start_h": start_h, "seed": seed}
         self.results.append(record)
         return f"trained {result.steps} steps ({result.updates} updates), wrote {where}"
 
-    def _env_fn(self, k: int) -> Callable[[], Any]:
-        scenario, hours, settings, seed = self.scenario, self.hours, dict(self.settings), self.seed
+    def _env_fn(self, k: int, seed: int, start_h: float) -> Callable[[], Any]:
+        scenario, hours, settings = self.scenario, self.hours, dict(self.settings)
 
         def make() -> Any:
             from iro_fed.sim.env import PlacementEnv
 
-            return PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=settings)
+            return PlacementEnv(scenario, hours=hours, k=k, seed=seed, settings=settings, start_h=start_h)
 
         return make
 
@@ -1320,6 +1351,6 @@ def _metrics(registry: Any) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_CLASS", "QUANTITIES", "DQNFineTune", "Decision", "DriftDetector", "DriftSignal", "FederatedRoundRequest",
-    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "fine_tune_config", "fine_tune_min_steps", "Prediction", "Sample", "Trigger", "UsageModel",
+    "FeedbackConfig", "FeedbackLoop", "FineTuneAction", "fine_tune_config", "fine_tune_seed", "fine_tune_min_steps", "Prediction", "Sample", "Trigger", "UsageModel",
     "network_latency", "nnls", "observe_snapshot", "placement_terms", "start_policy_config",
 ]

@@ -580,8 +580,10 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
             if args.fine_tune_scenario not in SCENARIOS:
                 raise UsageError(f"--fine-tune-scenario: unknown scenario {args.fine_tune_scenario!r} "
                                  f"(known: {', '.join(sorted(SCENARIOS))})")
+            # No scenario clock on a cluster (Trigger.at is wall-clock time): step_s None trains
+            # every fine-tune on the scenario's first hour, each on episodes of its own seed.
             actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=args.fine_tune_scenario,
-                                       steps=args.fine_tune_steps, steps_flag="--fine-tune-steps"))
+                                       steps=args.fine_tune_steps, steps_flag="--fine-tune-steps", step_s=None))
     except ValueError as exc:
         raise UsageError(f"--round-request / --fine-tune-registry: {exc}") from exc
     return actions

@@ -378,9 +378,11 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         if args.round_request:
             actions.append(FederatedRoundRequest(args.round_request, site=args.scenario))
         if args.dqn_registry:
+            # Trigger.at counts simulator steps: each fine-tune trains on the hour before its trigger.
             actions.append(DQNFineTune(registry=args.dqn_registry, policy=args.dqn_policy, scenario=args.scenario, hours=1.0,
                                        settings={**settings, "usage_shift_at_h": "0"} if "usage_shift_at_h" in settings
-                                       else settings, steps=args.dqn_steps, seed=args.seed, steps_flag="--dqn-steps"))
+                                       else settings, steps=args.dqn_steps, seed=args.seed, steps_flag="--dqn-steps",
+                                       step_s=STEP_S))
     except ValueError as exc:
         raise UsageError(f"--round-request / --dqn-registry: {exc}") from exc
     _make_outputs([("--out", args.out)], folders)

@@ -31,6 +31,12 @@ without a decision.
 * **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
   :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
   pod's deadline slack as context (no clock: the ``dqn`` solver ranks without one).
+* **Start**: ``start_h`` (default 0) starts the episode's clock that many hours into the scenario:
+  the simulator runs hours ``0 .. start_h + hours`` (the scenario's own times of day, arrivals and
+  settings such as ``usage_shift_at_h``), the pods of the first ``start_h`` hours are placed on the
+  best candidate by marginal gain of R (the ``greedy-objective`` choice) without a decision, and
+  the agent decides from ``start_h`` on: an episode of the window ``[start_h, start_h + hours]``
+  on the cluster those hours left behind (``info["step"]`` counts from the run's start).
 * **Seeds**: ``reset(seed=s)`` runs scenario seed ``s``, ``reset()`` the env's ``seed`` plus the
   episodes so far; a seed in ``held_out`` (the evaluation episodes, for a training env) is moved
   past that range, so that evaluation stays on episodes the policy never trained on.
@@ -40,6 +46,7 @@ Works with ``gymnasium.vector.SyncVectorEnv`` and passes ``gymnasium.utils.env_c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +62,7 @@ from iro_fed.features import (
 )
 from iro_fed.sim.engine import DecisionRequest, SimConfig, Simulator
 from iro_fed.sim.scenarios import build_scenario, split_settings
+from iro_fed.sim.scenarios.common import run_steps
 
 F = len(CANDIDATE_FEATURES)
 C = len(CONTEXT_FEATURES)
@@ -74,14 +82,19 @@ class PlacementEnv(gym.Env):
         seed: int = 0,
         settings: Mapping[str, Any] | None = None,
         held_out: range = range(0),
+        start_h: float = 0.0,
     ) -> None:
         super().__init__()
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if isinstance(start_h, bool) or not isinstance(start_h, (int, float)) or not 0.0 <= start_h < math.inf:
+            raise ValueError(f"start_h: expected a finite number of hours >= 0, got {start_h!r}")
         if not isinstance(held_out, range) or held_out.step != 1:
             raise ValueError(f"held_out must be a range with step 1, got {held_out!r}")
         self.scenario_name = scenario
         self.hours = float(hours)
+        #: Scenario hour at which the agent's decisions start (the earlier ones are placed greedily).
+        self.start_h = float(start_h)
         self.k = int(k)
         self.base_seed = int(seed)
         #: Scenario seeds this env never runs (the held-out evaluation episodes of a training env):
@@ -112,12 +125,13 @@ class PlacementEnv(gym.Env):
         if run_seed in self.held_out:
             run_seed += len(self.held_out)
         self._episode += 1
-        sc = build_scenario(self.scenario_name, seed=run_seed, hours=self.hours, **self.scenario_params)
+        sc = build_scenario(self.scenario_name, seed=run_seed, hours=self.start_h + self.hours, **self.scenario_params)
         config = SimConfig().with_settings({**sc.engine_defaults, **self.engine_settings})
         self.sim = Simulator(sc, None, config, seed=run_seed)
         self._gen = self.sim.iterate(agent=True)
         self._final, self._last_pod = None, -1
         self._advance(None, first=True)
+        self._warm_up(run_steps(self.start_h, sc.step_s))
         return self._obs(), self._info()
 
     def step(self, action: int) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
@@ -144,6 +158,14 @@ class PlacementEnv(gym.Env):
         return self._obs(), reward, False, truncated, self._info()
 
     # --- internals -----------------------------------------------------------------------
+
+    def _warm_up(self, start_step: int) -> None:
+        """Place the pods of the steps before ``start_step`` on their best candidate (no decision)."""
+        while self._req is not None and self._req.step < start_step:
+            self._last_pod = self._req.pod
+            self._advance(int(self._cands[0]))
+        # Nothing stranded before the window is charged to its first decision.
+        self._unplaceable = 0
 
     def _advance(self, node: int | None, first: bool = False) -> None:
         try:
