@@ -359,7 +359,7 @@ def print_tables(doc: dict[str, Any], console: Console) -> None:
         for col in ("solver", "R", "pending %", "util %", "success %", "carbon kg", "cost"):
             t.add_column(col, justify="right")
         for name, m in row["means"].items():
-            t.add_row(name, f"{m['score']:+.4f}", f"{m['pending_pct']:.2f}", f"{m['utilization_pct']:.1f}",
+            t.add_row(name, f"{m['score']:+.4f}", _cell(m["pending_pct"], ".2f"), f"{m['utilization_pct']:.1f}",
                       _cell(m["success_rate_pct"], ".3f"), f"{m['carbon_kg']:.2f}", f"{m['cost']:.1f}")
         console.print(t)
         console.print(f"dqn vs kube-default: {_cell(row['dqn_vs_kube_pct'], '+.1f')} % (target >= +10 %); gap to the best "

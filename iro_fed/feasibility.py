@@ -24,12 +24,17 @@ Insufficient cpu, 3 node(s) had untolerated taint {dedicated: batch}.``
 
 Two conventions carry what kube reads from the Node and pod objects themselves:
 
-* a cordoned node (``spec.unschedulable``) is one with the taint
+* a cordoned node (``spec.unschedulable``) is one whose label :data:`UNSCHEDULABLE_LABEL` is
+  ``"true"``, or, without that label (a problem file), one with the taint
   :data:`UNSCHEDULABLE_TAINT` (``node.kubernetes.io/unschedulable:NoSchedule``, what the node
-  lifecycle controller adds and what the Kubernetes snapshot adds);
+  lifecycle controller adds); the Kubernetes snapshot sets the label to ``"false"`` on an
+  uncordoned node that still has the taint, which is then an ordinary taint (TaintToleration);
 * a ``node_selector`` key starting with :data:`NODE_NAMES_LABEL_PREFIX` is the node-name set of a
   required node affinity whose every term has ``matchFields`` ``metadata.name In [...]`` (how a
-  DaemonSet pins its pods), which NodeAffinity's PreFilter turns into the only nodes filtered.
+  DaemonSet pins its pods), which NodeAffinity's PreFilter turns into the only nodes filtered;
+  one starting with :data:`NODE_NAMES_CONFLICT_PREFIX` says that those sets conflict (empty):
+  PreFilter fails and the message is its own (``0/3 nodes are available: pod affinity terms
+  conflict.``), no node counted.
 """
 
 from __future__ import annotations
@@ -88,14 +93,26 @@ UNSCHEDULABLE_FILTER = _FILTERS.index("unschedulable")
 _PRECEDENCE = np.array([NODE_NAMES_FILTER, UNSCHEDULABLE_FILTER, TAINTS_FILTER, 2, 0, 3, 4, 5], dtype=np.int8)
 
 #: The taint of a cordoned node: the node lifecycle controller adds it for ``spec.unschedulable``
-#: and the Kubernetes snapshot does too. A node that has it is read as cordoned, so a taint of
-#: this key, empty value and effect added by hand reads the same way ("node(s) were
-#: unschedulable"); one with a value is an ordinary taint.
+#: and the Kubernetes snapshot does too. A node without :data:`UNSCHEDULABLE_LABEL` that has it
+#: is read as cordoned ("node(s) were unschedulable"): a problem file says so; one with a value
+#: is an ordinary taint.
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+#: A node label that says whether the node is cordoned (``spec.unschedulable``): ``"true"`` is a
+#: cordon (NodeUnschedulable), any other value is not, whatever the taints; the Kubernetes
+#: snapshot sets ``"false"`` on a node that still has :data:`UNSCHEDULABLE_TAINT` after an
+#: uncordon (until the node lifecycle controller removes it), which kube reports as the taint it
+#: is: "node(s) had untolerated taint {node.kubernetes.io/unschedulable: }".
+UNSCHEDULABLE_LABEL = "iro-fed.io/unschedulable"
 #: ``node_selector`` keys with this prefix hold a NodeAffinity PreFilter node-name set (the
 #: snapshot labels the named nodes): a node without the label is "didn't satisfy plugin(s)
 #: [NodeAffinity]", ahead of every other filter.
 NODE_NAMES_LABEL_PREFIX = "iro-fed.io/node-names-"
+#: ``node_selector`` keys with this prefix (no node has the label) are a required node affinity
+#: whose ``matchFields`` node-name sets conflict (NodeAffinity's PreFilter finds none): kube's
+#: FitError is then the PreFilter's message alone, :data:`PREFILTER_CONFLICT`.
+NODE_NAMES_CONFLICT_PREFIX = NODE_NAMES_LABEL_PREFIX + "conflict-"
+#: nodeaffinity ``errReasonConflict``.
+PREFILTER_CONFLICT = "pod affinity terms conflict"
 #: Kubernetes' name of the GPU count (``Problem.resource_names``' ``gpu``).
 GPU_RESOURCE_NAME = "nvidia.com/gpu"
 #: kube's ``GetZoneKey`` (``component-helpers/node/topology``) lookup order, shared by the
@@ -130,11 +147,19 @@ def insufficient(resource: str) -> str:
     return f"Insufficient {GPU_RESOURCE_NAME if resource == 'gpu' else resource}"
 
 
+def prefilter_conflict(workload: Workload) -> bool:
+    """The workload's node-name sets conflict (:data:`NODE_NAMES_CONFLICT_PREFIX`): NodeAffinity's
+    PreFilter rejects it before any node is filtered."""
+    return any(key.startswith(NODE_NAMES_CONFLICT_PREFIX) for key in workload.node_selector)
+
+
 def static_reasons(problem: Problem, w: int) -> dict[int, str]:
     """kube's reason for each static filter code but the taints (whose message is per taint:
     ``StaticFilter.taint_messages``), for workload ``w``."""
     wl = problem.workloads[w]
     out = dict(_STATIC_REASONS)
+    if prefilter_conflict(wl):  # every node gets PreFilter's status (SetAbsentNodesStatus)
+        out[NODE_NAMES_FILTER] = PREFILTER_CONFLICT
     out[3] = (
         f"node(s) exceeded max latency {wl.max_latency_ms:g} ms from {wl.user_region}"
         if wl.max_latency_ms is not None
@@ -177,12 +202,19 @@ def _taint_positions(problem: Problem) -> np.ndarray:
 
 
 def _cordoned(problem: Problem) -> np.ndarray:
-    """``cordoned[n]``: node n has :data:`UNSCHEDULABLE_TAINT` (NodeUnschedulable's test of
-    ``spec.unschedulable``)."""
+    """``cordoned[n]``: node n is cordoned (NodeUnschedulable's test of ``spec.unschedulable``):
+    its :data:`UNSCHEDULABLE_LABEL` is ``"true"``, or it has no such label and has
+    :data:`UNSCHEDULABLE_TAINT`."""
     taints, table = problem.taint_table
-    if UNSCHEDULABLE_TAINT not in taints:
-        return np.zeros(problem.num_nodes, dtype=bool)
-    return table[:, taints.index(UNSCHEDULABLE_TAINT)].copy()
+    if UNSCHEDULABLE_TAINT in taints:
+        out = table[:, taints.index(UNSCHEDULABLE_TAINT)].copy()
+    else:
+        out = np.zeros(problem.num_nodes, dtype=bool)
+    codes, values = problem.label_codes(UNSCHEDULABLE_LABEL)
+    if values:
+        labelled = codes >= 0
+        out[labelled] = codes[labelled] == values.get("true", -2)
+    return out
 
 
 def fit_tolerance(problem: Problem) -> np.ndarray:
@@ -274,7 +306,9 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
         codes, values = problem.label_codes(key)
         code = values.get(value)
         miss = codes != (code if code is not None else -2)
-        if key.startswith(NODE_NAMES_LABEL_PREFIX):
+        if key.startswith(NODE_NAMES_CONFLICT_PREFIX):
+            names_fail[:] = True  # PreFilter fails: no node is filtered, whatever its labels
+        elif key.startswith(NODE_NAMES_LABEL_PREFIX):
             names_fail |= miss
         else:
             sel_fail |= miss
@@ -409,6 +443,8 @@ def candidate_matrix(problem: Problem, state: ClusterState, between: Callable[[]
 def explain(state: ClusterState, w: int) -> str:
     """kube-scheduler's FitError message for a pod against ``state`` (all nodes counted)."""
     p = state.problem
+    if prefilter_conflict(p.workloads[w]):  # PreFilter's message replaces the nodes' histogram
+        return f"0/{p.num_nodes} nodes are available: {PREFILTER_CONFLICT}."
     sf = static_filter(p, w)
     counts: Counter[str] = Counter()
     static_messages = static_reasons(p, w)

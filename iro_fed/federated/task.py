@@ -704,10 +704,13 @@ def run_episodes(choose: Any, cfg: FedConfig, site: int, episodes: int, seed: in
         rewards.append(total)
         scores.append(float(totals.get("score", math.nan)))
         carbon.append(float(totals.get("carbon_kg", math.nan)))
-        pending.append(float(totals.get("pending_pct", math.nan)))
+        pct = totals.get("pending_pct", math.nan)
+        if pct is not None:  # None: no pod became ready in the episode, no share to average
+            pending.append(float(pct))
         env.close()
     return {"eval-reward": float(np.mean(rewards)), "eval-score": float(np.mean(scores)),
-            "eval-carbon-kg": float(np.mean(carbon)), "eval-pending-pct": float(np.mean(pending))}
+            "eval-carbon-kg": float(np.mean(carbon)),
+            "eval-pending-pct": float(np.mean(pending)) if pending else math.nan}
 
 
 def random_choice(seed: int) -> Any:

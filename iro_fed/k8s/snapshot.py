@@ -17,8 +17,12 @@ Mapping (documented for users in ``docs/kubernetes.md``):
   ``failure-domain.beta.kubernetes.io`` label when present, else the ``topology.kubernetes.io``
   one); its kind from the config or the node label ``iro-fed.io/domain-kind``;
 * taints as given; ``spec.unschedulable`` adds ``node.kubernetes.io/unschedulable:NoSchedule``
-  (what the node lifecycle controller does) unless the node has it already, and feasibility reads
-  that taint as a cordon ("node(s) were unschedulable");
+  (what the node lifecycle controller does) unless the node has it already, and is a cordon
+  ("node(s) were unschedulable", NodeUnschedulable); that taint on a node without
+  ``spec.unschedulable`` (uncordoned, before the controller removes it) is an ordinary taint
+  ("node(s) had untolerated taint {node.kubernetes.io/unschedulable: }", TaintToleration): the
+  node gets the label ``iro-fed.io/unschedulable: "false"`` (:data:`UNSCHEDULABLE_LABEL`, which
+  the snapshot alone sets: a node's own is dropped);
 * a pod's request (:func:`pod_requests`, also the edge agent's reader): the sum over containers
   (plus restartable init containers, i.e. sidecars), or the largest init container if that is
   more, plus ``spec.overhead`` (kube's ``PodRequests``); a container without a request but with
@@ -57,7 +61,10 @@ selects, so the one feasibility module enforces them and reports kube's message
 ("didn't match Pod's node affinity/selector"). A required affinity whose every term has
 ``matchFields`` ``metadata.name In [...]`` (a DaemonSet pod's) also gets the label
 ``iro-fed.io/node-names-<hash>`` on the nodes NodeAffinity's PreFilter narrows it to
-(:func:`prefilter_node_names`): the others are "didn't satisfy plugin(s) [NodeAffinity]".
+(:func:`prefilter_node_names`): the others are "didn't satisfy plugin(s) [NodeAffinity]". When
+those names conflict (every term's intersection is empty) the pod selects
+``iro-fed.io/node-names-conflict-<hash>``, which no node has: PreFilter's "pod affinity terms
+conflict" is then the whole message, as kube's.
 """
 
 from __future__ import annotations
@@ -80,8 +87,10 @@ import numpy as np
 # ZONE_LABELS, REGION_LABELS and topology_label live in the core (the solvers read them too);
 # importable from here as before.
 from iro_fed.feasibility import (
+    NODE_NAMES_CONFLICT_PREFIX,
     NODE_NAMES_LABEL_PREFIX,
     REGION_LABELS,
+    UNSCHEDULABLE_LABEL,
     UNSCHEDULABLE_TAINT,
     ZONE_LABELS,
     topology_label,
@@ -458,6 +467,12 @@ def node_doc(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any
     cordon = {"key": UNSCHEDULABLE_TAINT.key, "value": UNSCHEDULABLE_TAINT.value, "effect": UNSCHEDULABLE_TAINT.effect}
     if unschedulable and cordon not in taints:  # the node lifecycle controller has usually added it already
         taints.append(cordon)
+    if UNSCHEDULABLE_LABEL in labels:  # ours to set: a node's own would say what its spec does not
+        labels = {k: v for k, v in labels.items() if k != UNSCHEDULABLE_LABEL}
+    if not unschedulable and cordon in taints:
+        # Uncordoned, the taint not yet removed: kube's NodeUnschedulable reads spec.unschedulable
+        # only, so the taint is TaintToleration's ("untolerated taint {...unschedulable: }").
+        labels = {**labels, UNSCHEDULABLE_LABEL: "false"}
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "")
     return {
         "name": name,
@@ -986,7 +1001,8 @@ def prefilter_node_names(terms: list[list[_Requirement]]) -> set[str] | None:
     per term the intersection of its ``matchFields`` ``metadata.name In`` values, united over the
     terms; None (every node) when some term has no such requirement, or there are no terms. The
     nodes outside it are never filtered ("didn't satisfy plugin(s) [NodeAffinity]"). An empty set
-    is upstream's "pod affinity terms conflict"; here every node is outside it."""
+    is upstream's "pod affinity terms conflict" (the workload selects a
+    ``NODE_NAMES_CONFLICT_PREFIX`` key then)."""
     if not terms:
         return None
     names: set[str] = set()
@@ -1084,16 +1100,20 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     if required:
         terms = _items(required.get("nodeSelectorTerms"), who, f"{req_path}.nodeSelectorTerms")
         label = _affinity_key(terms)
-        names_label = NODE_NAMES_LABEL_PREFIX + label[len(AFFINITY_LABEL_PREFIX):]
+        digest = label[len(AFFINITY_LABEL_PREFIX):]
+        names_label, conflict_label = NODE_NAMES_LABEL_PREFIX + digest, NODE_NAMES_CONFLICT_PREFIX + digest
         if label not in extra_labels:  # the same terms (same JSON) were checked and evaluated already
             parsed = [parse_term(t, who, f"{req_path}.nodeSelectorTerms[{k}]") for k, t in enumerate(terms)]
             extra_labels[label] = {n["name"] for n in nodes if any(term_matches(t, n["name"], n["labels"]) for t in parsed)}
             names = prefilter_node_names(parsed)
-            if names is not None:
+            if names == set():  # upstream's PreFilter fails ("pod affinity terms conflict"): no node has it
+                extra_labels[conflict_label] = set()
+            elif names is not None:
                 extra_labels[names_label] = {n["name"] for n in nodes if n["name"] in names}
         selector[label] = "true"
-        if names_label in extra_labels:  # the nodes outside it are NodeAffinity PreFilter's, reported first
-            selector[names_label] = "true"
+        for key in (names_label, conflict_label):  # NodeAffinity PreFilter's, reported first
+            if key in extra_labels:
+                selector[key] = "true"
     preferred = []
     pref_path = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
     for i, p in enumerate(_items(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), who, pref_path)):

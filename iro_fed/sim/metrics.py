@@ -3,10 +3,11 @@
 Definitions (what the report's keys mean):
 
 * ``pending_pct``: pods that were not placed in the step they became ready (arrival, or the
-  start a carbon-aware deferral chose) as a percent of those that became ready;
-  ``pending_at_peak_pct`` the same over pods ready inside the scenario's peak windows;
-  ``pending_at_peak_online_pct`` the same over service replicas only (each None when no such
-  pod became ready inside a peak window, e.g. a scenario without services);
+  start a carbon-aware deferral chose) as a percent of those that became ready (None, JSON
+  null, when no pod became ready); ``pending_at_peak_pct`` the same over pods ready inside the
+  scenario's peak windows; ``pending_at_peak_online_pct`` the same over service replicas only
+  (each None when no such pod became ready inside a peak window, e.g. a scenario without
+  services);
   ``mean_pending_min``: mean minutes pods that waited spent pending, from ready to their first
   placement, or for a pod never placed to when it left or the run ended (a step counts as
   ``step_s`` seconds); ``mean_pending_placed_min`` the same over the waiting pods that were
@@ -156,8 +157,10 @@ def pending_stats(
     return {
         "ready_pods": n,
         "pending_pods": int(waited.sum()),
-        "pending_pct": 100.0 * float(waited.sum()) / n if n else 0.0,
-        # None, not 0, without pods ready at peak (no services, or a run missing the peak window).
+        # None, not 0, without a pod that became ready (nothing to be a share of, as success %
+        # without requests) or without pods ready at peak (no services, or a run missing the
+        # peak window).
+        "pending_pct": 100.0 * float(waited.sum()) / n if n else None,
         "pending_at_peak_pct": 100.0 * float((waited & peak).sum()) / n_peak if n_peak else None,
         "peak_ready_pods": n_peak,
         "mean_pending_min": float(wait_steps[waited].mean() * step_min) if waited.any() else 0.0,
