@@ -75,7 +75,8 @@ DNS_SUBDOMAIN = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 #: Fields the loader reads, per object (for :func:`unknown_fields`).
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"resources", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms", "name", "description"}
+        {"resources", "feasibility_only", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms",
+         "name", "description"}
     ),
     "domains[]": frozenset({"name", "kind", "carbon_zone", "carbon_intensity", "price_per_hour", "pue"}),
     "nodes[]": frozenset(
@@ -634,6 +635,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 res_names.append(r)
         if "cpu" not in res_names:
             c.fail("resources", "must include 'cpu' (the power model uses CPU utilization)")
+    feasibility_only = _feasibility_only(c, doc, res_names, resources is not None)
 
     # --- domains ---
     domains: list[Domain] = []
@@ -992,7 +994,33 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         latency_ref_ms=latency_ref or DEFAULT_LATENCY_REF_MS,
         nonzero_demand=wl_nonzero.array(),
         initial_nonzero=node_nonzero.array(),
+        feasibility_only=feasibility_only,
     )
+
+
+def _feasibility_only(c: _Checker, doc: Mapping, res_names: list[str], resources_ok: bool) -> tuple[str, ...]:
+    """The optional top-level ``feasibility_only``: names of ``resources`` that bound where a
+    workload fits and count in no objective term (``Problem.feasibility_only``; a Kubernetes
+    snapshot sets them for requested resources the cluster config does not list). The rules and
+    messages are the model's (``model._util_columns``): each a resource of the problem, once, not
+    cpu. Against a mistyped ``resources`` (reported) the names are not checked."""
+    names = c.get(doc, "feasibility_only", "", list, default=[]) or []
+    out: list[str] = []
+    for i, r in enumerate(names):
+        p = f"feasibility_only[{i}]"
+        if not isinstance(r, str) or not r:
+            c.fail(p, f"expected a resource name, got {_show(r)}")
+        elif not c.text(r, p):
+            pass
+        elif resources_ok and r not in res_names:
+            c.fail(p, f"{r!r} is not one of the resources {res_names}")
+        elif r == "cpu":
+            c.fail(p, "'cpu' counts in the objective (the power model uses CPU utilization)")
+        elif r in out:
+            c.fail(p, f"{r!r} is repeated")
+        else:
+            out.append(r)
+    return tuple(out)
 
 
 class _NonzeroColumn:
@@ -1103,13 +1131,10 @@ def _nonzero_doc(problem: Problem, row: np.ndarray) -> dict[str, int | float]:
 
 def problem_to_dict(problem: Problem) -> dict:
     """The problem as a document that :func:`problem_from_dict` reads back to an equal problem."""
-    doc: dict[str, Any] = {
-        "resources": list(problem.resources),
-        "domains": [],
-        "latency_ms": {},
-        "nodes": [],
-        "workloads": [],
-    }
+    doc: dict[str, Any] = {"resources": list(problem.resources)}
+    if problem.feasibility_only:  # only when set: other problems' files stay as they were
+        doc["feasibility_only"] = list(problem.feasibility_only)
+    doc.update(domains=[], latency_ms={}, nodes=[], workloads=[])
     for d in problem.domains:
         doc["domains"].append(
             {
