@@ -68,7 +68,7 @@ def register(sub: Any) -> None:
                         "repeat for several")
     f.add_argument("--feedback-set", action="append", metavar="KEY=VALUE",
                    help="feedback loop setting (threshold, alpha, calm, min_samples, window, calibration, refit_every, "
-                        "cooldown, settle_every, latency_threshold_ms); repeat for several")
+                        "cooldown, settle_every, latency_threshold_ms, latency_alpha); repeat for several")
     f.add_argument("--delay-steps", type=int, default=2,
                    help=f"steps (of {STEP_S:g} s) between a decision and its observation: 0 (the end of the decision's own "
                         "step) up to fewer than the run's steps (default 2)")
