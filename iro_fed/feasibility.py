@@ -180,6 +180,7 @@ class StaticFilter:
 
 
 _static_cache: weakref.WeakKeyDictionary[Problem, dict[tuple, StaticFilter]] = weakref.WeakKeyDictionary()
+_static_by_w: weakref.WeakKeyDictionary[Problem, dict[int, StaticFilter]] = weakref.WeakKeyDictionary()
 _tolerance_cache: weakref.WeakKeyDictionary[Problem, np.ndarray] = weakref.WeakKeyDictionary()
 _taint_pos_cache: weakref.WeakKeyDictionary[Problem, np.ndarray] = weakref.WeakKeyDictionary()
 
@@ -260,7 +261,14 @@ def untolerated(workload: Workload, problem: Problem, effects: Sequence[str]) ->
 
 
 def static_filter(problem: Problem, w: int) -> StaticFilter:
-    """The static filters for workload ``w`` (cached per constraint set and GPU shape)."""
+    """The static filters for workload ``w`` (cached per constraint set and GPU shape, and that
+    entry per workload: every feasibility test of a local search asks again)."""
+    by_w = _static_by_w.get(problem)
+    if by_w is None:
+        by_w = _static_by_w.setdefault(problem, {})
+    cached = by_w.get(w)
+    if cached is not None:
+        return cached
     wl = problem.workloads[w]
     key = (wl.constraint_key, int(problem.wl_gpu_count[w]), int(problem.wl_gpu_milli[w]) > 0)
     per_problem = _static_cache.setdefault(problem, {})
@@ -268,6 +276,7 @@ def static_filter(problem: Problem, w: int) -> StaticFilter:
     if cached is None:
         cached = _compute_static(problem, w)
         per_problem[key] = cached
+    by_w[int(w)] = cached
     return cached
 
 
@@ -356,16 +365,21 @@ def resource_fit(state: ClusterState, w: int, nodes: np.ndarray | None = None) -
     """``fit[n]``: the pod's additive resources and GPU request fit what is free now on node n
     (over ``nodes`` when given, else all nodes)."""
     p = state.problem
-    demand = p.demand[w]
+    if isinstance(nodes, np.ndarray) and nodes.shape == (1,) and nodes.dtype.kind in "iu":
+        return np.array([_fits_node(state, w, int(nodes[0]))])
     free = state.free if nodes is None else state.free[nodes]
     tol = fit_tolerance(p) if nodes is None else fit_tolerance(p)[nodes]
-    size = p.num_nodes if nodes is None else len(nodes)
-    ok = np.ones(size, dtype=bool)
-    for r in np.flatnonzero(demand > 0):
-        ok &= free[:, r] + tol[:, r] >= demand[r]
-    count = int(p.wl_gpu_count[w])
+    ok: np.ndarray | None = None
+    for r, amount in p.fit_requests(w):  # (a fresh array from the first comparison, then &= in place)
+        fits = free[:, r] + tol[:, r] >= amount
+        if ok is None:
+            ok = fits
+        else:
+            ok &= fits
+    if ok is None:
+        ok = np.ones(p.num_nodes if nodes is None else len(nodes), dtype=bool)
+    count, milli = p.gpu_shape[w]
     if count > 0:
-        milli = int(p.wl_gpu_milli[w])
         if count == 1 and milli < GPU_MILLI:
             gmax = state.gpu_max_free if nodes is None else state.gpu_max_free[nodes]
             ok &= gmax >= milli
@@ -375,9 +389,28 @@ def resource_fit(state: ClusterState, w: int, nodes: np.ndarray | None = None) -
     return ok
 
 
+def _fits_node(state: ClusterState, w: int, n: int) -> bool:
+    """:func:`resource_fit` on the one node ``n`` (a local search's move test): the same float
+    sums and comparisons on Python floats, without a dozen one-element arrays."""
+    p = state.problem
+    free = state.free[n].tolist()
+    tol = fit_tolerance(p)[n].tolist()
+    for r, amount in p.fit_requests(w):
+        if not free[r] + tol[r] >= amount:
+            return False
+    count, milli = p.gpu_shape[w]
+    if count <= 0:
+        return True
+    if count == 1 and milli < GPU_MILLI:
+        return int(state.gpu_max_free[n]) >= milli
+    return int(state.gpu_full[n]) >= count
+
+
 def feasible_nodes(state: ClusterState, w: int) -> np.ndarray:
     """``mask[n]``: workload ``w`` can be placed on node n in ``state``."""
-    return static_filter(state.problem, w).mask & resource_fit(state, w)
+    fit = resource_fit(state, w)  # a fresh array: the static mask is and-ed into it
+    fit &= static_filter(state.problem, w).mask
+    return fit
 
 
 def feasible_matrix(problem: Problem, state: ClusterState | None = None) -> np.ndarray:

@@ -268,6 +268,7 @@ class Problem:
             (len(self.domains), len(self.util_resources)),
         )
         self._label_codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._fit_requests: dict[int, tuple[tuple[int, float], ...]] = {}
 
     def _check_numbers(self) -> None:
         """The loaders' number rules (``problem_io``) for a problem built directly: a ValueError
@@ -377,6 +378,22 @@ class Problem:
     @cached_property
     def cpu_index(self) -> int:
         return self.resource_index["cpu"]
+
+    @cached_property
+    def gpu_shape(self) -> list[tuple[int, int]]:
+        """Per workload ``(wl_gpu_count, wl_gpu_milli)`` as Python ints: read on every place,
+        remove and fit test, where indexing the numpy arrays costs more than the work."""
+        return list(zip(self.wl_gpu_count.tolist(), self.wl_gpu_milli.tolist(), strict=True))
+
+    def fit_requests(self, w: int) -> tuple[tuple[int, float], ...]:
+        """``(resource index, amount)`` of each resource workload ``w`` requests (amount > 0),
+        the comparisons of the fit filters; cached per workload (on first use: a problem is built
+        per simulator step, often for a few decisions)."""
+        got = self._fit_requests.get(w)
+        if got is None:
+            got = tuple((r, v) for r, v in enumerate(self.demand[w].tolist()) if v > 0)
+            self._fit_requests[int(w)] = got
+        return got
 
     def label_codes(self, key: str) -> tuple[np.ndarray, dict[str, int]]:
         """Per-node integer code of label ``key`` (-1 where absent) and the value -> code map."""
@@ -522,8 +539,14 @@ class ClusterState:
         row = self.gpu_free[n].tolist()
         self.gpu_full[n] = row.count(GPU_MILLI)
         self.gpu_max_free[n] = max(row)
-        self.gpu_left[n] = sum(v for v in row if v > 0)
-        self.gpu_used[n] = float(sum(GPU_MILLI - v for v in row if v >= 0))
+        absent = row.count(-1)
+        if min(row) >= -1:  # the usual row (cards 0..1000 free, -1 past them): C-level sums, no generators
+            left = sum(row) + absent
+            self.gpu_left[n] = left
+            self.gpu_used[n] = float(GPU_MILLI * (len(row) - absent) - left)
+        else:  # a card driven below 0 by explicit cards that did not fit: as before, it counts nowhere
+            self.gpu_left[n] = sum(v for v in row if v > 0)
+            self.gpu_used[n] = float(sum(GPU_MILLI - v for v in row if v >= 0))
 
     def set_node_usage(self, n: int, allocated: np.ndarray, gpu_free: np.ndarray, nonzero: np.ndarray | None = None) -> None:
         """Give node ``n`` another base usage (what it holds besides this state's workloads):
@@ -610,20 +633,22 @@ class ClusterState:
         """The card choice of the paper's simulator: a share pod takes the fitting card with
         the least milli left, a k-GPU pod the lowest-index fully free cards."""
         p = self.problem
-        k = int(p.wl_gpu_count[w])
+        k, milli = p.gpu_shape[w]
         if k <= 0:
             return ()
-        row = self.gpu_free[n]
-        if k == 1 and p.wl_gpu_milli[w] < GPU_MILLI:
-            milli = int(p.wl_gpu_milli[w])
-            fits = np.flatnonzero(row >= milli)
-            if fits.size == 0:
+        row = self.gpu_free[n].tolist()  # a few cards: list scans beat flatnonzero / argmin
+        if k == 1 and milli < GPU_MILLI:
+            best = -1
+            for c, v in enumerate(row):
+                if v >= milli and (best < 0 or v < row[best]):  # the first card of the least fitting milli
+                    best = c
+            if best < 0:
                 raise ValueError(f"workload {p.workloads[w].name!r}: no card on node {p.nodes[n].name!r} has {milli} milli free")
-            return (int(fits[np.argmin(row[fits])]),)
-        full = np.flatnonzero(row == GPU_MILLI)
-        if full.size < k:
-            raise ValueError(f"workload {p.workloads[w].name!r}: node {p.nodes[n].name!r} has {full.size} free cards, needs {k}")
-        return tuple(int(c) for c in full[:k])
+            return (best,)
+        full = [c for c, v in enumerate(row) if v == GPU_MILLI]
+        if len(full) < k:
+            raise ValueError(f"workload {p.workloads[w].name!r}: node {p.nodes[n].name!r} has {len(full)} free cards, needs {k}")
+        return tuple(full[:k])
 
     def place(self, w: int, n: int, cards: Sequence[int] | None = None) -> tuple[int, ...]:
         """Put workload w on node n (on ``cards``, or the default card choice)."""
@@ -638,21 +663,29 @@ class ClusterState:
                 # -1 took the node's last card (a Python index), 99 an IndexError deep in the update.
                 raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} are not distinct card "
                                  f"indices of node {p.nodes[n].name!r} (0..{int(p.gpu_count[n]) - 1})")
+        # Row updates through views (``row = a[n]; row += d``): what ``a[n] += d`` computes,
+        # without its write-back of the row onto itself.
         d = p.demand[w]
-        self.allocated[n] += d
-        self.free[n] -= d
+        row = self.allocated[n]
+        row += d
+        row = self.free[n]
+        row -= d
         if cards:
-            take = GPU_MILLI if p.wl_gpu_count[w] > 1 else int(p.wl_gpu_milli[w])
+            k, milli = p.gpu_shape[w]
+            take = GPU_MILLI if k > 1 else milli
+            gpu_free = self.gpu_free
             for c in cards:
-                self.gpu_free[n, c] -= take
+                gpu_free[n, c] -= take
             self._refresh_gpu_row(n)
             self.gpu_cards[w] = cards
         self.assignment[w] = n
         self.pods_on_node[n] += 1
         self.journal.append((w, n, 1))
-        self.util_used_total += p.util_demand[w]
-        self.util_free[n] -= p.util_demand[w]
-        self.free_share[n] -= p.util_demand[w] @ p.util_inv_capacity[n]
+        ud = p.util_demand[w]
+        self.util_used_total += ud
+        row = self.util_free[n]
+        row -= ud
+        self.free_share[n] -= ud.dot(p.util_inv_capacity[n])  # (what ``@`` computes: the same BLAS dot, less overhead)
         if not self.on[n]:
             self.on[n] = True
             self.util_cap_on += p.util_capacity[n]
@@ -664,20 +697,27 @@ class ClusterState:
         if n < 0:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is not placed")
         p = self.problem
-        self.allocated[n] -= p.demand[w]
-        self.free[n] += p.demand[w]
+        d = p.demand[w]
+        row = self.allocated[n]  # (views, as in place)
+        row -= d
+        row = self.free[n]
+        row += d
         cards = self.gpu_cards.pop(w, ())
         if cards:
-            give = GPU_MILLI if p.wl_gpu_count[w] > 1 else int(p.wl_gpu_milli[w])
+            k, milli = p.gpu_shape[w]
+            give = GPU_MILLI if k > 1 else milli
+            gpu_free = self.gpu_free
             for c in cards:
-                self.gpu_free[n, c] += give
+                gpu_free[n, c] += give
             self._refresh_gpu_row(n)
         self.assignment[w] = -1
         self.pods_on_node[n] -= 1
         self.journal.append((w, n, -1))
-        self.util_used_total -= p.util_demand[w]
-        self.util_free[n] += p.util_demand[w]
-        self.free_share[n] += p.util_demand[w] @ p.util_inv_capacity[n]
+        ud = p.util_demand[w]
+        self.util_used_total -= ud
+        row = self.util_free[n]
+        row += ud
+        self.free_share[n] += ud.dot(p.util_inv_capacity[n])
         if self.pods_on_node[n] == 0:
             # The node is back to its base usage: take it exactly, without the float
             # residue of the additions and subtractions (filters compare free amounts).

@@ -100,6 +100,9 @@ class Coefficients:
     off_gain_base: np.ndarray  # [N] -(w3 * cost + w4 * idle carbon), normalized, of powering on
     latency_weighted: np.ndarray  # [U, N] w2 * latency score of the node's domain / n_with_region
     carbon_per_milli_weighted: np.ndarray  # [N] w4 * dynamic carbon per requested millicore, normalized
+    # For evaluate():
+    cpu_divisor: np.ndarray  # [N] cpu_capacity, 1 where it is 0 (CPU utilization's denominator)
+    initial_used: np.ndarray  # [N, R'] util usage before any workload is placed (read-only)
 
 
 _coef_cache: weakref.WeakKeyDictionary[Problem, Coefficients] = weakref.WeakKeyDictionary()
@@ -137,9 +140,24 @@ def coefficients(problem: Problem) -> Coefficients:
         off_gain_base=-(w.cost * _ratio_array(node_cost, max_cost) + w.carbon * _ratio_array(carbon_idle, max_carbon)),
         latency_weighted=(w.latency * _ratio(1.0, n_with_region)) * lat_score[:, p.node_domain],
         carbon_per_milli_weighted=w.carbon * _ratio_array(carbon_dynamic / np.where(cpu_cap > 0, cpu_cap, 1.0), max_carbon),
+        cpu_divisor=np.where(cpu_cap > 0, cpu_cap, 1.0),
+        initial_used=_initial_used_of(p),
     )
     _coef_cache[problem] = coef
     return coef
+
+
+def _initial_used_of(p: Problem) -> np.ndarray:
+    """``used[N, R']`` matching ``util_capacity`` before any workload is placed: the allocated
+    util columns and, when the cluster has GPUs, the milli in use on the node's cards."""
+    used = p.util_capacity * 0.0
+    if p.num_nodes:
+        used[:, : len(p.util_resources) - (1 if p.has_gpus else 0)] = p.util_columns(p.allocated)
+        if p.has_gpus:
+            initial_gpu = np.where(p.gpu_free >= 0, GPU_MILLI - np.maximum(p.gpu_free, 0), 0).sum(axis=1)
+            used[:, -1] = initial_gpu
+    used.setflags(write=False)
+    return used
 
 
 def _ratio(x: float, total: float) -> float:
@@ -150,7 +168,21 @@ def _ratio_array(x: np.ndarray, total: float) -> np.ndarray:
     return x / total if total > 0 else np.zeros_like(x)
 
 
+#: Below this many terms numpy's float sum adds them one by one in order (its pairwise summation
+#: starts at 8), so a Python loop over the same values gives the same bits (tested against numpy).
+_SEQUENTIAL_SUM_MAX = 7
+
+
 def _utilization(used_on: np.ndarray, cap_on: np.ndarray) -> float:
+    if cap_on.size <= _SEQUENTIAL_SUM_MAX:
+        # A few resources (every marginal() asks twice): scalar arithmetic, the same
+        # divisions and the same left-to-right sum as the vector expression below.
+        total, k = 0.0, 0
+        for u, c in zip(used_on.tolist(), cap_on.tolist(), strict=True):
+            if c > 0:
+                total = u / c if k == 0 else total + u / c
+                k += 1
+        return total / k if k else 0.0
     valid = cap_on > 0
     if not valid.any():
         return 0.0
@@ -190,12 +222,8 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
     placed = np.flatnonzero(assignment >= 0)
     nodes_of = assignment[placed]
 
-    used = p.util_capacity * 0.0
+    used = coef.initial_used.copy()
     if p.num_nodes:
-        used[:, : len(p.util_resources) - (1 if p.has_gpus else 0)] = p.util_columns(p.allocated)
-        if p.has_gpus:
-            initial_gpu = np.where(p.gpu_free >= 0, GPU_MILLI - np.maximum(p.gpu_free, 0), 0).sum(axis=1)
-            used[:, -1] = initial_gpu
         np.add.at(used, nodes_of, p.util_demand[placed])
     pods = np.bincount(nodes_of, minlength=p.num_nodes) if p.num_nodes else np.zeros(0, dtype=np.int64)
     on = (used > 0).any(axis=1) | (pods > 0)
@@ -215,7 +243,7 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
     latency_term = _ratio(lat_sum, coef.n_with_region)
 
     cost = float(coef.node_cost[on].sum())
-    cpu_util = np.minimum(used[:, p.cpu_index] / np.where(coef.cpu_capacity > 0, coef.cpu_capacity, 1.0), 1.0)
+    cpu_util = np.minimum(used[:, p.cpu_index] / coef.cpu_divisor, 1.0)
     carbon = float((coef.carbon_idle[on] + coef.carbon_dynamic[on] * cpu_util[on]).sum())
     power = float((p.power_idle_w[on] + (p.power_peak_w[on] - p.power_idle_w[on]) * cpu_util[on]).sum())
 
@@ -276,16 +304,21 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
     used_after = state.util_used_total + d
     u_before = _utilization(state.util_used_total, state.util_cap_on)
     u_on = _utilization(used_after, state.util_cap_on)
-    cap_after = state.util_cap_on + coef.shape_capacity
-    valid = cap_after > 0
-    ratios = np.where(valid, used_after / np.where(valid, cap_after, 1.0), 0.0)
-    u_off_shape = ratios.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-    off_gain = wts.utilization * (u_off_shape - u_before)
+    on_gain = wts.utilization * (u_on - u_before)
+    on = take(state.on)
+    if on.all():  # (a local search's usual case) no node to power on: its terms would all be replaced
+        delta = np.full(size, on_gain + base)  # (a float64 sum, as ``delta += base`` below)
+    else:
+        cap_after = state.util_cap_on + coef.shape_capacity
+        valid = cap_after > 0
+        ratios = np.where(valid, used_after / np.where(valid, cap_after, 1.0), 0.0)
+        u_off_shape = ratios.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+        off_gain = wts.utilization * (u_off_shape - u_before)
 
-    delta = take(coef.off_gain_base)  # -(cost + idle carbon) of powering on, weighted
-    delta = delta + off_gain[take(coef.capacity_shape)]
-    delta = np.where(take(state.on), wts.utilization * (u_on - u_before), delta)
-    delta += base
+        delta = take(coef.off_gain_base)  # -(cost + idle carbon) of powering on, weighted
+        delta = delta + off_gain[take(coef.capacity_shape)]
+        delta = np.where(on, on_gain, delta)
+        delta += base
     region = int(p.wl_region[w])
     if region >= 0 and coef.n_with_region:
         delta += take(coef.latency_weighted[region])
