@@ -143,6 +143,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -151,7 +152,6 @@ import numpy as np
 from iro_fed.feasibility import (
     candidate_matrix,
     check_placement,
-    feasible_nodes,
     fit_tolerance,
     pod_groups,
     static_filter,
@@ -268,6 +268,7 @@ class Qubo(Solver):
         end = start + self.time_limit_s if deadline is None else min(deadline, start + self.time_limit_s)
         p = problem
         state = ClusterState(p)
+        rules = _FitRules(p)  # one table per solve: static filters depend on the problem only
         batches = [np.arange(i, min(i + self.batch_size, p.num_workloads)) for i in range(0, p.num_workloads, self.batch_size)]
         info: dict[str, Any] = {"batches": [], "capacity": self.capacity, "sampler": self.sampler}
         # Seconds per pod of a batch's least work: a-priori until a batch of this solve measured it.
@@ -275,19 +276,19 @@ class Qubo(Solver):
         for b, pods in enumerate(batches):
             estimate = per_pod * pods.size
             if end - time.perf_counter() < estimate:  # it would end past the limit: greedily instead
-                placed = _greedy(p, state, pods)
+                placed = _greedy(p, state, pods, rules)
                 info["batches"].append(
                     {"pods": int(pods.size), "skipped": "time limit", "greedy_placed": placed, "estimate_s": estimate}
                 )
                 continue
-            state, binfo = self._batch(p, state, pods, b, end)
+            state, binfo = self._batch(p, state, pods, b, end, rules=rules)
             info["batches"].append(binfo)
             if "least_s" in binfo:
                 per_pod = binfo["least_s"] / pods.size
         info["batches_sampled"] = sum(1 for bi in info["batches"] if bi.get("steps"))
         info["batches_greedy"] = sum(1 for bi in info["batches"] if "skipped" in bi)
         if self.refine_steps:
-            state, info["refine"] = self._refine(p, state, end)
+            state, info["refine"] = self._refine(p, state, end, rules)
         if self.polish:
             info["polish_moves"] = improve(p, state, deadline=end)
         done = [bi for bi in info["batches"] if bi.get("steps")]  # sampled: not greedy, not without pairs
@@ -308,12 +309,15 @@ class Qubo(Solver):
 
     # --- one batch -------------------------------------------------------------------------
 
-    def _refine(self, p: Problem, state: ClusterState, end: float) -> tuple[ClusterState, dict]:
+    def _refine(
+        self, p: Problem, state: ClusterState, end: float, rules: _FitRules | None = None
+    ) -> tuple[ClusterState, dict]:
         """Decomposition refinement (module docstring): each step frees the pods of a few nodes
         (every other step around a pod left unplaced), builds the QUBO of those pods and of the
         unplaced pods that fit there, samples it like a batch, and keeps the result when the
         true R improves."""
         rng = np.random.default_rng([self.seed, REFINE_STREAM])
+        rules = _FitRules(p) if rules is None else rules
         score = evaluate(p, state.assignment).score
         tried = accepted = 0
         gained = 0.0
@@ -346,13 +350,13 @@ class Qubo(Solver):
             freed = np.flatnonzero((state.assignment >= 0) & chosen[np.maximum(state.assignment, 0)])
             for w in freed:
                 sub.remove(int(w))
-            joining = [int(w) for w in waiting if (feasible_nodes(sub, int(w)) & chosen).any()]
+            joining = [w for w in waiting.tolist() if (_feasible(sub, rules[w], rules.tol) & chosen).any()]
             pods = np.sort(np.concatenate([freed, np.asarray(joining, dtype=np.int64)]))
             if pods.size == 0:
                 continue
             tried += 1
             candidate, binfo = self._batch(
-                p, sub, pods, REFINE_STREAM + step, end, REFINE_READS, REFINE_DECODED, calibrate=False
+                p, sub, pods, REFINE_STREAM + step, end, REFINE_READS, REFINE_DECODED, calibrate=False, rules=rules
             )
             # The batch scored its best read with evaluate already (no score: nothing fitted).
             new = binfo["score"] if "score" in binfo else evaluate(p, candidate.assignment).score
@@ -370,14 +374,14 @@ class Qubo(Solver):
 
     def _batch(
         self, p: Problem, state: ClusterState, pods: np.ndarray, b: int, end: float,
-        reads: int | None = None, max_decoded: int | None = None, calibrate: bool = True,
+        reads: int | None = None, max_decoded: int | None = None, calibrate: bool = True, rules: _FitRules | None = None,
     ) -> tuple[ClusterState, dict]:
         """Sample the QUBO of ``pods`` against ``state`` with the penalty calibration (or at the
         first penalty only); the best repaired read by the true R. ``reads`` per call (default
         ``num_reads``), of which the ``max_decoded`` lowest-energy distinct ones are decoded and
-        repaired (default all)."""
+        repaired (default all). ``rules``: the solve's fit rules (default: the batch's own)."""
         began = time.perf_counter()
-        model = _BatchModel(p, state, pods, self.max_candidates, self.capacity)
+        model = _BatchModel(p, state, pods, self.max_candidates, self.capacity, rules)
         binfo: dict[str, Any] = {
             "pods": int(pods.size), "variables": model.num_variables, "interactions": model.num_interactions, "steps": [],
         }
@@ -396,9 +400,8 @@ class Qubo(Solver):
             if step > 0 and time.perf_counter() > end:
                 break
             l1 = UNBALANCED_L1 * (1 + UNBALANCED_SHIFT_GROWTH * step)
-            bqm = model.bqm(alpha, l1)
             seed = int(np.random.default_rng([self.seed, b, step]).integers(2**31 - 1))
-            samples, energies = self._sample(bqm, seed, reads)
+            samples, energies = self._sample(model.vectors(alpha, l1), seed, reads)
             feasible = np.zeros(len(samples), dtype=bool)
             step_best: float | None = None
             step_repaired = -math.inf
@@ -462,22 +465,33 @@ class Qubo(Solver):
         assert best_state is not None
         return best_state, binfo
 
-    def _sample(self, bqm: Any, seed: int, reads: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.sampler == "tabu":
-            from dwave.samplers import TabuSampler
+    def _sample(
+        self, vectors: tuple[np.ndarray, tuple[np.ndarray, ...], float], seed: int, reads: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reads (binary, one row per read, variables in index order) and their energies of the
+        BQM given by :meth:`_BatchModel.vectors`."""
+        import dimod
 
-            # No wall-clock timeout (it would break determinism): each tabu search is bounded by
-            # num_sweeps x variables updates, the same work as a simulated-annealing read.
-            ss = TabuSampler().sample(
-                bqm, num_reads=reads, seed=seed, timeout=None, num_restarts=self.tabu_restarts,
-                coefficient_z_first=self.num_sweeps, coefficient_z_restart=self.num_sweeps, lower_bound_z=0,
-            )
-        else:
+        if self.sampler == "sa":
+            beta_range = list(self.beta_range) if self.beta_range is not None else _beta_range(*vectors[:2])
+            if anneal_matches_sampler():  # the sampler's reads, without dimod's model and sample set
+                return anneal(*vectors, reads, self.num_sweeps, beta_range, seed)
             from dwave.samplers import SimulatedAnnealingSampler
 
-            kwargs: dict[str, Any] = {"num_reads": reads, "num_sweeps": self.num_sweeps, "seed": seed}
-            kwargs["beta_range"] = list(self.beta_range) if self.beta_range is not None else default_beta_range(bqm)
-            ss = SimulatedAnnealingSampler().sample(bqm, **kwargs)
+            bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
+            ss = SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=self.num_sweeps, seed=seed,
+                                                    beta_range=beta_range)
+            order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
+            return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+        from dwave.samplers import TabuSampler
+
+        bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
+        # No wall-clock timeout (it would break determinism): each tabu search is bounded by
+        # num_sweeps x variables updates, the same work as a simulated-annealing read.
+        ss = TabuSampler().sample(
+            bqm, num_reads=reads, seed=seed, timeout=None, num_restarts=self.tabu_restarts,
+            coefficient_z_first=self.num_sweeps, coefficient_z_restart=self.num_sweeps, lower_bound_z=0,
+        )
         order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
         samples = np.asarray(ss.record.sample)[:, order]
         return samples, np.asarray(ss.record.energy, dtype=np.float64)
@@ -497,7 +511,14 @@ def default_beta_range(bqm: Any) -> list[float]:
     hot from the largest effective field of a spin, cold from the smallest non-zero bias and how
     many spins share it), computed with numpy: the sampler's own loop over the couplings costs
     more than sampling a small sub-QUBO."""
-    lin, (rows, cols, vals), _ = bqm.to_numpy_vectors()
+    lin, quad, _ = bqm.to_numpy_vectors()
+    return _beta_range(lin, quad)
+
+
+def _beta_range(lin: np.ndarray, quad: tuple[np.ndarray, ...]) -> list[float]:
+    """:func:`default_beta_range` of the binary model ``lin, quad`` (interactions in
+    ``to_numpy_vectors``' order: the sums below add in that order)."""
+    rows, cols, vals = quad
     # The Ising form of a binary model: x = (s + 1) / 2.
     j = vals / 4.0
     h = lin / 2.0 + (np.bincount(rows, weights=j, minlength=lin.size) + np.bincount(cols, weights=j, minlength=lin.size))
@@ -514,6 +535,80 @@ def default_beta_range(bqm: Any) -> list[float]:
     low = float(smallest.min())
     cold = math.log(int((smallest == low).sum()) / 0.01) / (2 * low)
     return [hot, cold]
+
+
+#: dwave-samplers / dimod releases (major.minor) whose SimulatedAnnealingSampler :func:`anneal`
+#: reproduces read for read (tests/solvers/test_g1_qubo_anneal.py); with any other the solver
+#: calls SimulatedAnnealingSampler itself, so an upgrade changes speed, never the reads.
+ANNEAL_VERIFIED = {"dwave-samplers": ("1.8",), "dimod": ("0.12",)}
+
+
+@functools.lru_cache(maxsize=1)
+def anneal_matches_sampler() -> bool:
+    """Whether the installed dwave-samplers and dimod are releases :func:`anneal` was verified on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist, releases in ANNEAL_VERIFIED.items():
+        try:
+            installed = version(dist)
+        except PackageNotFoundError:
+            return False
+        if ".".join(installed.split(".")[:2]) not in releases:
+            return False
+    return True
+
+
+def anneal(
+    linear: np.ndarray, quad: tuple[np.ndarray, ...], offset: float, reads: int, sweeps: int,
+    beta_range: list[float], seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=sweeps,
+    beta_range=beta_range, seed=seed)`` of the binary model ``bqm = (linear, quad, offset)``:
+    the same reads (binary, int8) and energies, without building dimod's model and sample sets
+    (about 1 ms a call, 150 calls a solve at 100 x 20; the sampler's own work there is ~7 ms).
+    What it does, step by step as dwave-samplers 1.x and dimod 0.12 do it (the exact float
+    operations in their order, so the anneal is the same): the model to spins as dimod's
+    ``change_vartype`` (``substitute_variables(0.5, 0.5)``: each interaction seen from both
+    ends, neighbours in index order), random initial spins from ``RandomState(seed)`` as dimod's
+    ``parse_initial_states``, the geometric schedule, the native anneal, then energies plus the
+    spin offset and spins back to binary. ``quad`` is in ``to_numpy_vectors``' order (larger
+    variable, then smaller), which the native sampler's coupler lists follow.
+    tests/solvers/test_g1_qubo_anneal.py checks it against the sampler read for read."""
+    from dwave.samplers.sa.simulated_annealing import simulated_annealing
+
+    rows, cols, vals = quad
+    n = linear.size
+    ends, others = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+    both = np.concatenate([vals, vals])
+    adj = np.lexsort((others, ends))  # per variable, its neighbours ascending (dimod's adjacency)
+    h = linear * 0.5
+    np.add.at(h, ends[adj], 0.25 * both[adj])
+    # The offset summed one term at a time (cumsum adds sequentially): linear terms, then couplers.
+    spin_offset = float(np.cumsum(np.concatenate([[offset], linear * 0.5, 0.125 * both[adj]]))[-1])
+    states = _legacy_random(seed).choice(np.asarray([-1, 1], dtype=np.int8), size=(reads, n))
+    schedule = np.array([beta_range[-1]], dtype=float) if sweeps == 1 else np.geomspace(*beta_range, num=sweeps)
+    # Lists, not arrays: the wrapper copies each into a C++ vector element by element, which
+    # takes half the time from a list (the same values: float64 and int64 are exact as Python numbers).
+    # The remaining arguments left at their defaults, the sampler's: sequential variable order,
+    # Metropolis acceptance, no interrupt.
+    spins, energies = simulated_annealing(
+        reads, h.tolist(), rows.tolist(), cols.tolist(), (vals * 0.25).tolist(), 1, schedule.tolist(), seed,
+        np.ascontiguousarray(states),
+    )
+    return (spins + 1) // 2, energies + spin_offset
+
+
+_local = threading.local()
+
+
+def _legacy_random(seed: int) -> np.random.RandomState:
+    """``np.random.RandomState(seed)``, one per thread reseeded (the same state: ``seed`` is the
+    constructor's legacy seeding): a new one gathers OS entropy first, 0.25 ms a call."""
+    rs = getattr(_local, "random_state", None)
+    if rs is None:
+        rs = _local.random_state = np.random.RandomState()
+    rs.seed(seed)
+    return rs
 
 
 def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> list[float]:
@@ -546,14 +641,45 @@ def _fit_rule(p: Problem, w: int) -> tuple[np.ndarray, list[tuple[int, float]], 
     return static_filter(p, w).mask, need, gpu
 
 
-def _greedy(p: Problem, state: ClusterState, pods: np.ndarray) -> int:
-    """Place ``pods`` one by one on their best node by the marginal gain of R (when positive)."""
+class _FitRules(dict):
+    """Pod -> its :func:`_fit_rule`, computed when first asked for (static filters depend on the
+    problem only: one table serves a whole solve)."""
+
+    def __init__(self, p: Problem) -> None:
+        super().__init__()
+        self.p = p
+        self.tol = fit_tolerance(p)  # the filters' tolerance, fixed per problem (its cache is a weak dict)
+
+    def __missing__(self, w: int) -> tuple:
+        rule = self[w] = _fit_rule(self.p, w)
+        return rule
+
+
+def _feasible(state: ClusterState, rule: tuple, tol: np.ndarray) -> np.ndarray:
+    """``feasible_nodes(state, w)`` from pod ``w``'s :func:`_fit_rule`: the same comparisons over
+    every node (``resource_fit``'s), without re-reading the pod's requests and filters each time
+    (the greedy placements ask thousands of times per solve). ``tol``: ``fit_tolerance``."""
+    mask, need, gpu = rule
+    free = state.free
+    ok = mask.copy()
+    for r, demand in need:
+        ok &= free[:, r] + tol[:, r] >= demand
+    if gpu is not None:
+        full, amount = gpu
+        ok &= (state.gpu_full if full else state.gpu_max_free) >= amount
+    return ok
+
+
+def _greedy(p: Problem, state: ClusterState, pods: np.ndarray, rules: _FitRules | None = None) -> int:
+    """Place ``pods`` one by one on their best node by the marginal gain of R (when positive).
+    ``rules``: the solve's fit rules (default: a table of its own)."""
+    rules = _FitRules(p) if rules is None else rules
     placed = 0
-    for w in pods:
-        w = int(w)
-        if state.assignment[w] >= 0:
+    assignment = state.assignment
+    for w in pods.tolist():
+        if assignment[w] >= 0:
             continue
-        cand = np.flatnonzero(feasible_nodes(state, w))
+        cand = np.flatnonzero(_feasible(state, rules[w], rules.tol))
         if cand.size == 0:
             continue
         gain = marginal(p, state, w, cand)
@@ -567,22 +693,25 @@ def _greedy(p: Problem, state: ClusterState, pods: np.ndarray) -> int:
 class _BatchModel:
     """The QUBO of one batch of pods against a cluster state (module docstring)."""
 
-    def __init__(self, p: Problem, state: ClusterState, pods: np.ndarray, max_candidates: int, capacity: str) -> None:
+    def __init__(
+        self, p: Problem, state: ClusterState, pods: np.ndarray, max_candidates: int, capacity: str,
+        rules: _FitRules | None = None,
+    ) -> None:
         self.p, self.state, self.pods, self.capacity = p, state, np.asarray(pods, dtype=np.int64), capacity
-        self._fit_rules: dict[int, tuple] = {}
+        self._fit_rules = _FitRules(p) if rules is None else rules  # the solve's, when it passes them
         coef = coefficients(p)
         wts = p.weights
         # A reference: the greedy-objective placement of the batch. Candidates per pod: its
         # reference node (where it surely fits) and its best feasible nodes by marginal gain.
         ref = state.copy()
-        _greedy(p, ref, self.pods)
+        _greedy(p, ref, self.pods, self._fit_rules)
         pw, pn = [], []
         # Feasible nodes by marginal gain, once per group of identical pods (pod_groups: a batch
         # often has several pods of one shape).
         ranked: dict[int, np.ndarray] = {}
         for members in pod_groups(p, self.pods):
             w = int(members[0])
-            cand = np.flatnonzero(feasible_nodes(state, w))
+            cand = np.flatnonzero(_feasible(state, self._fit_rules[w], self._fit_rules.tol))
             order = cand[np.argsort(-marginal(p, state, w, cand), kind="stable")] if cand.size else cand
             ranked.update(dict.fromkeys(members.tolist(), order))
         for i, w in enumerate(self.pods):
@@ -618,6 +747,7 @@ class _BatchModel:
         cx += wts.utilization / m * (udem[w_of] * inv).sum(axis=1)
         con = coef.off_gain_base[switch] - wts.utilization / m * (ucap[switch] * a_ref * inv**2).sum(axis=1)
         self.cx, self.switch = cx, switch
+        self._lists = (cx.tolist(), self.pods.tolist(), self.pn.tolist(), (p.wl_gpu_count[self.pods] > 0).tolist())
         self.unplaced_cost = wts.unplaced / p.num_workloads
         self.scale = float(max(np.abs(cx).max(initial=0.0), np.abs(con).max(initial=0.0), self.unplaced_cost))
 
@@ -637,10 +767,7 @@ class _BatchModel:
         self.pen_offset = 0.0
         self.shift_lin: list[tuple[np.ndarray, np.ndarray]] = []  # the l1 part of unbalanced penalties
         self.shift_offset = 0.0
-        starts = np.searchsorted(self.pw, np.arange(n_pods + 1))  # a pod's pairs are consecutive
-        for i in range(n_pods):  # one-hot: (sum x + u - 1)^2
-            vs = np.concatenate([np.arange(starts[i], starts[i + 1]), [self.u0 + i]])
-            self._square(vs, np.ones(vs.size), 1.0, ONEHOT_WEIGHT)
+        self._one_hot(n_pods)
         # Power-on: x (1 - o), every pair on a switchable node as one term (each pair once, so
         # the sums per variable are added in the same order as pair by pair).
         on_var = np.array([self.on_index.get(int(n), -1) for n in self.pn.tolist()], dtype=np.int64)
@@ -656,12 +783,42 @@ class _BatchModel:
         # step only scales them.
         self.quad = self._aggregate(self.pen_quad, next_var)
         self.num_interactions = int(self.quad[0].size)
+        # The same interactions in dimod's order (larger variable, then smaller: what
+        # to_numpy_vectors returns), which the sampler's sums over couplers follow.
+        rows, cols, vals = self.quad
+        by = np.lexsort((rows, cols))  # rows < cols (_aggregate)
+        self.quad_dimod = (cols[by], rows[by], vals[by])
         # The linear penalty terms flattened, in order, for one np.add.at per calibration step
         # (add.at adds repeated indices in order: the same sums as term by term).
         self.pen_lin_flat = self._flatten(self.pen_lin)
         self.shift_lin_flat = self._flatten(self.shift_lin)
 
     # --- penalty terms ---------------------------------------------------------------------
+
+    def _one_hot(self, n_pods: int) -> None:
+        """``(sum_n x[w, n] + u[w] - 1)^2`` per pod: the terms ``_square(vs, 1, 1, ONEHOT_WEIGHT)``
+        adds pod by pod (vs: the pod's pairs, then its u), in that order, built at once (a
+        ``_square`` call per pod was a tenth of a refinement step's model)."""
+        starts = np.searchsorted(self.pw, np.arange(n_pods + 1))  # a pod's pairs are consecutive
+        first = starts[:-1] + np.arange(n_pods)  # where each pod's variables begin in vs
+        last = starts[1:] + np.arange(n_pods)  # its u
+        vs = np.empty(self.num_pairs + n_pods, dtype=np.int64)
+        is_u = np.zeros(vs.size, dtype=bool)
+        is_u[last] = True
+        vs[~is_u] = np.arange(self.num_pairs)
+        vs[last] = self.u0 + np.arange(n_pods)
+        # With weights 1 and target 1: w (1 - 2) per variable, 2 w per pair, w per pod.
+        self.pen_lin.append((vs, np.full(vs.size, ONEHOT_WEIGHT * (1.0 * 1.0 - 2.0 * 1.0 * 1.0))))
+        rows, cols = [], []
+        for f, m in zip(first.tolist(), (last - first + 1).tolist(), strict=True):
+            i, j = _pairs(m)
+            if i.size:
+                rows.append(i + f)
+                cols.append(j + f)
+        if rows:
+            i, j = np.concatenate(rows), np.concatenate(cols)
+            self.pen_quad.append((vs[i], vs[j], np.full(i.size, ONEHOT_WEIGHT * 2.0 * 1.0 * 1.0)))
+        self.pen_offset += ONEHOT_WEIGHT * n_pods  # 5.0 added n times: exact either way
 
     def _square(self, vs: np.ndarray, ws: np.ndarray, target: float, weight: float) -> None:
         """``weight * (sum ws vs - target)^2`` over binaries vs."""
@@ -677,7 +834,7 @@ class _BatchModel:
         the bound, a pod the filters and check_placement accept (free within tol short of its
         request) was an overflow here, and the QUBO's ground state left it out."""
         room = max(free + tol, 0.0)
-        unit = float(ws.mean())
+        unit = float(np.add.reduce(ws) / ws.size)  # ws.mean(), without its wrapper's overhead
         if self.capacity == "unbalanced":
             # -l1 h + l2 h^2 with h = (room - load) / unit
             self._square(vs, ws, room, UNBALANCED_L2 / unit**2)
@@ -704,27 +861,33 @@ class _BatchModel:
             return next_var
         tol = fit_tolerance(p)
         w_of = self.pods[self.pw]
-        by_node: dict[int, np.ndarray] = {}
-        for n in np.unique(self.pn):
-            by_node[int(n)] = np.flatnonzero(self.pn == n)
-        for n, ks in by_node.items():
+        # Pairs by node (ascending within a node: what flatnonzero(pn == n) gives), and the pairs'
+        # requests gathered once (per node below: the same values, indexed from these).
+        by = np.argsort(self.pn, kind="stable")
+        nodes, bounds = np.unique(self.pn[by], return_index=True)
+        bounds = np.append(bounds, by.size)
+        demand = np.ascontiguousarray(p.demand[w_of].T)  # [resource, pair]
+        gpu_k = p.wl_gpu_count[w_of] > 0
+        share_k = is_share(p, w_of)
+        milli_k = np.where(share_k, p.wl_gpu_milli[w_of], GPU_MILLI).astype(np.float64)
+        cards_k = np.where(share_k, 1, p.wl_gpu_count[w_of]).astype(np.float64)
+        for n, a, b in zip(nodes.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            ks = by[a:b]
             for r in range(len(p.resources)):
-                d = p.demand[w_of[ks], r]
+                d = demand[r][ks]
                 use = d > 0
                 # use.any(): free rounded just below -tol (sums of 1e-9 pods on 1e-6 nodes) with no
                 # candidate asking for r made a constraint over no pods, its unit the mean of nothing.
                 if use.any() and d.sum() > st.free[n, r] + tol[n, r]:
                     next_var = self._constraint(ks[use], d[use], float(st.free[n, r]), next_var, float(tol[n, r]))
-            gk = ks[p.wl_gpu_count[w_of[ks]] > 0]
+            gk = ks[gpu_k[ks]]
             if gk.size == 0:
                 continue
             # GPU: for each size t a candidate asks for, the pods asking at least t must fit the
             # cards with at least t free (in milli, and one card each when t > half a card);
             # k-GPU pods ask for k fully free cards. Exact for the k-GPU pods and shares above
             # half a card, a relaxation of the card packing for smaller shares.
-            share = is_share(p, w_of[gk])
-            milli = np.where(share, p.wl_gpu_milli[w_of[gk]], GPU_MILLI).astype(np.float64)
-            cards = np.where(share, 1, p.wl_gpu_count[w_of[gk]]).astype(np.float64)
+            milli, cards = milli_k[gk], cards_k[gk]
             row = st.gpu_free[n]
             for t in np.unique(milli):
                 sel = milli >= t
@@ -755,19 +918,25 @@ class _BatchModel:
         vals = np.bincount(inverse, weights=np.concatenate([q[2] for q in terms]), minlength=pairs.size)
         return pairs // num_vars, pairs % num_vars, vals
 
-    def bqm(self, alpha: float, l1: float = UNBALANCED_L1) -> Any:
-        """The BQM with penalty ``P = alpha * scale`` (and ``l1`` for unbalanced penalties)."""
-        import dimod
-
+    def vectors(self, alpha: float, l1: float = UNBALANCED_L1) -> tuple[np.ndarray, tuple[np.ndarray, ...], float]:
+        """The BQM of :meth:`bqm` as ``(linear, (rows, cols, biases), offset)``, the interactions in
+        the order ``bqm(...).to_numpy_vectors()`` gives them (by larger then smaller variable)."""
         pen = alpha * self.scale
         linear = self.lin_obj.copy()
         vs, ws = self.pen_lin_flat
         np.add.at(linear, vs, pen * ws)
         vs, ws = self.shift_lin_flat
         np.add.at(linear, vs, pen * l1 * ws)
-        rows, cols, vals = self.quad[0], self.quad[1], pen * self.quad[2]
+        rows, cols, vals = self.quad_dimod
         offset = pen * (self.pen_offset + l1 * self.shift_offset)
-        return dimod.BinaryQuadraticModel.from_numpy_vectors(linear, (rows, cols, vals), offset, "BINARY")
+        return linear, (rows, cols, pen * vals), offset
+
+    def bqm(self, alpha: float, l1: float = UNBALANCED_L1) -> Any:
+        """The BQM with penalty ``P = alpha * scale`` (and ``l1`` for unbalanced penalties)."""
+        import dimod
+
+        linear, quad, offset = self.vectors(alpha, l1)
+        return dimod.BinaryQuadraticModel.from_numpy_vectors(linear, quad, offset, "BINARY")
 
     # --- decode and repair -----------------------------------------------------------------
 
@@ -811,12 +980,17 @@ class _BatchModel:
         state = self.state.copy()
         changes = 0
         wanted = []
+        # Python lists of the model's arrays: numpy's scalar indexing is the cost of this loop.
+        cx, pods, pn, gpu_pod = self._lists
         for i, ks in chosen.items():
             if len(ks) > 1:
                 changes += len(ks) - 1
-            if ks:
-                k = max(ks, key=lambda j: self.cx[j])
-                wanted.append((-self.cx[k], i, k))
+                k = max(ks, key=cx.__getitem__)
+            elif ks:
+                k = ks[0]
+            else:
+                continue
+            wanted.append((-cx[k], i, k))
         wanted.sort()
         # Each pod takes the default card choice, in bias order. That can strand a GPU pod on a
         # node that fits all of its pods when packed best-fit decreasing, as decode checks them
@@ -826,9 +1000,8 @@ class _BatchModel:
         # packing that fits still fits).
         plans: dict[int, list[int]] = {}
         for _, i, k in wanted:
-            w = int(self.pods[i])
-            if p.wl_gpu_count[w] > 0:
-                plans.setdefault(int(self.pn[k]), []).append(w)
+            if gpu_pod[i]:
+                plans.setdefault(pn[k], []).append(pods[i])
         # A node's packing is computed when a pod first needs it (rarely): pack_gpu on the
         # batch's state, as if computed up front.
         packed: dict[int, tuple[int, ...]] = {}
@@ -845,9 +1018,9 @@ class _BatchModel:
         placed_gpu: dict[int, list[int]] = {}  # node -> GPU pods placed on it so far
         repacked: set[int] = set()
         for _, i, k in wanted:
-            w, n = int(self.pods[i]), int(self.pn[k])
+            w, n = pods[i], pn[k]
             fits = self._fits(state, w, n)
-            if (not fits and p.wl_gpu_count[w] > 0 and n not in repacked and self._fits_but_cards(state, w, n)
+            if (not fits and gpu_pod[i] and n not in repacked and self._fits_but_cards(state, w, n)
                     and node_packs(n)):
                 for v in placed_gpu.get(n, []):
                     state.remove(v)
@@ -857,26 +1030,24 @@ class _BatchModel:
                 fits = self._fits(state, w, n)
             if fits:
                 state.place(w, n, packed.get(w) if n in repacked else None)
-                if p.wl_gpu_count[w] > 0:
+                if gpu_pod[i]:
                     placed_gpu.setdefault(n, []).append(w)
             else:
                 changes += 1  # dropped from an overfull node
-        changes += _greedy(p, state, self.pods)
+        changes += _greedy(p, state, self.pods, self._fit_rules)
         return state, changes
-
-    def _rule(self, w: int) -> tuple[np.ndarray, list[tuple[int, float]], tuple[bool, int] | None]:
-        rule = self._fit_rules.get(w)
-        if rule is None:
-            rule = self._fit_rules[w] = _fit_rule(self.p, w)
-        return rule
 
     def _fits(self, state: ClusterState, w: int, n: int) -> bool:
         """``feasible_nodes(state, w)[n]``: the same comparisons on node ``n`` alone, from a
         per-pod summary (the repair asks about one node per pod; the filter's vectors over
         every node cost more)."""
-        mask, _, gpu = self._rule(w)
-        if not mask[n] or not self._fits_but_cards(state, w, n):
+        mask, need, gpu = self._fit_rules[w]
+        if not mask[n]:
             return False
+        free, tol = state.free[n], self._fit_rules.tol[n]  # _fits_but_cards, inlined (hot)
+        for r, demand in need:
+            if not free[r] + tol[r] >= demand:
+                return False
         if gpu is None:
             return True
         full, amount = gpu
@@ -885,5 +1056,5 @@ class _BatchModel:
     def _fits_but_cards(self, state: ClusterState, w: int, n: int) -> bool:
         """Pod ``w``'s additive resources fit node ``n`` (its static filters passed when it
         became a candidate): only the card choice can be in the way."""
-        free, tol = state.free, fit_tolerance(self.p)
-        return all(free[n, r] + tol[n, r] >= demand for r, demand in self._rule(w)[1])
+        free, tol = state.free[n], self._fit_rules.tol[n]
+        return all(free[r] + tol[r] >= demand for r, demand in self._fit_rules[w][1])
