@@ -25,6 +25,7 @@ from iro_fed.features import (
     order_candidates,
     preselect,
 )
+from iro_fed.limits import MAX_TOP_K
 from iro_fed.model import ClusterState
 from solvers.base import (
     ORDER,
@@ -183,7 +184,10 @@ class DQNSolver(OnlineSolver):
         "order": ORDER,
         "policy": Param(None, str, "Checkpoint from `iro train`, or a policy-registry folder (its latest); "
                         "default: the shipped default policy.", nullable=True),
-        "top_k": Param(None, int, "Candidates per decision (default: the policy's).", minimum=1, nullable=True),
+        # At most MAX_TOP_K, the bound of a policy's own top_k (DQNConfig): no policy is trained on more
+        # candidates, and a forward pass holds heads x k x k attention weights (1000: 16 MB; 100,000: 160 GB).
+        "top_k": Param(None, int, "Candidates per decision (default: the policy's; more shows the policy more candidates "
+                       "than it was trained on).", minimum=1, maximum=MAX_TOP_K, nullable=True),
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -221,11 +225,26 @@ class DQNSolver(OnlineSolver):
         mask[:m] = 1  # no "later" in a one-shot solve: the defer action stays masked
         return mask
 
+    def _slots(self, m: int, k: int) -> int:
+        """Slots of the network input for ``m <= k`` candidates of a ``k``-candidate decision.
+
+        The candidates' Q-values are the same for one padding slot or many (not for none): the
+        attention masks padding out, the dueling heads average over valid slots only, and the
+        value head's max over slots sees identical padding rows (one or many). So a decision with
+        fewer candidates than ``k`` pads to the trained width (the traced network) or to ``m + 1``
+        if more, not to ``k`` (``top_k=3000`` on 16 nodes was a 3000-slot pass: 20 s, 650 MB).
+        ``k`` itself still enters the context features (``candidate_share``)."""
+        if m >= k:
+            return k
+        trained = self.loaded.config.top_k
+        return trained if m < trained else m + 1
+
     def _q(self, state: ClusterState, w: int, nodes: np.ndarray, gains: np.ndarray, num_feasible: int) -> np.ndarray:
         k = max(self.k, nodes.size)
-        cand = candidate_features(state, w, nodes, gains, k)
+        slots = self._slots(nodes.size, k)
+        cand = candidate_features(state, w, nodes, gains, slots)
         ctx = context_features(state, w, num_feasible, nodes.size, k, {"deferrable": 0.0})
-        return self.loaded.q_values(cand, ctx, self._mask(nodes.size, k))[: nodes.size]
+        return self.loaded.q_values(cand, ctx, self._mask(nodes.size, slots))[: nodes.size]
 
     def _scores(self, state: ClusterState, w: int, nodes: np.ndarray, gains: np.ndarray,
                 num_feasible: int) -> list[float]:
