@@ -231,7 +231,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "federated.mode": ("str", FEDERATED_MODES),
     "federated.executor": ("str", FEDERATED_EXECUTORS),
     "federated.superlink": ("str", None),
-    "federated.site": ("int", (0, None)),
+    "federated.site": ("int", (0, 999)),  # as `iro fed node --site` (iro_fed.federated.cli.MAX_SITE)
     "federated.root_certificates": ("path", None),
     "federated.auth_key": ("path", None),
     "federated.insecure": ("bool", None),
@@ -698,6 +698,13 @@ def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> Non
     for key, path in (("federated.root_certificates", fed.root_certificates), ("federated.auth_key", fed.auth_key)):
         if path is not None and not path.is_file():
             errors.append((key, f"no such file: {path}"))
+    if not fed.insecure and fed.root_certificates is not None and fed.root_certificates.is_file():
+        from iro_fed.federated.cli import ca_file_problem
+
+        # Loaded as flower-supernode loads it: one it cannot load leaves a SuperNode that never connects.
+        problem = ca_file_problem(fed.root_certificates)
+        if problem is not None:
+            errors.append(("federated.root_certificates", problem))
     from edge_agent.federation import find_flower_bin
 
     if find_flower_bin("flower-supernode") is None:

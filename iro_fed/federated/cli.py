@@ -65,6 +65,10 @@ STOP_GRACE_S = 30.0
 LOCAL_MAX_NODES = 64
 #: `iro fed certs --node-keys` at most (one key pair per site).
 MAX_NODE_KEYS = 1000
+#: `iro fed node --site` at most. An index past the scenario's sites wraps onto their slices with
+#: its own seeds (edge-iot's site 5 is site 0's slice), so larger federations have one per node;
+#: more sites than `iro fed certs` makes node keys for is a typo (--site 100000 was taken).
+MAX_SITE = MAX_NODE_KEYS - 1
 #: `iro fed rounds --poll-s` and `--min-interval-s` at most: the daemon waits that long on a
 #: threading.Event, which raises OverflowError beyond ~9e9 s (a traceback after the first look).
 MAX_POLL_S = 86400.0
@@ -118,7 +122,10 @@ def register(sub: Any) -> None:
     n = fsub.add_parser("node", help="run one site's SuperNode of a multi-machine federation (TLS)",
                         description="Run flower-supernode for one edge site. TLS is required unless --insecure.")
     n.add_argument("--superlink", required=True, help="SuperLink address HOST:PORT")
-    n.add_argument("--site", type=int, required=True, help="site index of the scenario (edge-iot: 0..4)")
+    n.add_argument("--site", type=int, required=True,
+                   help=f"this node's site: edge-iot has sites 0..4; 5..{MAX_SITE} wrap onto their slices with their "
+                        "own seeds (site 5 trains on site 0's). The run's eval-site (4 by default; also 9, 14, ...) "
+                        "is held out: a node on it is refused every round")
     n.add_argument("--root-certificates", default=None, help="CA certificate that signed the SuperLink's (PEM)")
     n.add_argument("--auth-key", default=None, help="this node's private key (OpenSSH) for SuperNode authentication")
     n.add_argument("--port", type=int, default=9094, help="local ClientApp runtime port (default 9094)")
@@ -307,6 +314,74 @@ def parse_node_config(text: str) -> dict[str, Any]:
 def _need_file(flag: str, path: str) -> str:
     # a folder or a FIFO is named as such, not "no such file"
     return str(check_input_file(flag, path).resolve())
+
+
+def _ssl_why(exc: Exception) -> str:
+    """OpenSSL's words, without its source line ("(_ssl.c:4020)") and its "PEM lib", which say nothing."""
+    why = re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc)).strip()
+    said = ("no start line", "[X509: NO_CERTIFICATE_OR_CRL_FOUND]", "[SSL] PEM lib", "[X509] PEM lib")
+    return "" if not why or why.startswith(said) else f": {why}"
+
+
+def _certificates_problem(path: str | Path, what: str, as_text: bool) -> str | None:
+    """Why ``path`` holds no PEM certificate, None when it does. ``as_text``: loaded as ASCII text
+    (flower-supernode's way: ``cadata``), else from the file (the SuperLink's: ``cafile``)."""
+    import ssl
+
+    src = Path(path)
+    try:
+        data = src.read_bytes()
+    except OSError as exc:
+        return f"cannot read {str(src)!r}: {exc.strerror or exc}"
+    try:
+        context = ssl.create_default_context()
+        if as_text:
+            context.load_verify_locations(cadata=data.decode("ascii"))
+        else:
+            context.load_verify_locations(cafile=str(src))
+    except UnicodeDecodeError:
+        return f"{str(src)!r} is no PEM {what}: not ASCII text (a DER file? `openssl x509 -inform der` converts it)"
+    except (ssl.SSLError, ValueError) as exc:  # ValueError: an empty file
+        return f"{str(src)!r} holds no loadable PEM {what} ('-----BEGIN CERTIFICATE-----'){_ssl_why(exc)}"
+    return None
+
+
+def ca_file_problem(path: str | Path) -> str | None:
+    """Why ``path`` is no PEM CA certificate (or bundle) to verify the SuperLink with, in words; None
+    when it loads. Loaded as flower-supernode loads ``--root-certificates`` (ASCII text into
+    ``load_verify_locations``): one it could not load killed its connecting thread while its HTTP
+    API thread kept it alive, a SuperNode that never connected and never exited."""
+    return _certificates_problem(path, "CA certificate", as_text=True)
+
+
+_ENCRYPTED_KEY = (b"-----BEGIN ENCRYPTED PRIVATE KEY-----", b"Proc-Type: 4,ENCRYPTED")
+
+
+def server_tls_problem(ca: str | Path, cert: str | Path, key: str | Path) -> tuple[str, str] | None:
+    """``(which, why)`` for the first of a SuperLink's TLS files that cannot serve (``which`` is
+    "ca", "cert" or "key"), None when they load. The pair is loaded as uvicorn loads it (with no
+    pass phrase: OpenSSL would ask for one on the terminal), so a key that is not the certificate's
+    is found too; flower-superlink ended in a 35-line traceback on any of these."""
+    import ssl
+
+    for which, path, what in (("ca", ca, "CA certificate"), ("cert", cert, "certificate")):
+        problem = _certificates_problem(path, what, as_text=False)
+        if problem is not None:
+            return which, problem
+    try:
+        head = Path(key).read_bytes()[:1 << 20]
+    except OSError as exc:
+        return "key", f"cannot read {str(key)!r}: {exc.strerror or exc}"
+    if any(mark in head for mark in _ENCRYPTED_KEY):
+        return "key", (f"{str(key)!r} is an encrypted private key; flower-superlink cannot ask for its pass "
+                       "phrase: give it unencrypted")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key), password=lambda: b"")
+    except (ssl.SSLError, ValueError) as exc:
+        if "KEY_VALUES_MISMATCH" in str(exc):
+            return "key", f"{str(key)!r} is not the private key of the certificate {str(cert)!r}"
+        return "key", f"{str(key)!r} holds no loadable PEM private key ('-----BEGIN PRIVATE KEY-----'){_ssl_why(exc)}"
+    return None
 
 
 def supernode_command(exe: str, superlink: str, port: int, node_config: str, root_certificates: str | None = None,
@@ -630,9 +705,14 @@ def cmd_server(args: argparse.Namespace) -> int:
     argv = [flower_bin("flower-superlink"), "--host", args.host, "--port", str(args.port),
             "--disable-runtime-dependency-installation"]
     if all(files):
-        argv += ["--ssl-ca-certfile", _need_file("--ssl-ca-certfile", args.ssl_ca_certfile),
-                 "--ssl-certfile", _need_file("--ssl-certfile", args.ssl_certfile),
-                 "--ssl-keyfile", _need_file("--ssl-keyfile", args.ssl_keyfile)]
+        ca, cert, key = (_need_file(flag, path) for flag, path in (("--ssl-ca-certfile", args.ssl_ca_certfile),
+                                                                   ("--ssl-certfile", args.ssl_certfile),
+                                                                   ("--ssl-keyfile", args.ssl_keyfile)))
+        problem = server_tls_problem(ca, cert, key)  # a dry run too: its command is for later
+        if problem is not None:
+            which, why = problem
+            raise UsageError(f"--ssl-{'ca-certfile' if which == 'ca' else which + 'file'}: {why}")
+        argv += ["--ssl-ca-certfile", ca, "--ssl-certfile", cert, "--ssl-keyfile", key]
     else:
         argv += ["--insecure"]
     if args.enable_supernode_auth:
@@ -654,18 +734,13 @@ def cmd_node(args: argparse.Namespace) -> int:
         from iro_fed.federated.local import flower_bin, run_config_arg
     except ImportError as exc:
         raise _needs_fed_extra(exc) from exc
-    from iro_fed.federated.task import FedConfig, FedConfigError, site_profile
-
     try:
         parse_host_port(args.superlink)
     except ValueError as exc:
         raise UsageError(f"--superlink: {exc}") from None
     _port("--port", args.port)
     parse_node_config(args.node_config)
-    try:
-        site_profile(FedConfig().scenario, args.site)
-    except FedConfigError as exc:
-        raise UsageError(f"--site: {str(exc).removeprefix('site: ')}") from exc
+    _check_node_site(args.site)
     if not args.root_certificates and not args.insecure:
         raise UsageError("TLS needs --root-certificates (the CA that signed the SuperLink's certificate); "
                          "pass --insecure to connect without TLS on a lab network")
@@ -673,9 +748,12 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise UsageError("--insecure cannot be combined with --root-certificates or --auth-key")
     extra = args.node_config.strip()
     config = run_config_arg({"site": args.site}) + (f" {extra}" if extra else "")
-    argv = supernode_command(flower_bin("flower-supernode"), args.superlink, args.port, config,
-                             _need_file("--root-certificates", args.root_certificates) if args.root_certificates
-                             else None,
+    root = _need_file("--root-certificates", args.root_certificates) if args.root_certificates else None
+    if root is not None:
+        problem = ca_file_problem(root)
+        if problem is not None:
+            raise UsageError(f"--root-certificates: {problem}")
+    argv = supernode_command(flower_bin("flower-supernode"), args.superlink, args.port, config, root,
                              _need_file("--auth-key", args.auth_key) if args.auth_key else None)
     if args.executor == "flower":
         if args.dry_run:
@@ -688,6 +766,32 @@ def cmd_node(args: argparse.Namespace) -> int:
         print(" ".join(executor_command(args.port, "<supernode pid>")))
         return EXIT_OK
     return _supervise(argv, _daemon_env(), executor_port=args.port, command=args.command)
+
+
+def _check_node_site(site: int) -> None:
+    """``iro fed node --site``: an index of the app's scenario, at most :data:`MAX_SITE`; a note when
+    it is on the slice of the app's eval-site (the run's settings, which may set another, decide:
+    the ClientApp refuses to train there, :func:`iro_fed.federated.client_app.check_training_site`)."""
+    from iro_fed.federated.task import FedConfig, FedConfigError, site_profile, sites
+
+    try:
+        cfg = FedConfig.from_run_config(_pyproject_config())
+    except FedConfigError:  # the app's own settings: the run reports them; the CLI checks the site alone
+        cfg = FedConfig()
+    try:
+        site_profile(cfg.scenario, site)
+    except FedConfigError as exc:
+        raise UsageError(f"--site: {str(exc).removeprefix('site: ')}") from exc
+    count = len(sites(cfg.scenario))
+    if site > MAX_SITE:
+        raise UsageError(f"--site: expected 0..{MAX_SITE}, got {site} ({cfg.scenario} has sites 0..{count - 1}; a "
+                         "larger index wraps onto their slices with its own seeds)")
+    if site % count == cfg.eval_site % count:
+        _console(stderr=True).print(
+            f"note: --site {site} is the app's held-out eval-site {cfg.eval_site}"
+            f"{'' if site == cfg.eval_site else f' (its slice of {cfg.scenario})'}: unless the run sets another "
+            "eval-site, this node's ClientApp refuses to train and every round counts it as failed",
+            markup=False, highlight=False)
 
 
 def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:

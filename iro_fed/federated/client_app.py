@@ -46,7 +46,15 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
-from iro_fed.federated.task import FedConfig, evaluate_policy, feature_sizes, local_train, new_replay, site_carbon
+from iro_fed.federated.task import (
+    FedConfig,
+    evaluate_policy,
+    feature_sizes,
+    local_train,
+    new_replay,
+    site_carbon,
+    sites,
+)
 
 app = ClientApp()
 _LOADED = time.time()  # Flower starts a ClientApp process per message: its start-up is part of a round
@@ -65,6 +73,19 @@ def node_site(context: Context) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"node-config {key}: expected an integer >= 0, got {value!r}")
     return value
+
+
+def check_training_site(cfg: FedConfig, site: int) -> None:
+    """Refuse to train on the run's held-out ``eval-site``: on its slice (the site list wraps, so site
+    ``eval-site + n`` is the same slice) the server's evaluation would no longer be held out, and
+    nothing said so. Raised in the ClientApp, the error is the node's reply: the server logs it and
+    counts the node as failing (tried last in later rounds)."""
+    n = len(sites(cfg.scenario))
+    if site % n == cfg.eval_site % n:
+        same = "" if site == cfg.eval_site else f", the same slice of {cfg.scenario!r} as site {cfg.eval_site}"
+        raise ValueError(f"node-config site: site {site} is the run's held-out evaluation site (eval-site "
+                         f"{cfg.eval_site}{same}); a node on it would train on what the server evaluates on: "
+                         "give this node another site (`iro fed node --site`, the agent's federated.site)")
 
 
 def _reply_records(weights: dict[str, np.ndarray], flat: bool) -> dict[str, object]:
@@ -165,6 +186,7 @@ def train_reply(msg: Message, context: Context) -> Message:
     started = time.time()
     cfg = FedConfig.from_run_config(context.run_config)
     site = node_site(context)
+    check_training_site(cfg, site)  # before any work: the reply is this error
     config = msg.content.config_records.get("config")
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0

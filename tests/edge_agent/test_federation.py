@@ -38,6 +38,13 @@ def fed_config(write_config, **federated):
     return write_config(federated={"enabled": True, "superlink": "127.0.0.1:9092", "insecure": True, **federated})
 
 
+def _pem_ca(folder: Path) -> Path:
+    """A real CA certificate, folder/ca.crt: the agent's settings check loads federated.root_certificates."""
+    from iro_fed.federated.certs import make_tls
+
+    return make_tls(folder)["ca"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,8 +56,7 @@ def free_port() -> int:
 
 @needs_flower
 def test_federated_settings_from_file_and_environment(tmp_path, write_config):
-    ca = tmp_path / "ca.crt"
-    ca.write_text("not checked here")
+    ca = _pem_ca(tmp_path)
     path = write_config(federated={"enabled": True, "superlink": "link.example.org:9092", "site": 3,
                                    "root_certificates": "ca.crt", "node_config": {"zone": "eu", "weight": 2},
                                    "restart_initial_s": 0.5, "restart_max_s": 8})
@@ -133,8 +139,7 @@ def _fed_node_dry_run(*args: str) -> list[str]:
 def test_supernode_command_is_the_one_of_iro_fed_node(tmp_path, write_config):
     pytest.importorskip("flwr")
 
-    ca, key = tmp_path / "ca.crt", tmp_path / "node0"
-    ca.write_text("x")
+    ca, key = _pem_ca(tmp_path), tmp_path / "node0"
     key.write_text("x")
     cfg = load_config(write_config(federated={"enabled": True, "superlink": "link.example.org:9092", "site": 2,
                                               "root_certificates": str(ca), "auth_key": str(key),
@@ -338,8 +343,7 @@ def test_a_failing_supernode_is_restarted_with_backoff_while_the_agent_serves(st
     pytest.importorskip("flwr")
     import logging
 
-    ca, key = tmp_path / "ca.crt", tmp_path / "node.key"
-    ca.write_text("not a certificate")
+    ca, key = _pem_ca(tmp_path), tmp_path / "node.key"  # the CA loads (it is checked before the start)
     key.write_text("not a key")
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
