@@ -120,7 +120,7 @@ def series_for(source: str) -> CarbonSeries:
 def user_series(zone: str, path: str | os.PathLike) -> CarbonSeries:
     """A user's carbon-intensity CSV for ``zone`` (any format :func:`load_carbon_csv` reads; its
     :class:`SignalFormatError` names the file, line and column)."""
-    p = Path(path)
+    p = Path(path).expanduser()  # ~/de.csv, as pods_file and nodes_file read it
     try:
         st = p.stat()
     except OSError:

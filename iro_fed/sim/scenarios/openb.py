@@ -5,9 +5,13 @@ file has is an error) of the trace's GPU node list, dealt
 round-robin over three domains with real signals: ``zone-de`` (DE grid, europe-west3),
 ``zone-fr`` (FR, europe-west9) and ``cloud-gb`` (GB, europe-west2, a public cloud at list prices
 whose nodes are provisioned on demand). Pods: the production pod list; arrivals keep the order
-and spacing of ``creation_time`` compressed ``time_scale`` times (0, the default: the trace's
-whole creation span fits the run), and each pod lives ``deletion_time - creation_time`` seconds
-(times ``duration_scale``), so departures are the trace's own lifetimes. Own nodes stay powered
+and spacing of ``creation_time`` from the trace's window start (:func:`window_start`) compressed
+``time_scale`` times (0, the default: the window, from its start to the last creation, fits the
+run), and each pod lives ``deletion_time - creation_time`` seconds (times ``duration_scale``), so
+departures are the trace's own lifetimes; a pod created before the window is there at step 0
+with the lifetime it has left. A pod list without ``creation_time`` and ``deletion_time`` columns
+(``openb_pod_list_multigpu50.csv``: only the FGD replay, ``iro replay``, reads it) is refused:
+it has no arrivals or lifetimes to replay. Own nodes stay powered
 (``power_down`` off, as in the traced cluster). Data: ``shared/data/alibaba-openb-2023`` (loader
 :mod:`iro_fed.traces.openb`); ``pods_file`` / ``nodes_file`` name a file relative to the working
 directory (or absolute) when one is there, else one of that folder. The report's
@@ -16,9 +20,10 @@ directory (or absolute) when one is there, else one of that folder. The report's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import csv
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iro_fed.model import Domain, Weights
 from iro_fed.sim.model import NodePool, PodSpec, Scenario
@@ -31,6 +36,9 @@ from iro_fed.sim.scenarios.common import (
     run_steps,
 )
 from iro_fed.sim.signals import data_dir, parse_time
+
+if TYPE_CHECKING:
+    from iro_fed.traces.openb import OpenbPod
 
 PARAMS = {
     "w_carbon": 1.0,
@@ -54,6 +62,12 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "time_scale": (0.0, MAX_SCALE),
     "duration_scale": (1.0 / MAX_SCALE, MAX_SCALE),
 }
+#: The columns the replay's arrivals and departures come from (the pod loader defaults them to
+#: 0 and -1, which would replay every pod at step 0, never leaving).
+TIME_COLUMNS = ("creation_time", "deletion_time")
+#: A pod list whose pods created before its first departure arrive at under this share of the
+#: rate after it is left-truncated (see :func:`window_start`).
+SPARSE_BEFORE = 0.1
 
 
 def carbon_zones(p: Mapping[str, Any]) -> list[str]:
@@ -83,6 +97,43 @@ def read_trace(key: str, load: Callable[[Path], list], path: Path) -> list:
         raise ValueError(f"setting {key!r}: {exc}") from None
 
 
+def check_time_columns(path: Path) -> None:
+    """A ValueError naming ``pods_file`` and the missing columns when the pod list at ``path``
+    (already read by the loader) has no :data:`TIME_COLUMNS`."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), [])  # as the loader reads it: a spaced name is another column
+    missing = [c for c in TIME_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"setting 'pods_file': {path}: missing column(s) {', '.join(missing)}: the openb scenario replays "
+                         f"each pod's creation and deletion times (a list without them, for 'iro replay' only, has no "
+                         f"arrivals or lifetimes to replay)")
+
+
+def window_start(trace: Sequence[OpenbPod]) -> int:
+    """Where the trace's recorded window starts, in trace seconds: its first ``deletion_time``
+    when the pods created before it are sparse (created at under :data:`SPARSE_BEFORE` times the
+    rate of those created after it), else its first ``creation_time``.
+
+    Why: a trace that records the pods alive in a window (openb: no pod of the production list
+    is deleted before day 115.3; 33 of its 8,152 pods are created in the 115 days before, the
+    other 8,119 in the 34 days after) holds, from before the window, only the few pods still
+    running in it; fitting from its first creation squeezed 99.6 % of the pods into the last 6 h
+    of a 24 h run. The first departure is the latest start the data allow, and starting there
+    loses no departure: every pod created before it is still there (at step 0). A full trace
+    (creations at an even rate from its start) keeps its first creation.
+    """
+    first = min(pod.creation_time for pod in trace)
+    last = max(pod.creation_time for pod in trace)
+    gone = [pod.deletion_time for pod in trace if pod.deletion_time >= 0]
+    cut = min(gone, default=first)
+    if not first < cut < last:
+        return first
+    before = sum(1 for pod in trace if pod.creation_time < cut)
+    # before / (cut - first) < SPARSE_BEFORE * after / (last - cut), without the divisions
+    sparse = before * (last - cut) < SPARSE_BEFORE * (len(trace) - before) * (cut - first)
+    return cut if sparse else first
+
+
 def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarbon | None = None, **params) -> Scenario:
     """The openb replay (see the module docstring); ``seed`` does not change a replay;
     ``carbon_series``: a user's own series by zone (``--set carbon.DE=FILE``)."""
@@ -101,10 +152,12 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         raise ValueError(f"setting 'nodes': must be at most {len(nodes)} (rows in {nodes_path}), got {p['nodes']!r}")
     if int(p["nodes"]) > 0:
         nodes = nodes[: int(p["nodes"])]
-    trace = read_trace("pods_file", load_pods, trace_file("pods_file", p["pods_file"]))
+    pods_path = trace_file("pods_file", p["pods_file"])
+    trace = read_trace("pods_file", load_pods, pods_path)
+    check_time_columns(pods_path)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
-    first = min(pod.creation_time for pod in trace)
+    first = window_start(trace)
     end = max(pod.creation_time for pod in trace)
     fit = not float(p["time_scale"])
     scale = float(p["time_scale"]) or max((end - first) / (hours * 3600.0), 1e-9)
@@ -128,14 +181,16 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
                               boot_steps=max(1, int(round(180 / step_s)))))
     pods = []
     for pod in trace:
-        arrival = int((pod.creation_time - first) / scale / step_s)
+        # A pod created before the window is there at step 0 with the lifetime it has left.
+        created = max(pod.creation_time, first)
+        arrival = int((created - first) / scale / step_s)
         if fit:
             # The span maps onto [0, steps * step_s]: the last-created pod lands on the run's end
             # itself, one step past the last; it arrives in the last step (else it is lost).
             arrival = min(arrival, steps - 1)
         if arrival >= steps:
             continue
-        life = (pod.deletion_time - pod.creation_time) * stretch if pod.deletion_time >= 0 else -1
+        life = (pod.deletion_time - created) * stretch if pod.deletion_time >= 0 else -1
         departure = arrival + max(1, int(round(life / step_s))) if life >= 0 else -1
         if departure >= steps:
             departure = -1
