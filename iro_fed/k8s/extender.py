@@ -43,6 +43,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from http.server import ThreadingHTTPServer
@@ -109,6 +110,12 @@ MAX_PARSE_MEMORY = 512 * 1024 * 1024
 #: answer. The server's body and header deadlines (:class:`ExtenderServer`) are this: past it no one
 #: waits for the answer. tests/k8s/test_v3_caller_deadline.py checks that deploy/ says the same.
 HTTP_TIMEOUT_S = 5.0
+#: NodeList-mode models kept (their node lists as kube-scheduler last sent them).
+NODELIST_MODELS = 4
+#: Snapshots (one per pod shape) kept per model, each with its ClusterState. They live as long as
+#: their model and no longer: a snapshot holds the model's Node objects (the whole parsed NodeList),
+#: so 512 snapshots kept apart from the models pinned up to 512 old node lists (2.3 GB at 1,000 nodes).
+SNAPSHOTS_PER_MODEL = 64
 
 
 class BadRequest(ValueError):
@@ -282,10 +289,14 @@ class Extender(RequestStats):
         self.solver_weight = solver_weight
         self._solver_lock = threading.Lock()
         self._sessions: dict[int, Any] = {}
-        self._states: dict[int, ClusterState] = {}
         self._node_docs: dict[tuple, dict[str, Any]] = {}
         self._snap_lock = threading.Lock()
-        self._snapshots: OrderedDict[tuple, Snapshot] = OrderedDict()
+        # Each model's snapshots by pod shape, dropped with the model (weak keys): a live model is in
+        # _nodelist_models, is the cache's current one, or is serving a request.
+        self._snapshots: weakref.WeakKeyDictionary[ClusterModel, OrderedDict[str, Snapshot]] = weakref.WeakKeyDictionary()
+        # Each cached snapshot's state by id(snapshot), removed when the snapshot is freed (so an
+        # id is never that of another, later snapshot).
+        self._states: dict[int, ClusterState] = {}
         self._nodelist_models: OrderedDict[tuple, ClusterModel] = OrderedDict()
         super().__init__("filter", "prioritize", "bind", "preempt", "solver_fallbacks", "bad_requests", "errors")
 
@@ -314,7 +325,7 @@ class Extender(RequestStats):
         if cacheable:
             with self._snap_lock:
                 self._nodelist_models[key] = model
-                while len(self._nodelist_models) > 4:
+                while len(self._nodelist_models) > NODELIST_MODELS:
                     self._nodelist_models.popitem(last=False)
         return model
 
@@ -334,29 +345,34 @@ class Extender(RequestStats):
             raise BadRequest.wrap(exc, "Pod") from exc
 
     def _snapshot_on(self, model: ClusterModel, pod: dict[str, Any]) -> Snapshot:
-        key = (id(model), _shape_key(pod))
+        shape = _shape_key(pod)
         with self._snap_lock:
-            snap = self._snapshots.get(key)
-            if snap is not None and snap.node_objects is model.node_objects:
-                self._snapshots.move_to_end(key)
+            shapes = self._snapshots.get(model)
+            snap = shapes.get(shape) if shapes is not None else None
+            if snap is not None:
+                shapes.move_to_end(shape)
                 return snap
         snap = model.with_pods([pod])
         with self._snap_lock:
-            self._snapshots[key] = snap
-            while len(self._snapshots) > 512:
-                self._snapshots.popitem(last=False)
+            shapes = self._snapshots.setdefault(model, OrderedDict())
+            shapes[shape] = snap
+            while len(shapes) > SNAPSHOTS_PER_MODEL:
+                shapes.popitem(last=False)
         return snap
 
     def state(self, snap: Snapshot) -> ClusterState:
-        """The snapshot's cluster state, built once per cached snapshot. Filter and prioritize only
-        read it (feasibility, marginal, solver scores); anything that places pods copies it."""
+        """The snapshot's cluster state, built once per snapshot while it lives. Filter and prioritize
+        only read it (feasibility, marginal, solver scores); anything that places pods copies it."""
+        key = id(snap)
         with self._snap_lock:
-            state = self._states.get(id(snap))
-            if state is None or state.problem is not snap.problem:
-                state = ClusterState(snap.problem)
-                self._states[id(snap)] = state
-                while len(self._states) > 512:
-                    self._states.pop(next(iter(self._states)))
+            state = self._states.get(key)
+            if state is not None and state.problem is snap.problem:
+                return state
+            state = ClusterState(snap.problem)
+            # Runs as the snapshot is freed, before its id can be another object's. No lock: the
+            # last reference may go in a thread that holds it (an eviction); dict.pop is atomic.
+            weakref.finalize(snap, self._states.pop, key, None)
+            self._states[key] = state
             return state
 
     # --- verbs -------------------------------------------------------------------------------
