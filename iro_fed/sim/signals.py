@@ -5,13 +5,23 @@ Carbon intensity (gCO2/kWh) comes from one of:
 * the "Let's Wait Awhile" CSVs in ``shared/data/carbon`` (``ger_ci.csv``, ``gb_ci.csv``,
   ``fr_ci.csv``): header ``Time,Carbon Intensity``, 15 or 30 min steps, 2019-12-20 .. 2021-01-09;
 * the Electricity Maps hourly CSVs (``ES_2022_hourly.csv``, ``NO_2022_hourly.csv``): header
-  ``Datetime (UTC),...,Carbon Intensity gCO₂eq/kWh (direct),...(LCA),...``; the direct column is
-  read by default (``column="lca"`` for life-cycle values). Electricity Maps' current exports
-  name them ``Carbon intensity gCO₂eq/kWh (direct)`` and ``... (Life cycle)``: read the same
-  (column names are matched without regard to case);
+  ``Datetime (UTC),...,Carbon Intensity gCO₂eq/kWh (direct),...(LCA),...``; :func:`load_carbon_csv`
+  reads the direct column unless ``column="lca"`` (:func:`carbon_zone` reads the run's basis,
+  life-cycle by default). Electricity Maps' current exports name them ``Carbon intensity
+  gCO₂eq/kWh (direct)`` and ``... (Life cycle)``: read the same (column names are matched
+  without regard to case);
 * codecarbon's per-country yearly mean (``codecarbon.input.DataSource``, ISO-3 country code),
   a constant series;
 * a constant.
+
+Accounting basis (:data:`CARBON_BASES`): the Let's Wait Awhile files were computed from ENTSO-E
+generation per source with the IPCC SRREN *life-cycle* median factors (coal 1001, gas 469,
+nuclear 16, wind 12 g/kWh; their ``compute_carbon_intensity.py``), so they have no direct
+values; the Electricity Maps files have both. Mixing direct ES/NO values with life-cycle DE/GB/FR
+ones made Oslo look ~3x and Madrid ~1.3x greener than like for like (2022 means: NO 12.8 direct
+vs 38.1 LCA, ES 166.8 vs 219.3), so a run reads every zone on one basis, ``lca`` by default
+(:data:`DEFAULT_CARBON_BASIS`; the scenarios' ``carbon_basis`` setting); ``direct`` exists only
+for the zones of :data:`ZONE_BASES` that have it.
 
 :func:`load_carbon_csv` detects the format from the header. Malformed input raises
 :class:`SignalFormatError` naming the file, line and column. A :class:`CarbonSeries` is a step
@@ -74,6 +84,20 @@ CARBON_FILES = {
     "FR": "fr_ci.csv",
     "ES": "ES_2022_hourly.csv",
     "NO": "NO_2022_hourly.csv",
+}
+#: The accounting bases of a carbon intensity: ``lca``, life-cycle emissions per kWh (plant
+#: construction, fuel chain and decommissioning included), and ``direct``, the stack emissions of
+#: combustion alone. One run reads every zone on one basis.
+CARBON_BASES = ("lca", "direct")
+DEFAULT_CARBON_BASIS = "lca"
+#: The bases each named series has. Let's Wait Awhile's DE/GB/FR are life-cycle values only
+#: (IPCC SRREN medians per source); the Electricity Maps files have both columns.
+ZONE_BASES = {
+    "DE": ("lca",),
+    "GB": ("lca",),
+    "FR": ("lca",),
+    "ES": ("lca", "direct"),
+    "NO": ("lca", "direct"),
 }
 
 #: Consecutive times more than this many median steps apart are a gap (one value held across
@@ -247,14 +271,29 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(float(t), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def carbon_basis(value: object) -> str:
+    """``value`` as one of :data:`CARBON_BASES` (any case, blanks dropped); a ValueError otherwise."""
+    text = str(value).strip().lower()
+    if text not in CARBON_BASES:
+        raise ValueError(f"expected {' or '.join(repr(b) for b in CARBON_BASES)} (life-cycle or direct "
+                         f"gCO2eq/kWh), got {value!r}")
+    return text
+
+
 def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str | None = None) -> CarbonSeries:
     """Read a carbon-intensity CSV in either format of ``shared/data/carbon`` (see module doc).
+
+    ``column`` picks an Electricity Maps file's ``direct`` or ``lca`` column (the simulator's
+    readers, :func:`carbon_zone` and the scenarios' user files, always pass the run's basis; the
+    ``direct`` default is this reader's own, kept for its callers); a ``Time,Carbon Intensity``
+    file has one column, read whatever ``column`` says (its basis is its maker's: life-cycle for
+    the shipped ones).
 
     Rows must have increasing times and finite, non-negative values; an empty value or a bad
     time raises :class:`SignalFormatError` with the file, line and column.
     """
     p = Path(path)
-    if column not in ("direct", "lca"):
+    if column not in CARBON_BASES:
         raise ValueError(f"column must be 'direct' or 'lca', got {column!r}")
     try:
         handle = p.open(newline="", encoding="utf-8-sig")
@@ -284,7 +323,7 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
             chosen = direct if column == "direct" else lca
             if chosen is None:
                 want = EMAPS_DIRECT if column == "direct" else f"{EMAPS_LCA}' or '{EMAPS_LCA_NOW}"
-                raise SignalFormatError(f"{p}: missing column '{want}'")
+                raise SignalFormatError(f"{p}: missing column '{want}' (the {column} carbon intensity)")
             tcol, vcol = emaps_time, chosen
         else:
             raise SignalFormatError(
@@ -354,13 +393,25 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def carbon_zone(zone: str, directory: str | os.PathLike | None = None) -> CarbonSeries:
-    """The named series of ``shared/data/carbon`` (``DE``, ``GB``, ``FR``, ``ES``, ``NO``)."""
+def carbon_zone(zone: str, directory: str | os.PathLike | None = None, basis: str = DEFAULT_CARBON_BASIS) -> CarbonSeries:
+    """The named series of ``shared/data/carbon`` (``DE``, ``GB``, ``FR``, ``ES``, ``NO``) on
+    ``basis`` (``lca`` or ``direct``; DE, GB and FR have no direct values: a ValueError says so)."""
     key = zone.strip().upper()
     if key not in CARBON_FILES:
         raise ValueError(f"no carbon series for zone {zone!r} (known: {', '.join(CARBON_FILES)})")
+    basis = carbon_basis(basis)
+    if basis not in ZONE_BASES[key]:
+        raise ValueError(missing_basis([key], basis))
     folder = Path(directory) if directory is not None else data_dir() / "carbon"
-    return load_carbon_csv(folder / CARBON_FILES[key], name=key)
+    return load_carbon_csv(folder / CARBON_FILES[key], column=basis, name=key)
+
+
+def missing_basis(zones: list[str], basis: str) -> str:
+    """Why named zones cannot be read on ``basis`` (for an error message)."""
+    files = ", ".join(f"{z} ({CARBON_FILES[z]})" for z in zones)
+    have = sorted(z for z, bases in ZONE_BASES.items() if basis in bases)
+    return (f"no {basis} carbon intensity for {files}: the Let's Wait Awhile series are life-cycle values "
+            f"(IPCC SRREN medians per source); {basis} exists for {', '.join(have) or 'none'} only")
 
 
 def persistence_forecast(actual: np.ndarray, now: int, horizon: int, steps_per_day: int) -> np.ndarray:

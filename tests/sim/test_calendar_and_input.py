@@ -15,13 +15,13 @@ from iro_fed.sim.signals import data_dir
 
 from .helpers import needs_data
 
-DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
+LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"  # the runs read the life-cycle basis by default
 
 
 @cache
 def _emaps(zone: str) -> dict[str, float]:
     with (data_dir() / "carbon" / f"{zone}_2022_hourly.csv").open(encoding="utf-8-sig", newline="") as handle:
-        return {row["Datetime (UTC)"]: float(row[DIRECT]) for row in csv.DictReader(handle)}
+        return {row["Datetime (UTC)"]: float(row[LCA]) for row in csv.DictReader(handle)}
 
 
 @needs_data

@@ -339,9 +339,9 @@ def test_scenarios_read_each_domain_series_at_utc_time():
     assert np.array_equal(other.carbon["zone-a"], sc.carbon["zone-a"])
     # Electricity Maps 2022 files are read on the same month, day and UTC time.
     edge = build_scenario("edge-iot", seed=1, hours=2)
-    direct = "Carbon Intensity gCO₂eq/kWh (direct)"
-    assert edge.carbon["edge-madrid"][edge.history + 75] == _csv_value("ES_2022_hourly.csv", "2022-03-02 01:00:00", direct)
-    assert edge.carbon["edge-oslo"][edge.history + 59] == _csv_value("NO_2022_hourly.csv", "2022-03-02 00:00:00", direct)
+    lca = "Carbon Intensity gCO₂eq/kWh (LCA)"  # the life-cycle basis, as DE/GB/FR (carbon_basis=lca)
+    assert edge.carbon["edge-madrid"][edge.history + 75] == _csv_value("ES_2022_hourly.csv", "2022-03-02 01:00:00", lca)
+    assert edge.carbon["edge-oslo"][edge.history + 59] == _csv_value("NO_2022_hourly.csv", "2022-03-02 00:00:00", lca)
 
 
 @needs_data

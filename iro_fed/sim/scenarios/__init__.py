@@ -12,6 +12,12 @@ every domain on that zone. It is a ``--set`` key like the bank's ``carbon_de=DE`
 input, so the library (``simulate(settings=...)``), ``iro feedback-sim``, ``iro train`` and the gym
 environment take it too. The file is read at its own timestamps and must cover the run and its
 day of history (an error naming the setting otherwise, never a wrap or a held last value).
+
+``carbon_basis`` (``lca``, the default, or ``direct``), a setting every scenario takes, is the
+accounting basis of the run's carbon intensities: every zone is read on it (the shipped ES and NO
+files and a user's Electricity Maps export have both columns; the shipped DE, GB and FR series
+are life-cycle only, so ``direct`` is an error naming the setting unless ``carbon.ZONE=FILE``
+replaces each of them). The report's ``scenario_params`` carry it.
 """
 
 from __future__ import annotations
@@ -61,13 +67,15 @@ class ScenarioEntry:
 
 #: Settings ``carbon.ZONE`` name a user's carbon CSV for that zone.
 CARBON_PREFIX = "carbon."
+#: The setting every scenario takes for the accounting basis of its carbon intensities.
+BASIS_KEY = "carbon_basis"
 
 
 def carbon_files(entry: ScenarioEntry, params: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """The ``carbon.ZONE`` settings of ``params`` as zone (as the scenario spells it) -> (setting,
     file); a ValueError names the setting when the scenario reads no such zone (listing those it
     reads), the zone is given twice, or the value is not a file path."""
-    zones = entry.carbon_zones({k: v for k, v in params.items() if not k.startswith(CARBON_PREFIX)})
+    zones = entry.carbon_zones({k: v for k, v in params.items() if not k.startswith(CARBON_PREFIX) and k != BASIS_KEY})
     by_key = {z.upper(): z for z in zones}
     out: dict[str, tuple[str, str]] = {}
     for key, value in params.items():
@@ -111,7 +119,8 @@ SCENARIOS: dict[str, ScenarioEntry] = {
 def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s: float = 60.0, **params: Any) -> Scenario:
     """Build a registered scenario; unknown names and parameters raise with the known ones."""
     from iro_fed.sim.engine import SimConfigError, convert_setting
-    from iro_fed.sim.scenarios.common import run_steps
+    from iro_fed.sim.scenarios.common import CarbonInputs, check_basis, run_steps
+    from iro_fed.sim.signals import DEFAULT_CARBON_BASIS, carbon_basis
 
     entry = SCENARIOS.get(name)
     if entry is None:
@@ -119,7 +128,7 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
     defaults = entry.params
     converted = {}
     for key, value in params.items():
-        if key.startswith(CARBON_PREFIX):
+        if key.startswith(CARBON_PREFIX) or key == BASIS_KEY:
             continue  # read below, once the zones (the bank's carbon_de etc.) are known
         if key not in defaults:
             raise SimConfigError(f"scenario {name!r}: unknown parameter {key!r} (known: {', '.join(sorted(defaults))})")
@@ -138,6 +147,10 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
         raise SimConfigError(f"step_s must be > 0, got {step_s}")
     if run_steps(h, step_s) < 1:  # the builders round hours to whole steps
         raise SimConfigError(f"hours must cover at least one step of {step_s:g} s, got {h:g}")
+    try:  # before any file is read: a user's Electricity Maps export is read on it
+        basis = carbon_basis(params.get(BASIS_KEY, DEFAULT_CARBON_BASIS))
+    except ValueError as exc:
+        raise SimConfigError(f"scenario {name!r}: setting {BASIS_KEY!r}: {exc}") from None
     user: dict[str, tuple[str, Any]] = {}
     files: dict[str, tuple[str, str]] = {}
     if any(key.startswith(CARBON_PREFIX) for key in params):
@@ -149,13 +162,15 @@ def build_scenario(name: str, seed: int = 0, hours: float | None = None, step_s:
             raise SimConfigError(f"scenario {name!r}: setting {exc}") from None
         for zone, (key, path) in files.items():
             try:
-                user[zone] = (path, user_series(zone, path))
+                user[zone] = (path, user_series(zone, path, basis))
             except ValueError as exc:  # SignalFormatError: the file, line and column
                 raise SimConfigError(f"scenario {name!r}: setting {key!r}: {exc}") from exc
     try:
-        scenario = entry.builder(seed, h, step_s, carbon_series=user or None, **converted)
+        check_basis(entry.carbon_zones(converted), basis, user)  # one run, one basis
+        scenario = entry.builder(seed, h, step_s, carbon_series=CarbonInputs(user, basis), **converted)
     except (ValueError, KeyError) as exc:  # bad parameter values, signals or trace files
         raise SimConfigError(f"scenario {name!r}: {as_given(str(exc), files)}") from exc
+    scenario.params[BASIS_KEY] = basis  # the report's scenario_params say which basis was read
     if user:  # for the report: which of the zones came from the user's own files
         scenario.notes["carbon_files"] = {zone: str(path) for zone, (path, _) in user.items()}
     return scenario
@@ -172,14 +187,14 @@ def split_settings(name: str, settings: Mapping[str, Any]) -> tuple[dict[str, An
     engine_keys = SimConfig.fields()
     scen, eng = {}, {}
     for key, value in settings.items():
-        if key in scenario_keys or key.startswith(CARBON_PREFIX):
+        if key in scenario_keys or key.startswith(CARBON_PREFIX) or key == BASIS_KEY:
             scen[key] = value
         elif key in engine_keys:
             eng[key] = value
         else:
             known = ", ".join(sorted(set(scenario_keys) | set(engine_keys)))
             raise SimConfigError(f"--set {key}: unknown setting for scenario {name!r} (known: {known}, "
-                                 f"{CARBON_PREFIX}ZONE=FILE)")
+                                 f"{BASIS_KEY}, {CARBON_PREFIX}ZONE=FILE)")
     try:  # before any data is read: the zone must be one the scenario reads
         carbon_files(entry, scen)
     except ValueError as exc:
@@ -187,5 +202,5 @@ def split_settings(name: str, settings: Mapping[str, Any]) -> tuple[dict[str, An
     return scen, eng
 
 
-__all__ = ["CARBON_PREFIX", "SCENARIOS", "ScenarioEntry", "UnknownScenarioError", "build_scenario", "carbon_files",
+__all__ = ["BASIS_KEY", "CARBON_PREFIX", "SCENARIOS", "ScenarioEntry", "UnknownScenarioError", "build_scenario", "carbon_files",
            "split_settings"]

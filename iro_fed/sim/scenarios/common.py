@@ -13,12 +13,16 @@ import numpy as np
 
 from iro_fed.sim.signals import (
     CARBON_FILES,
+    DEFAULT_CARBON_BASIS,
+    ZONE_BASES,
     CarbonSeries,
     _iso,
+    carbon_basis,
     carbon_zone,
     constant,
     load_carbon_csv,
     load_latency_matrix,
+    missing_basis,
     parse_time,
 )
 
@@ -44,12 +48,41 @@ MAX_FACTOR = 1e6
 #: would reward carbon or latency).
 WEIGHT_RANGES: dict[str, tuple[float | None, float | None]] = {"w_carbon": (0.0, None), "w_latency": (0.0, None)}
 
-_series_cache: dict[str, CarbonSeries] = {}
+_series_cache: dict[tuple[str, str], CarbonSeries] = {}
 #: A user's own carbon series by zone: (the file as given, its series).
 UserCarbon = Mapping[str, tuple[str, CarbonSeries]]
-#: A user's carbon files by (path, mtime, size): the gym environment rebuilds its scenario on
-#: every reset, and a year of 15 min data is ~35,000 rows to parse each time.
-_user_cache: dict[tuple[str, int, int], CarbonSeries] = {}
+#: A user's carbon files by (path, mtime, size, basis): the gym environment rebuilds its scenario
+#: on every reset, and a year of 15 min data is ~35,000 rows to parse each time.
+_user_cache: dict[tuple[str, int, int, str], CarbonSeries] = {}
+#: The scenario setting that picks the run's carbon accounting basis (``lca`` or ``direct``).
+BASIS_SETTING = "carbon_basis"
+
+
+class CarbonInputs(dict[str, tuple[str, CarbonSeries]]):
+    """What a builder's ``carbon_series`` argument carries: the user's own series by zone (a
+    :data:`UserCarbon`) and ``basis``, the accounting basis every zone of the run is read on
+    (:func:`carbon_window` reads it; a plain mapping or None reads :data:`DEFAULT_CARBON_BASIS`).
+    It rides on the mapping the builders already pass on, so that no builder has to know it."""
+
+    def __init__(self, files: UserCarbon | None = None, basis: str = DEFAULT_CARBON_BASIS) -> None:
+        super().__init__(files or {})
+        self.basis = carbon_basis(basis)
+
+
+def basis_of(user: UserCarbon | None) -> str:
+    """The accounting basis a builder's ``carbon_series`` argument asks for."""
+    return getattr(user, "basis", DEFAULT_CARBON_BASIS)
+
+
+def check_basis(zones: Sequence[str], basis: str, user: UserCarbon | None = None) -> None:
+    """A ValueError naming the ``carbon_basis`` setting when a zone the run reads from the shipped
+    data (not replaced by a user's file) has no series on ``basis``: one run, one basis."""
+    lacking = [z for z in dict.fromkeys(carbon_source(z) for z in zones)
+               if z in ZONE_BASES and basis not in ZONE_BASES[z] and not (user and z in user)]
+    if lacking:
+        raise ValueError(f"setting {BASIS_SETTING!r}: {missing_basis(lacking, basis)}; use {BASIS_SETTING}=lca, or "
+                         f"give {', '.join(f'carbon.{z}=FILE' for z in lacking)} (an Electricity Maps export "
+                         f"with a {basis} column)")
 
 
 def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
@@ -92,9 +125,10 @@ def carbon_setting(key: str, value: object) -> str:
     return source
 
 
-def series_for(source: str) -> CarbonSeries:
-    """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon), ``codecarbon:DEU`` or ``const:120``
-    (any case: see :func:`carbon_source`)."""
+def series_for(source: str, basis: str = DEFAULT_CARBON_BASIS) -> CarbonSeries:
+    """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon) on ``basis``, ``codecarbon:DEU`` or
+    ``const:120`` (any case: see :func:`carbon_source`). A constant or codecarbon's country mean
+    is read as given on either basis."""
     source = carbon_source(source)
     if source.startswith("const:"):
         text = source.split(":", 1)[1]
@@ -106,28 +140,32 @@ def series_for(source: str) -> CarbonSeries:
     if source.startswith("codecarbon:"):
         from iro_fed.sim.signals import codecarbon_country
 
-        if source not in _series_cache:  # a table lookup per build otherwise (the gym env rebuilds on reset)
-            _series_cache[source] = codecarbon_country(source.split(":", 1)[1])
-        return _series_cache[source]
+        if (source, "") not in _series_cache:  # a table lookup per build otherwise (the gym env rebuilds on reset)
+            _series_cache[source, ""] = codecarbon_country(source.split(":", 1)[1])
+        return _series_cache[source, ""]
     if source not in CARBON_FILES:
         known = ", ".join(CARBON_FILES)
         raise ValueError(f"no carbon series for zone {source!r} (known: {known}; or const:GRAMS_PER_KWH, codecarbon:ISO3)")
-    if source not in _series_cache:
-        _series_cache[source] = carbon_zone(source)
-    return _series_cache[source]
+    basis = carbon_basis(basis)
+    if basis not in ZONE_BASES[source]:  # before the cache: the message names the setting
+        raise ValueError(f"setting {BASIS_SETTING!r}: {missing_basis([source], basis)}")
+    if (source, basis) not in _series_cache:
+        _series_cache[source, basis] = carbon_zone(source, basis=basis)
+    return _series_cache[source, basis]
 
 
-def user_series(zone: str, path: str | os.PathLike) -> CarbonSeries:
+def user_series(zone: str, path: str | os.PathLike, basis: str = DEFAULT_CARBON_BASIS) -> CarbonSeries:
     """A user's carbon-intensity CSV for ``zone`` (any format :func:`load_carbon_csv` reads; its
-    :class:`SignalFormatError` names the file, line and column)."""
+    :class:`SignalFormatError` names the file, line and column), on the run's ``basis``: an
+    Electricity Maps export's column of that basis; a one-column file is read as given."""
     p = Path(path).expanduser()  # ~/de.csv, as pods_file and nodes_file read it
     try:
         st = p.stat()
     except OSError:
-        return load_carbon_csv(p, name=zone)  # raises its "cannot read file" error
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+        return load_carbon_csv(p, column=carbon_basis(basis), name=zone)  # raises its "cannot read file" error
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, carbon_basis(basis))
     if key not in _user_cache:
-        _user_cache[key] = load_carbon_csv(p, name=zone)
+        _user_cache[key] = load_carbon_csv(p, column=key[3], name=zone)
     return _user_cache[key]
 
 
@@ -144,7 +182,8 @@ def carbon_window(source: str, start: str, history: int, steps: int, step_s: flo
     ``user`` maps a zone to a user's own (file, series) (``--set carbon.DE=FILE``), read in place
     of ``source`` when it names that zone: at its own timestamps (never moved to another year), so
     ``start`` must fall inside it; a series that does not cover the run is an error naming the
-    setting and the file.
+    setting and the file. A :class:`CarbonInputs` also names the run's accounting basis, on which
+    the shipped series are read (``lca`` otherwise; ``direct`` only for ES and NO).
 
     The 2022 files (ES, NO) are read on the same month, day and UTC time as each step
     (:func:`on_calendar_year`), so that one scenario can mix them with the 2020 files and a given
@@ -166,7 +205,7 @@ def carbon_window(source: str, start: str, history: int, steps: int, step_s: flo
             raise ValueError(f"setting 'carbon.{source}': {path} covers {_iso(own.start)} .. {_iso(own.end)}; {need}: "
                              f"give a series that covers it or move 'start'")
         return own.window(lo, history + steps, step_s)
-    series = series_for(source)
+    series = series_for(source, basis_of(user))
     read = series
     if source in ("ES", "NO"):
         read = on_calendar_year(series, datetime.fromtimestamp(lo, tz=UTC).year)
