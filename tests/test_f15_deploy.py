@@ -262,30 +262,40 @@ def test_every_container_has_a_memory_limit(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_only_the_opt_in_overlay_restricts_the_fed_server_port(target):
+def test_the_base_restricts_the_fed_server_port_and_the_overlay_opens_it(target):
+    """Whoever reaches the SuperLink's port can start runs (code in the server pod and every agent pod): the base's
+    NetworkPolicy iro-fed-server admits only the edge agents' pods; overlays/fed-server-network-policy adds
+    iro-fed-server-external for the documented CIDR to edit. The edge variant has no server and no policy."""
     docs = _render(target)
-    policies = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "iro-fed-server"]
-    if not target.endswith("fed-server-network-policy"):
-        assert policies == []
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"
+                and d["metadata"]["name"].startswith("iro-fed-server")}
+    if target.endswith("overlays/edge"):
+        assert policies == {}
         return
-    (policy,) = policies
-    spec = policy["spec"]
+    assert set(policies) == ({"iro-fed-server", "iro-fed-server-external"} if target.endswith("fed-server-network-policy")
+                             else {"iro-fed-server"})
     dep = _find(docs, "Deployment", "iro-fed-server")["spec"]["template"]
-    assert spec["podSelector"] == {"matchLabels": dep["metadata"]["labels"]}
-    assert spec["policyTypes"] == ["Ingress"]
-    (rule,) = spec["ingress"]
     (server,) = [c for c in dep["spec"]["containers"] if c["command"] == ["iro"]]
     (port,) = [p["containerPort"] for p in server["ports"]]
-    assert rule["ports"] == [{"protocol": "TCP", "port": port}] and f"--port={port}" in server["args"]
+    assert f"--port={port}" in server["args"]
     agent = _find(docs, "DaemonSet", "iro-edge-agent")
-    pods, blocks = rule["from"]
-    assert pods == {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": agent["metadata"]["namespace"]}},
-        "podSelector": {"matchLabels": agent["spec"]["template"]["metadata"]["labels"]},
+    expected_from = {
+        "iro-fed-server": [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": agent["metadata"]["namespace"]}},
+            "podSelector": {"matchLabels": agent["spec"]["template"]["metadata"]["labels"]},
+        }],
+        "iro-fed-server-external": [{"ipBlock": {"cidr": PLACEHOLDER}}],
     }
-    assert blocks == {"ipBlock": {"cidr": PLACEHOLDER}}
-    text = (ROOT / target / "network-policy.yaml").read_text()
-    assert "EDIT" in text and PLACEHOLDER in text
+    for name, policy in policies.items():
+        spec = policy["spec"]
+        assert spec["podSelector"] == {"matchLabels": dep["metadata"]["labels"]}
+        assert spec["policyTypes"] == ["Ingress"]
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+        assert rule["from"] == expected_from[name]
+    if "iro-fed-server-external" in policies:
+        text = (ROOT / target / "network-policy.yaml").read_text()
+        assert "EDIT" in text and PLACEHOLDER in text
 
 
 def _paragraphs(text: str) -> list[str]:

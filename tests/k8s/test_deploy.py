@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-# The opt-in overlays (webhook-affinity, edge-hostnetwork, webhook-network-policy) render and validate like the others.
+# The opt-in overlays (webhook-affinity, edge-hostnetwork, the network policies) render and validate like the others.
 TARGETS = ["deploy/base", "deploy/overlays/edge", "deploy/overlays/cloud", "deploy/overlays/webhook-affinity",
-           "deploy/overlays/edge-hostnetwork", "deploy/overlays/webhook-network-policy"]
+           "deploy/overlays/edge-hostnetwork", "deploy/overlays/webhook-network-policy",
+           "deploy/overlays/fed-server-network-policy", "deploy/overlays/edge-agent-network-policy"]
 KUSTOMIZATIONS = ["deploy", "deploy/base", *TARGETS[1:], "deploy/prometheus"]
 # The Kubernetes minor the manifests target (the kube-scheduler image's); validated against it and the newest
 # schema kubernetes-validate ships.
@@ -60,13 +61,14 @@ BASE_OBJECTS = {
     ("ServiceAccount", "iro-system", "iro-fed-server"),
     ("Deployment", "iro-system", "iro-fed-server"),
     ("Service", "iro-system", "iro-fed-server"),
+    ("NetworkPolicy", "iro-system", "iro-fed-server"),
     ("ConfigMap", "iro-system", "iro-kube-scheduler-config"),
     ("ConfigMap", "iro-system", "iro-cluster-config"),
     ("ConfigMap", "iro-system", "iro-edge-agent"),
     ("ConfigMap", "iro-system", "iro-prometheus-rules"),
 }
 FED_SERVER = {("ServiceAccount", "iro-system", "iro-fed-server"), ("Deployment", "iro-system", "iro-fed-server"),
-              ("Service", "iro-system", "iro-fed-server")}
+              ("Service", "iro-system", "iro-fed-server"), ("NetworkPolicy", "iro-system", "iro-fed-server")}
 EXPECTED_OBJECTS = {
     "deploy/base": BASE_OBJECTS,
     "deploy/overlays/edge": BASE_OBJECTS - FED_SERVER,
@@ -76,10 +78,13 @@ EXPECTED_OBJECTS = {
                                                         ("ClusterRoleBinding", "", "iro-webhook-affinity")},
     "deploy/overlays/edge-hostnetwork": BASE_OBJECTS,
     "deploy/overlays/webhook-network-policy": BASE_OBJECTS | {("NetworkPolicy", "iro-system", "iro-webhook")},
+    "deploy/overlays/fed-server-network-policy": BASE_OBJECTS | {("NetworkPolicy", "iro-system", "iro-fed-server-external")},
+    "deploy/overlays/edge-agent-network-policy": BASE_OBJECTS | {("NetworkPolicy", "iro-system", "iro-edge-agent")},
 }
 WINDOW = {"deploy/base": "--window-s=1", "deploy/overlays/edge": "--window-s=0.2", "deploy/overlays/cloud": "--window-s=2",
           "deploy/overlays/webhook-affinity": "--window-s=1", "deploy/overlays/edge-hostnetwork": "--window-s=1",
-          "deploy/overlays/webhook-network-policy": "--window-s=1"}
+          "deploy/overlays/webhook-network-policy": "--window-s=1", "deploy/overlays/fed-server-network-policy": "--window-s=1",
+          "deploy/overlays/edge-agent-network-policy": "--window-s=1"}
 # Objects an overlay changes (same key as the base's, other content): counted once more among the distinct objects.
 CHANGED = {"deploy/overlays/edge": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
            "deploy/overlays/cloud": {"DaemonSet/iro-edge-agent", "Deployment/iro-scheduler"},
@@ -279,7 +284,8 @@ def test_only_the_network_policy_overlay_restricts_who_reaches_the_webhook(rende
     import ipaddress
 
     target, docs = rendered
-    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    webhook_pods = {"matchLabels": {"app.kubernetes.io/name": "iro-webhook"}}
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"] in (webhook_pods, {})]
     if not target.endswith("webhook-network-policy"):
         assert policies == []  # opt-in: the CIDR differs in every cluster
         return
@@ -303,6 +309,111 @@ def test_only_the_network_policy_overlay_restricts_who_reaches_the_webhook(rende
     # The CIDR to edit is marked where it is.
     text = (ROOT / target / "network-policy.yaml").read_text()
     assert "EDIT" in text and NETWORK_POLICY_PLACEHOLDER in text
+
+
+def _policies_selecting(docs: list[dict], pod_labels: dict) -> dict[str, dict]:
+    """The NetworkPolicies (by name) whose podSelector selects pods with ``pod_labels`` (an empty selector: all)."""
+    out = {}
+    for d in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        selector = d["spec"]["podSelector"]
+        assert set(selector) <= {"matchLabels"}, _key(d)  # matchExpressions would need evaluating
+        if selector.get("matchLabels", {}).items() <= pod_labels.items():
+            out[d["metadata"]["name"]] = d
+    return out
+
+
+def _ingress_ports(policy: dict) -> list[list[dict]]:
+    return [rule.get("ports") for rule in policy["spec"]["ingress"]]
+
+
+def test_base_admits_only_the_edge_agents_to_the_federated_server(rendered):
+    """Whoever reaches the SuperLink's port can start a run, whose code executes in the server pod and in every
+    site's agent pod: the base denies ingress to the fed server's pods except its port from the agents' pods.
+    Only overlays/fed-server-network-policy opens it to more (the documented CIDR to edit), and never other ports."""
+    import ipaddress
+
+    target, docs = rendered
+    if target.endswith("overlays/edge"):  # no federated server there, and no policy left behind
+        assert "iro-fed-server" not in {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
+        return
+    dep = find(docs, "Deployment", "iro-fed-server")["spec"]["template"]
+    policies = _policies_selecting(docs, dep["metadata"]["labels"])
+    expected = {"iro-fed-server", "iro-fed-server-external"} if target.endswith("fed-server-network-policy") \
+        else {"iro-fed-server"}
+    assert set(policies) == expected
+    # The port the Service forwards to (by name), which --port makes the SuperLink listen on.
+    (container,) = dep["spec"]["containers"]
+    (service_port,) = find(docs, "Service", "iro-fed-server")["spec"]["ports"]
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == service_port["targetPort"])
+    assert f"--port={port}" in container["args"]
+    for policy in policies.values():
+        assert policy["spec"]["podSelector"] == {"matchLabels": dep["metadata"]["labels"]}  # exactly the server's pods
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert _ingress_ports(policy) == [[{"protocol": "TCP", "port": port}]]
+    (rule,) = policies["iro-fed-server"]["spec"]["ingress"]
+    agent = find(docs, "DaemonSet", "iro-edge-agent")
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "iro-system"}},
+                             "podSelector": {"matchLabels": agent["spec"]["template"]["metadata"]["labels"]}}]
+    assert agent["metadata"]["namespace"] == "iro-system"
+    if "iro-fed-server-external" in policies:
+        (rule,) = policies["iro-fed-server-external"]["spec"]["ingress"]
+        assert [list(peer) for peer in rule["from"]] == [["ipBlock"]]
+        cidrs = [peer["ipBlock"]["cidr"] for peer in rule["from"]]
+        assert cidrs == [NETWORK_POLICY_PLACEHOLDER] and all(ipaddress.ip_network(c) for c in cidrs)
+        assert "EDIT" in (ROOT / target / "network-policy.yaml").read_text()
+
+
+def test_only_the_agent_policy_overlay_restricts_who_reaches_the_edge_agent(rendered):
+    """The agent has no client authentication: overlays/edge-agent-network-policy lets only Prometheus and the
+    listed clients reach its port (the pod's `metrics` port, where /recommend and /outcome are served too)."""
+    target, docs = rendered
+    ds = find(docs, "DaemonSet", "iro-edge-agent")["spec"]["template"]
+    policies = _policies_selecting(docs, ds["metadata"]["labels"])
+    if not target.endswith("edge-agent-network-policy"):
+        assert policies == {}  # opt-in: Prometheus' namespace and the clients differ in every installation
+        return
+    (policy,) = policies.values()
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": ds["metadata"]["labels"]} and spec["policyTypes"] == ["Ingress"]
+    (container,) = ds["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"]
+    assert f"--port={port}" in container["args"] and ds["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    assert _ingress_ports(policy) == [[{"protocol": "TCP", "port": port}]]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+        {"ipBlock": {"cidr": NETWORK_POLICY_PLACEHOLDER}}]
+    assert (ROOT / target / "network-policy.yaml").read_text().count("EDIT") >= 2
+
+
+# What a decision (transition: the pod's name, the state vector, the top-k node names, the policy-sample columns)
+# takes in the agent's experience store, roughly; its outcome adds at most the agent's cap on `observed`.
+TRANSITION_BYTES = 1024
+
+
+def test_edge_agent_state_volume_is_bounded_to_hold_the_store(rendered):
+    """Any client of the agent's port adds rows to the experience store: its emptyDir has a sizeLimit (past it the
+    kubelet evicts the pod instead of the node's disk filling up), large enough for store.max_rows rows."""
+    import edge_agent.agent
+    from edge_agent.config import StoreConfig
+    from iro_fed.k8s.quantity import parse_quantity
+
+    row_bytes = TRANSITION_BYTES + getattr(edge_agent.agent, "MAX_OBSERVED_BYTES", 16 * 1024)
+
+    _, docs = rendered
+    spec = find(docs, "DaemonSet", "iro-edge-agent")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (container,) = spec["containers"]
+    settings = yaml.safe_load(find(docs, "ConfigMap", "iro-edge-agent")["data"]["edge-agent-config.yaml"])
+    store_dir = str(Path(settings["store"]["path"]).parent)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == store_dir]
+    volume = volumes[mount["name"]]
+    assert set(volume) == {"name", "emptyDir"} and "sizeLimit" in volume["emptyDir"], volume
+    max_rows = settings["store"].get("max_rows", StoreConfig.max_rows)
+    assert not any(e["name"] == "IRO_AGENT_STORE_MAX_ROWS" for e in container.get("env", []))
+    limit = parse_quantity(volume["emptyDir"]["sizeLimit"], "sizeLimit")
+    assert max_rows * row_bytes <= limit <= 4 * 1024**3  # holds a full store; still a bound on a node's disk
 
 
 def _bound_rules(docs: list[dict], account: str, namespace: str = "iro-system") -> Iterator[tuple[dict, str, dict]]:
