@@ -33,6 +33,7 @@ experience store.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -61,7 +62,7 @@ from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest, did_you_mean
 from iro_fed.k8s.httpjson import AnyFamily, ConnectionLimit, HttpError, RoutedJsonHandler
 from iro_fed.metrics.local import LocalCollector
-from iro_fed.metrics.prometheus import PrometheusUnavailable
+from iro_fed.metrics.prometheus import PrometheusUnavailable, redact_url
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
 from iro_fed.model import Problem
 from iro_fed.problem_io import json_kind
@@ -70,6 +71,13 @@ from iro_fed.problem_io import json_kind
 MAX_REFUSALS_LOGGED = 1000
 #: The fields of a ``POST /outcome`` body.
 OUTCOME_FIELDS = ("decision_id", "node", "observed")
+#: The most an outcome's ``observed`` may take as stored (its JSON text, in bytes). A real one is a
+#: few measurements (``{"latency_ms": 12, "cpu_throttled": false}``); the body limit alone (1 MiB)
+#: let 100,000 stored outcomes (``store.max_rows``) grow the store to ~100 GB.
+MAX_OBSERVED_BYTES = 16 * 1024
+#: The longest workload name /recommend records with a decision: a Pod's ``namespace/name``
+#: (63 + 1 + 253). A workload object's name was taken at any length and stored in every transition.
+MAX_WORKLOAD_NAME = 317
 
 
 class StoreBusy(HttpError):
@@ -203,6 +211,10 @@ class Agent:
             note["fallback_reason"] = f"policy {ranker.version} failed to rank: {type(exc).__name__}: {exc}"
             ranker = self.solver or self.fallback
             rec = self.recommender.recommend(body, cluster, ranker, note)
+        name = rec.doc["workload"]
+        if len(name) > MAX_WORKLOAD_NAME:  # a workload object's (a Pod's names are checked as the API server does)
+            raise BadRequest("workload.name", f"at most {MAX_WORKLOAD_NAME} characters (a Pod's namespace/name), "
+                                              f"got {len(name)}")
         elapsed = time.perf_counter() - start
         self.metrics.decision_latency.labels(ranker.source).observe(elapsed)
         self.metrics.decisions.labels(ranker.source, "ranked" if rec.top else "no_fit").inc()
@@ -251,6 +263,10 @@ class Agent:
         observed = body["observed"]
         if not isinstance(observed, dict):
             raise BadRequest("observed", f"expected an object, got {json_kind(observed)}")
+        size = len(json.dumps(observed, default=str))  # as the store writes it (ASCII: characters are bytes)
+        if size > MAX_OBSERVED_BYTES:
+            raise BadRequest("observed", f"{size} bytes as JSON is over the limit of {MAX_OBSERVED_BYTES} "
+                                         "(a few measurements, e.g. {\"latency_ms\": 12})")
         node = body.get("node")
         if node is None or node == "":
             raise BadRequest("node", "required: the node the pod was placed on (a node of this site)")
@@ -474,7 +490,8 @@ class Agent:
         if self.federation is not None:
             self.federation.start()
         event(self.log, logging.INFO, "edge agent started", host=cfg.listen.host, port=self.port, site=cfg.site or None,
-              node=cfg.node_name, nodes=self.base_site.num_nodes, prometheus=cfg.prometheus.url or None,
+              node=cfg.node_name, nodes=self.base_site.num_nodes,
+              prometheus=redact_url(cfg.prometheus.url) if cfg.prometheus.url else None,  # never the password
               registry=str(cfg.policy.registry) if cfg.policy.registry else None, solver=cfg.recommend.solver or None,
               federated=cfg.federated.mode if cfg.federated.enabled else None)
 

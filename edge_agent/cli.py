@@ -88,6 +88,7 @@ def _main(args: argparse.Namespace) -> int:
         return _bench(args)
     from iro_fed.cli import UsageError
     from iro_fed.k8s.httpjson import host_port
+    from iro_fed.metrics.prometheus import redact_url
 
     store_path, store_key = None, "store.path"
     try:
@@ -118,7 +119,9 @@ def _main(args: argparse.Namespace) -> int:
         print(json.dumps({"settings_ok": True, "site_nodes": agent.view.site.num_nodes, "node": cfg.node_name,
                           "listen": host_port(cfg.listen.host, cfg.listen.port),
                           "store": str(store_path) if store_path else None,
-                          "prometheus": cfg.prometheus.url or None, "scoring": cfg.prometheus.scoring,
+                          # Never the password of prometheus.url: check's output ends up in CI logs and tickets.
+                          "prometheus": redact_url(cfg.prometheus.url) if cfg.prometheus.url else None,
+                          "scoring": cfg.prometheus.scoring,
                           "policy_registry": str(cfg.policy.registry) if cfg.policy.registry else None,
                           "federated": _federated_summary(cfg, store_path)}, indent=2))
         return EXIT_OK

@@ -19,6 +19,7 @@ import datetime as dt
 import ipaddress
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,12 +53,25 @@ def node_key_files(name: str) -> tuple[str, str]:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
+    """Write ``data`` to ``path`` through a new temporary file beside it, renamed over it: a
+    private key is 0600 from its first byte, another file 0644. The temporary file is made by
+    ``mkstemp`` (O_EXCL, 0600, a random name): a fixed name opened with O_CREAT|O_TRUNC kept the
+    mode of a file already there (a world-readable key) and wrote through a symbolic link planted
+    at it. ``path`` itself, a link or not, is replaced, never written through (unlike
+    :func:`iro_fed.problem_io.write_file_atomic`, which follows links and makes files 0644)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if not private:
+                os.fchmod(fh.fileno(), 0o644)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def make_tls(out: str | os.PathLike[str], hosts: Sequence[str] = ("localhost", "127.0.0.1"),

@@ -504,22 +504,77 @@ class QueueCollector:
                                          buckets=buckets, gsum_value=sum(backoffs))
 
 
+#: ``iro scheduler``'s metrics server: open connections at once (one thread each; more get 503),
+#: and the seconds a request's line and headers may take, and an idle keep-alive connection
+#: waits. Prometheus scrapes over one connection and gives up after its scrape_timeout (10 s).
+METRICS_MAX_CONNECTIONS = 32
+METRICS_TIMEOUT_S = 10.0
+
+
+def start_metrics_server(registry: Any, host: str, port: int, max_connections: int = METRICS_MAX_CONNECTIONS,
+                         timeout_s: float = METRICS_TIMEOUT_S) -> Any:
+    """Serve ``GET /metrics`` (and ``/``) of ``registry`` on ``host``:``port`` in a daemon thread
+    and return the server (``server_address``; ``shutdown()``). The exposition is prometheus_client's
+    (the format the ``Accept`` header asks for, gzip when accepted, ``name[]`` filters), served by the
+    bounded server of the extender and the webhook (:mod:`iro_fed.k8s.httpjson`): at most
+    ``max_connections`` open, ``timeout_s`` for a request's line and headers and for an idle
+    connection. prometheus_client's ``start_http_server`` had neither: 200 half-sent requests held
+    200 threads for ever. OSError where it cannot listen."""
+    import gzip
+    from http.server import ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+    from iro_fed.k8s.httpjson import AnyFamily, ConnectionLimit, RoutedJsonHandler, serve_in_thread
+
+    class Handler(RoutedJsonHandler):
+        error_key = "error"
+        drain_bytes = 0  # a body sent with a GET is never read as the next request: the connection closes
+
+        def routes(self) -> dict[str, dict[str, Any]]:
+            return {path: {"GET": self._metrics, "HEAD": self._metrics} for path in ("/metrics", "/")}
+
+        def not_found(self, path: str) -> str:
+            return f"unknown path {path[:100]!r} (GET /metrics)"
+
+        def _metrics(self) -> None:
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            names = parse_qs(urlsplit(self.path).query).get("name[]")
+            data = encoder(registry.restricted_registry(names) if names else registry)
+            headers: dict[str, str] = {}
+            if gzip_accepted(self.headers.get("Accept-Encoding", "")):
+                data = gzip.compress(data)
+                headers["Content-Encoding"] = "gzip"
+            self.send_body(200, data, content_type, headers)
+
+    class Server(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+        busy_message = "too many connections to the metrics server: retry"
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            logging.getLogger(__name__).debug("metrics connection from %s failed", client_address, exc_info=True)
+
+    Server.max_connections = max_connections
+    Server.header_timeout_s = Server.body_timeout_s = Server.idle_timeout_s = timeout_s
+    server = Server((host, port), Handler)
+    serve_in_thread(server, "iro-scheduler-metrics")
+    return server
+
+
 def cmd_scheduler(args: argparse.Namespace) -> int:
     _logging(args.verbose)
     parts = build_scheduler(args)
     sched, registry = parts.scheduler, parts.registry
     feedback = sched.feedback
-    from iro_fed.k8s.httpjson import host_port, listen_address
+    from iro_fed.k8s.httpjson import host_port
 
     metrics_host = args.metrics_host or METRICS_HOST
     if registry is not None:
-        from prometheus_client import start_http_server
-
         try:
-            # The address resolved as the other servers resolve theirs (IPv4 first): prometheus_client
-            # takes the first address of a name, and picks the IPv6 family for an IPv6 address.
-            address = listen_address(metrics_host, args.metrics_port)[1][0]
-            start_http_server(args.metrics_port, addr=address, registry=registry)
+            # The address resolved as the other servers resolve theirs (IPv4 first; "::" dual stack).
+            start_metrics_server(registry, metrics_host, args.metrics_port)
         except OSError as exc:
             raise _listen_error(exc, metrics_host, args.metrics_port, "--metrics-host", "--metrics-port") from exc
     for flag, folder in _action_folders(args):  # every flag accepted (the port too): now they are made
