@@ -243,7 +243,9 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
     latency_term = _ratio(lat_sum, coef.n_with_region)
 
     cost = float(coef.node_cost[on].sum())
-    cpu_util = np.minimum(used[:, p.cpu_index] / coef.cpu_divisor, 1.0)
+    # used's columns are util_resources: cpu_index (a column of resources) reads another column
+    # when a feasibility_only resource comes before cpu.
+    cpu_util = np.minimum(used[:, p.util_resources.index("cpu")] / coef.cpu_divisor, 1.0)
     carbon = float((coef.carbon_idle[on] + coef.carbon_dynamic[on] * cpu_util[on]).sum())
     power = float((p.power_idle_w[on] + (p.power_peak_w[on] - p.power_idle_w[on]) * cpu_util[on]).sum())
 
