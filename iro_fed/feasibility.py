@@ -34,7 +34,12 @@ Two conventions carry what kube reads from the Node and pod objects themselves:
   DaemonSet pins its pods), which NodeAffinity's PreFilter turns into the only nodes filtered;
   one starting with :data:`NODE_NAMES_CONFLICT_PREFIX` says that those sets conflict (empty):
   PreFilter fails and the message is its own (``0/3 nodes are available: pod affinity terms
-  conflict.``), no node counted.
+  conflict.``), no node counted;
+* a ``node_selector`` key with a prefix of :data:`POD_FILTER_PREFIXES` is the verdict of a plugin
+  that reads the pods on a node (NodePorts, PodTopologySpread, InterPodAffinity), which the
+  Kubernetes snapshot evaluates against the bound pods: a node without the label fails with that
+  plugin's reason. NodePorts is tried before NodeResourcesFit, the others after it (a node short
+  of a resource is reported for that, as kube's plugin order does).
 """
 
 from __future__ import annotations
@@ -75,6 +80,12 @@ _FILTERS = (
     "gpu_cards",
     "node_names",
     "unschedulable",
+    "node_ports",
+    "spread_label",
+    "spread",
+    "pod_affinity",
+    "pod_anti_affinity",
+    "existing_anti_affinity",
 )
 #: ``first_fail`` of a node with fewer GPU cards than the pod asks for (NodeResourcesFit then
 #: lists its other shortages too).
@@ -84,13 +95,26 @@ TAINTS_FILTER = _FILTERS.index("taints")
 NODE_NAMES_FILTER = _FILTERS.index("node_names")
 #: ``first_fail`` of a cordoned node the pod does not tolerate (NodeUnschedulable).
 UNSCHEDULABLE_FILTER = _FILTERS.index("unschedulable")
+#: The filters of the plugins that read the pods already on a node (NodePorts, PodTopologySpread,
+#: InterPodAffinity), each a ``node_selector`` key prefix (:data:`POD_FILTER_PREFIXES`).
+NODE_PORTS_FILTER = _FILTERS.index("node_ports")
+SPREAD_LABEL_FILTER = _FILTERS.index("spread_label")
+SPREAD_FILTER = _FILTERS.index("spread")
+POD_AFFINITY_FILTER = _FILTERS.index("pod_affinity")
+POD_ANTI_AFFINITY_FILTER = _FILTERS.index("pod_anti_affinity")
+EXISTING_ANTI_AFFINITY_FILTER = _FILTERS.index("existing_anti_affinity")
+#: The filters whose plugins kube runs after NodeResourcesFit: a node failing one of them and short
+#: of a resource is reported for the resource (:func:`explain`).
+AFTER_FIT_FILTERS = (SPREAD_LABEL_FILTER, SPREAD_FILTER, POD_AFFINITY_FILTER, POD_ANTI_AFFINITY_FILTER,
+                     EXISTING_ANTI_AFFINITY_FILTER)
 #: The order in which a node's failing filters are tried (indices into ``_FILTERS``):
 #: kube-scheduler's. Nodes outside NodeAffinity's PreFilter node-name set are never filtered at
 #: all; then the plugin order: NodeUnschedulable, TaintToleration, NodeAffinity (node selector,
 #: and the allowed domains, which would be node affinity on a domain label in Kubernetes), our
-#: latency and GPU-model filters, then the card count (NodeResourcesFit). A node's reason is
-#: that of the first one that fails.
-_PRECEDENCE = np.array([NODE_NAMES_FILTER, UNSCHEDULABLE_FILTER, TAINTS_FILTER, 2, 0, 3, 4, 5], dtype=np.int8)
+#: latency and GPU-model filters, NodePorts, the card count (NodeResourcesFit), then
+#: PodTopologySpread and InterPodAffinity. A node's reason is that of the first one that fails.
+_PRECEDENCE = np.array([NODE_NAMES_FILTER, UNSCHEDULABLE_FILTER, TAINTS_FILTER, 2, 0, 3, 4, NODE_PORTS_FILTER, 5,
+                        *AFTER_FIT_FILTERS], dtype=np.int8)
 
 #: The taint of a cordoned node: the node lifecycle controller adds it for ``spec.unschedulable``
 #: and the Kubernetes snapshot does too. A node without :data:`UNSCHEDULABLE_LABEL` that has it
@@ -113,6 +137,17 @@ NODE_NAMES_LABEL_PREFIX = "iro-fed.io/node-names-"
 NODE_NAMES_CONFLICT_PREFIX = NODE_NAMES_LABEL_PREFIX + "conflict-"
 #: nodeaffinity ``errReasonConflict``.
 PREFILTER_CONFLICT = "pod affinity terms conflict"
+#: ``node_selector`` key prefixes of the plugins that read the pods on a node: the Kubernetes
+#: snapshot evaluates them against the pods bound there and labels the nodes that pass (a node
+#: without the label fails), each node failing at most one key of a plugin (its first reason).
+POD_FILTER_PREFIXES = {
+    "iro-fed.io/host-ports-": NODE_PORTS_FILTER,
+    "iro-fed.io/spread-label-": SPREAD_LABEL_FILTER,
+    "iro-fed.io/spread-skew-": SPREAD_FILTER,
+    "iro-fed.io/pod-affinity-": POD_AFFINITY_FILTER,
+    "iro-fed.io/pod-anti-affinity-": POD_ANTI_AFFINITY_FILTER,
+    "iro-fed.io/existing-anti-affinity-": EXISTING_ANTI_AFFINITY_FILTER,
+}
 #: Kubernetes' name of the GPU count (``Problem.resource_names``' ``gpu``).
 GPU_RESOURCE_NAME = "nvidia.com/gpu"
 #: kube's ``GetZoneKey`` (``component-helpers/node/topology``) lookup order, shared by the
@@ -130,6 +165,15 @@ _STATIC_REASONS = {
     GPU_CARDS_FILTER: f"Insufficient {GPU_RESOURCE_NAME}",
     NODE_NAMES_FILTER: "node(s) didn't satisfy plugin(s) [NodeAffinity]",  # schedule_one.go, absent nodes
     UNSCHEDULABLE_FILTER: "node(s) were unschedulable",  # nodeunschedulable ErrReasonUnschedulable
+    NODE_PORTS_FILTER: "node(s) didn't have free ports for the requested pod ports",  # nodeports ErrReason
+    # podtopologyspread ErrReasonNodeLabelNotMatch, ErrReasonConstraintsNotMatch
+    SPREAD_LABEL_FILTER: "node(s) didn't match pod topology spread constraints (missing required label)",
+    SPREAD_FILTER: "node(s) didn't match pod topology spread constraints",
+    # interpodaffinity ErrReasonAffinityRulesNotMatch, ErrReasonAntiAffinityRulesNotMatch,
+    # ErrReasonExistingAntiAffinityRulesNotMatch
+    POD_AFFINITY_FILTER: "node(s) didn't match pod affinity rules",
+    POD_ANTI_AFFINITY_FILTER: "node(s) didn't match pod anti-affinity rules",
+    EXISTING_ANTI_AFFINITY_FILTER: "node(s) didn't satisfy existing pods anti-affinity rules",
 }
 
 
@@ -280,6 +324,13 @@ def static_filter(problem: Problem, w: int) -> StaticFilter:
     return cached
 
 
+def _pod_filter_code(key: str) -> int | None:
+    """The filter of a ``node_selector`` key of :data:`POD_FILTER_PREFIXES` (None: another key)."""
+    if not key.startswith("iro-fed.io/"):
+        return None
+    return next((code for prefix, code in POD_FILTER_PREFIXES.items() if key.startswith(prefix)), None)
+
+
 def _compute_static(problem: Problem, w: int) -> StaticFilter:
     wl = problem.workloads[w]
     n = problem.num_nodes
@@ -311,11 +362,15 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     # node-name set keys are NodeAffinity's PreFilter instead (below).
     sel_fail = np.zeros(n, dtype=bool)
     names_fail = np.zeros(n, dtype=bool)
+    pod_fails = {code: np.zeros(n, dtype=bool) for code in POD_FILTER_PREFIXES.values()}
     for key, value in wl.node_selector.items():
         codes, values = problem.label_codes(key)
         code = values.get(value)
         miss = codes != (code if code is not None else -2)
-        if key.startswith(NODE_NAMES_CONFLICT_PREFIX):
+        pod_code = _pod_filter_code(key)
+        if pod_code is not None:
+            pod_fails[pod_code] |= miss
+        elif key.startswith(NODE_NAMES_CONFLICT_PREFIX):
             names_fail[:] = True  # PreFilter fails: no node is filtered, whatever its labels
         elif key.startswith(NODE_NAMES_LABEL_PREFIX):
             names_fail |= miss
@@ -347,6 +402,7 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     fails.append(card_fail)
     fails.append(names_fail)
     fails.append(_cordoned(problem) & ~any(t.tolerates(UNSCHEDULABLE_TAINT) for t in wl.tolerations))
+    fails.extend(pod_fails[code] for code in range(NODE_PORTS_FILTER, len(_FILTERS)))
 
     stacked = np.stack(fails)[_PRECEDENCE]  # [filters, N], in the order they are tried
     any_fail = stacked.any(axis=0)
@@ -482,6 +538,8 @@ def explain(state: ClusterState, w: int) -> str:
     counts: Counter[str] = Counter()
     static_messages = static_reasons(p, w)
     for code, message in static_messages.items():
+        if code in AFTER_FIT_FILTERS:
+            continue  # counted below, on the nodes that NodeResourcesFit lets through
         k = int((sf.first_fail == code).sum())  # never the taints' code: static_reasons leaves it out
         if k:
             counts[message] += k
@@ -492,13 +550,19 @@ def explain(state: ClusterState, w: int) -> str:
     # Resources: every insufficient resource of a node that reaches NodeResourcesFit counts; a
     # node with too few GPU cards (static "Insufficient nvidia.com/gpu") reaches it too, so its cpu /
     # memory shortages count beside the gpu one, as kube lists all of a node's shortfalls.
-    ok_nodes = np.flatnonzero(sf.mask)
-    fit_nodes = np.flatnonzero(sf.mask | (sf.first_fail == GPU_CARDS_FILTER))
+    # A node whose first static failure is a plugin kube runs after NodeResourcesFit (spread,
+    # inter-pod affinity) reaches the resource check too, and is reported for its shortages if any.
+    late = np.isin(sf.first_fail, AFTER_FIT_FILTERS)
+    ok_nodes = np.flatnonzero(sf.mask | late)
+    fit_nodes = np.flatnonzero(sf.mask | late | (sf.first_fail == GPU_CARDS_FILTER))
+    short = np.zeros(p.num_nodes, dtype=bool)
     if fit_nodes.size:
         demand = p.demand[w]
         tol = fit_tolerance(p)
         for r in np.flatnonzero(demand > 0):
-            k = int((state.free[fit_nodes, r] + tol[fit_nodes, r] < demand[r]).sum())
+            bad = state.free[fit_nodes, r] + tol[fit_nodes, r] < demand[r]
+            short[fit_nodes[bad]] = True
+            k = int(bad.sum())
             if k:
                 counts[insufficient(p.resources[r])] += k
     if ok_nodes.size:
@@ -506,11 +570,18 @@ def explain(state: ClusterState, w: int) -> str:
         if count > 0:
             milli = int(p.wl_gpu_milli[w])
             if count == 1 and milli < GPU_MILLI:
-                k = int((state.gpu_max_free[ok_nodes] < milli).sum())
+                bad = state.gpu_max_free[ok_nodes] < milli
             else:
-                k = int((state.gpu_full[ok_nodes] < count).sum())
+                bad = state.gpu_full[ok_nodes] < count
+            short[ok_nodes[bad]] = True
+            k = int(bad.sum())
             if k:
                 counts[insufficient("gpu")] += k
+    if late.any():
+        for code in AFTER_FIT_FILTERS:
+            k = int(((sf.first_fail == code) & ~short).sum())
+            if k:
+                counts[static_messages[code]] += k
     available = int(feasible_nodes(state, w).sum())
     reasons = sorted(f"{k} {msg}" for msg, k in counts.items())
     head = f"{available}/{p.num_nodes} nodes are available"

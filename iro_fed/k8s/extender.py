@@ -53,7 +53,12 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from iro_fed.feasibility import (
+    AFTER_FIT_FILTERS,
+    EXISTING_ANTI_AFFINITY_FILTER,
     GPU_CARDS_FILTER,
+    NODE_PORTS_FILTER,
+    POD_ANTI_AFFINITY_FILTER,
+    SPREAD_FILTER,
     TAINTS_FILTER,
     fit_tolerance,
     insufficient,
@@ -213,6 +218,11 @@ def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, li
     raise BadRequest("Nodes", "one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
 
 
+#: Static filters whose kube status is Unschedulable (a preemption may resolve them), not
+#: UnschedulableAndUnresolvable: the plugins that read the pods on a node, but affinity / missing label.
+_RESOLVABLE = frozenset({NODE_PORTS_FILTER, SPREAD_FILTER, POD_ANTI_AFFINITY_FILTER, EXISTING_ANTI_AFFINITY_FILTER})
+
+
 def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tuple[str, bool]]:
     """For each of ``nodes`` (indices) where workload ``w`` does not fit: (kube's reason,
     unresolvable). Static constraints are unresolvable; resource shortages are not."""
@@ -228,8 +238,11 @@ def node_reasons(state: ClusterState, w: int, nodes: np.ndarray) -> dict[int, tu
         code = int(first[j])
         if code == TAINTS_FILTER:
             out[n] = (sf.taint_messages[int(sf.taint_reason[n])], True)
-        elif code >= 0 and code != GPU_CARDS_FILTER:
-            out[n] = (reasons[code], True)
+        elif code >= 0 and code != GPU_CARDS_FILTER and not (code in AFTER_FIT_FILTERS and not fit[j]):
+            # kube's Unschedulable (preemption may help) for NodePorts, spread skew and anti-affinity;
+            # UnschedulableAndUnresolvable for the others. A node short of a resource that fails only a
+            # plugin kube runs after NodeResourcesFit is reported for the resource (below).
+            out[n] = (reasons[code], code not in _RESOLVABLE)
         else:
             # NodeResourcesFit lists every shortage of the node, cards included.
             parts = [insufficient(p.resources[r]) for r in np.flatnonzero(p.demand[w] > 0)

@@ -8,7 +8,12 @@ Loop (leader only):
 2. pods are gathered for ``window_s`` after the first one arrives, then the batch is solved
    jointly: ``solvers.make("fallback", primary=SOLVER, fallback=FALLBACK, time_limit_s=...)``, so
    an error, a timeout or an invalid placement of the configured solver falls back to a heuristic;
-3. every placed pod is bound once (``pods/binding`` with ``_preload_content=False``, never
+3. the batch's placements are checked in queue order against NodePorts, PodTopologySpread and
+   InterPodAffinity with the pods placed before them (the snapshot judged each pod against the
+   bound pods only; kube places one pod at a time): one that fails, or an unplaced pod rejected for
+   pod affinity or spread skew that a pod of the batch being bound may satisfy, is not bound now
+   but tried again at once in the next batch (outcome ``deferred``; no backoff, no Event);
+   every other placed pod is bound once (``pods/binding`` with ``_preload_content=False``, never
    retried; the chosen GPU cards go in the Binding's ``iro-fed.io/gpu-cards`` annotation) and
    gets an Event that explains the decision: its change of R and of each objective term
    (from :func:`iro_fed.objective.evaluate` with and without the pod), the runner-up node and the
@@ -38,23 +43,27 @@ failed attempt doubles the pod's backoff (``pod_initial_backoff_s`` 1 s, at most
 backoff is over *and* the cluster changed since that attempt in a way that can fit it, or when it
 has waited ``max_unschedulable_s`` (5 min) whatever happened. The changes that count are kube's
 queueing hints for what the model reads (NodeResourcesFit, NodeAffinity, TaintToleration,
-NodeUnschedulable; the model has no inter-pod affinity or spread): a node added, or its labels,
+NodeUnschedulable, NodePorts, PodTopologySpread, InterPodAffinity): a node added, or its labels,
 taints, ``spec.unschedulable``, allocatable (or capacity) changed (``NodeSchedulingPropertiesChange``;
 conditions and annotations are not read); a bound pod deleted or finished (kube's pod informer
 drops ``Succeeded`` / ``Failed`` pods: a delete), a Binding of this scheduler that failed, or a
 pod it assumed bound that the watch never showed (the room counted for it is free again: kube's
 ``AssignedPodDelete`` move after a failed binding cycle), which moves only the pods that some node
-rejected for their resources rather than only for labels, taints, domains, latency or GPU model
-(of the plugins the model stands for, only NodeResourcesFit registers a pod delete; NodeAffinity,
-TaintToleration, NodeUnschedulable and NodeName register node events only; the model has no host
-ports, inter-pod affinity, spread or volumes, whose plugins do register it); or a bound pod updated
+rejected for their resources or for the pods on it (host ports, spread, inter-pod affinity) rather
+than only for labels, taints, domains, latency or GPU model (NodeResourcesFit, NodePorts,
+PodTopologySpread and InterPodAffinity register a pod delete; NodeAffinity, TaintToleration,
+NodeUnschedulable and NodeName register node events only; the model has no volumes); a bound pod
+added, relabelled or moved to another node, which moves only the pods some node rejected for pod
+affinity or spread skew (InterPodAffinity and PodTopologySpread register pod adds and label
+updates; logged only while such a pod waits); or a bound pod updated
 so that it takes less (smaller requests, fewer GPU cards or a smaller share; requests as the model
 counts them, so the status update of a kubelet actuating an in-place shrink counts), which moves
 only those of these pods that request what it freed (GPU cards count as ``nvidia.com/gpu``:
 NodeResourcesFit's ``isSchedulableAfterPodScaleDown``): a memory shrink moves no pod that asks
 only for cpu, and cards that move or grow free nothing. A pod whose rejection is unknown (an
 invalid spec) is moved by each of these. A bound
-pod added, a node deleted, any other status update, a label or annotation change of a bound pod are not:
+pod added (but as above), a node deleted, any other status update, a label (but as above) or
+annotation change of a bound pod are not:
 in a real cluster pod statuses change all the time, and each of them retried every unschedulable
 pod. A pod
 updated as kube's ``isPodUpdated`` sees it (anything but ``resourceVersion``, ``generation``,
@@ -101,7 +110,15 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.feasibility import GPU_CARDS_FILTER, feasible_nodes, static_filter
+from iro_fed.feasibility import (
+    AFTER_FIT_FILTERS,
+    GPU_CARDS_FILTER,
+    POD_AFFINITY_FILTER,
+    POD_FILTER_PREFIXES,
+    SPREAD_FILTER,
+    feasible_nodes,
+    static_filter,
+)
 from iro_fed.feedback import DEFAULT_CLASS, placement_terms
 from iro_fed.k8s.client import WATCH_JITTER, CallResult, ClusterCache, Kube, Reflector, child_rng, resource_version_of
 from iro_fed.k8s.quantity import QuantityError
@@ -112,13 +129,16 @@ from iro_fed.k8s.snapshot import (
     TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
+    PlacedPods,
     PodSpecError,
     Snapshot,
     apply_usage,
     node_doc,
     obj_key,
     pod_demand,
+    pod_rules,
     pods_by_node,
+    reads_pods,
 )
 from iro_fed.model import ClusterState
 from iro_fed.objective import Breakdown, evaluate, marginal
@@ -130,6 +150,11 @@ SHRINK_LOG = 1024  # pod deletes and scale-downs kept to judge queued pods by; a
 # What a bound pod's delete frees, in the log of _count_move: all it held, so it can fit any pod
 # that some node rejected for its resources (whose _fit_needs hold this), whatever it requests.
 POD_GONE = "*"
+POD_FILTER_CODES = tuple(POD_FILTER_PREFIXES.values())  # the filters of the plugins that read the pods on a node
+# What a bound pod added (or relabelled, or moved to another node) brings, in the same log: it can
+# fit only the pods some node rejected for pod affinity or spread skew (kube's InterPodAffinity and
+# PodTopologySpread register pod adds and label updates).
+POD_ADDED = "+"
 _ALL_HELD = frozenset({POD_GONE})  # what a bound pod's delete frees (see _frees_room)
 ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
@@ -153,7 +178,7 @@ class PodOutcome:
 
     key: str
     node: str | None
-    status: str  # bound, unschedulable, conflict, bind-error, invalid, not-leader
+    status: str  # bound, unschedulable, deferred (tried again in the next batch), conflict, bind-error, invalid, not-leader
     message: str
     delta_r: float | None = None
     terms: dict[str, float] = field(default_factory=dict)
@@ -323,6 +348,7 @@ class IroScheduler:
         self._moves = 0
         self._moved_all = 0
         self._shrinks: collections.deque[tuple[int, frozenset[str]]] = collections.deque()
+        self._add_waiters: set[str] = set()  # queued pods (keys) that a bound pod added may fit (POD_ADDED)
         self._wake = threading.Event()
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
@@ -441,15 +467,30 @@ class IroScheduler:
             self._cluster_moved()
 
     def _bound_pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-        """The bound-pods reflector's ``on_change``: only a pod that frees room counts."""
+        """The bound-pods reflector's ``on_change``: a pod that frees room counts, and a pod added
+        (or relabelled) while a queued pod waits for one (:data:`POD_ADDED`)."""
         try:
             freed = _frees_room(old, new, self.config.resources)
+            added = _adds_a_pod(old, new)
         except Exception:  # never end the reflector's watch over one odd object: count it for every pod
             log.debug("bound pod change not judged; counted as a cluster change", exc_info=True)
             self._cluster_moved()
             return
+        if added and self._waiting_for_adds():
+            freed = freed | {POD_ADDED}
         if freed:
             self._cluster_moved(freed)
+
+    def _waiting_for_adds(self) -> bool:
+        """Whether a queued pod waits for a bound pod added (:data:`POD_ADDED`): only then is an add
+        logged, so that the pods this scheduler binds do not fill the log (_count_move) for nothing."""
+        with self._lock:
+            for key in list(self._add_waiters):
+                q = self._unschedulable.get(key)
+                if q is not None and q.wants is not None and POD_ADDED in q.wants:
+                    return True
+                self._add_waiters.discard(key)
+        return False
 
     def _cluster_moved(self, freed: frozenset[str] | None = None) -> None:
         """A cluster change that can fit queued pods: they are tried again once their backoff is
@@ -757,17 +798,32 @@ class IroScheduler:
         self.refresh_policy()
         placement = self.solver.solve(problem)
         info = placement.info or {}
-        state = ClusterState.with_assignment(problem, placement.assignment, placement.gpu_cards)
+        # The solver placed the batch jointly, each pod's pod (anti-)affinity, spread and host ports
+        # judged against the bound pods only: the placements that fail against the pods placed
+        # before them (queue order) are not bound now but tried again in the next batch.
+        deferred, kept = _batch_conflicts(model, problem, good, placement.assignment)
+        assignment = placement.assignment
+        if deferred:
+            assignment = assignment.copy()
+            assignment[list(deferred)] = -1
+        cards = {w: c for w, c in placement.gpu_cards.items() if w not in deferred}
+        state = ClusterState.with_assignment(problem, assignment, cards)
         to_bind = []
-        with_all = evaluate(problem, placement.assignment) if (placement.assignment >= 0).any() else None
+        with_all = evaluate(problem, assignment) if (assignment >= 0).any() else None
         for w, pod in enumerate(good):
             n = int(placement.assignment[w])
+            if w in deferred:
+                outcomes.append(self._defer(pod, problem.nodes[n].name, deferred[w]))
+                continue
             if n < 0:
                 reason = placement.reasons.get(w) or "no node fits"
+                if kept.by_namespace and _waits_for_batch(problem, w, pod, kept):
+                    outcomes.append(self._defer(pod, None, reason))
+                    continue
                 outcomes.append(self._unschedulable_pod(pod, reason, "Unschedulable", version, _fit_needs(problem, w)))
                 continue
             # Explanations need the state (remove / place back), so they are computed here, in order.
-            to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, placement.assignment, w, with_all)))
+            to_bind.append((snap, state, placement, w, pod, explain_placement(problem, state, assignment, w, with_all)))
         # Bindings and their events go out in parallel, as kube-scheduler binds asynchronously;
         # each worker checks leadership right before its POST.
         if len(to_bind) > 1 and self.bind_workers > 1:
@@ -777,8 +833,9 @@ class IroScheduler:
         result = BatchResult(outcomes, self.solver_name, str(info.get("solved_by", self.solver_name)),
                              info.get("fallback_reason"), placement.objective.score if placement.objective else None,
                              float(placement.timing.get("solve_s", 0.0)))
-        log.info("batch of %d: %d bound, %d unschedulable, solved by %s in %.1f ms", len(pods),
-                 sum(o.status == "bound" for o in outcomes), sum(o.status == "unschedulable" for o in outcomes),
+        log.info("batch of %d: %d bound, %d unschedulable, %d left for the next batch, solved by %s in %.1f ms",
+                 len(pods), sum(o.status == "bound" for o in outcomes), sum(o.status == "unschedulable" for o in outcomes),
+                 sum(o.status == "deferred" for o in outcomes),
                  result.solved_by, 1000 * result.solve_s)
         return result
 
@@ -827,6 +884,19 @@ class IroScheduler:
             self.feedback.record_placement(key, node, problem, state, explained=(delta, terms))
         return PodOutcome(key, node, "bound", message, delta, terms, runner, gap)
 
+    def _defer(self, pod: Mapping[str, Any], node: str | None, reason: str) -> PodOutcome:
+        """A pod of the batch left for the next one: placed on ``node`` where a pod placed before it
+        in this batch now excludes it, or (``node`` None) rejected for pod affinity or spread while
+        others of its batch are bound, which may satisfy it. Not unschedulable: no backoff, no
+        condition or Event; it is tried again at once, against the pods bound meanwhile."""
+        key = obj_key(pod)
+        with self._lock:
+            self._unschedulable.pop(key, None)  # else a queued pod would wait for a cluster change
+        where = (f"node {node}: {reason} (pods placed before it in this batch)" if node is not None
+                 else f"{reason} (pods of this batch being bound may change that)")
+        log.debug("%s: %s; tried again in the next batch", key, where)
+        return PodOutcome(key, node, "deferred", f"{where}; tried again in the next batch")
+
     def _back_off(self, key: str) -> None:
         """Under ``_lock``: the pod is tried again after 1, 2, 4 ... 30 s (doubled per failure in
         a row; the entry stays after it ends so the next delay doubles, and goes when the pod
@@ -845,6 +915,8 @@ class IroScheduler:
             queued = QueuedPod(uid, spec, resource_version_of(pod), attempts, self.clock(), version,
                                self.backoff_s(attempts), wants)
             self._unschedulable[key] = queued
+            if wants is not None and POD_ADDED in wants:
+                self._add_waiters.add(key)
         log.debug("%s: %s (attempt %d; tried again after %.0f s if the cluster changes, after %.0f s anyway)",
                   key, reason, attempts, queued.backoff_s, self.max_unschedulable_s)
         if self.is_leader():
@@ -1058,17 +1130,80 @@ def _frees_room(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     return frozenset(freed)
 
 
+def _batch_conflicts(model: ClusterModel, problem: Any, pods: Sequence[Mapping[str, Any]],
+                     assignment: np.ndarray) -> tuple[dict[int, str], PlacedPods]:
+    """The placed pods of a batch that fail NodePorts, PodTopologySpread or InterPodAffinity
+    against the bound pods plus the pods of the batch placed before them (queue order, the ones
+    kept), as kube placing one pod at a time would find: (workload -> kube's reason, the pods
+    kept). Nothing to check (no cost) when no pod of the batch has pod (anti-)affinity, a spread
+    constraint or a host port: the snapshot judged each pod against the bound pods already."""
+    earlier = PlacedPods()
+    if not any(reads_pods(p) for p in pods):
+        return {}, earlier
+    out: dict[int, str] = {}
+    for w, pod in enumerate(pods):
+        n = int(assignment[w])
+        if n < 0:
+            continue
+        node = problem.nodes[n].name
+        try:
+            reason = model.placement_conflict(pod, node, earlier)
+            rules = pod_rules(pod, pending=False)
+        except PodSpecError:  # labels the model cannot read (the API server never sends such): nothing selects it
+            continue
+        if reason is not None:
+            out[w] = reason
+        else:
+            earlier.add(node, rules)
+    return out, earlier
+
+
+def _waits_for_batch(problem: Any, w: int, pod: Mapping[str, Any], kept: PlacedPods) -> bool:
+    """Whether unplaced workload ``w`` (``pod``) was refused by some node for pod affinity or spread
+    skew, and a pod of its batch being bound (``kept``) is one its affinity terms (all of them) or
+    a spread selector counts: that pod may change it (kube would have placed it first)."""
+    if not np.isin(static_filter(problem, w).first_fail, (POD_AFFINITY_FILTER, SPREAD_FILTER)).any():
+        return False
+    try:
+        rules = pod_rules(pod)
+    except PodSpecError:
+        return False
+    for _, other in kept.pods():
+        if rules.affinity and all(t.matches(other.namespace, other.labels) for t in rules.affinity):
+            return True
+        if other.namespace == rules.namespace and any(c.selector.matches(other.labels) for c in rules.spread):
+            return True
+    return False
+
+
+def _adds_a_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether a bound pod going from ``old`` to ``new`` (None: added / deleted) is one more pod
+    that pod affinity or a spread constraint may select: added, relabelled, or moved to a node."""
+    if new is None or not _counts(new):
+        return False
+    return (old is None or not _counts(old) or _field(old, "metadata", "labels") != _field(new, "metadata", "labels")
+            or _field(old, "spec", "nodeName") != _field(new, "spec", "nodeName"))
+
+
 def _fit_needs(problem: Any, w: int) -> frozenset[str]:
-    """What a bound pod's delete or scale-down must free to fit workload ``w`` of ``problem``,
-    which is left unplaced: ``POD_GONE`` (any delete) and the resources it requests
+    """What a bound pod's delete, scale-down or add must bring to fit workload ``w`` of ``problem``,
+    which is left unplaced: ``POD_GONE`` (any delete), ``POD_ADDED`` when some node rejected it for
+    pod affinity or spread skew, and the resources it requests
     (``nvidia.com/gpu`` for GPU cards or a share), as kube's hint reads the waiting pod's
     ``PodRequests``; none when no node reached the resource check (each failed a static filter:
     labels, taints, domains...), as kube consults NodeResourcesFit's hint only for a pod that
     plugin rejected, and the static filters' plugins move nothing on a pod delete."""
     sf = static_filter(problem, w)
-    if not (sf.mask | (sf.first_fail == GPU_CARDS_FILTER)).any():
-        return frozenset()
-    wants = {POD_GONE, *(r for r, v in zip(problem.resources, problem.demand[w], strict=True) if v > 0)}
+    # NodePorts, PodTopologySpread and InterPodAffinity register a pod delete too: a pod some node
+    # rejected for the pods on it is retried by any delete (kube's hints narrow that down further).
+    pod_filters = bool(np.isin(sf.first_fail, POD_FILTER_CODES).any())
+    # ... and a pod added helps one rejected for pod affinity or spread skew.
+    added = {POD_ADDED} if np.isin(sf.first_fail, (POD_AFFINITY_FILTER, SPREAD_FILTER)).any() else set()
+    # The nodes that reached NodeResourcesFit: those passing the static filters, short of GPU cards,
+    # or failing only a plugin kube runs after it (spread, inter-pod affinity).
+    if not (sf.mask | (sf.first_fail == GPU_CARDS_FILTER) | np.isin(sf.first_fail, AFTER_FIT_FILTERS)).any():
+        return frozenset({POD_GONE, *added}) if pod_filters else frozenset()
+    wants = {POD_GONE, *added, *(r for r, v in zip(problem.resources, problem.demand[w], strict=True) if v > 0)}
     if problem.wl_gpu_count[w] > 0:
         wants.add(GPU_RESOURCE)
     return frozenset(wants)

@@ -65,10 +65,23 @@ selects, so the one feasibility module enforces them and reports kube's message
 those names conflict (every term's intersection is empty) the pod selects
 ``iro-fed.io/node-names-conflict-<hash>``, which no node has: PreFilter's "pod affinity terms
 conflict" is then the whole message, as kube's.
+
+The plugins that filter a node by the pods already on it are evaluated here too, against the bound
+(and assumed) pods, and handed over the same way (feasibility's ``POD_FILTER_PREFIXES``, each with
+kube's reason): NodePorts (host ports of the app containers and sidecars, ``0.0.0.0`` conflicting
+with every address), PodTopologySpread (``whenUnsatisfiable: DoNotSchedule`` constraints with
+``minDomains``, ``matchLabelKeys``, ``nodeAffinityPolicy`` and ``nodeTaintsPolicy``), and
+InterPodAffinity (the pod's required affinity, with kube's rule for the first pod of a series that
+matches its own terms, its required anti-affinity, and the bound pods' required anti-affinity
+against it; a ``namespaceSelector`` is read against the namespace's ``kubernetes.io/metadata.name``
+label only: no Namespace objects are watched). Only pods with such rules, or every pod while some
+bound pod has required anti-affinity, pay for it (:meth:`ClusterModel.placement_conflict` checks a
+batch's placements against each other).
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -96,7 +109,7 @@ from iro_fed.feasibility import (
     topology_label,
 )
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
-from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem
+from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem, Taint, Toleration
 from iro_fed.problem_io import (
     DNS_LABEL,
     MAX_GPUS,
@@ -1137,6 +1150,575 @@ def _workload(pod: Mapping[str, Any], resources: Sequence[str], nodes: Sequence[
     return wl, demand
 
 
+# --- plugins that read the pods on a node (NodePorts, PodTopologySpread, InterPodAffinity) --------
+#
+# kube-scheduler's NodePorts, PodTopologySpread (whenUnsatisfiable: DoNotSchedule) and InterPodAffinity
+# (required terms) filter a node by the pods already there. The snapshot evaluates them per node
+# against the bound (and assumed) pods, as the node affinity above, and hands the verdict to the
+# model as synthetic node labels the pod selects (feasibility's ``POD_FILTER_PREFIXES``, each with
+# its plugin's reason). Pods of one batch do not see each other here: the scheduler checks the
+# batch's placements in queue order afterwards (:meth:`ClusterModel.placement_conflict`).
+
+#: A namespace's label that the API server sets to its name: the one namespace label a
+#: ``namespaceSelector`` is read against (the scheduler watches no Namespace objects).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A parsed ``metav1.LabelSelector``: requirements ANDed; ``nothing`` for an absent selector
+    (kube's ``LabelSelectorAsSelector(nil)`` selects nothing, ``{}`` everything)."""
+
+    requirements: tuple[tuple[str, str, frozenset[str]], ...] = ()
+    nothing: bool = False
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.nothing:
+            return False
+        for key, op, values in self.requirements:
+            value = labels.get(key)
+            if op == "In":
+                if value is None or value not in values:
+                    return False
+            elif op == "NotIn":
+                if value is not None and value in values:
+                    return False
+            elif (value is None) == (op == "Exists"):
+                return False
+        return True
+
+    def with_labels(self, extra: Mapping[str, str]) -> LabelSelector:
+        """``matchLabelKeys``: the pod's values of those keys added as ``In`` requirements."""
+        if self.nothing or not extra:
+            return self
+        return LabelSelector((*self.requirements, *((k, "In", frozenset((v,))) for k, v in extra.items())))
+
+
+def label_selector(value: Any, who: str, path: str) -> LabelSelector:
+    """A ``metav1.LabelSelector`` at ``path`` (absent: selects nothing)."""
+    if value is None:
+        return LabelSelector(nothing=True)
+    sel = _obj(value, who, path)
+    reqs = [(k, "In", frozenset((v,))) for k, v in _str_map(sel.get("matchLabels"), who, f"{path}.matchLabels").items()]
+    for i, expr in enumerate(_items(sel.get("matchExpressions"), who, f"{path}.matchExpressions")):
+        ep = f"{path}.matchExpressions[{i}]"
+        expr = _obj(expr, who, ep, required=True)
+        key = _opt_str(expr, "key", who, ep)
+        if not key:
+            raise _bad(who, f"{ep}.key", "required")
+        op = expr.get("operator")
+        if op not in _SELECTOR_OPERATORS:
+            raise _bad(who, f"{ep}.operator", f"unknown operator {op!r} ({', '.join(_SELECTOR_OPERATORS)})")
+        values = _items(expr.get("values"), who, f"{ep}.values")
+        for j, v in enumerate(values):
+            if not isinstance(v, str):
+                raise _bad(who, f"{ep}.values[{j}]", f"expected a string, got {json_kind(v)} {v!r}")
+        if (op in ("In", "NotIn")) != bool(values):
+            raise _bad(who, f"{ep}.values", f"operator {op} needs {'at least one value' if op in ('In', 'NotIn') else 'no values'}")
+        reqs.append((key, op, frozenset(values)))
+    return LabelSelector(tuple(reqs))
+
+
+@dataclass(frozen=True)
+class PodTerm:
+    """A required ``PodAffinityTerm``: the pods it selects (labels, in ``namespaces`` or in the
+    namespaces ``namespace_selector`` selects) and its topology key."""
+
+    selector: LabelSelector
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector | None
+    topology_key: str
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """kube's ``AffinityTerm.Matches``: the pod's namespace is the term's, and its labels match."""
+        in_ns = namespace in self.namespaces or (
+            self.namespace_selector is not None and self.namespace_selector.matches({NAMESPACE_NAME_LABEL: namespace}))
+        return in_ns and self.selector.matches(labels)
+
+
+def _pod_terms(affinity: Mapping[str, Any], kind: str, namespace: str, who: str) -> tuple[PodTerm, ...]:
+    """The required terms of ``spec.affinity.<kind>`` (``podAffinity`` / ``podAntiAffinity``);
+    a term without namespaces and namespaceSelector is about the pod's own namespace."""
+    base = f"spec.affinity.{kind}"
+    section = _obj(affinity.get(kind), who, base)
+    out = []
+    for i, term in enumerate(_items(section.get(_REQUIRED), who, f"{base}.{_REQUIRED}")):
+        tp = f"{base}.{_REQUIRED}[{i}]"
+        term = _obj(term, who, tp, required=True)
+        key = _opt_str(term, "topologyKey", who, tp)
+        if not key:
+            raise _bad(who, f"{tp}.topologyKey", "required (a node label key)")
+        names = _items(term.get("namespaces"), who, f"{tp}.namespaces")
+        for j, ns in enumerate(names):
+            if not isinstance(ns, str):
+                raise _bad(who, f"{tp}.namespaces[{j}]", f"expected a string, got {json_kind(ns)} {ns!r}")
+        ns_selector = None
+        if term.get("namespaceSelector") is not None:
+            ns_selector = label_selector(term["namespaceSelector"], who, f"{tp}.namespaceSelector")
+        elif not names:
+            names = [namespace]
+        out.append(PodTerm(label_selector(term.get("labelSelector"), who, f"{tp}.labelSelector"), frozenset(names),
+                           ns_selector, key))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SpreadConstraint:
+    """A ``topologySpreadConstraints`` entry with ``whenUnsatisfiable: DoNotSchedule``."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector  # with matchLabelKeys merged
+    min_domains: int | None
+    honor_affinity: bool  # nodeAffinityPolicy Honor (the default)
+    honor_taints: bool  # nodeTaintsPolicy Honor (default Ignore)
+
+
+def _positive_int(value: Any, who: str, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        raise _bad(who, path, f"expected an integer > 0, got {json_kind(value)} {value!r}")
+    return value
+
+
+def _spread_constraints(spec: Mapping[str, Any], labels: Mapping[str, str], who: str) -> tuple[SpreadConstraint, ...]:
+    out = []
+    for i, c in enumerate(_items(spec.get("topologySpreadConstraints"), who, "spec.topologySpreadConstraints")):
+        cp = f"spec.topologySpreadConstraints[{i}]"
+        c = _obj(c, who, cp, required=True)
+        when = c.get("whenUnsatisfiable")
+        if when not in ("DoNotSchedule", "ScheduleAnyway"):
+            raise _bad(who, f"{cp}.whenUnsatisfiable", f"expected DoNotSchedule or ScheduleAnyway, got {when!r}")
+        key = _opt_str(c, "topologyKey", who, cp)
+        if not key:
+            raise _bad(who, f"{cp}.topologyKey", "required (a node label key)")
+        skew = _positive_int(c.get("maxSkew"), who, f"{cp}.maxSkew")
+        min_domains = None if c.get("minDomains") is None else _positive_int(c["minDomains"], who, f"{cp}.minDomains")
+        policies = []
+        for name, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+            policy = c.get(name)
+            if policy is None:
+                policy = default
+            if policy not in ("Honor", "Ignore"):
+                raise _bad(who, f"{cp}.{name}", f"expected Honor or Ignore, got {policy!r}")
+            policies.append(policy == "Honor")
+        keys = _items(c.get("matchLabelKeys"), who, f"{cp}.matchLabelKeys")
+        for j, k in enumerate(keys):
+            if not isinstance(k, str):
+                raise _bad(who, f"{cp}.matchLabelKeys[{j}]", f"expected a string, got {json_kind(k)} {k!r}")
+        selector = label_selector(c.get("labelSelector"), who, f"{cp}.labelSelector")
+        if when == "DoNotSchedule":  # ScheduleAnyway only scores
+            selector = selector.with_labels({k: labels[k] for k in keys if k in labels})
+            out.append(SpreadConstraint(skew, key, selector, min_domains, *policies))
+    return tuple(out)
+
+
+#: A host port as kube's ``HostPortInfo`` keys it: (host IP, protocol, port); an empty IP is
+#: ``0.0.0.0`` (every address), an empty protocol TCP.
+HostPort = tuple[str, str, int]
+_ALL_ADDRESSES = "0.0.0.0"
+
+
+def _host_ports(spec: Mapping[str, Any], who: str) -> tuple[HostPort, ...]:
+    """The ports with a ``hostPort`` of the app containers and of the sidecars (init containers
+    with ``restartPolicy: Always``): kube's ``GetHostPorts``."""
+    out = []
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(_items(spec.get(key), who, f"spec.{key}")):
+            cp = f"spec.{key}[{i}]"
+            c = _obj(c, who, cp, required=True)
+            if key == "initContainers" and c.get("restartPolicy") != "Always":
+                continue
+            for j, port in enumerate(_items(c.get("ports"), who, f"{cp}.ports")):
+                pp = f"{cp}.ports[{j}]"
+                port = _obj(port, who, pp, required=True)
+                host_port = port.get("hostPort")
+                if host_port is None or host_port == 0:
+                    continue
+                if isinstance(host_port, bool) or not isinstance(host_port, int) or not 0 < host_port < 65536:
+                    raise _bad(who, f"{pp}.hostPort", f"expected a port number 1..65535, got {json_kind(host_port)} {host_port!r}")
+                out.append((_opt_str(port, "hostIP", who, pp) or _ALL_ADDRESSES, _opt_str(port, "protocol", who, pp) or "TCP",
+                            host_port))
+    return tuple(out)
+
+
+def ports_conflict(want: HostPort, used: Iterable[HostPort]) -> bool:
+    """kube's ``HostPortInfo.CheckConflict``: the same protocol and port on the same address, or
+    on ``0.0.0.0`` on either side."""
+    ip, proto, port = want
+    return any(p == port and pr == proto and (ip == _ALL_ADDRESSES or i in (ip, _ALL_ADDRESSES)) for i, pr, p in used)
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """What the pod-reading plugins read of one pod: its namespace and labels, whether it is being
+    deleted, its required pod (anti-)affinity terms, its DoNotSchedule spread constraints and host
+    ports; for a pending pod also its node selector, required node affinity terms and tolerations
+    (the nodes its spread counts over)."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    terminating: bool = False
+    affinity: tuple[PodTerm, ...] = ()
+    anti_affinity: tuple[PodTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    ports: tuple[HostPort, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_terms: tuple[tuple[_Requirement, ...], ...] | None = None  # required node affinity (None: none)
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def reads_pods(self) -> bool:
+        """Whether a plugin filters this pod's nodes by the pods on them (beyond existing pods'
+        anti-affinity, which applies to every pod)."""
+        return bool(self.affinity or self.anti_affinity or self.spread or self.ports)
+
+
+def reads_pods(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` has a required pod (anti-)affinity, a DoNotSchedule spread constraint or a
+    host port (lenient: a field of the wrong type counts, the full parse reports it). The quick test
+    that keeps every other pod off the plugins' path."""
+    spec = _spec(pod)
+    affinity = spec.get("affinity")
+    if isinstance(affinity, Mapping):
+        for kind in ("podAffinity", "podAntiAffinity"):
+            section = affinity.get(kind)
+            if isinstance(section, Mapping) and section.get(_REQUIRED):
+                return True
+            if section is not None and not isinstance(section, Mapping):
+                return True
+    spread = spec.get("topologySpreadConstraints")
+    if spread and (not isinstance(spread, list)
+                   or any(not isinstance(c, Mapping) or c.get("whenUnsatisfiable") != "ScheduleAnyway" for c in spread)):
+        return True
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else ():
+            ports = c.get("ports") if isinstance(c, Mapping) else None
+            if ports and (not isinstance(ports, list) or any(not isinstance(p, Mapping) or p.get("hostPort") for p in ports)):
+                return True
+    return False
+
+
+def has_anti_affinity(pod: Mapping[str, Any]) -> bool:
+    """Whether a bound pod has required anti-affinity terms (which every incoming pod is checked against)."""
+    affinity = _spec(pod).get("affinity")
+    section = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
+    return isinstance(section, Mapping) and bool(section.get(_REQUIRED))
+
+
+def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
+    """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
+    path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
+    who = _who(pod)
+    meta = _obj(pod.get("metadata"), who, "metadata")
+    spec = _obj(pod.get("spec"), who, "spec")
+    namespace = _opt_str(meta, "namespace", who, "metadata") or "default"
+    labels = _str_map(meta.get("labels"), who, "metadata.labels")
+    affinity = _obj(spec.get("affinity"), who, "spec.affinity")
+    anti = _pod_terms(affinity, "podAntiAffinity", namespace, who)
+    ports = _host_ports(spec, who)
+    if not pending:
+        return PodRules(namespace, labels, bool(meta.get("deletionTimestamp")), anti_affinity=anti, ports=ports)
+    spread = _spread_constraints(spec, labels, who)
+    node_terms = None
+    tolerations: tuple[Toleration, ...] = ()
+    selector: dict[str, str] = {}
+    if spread:  # the nodes a spread counts over pass the pod's node selector and required node affinity
+        selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
+        node_affinity = _obj(affinity.get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
+        required = _obj(node_affinity.get(_REQUIRED), who, f"spec.affinity.nodeAffinity.{_REQUIRED}")
+        if required:
+            tp = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
+            node_terms = tuple(tuple(parse_term(t, who, f"{tp}[{k}]"))
+                               for k, t in enumerate(_items(required.get("nodeSelectorTerms"), who, tp)))
+        tolerations = tuple(Toleration(**t) for t in _tolerations(spec, who))
+    return PodRules(namespace, labels, bool(meta.get("deletionTimestamp")), _pod_terms(affinity, "podAffinity", namespace, who),
+                    anti, spread, ports, selector, node_terms, tolerations)
+
+
+@dataclass
+class PlacedPods:
+    """The pods on the nodes as the plugins read them: (node, :class:`PodRules`) by namespace,
+    the ones with required anti-affinity and the host ports in use per node; with the counts the
+    plugins take over them, kept until a pod is added (pods of one template ask the same)."""
+
+    by_namespace: dict[str, list[tuple[str, PodRules]]] = field(default_factory=dict)
+    anti: list[tuple[str, PodRules]] = field(default_factory=list)
+    ports: dict[str, list[HostPort]] = field(default_factory=dict)
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def add(self, node: str, rules: PodRules) -> None:
+        self._memo.clear()
+        self.by_namespace.setdefault(rules.namespace, []).append((node, rules))
+        if rules.anti_affinity:
+            self.anti.append((node, rules))
+        if rules.ports:
+            self.ports.setdefault(node, []).extend(rules.ports)
+
+    def pods(self, namespaces: Iterable[str] | None = None) -> Iterable[tuple[str, PodRules]]:
+        """The pods in ``namespaces`` (None: in every namespace)."""
+        groups = self.by_namespace.values() if namespaces is None else (self.by_namespace.get(ns, ()) for ns in namespaces)
+        for group in groups:
+            yield from group
+
+    def term_counts(self, terms: tuple[PodTerm, ...], every: bool,
+                    node_labels: Mapping[str, Mapping[str, str]]) -> collections.Counter[tuple[str, str]]:
+        """Per (topology key, value of the pod's node): the pods matching every term of ``terms``
+        (``every``, kube's affinity counts: one per term) or, per term, the pods matching it (its
+        anti-affinity counts). Pods on nodes not in ``node_labels`` are not seen (nor by kube)."""
+        key = ("terms", terms, every)
+        got = self._memo.get(key)
+        if got is None:
+            got = collections.Counter()
+            for node, other in self.pods(_term_namespaces(terms)):
+                labels = node_labels.get(node)
+                if labels is None:
+                    continue
+                if every:
+                    if all(t.matches(other.namespace, other.labels) for t in terms):
+                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
+                else:
+                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
+                               if t.topology_key in labels and t.matches(other.namespace, other.labels))
+            self._memo[key] = got
+        return got
+
+    def existing_counts(self, namespace: str, pod_labels: Mapping[str, str],
+                        node_labels: Mapping[str, Mapping[str, str]]) -> collections.Counter[tuple[str, str]]:
+        """Per (topology key, value): the pods here whose required anti-affinity terms select a pod
+        of ``namespace`` with ``pod_labels`` (kube's existingAntiAffinityCounts)."""
+        by_term = self._memo.get("anti-terms")
+        if by_term is None:  # the replicas of one workload share their terms: each term is matched once
+            by_term = {}
+            for node, other in self.anti:
+                labels = node_labels.get(node)
+                if labels is None:
+                    continue
+                for t in other.anti_affinity:
+                    if t.topology_key in labels:
+                        by_term.setdefault(t, collections.Counter())[(t.topology_key, labels[t.topology_key])] += 1
+            self._memo["anti-terms"] = by_term  # whole: a model may serve several threads (the webhook's)
+        got: collections.Counter[tuple[str, str]] = collections.Counter()
+        for t, pairs in by_term.items():
+            if t.matches(namespace, pod_labels):
+                got.update(pairs)
+        return got
+
+    def selector_counts(self, namespace: str, selector: LabelSelector) -> collections.Counter[str]:
+        """Per node: the pods of ``namespace`` not being deleted that ``selector`` matches (kube's
+        ``countPodsMatchSelector``, which counts nothing for an empty selector)."""
+        key = ("selector", namespace, selector)
+        got = self._memo.get(key)
+        if got is None:
+            got = collections.Counter()
+            if selector.requirements:
+                got.update(node for node, other in self.pods((namespace,))
+                           if not other.terminating and selector.matches(other.labels))
+            self._memo[key] = got
+        return got
+
+
+def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None) -> PlacedPods:
+    """:class:`PlacedPods` of the bound pods by node; a pod whose fields cannot be read is left
+    out (the API server validated it; a note goes to ``warnings``)."""
+    placed = PlacedPods()
+    for node, pods in by_node.items():
+        for pod in pods:
+            try:
+                placed.add(node, pod_rules(pod, pending=False))
+            except PodSpecError as exc:
+                if warnings is not None:
+                    message = f"ignored by pod affinity, spread and host ports: {exc}"
+                    _usage_warning(warnings, message, (node, message))
+    return placed
+
+
+def _term_namespaces(terms: Sequence[PodTerm]) -> set[str] | None:
+    """The namespaces some term of ``terms`` may select pods in (None: any)."""
+    out: set[str] = set()
+    for t in terms:
+        if t.namespace_selector is not None:
+            return None
+        out |= t.namespaces
+    return out
+
+
+def _interpod_failures(rules: PodRules, groups: Sequence[PlacedPods], node_labels: Mapping[str, Mapping[str, str]],
+                       nodes: Iterable[str]) -> dict[str, str]:
+    """InterPodAffinity's Filter on each of ``nodes``: node -> the kind of its failure
+    (``affinity``, ``anti``, ``existing``), nodes that pass left out. Counts per (topology key,
+    value) as kube's PreFilter: existing pods matching every affinity term, existing pods matching
+    an anti-affinity term, and existing pods whose own anti-affinity term matches this pod."""
+    affinity: collections.Counter[tuple[str, str]] = collections.Counter()
+    anti: collections.Counter[tuple[str, str]] = collections.Counter()
+    existing: collections.Counter[tuple[str, str]] = collections.Counter()
+    for group in groups:
+        if rules.affinity:
+            affinity.update(group.term_counts(rules.affinity, True, node_labels))
+        if rules.anti_affinity:
+            anti.update(group.term_counts(rules.anti_affinity, False, node_labels))
+        if group.anti:
+            existing.update(group.existing_counts(rules.namespace, rules.labels, node_labels))
+    # The first of a series of pods with affinity to each other: with no matching pod anywhere, a
+    # pod that matches its own terms may go to any node with the topology keys.
+    first_of_series = not affinity and all(t.matches(rules.namespace, rules.labels) for t in rules.affinity)
+    keys = [t.topology_key for t in rules.affinity]
+    out: dict[str, str] = {}
+    for name in nodes:
+        labels = node_labels[name]
+        if keys and not (all(k in labels for k in keys)
+                         and (first_of_series or all(affinity[(k, labels[k])] > 0 for k in keys))):
+            out[name] = "affinity"
+        elif anti and any(anti[(t.topology_key, labels[t.topology_key])] > 0
+                          for t in rules.anti_affinity if t.topology_key in labels):
+            out[name] = "anti"
+        elif existing and any(existing[pair] > 0 for pair in labels.items()):
+            out[name] = "existing"
+    return out
+
+
+def _untolerated(taints: Sequence[Mapping[str, str]], tolerations: Sequence[Toleration]) -> bool:
+    """Whether a NoSchedule / NoExecute taint of a node doc is not tolerated (nodeTaintsPolicy Honor)."""
+    return any(t["effect"] in ("NoSchedule", "NoExecute") and not any(tol.tolerates(Taint(t["key"], t["value"], t["effect"]))
+                                                                       for tol in tolerations) for t in taints)
+
+
+def _spread_eligible(rules: PodRules, node_docs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Per constraint, the nodes its counts are taken over, with their topology value: those with
+    every constraint's key that, per its policies, pass the pod's node selector and required node
+    affinity (nodeAffinityPolicy Honor) and tolerate the node's taints (nodeTaintsPolicy Honor)."""
+    constraints = rules.spread
+    keys = [c.topology_key for c in constraints]
+    out: list[dict[str, str]] = [{} for _ in constraints]
+    for doc in node_docs:
+        labels = doc["labels"]
+        if not all(k in labels for k in keys):
+            continue
+        affinity_ok = all(labels.get(k) == v for k, v in rules.node_selector.items()) and (
+            rules.node_terms is None or any(term_matches(list(t), doc["name"], labels) for t in rules.node_terms))
+        taints_ok = None
+        for i, c in enumerate(constraints):
+            if c.honor_affinity and not affinity_ok:
+                continue
+            if c.honor_taints:
+                if taints_ok is None:
+                    taints_ok = not _untolerated(doc.get("taints", ()), rules.tolerations)
+                if not taints_ok:
+                    continue
+            out[i][doc["name"]] = labels[c.topology_key]
+    return out
+
+
+def _spread_failures(rules: PodRules, placed: PlacedPods, earlier: PlacedPods | None, node_docs: Sequence[Mapping[str, Any]],
+                     nodes: Iterable[str], memo: dict[Any, Any]) -> dict[str, str]:
+    """PodTopologySpread's Filter (DoNotSchedule constraints) on each of ``nodes``: node ->
+    ``label`` (no such topology label) or ``skew``, nodes that pass left out. Per constraint the
+    matching pods (in the pod's namespace, not being deleted) are counted per topology value over
+    the eligible nodes (:func:`_spread_eligible`); a node fails when its domain's count + 1 (if the
+    pod matches the selector) - the smallest count (0 while there are fewer domains than
+    minDomains) > maxSkew. ``memo`` keeps the eligible nodes and the counts over ``placed``."""
+    constraints = rules.spread
+    eligible_key = ("eligible", constraints, tuple(sorted(rules.node_selector.items())), rules.node_terms, rules.tolerations)
+    eligible = memo.get(eligible_key)
+    if eligible is None:
+        eligible = memo[eligible_key] = _spread_eligible(rules, node_docs)
+    counts: list[dict[str, int]] = []
+    for i, c in enumerate(constraints):
+        base_key = ("domains", eligible_key, i, rules.namespace)
+        base = memo.get(base_key)
+        if base is None:
+            base = dict.fromkeys(eligible[i].values(), 0)
+            for node, n in placed.selector_counts(rules.namespace, c.selector).items():
+                if node in eligible[i]:
+                    base[eligible[i][node]] += n
+            memo[base_key] = base
+        domains = base
+        if earlier is not None and earlier.by_namespace:
+            domains = dict(base)
+            for node, n in earlier.selector_counts(rules.namespace, c.selector).items():
+                if node in eligible[i]:
+                    domains[eligible[i][node]] += n
+        counts.append(domains)
+    minimum = [0 if c.min_domains is not None and len(counts[i]) < c.min_domains else min(counts[i].values(), default=2**31 - 1)
+               for i, c in enumerate(constraints)]
+    self_match = [c.selector.matches(rules.labels) for c in constraints]
+    by_name = memo.get("labels")
+    if by_name is None:
+        by_name = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+    out: dict[str, str] = {}
+    for name in nodes:
+        labels = by_name[name]
+        for i, c in enumerate(constraints):
+            value = labels.get(c.topology_key)
+            if value is None:
+                out[name] = "label"
+                break
+            if counts[i].get(value, 0) + self_match[i] - minimum[i] > c.max_skew:
+                out[name] = "skew"
+                break
+    return out
+
+
+def _ports_failures(rules: PodRules, groups: Sequence[PlacedPods], nodes: Iterable[str]) -> set[str]:
+    """NodePorts' Filter: the nodes where a pod already uses one of the pod's host ports."""
+    out = set()
+    for name in nodes:
+        for group in groups:
+            used = group.ports.get(name)
+            if used and any(ports_conflict(p, used) for p in rules.ports):
+                out.add(name)
+                break
+    return out
+
+
+#: The synthetic label prefix (feasibility's ``POD_FILTER_PREFIXES``) of each failure kind.
+_FAILURE_PREFIX = {
+    "ports": "iro-fed.io/host-ports-",
+    "label": "iro-fed.io/spread-label-",
+    "skew": "iro-fed.io/spread-skew-",
+    "affinity": "iro-fed.io/pod-affinity-",
+    "anti": "iro-fed.io/pod-anti-affinity-",
+    "existing": "iro-fed.io/existing-anti-affinity-",
+}
+#: kube's reason for each failure kind (as feasibility's, for the scheduler's batch check).
+FAILURE_REASONS = {
+    "ports": "node(s) didn't have free ports for the requested pod ports",
+    "label": "node(s) didn't match pod topology spread constraints (missing required label)",
+    "skew": "node(s) didn't match pod topology spread constraints",
+    "affinity": "node(s) didn't match pod affinity rules",
+    "anti": "node(s) didn't match pod anti-affinity rules",
+    "existing": "node(s) didn't satisfy existing pods anti-affinity rules",
+}
+
+
+def pod_filter_failures(rules: PodRules, placed: PlacedPods, node_docs: Sequence[Mapping[str, Any]],
+                        nodes: Iterable[str] | None = None, earlier: PlacedPods | None = None,
+                        memo: dict[Any, Any] | None = None) -> dict[str, str]:
+    """NodePorts, PodTopologySpread and InterPodAffinity on ``nodes`` (names; None: every node of
+    ``node_docs``) against the pods of ``placed`` (the bound ones) and ``earlier`` (those placed
+    before this pod in its batch): node -> the kind of its first failure (a key of
+    :data:`FAILURE_REASONS`, in kube's plugin order), nodes that pass left out. ``memo``: what
+    is kept between calls on the same ``placed`` and ``node_docs`` (the caller's)."""
+    memo = {} if memo is None else memo
+    groups = [placed] if earlier is None else [placed, earlier]
+    names = [d["name"] for d in node_docs] if nodes is None else list(nodes)
+    out: dict[str, str] = {}
+    if rules.ports:
+        out.update(dict.fromkeys(_ports_failures(rules, groups, names), "ports"))
+        names = [n for n in names if n not in out]
+    if rules.spread and names:
+        out.update(_spread_failures(rules, placed, earlier, node_docs, names, memo))
+        names = [n for n in names if n not in out]
+    if names and (rules.affinity or rules.anti_affinity or any(g.anti for g in groups)):
+        node_labels = memo.get("labels")
+        if node_labels is None:
+            node_labels = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+        out.update(_interpod_failures(rules, groups, node_labels, names))
+    return out
+
+
 # --- usage of bound pods -------------------------------------------------------------------
 
 
@@ -1414,6 +1996,73 @@ class ClusterModel:
         if self.feasibility_only:
             self.problem = self.problem.replace(feasibility_only=self.feasibility_only)
         self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
+        # The bound pods by node, for the plugins that read them (None in NodeList mode: no pods);
+        # read on first use (:meth:`placed`), and only when some pod needs them.
+        self._by_node = by_node if bound_pods is not None else None
+        self._placed: PlacedPods | None = None
+        self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
+        self._bound_anti: bool | None = None
+
+    def placed(self) -> PlacedPods:
+        """The bound pods as NodePorts, PodTopologySpread and InterPodAffinity read them (built once)."""
+        if self._placed is None:
+            self._placed = placed_pods(self._by_node or {}, self.warnings)
+        return self._placed
+
+    def _anti_affinity_bound(self) -> bool:
+        """Whether some bound pod has required anti-affinity (then every pod is checked against it)."""
+        if self._bound_anti is None:
+            self._bound_anti = self._by_node is not None and any(
+                has_anti_affinity(p) for pods in self._by_node.values() for p in pods)
+        return self._bound_anti
+
+    def _needs_pod_filters(self, pod: Mapping[str, Any]) -> bool:
+        """Whether ``pod``'s nodes are filtered by the pods on them: it reads them, or a bound pod's
+        anti-affinity may exclude it. False for most pods, which then pay nothing more."""
+        return self._by_node is not None and (reads_pods(pod) or self._anti_affinity_bound())
+
+    def _pod_filter_labels(self, pods: Sequence[Mapping[str, Any]], wls: Sequence[dict[str, Any]],
+                           extra: dict[str, set[str]]) -> None:
+        """Add to each workload of ``wls`` the synthetic labels of the nodes that pass NodePorts,
+        PodTopologySpread and InterPodAffinity for its pod (feasibility's ``POD_FILTER_PREFIXES``),
+        one per failure kind that some node has; the passing nodes go to ``extra``."""
+        done: dict[str, tuple[str, ...]] = {}
+        for pod, wl in zip(pods, wls, strict=True):
+            if not self._needs_pod_filters(pod):
+                continue
+            rules = pod_rules(pod)
+            if not rules.reads_pods and not self.placed().anti:
+                continue
+            digest = _affinity_key([rules.namespace, rules.labels, _spec(pod)])
+            keys = done.get(digest)
+            if keys is None:  # pods of one template (the same labels and spec) are evaluated once
+                failures = pod_filter_failures(rules, self.placed(), self.node_docs, memo=self._memo)
+                keys = done[digest] = self._failure_labels(failures, extra)
+            wl["node_selector"].update(dict.fromkeys(keys, "true"))
+
+    def _failure_labels(self, failures: Mapping[str, str], extra: dict[str, set[str]]) -> tuple[str, ...]:
+        """The synthetic label of each failure kind in ``failures`` (node -> kind), named by the
+        nodes that fail: pods with the same verdict share one label (a StatefulSet's replicas
+        differ in a label, not in where they may go), so the nodes get one label per verdict."""
+        keys = []
+        for kind in sorted(set(failures.values())):
+            failing = sorted(n for n, k in failures.items() if k == kind)
+            key = _FAILURE_PREFIX[kind] + hashlib.sha1("\n".join(failing).encode()).hexdigest()[:12]
+            if key not in extra:
+                extra[key] = {d["name"] for d in self.node_docs}.difference(failing)
+            keys.append(key)
+        return tuple(keys)
+
+    def placement_conflict(self, pod: Mapping[str, Any], node: str, earlier: PlacedPods) -> str | None:
+        """kube's reason (:data:`FAILURE_REASONS`) when ``pod`` on ``node`` fails NodePorts,
+        PodTopologySpread or InterPodAffinity against the bound pods plus ``earlier`` (the pods of
+        its batch placed before it), else None. The snapshot's labels saw the bound pods only:
+        kube places one pod at a time, so two anti-affine replicas of one batch must not share a
+        topology domain."""
+        if self._by_node is None or not (reads_pods(pod) or earlier.anti):
+            return None
+        kind = pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, [node], earlier, self._memo).get(node)
+        return FAILURE_REASONS[kind] if kind else None
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""
@@ -1421,6 +2070,8 @@ class ClusterModel:
         if self._widened:  # its other resources are read too (a bad quantity of one is its error)
             res = feasibility_resources(res, (), {}, [pod])
         wl = workload_doc(pod, res, self.node_docs, {})
+        if self._needs_pod_filters(pod):
+            pod_rules(pod)
         try:
             problem_from_dict(dict(self.skeleton, resources=list(res), nodes=[], workloads=[wl]), source="pending pods")
         except ProblemValidationError as exc:
@@ -1431,6 +2082,7 @@ class ClusterModel:
         extra: dict[str, set[str]] = {}
         parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
         wls = [wl for wl, _ in parsed]
+        self._pod_filter_labels(pods, wls, extra)
         # Workloads are validated by the problem-file loader against an empty cluster of the same
         # domains and resources, then grafted onto the cached cluster problem.
         small_doc = dict(self.skeleton, nodes=[], workloads=wls)
@@ -1447,11 +2099,13 @@ class ClusterModel:
             "nonzero_demand": np.array([d.nonzero for _, d in parsed], dtype=np.float64).reshape(len(pods), 2),
         }
         if extra:
-            nodes = list(base.nodes)
+            added: dict[int, dict[str, str]] = {}  # per node its synthetic labels: one copy of a node, not one per label
             for label, names in extra.items():
                 for name in names:
-                    i = self._node_pos[name]
-                    nodes[i] = dc_replace(nodes[i], labels={**nodes[i].labels, label: "true"})
+                    added.setdefault(self._node_pos[name], {})[label] = "true"
+            nodes = list(base.nodes)
+            for i, labels in added.items():
+                nodes[i] = dc_replace(nodes[i], labels={**nodes[i].labels, **labels})
             changes["nodes"] = nodes
         problem = base.replace(**changes)
         return Snapshot(problem, list(pods), self.node_objects, list(self.warnings))

@@ -1002,8 +1002,12 @@ def make_pod(name: str, cpu: str | None = "500m", memory: str | None = "512Mi", 
              scheduler: str = "default-scheduler", node: str | None = None, gpus: int = 0,
              labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
              node_selector: dict[str, str] | None = None, tolerations: list[dict[str, str]] | None = None,
-             affinity: dict[str, Any] | None = None, priority: int | None = None) -> dict[str, Any]:
-    """A v1.Pod as the API returns it (one container)."""
+             affinity: dict[str, Any] | None = None, priority: int | None = None,
+             ports: list[dict[str, Any]] | None = None,
+             topology_spread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A v1.Pod as the API returns it (one container, with ``ports``: v1.ContainerPort objects,
+    ``{"containerPort": 80, "hostPort": 8080}``; ``topology_spread``: its
+    ``topologySpreadConstraints``)."""
     req: dict[str, str] = {}
     if cpu is not None:
         req["cpu"] = cpu
@@ -1014,7 +1018,11 @@ def make_pod(name: str, cpu: str | None = "500m", memory: str | None = "512Mi", 
     container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": req}}
     if gpus:
         container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+    if ports:
+        container["ports"] = [{"protocol": "TCP", **p} for p in ports]  # the API server defaults the protocol
     spec: dict[str, Any] = {"containers": [container], "schedulerName": scheduler}
+    if topology_spread:
+        spec["topologySpreadConstraints"] = topology_spread
     if node:
         spec["nodeName"] = node
     if node_selector:
