@@ -103,8 +103,9 @@ to the refinement and the polish. Without it the first batch's calibration took 
 and the others were placed greedily with no refinement left (500 x 100, seeds 0-2, R at 0.5 / 1 /
 2 s: -1.18 / -1.24 / -1.22, -1.40 / -1.40 / -1.31, -1.68 / -1.68 / -1.58, worse than at 0.2 s;
 greedy-first: -0.79 / -0.78 / -0.78, -0.89 / -0.75 / -0.74, -1.05 / -0.78 / -0.77). With the
-defaults the plan is greedy-first below about 9.8 s at 500 x 100 and 3.2 s at 100 x 20 (a batch's
-a-priori cost is 1.5-3x what a loaded 2-core machine measures; where sampling would have finished,
+defaults the plan is greedy-first below about 5.7 s at 500 x 100 and 2.3 s at 100 x 20 (a batch's
+a-priori cost is 1.5-3x what a loaded 2-core machine measures, so the plan takes half of it,
+:data:`PLAN_PESSIMISM`; 2,000 pods are sampled in the default 30 s; where sampling would have finished,
 100 x 20 at 2-3 s and problems of 14-50 pods at 0.3-1 s, greedy-first is better on some seeds and
 worse on others, by up to 0.16 of R at 50 x 10). With the time, or with ``refine_steps=0`` (nothing to give the time to), the plan is ``"sample"``: a batch
 is sampled only when the time left covers an estimate of its least work (model build, one sampling
@@ -209,6 +210,12 @@ DECODE_S_PER_POD = 1.0e-4
 #: (13 pods, 8 reads, 4 decoded) took 5-7 ms at load 2-4; 150 steps are the default's.
 REFINE_STEP_S = 0.01
 REFINE_RESERVE_STEPS = 150
+#: The a-priori sampling estimate (the per-pod constants above, with the penalty calibration's
+#: steps) ran 1.5-3x what batches measured (a 100-pod batch: 1.66 s estimated, 0.55-1.26 s
+#: measured at load 2-4): the plan takes half of it. With the whole estimate the default 30 s
+#: placed 2,000 pods greedily (estimate 33.2 s) that the old loop sampled in time (R -1.61
+#: instead of -1.45 on 400 nodes).
+PLAN_PESSIMISM = 2.0
 
 
 class RangeParam(Param):
@@ -351,7 +358,7 @@ class Qubo(Solver):
         sampling = sum(self._sampling_estimate(n) for n in batch_sizes)
         reserve = REFINE_STEP_S * min(self.refine_steps, REFINE_RESERVE_STEPS)
         estimate = {"sampling": sampling, "refine_reserve": reserve, "left": left}
-        if self.refine_steps and sampling + reserve > left:
+        if self.refine_steps and sampling / PLAN_PESSIMISM + reserve > left:
             return "greedy-first", estimate
         return "sample", estimate
 

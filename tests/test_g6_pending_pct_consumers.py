@@ -56,3 +56,39 @@ def test_the_dqn_benchmark_table_prints_a_missing_pending_share_as_a_dash(load_b
     module.print_tables(doc, console)
     line = next(x for x in console.export_text().splitlines() if "kube-default" in x)
     assert [c.strip() for c in line.strip("│ ").split("│")][2] == "-"
+
+
+def test_a_real_env_keeps_a_missing_pending_share_as_none() -> None:
+    """PlacementEnv's end totals keep pending_pct None (no pod became ready): dropping it made
+    run_episodes read the missing key as NaN and average it in."""
+    from iro_fed.sim.env import PlacementEnv
+
+    env = PlacementEnv("promo-surge", hours=1.0, k=4, seed=0)  # no pod becomes ready in its first hour
+    obs, info = env.reset(seed=0)
+    done = "totals" in info
+    while not done:
+        mask = obs["mask"]
+        obs, _, term, trunc, info = env.step(0 if mask[0] else len(mask) - 1)
+        done = bool(term or trunc)
+    env.close()
+    assert "pending_pct" in info["totals"] and info["totals"]["pending_pct"] is None
+
+
+def test_a_registry_version_publishes_with_a_metric_that_is_not_finite(tmp_path) -> None:
+    """An evaluation with nothing to average (eval-pending-pct NaN) is written as null: the version
+    is published, not refused because JSON cannot hold NaN."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    from iro_fed.federated.registry import PolicyRegistry
+    from solvers.dqn.config import DQNConfig
+
+    cfg = DQNConfig().to_dict()
+    meta = {"config": cfg, "candidate_features": 20, "context_features": 18, "steps": 0,
+            "evaluation": {"eval-pending-pct": math.nan, "eval-score": 0.5}}
+    try:
+        version, path = PolicyRegistry(tmp_path / "reg").publish({"w": torch.zeros(2)}, meta)
+    except Exception as exc:  # the metadata the registry requires may differ: show what it wanted
+        pytest.fail(f"publish refused: {exc}")
+    doc = json.loads((path.parent / "metadata.json").read_text())
+    assert doc["evaluation"] == {"eval-pending-pct": None, "eval-score": 0.5}

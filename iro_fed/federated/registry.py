@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -127,7 +128,8 @@ class PolicyRegistry:
         version = self._reserve()
         path = self.path(version)
         try:
-            meta = {**metadata, "version": version, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            meta = {**_finite_or_none(metadata), "version": version,
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             save_checkpoint(path, tensors, meta)
             summary = {k: meta[k] for k in ("round", "strategy", "nodes", "sites", "evaluation", "created_at") if k in meta}
             # as policy.json has them (numpy numbers as floats), not a TypeError after the checkpoint is written
@@ -203,3 +205,16 @@ class PolicyRegistry:
         from solvers.dqn.checkpoint import metadata_path
 
         return json.loads(metadata_path(self.path(version)).read_text(encoding="utf-8"))
+
+
+def _finite_or_none(value: Any) -> Any:
+    """``value`` with every float that is not finite (an evaluation metric with nothing to average,
+    e.g. eval-pending-pct when no pod became ready: NaN) as None: JSON cannot hold NaN, and a
+    version must not fail to publish over a metric."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value

@@ -704,8 +704,8 @@ def run_episodes(choose: Any, cfg: FedConfig, site: int, episodes: int, seed: in
         rewards.append(total)
         scores.append(float(totals.get("score", math.nan)))
         carbon.append(float(totals.get("carbon_kg", math.nan)))
-        pct = totals.get("pending_pct", math.nan)
-        if pct is not None:  # None: no pod became ready in the episode, no share to average
+        pct = totals.get("pending_pct")
+        if pct is not None and math.isfinite(pct):  # None: no pod became ready, no share to average
             pending.append(float(pct))
         env.close()
     return {"eval-reward": float(np.mean(rewards)), "eval-score": float(np.mean(scores)),

@@ -210,7 +210,9 @@ class PlacementEnv(gym.Env):
             info["step"] = self._req.step
             info["pod"] = self.sim.workloads[self._req.pod].name
         else:
-            info["totals"] = {k: v for k, v in self.sim.result().totals.items() if isinstance(v, (int, float))}
+            # None stays: a share with no denominator (pending_pct with no pod ready), not a 0 or a NaN.
+            info["totals"] = {k: v for k, v in self.sim.result().totals.items()
+                              if v is None or isinstance(v, (int, float))}
         return info
 
     def _obs(self) -> dict[str, np.ndarray]:
