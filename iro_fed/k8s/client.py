@@ -147,6 +147,21 @@ class Kube:
     def from_kubeconfig(cls, kubeconfig: str | None, user_agent: str | None = None) -> Kube:
         return cls(api_client(kubeconfig, user_agent))
 
+    def ensure_pool_size(self, size: int) -> None:
+        """Keep at least ``size`` connections to the API server in the client's pool. The client's
+        default is 5 per CPU (10 on 2 CPUs); a caller with more threads calling at once (the
+        scheduler's Binding workers, its Lease, its watches) made urllib3 discard the extra
+        connections with "Connection pool is full" as they came back. Pools opened already are
+        dropped (their idle connections closed), so every later one gets the new size."""
+        cfg = getattr(self.api, "configuration", None)
+        if cfg is None or (cfg.connection_pool_maxsize or 0) >= size:
+            return
+        cfg.connection_pool_maxsize = size
+        manager = getattr(getattr(self.api, "rest_client", None), "pool_manager", None)
+        if manager is not None:
+            manager.connection_pool_kw["maxsize"] = size
+            manager.clear()
+
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         doc = _read(self.core.list_node(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s)))
         return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")

@@ -30,9 +30,18 @@ A batch is placed on the cluster config's ``resources`` plus every other resourc
 slots than the batch has pods, as kube's NodeResourcesFit checks them all; the objective's
 utilization counts the added ones in that batch only.
 
-Bound pods are *assumed* (counted on their node) until the watch shows that same pod (same UID:
-a StatefulSet pod recreated under its old name is another pod) bound, as kube-scheduler's cache
-does, so the next batch never double-books a node. Pods being deleted (``deletionTimestamp``) are
+Bound pods are *assumed* (counted on their node) until the bound-pods watch shows that same pod
+(same UID: a StatefulSet pod recreated under its old name is another pod) bound, as kube-scheduler's
+cache does, so the next batch never double-books a node. An assumed pod stops counting only on
+evidence: the watch shows it bound (it counts from the watch's copy then) or deleted, or a list of
+the bound pods started after its Binding does not hold it (deleted meanwhile). kube-scheduler's
+cache does not expire assumed pods either; a silent watch (a proxy that dropped its connection)
+is taken for dead only after its ``timeoutSeconds`` plus a read timeout (up to about 3 min), and
+the pod then still counts. A safety TTL (``assume_ttl_s``: ``ASSUME_TTL_S``, 10 min, or twice the
+longest silence of the configured watches if longer) ends an assumption with no evidence at all,
+logged as a warning. A pod bound here is never bound again under the same UID, however stale the
+pending-pods watch (its nodeName cannot change), nor is one whose Binding got 409 while it is
+unchanged, for the same TTL. Pods being deleted (``deletionTimestamp``) are
 not scheduled, nor are pods with ``spec.schedulingGates`` (kube's SchedulingGates PreEnqueue): such
 a pod gets ``PodScheduled=False`` reason ``SchedulingGated`` where the API server did not set it, and
 is tried as soon as an update removes its gates.
@@ -84,7 +93,7 @@ The loop sleeps until something can change a decision: the pending-pods watch (a
 is updated), a cluster change that counts (above) while a pod waits in the unschedulable queue with
 its backoff over (kube's ``MoveAllToActiveOrBackoffQueue``; a pod still in its backoff waits it
 out and its timer wakes the loop), becoming leader, or the end of the next timer (a backoff, the
-flush, a bind retry, an assumed pod's TTL); ``poll_s`` (1 s) at most, a safety net. The node and
+flush, a bind retry, an assumed pod's safety TTL); ``poll_s`` (1 s) at most, a safety net. The node and
 bound-pod reflectors judge each change in their ``on_change`` hook, with its old and new object.
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
 binds, and it checks its leadership right before every Binding POST. On stop it gives the Lease
@@ -156,7 +165,15 @@ POD_FILTER_CODES = tuple(POD_FILTER_PREFIXES.values())  # the filters of the plu
 # PodTopologySpread register pod adds and label updates).
 POD_ADDED = "+"
 _ALL_HELD = frozenset({POD_GONE})  # what a bound pod's delete frees (see _frees_room)
-ASSUME_TTL_S = 60.0  # an assumed pod the bound-pods watch never shows stops counting after this
+# An assumed pod with no evidence either way (see the module's notes) stops counting after this at
+# least: a last resort well past the longest silence of a bound-pods watch taken for dead (by
+# default 119 s + a 60 s read, then a list), logged when it ends one.
+ASSUME_TTL_S = 600.0
+BATCHES_KEPT = 100  # IroScheduler.batches keeps the latest results only (each holds one outcome per pod)
+# Connections beyond the Binding workers the client's pool keeps: the three watches, the Lease, the
+# loop (conditions, Events), the NodeMetrics feed, with room to spare. Fewer, and urllib3 discards
+# the extra ones with "Connection pool is full" (every stop logged it with 8 workers and a pool of 10).
+POOL_SPARE = 8
 EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again after this (core Events expire after 1 h)
 EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
 EVENT_RETRY_S = 10.0  # a Scheduled Event whose POST failed is sent again after this (client-go's sleepDuration)
@@ -207,6 +224,16 @@ class QueuedPod:
     @property
     def retry_at(self) -> float:
         return self.since + self.backoff_s
+
+
+@dataclass
+class Assumed:
+    """A pod bound here that the bound-pods watch has not shown yet (see the module's notes)."""
+
+    pod: dict[str, Any]  # the pod as bound (nodeName, GPU cards annotation)
+    uid: str | None
+    since: float  # the scheduler's clock when its Binding succeeded
+    lists: int  # bound-pods lists started by then: a list started after it would show the pod
 
 
 @dataclass
@@ -296,9 +323,11 @@ class IroScheduler:
                  pod_initial_backoff_s: float = POD_INITIAL_BACKOFF_S, pod_max_backoff_s: float = POD_MAX_BACKOFF_S,
                  max_unschedulable_s: float = MAX_UNSCHEDULABLE_S, poll_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, watch_jitter: float = WATCH_JITTER,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, assume_ttl_s: float | None = None) -> None:
         """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`: each
-        60..119 s by default, as client-go's); ``rng`` seeds their draws (repeatable in tests)."""
+        60..119 s by default, as client-go's); ``rng`` seeds their draws (repeatable in tests).
+        ``assume_ttl_s``: the safety TTL of an assumed pod (None: ``ASSUME_TTL_S`` or twice the
+        longest silence of a watch, whichever is longer)."""
         import solvers
 
         if not 0 <= window_s <= threading.TIMEOUT_MAX:  # nan passed `< 0`; inf made Event.wait raise in the loop
@@ -313,6 +342,12 @@ class IroScheduler:
             raise ValueError(f"max_unschedulable_s: must be > 0, got {max_unschedulable_s}")
         if not 0 < poll_s <= threading.TIMEOUT_MAX:  # Event.wait raises OverflowError beyond TIMEOUT_MAX
             raise ValueError(f"poll_s: must be > 0 and at most {threading.TIMEOUT_MAX}, got {poll_s}")
+        # A watch is taken for dead after its timeoutSeconds plus a read timeout; a list then waits a
+        # read timeout per try: twice that is a silence no live watch has.
+        silence = watch_timeout_s * (1.0 + watch_jitter) + 2 * float(getattr(kube, "read_timeout_s", 60.0))
+        self.assume_ttl_s = float(assume_ttl_s) if assume_ttl_s is not None else max(ASSUME_TTL_S, 2 * silence)
+        if not self.assume_ttl_s > 0:
+            raise ValueError(f"assume_ttl_s: must be > 0, got {assume_ttl_s}")
         self.pod_initial_backoff_s = float(pod_initial_backoff_s)
         self.pod_max_backoff_s = float(pod_max_backoff_s)
         self.max_unschedulable_s = float(max_unschedulable_s)
@@ -369,7 +404,13 @@ class IroScheduler:
             # its latest placement: pods finish and are deleted meanwhile.
             self.metrics_feed = NodeMetricsFeed(kube, feedback, metrics_poll_s, current=self._node_cpu)
         self._feed_pods: tuple[int, dict[str, list[Mapping[str, Any]]]] = (-1, {})  # (pods version, pods by node)
-        self._assumed: dict[str, tuple[dict[str, Any], float]] = {}  # key -> (bound pod, since); confirmed by UID
+        self._assumed: dict[str, Assumed] = {}  # key -> the pod bound here, until the bound-pods watch settles it
+        # key -> UID of a pod bound here while the pending-pods watch still shows it: never bound again
+        self._bound_here: dict[str, str | None] = {}
+        # Lists of the bound pods started, and the latest started one whose result is in the store
+        # (an assumed pod bound before it started and not in it is gone: see _list_bound_pods).
+        self._lists_started = 0
+        self._lists_applied = 0
         # key -> (UID whose bind got 409, the pod's spec then (_pod_spec_key), when): an update
         # (a scheduling gate removed, say) or a new UID makes it a pod to try again
         self._conflicts: dict[str, tuple[str | None, str, float]] = {}
@@ -383,12 +424,21 @@ class IroScheduler:
         # key -> its Scheduled Event whose POST failed, oldest first; sent again by the loop
         self._event_retries: dict[str, EventRetry] = {}
         self._lock = threading.Lock()
+        self._list_pods = self.cache.pods._list
+        self.cache.pods._list = self._list_bound_pods  # type: ignore[method-assign]  # (re)lists go through it
         self._node_docs: dict[tuple, dict[str, Any]] = {}
         self.bind_workers = bind_workers
+        ensure_pool = getattr(kube, "ensure_pool_size", None)
+        if callable(ensure_pool):
+            ensure_pool(max(bind_workers, 1) + POOL_SPARE)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(bind_workers, 1), thread_name_prefix="iro-bind")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.batches: list[BatchResult] = []
+        # The latest batches (BATCHES_KEPT: a soak kept every one, about 1 KB per pod attempt, for
+        # ever); batch_count and solve_s_total count them all.
+        self.batches: collections.deque[BatchResult] = collections.deque(maxlen=BATCHES_KEPT)
+        self.batch_count = 0
+        self.solve_s_total = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -449,7 +499,7 @@ class IroScheduler:
             pods = self.ready_pods()[: self.max_batch]
             if pods and self.is_leader():
                 try:
-                    self.batches.append(self.schedule_batch(pods))
+                    self._record(self.schedule_batch(pods))
                 except Exception:  # keep scheduling; the pods stay pending and are retried after a backoff
                     # (kube's queue puts a pod whose attempt errored in backoffQ): tried again at once,
                     # a batch that fails every time would spin the loop and the log.
@@ -460,6 +510,23 @@ class IroScheduler:
             if self.ready_pods():
                 self._wake.set()
 
+    def _record(self, result: BatchResult) -> None:
+        self.batches.append(result)
+        self.batch_count += 1
+        self.solve_s_total += result.solve_s
+
+    def _list_bound_pods(self) -> str:
+        """The bound-pods reflector's (re)list, counted: a list started after a Binding succeeded
+        is a consistent read that holds the pod unless it was deleted meanwhile, the evidence
+        :meth:`ready_pods` needs to drop an assumed pod the watch never showed."""
+        with self._lock:
+            self._lists_started += 1
+            started = self._lists_started
+        rv = self._list_pods()
+        with self._lock:  # the store holds this list's result now
+            self._lists_applied = max(self._lists_applied, started)
+        return rv
+
     def _node_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """The nodes reflector's ``on_change``: a node added, or one whose fields the model reads
         changed, can fit a queued pod; a node deleted or a status heartbeat cannot."""
@@ -468,7 +535,16 @@ class IroScheduler:
 
     def _bound_pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """The bound-pods reflector's ``on_change``: a pod that frees room counts, and a pod added
-        (or relabelled) while a queued pod waits for one (:data:`POD_ADDED`)."""
+        (or relabelled) while a queued pod waits for one (:data:`POD_ADDED`). An assumed pod the
+        watch shows (bound, or deleted: added and deleted between two passes of the loop) is
+        settled here, after the store holds the change (:meth:`_model` reads the assumed pods first)."""
+        obj = new if new is not None else old
+        if obj is not None:
+            key = obj_key(obj)
+            with self._lock:
+                a = self._assumed.get(key)
+                if a is not None and a.uid == _uid(obj):
+                    self._assumed.pop(key)
         try:
             freed = _frees_room(old, new, self.config.resources)
             added = _adds_a_pod(old, new)
@@ -571,7 +647,7 @@ class IroScheduler:
 
     def _next_wake_s(self) -> float:
         """How long the loop may sleep: until the next timer of the queue ends (an unschedulable
-        pod's backoff or flush, a failed bind's backoff, an assumed or 409'd pod's ASSUME_TTL_S),
+        pod's backoff or flush, a failed bind's backoff, an assumed or 409'd pod's ``assume_ttl_s``),
         within 0.05 s .. ``poll_s``. Watch events wake it earlier (see :meth:`_cluster_moved`).
         Each delay is computed as its check in :meth:`ready_pods` computes it, so the loop never
         wakes just short of a timer and then sleeps on."""
@@ -581,9 +657,9 @@ class IroScheduler:
                    for t in (q.retry_at - now, self.max_unschedulable_s - (now - q.since))]
             due += [until - now for until, _ in self._backoff.values()]
             due += [e.retry_at - now for e in self._event_retries.values()]
-            # These expire strictly after ASSUME_TTL_S: at exactly 0 the next wake is 0.05 s on.
-            ttl = [ASSUME_TTL_S - (now - since)
-                   for since in (*(t for _, t in self._assumed.values()), *(t for *_, t in self._conflicts.values()))]
+            # These expire strictly after assume_ttl_s: at exactly 0 the next wake is 0.05 s on.
+            ttl = [self.assume_ttl_s - (now - since)
+                   for since in (*(a.since for a in self._assumed.values()), *(t for *_, t in self._conflicts.values()))]
         ahead = [d for d in due if d > 0] + [d for d in ttl if d >= 0]
         return min(max(min(ahead, default=self.poll_s), 0.05), self.poll_s)
 
@@ -615,19 +691,32 @@ class IroScheduler:
         pending_uids = {key: _uid(pod) for key, pod in pending.items()}
         with self._lock:
             assumed_keys = list(self._assumed)
+            listed = self._lists_applied  # read before the store: it holds this list's result at least
         bound_uids = self._bound_uids([*pending_uids, *assumed_keys])
         # An assumed pod counts on its node until the bound-pods watch shows that very pod (same
         # UID: a pod of the same name there may be its deleted predecessor; it leaves the pending
-        # watch earlier, so that is not the signal), or for ASSUME_TTL_S at most.
+        # watch earlier, so that is not the signal), or a list started after its Binding does not
+        # hold it (deleted); no time makes it free but the safety TTL (see the module's notes).
         with self._lock:
-            for key, (pod, since) in list(self._assumed.items()):
-                if bound_uids.get(key) == _uid(pod):
+            for key, a in list(self._assumed.items()):
+                if bound_uids.get(key) == a.uid:
                     self._assumed.pop(key, None)
-                elif now - since > ASSUME_TTL_S:  # never shown bound: the room counted for it is free
+                elif listed > a.lists or now - a.since > self.assume_ttl_s:  # the room counted for it is free
                     self._assumed.pop(key, None)
                     self._count_move(_ALL_HELD)
+                    if listed > a.lists:
+                        log.info("%s: bound to %s but gone from the bound pods listed since: no longer counted",
+                                 key, _field(a.pod, "spec", "nodeName"))
+                    else:
+                        log.warning("%s: bound to %s %.0f s ago and never shown by the bound-pods watch, nor by a "
+                                    "list since: no longer counted (safety TTL)", key,
+                                    _field(a.pod, "spec", "nodeName"), now - a.since)
+            for key, uid in list(self._bound_here.items()):
+                if pending_uids.get(key) != uid:  # the pending-pods watch caught up (or it was replaced)
+                    self._bound_here.pop(key, None)
+            bound_here = dict(self._bound_here)
             for key, (uid, spec, since) in list(self._conflicts.items()):
-                if pending_uids.get(key) != uid or now - since > ASSUME_TTL_S:
+                if pending_uids.get(key) != uid or now - since > self.assume_ttl_s:
                     self._conflicts.pop(key, None)
                 elif _pod_spec_key(pending[key]) != spec:  # updated (a gate removed): a pod to try again
                     self._conflicts.pop(key, None)
@@ -643,6 +732,8 @@ class IroScheduler:
             if key in assumed or key in backoff:
                 continue
             uid = pending_uids[key]
+            if key in bound_here and bound_here[key] == uid:
+                continue  # bound here (the pending watch is late): a Binding would get 409, or 404 once deleted
             if key in conflicts and conflicts[key] == uid:
                 continue  # its Binding got 409: not retried blindly (a recreated pod has a new UID)
             if key in bound_uids and bound_uids[key] == uid:
@@ -707,7 +798,7 @@ class IroScheduler:
         if obj is None:
             return None
         with self._lock:
-            assumed = [(key, pod) for key, (pod, _) in self._assumed.items() if (pod.get("spec") or {}).get("nodeName") == node]
+            assumed = [(key, a.pod) for key, a in self._assumed.items() if (a.pod.get("spec") or {}).get("nodeName") == node]
         with self.cache.pods.changed:
             version = self.cache.pods.version
             store = self.cache.pods.store
@@ -737,10 +828,11 @@ class IroScheduler:
         when a node is short of slots), as kube checks every requested resource and the kubelet
         refuses a pod bound past one (OutOf...). The added ones bound fit only: a pod's score
         does not depend on what the other pods of its batch request."""
+        # The assumed pods first: one the watch settles meanwhile is in the store read after.
+        with self._lock:
+            assumed = [(key, a.pod) for key, a in self._assumed.items()]
         with self.cache.pods.changed:
             store = dict(self.cache.pods.store)
-        with self._lock:
-            assumed = [(key, pod) for key, (pod, _) in self._assumed.items()]
         return ClusterModel(self.cache.nodes.items(), [*store.values(), *_unconfirmed(assumed, store)], self.config,
                             doc_cache=self._node_docs, pending=pods)
 
@@ -872,7 +964,8 @@ class IroScheduler:
         if annotations:
             bound["metadata"] = dict(meta, annotations={**(meta.get("annotations") or {}), **annotations})
         with self._lock:
-            self._assumed[key] = (bound, self.clock())
+            self._assumed[key] = Assumed(bound, meta.get("uid"), self.clock(), self._lists_started)
+            self._bound_here[key] = meta.get("uid")
             self._unschedulable.pop(key, None)
             self._reported.pop(key, None)
         parts = ", ".join(f"{t} {v:+.4f}" for t, v in terms.items() if abs(v) > 0)
