@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: SuperExec's task poll (default 1 s) adds to the round, as in iro_fed.federated.local (test speed only).
 FAST = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}
 TINY = {"num-server-rounds": 1, "min-nodes": 1, "local-steps": 40, "hours": 0.25, "learning-starts": 16,
-        "batch-size": 8, "track-emissions": False, "embed-dim": 16, "hidden-dim": 32, "eval-site": 0}
+        "batch-size": 8, "track-emissions": False, "embed-dim": 16, "hidden-dim": 32, "eval-site": 1}  # the agent trains site 0: the held-out site must differ
 
 
 def free_port() -> int:
