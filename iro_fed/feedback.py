@@ -1200,7 +1200,9 @@ def fine_tune_seed(seed: int, index: int) -> int:
     env's scenario seeds): drawn from ``SeedSequence([seed, index])``, so each fine-tune trains on
     episodes of its own (with one ``seed`` for all, every fine-tune replayed the first one's).
     31 bits: the ``dqn`` solver's ``seed`` setting is at most 2**31 - 1."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1)
+    from iro_fed.learning import stream_seed
+
+    return stream_seed(seed, index) >> 1
 
 
 class DQNFineTune:

@@ -93,13 +93,19 @@ def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def stream_seed(*parts: int) -> int:
+    """A 32-bit seed drawn from ``SeedSequence(parts)``: different ``parts`` give disjoint streams
+    (training envs, federated sites and rounds, fine-tunes), where ``seed * 1000 + i * 97`` overlapped."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
 def env_seed(seed: int, env: int) -> int:
     """Training env ``env``'s base scenario seed (its episodes run base + 1, base + 2, ... after the
     vector reset's ``seed + env``): drawn from ``SeedSequence([seed, env])``, so the envs' streams
     are disjoint. ``seed * 1000 + env * 97`` made env 1 rerun env 0's episodes after 97 of them."""
-    import numpy as np
-
-    return int(np.random.SeedSequence([seed, env]).generate_state(1)[0])
+    return stream_seed(seed, env)
 
 
 def env_factories(scenario: str, count: int, seed: int, hours: float, k: int, settings: dict[str, Any]) -> list[Any]:

@@ -102,6 +102,9 @@ class Coefficients:
     carbon_per_milli_weighted: np.ndarray  # [N] w4 * dynamic carbon per requested millicore, normalized
     # For evaluate():
     cpu_divisor: np.ndarray  # [N] cpu_capacity, 1 where it is 0 (CPU utilization's denominator)
+    # cpu's column in util_resources (initial_used's layout): cpu_index is one of resources, another
+    # column when a feasibility_only resource comes before cpu
+    cpu_util_column: int
     initial_used: np.ndarray  # [N, R'] util usage before any workload is placed (read-only)
 
 
@@ -141,6 +144,7 @@ def coefficients(problem: Problem) -> Coefficients:
         latency_weighted=(w.latency * _ratio(1.0, n_with_region)) * lat_score[:, p.node_domain],
         carbon_per_milli_weighted=w.carbon * _ratio_array(carbon_dynamic / np.where(cpu_cap > 0, cpu_cap, 1.0), max_carbon),
         cpu_divisor=np.where(cpu_cap > 0, cpu_cap, 1.0),
+        cpu_util_column=p.util_resources.index("cpu"),
         initial_used=_initial_used_of(p),
     )
     _coef_cache[problem] = coef
@@ -243,9 +247,7 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
     latency_term = _ratio(lat_sum, coef.n_with_region)
 
     cost = float(coef.node_cost[on].sum())
-    # used's columns are util_resources: cpu_index (a column of resources) reads another column
-    # when a feasibility_only resource comes before cpu.
-    cpu_util = np.minimum(used[:, p.util_resources.index("cpu")] / coef.cpu_divisor, 1.0)
+    cpu_util = np.minimum(used[:, coef.cpu_util_column] / coef.cpu_divisor, 1.0)
     carbon = float((coef.carbon_idle[on] + coef.carbon_dynamic[on] * cpu_util[on]).sum())
     power = float((p.power_idle_w[on] + (p.power_peak_w[on] - p.power_idle_w[on]) * cpu_util[on]).sum())
 

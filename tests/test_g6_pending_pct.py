@@ -7,26 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 import solvers
 from iro_fed.sim import SimConfig, Simulator
-from iro_fed.sim.cli import totals_table
 from iro_fed.sim.metrics import pending_stats
 from iro_fed.sim.model import PodSpec
 
-from .sim.helpers import tiny_scenario
-
-
-def _table_rows(totals: dict) -> dict[str, str]:
-    console = Console(width=200, record=True)
-    console.print(totals_table(totals, "t"))
-    rows = {}
-    for line in console.export_text().splitlines():
-        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
-        if len(cells) == 2:
-            rows[cells[0]] = cells[1]
-    return rows
+from .sim.helpers import tiny_scenario, totals_table_rows
 
 
 def test_pending_pct_without_a_ready_pod_is_none() -> None:
@@ -50,4 +37,4 @@ def test_a_run_where_no_pod_became_ready_reports_null(arrival: int | None) -> No
     assert r.totals["pending_pct"] is None
     doc = json.loads(json.dumps(r.report(), allow_nan=False))
     assert doc["pending_pct"] is None
-    assert _table_rows(r.totals)["pending % of ready pods"] == "-"
+    assert totals_table_rows(r.totals)["pending % of ready pods"] == "-"

@@ -263,7 +263,9 @@ def site_seed(seed: int, site: int, server_round: int) -> int:
     ``S, S + 1, ...``): drawn from ``SeedSequence([seed, site, round])``, so the episodes of any two
     (site, round) pairs are disjoint streams. ``seed * 1000 + site * 97 + round`` made round
     ``r + 1`` rerun round ``r``'s episodes from its second one on (and site 1 site 0's after 97)."""
-    return int(np.random.SeedSequence([seed, site, server_round]).generate_state(1)[0])
+    from iro_fed.learning import stream_seed
+
+    return stream_seed(seed, site, server_round)
 
 
 def make_site_env(scenario: str, site: int, seed: int, hours: float = 4.0, k: int = 8,

@@ -301,6 +301,11 @@ class Reflector:
         self.bookmarks = bookmarks
         self.resource_version = ""
         self.lists = 0
+        # Lists begun, and the number of the latest begun one whose result is in the store: a list
+        # begun after a write is a consistent read that holds it (unless deleted meanwhile).
+        self.lists_started = 0
+        self.lists_applied = 0
+        self._list_count = threading.Lock()
         self.store: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.synced = threading.Event()
@@ -350,6 +355,9 @@ class Reflector:
             self.changed.notify_all()
 
     def _list(self) -> str:
+        with self._list_count:
+            self.lists_started += 1
+            started = self.lists_started
         kwargs = {"field_selector": self.field_selector} if self.field_selector else {}
         doc = _read(self.list_func(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
         items = doc.get("items") or []
@@ -372,6 +380,8 @@ class Reflector:
                     self.on_change(was, now)
         if not unchanged:
             self._bump()
+        with self._list_count:
+            self.lists_applied = max(self.lists_applied, started)
         self.synced.set()
         return str(doc["metadata"].get("resourceVersion", ""))
 

@@ -414,10 +414,6 @@ class IroScheduler:
         self._assumed: dict[str, Assumed] = {}  # key -> the pod bound here, until the bound-pods watch settles it
         # key -> UID of a pod bound here while the pending-pods watch still shows it: never bound again
         self._bound_here: dict[str, str | None] = {}
-        # Lists of the bound pods started, and the latest started one whose result is in the store
-        # (an assumed pod bound before it started and not in it is gone: see _list_bound_pods).
-        self._lists_started = 0
-        self._lists_applied = 0
         # key -> (UID whose bind got 409, the pod's spec then (_pod_spec_key), when): an update
         # (a scheduling gate removed, say) or a new UID makes it a pod to try again
         self._conflicts: dict[str, tuple[str | None, str, float]] = {}
@@ -431,8 +427,6 @@ class IroScheduler:
         # key -> its Scheduled Event whose POST failed, oldest first; sent again by the loop
         self._event_retries: dict[str, EventRetry] = {}
         self._lock = threading.Lock()
-        self._list_pods = self.cache.pods._list
-        self.cache.pods._list = self._list_bound_pods  # type: ignore[method-assign]  # (re)lists go through it
         self._node_docs: dict[tuple, dict[str, Any]] = {}
         self.bind_workers = bind_workers
         ensure_pool = getattr(kube, "ensure_pool_size", None)
@@ -526,18 +520,6 @@ class IroScheduler:
         self.batches.append(result)
         self.batch_count += 1
         self.solve_s_total += result.solve_s
-
-    def _list_bound_pods(self) -> str:
-        """The bound-pods reflector's (re)list, counted: a list started after a Binding succeeded
-        is a consistent read that holds the pod unless it was deleted meanwhile, the evidence
-        :meth:`ready_pods` needs to drop an assumed pod the watch never showed."""
-        with self._lock:
-            self._lists_started += 1
-            started = self._lists_started
-        rv = self._list_pods()
-        with self._lock:  # the store holds this list's result now
-            self._lists_applied = max(self._lists_applied, started)
-        return rv
 
     def _node_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """The nodes reflector's ``on_change``: a node added, or one whose fields the model reads
@@ -708,7 +690,9 @@ class IroScheduler:
         pending_uids = {key: _uid(pod) for key, pod in pending.items()}
         with self._lock:
             assumed_keys = list(self._assumed)
-            listed = self._lists_applied  # read before the store: it holds this list's result at least
+            # read before the store: it holds this list's result at least (an assumed pod bound before
+            # the list began and not in it is gone: a list begun after a Binding is a consistent read)
+            listed = self.cache.pods.lists_applied
         bound_uids = self._bound_uids([*pending_uids, *assumed_keys])
         # An assumed pod counts on its node until the bound-pods watch shows that very pod (same
         # UID: a pod of the same name there may be its deleted predecessor; it leaves the pending
@@ -982,7 +966,7 @@ class IroScheduler:
         if annotations:
             bound["metadata"] = dict(meta, annotations={**(meta.get("annotations") or {}), **annotations})
         with self._lock:
-            self._assumed[key] = Assumed(bound, meta.get("uid"), self.clock(), self._lists_started)
+            self._assumed[key] = Assumed(bound, meta.get("uid"), self.clock(), self.cache.pods.lists_started)
             self._bound_here[key] = meta.get("uid")
             self._unschedulable.pop(key, None)
             self._add_waiters.discard(key)

@@ -940,20 +940,32 @@ _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _Requirement = tuple[bool, str, str, tuple[str, ...]]
 
 
-def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement:
+def _expression_key(expr: Any, who: str, path: str) -> tuple[Mapping[str, Any], str]:
+    """A selector requirement at ``path`` (node selector term or label selector) and its required key."""
     expr = _obj(expr, who, path, required=True)
     key = _opt_str(expr, "key", who, path)
     if not key:
         raise _bad(who, f"{path}.key", "required")
-    if on_field and key != "metadata.name":
-        raise _bad(who, f"{path}.key", f"only metadata.name is supported, got {key!r}")
+    return expr, key
+
+
+def _expression_values(expr: Mapping[str, Any], operators: tuple[str, ...], who: str, path: str) -> tuple[str, list]:
+    """The operator (one of ``operators``) and the string values of the requirement at ``path``."""
     op = expr.get("operator")
-    if op not in _OPERATORS:
-        raise _bad(who, f"{path}.operator", f"unknown operator {op!r} ({', '.join(_OPERATORS)})")
+    if op not in operators:
+        raise _bad(who, f"{path}.operator", f"unknown operator {op!r} ({', '.join(operators)})")
     values = _items(expr.get("values"), who, f"{path}.values")
     for j, v in enumerate(values):
         if not isinstance(v, str):
             raise _bad(who, f"{path}.values[{j}]", f"expected a string, got {json_kind(v)} {v!r}")
+    return op, values
+
+
+def _requirement(expr: Any, on_field: bool, who: str, path: str) -> _Requirement:
+    expr, key = _expression_key(expr, who, path)
+    if on_field and key != "metadata.name":
+        raise _bad(who, f"{path}.key", f"only metadata.name is supported, got {key!r}")
+    op, values = _expression_values(expr, _OPERATORS, who, path)
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise _bad(who, f"{path}.values", f"operator {op} needs exactly one value")
@@ -1204,17 +1216,8 @@ def label_selector(value: Any, who: str, path: str) -> LabelSelector:
     reqs = [(k, "In", frozenset((v,))) for k, v in _str_map(sel.get("matchLabels"), who, f"{path}.matchLabels").items()]
     for i, expr in enumerate(_items(sel.get("matchExpressions"), who, f"{path}.matchExpressions")):
         ep = f"{path}.matchExpressions[{i}]"
-        expr = _obj(expr, who, ep, required=True)
-        key = _opt_str(expr, "key", who, ep)
-        if not key:
-            raise _bad(who, f"{ep}.key", "required")
-        op = expr.get("operator")
-        if op not in _SELECTOR_OPERATORS:
-            raise _bad(who, f"{ep}.operator", f"unknown operator {op!r} ({', '.join(_SELECTOR_OPERATORS)})")
-        values = _items(expr.get("values"), who, f"{ep}.values")
-        for j, v in enumerate(values):
-            if not isinstance(v, str):
-                raise _bad(who, f"{ep}.values[{j}]", f"expected a string, got {json_kind(v)} {v!r}")
+        expr, key = _expression_key(expr, who, ep)
+        op, values = _expression_values(expr, _SELECTOR_OPERATORS, who, ep)
         if (op in ("In", "NotIn")) != bool(values):
             raise _bad(who, f"{ep}.values", f"operator {op} needs {'at least one value' if op in ('In', 'NotIn') else 'no values'}")
         reqs.append((key, op, frozenset(values)))

@@ -33,15 +33,49 @@ class Clock:
         self.now += seconds
 
 
+#: Topology keys of the pod-rule tests.
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def relist(s: IroScheduler) -> None:
+    """The scheduler's watches' stores listed afresh: nodes, bound pods, pending pods."""
+    s.cache.nodes._list()
+    s.cache.pods._list()
+    s.pending._list()
+
+
 def make_scheduler(kubeconfig: str, clock: Clock, **kw: Any) -> IroScheduler:
     """A scheduler the test runs by hand (no thread, no leader election, no batching window), its
     queue timed on ``clock``; nodes, bound and pending pods listed once."""
     kube = Kube.from_kubeconfig(kubeconfig, user_agent="iro-scheduler/q")
     s = IroScheduler(kube, identity="q", leader_election=False, window_s=0, clock=clock, **kw)
-    s.cache.nodes._list()
-    s.cache.pods._list()
-    s.pending._list()
+    relist(s)
     return s
+
+
+def cycle(s: IroScheduler) -> Any:
+    """One pass of the loop: the watches' stores relisted, then a batch of the ready pods (None: none)."""
+    relist(s)
+    pods = s.ready_pods()
+    return s.schedule_batch(pods) if pods else None
+
+
+def settle(s: IroScheduler, limit: int = 5) -> list[Any]:
+    """Batches until no pod is ready, at most ``limit`` (the clock does not move: no backoff ends)."""
+    batches = []
+    for _ in range(limit):
+        batch = cycle(s)
+        if batch is None:
+            break
+        batches.append(batch)
+    return batches
+
+
+def spread(app: str, skew: int = 1, key: str = ZONE) -> list[dict[str, Any]]:
+    """A DoNotSchedule topology spread constraint over ``key`` for the pods labelled ``app``."""
+    return [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app": app}}}]
 
 
 def churn(api: FakeApiServer, s: IroScheduler, i: int = 0) -> None:

@@ -10,13 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.snapshot import PodSpecError, build_snapshot, pod_rules, ports_conflict
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-from tests.k8s.helpers import Clock, make_scheduler
-
-HOST = "kubernetes.io/hostname"
-ZONE = "topology.kubernetes.io/zone"
+from tests.k8s.helpers import HOST, ZONE, Clock, cycle, make_scheduler, settle, spread
 
 
 def anti(app: str, key: str = HOST) -> dict[str, Any]:
@@ -27,31 +23,6 @@ def anti(app: str, key: str = HOST) -> dict[str, Any]:
 def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
     return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": [app]}]}, "topologyKey": key}]}}
-
-
-def spread(app: str, skew: int = 1, key: str = ZONE) -> list[dict[str, Any]]:
-    return [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-             "labelSelector": {"matchLabels": {"app": app}}}]
-
-
-def cycle(s: IroScheduler) -> Any:
-    """One pass of the loop: the watches' stores relisted, then a batch of the ready pods (None: none)."""
-    s.cache.nodes._list()
-    s.cache.pods._list()
-    s.pending._list()
-    pods = s.ready_pods()
-    return s.schedule_batch(pods) if pods else None
-
-
-def settle(s: IroScheduler, limit: int = 5) -> list[Any]:
-    """Batches until no pod is ready (the clock does not move: no backoff ends)."""
-    batches = []
-    for _ in range(limit):
-        batch = cycle(s)
-        if batch is None:
-            break
-        batches.append(batch)
-    return batches
 
 
 def node_of(api: FakeApiServer, name: str) -> str | None:

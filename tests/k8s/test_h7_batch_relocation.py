@@ -15,10 +15,7 @@ import numpy as np
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-from tests.k8s.helpers import make_scheduler
-
-HOST = "kubernetes.io/hostname"
-ZONE = "topology.kubernetes.io/zone"
+from tests.k8s.helpers import HOST, ZONE, cycle, make_scheduler, settle, spread
 
 
 def anti(app: str, key: str = HOST) -> dict[str, Any]:
@@ -29,30 +26,6 @@ def anti(app: str, key: str = HOST) -> dict[str, Any]:
 def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
     return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
-
-
-def spread(app: str, skew: int = 1, key: str = ZONE) -> list[dict[str, Any]]:
-    return [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-             "labelSelector": {"matchLabels": {"app": app}}}]
-
-
-def cycle(s: IroScheduler) -> Any:
-    """One pass of the loop: the watches' stores relisted, then a batch of the ready pods (None: none)."""
-    s.cache.nodes._list()
-    s.cache.pods._list()
-    s.pending._list()
-    pods = s.ready_pods()
-    return s.schedule_batch(pods) if pods else None
-
-
-def settle(s: IroScheduler, limit: int = 10) -> list[Any]:
-    batches = []
-    for _ in range(limit):
-        batch = cycle(s)
-        if batch is None:
-            break
-        batches.append(batch)
-    return batches
 
 
 def nodes_of(api: FakeApiServer, prefix: str) -> dict[str, str | None]:
@@ -70,7 +43,7 @@ def test_thirty_hostname_anti_affine_replicas_bind_in_one_batch(api, kubeconfig,
         api.add_pod(make_pod(f"r{i}", cpu="1", scheduler="iro", labels={"app": "db"}, affinity=anti("db")))
     s = make_scheduler(kubeconfig, clock)
     try:
-        batches = settle(s)
+        batches = settle(s, limit=10)
     finally:
         s.stop()
     assert len(batches) == 1
@@ -93,7 +66,7 @@ def test_spread_max_skew_one_over_three_zones_in_one_or_two_batches(api, kubecon
         api.add_pod(make_pod(f"w{i}", cpu="1", scheduler="iro", labels={"app": "w"}, topology_spread=spread("w")))
     s = make_scheduler(kubeconfig, clock)
     try:
-        batches = settle(s)
+        batches = settle(s, limit=10)
     finally:
         s.stop()
     assert 1 <= len(batches) <= 2
@@ -109,7 +82,7 @@ def test_replicas_sharing_a_host_port_bind_in_one_batch(api, kubeconfig, clock):
         api.add_pod(make_pod(f"p{i}", cpu="1", scheduler="iro", ports=[{"containerPort": 80, "hostPort": 8080}]))
     s = make_scheduler(kubeconfig, clock)
     try:
-        batches = settle(s)
+        batches = settle(s, limit=10)
     finally:
         s.stop()
     assert len(batches) == 1
@@ -126,7 +99,7 @@ def test_zone_anti_affine_replicas_beyond_the_zones_are_left_unschedulable(api, 
     s = make_scheduler(kubeconfig, clock)
     try:
         first = cycle(s)
-        settle(s)
+        settle(s, limit=10)
     finally:
         s.stop()
     assert Counter(o.status for o in first.pods) == {"bound": 3, "deferred": 5}
@@ -166,7 +139,7 @@ def test_a_relocated_replica_needs_room_beside_the_batch(api, kubeconfig, clock)
         api.add_pod(make_pod(f"r{i}", cpu="1500m", scheduler="iro", labels={"app": "db"}, affinity=anti("db")))
     s = make_scheduler(kubeconfig, clock)
     try:
-        settle(s)
+        settle(s, limit=10)
     finally:
         s.stop()
     placed = nodes_of(api, "r")

@@ -60,3 +60,19 @@ def random_pods(seed: int, steps: int, n: int, batch: bool = True) -> list[PodSp
         else:
             pods.append(PodSpec(f"o{i}", "online", cpu, cpu * 2, arrival, departure=arrival + int(rng.integers(1, 30))))
     return pods
+
+
+def totals_table_rows(totals: dict) -> dict[str, str]:
+    """The rows of ``iro simulate``'s totals table as printed: metric -> cell text."""
+    from rich.console import Console
+
+    from iro_fed.sim.cli import totals_table
+
+    console = Console(width=200, record=True)
+    console.print(totals_table(totals, "t"))
+    rows = {}
+    for line in console.export_text().splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows

@@ -7,26 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 import solvers
 from iro_fed.sim import SimConfig, Simulator
-from iro_fed.sim.cli import totals_table
 from iro_fed.sim.metrics import pending_stats, success_pct
 from iro_fed.sim.model import PodSpec, Service
 
-from .helpers import tiny_scenario
-
-
-def _table_text(totals: dict) -> dict[str, str]:
-    console = Console(width=200, record=True)
-    console.print(totals_table(totals, "t"))
-    rows = {}
-    for line in console.export_text().splitlines():
-        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
-        if len(cells) == 2:
-            rows[cells[0]] = cells[1]
-    return rows
+from .helpers import tiny_scenario, totals_table_rows
 
 
 def test_success_pct_without_requests_is_none():
@@ -55,7 +42,7 @@ def test_a_run_without_services_reports_no_success_rate_and_no_online_pending():
     doc = json.loads(json.dumps(r.report()))
     assert doc["success_rate_pct"] is None and doc["pending_at_peak_online_pct"] is None
     assert set(doc["series"]["success_rate_pct"]) == {None}
-    rows = _table_text(t)
+    rows = totals_table_rows(t)
     assert rows["request success %"] == "-"  # was 100.0000
     assert rows["P99 latency ms"] == "-"
 
