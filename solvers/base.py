@@ -75,7 +75,7 @@ class Param:
     def check(self, where: str, value: Any) -> Any:
         """The non-null value, checked and converted; ``where`` names the setting in errors."""
         if isinstance(value, str) and self.kind is not str:
-            value = _parse_text(value, self.kind, where)
+            value = parse_setting(value, self.kind, where)
         # A numpy scalar (a value from a numpy sweep) counts as its Python value; the checks
         # below then refuse np.bool_ for a number and np.float64(2.5) for an int as they do 2.5.
         if isinstance(value, np.bool_):
@@ -115,10 +115,12 @@ class Param:
 _NOT_FINITE = r"[-+]?(nan|inf|infinity)"
 
 
-def _parse_text(text: str, kind: type, where: str) -> Any:
-    """A setting's value from command-line text. Numbers are decimal as in problem files
-    (``problem_io.DECIMAL_INT`` / ``DECIMAL_FLOAT``: ASCII digits, an optional sign; spaces and
-    tabs around are ignored): int() and float() alone would also take ``1_000`` or ``١٠``."""
+def parse_setting(text: str, kind: type, where: str) -> Any:
+    """A setting's value of type ``kind`` (bool, int, float or dict) from command-line text; an
+    :class:`InvalidSettingError` starting with ``where`` when it is not one. Numbers are decimal
+    as in problem files (``problem_io.DECIMAL_INT`` / ``DECIMAL_FLOAT``: ASCII digits, an optional
+    sign; spaces and tabs around are ignored): int() and float() alone would also take ``1_000``
+    or ``١٠``."""
     value = text.strip(" \t\r\n")
     if kind is bool:
         low = value.lower()
