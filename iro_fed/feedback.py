@@ -1175,10 +1175,20 @@ def fine_tune_config(start: Mapping[str, Any], overrides: Mapping[str, Any], ste
 def start_policy_config(policy: str | os.PathLike[str] | None) -> dict[str, Any]:
     """Every DQN setting of the policy a fine-tune starts from (a checkpoint, a registry folder's
     latest version, None: the shipped default), read without torch where its JSON metadata is
-    there. :class:`~solvers.CheckpointError` naming the file when unreadable."""
-    from solvers import CheckpointError, ConfigError, DQNConfig, read_checkpoint_config, resolve_dqn_policy
+    there. :class:`~solvers.CheckpointError` naming the file when unreadable, or when it was trained
+    on other features than this version computes (the fine-tune's load would refuse it only at the
+    first trigger, maybe hours into the run)."""
+    from solvers import (
+        CheckpointError,
+        ConfigError,
+        DQNConfig,
+        check_dqn_policy_features,
+        read_checkpoint_config,
+        resolve_dqn_policy,
+    )
 
     path = resolve_dqn_policy(policy)
+    check_dqn_policy_features(path)
     try:  # a setting the checkpoint leaves out takes its default, as loading the policy does
         return DQNConfig.from_dict(read_checkpoint_config(path), training=False).to_dict()
     except (ConfigError, TypeError) as exc:

@@ -241,9 +241,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     given = _config_pairs(args.set)
     config = {**TRAIN_CONFIG.get(args.scenario, {}), **given}
     try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)
-        k = DQNConfig.from_dict(config).top_k
+        cfg = DQNConfig.from_dict(config)
     except ConfigError as exc:
         raise _config_error(exc, given) from exc
+    if not cfg.defer_action:  # PlacementEnv's actions always end with it: the trainer refused it once the envs were built
+        raise UsageError("--set defer_action: must stay true for `iro train`: its envs always offer the defer action "
+                         "(for deferrable batch pods; a one-shot solve masks it off anyway)")
+    k = cfg.top_k
     scenario_settings: dict[str, Any] = {key: v.strip() for key, v in split_pairs(args.scenario_set, "--scenario-set")}
     _check_scenario_settings(args.scenario, env_seed(args.seed, 0), args.hours, scenario_settings)  # the first env's seed
 

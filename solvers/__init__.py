@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the names __getattr__ resolves, for type checkers
     from solvers.dqn.checkpoint import metadata_path as checkpoint_metadata_path
     from solvers.dqn.checkpoint import read_config as read_checkpoint_config
     from solvers.dqn.replay import ReplayBuffer, Transition
+    from solvers.dqn.solver import check_policy_features as check_dqn_policy_features
     from solvers.dqn.solver import resolve_policy as resolve_dqn_policy
     from solvers.dqn.train import new_buffer as new_replay_buffer
     from solvers.dqn.train import train as train_dqn
@@ -104,6 +105,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ReplayBuffer": ("solvers.dqn.replay", "ReplayBuffer"),
     "Transition": ("solvers.dqn.replay", "Transition"),
     "checkpoint_metadata_path": ("solvers.dqn.checkpoint", "metadata_path"),
+    "check_dqn_policy_features": ("solvers.dqn.solver", "check_policy_features"),
     "load_checkpoint": ("solvers.dqn.checkpoint", "load_checkpoint"),
     "new_replay_buffer": ("solvers.dqn.train", "new_buffer"),
     "read_checkpoint_config": ("solvers.dqn.checkpoint", "read_config"),
@@ -150,6 +152,7 @@ __all__ = [
     "DQNConfig",
     "ReplayBuffer",
     "Transition",
+    "check_dqn_policy_features",
     "checkpoint_metadata_path",
     "load_checkpoint",
     "new_replay_buffer",
