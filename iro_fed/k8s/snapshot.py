@@ -1445,7 +1445,8 @@ def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
 class PlacedPods:
     """The pods on the nodes as the plugins read them: (node, :class:`PodRules`) by namespace,
     the ones with required anti-affinity and the host ports in use per node; with the counts the
-    plugins take over them, kept until a pod is added (pods of one template ask the same)."""
+    plugins take over them (pods of one template ask the same), each brought up to date by a pod
+    added. The counts are taken over one set of node labels (the model's nodes)."""
 
     by_namespace: dict[str, list[tuple[str, PodRules]]] = field(default_factory=dict)
     anti: list[tuple[str, PodRules]] = field(default_factory=list)
@@ -1453,12 +1454,41 @@ class PlacedPods:
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def add(self, node: str, rules: PodRules) -> None:
-        self._memo.clear()
         self.by_namespace.setdefault(rules.namespace, []).append((node, rules))
         if rules.anti_affinity:
             self.anti.append((node, rules))
         if rules.ports:
             self.ports.setdefault(node, []).extend(rules.ports)
+        if self._memo:  # a batch's check adds a pod, then asks the same counts: counted again, O(pods) a pod
+            self._count_added(node, rules)
+
+    def _count_added(self, node: str, rules: PodRules) -> None:
+        """Bring the counts taken (``_memo``) up to date with a pod added on ``node``, as
+        :meth:`term_counts`, :meth:`existing_counts` and :meth:`selector_counts` count it."""
+        labels = self._memo.get("node-labels", {}).get(node)  # None: a node the counts do not see
+        for key, got in self._memo.items():
+            if key == "anti-terms":
+                for t in rules.anti_affinity if labels is not None else ():
+                    if t.topology_key in labels:
+                        counts = got.get(t)
+                        if counts is None:
+                            counts = got[t] = collections.Counter()
+                        counts[(t.topology_key, labels[t.topology_key])] += 1
+            elif not isinstance(key, tuple):  # "node-labels"
+                continue
+            elif key[0] == "terms" and labels is not None:
+                _, terms, every = key
+                if every:
+                    if all(t.matches(rules.namespace, rules.labels) for t in terms):
+                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
+                else:
+                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
+                               if t.topology_key in labels and t.matches(rules.namespace, rules.labels))
+            elif key[0] == "selector":
+                _, namespace, selector = key
+                if selector.requirements and rules.namespace == namespace and not rules.terminating \
+                        and selector.matches(rules.labels):
+                    got[node] += 1
 
     def pods(self, namespaces: Iterable[str] | None = None) -> Iterable[tuple[str, PodRules]]:
         """The pods in ``namespaces`` (None: in every namespace)."""
@@ -1485,6 +1515,7 @@ class PlacedPods:
                 else:
                     got.update((t.topology_key, labels[t.topology_key]) for t in terms
                                if t.topology_key in labels and t.matches(other.namespace, other.labels))
+            self._memo.setdefault("node-labels", node_labels)
             self._memo[key] = got
         return got
 
@@ -1501,7 +1532,11 @@ class PlacedPods:
                     continue
                 for t in other.anti_affinity:
                     if t.topology_key in labels:
-                        by_term.setdefault(t, collections.Counter())[(t.topology_key, labels[t.topology_key])] += 1
+                        counts = by_term.get(t)
+                        if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
+                            counts = by_term[t] = collections.Counter()
+                        counts[(t.topology_key, labels[t.topology_key])] += 1
+            self._memo.setdefault("node-labels", node_labels)
             self._memo["anti-terms"] = by_term  # whole: a model may serve several threads (the webhook's)
         got: collections.Counter[tuple[str, str]] = collections.Counter()
         for t, pairs in by_term.items():
@@ -1523,19 +1558,45 @@ class PlacedPods:
         return got
 
 
-def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None) -> PlacedPods:
+def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None,
+                cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None) -> PlacedPods:
     """:class:`PlacedPods` of the bound pods by node; a pod whose fields cannot be read is left
-    out (the API server validated it; a note goes to ``warnings``)."""
+    out (the API server validated it; a note goes to ``warnings``). ``cache``: the pods' parses
+    by (uid, resourceVersion), kept by the caller across calls: a pod the API server has not
+    changed is not parsed again, and the cache ends with the pods of this call only."""
     placed = PlacedPods()
+    fresh: dict[tuple[str, str], PodRules | PodSpecError] = {}
     for node, pods in by_node.items():
         for pod in pods:
-            try:
-                placed.add(node, pod_rules(pod, pending=False))
-            except PodSpecError as exc:
+            key = _version_key(pod) if cache is not None else None
+            rules = cache.get(key) if cache is not None and key is not None else None
+            if rules is None:
+                try:
+                    rules = pod_rules(pod, pending=False)
+                except PodSpecError as exc:
+                    rules = exc
+            if key is not None:
+                fresh[key] = rules
+            if isinstance(rules, PodSpecError):
                 if warnings is not None:
-                    message = f"ignored by pod affinity, spread and host ports: {exc}"
+                    message = f"ignored by pod affinity, spread and host ports: {rules}"
                     _usage_warning(warnings, message, (node, message))
+            else:
+                placed.add(node, rules)
+    if cache is not None:  # the pods gone (or changed) leave it
+        cache.clear()
+        cache.update(fresh)
     return placed
+
+
+def _version_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A pod's (uid, resourceVersion), which name one content of it (None: either is missing, or the
+    metadata is no dict, as no decoded API object has). Per bound pod per batch: plain type tests."""
+    meta = pod.get("metadata")
+    if type(meta) is not dict:
+        return None
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, version) if type(uid) is str and uid and type(version) is str and version else None
 
 
 def _term_namespaces(terms: Sequence[PodTerm]) -> set[str] | None:
@@ -1568,16 +1629,20 @@ def _interpod_failures(rules: PodRules, groups: Sequence[PlacedPods], node_label
     # pod that matches its own terms may go to any node with the topology keys.
     first_of_series = not affinity and all(t.matches(rules.namespace, rules.labels) for t in rules.affinity)
     keys = [t.topology_key for t in rules.affinity]
+    # The (key, value) pairs with a pod counted: a node fails when one of its labels is such a pair
+    # (one set test per node: a batch check asks this of many nodes per pod).
+    anti_pairs = {pair for pair, n in anti.items() if n > 0}
+    anti_keys = [t.topology_key for t in rules.anti_affinity] if anti_pairs else []
+    existing_pairs = {pair for pair, n in existing.items() if n > 0}
     out: dict[str, str] = {}
     for name in nodes:
         labels = node_labels[name]
         if keys and not (all(k in labels for k in keys)
                          and (first_of_series or all(affinity[(k, labels[k])] > 0 for k in keys))):
             out[name] = "affinity"
-        elif anti and any(anti[(t.topology_key, labels[t.topology_key])] > 0
-                          for t in rules.anti_affinity if t.topology_key in labels):
+        elif anti_pairs and any((k, labels[k]) in anti_pairs for k in anti_keys if k in labels):
             out[name] = "anti"
-        elif existing and any(existing[pair] > 0 for pair in labels.items()):
+        elif existing_pairs and not existing_pairs.isdisjoint(labels.items()):
             out[name] = "existing"
     return out
 
@@ -1941,14 +2006,17 @@ class ClusterModel:
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
                  keys: Sequence[tuple[str, str, str] | None] | None = None,
-                 pending: Sequence[Mapping[str, Any]] | None = None) -> None:
+                 pending: Sequence[Mapping[str, Any]] | None = None,
+                 rules_cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
         has them already (the extender keys its models by them). ``pending``: the pods this model
         is built for (the scheduler's batch): the configured resources are widened by the other
         ones they request (and ``pods`` when a node is short of slots, :func:`feasibility_resources`),
-        which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones."""
+        which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones.
+        ``rules_cache``: the bound pods' :class:`PodRules` by (uid, resourceVersion), kept by the
+        caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -2003,13 +2071,14 @@ class ClusterModel:
         # read on first use (:meth:`placed`), and only when some pod needs them.
         self._by_node = by_node if bound_pods is not None else None
         self._placed: PlacedPods | None = None
+        self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
 
     def placed(self) -> PlacedPods:
         """The bound pods as NodePorts, PodTopologySpread and InterPodAffinity read them (built once)."""
         if self._placed is None:
-            self._placed = placed_pods(self._by_node or {}, self.warnings)
+            self._placed = placed_pods(self._by_node or {}, self.warnings, self._rules_cache)
         return self._placed
 
     def _anti_affinity_bound(self) -> bool:
