@@ -275,7 +275,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--solvers", default=None, help=f"solver names, comma-separated (default {','.join(SOLVERS)})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the problems and the solvers (default 0)")
     ap.add_argument("--data", type=Path, default=dt.DEFAULT_DATA, help=f"shared data folder (default {dt.DEFAULT_DATA})")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
+    # a str, not type=Path: Path() drops a trailing '/', so --out newres/ wrote a file 'newres'
+    ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
     ap.add_argument("--quick", action="store_true", help="20x5 and 100x20 with a 3 s CP-SAT budget, unless --sizes is given")
     return ap
 

@@ -115,6 +115,11 @@ class Param:
 _NOT_FINITE = r"[-+]?(nan|inf|infinity)"
 
 
+#: A boolean setting's text, as YAML 1.2's core schema spells true and false (problem_io's loader).
+_TRUE = ("true", "True", "TRUE")
+_FALSE = ("false", "False", "FALSE")
+
+
 def parse_setting(text: str, kind: type, where: str) -> Any:
     """A setting's value of type ``kind`` (bool, int, float or dict) from command-line text; an
     :class:`InvalidSettingError` starting with ``where`` when it is not one. Numbers are decimal
@@ -123,11 +128,13 @@ def parse_setting(text: str, kind: type, where: str) -> Any:
     or ``١٠``."""
     value = text.strip(" \t\r\n")
     if kind is bool:
-        low = value.lower()
-        if low in ("true", "1", "yes", "on"):
+        # Only YAML 1.2's core-schema spellings, as the files read: yes / on / 1 were true here,
+        # while a file's boolean field (`record: yes`, `record: 1`) is refused.
+        if value in _TRUE:
             return True
-        if low in ("false", "0", "no", "off"):
+        if value in _FALSE:
             return False
+        raise InvalidSettingError(f"{where}: cannot read {_show(text)} as bool (use true or false)")
     elif kind is int:
         if re.fullmatch(DECIMAL_INT, value):
             try:
