@@ -123,7 +123,8 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
             out["lns"] = {k: info["lns"].get(k) for k in ("iterations", "improvements", "stopped")}
         return out
     if name == "qubo":
-        keys = ("feasible_fraction", "repairs", "energy", "penalty", "capacity", "sampler", "all_batches_feasible")
+        keys = ("feasible_fraction", "repairs", "energy", "penalty", "capacity", "sampler", "all_batches_feasible",
+                "plan", "refine", "wall_clock_cut")
         out = {k: info.get(k) for k in keys}
         out["batches"] = len(info.get("batches", []))
         out["variables"] = [b.get("variables") for b in info.get("batches", [])]
