@@ -119,7 +119,7 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
                 "num_constraints", "build_s", "deterministic_time", "final_gap", "hint", "time_s", "wall_clock_cut",
                 "pruning")
         out = {k: info.get(k) for k in keys}
-        if "lns" in info:
+        if info.get("lns") is not None:  # None: the search did not run
             out["lns"] = {k: info["lns"].get(k) for k in ("iterations", "improvements", "stopped")}
         return out
     if name == "qubo":
