@@ -1411,6 +1411,55 @@ def has_anti_affinity(pod: Mapping[str, Any]) -> bool:
     return isinstance(section, Mapping) and bool(section.get(_REQUIRED))
 
 
+#: Pod fields the model never reads that differ between replicas of one template (the service-account
+#: token volume and its mounts get a random suffix; StatefulSet pods differ in hostname and claims).
+_UNREAD_SPEC = frozenset({"volumes", "hostname", "subdomain"})
+_UNREAD_CONTAINER = frozenset({"volumeMounts"})
+
+
+def pod_shape_key(pod: Mapping[str, Any]) -> str:
+    """A text equal for two pending pods that the model reads alike (:meth:`ClusterModel.with_pods`:
+    requests, node constraints, the pod-reading plugins' rules), so a snapshot of one serves the
+    other. Built by leaving out only what is known to be unread (name, uid, other annotations, the
+    fields above, status but for in-place resize): a field read later is in the key already. It holds
+    every label (spread and inter-pod terms read them; a selector may read any) and the namespace."""
+    if not isinstance(pod, Mapping):
+        return json.dumps(pod, sort_keys=True, default=str)
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if not isinstance(meta, Mapping) or not (spec is None or isinstance(spec, Mapping)):
+        return json.dumps([meta, spec, pod.get("status")], sort_keys=True, default=str)  # an error for the parse
+    spec = spec or {}
+    ann = meta.get("annotations")
+    if isinstance(ann, Mapping):  # anything else is kept whole: the parse says what is wrong with it
+        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping) and not labels:
+        labels = None  # read as no labels, as None is
+    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": ann,
+                 "deleting": bool(meta.get("deletionTimestamp"))}
+    keep_spec = {k: v for k, v in spec.items() if k not in _UNREAD_SPEC}
+    for key in ("containers", "initContainers"):
+        if isinstance(keep_spec.get(key), list):
+            keep_spec[key] = [{k: v for k, v in c.items() if k not in _UNREAD_CONTAINER} if isinstance(c, Mapping) else c
+                              for c in keep_spec[key]]
+    status = pod.get("status")
+    if status is None:
+        status = {}
+    keep_status: Any = status
+    if isinstance(status, Mapping):  # what _status_requests and _pod_level_resized read
+        keep_status = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
+                                                  "allocatedResources")}
+        for key in ("containerStatuses", "initContainerStatuses"):
+            if isinstance(keep_status[key], list):
+                keep_status[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
+                                    if isinstance(cs, Mapping) else cs for cs in keep_status[key]]
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
+        keep_status["conditions"] = conditions
+    return json.dumps([keep_meta, keep_spec, keep_status], sort_keys=True, default=str)
+
+
 def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
     """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
     path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
@@ -2007,7 +2056,8 @@ class ClusterModel:
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
                  keys: Sequence[tuple[str, str, str] | None] | None = None,
                  pending: Sequence[Mapping[str, Any]] | None = None,
-                 rules_cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None) -> None:
+                 rules_cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None,
+                 refuse_bad_nodes: bool = False) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
@@ -2016,7 +2066,10 @@ class ClusterModel:
         ones they request (and ``pods`` when a node is short of slots, :func:`feasibility_resources`),
         which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones.
         ``rules_cache``: the bound pods' :class:`PodRules` by (uid, resourceVersion), kept by the
-        caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed."""
+        caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed.
+        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a node whose ``iro-fed.io/allocated``
+        annotation does not parse is left out, its error in :attr:`refused_nodes`, rather than
+        failing the whole model (one node's annotation failed every node of the extender's answer)."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -2031,6 +2084,8 @@ class ClusterModel:
         #: The resources added for the pending pods (after the configured ones): fit only, never scored.
         self.feasibility_only: tuple[str, ...] = tuple(res[configured:])
         self.node_objects: dict[str, Mapping[str, Any]] = {}
+        #: Nodes left out (``refuse_bad_nodes``): name -> the error naming the field.
+        self.refused_nodes: dict[str, str] = {}
         docs = []
         kinds: dict[str, str] = {}
         for k, obj in enumerate(nodes):
@@ -2047,12 +2102,19 @@ class ClusterModel:
                         doc_cache.clear()
                     doc_cache[key] = base
             doc = dict(base)  # usage is set on this copy; the cached parse stays as it was
-            if doc["name"] in self.node_objects:
+            if doc["name"] in self.node_objects or doc["name"] in self.refused_nodes:
                 continue
-            self.node_objects[doc["name"]] = obj
             if bound_pods is None:
-                annotated_usage(obj, doc, res)
+                try:
+                    annotated_usage(obj, doc, res)
+                except PodSpecError as exc:
+                    if not refuse_bad_nodes:
+                        raise
+                    self.refused_nodes[doc["name"]] = str(exc)
+                    continue
+                self.node_objects[doc["name"]] = obj
             else:
+                self.node_objects[doc["name"]] = obj
                 nonzero = apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
                 doc["nonzero_allocated"] = _nonzero_allocated(nonzero, res)
             if doc["labels"].get(DOMAIN_KIND_LABEL):
@@ -2074,6 +2136,10 @@ class ClusterModel:
         self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
+
+    def pods_on(self, node: str) -> Sequence[Mapping[str, Any]]:
+        """The bound pods this model counts on ``node`` (none in NodeList mode)."""
+        return (self._by_node or {}).get(node, ())
 
     def placed(self) -> PlacedPods:
         """The bound pods as NodePorts, PodTopologySpread and InterPodAffinity read them (built once)."""
