@@ -540,7 +540,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--solvers", default=None, help=f"solver names, comma-separated (default {','.join(DEFAULT_SOLVERS)})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic cluster and pod stream (default 0)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help=f"shared data folder (default {DEFAULT_DATA})")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
+    # a str, not type=Path: Path() drops a trailing '/', so --out newres/ wrote a file 'newres'
+    ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
     ap.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_NODES[0]} nodes, {QUICK_PODS} pods unless given")
     ap.add_argument("--no-prime", action="store_true", help="skip the untimed decision per pod constraint shape (cold caches)")
     ap.add_argument(

@@ -93,8 +93,7 @@ def parse_variants(text: str) -> list[tuple[str, str, dict[str, Any]]]:
     """
     import dataclasses
 
-    from solvers.base import _parse_text  # the solvers' own text-to-type conversion
-    from solvers.dqn.config import DQNConfig
+    from solvers import DQNConfig, parse_setting  # the solvers' own text-to-type conversion
 
     kinds = {f.name: {"int": int, "float": float, "bool": bool}[str(f.type)] for f in dataclasses.fields(DQNConfig)}
     out: list[tuple[str, str, dict[str, Any]]] = []
@@ -114,7 +113,7 @@ def parse_variants(text: str) -> list[tuple[str, str, dict[str, Any]]]:
                     raise SystemExit(f"--ablation-variants {item}: unknown DQN config field {key!r} "
                                      f"(known: {', '.join(sorted(kinds))})")
                 try:
-                    changes[key] = _parse_text(value.strip(), kinds[key], f"--ablation-variants {key}")
+                    changes[key] = parse_setting(value.strip(), kinds[key], f"--ablation-variants {key}")
                 except ValueError as exc:
                     raise SystemExit(str(exc)) from exc
             out.append((item, item, changes))
@@ -127,7 +126,7 @@ def parse_variants(text: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 def is_default(changes: dict[str, Any]) -> bool:
     """Whether RAINBOW + ``changes`` is what ``DQNConfig()`` sets for the Rainbow switches."""
-    from solvers.dqn.config import DQNConfig
+    from solvers import DQNConfig
 
     defaults = DQNConfig().to_dict()
     return all(defaults[k] == v for k, v in {**RAINBOW, **changes}.items())
@@ -182,7 +181,7 @@ def shipped_scenario() -> str | None:
     metadata says; None when there is no shipped policy."""
     import json
 
-    from solvers.dqn.checkpoint import metadata_path
+    from solvers import checkpoint_metadata_path as metadata_path
 
     if not DEFAULT_POLICY.is_file():
         return None

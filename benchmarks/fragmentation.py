@@ -95,7 +95,7 @@ def check_values(args: argparse.Namespace) -> None:
     args.policies = check_names("--policies", args.policies, online, "online solver")
     check_int("--workers", args.workers, 1, 1024)
     args.out = check_output_file("--out", args.out)
-    if args.plot:
+    if args.plot is not None:  # --plot "" is refused by the check, not taken as "no plot"
         args.plot = check_output_file("--plot", args.plot)
         check_distinct_outputs(("--out", str(args.out)), ("--plot", str(args.plot)))
 
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,43")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-bound", action="store_true", help="skip the offline share-packing bound (needs OR-Tools)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "fragmentation.png")
+    # str, not type=Path: Path() drops a trailing '/', so --out newres/ wrote a file 'newres'
+    parser.add_argument("--out", default=ROOT / "benchmarks" / "results" / "fragmentation.json")
+    parser.add_argument("--plot", default=ROOT / "benchmarks" / "results" / "fragmentation.png")
     args = parser.parse_args(argv)
     console = Console(width=160)
     if not (args.data / "openb_node_list_gpu_node.csv").exists():

@@ -119,11 +119,12 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
                 "num_constraints", "build_s", "deterministic_time", "final_gap", "hint", "time_s", "wall_clock_cut",
                 "pruning")
         out = {k: info.get(k) for k in keys}
-        if "lns" in info:
+        if info.get("lns") is not None:  # None: the search did not run
             out["lns"] = {k: info["lns"].get(k) for k in ("iterations", "improvements", "stopped")}
         return out
     if name == "qubo":
-        keys = ("feasible_fraction", "repairs", "energy", "penalty", "capacity", "sampler", "all_batches_feasible")
+        keys = ("feasible_fraction", "repairs", "energy", "penalty", "capacity", "sampler", "all_batches_feasible",
+                "plan", "refine", "wall_clock_cut")
         out = {k: info.get(k) for k in keys}
         out["batches"] = len(info.get("batches", []))
         out["variables"] = [b.get("variables") for b in info.get("batches", [])]
@@ -275,7 +276,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--solvers", default=None, help=f"solver names, comma-separated (default {','.join(SOLVERS)})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the problems and the solvers (default 0)")
     ap.add_argument("--data", type=Path, default=dt.DEFAULT_DATA, help=f"shared data folder (default {dt.DEFAULT_DATA})")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
+    # a str, not type=Path: Path() drops a trailing '/', so --out newres/ wrote a file 'newres'
+    ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
     ap.add_argument("--quick", action="store_true", help="20x5 and 100x20 with a 3 s CP-SAT budget, unless --sizes is given")
     return ap
 

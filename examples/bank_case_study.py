@@ -36,7 +36,7 @@ from rich.table import Table
 import solvers
 from iro_fed.limits import MAX_HOURS
 from iro_fed.sim import PLAIN_KUBERNETES, simulate
-from solvers.base import MAX_SEED
+from solvers import MAX_SEED
 
 #: What the project brief (the seed document) reported or asked for IRO-Fed where it gave a number (None: none).
 SEED_REPORTED = {

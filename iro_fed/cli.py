@@ -198,8 +198,8 @@ def _console(stderr: bool = False, markup: bool = False) -> Console:
 
 
 def check_seed(flag: str, seed: int) -> int:
-    """``seed`` if it is in the solvers' seed range (solvers.base.MAX_SEED), else a UsageError naming ``flag``."""
-    from solvers.base import MAX_SEED
+    """``seed`` if it is in the solvers' seed range (solvers.MAX_SEED), else a UsageError naming ``flag``."""
+    from solvers import MAX_SEED
 
     return check_int(flag, seed, 0, MAX_SEED)
 

@@ -1153,7 +1153,7 @@ def fine_tune_min_steps(config: Mapping[str, Any] | None = None) -> int:
     """The fewest decisions a :class:`DQNFineTune` with these DQN settings (default: the ``dqn``
     solver's defaults) needs for one gradient update: a batch of transitions (``learning_starts``
     when given and larger), each complete ``n_step`` - 1 decisions after it was made (one env)."""
-    from solvers.dqn.config import DQNConfig
+    from solvers import DQNConfig
 
     cfg = {**DQNConfig().to_dict(), **(config or {})}
     batch = int(cfg["batch_size"])
@@ -1175,14 +1175,22 @@ def fine_tune_config(start: Mapping[str, Any], overrides: Mapping[str, Any], ste
 def start_policy_config(policy: str | os.PathLike[str] | None) -> dict[str, Any]:
     """Every DQN setting of the policy a fine-tune starts from (a checkpoint, a registry folder's
     latest version, None: the shipped default), read without torch where its JSON metadata is
-    there. :class:`~solvers.dqn.checkpoint.CheckpointError` naming the file when unreadable."""
-    from solvers.dqn.checkpoint import CheckpointError, read_config
-    from solvers.dqn.config import ConfigError, DQNConfig
-    from solvers.dqn.solver import resolve_policy
+    there. :class:`~solvers.CheckpointError` naming the file when unreadable, or when it was trained
+    on other features than this version computes (the fine-tune's load would refuse it only at the
+    first trigger, maybe hours into the run)."""
+    from solvers import (
+        CheckpointError,
+        ConfigError,
+        DQNConfig,
+        check_dqn_policy_features,
+        read_checkpoint_config,
+        resolve_dqn_policy,
+    )
 
-    path = resolve_policy(policy)
+    path = resolve_dqn_policy(policy)
+    check_dqn_policy_features(path)
     try:  # a setting the checkpoint leaves out takes its default, as loading the policy does
-        return DQNConfig.from_dict(read_config(path), training=False).to_dict()
+        return DQNConfig.from_dict(read_checkpoint_config(path), training=False).to_dict()
     except (ConfigError, TypeError) as exc:
         raise CheckpointError(f"policy {str(path)!r}: unusable config in its metadata ({exc})") from exc
 

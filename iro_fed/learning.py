@@ -80,8 +80,7 @@ def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
     import dataclasses
 
     from iro_fed.cli import UsageError, split_pairs
-    from solvers.base import _parse_text  # the solvers' own text-to-type conversion
-    from solvers.dqn.config import DQNConfig
+    from solvers import DQNConfig, parse_setting  # the solvers' own text-to-type conversion
 
     kinds = {f.name: f.type for f in dataclasses.fields(DQNConfig)}
     out: dict[str, Any] = {}
@@ -89,7 +88,7 @@ def _config_pairs(pairs: list[str] | None) -> dict[str, Any]:
         if key not in kinds:
             raise UsageError(f"--set {key}: unknown DQN config field (known: {', '.join(sorted(kinds))})")
         kind = {"int": int, "float": float, "bool": bool}[str(kinds[key])]
-        out[key] = _parse_text(value.strip(), kind, f"--set {key}")
+        out[key] = parse_setting(value.strip(), kind, f"--set {key}")
     return out
 
 
@@ -220,8 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from iro_fed.sim.cli import STEP_S
     from iro_fed.sim.scenarios import SCENARIOS
     from iro_fed.sim.scenarios.common import run_steps
-    from solvers.dqn.checkpoint import CheckpointError, metadata_path
-    from solvers.dqn.config import ConfigError, DQNConfig
+    from solvers import CheckpointError, ConfigError, DQNConfig, checkpoint_metadata_path
 
     # Every flag is checked before anything is made: the --out folder only once all are.
     if args.scenario not in SCENARIOS:
@@ -237,15 +235,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"--hours: must cover at least one step of {STEP_S:g} s, got {args.hours:g}")
     # The checkpoint and its metadata are written after training: a bad path must fail now.
     check_output_file("--out", args.out, make=False)
-    check_output_file("--out (its metadata file)", metadata_path(args.out), make=False)
+    check_output_file("--out (its metadata file)", checkpoint_metadata_path(args.out), make=False)
     if args.resume:
         check_input_file("--resume", args.resume)
     given = _config_pairs(args.set)
     config = {**TRAIN_CONFIG.get(args.scenario, {}), **given}
     try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)
-        k = DQNConfig.from_dict(config).top_k
+        cfg = DQNConfig.from_dict(config)
     except ConfigError as exc:
         raise _config_error(exc, given) from exc
+    if not cfg.defer_action:  # PlacementEnv's actions always end with it: the trainer refused it once the envs were built
+        raise UsageError("--set defer_action: must stay true for `iro train`: its envs always offer the defer action "
+                         "(for deferrable batch pods; a one-shot solve masks it off anyway)")
+    k = cfg.top_k
     scenario_settings: dict[str, Any] = {key: v.strip() for key, v in split_pairs(args.scenario_set, "--scenario-set")}
     _check_scenario_settings(args.scenario, env_seed(args.seed, 0), args.hours, scenario_settings)  # the first env's seed
 
@@ -303,6 +305,6 @@ def _print_result(result: Any, args: argparse.Namespace, console: Any) -> None:
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
-    from solvers.dqn.checkpoint import metadata_path
+    from solvers import checkpoint_metadata_path
 
-    console.print(f"policy written to {args.out} (metadata {metadata_path(args.out)})")
+    console.print(f"policy written to {args.out} (metadata {checkpoint_metadata_path(args.out)})")

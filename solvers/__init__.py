@@ -7,13 +7,22 @@
 
 Solvers with an optional dependency register always (``iro solvers`` lists them) and import
 the dependency only when they are built.
+
+``__all__`` is the whole API the integrations (``iro_fed``, benchmarks, examples) may use: besides
+the registry and the contract, the seed range and setting-text parser every solver shares, and the
+DQN's config, checkpoint and training entry points (``iro train``, the federated task, the
+feedback fine-tune). The DQN's names other than its config are looked up on use
+(:func:`__getattr__`, :data:`_LAZY`): ``import solvers`` loads neither torch (the agent needs it)
+nor the DQN's training code.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from solvers.base import (
+    MAX_SEED,
     DeadlineExceeded,
     Decision,
     InvalidSettingError,
@@ -22,7 +31,20 @@ from solvers.base import (
     Solver,
     SolverError,
     SolverProperties,
+    parse_setting,
 )
+from solvers.dqn.config import ConfigError, DQNConfig
+
+if TYPE_CHECKING:  # the names __getattr__ resolves, for type checkers
+    from solvers.dqn.agent import DQNAgent
+    from solvers.dqn.checkpoint import CheckpointError, CheckpointWriteError, load_checkpoint, save_checkpoint
+    from solvers.dqn.checkpoint import metadata_path as checkpoint_metadata_path
+    from solvers.dqn.checkpoint import read_config as read_checkpoint_config
+    from solvers.dqn.replay import ReplayBuffer, Transition
+    from solvers.dqn.solver import check_policy_features as check_dqn_policy_features
+    from solvers.dqn.solver import resolve_policy as resolve_dqn_policy
+    from solvers.dqn.train import new_buffer as new_replay_buffer
+    from solvers.dqn.train import train as train_dqn
 
 _REGISTRY: dict[str, type[Solver]] = {}
 
@@ -74,7 +96,39 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
+#: Public name -> (module, name there) of the names looked up on use. Not cached in this module:
+#: the submodule stays the one place that holds each (a test that patches it there is seen here).
+_LAZY: dict[str, tuple[str, str]] = {
+    "CheckpointError": ("solvers.dqn.checkpoint", "CheckpointError"),
+    "CheckpointWriteError": ("solvers.dqn.checkpoint", "CheckpointWriteError"),
+    "DQNAgent": ("solvers.dqn.agent", "DQNAgent"),
+    "ReplayBuffer": ("solvers.dqn.replay", "ReplayBuffer"),
+    "Transition": ("solvers.dqn.replay", "Transition"),
+    "checkpoint_metadata_path": ("solvers.dqn.checkpoint", "metadata_path"),
+    "check_dqn_policy_features": ("solvers.dqn.solver", "check_policy_features"),
+    "load_checkpoint": ("solvers.dqn.checkpoint", "load_checkpoint"),
+    "new_replay_buffer": ("solvers.dqn.train", "new_buffer"),
+    "read_checkpoint_config": ("solvers.dqn.checkpoint", "read_config"),
+    "resolve_dqn_policy": ("solvers.dqn.solver", "resolve_policy"),
+    "save_checkpoint": ("solvers.dqn.checkpoint", "save_checkpoint"),
+    "train_dqn": ("solvers.dqn.train", "train"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of :data:`_LAZY`, importing its module (PEP 562: ``solvers.X`` and
+    ``from solvers import X`` both come here for a name this module does not hold)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(module), attr)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 __all__ = [
+    # the contract and the registry
     "DeadlineExceeded",
     "Decision",
     "InvalidSettingError",
@@ -87,4 +141,23 @@ __all__ = [
     "make",
     "register",
     "registered",
+    # shared by every solver's settings
+    "MAX_SEED",
+    "parse_setting",
+    # the DQN: settings, policy files, training (all but the config looked up on use: _LAZY)
+    "CheckpointError",
+    "CheckpointWriteError",
+    "ConfigError",
+    "DQNAgent",
+    "DQNConfig",
+    "ReplayBuffer",
+    "Transition",
+    "check_dqn_policy_features",
+    "checkpoint_metadata_path",
+    "load_checkpoint",
+    "new_replay_buffer",
+    "read_checkpoint_config",
+    "resolve_dqn_policy",
+    "save_checkpoint",
+    "train_dqn",
 ]

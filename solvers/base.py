@@ -75,7 +75,7 @@ class Param:
     def check(self, where: str, value: Any) -> Any:
         """The non-null value, checked and converted; ``where`` names the setting in errors."""
         if isinstance(value, str) and self.kind is not str:
-            value = _parse_text(value, self.kind, where)
+            value = parse_setting(value, self.kind, where)
         # A numpy scalar (a value from a numpy sweep) counts as its Python value; the checks
         # below then refuse np.bool_ for a number and np.float64(2.5) for an int as they do 2.5.
         if isinstance(value, np.bool_):
@@ -115,17 +115,26 @@ class Param:
 _NOT_FINITE = r"[-+]?(nan|inf|infinity)"
 
 
-def _parse_text(text: str, kind: type, where: str) -> Any:
-    """A setting's value from command-line text. Numbers are decimal as in problem files
-    (``problem_io.DECIMAL_INT`` / ``DECIMAL_FLOAT``: ASCII digits, an optional sign; spaces and
-    tabs around are ignored): int() and float() alone would also take ``1_000`` or ``١٠``."""
+#: A boolean setting's text, as YAML 1.2's core schema spells true and false (problem_io's loader).
+_TRUE = ("true", "True", "TRUE")
+_FALSE = ("false", "False", "FALSE")
+
+
+def parse_setting(text: str, kind: type, where: str) -> Any:
+    """A setting's value of type ``kind`` (bool, int, float or dict) from command-line text; an
+    :class:`InvalidSettingError` starting with ``where`` when it is not one. Numbers are decimal
+    as in problem files (``problem_io.DECIMAL_INT`` / ``DECIMAL_FLOAT``: ASCII digits, an optional
+    sign; spaces and tabs around are ignored): int() and float() alone would also take ``1_000``
+    or ``١٠``."""
     value = text.strip(" \t\r\n")
     if kind is bool:
-        low = value.lower()
-        if low in ("true", "1", "yes", "on"):
+        # Only YAML 1.2's core-schema spellings, as the files read: yes / on / 1 were true here,
+        # while a file's boolean field (`record: yes`, `record: 1`) is refused.
+        if value in _TRUE:
             return True
-        if low in ("false", "0", "no", "off"):
+        if value in _FALSE:
             return False
+        raise InvalidSettingError(f"{where}: cannot read {_show(text)} as bool (use true or false)")
     elif kind is int:
         if re.fullmatch(DECIMAL_INT, value):
             try:

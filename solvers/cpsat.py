@@ -14,10 +14,12 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    placement.
 2. **Additive resources.** Per node and resource ``sum_g demand[g, r] x[g, n] <= capacity -
    allocated``, written only where the candidates' total demand could exceed what is free.
-   Amounts are scaled by a power of ten until integral (exact; a value that is not integral
-   even at 10^6 is rounded conservatively: demands up, free amounts down; the model is then
-   not exact unless the row still admits the pod counts the feasibility module does, which is
-   checked where its pods ask for equal amounts: ``info["capacity_rounded"]``).
+   Amounts are scaled by a power of ten until integral (exact; integral relative to each
+   amount, so a tiny one is never read as 0; past 10^6 only for tiny amounts, up to 10^15 while
+   the scaled amounts stay within 10^11; a value that is not integral even then is rounded
+   conservatively at 10^6: demands up, a positive one to at least 1, free amounts down; the
+   model is then not exact unless the row still admits the pod counts the feasibility module
+   does, which is checked where its pods ask for equal amounts: ``info["capacity_rounded"]``).
    **Aggregate cardinality cuts** (``cardinality_cuts``): the pods whose candidates all lie in
    a node set S cannot together ask for more of a resource (cpu, memory, ..., GPU milli, fully
    free cards for k-GPU pods) than S has free. When they do by ``e``, at least the k largest
@@ -63,7 +65,13 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
      is on) is one-hot ``q[m]``; ``z[r, b, m] <= b lvl[r, b]``, ``z <= A_max q[m]``,
      ``sum_{b, m} z[r, b, m] <= A_r`` and ``A_r <= B_r``, with objective weight ``w1 / (m b)``
      per unit of z, so at the optimum ``sum z / (m b) = U`` exactly. It is used while every
-     resource has at most ``exact_levels`` levels. Beyond that a **surrogate**: U is replaced
+     resource has at most ``exact_levels`` levels. Its amounts are integers in a unit per
+     resource: a coarse one (small integers), or a finer one where amounts are tiny beside the
+     others (a listed resource a node has none of, capacity 1e-6) and the finer integers stay
+     small; what is left rounded widens the error bound (``levels_error``), and the model is
+     not exact when that passes :data:`LEVELS_EXACT_ERROR` or a positive capacity rounded to 0
+     (a node set with capacity of r would read as none, leaving r out of U's mean). Beyond that
+     a **surrogate**: U is replaced
      by its tangent at the hint's placement, ``U_ref + sum_r (A_r - A_ref) / (m B_ref) - A_ref
      (B_r - B_ref) / (m B_ref^2)`` (a reward per placed unit of demand at a fixed denominator,
      a charge per unit of capacity powered on), and the model is *not* exact: the polish and
@@ -116,16 +124,21 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    (the base class), never CP-SAT's own value.
 
 **What is exact.** ``status == "optimal"`` only when the model was exact (no pruning, no
-utilization surrogate) and CP-SAT proved optimality with a zero gap: the placement is then
-optimal for the true R up to ``scale_error_bound`` (which includes, where the level encoding
-rounds amounts that are not integral, ``info["utilization_rounded"]``, the most that can change
-U). Otherwise the status is ``feasible``, and
+utilization surrogate, no capacity row rounded so that it may keep out pods that fit, no
+utilization level rounded past :data:`LEVELS_EXACT_ERROR`) and CP-SAT proved optimality with
+a zero gap: the placement is then optimal for the true R up to ``scale_error_bound`` (which
+includes, where the level encoding rounds amounts that are not integral,
+``info["utilization_rounded"]``, the most that can change U). Otherwise the status is
+``feasible``, and
 ``info`` says why (``exact_model``, ``pruned``, ``utilization_model``, CP-SAT's ``status``).
 ``pruned`` is true when the model CP-SAT was given is over pruned candidates (false when no model
-was built); ``pruning``, present when the candidates needed pruning, reads ``done`` or ``not
-completed`` (the time limit passed during it).
+was built); ``pruning``, when the candidates needed pruning, reads ``done`` or ``not
+completed`` (the time limit passed during it), else None.
 ``info`` reports CP-SAT's objective and best bound in units of R (a bound on the true R only
-when ``exact_model`` is true), the gap, wall time and model size.
+when ``exact_model`` is true), the gap, wall time and model size. Its keys are the same on every
+path (:data:`INFO_KEYS`: no pods or no nodes, no model built, CP-SAT not run, a step skipped), None
+where the path has no value (``gap`` without a CP-SAT solution, ``lns`` when the search did not
+run, ``pruning`` when no pruning was needed, ``hint`` with ``hint='none'``).
 
 **Time.** ``time_limit_s`` (or the caller's deadline, if sooner) bounds the whole solve. A
 reserve (:data:`RESERVE_SHARE` of it, at least :data:`MIN_RESERVE_S`) is kept for the final
@@ -604,27 +617,73 @@ INTEGRAL_TOL = 1e-12
 #: The utilization-level encoding only shapes the objective (capacity rows keep placements
 #: feasible), so a coarser unit there keeps its integers small.
 LEVELS_SCALE_TOL = 1e-6
+#: Capacity rows: powers of ten tried for an exact unit (tiny amounts need more than 10^6: pods of
+#: 1e-7 on 5e-7 free rounded to 1 unit each on 0, and the model placed none), and the largest
+#: amount a power past 10^6 may make: INTEGRAL_TOL of it stays under 0.1 of a unit, so only float
+#: noise counts as integral (at 10^15, 1/3 read as an integer).
+ROW_MAX_POWER = 15
+MAX_SCALED_AMOUNT = 1e11
+#: The level encoding's finer unit (:func:`levels_unit`): powers of ten tried, and the largest
+#: integer it may make (or the coarse unit's largest, if more). A finer unit makes the objective's
+#: rounding error (``scale_error_bound``) grow with its integers.
+LEVELS_MAX_POWER = 12
+LEVELS_MAX_UNITS = 1e6
+#: The most change of R the level encoding's rounded amounts may make with the model still exact
+#: (``levels_error``; above it "optimal" would be a claim about another U; ten pods of 0.2000001 cpu: 2e-6).
+LEVELS_EXACT_ERROR = 1e-5
 
 
-def _is_integral(scaled: np.ndarray, tol: float = INTEGRAL_TOL) -> bool:
-    """Whether every amount of ``scaled`` is an integer within ``tol`` (relative)."""
-    return bool(np.all(np.abs(scaled - np.round(scaled)) <= tol * np.maximum(1.0, np.abs(scaled))))
+def _is_integral(scaled: np.ndarray, tol: float = INTEGRAL_TOL, floor: float = 0.0) -> bool:
+    """Whether every amount of ``scaled`` is an integer within ``tol`` relative to itself (to at
+    least ``floor``: 1 makes it absolute below 1). Relative below 1 too: with an absolute ``tol``
+    a 1e-6 capacity was "integral" at unit 1, rounded to 0, and read as no capacity at all."""
+    return bool(np.all(np.abs(scaled - np.round(scaled)) <= tol * np.maximum(floor, np.abs(scaled))))
 
 
-def integral_scale(values: np.ndarray, tol: float = INTEGRAL_TOL) -> tuple[float, bool]:
-    """The smallest power of ten (<= 10^6) that makes ``values`` integral within ``tol``
-    (relative), and whether it did."""
-    for k in range(7):
-        if _is_integral(values * 10.0**k, tol):
+def integral_scale(
+    values: np.ndarray, tol: float = INTEGRAL_TOL, floor: float = 0.0, max_power: int = 6
+) -> tuple[float, bool]:
+    """The smallest power of ten (<= 10^``max_power``) that makes ``values`` integral within
+    ``tol`` (relative, see :func:`_is_integral`), and whether it did (else 10^6). Powers past
+    10^6 only while the amounts stay within :data:`MAX_SCALED_AMOUNT`."""
+    top = float(np.abs(values).max()) if values.size else 0.0
+    for k in range(max_power + 1):
+        if k > 6 and top * 10.0**k > MAX_SCALED_AMOUNT:
+            break
+        if _is_integral(values * 10.0**k, tol, floor):
             return 10.0**k, True
     return 10.0**6, False
 
 
+def _unit_of(values: np.ndarray, mult: float) -> float:
+    """``mult`` divided by the gcd of the positive integers ``values`` make at it."""
+    ints = np.round(values * mult).astype(np.int64)
+    return mult / (int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1)
+
+
+def levels_unit(values: np.ndarray, largest: float) -> float:
+    """Integer units per resource unit for one resource's level encoding (``values``: its
+    demands, usage and capacities; ``largest``: the largest amount the encoding holds). The
+    coarse unit (tolerance :data:`LEVELS_SCALE_TOL`, absolute below 1: small integers) unless a
+    finer one (relative, up to 10^:data:`LEVELS_MAX_POWER`) makes every amount integral with
+    integers up to max(:data:`LEVELS_MAX_UNITS`, the coarse unit's): they differ only where
+    amounts are tiny beside the others, and at the coarse unit a 1e-6 capacity (a listed resource
+    a node has none of) rounded to 0, so the model read it as absent and U's mean left it out."""
+    coarse = _unit_of(values, integral_scale(values, LEVELS_SCALE_TOL, floor=1.0)[0])
+    mult, integral = integral_scale(values, LEVELS_SCALE_TOL, max_power=LEVELS_MAX_POWER)
+    if integral:
+        fine = _unit_of(values, mult)
+        if largest * fine <= max(LEVELS_MAX_UNITS, largest * coarse):
+            return fine
+    return coarse
+
+
 def scaled_demand(demand: np.ndarray, mult: float) -> np.ndarray:
     """Integer demands at ``mult`` units per resource unit, rounded up (float noise aside), so
-    that a capacity row never admits more than the float amounts allow."""
+    that a capacity row never admits more than the float amounts allow: a positive demand is at
+    least 1 (float noise is relative, or a 1e-13 demand read 0 and any number of them fit)."""
     scaled = demand * mult
-    return np.ceil(scaled - INTEGRAL_TOL * np.maximum(1.0, np.abs(scaled)))
+    return np.ceil(scaled - INTEGRAL_TOL * np.abs(scaled))
 
 
 def _rounding_keeps_count(d: np.ndarray, ub: np.ndarray, free: float, tol: float, dem: np.ndarray, cap: int) -> bool:
@@ -775,6 +834,7 @@ class PlacementModel:
         self.levels_rounded = False  # the level encoding rounded an amount (then U is approximate)
         self.capacity_rounded = False  # a capacity row rounded so that it may keep out pods that fit
         self.levels_error = 0.0  # most change of R from the level encoding's rounded amounts
+        self.levels_lost_capacity = False  # the level encoding rounded a positive capacity to 0
         self.info: dict[str, Any] = {}
         self._build(cand, hint)
         if hint is not None:
@@ -850,9 +910,11 @@ class PlacementModel:
             binding = np.flatnonzero(total > free[:, r] + tol[:, r])
             if binding.size == 0:
                 continue
-            # Exact where the amounts are decimals of up to six places; otherwise conservative
-            # (demands up, capacity down), never admitting what the feasibility module rejects.
-            mult, integral = integral_scale(np.concatenate([d, np.maximum(free[binding, r], 0.0)]))
+            # Exact where the amounts are decimals of up to six places (more for tiny ones);
+            # otherwise conservative (demands up, capacity down), never admitting what the
+            # feasibility module rejects.
+            amounts = np.concatenate([d, np.maximum(free[binding, r], 0.0)])
+            mult, integral = integral_scale(amounts, max_power=ROW_MAX_POWER)
             for n in binding:
                 ks = by_node[nb[n] : nb[n + 1]]
                 ks = ks[d[ks] > 0]
@@ -997,9 +1059,10 @@ class PlacementModel:
         obj.scaling_factor = -1.0 / scale
         self.const = const
         self.error_bound = 0.5 * float(ubs.sum()) / scale + self.levels_error
-        # Rounded levels only widen the error bound; a rounded capacity row that may keep out
-        # pods that fit makes the model inexact.
-        self.exact = mode != "surrogate" and not self.capacity_rounded
+        # Levels rounded a little only widen the error bound; rounded more (or a capacity lost),
+        # and a rounded capacity row that may keep out pods that fit, make the model inexact.
+        levels_exact = not self.levels_lost_capacity and self.levels_error <= LEVELS_EXACT_ERROR
+        self.exact = mode != "surrogate" and not self.capacity_rounded and levels_exact
         self.info.update(scale=scale, scale_error_bound=self.error_bound, utilization_rounded=self.levels_rounded,
             capacity_rounded=self.capacity_rounded,
         )
@@ -1084,10 +1147,8 @@ class PlacementModel:
         for r in range(ucap.shape[1]):
             d = udem[pw, r]
             vals = np.concatenate([d, [a0[r]], ucap[switchable, r], [b0[r]]])
-            mult, _ = integral_scale(vals, LEVELS_SCALE_TOL)
-            ints = np.round(vals * mult).astype(np.int64)
-            g = int(np.gcd.reduce(ints[ints > 0])) if (ints > 0).any() else 1
-            unit = mult / g  # integer units per resource unit
+            largest = max(b0[r] + float(ucap[switchable, r].sum()), a0[r] + float((d * ub).sum()))
+            unit = levels_unit(vals, largest)  # integer units per resource unit
             # Amounts that are not integers in this unit are rounded: U is then approximate
             # (reported), and A_r <= B_r is left out, as rounded usage may pass rounded capacity.
             rounded = not _is_integral(vals * unit)
@@ -1104,6 +1165,11 @@ class PlacementModel:
             for c in caps[caps > 0]:
                 sums |= {s + int(c) for s in sums}
             lv = sorted(b0_i + s for s in sums)
+            if lv[0] == 0 and (((caps == 0) & (ucap[switchable, r] > 0)).any() or b0[r] > 0):
+                # A positive capacity rounded to 0 (a coarse unit beside much larger amounts): a set
+                # of nodes on with capacity of r would read as none, and U's mean over the valid
+                # resources would leave r out. The error bound cannot cover that: not exact.
+                self.levels_lost_capacity = True
             if rounded:
                 # |A'/B' - A/B| <= (|A' - A| + |B' - B|) / B' (as A <= B), per unit of z's weight
                 # w1 / m (m >= 1): added to the error bound, so that "optimal" and the bound stay
@@ -1302,6 +1368,25 @@ class PlacementModel:
 
 # --- the solver ---------------------------------------------------------------------------
 
+#: The keys of a cpsat solve's ``info``, on every path (no pods or no nodes, no model built,
+#: CP-SAT not run, a step skipped): None where the path has no value, so callers need no case
+#: per path. (The empty problem lacked hint, scale_error_bound, ...; a solve without a model
+#: lacked gap, num_variables, ...)
+INFO_KEYS = (
+    "status", "objective", "best_bound", "gap", "gap_abs", "final_gap", "exact_model", "scale", "scale_error_bound",
+    "utilization_model", "utilization_rounded", "capacity_rounded", "cardinality_cuts",
+    "gpu_nodes_with_card_variables", "feasible_pairs", "groups", "num_variables", "num_constraints", "build_s",
+    "pruned", "pruning", "hint", "start", "deterministic_budget", "deterministic_time", "cpsat_wall_time_s", "lns",
+    "polish_moves", "not_reached", "skipped", "wall_clock_cut", "wall_time_s", "time_s",
+)
+
+
+def _fill_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with every key of :data:`INFO_KEYS` (None for those it lacks)."""
+    for key in INFO_KEYS:
+        info.setdefault(key, None)
+    return info
+
 
 class CpSat(Solver):
     name = "cpsat"
@@ -1327,8 +1412,8 @@ class CpSat(Solver):
         ),
         "hint": Param(
             "best-fit", str,
-            "Solver whose placement is CP-SAT's starting hint, several comma-separated (the one with the best R is "
-            "used), or 'none'. A batch solver (qubo) gets 30 % of time_limit_s (shared by such hints).",
+            "Solver whose placement is CP-SAT's starting hint, several comma-separated, each once (the one with the "
+            "best R is used), or 'none'. A batch solver (qubo) gets 30 % of time_limit_s (shared by such hints).",
         ),
         "max_candidates": Param(
             None, int,
@@ -1371,6 +1456,14 @@ class CpSat(Solver):
                     f"solver {self.name!r} setting 'hint': must be 'none' or solvers other than {self.name}, "
                     f"comma-separated ({', '.join(allowed)}), got {self.hint!r} ({name!r} is not one)"
                 )
+        # As every list of names: no repeats (hint_solvers drops them, so "best-fit,best-fit"
+        # passed as one best-fit, and "qubo,qubo" as one qubo with the whole batch share).
+        names = [s.strip() for s in self.hint.split(",")] if self.hint != "none" else []
+        dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if dup is not None:
+            raise InvalidSettingError(
+                f"solver {self.name!r} setting 'hint': solver {dup!r} given twice in {self.hint!r} (each at most once)"
+            )
         # OR-Tools is imported when the solver is built, not inside the first solve's time_limit_s
         # (about 1.1 s with the pandas it pulls in: a 1 s budget was spent before the hint ran).
         from ortools.sat.python import cp_model  # noqa: F401
@@ -1396,14 +1489,19 @@ class CpSat(Solver):
             # and bound. The keys of a solve that built a model, so callers need no special case.
             state = ClusterState(p)
             score = evaluate(p, state.assignment).score
+            # Nothing was rounded and no search ran; what never happened (hint, model size, search) is None.
             info.update(
                 status="optimal", exact_model=True, num_variables=0, objective=score, best_bound=score, gap_abs=0.0,
                 gap=0.0, final_gap=0.0, start="none", pruned=False, not_reached=[], skipped=[], wall_clock_cut=[],
+                scale_error_bound=0.0, utilization_rounded=False, capacity_rounded=False,
+                deterministic_budget=self._deterministic_budget(), cpsat_wall_time_s=0.0, deterministic_time=0.0,
             )
             reasons = unplaced_reasons(p, state, self.name)
             info["wall_time_s"] = time.perf_counter() - start
             info["time_s"] = {"total": info["wall_time_s"]}
-            return Placement(assignment=state.assignment.copy(), reasons=reasons, status="optimal", info=info)
+            return Placement(
+                assignment=state.assignment.copy(), reasons=reasons, status="optimal", info=_fill_info(info)
+            )
         times: dict[str, float] = {}
         # Phases that time_limit_s stopped before their own budget ran out (the deterministic
         # budget, or no move left to gain): empty, a deterministic solve is reproducible.
@@ -1514,7 +1612,7 @@ class CpSat(Solver):
         phase("build")
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
-        det_budget = (self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s) if self.deterministic else None
+        det_budget = self._deterministic_budget()
         info["deterministic_budget"] = det_budget
         workers = 1 if self.deterministic else self.num_workers
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
@@ -1599,8 +1697,14 @@ class CpSat(Solver):
             gpu_cards=dict(state.gpu_cards),
             reasons=reasons,
             status="optimal" if optimal else "feasible",
-            info=info,
+            info=_fill_info(info),
         )
+
+    def _deterministic_budget(self) -> float | None:
+        """CP-SAT's and the search's deterministic budget (None without ``deterministic``)."""
+        if not self.deterministic:
+            return None
+        return self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
 
     # --- large-neighbourhood search ----------------------------------------------------------
 

@@ -114,10 +114,27 @@ and :data:`DECODE_S_PER_POD` per pod before the solve has measured a batch, then
 batch's own time per pod); otherwise it is placed greedily by the objective's marginal gain
 (``info["batches"][i]["skipped"]``, with the estimate; ``info["batches_sampled"]`` and
 ``info["batches_greedy"]`` count both kinds). Past the deadline a step decodes no further read
-(the lowest-energy one always is) and no higher penalty is tried; the refinement and the polish
-stop at it. (Before: time_limit_s=0.01 on 500 x 100 sampled the first batch whole, 0.78 s.) What
-can still end late: one batch's model build, sampling call and first read, when the estimate
-was too low, and the greedy placement of the batches left.
+(the lowest-energy one always is); a higher penalty is tried only while the time left covers the
+batch's last sampling call, and a refinement step only while it covers the step's estimate (per
+pod: the constants above for :data:`REFINE_READS` reads and :data:`REFINE_DECODED` decoded, then
+the last step's own time), else the refinement ends (``info["refine"]["planned_out"]``: the step,
+its pods, the estimate and the time left); every estimate counts a tabu read as ``1 +
+tabu_restarts`` reads (at most :data:`MAX_TABU_RESTARTS`). The polish stops at the deadline.
+(Before: time_limit_s=0.01 on 500 x 100 sampled the first batch whole, 0.78 s; at time_limit_s=1
+on 20 x 5, num_sweeps=300,000 ran one refinement step for 5 s, and tabu_restarts=1,000,000 ran past
+60 s.) What can still end late: a sampling call whose estimate was too low (one batch's model
+build, sampling call and first read; one refinement step), and the greedy placement of the batches
+left.
+
+**The wall clock and the seed.** The seed fixes the placement unless the wall clock stopped a
+phase first, and ``info["wall_clock_cut"]`` names those phases: ``"batches"`` (in the ``sample``
+plan, a batch placed greedily for the time, a higher penalty not tried or reads not decoded),
+``"refine"`` (steps not run, planned out, or a step's reads not decoded) and ``"polish"`` (it met
+the deadline); per batch, ``clock_cut``, and ``info["refine"]["clock_cut"]``. An empty list: the
+placement is the seed's, the same on any machine. The plan is a-priori (the settings and the
+budget, not the machine's speed): greedy-first batches are no cut. (The 100 x 20 benchmark at
+time_limit_s=3 on a loaded 2-core machine, seed 0 three times: R -0.625, -0.657, -0.625 after
+150, 115 and 150 refinement steps, the middle run's refinement cut by the clock.)
 
 **Decomposition refinement** (``refine_steps``; after M. Booth, S. P. Reinhardt, A. Roy,
 "Partitioning Optimization Problems for Hybrid Classical/Quantum Execution", D-Wave technical
@@ -149,7 +166,9 @@ reads decoded: ``reads`` sampled, ``checked`` decoded, per step), the penalty us
 and the calibration steps (a batch with no candidate pair samples nothing: ``reads`` 0 and
 energy, fraction and penalty None); in total, over the sampled batches: the last one's energy
 (each batch is its own BQM), the mean feasible-read fraction, the penalties, the repairs (None,
-None, [] and 0 when no batch was sampled); ``refine``: steps, accepted steps and the gain of R.
+None, [] and 0 when no batch was sampled); ``refine``: steps, accepted steps, the gain of R,
+``clock_cut`` and ``planned_out`` (None, or the step the time left had no room for);
+``wall_clock_cut`` (above).
 """
 
 from __future__ import annotations
@@ -216,6 +235,12 @@ REFINE_RESERVE_STEPS = 150
 #: placed 2,000 pods greedily (estimate 33.2 s) that the old loop sampled in time (R -1.61
 #: instead of -1.45 on 400 nodes).
 PLAN_PESSIMISM = 2.0
+#: Most restarts per tabu read. Each restart is one more search of ``num_sweeps`` x variables updates,
+#: about a simulated-annealing read's time (100 x 20 batch, 16 reads: 0.25 s with sa, 0.21 / 0.56 /
+#: 1.56 s with 0 / 2 / 10 restarts), so the estimates count ``1 + tabu_restarts`` reads' work; the
+#: sampler has no timeout of its own (one would break determinism): 1,000,000 restarts ran past
+#: 60 s on 20 pods with time_limit_s=1 before the estimates counted them.
+MAX_TABU_RESTARTS = 1_000
 
 
 class RangeParam(Param):
@@ -259,7 +284,10 @@ class Qubo(Solver):
             None, tuple, "Simulated annealing's inverse temperatures 'hot,cold' (none: from the model's biases).",
             nullable=True,
         ),
-        "tabu_restarts": Param(2, int, "Restarts per tabu read (tabu sampler; no wall-clock timeout).", minimum=0),
+        "tabu_restarts": Param(
+            2, int, "Restarts per tabu read (tabu sampler; no wall-clock timeout of its own: each restart counts as "
+            "one more read in the time estimates).", minimum=0, maximum=MAX_TABU_RESTARTS,
+        ),
         "capacity": Param(
             "unbalanced", str, "Capacity encoding: slack bits or unbalanced penalization.", choices=("slack", "unbalanced")
         ),
@@ -298,12 +326,18 @@ class Qubo(Solver):
         info: dict[str, Any] = {"batches": [], "capacity": self.capacity, "sampler": self.sampler}
         info["plan"], info["plan_estimate_s"] = self._plan([int(pods.size) for pods in batches], end - start)
         greedy_first = info["plan"] == "greedy-first"
+        cut: set[str] = set()  # the phases the wall clock stopped before their own end (module docstring, Time)
         # Seconds per pod of a batch's least work: a-priori until a batch of this solve measured it.
-        per_pod = BATCH_BUILD_S_PER_POD + SAMPLE_S_PER_POD_SWEEP * self.num_reads * self.num_sweeps + DECODE_S_PER_POD
+        per_pod = (
+            BATCH_BUILD_S_PER_POD + SAMPLE_S_PER_POD_SWEEP * self.num_reads * self.num_sweeps * self._searches()
+            + DECODE_S_PER_POD
+        )
         for b, pods in enumerate(batches):
             # Greedy-first: every batch greedily, the time to the refinement (the estimate: its sampling's).
             estimate = self._sampling_estimate(int(pods.size)) if greedy_first else per_pod * pods.size
             if greedy_first or end - time.perf_counter() < estimate:  # it would end past the limit: greedily instead
+                if not greedy_first:  # the plan is a-priori (the same on any machine); this is the clock's
+                    cut.add("batches")
                 placed = _greedy(p, state, pods, rules)
                 info["batches"].append(
                     {"pods": int(pods.size), "skipped": "time limit", "greedy_placed": placed, "estimate_s": estimate}
@@ -311,14 +345,22 @@ class Qubo(Solver):
                 continue
             state, binfo = self._batch(p, state, pods, b, end, rules=rules)
             info["batches"].append(binfo)
+            if binfo["clock_cut"]:
+                cut.add("batches")
             if "least_s" in binfo:
                 per_pod = binfo["least_s"] / pods.size
         info["batches_sampled"] = sum(1 for bi in info["batches"] if bi.get("steps"))
         info["batches_greedy"] = sum(1 for bi in info["batches"] if "skipped" in bi)
         if self.refine_steps:
             state, info["refine"] = self._refine(p, state, end, rules)
+            if info["refine"]["clock_cut"]:
+                cut.add("refine")
         if self.polish:
             info["polish_moves"] = improve(p, state, deadline=end)
+            if time.perf_counter() > end:  # as cpsat's: it may have stopped at the deadline
+                cut.add("polish")
+        # Empty: the placement is the seed's, the same on any machine; else it may differ run to run.
+        info["wall_clock_cut"] = [phase for phase in ("batches", "refine", "polish") if phase in cut]
         done = [bi for bi in info["batches"] if bi.get("steps")]  # sampled: not greedy, not without pairs
         if done:
             info["energy"] = done[-1]["energy"]
@@ -346,8 +388,13 @@ class Qubo(Solver):
             steps = min(self.max_penalty_steps, self.penalty_patience + 1)
         else:
             steps = self.max_penalty_steps
-        per_step = self.num_reads * (SAMPLE_S_PER_POD_SWEEP * self.num_sweeps + DECODE_S_PER_POD)
+        per_step = self.num_reads * (SAMPLE_S_PER_POD_SWEEP * self.num_sweeps * self._searches() + DECODE_S_PER_POD)
         return pods * (BATCH_BUILD_S_PER_POD + steps * per_step)
+
+    def _searches(self) -> int:
+        """A read's work in simulated-annealing reads: a tabu read searches once and once per
+        restart, each search about an annealing read's time (:data:`MAX_TABU_RESTARTS`)."""
+        return 1 + self.tabu_restarts if self.sampler == "tabu" else 1
 
     def _plan(self, batch_sizes: list[int], left: float) -> tuple[str, dict[str, float]]:
         """How to spend ``left`` seconds (module docstring, Time): ``"sample"``, every batch sampled
@@ -381,8 +428,18 @@ class Qubo(Solver):
         chosen = np.zeros(p.num_nodes, dtype=bool)
         failed: set[bytes] = set()
         stall = 0
+        # A step starts only when its estimate fits in the time left (a sampling call has no
+        # deadline: num_sweeps=300,000 at time_limit_s=1 ran one 8-read sub-QUBO for 5 s): per
+        # pod, a-priori until a step has measured it, then the last step's own time per pod.
+        per_pod = (
+            BATCH_BUILD_S_PER_POD + SAMPLE_S_PER_POD_SWEEP * REFINE_READS * self.num_sweeps * self._searches()
+            + REFINE_DECODED * DECODE_S_PER_POD
+        )
+        planned_out: dict[str, Any] | None = None
+        clock_cut = False
         for step in range(self.refine_steps):
             if time.perf_counter() > end:
+                clock_cut = True
                 break
             hosts = np.unique(state.assignment[state.assignment >= 0])
             if hosts.size == 0:
@@ -409,12 +466,19 @@ class Qubo(Solver):
             pods = np.sort(np.concatenate([freed, np.asarray(joining, dtype=np.int64)]))
             if pods.size == 0:
                 continue
+            estimate, began = per_pod * pods.size, time.perf_counter()
+            if end - began < estimate:  # it would end past the limit: no more steps
+                planned_out = {"step": step, "pods": int(pods.size), "estimate_s": estimate, "left_s": end - began}
+                clock_cut = True
+                break
             tried += 1
             candidate, binfo = self._batch(
                 p, sub, pods, REFINE_STREAM + step, end, REFINE_READS, REFINE_DECODED, calibrate=False, rules=rules
             )
+            clock_cut = clock_cut or binfo["clock_cut"]
             # The batch scored its best read with evaluate already (no score: nothing fitted).
             new = binfo["score"] if "score" in binfo else evaluate(p, candidate.assignment).score
+            per_pod = (time.perf_counter() - began) / pods.size
             if new > score + POLISH_TOL:
                 state, gained, score = candidate, gained + new - score, new
                 accepted += 1
@@ -425,7 +489,9 @@ class Qubo(Solver):
                 stall += 1
                 if stall >= REFINE_MAX_STALL:
                     break
-        return state, {"steps": tried, "accepted": accepted, "gain": gained}
+        return state, {
+            "steps": tried, "accepted": accepted, "gain": gained, "clock_cut": clock_cut, "planned_out": planned_out,
+        }
 
     def _batch(
         self, p: Problem, state: ClusterState, pods: np.ndarray, b: int, end: float,
@@ -439,6 +505,7 @@ class Qubo(Solver):
         model = _BatchModel(p, state, pods, self.max_candidates, self.capacity, rules)
         binfo: dict[str, Any] = {
             "pods": int(pods.size), "variables": model.num_variables, "interactions": model.num_interactions, "steps": [],
+            "clock_cut": False,
         }
         if model.num_pairs == 0:  # nothing fits anywhere: nothing sampled, no read to count
             binfo.update(energy=None, feasible_fraction=None, penalty=None, repairs=0, best_feasible=None, reads=0)
@@ -451,12 +518,16 @@ class Qubo(Solver):
         any_feasible, stall, best_before = False, 0, -math.inf  # the penalty patience's count
         reads = self.num_reads if reads is None else reads
         max_decoded = reads if max_decoded is None else max_decoded
+        sample_s = 0.0  # the last sampling call's seconds: a higher penalty is tried only when another fits
         for step, alpha in enumerate(alphas):
-            if step > 0 and time.perf_counter() > end:
+            if step > 0 and time.perf_counter() + sample_s > end:
+                binfo["clock_cut"] = True
                 break
             l1 = UNBALANCED_L1 * (1 + UNBALANCED_SHIFT_GROWTH * step)
             seed = int(np.random.default_rng([self.seed, b, step]).integers(2**31 - 1))
+            sampled = time.perf_counter()
             samples, energies = self._sample(model.vectors(alpha, l1), seed, reads)
+            sample_s = time.perf_counter() - sampled
             feasible = np.zeros(len(samples), dtype=bool)
             step_best: float | None = None
             step_repaired = -math.inf
@@ -466,6 +537,7 @@ class Qubo(Solver):
             checked = np.zeros(len(samples), dtype=bool)
             for i in order:
                 if checked.any() and time.perf_counter() > end:
+                    binfo["clock_cut"] = True
                     break  # past the limit: the reads decoded so far (at least the lowest-energy one)
                 sample = samples[i]
                 key = sample.tobytes()
@@ -806,7 +878,8 @@ class _BatchModel:
         self.cx, self.switch = cx, switch
         self._lists = (cx.tolist(), self.pods.tolist(), self.pn.tolist(), (p.wl_gpu_count[self.pods] > 0).tolist())
         self.unplaced_cost = wts.unplaced / p.num_workloads
-        self.scale = float(max(np.abs(cx).max(initial=0.0), np.abs(con).max(initial=0.0), self.unplaced_cost))
+        # Or 1: with every bias 0 (every weight 0) P was 0 and no read was feasible; any unit of R serves.
+        self.scale = float(max(np.abs(cx).max(initial=0.0), np.abs(con).max(initial=0.0), self.unplaced_cost)) or 1.0
 
         # Variable layout: pairs, then unplaced per pod, then on per switchable node, then slack.
         n_pods = self.pods.size

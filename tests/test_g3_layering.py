@@ -2,8 +2,10 @@
 
 * ``iro_fed`` (the library) imports neither ``edge_agent`` (the daemon) nor ``benchmarks``;
 * ``iro_fed`` reaches ``solvers`` only through the package itself (``solvers.make``,
-  ``solvers.available`` and the rest of ``solvers.__all__``), never a submodule, except the known
-  deviations listed in :data:`KNOWN_SOLVERS_INTERNALS`;
+  ``solvers.available`` and the rest of ``solvers.__all__``), never a submodule (neither imported
+  nor as ``solvers.base.X``), except the known deviations listed in :data:`KNOWN_SOLVERS_INTERNALS`;
+  and ``import solvers`` itself (run in a fresh interpreter, the one check that imports) loads no
+  optional dependency while every name of its ``__all__`` resolves;
 * ``solvers`` imports neither ``edge_agent``, ``benchmarks`` nor an ``iro_fed`` integration;
 * the core modules (``iro_fed.model``, ``objective``, ``feasibility``) load no optional dependency
   when imported: no module-level import of one in them, nor in any project module they load.
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,28 +47,11 @@ OPTIONAL = {
     "prometheus_client", "psutil", "torch",
 }
 
-#: KNOWN DEVIATION from DESIGN.md ("iro_fed may import solvers only through solvers.make /
-#: solvers.available"): these iro_fed modules import these solvers internals (the DQN's config,
-#: checkpoint, replay and training code for ``iro train``, the federated task and the feedback
-#: fine-tune; solvers.base helpers for seeds and settings). Listed one by one so that any new one
-#: fails here; whether DESIGN should allow them (or solvers export them) is an open question.
+#: KNOWN DEVIATION from DESIGN.md ("iro_fed may import solvers only through the package"): these
+#: iro_fed modules import these solvers submodules. Listed one by one so that any new one fails here;
+#: what an integration needs belongs in ``solvers.__all__`` instead (the DQN's config, checkpoint and
+#: training entry points, MAX_SEED, parse_setting are there).
 KNOWN_SOLVERS_INTERNALS: frozenset[tuple[str, str]] = frozenset({
-    ("iro_fed.cli", "solvers.base"),  # MAX_SEED
-    ("iro_fed.federated.registry", "solvers.dqn.checkpoint"),
-    ("iro_fed.federated.server_app", "solvers.dqn.config"),
-    ("iro_fed.federated.task", "solvers.dqn.agent"),
-    ("iro_fed.federated.task", "solvers.dqn.config"),
-    ("iro_fed.federated.task", "solvers.dqn.replay"),
-    ("iro_fed.federated.task", "solvers.dqn.train"),
-    ("iro_fed.feedback", "solvers.dqn.checkpoint"),
-    ("iro_fed.feedback", "solvers.dqn.config"),
-    ("iro_fed.feedback", "solvers.dqn.solver"),
-    ("iro_fed.learning", "solvers.base"),  # _parse_text
-    ("iro_fed.learning", "solvers.dqn.checkpoint"),
-    ("iro_fed.learning", "solvers.dqn.config"),
-    ("iro_fed.sim.cli", "solvers.base"),  # InvalidSettingError (also in solvers.__all__)
-    ("iro_fed.sim.cli", "solvers.dqn.checkpoint"),
-    ("iro_fed.sim.engine", "solvers.base"),  # InvalidSettingError, _parse_text
 })
 
 
@@ -168,6 +155,16 @@ def _solvers_public() -> set[str]:
     raise AssertionError("solvers/__init__.py has no __all__")
 
 
+@functools.cache
+def solvers_attributes(module: str) -> tuple[tuple[int, str], ...]:
+    """``(line, name)`` of each ``solvers.name`` in ``module``'s source (``import solvers`` then
+    ``solvers.base.MAX_SEED`` reaches a submodule without importing it)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return tuple((node.lineno, node.attr) for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "solvers")
+
+
 def _where(imp: Import) -> str:
     return f"{MODULES[imp.importer].relative_to(ROOT)}:{imp.line}: {imp.name}"
 
@@ -205,9 +202,28 @@ def test_iro_fed_reaches_solvers_only_through_the_package() -> None:
             elif (m, i.module) in KNOWN_SOLVERS_INTERNALS:
                 used.add((m, i.module))
             else:
-                bad.append(_where(i) + f" (the submodule {i.module}: use solvers.make / solvers.available)")
-    assert bad == [], "iro_fed imports solvers internals (DESIGN: only solvers.make / available):\n" + "\n".join(bad)
+                bad.append(_where(i) + f" (the submodule {i.module}: use solvers.__all__)")
+        bad += [f"{MODULES[m].relative_to(ROOT)}:{line}: solvers.{name} (not in solvers.__all__)"
+                for line, name in solvers_attributes(m) if name not in public]
+    assert bad == [], "iro_fed imports solvers internals (DESIGN: only the package, solvers.__all__):\n" + "\n".join(bad)
     assert KNOWN_SOLVERS_INTERNALS - used == set(), "no longer imported: remove from KNOWN_SOLVERS_INTERNALS"
+
+
+def test_import_solvers_loads_no_optional_dependency_and_its_api_resolves() -> None:
+    # A fresh interpreter: this one may hold torch already. The DQN's names past its config are
+    # looked up on use (solvers.__getattr__); the agent's needs torch, so it is resolved last.
+    code = (
+        "import importlib.util, sys\n"
+        "import solvers\n"
+        f"loaded = sorted(set({sorted(OPTIONAL)!r}) & {{m.split('.')[0] for m in sys.modules}})\n"
+        "assert not loaded, f'import solvers loaded {loaded}'\n"
+        "for name in solvers.__all__:\n"
+        "    if name != 'DQNAgent' or importlib.util.find_spec('torch'):\n"
+        "        assert getattr(solvers, name) is not None, name\n"
+        "assert set(solvers.__all__) <= set(dir(solvers))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_solvers_import_no_integration() -> None:
@@ -267,6 +283,6 @@ def test_the_walk_tells_module_level_from_lazy_imports() -> None:
 def test_the_checker_sees_the_imports_it_must() -> None:
     # a relative import resolves, and lazy imports inside functions are found (task.py's were)
     task = imports_of("iro_fed.federated.task")
-    assert any(i.module == "solvers.dqn.replay" and not i.module_level for i in task)
+    assert any(i.name == "solvers.Transition" and i.module == "solvers" and not i.module_level for i in task)
     assert any(i.module == "iro_fed.learning" and i.module_level for i in task)
     assert "iro_fed" in _loaded_at_import("iro_fed.model")  # the package's __init__ runs first

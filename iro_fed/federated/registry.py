@@ -118,7 +118,7 @@ class PolicyRegistry:
         import torch
 
         from iro_fed.problem_io import write_json_atomic
-        from solvers.dqn.checkpoint import CheckpointWriteError, save_checkpoint
+        from solvers import CheckpointWriteError, save_checkpoint
 
         for key in ("config", "candidate_features", "context_features"):
             if key not in metadata:
@@ -194,7 +194,7 @@ class PolicyRegistry:
 
     def load(self, version: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(state_dict, metadata)`` of a version (default: ``latest``)."""
-        from solvers.dqn.checkpoint import load_checkpoint
+        from solvers import load_checkpoint
 
         v = self.latest_version() if version is None else version
         if v is None:
@@ -202,9 +202,9 @@ class PolicyRegistry:
         return load_checkpoint(self.path(v))
 
     def metadata(self, version: int) -> dict[str, Any]:
-        from solvers.dqn.checkpoint import metadata_path
+        from solvers import checkpoint_metadata_path
 
-        return json.loads(metadata_path(self.path(version)).read_text(encoding="utf-8"))
+        return json.loads(checkpoint_metadata_path(self.path(version)).read_text(encoding="utf-8"))
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -120,7 +120,7 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
     should one come without it anyway, the shape check of ``load_state_dict`` is the only one.
     """
     from iro_fed.features import feature_layout
-    from solvers.dqn.config import ConfigError
+    from solvers import ConfigError
 
     agent = build_agent(cfg)
     version = registry.latest_version() if cfg.resume else None

@@ -212,7 +212,7 @@ class FedConfig:
 
     def dqn_config(self) -> Any:
         """The local learner's :class:`DQNConfig` (small network; Rainbow parts as the DQN's defaults)."""
-        from solvers.dqn.config import ConfigError, DQNConfig
+        from solvers import ConfigError, DQNConfig
 
         try:
             return DQNConfig(
@@ -301,7 +301,7 @@ def feature_sizes() -> tuple[int, int]:
 
 def build_agent(cfg: FedConfig, seed: int | None = None) -> Any:
     """A fresh :class:`DQNAgent` of the federation's architecture (the initial global policy)."""
-    from solvers.dqn.agent import DQNAgent
+    from solvers import DQNAgent
 
     cand_f, ctx_f = feature_sizes()
     return DQNAgent(cfg.dqn_config(), cand_f, ctx_f, seed=cfg.seed if seed is None else seed)
@@ -503,9 +503,9 @@ class LocalResult:
 
 def new_replay(cfg: FedConfig, seed: int) -> Any:
     """An empty replay buffer of the kind and capacity the local learner uses."""
-    from solvers.dqn.train import new_buffer
+    from solvers import new_replay_buffer
 
-    return new_buffer(cfg.dqn_config(), seed)
+    return new_replay_buffer(cfg.dqn_config(), seed)
 
 
 def local_train(
@@ -547,7 +547,7 @@ def local_train(
     """
     import torch
 
-    from solvers.dqn.train import train
+    from solvers import train_dqn
 
     torch.set_num_threads(1)
     seed = site_seed(cfg.seed, site, server_round)
@@ -556,7 +556,7 @@ def local_train(
         replay = new_replay(cfg, seed)
     else:
         replay.rng = np.random.default_rng(seed)  # this round's sampling, reproducible from the round's seed
-    agent, result = train(
+    agent, result = train_dqn(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k, held_out=EVAL_SEEDS)], cfg.dqn_config(),
         steps=n, seed=seed,
         progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
@@ -600,7 +600,7 @@ def learn_from_experience(agent: Any, experience_db: str | Path, cfg: FedConfig,
     import sqlite3
 
     from iro_fed.experience import read_policy_samples
-    from solvers.dqn.replay import ReplayBuffer
+    from solvers import ReplayBuffer
 
     out = {"experience-samples": 0, "experience-skipped": 0, "experience-updates": 0, "experience-loss": 0.0,
            "experience-mean-reward": 0.0, "experience-error": 0}
@@ -650,7 +650,7 @@ def experience_transitions(samples: Sequence[Any], gamma: float) -> list[Any]:
     another shape: where it led is not known). Samples that carry their store ``row_id`` pair only
     with the row right after; without it, neighbours in the list pair.
     """
-    from solvers.dqn.replay import Transition
+    from solvers import Transition
 
     out = []
     for s, nxt in zip(samples, samples[1:], strict=False):

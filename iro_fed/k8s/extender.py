@@ -2,12 +2,13 @@
 
 The protocol (``k8s.io/kube-scheduler/extender/v1/types.go``, ``pkg/scheduler/extender.go``): JSON
 with the Go field names as keys (no json tags), every reply HTTP 200 unless the request itself is
-malformed (then 400 with a message). Keys are matched exactly, as kube-scheduler sends them; one
+malformed (then 400 with a message) or cannot be answered yet (503). Keys are matched exactly, as kube-scheduler sends them; one
 that differs from a field's name only in case (which Go's decoder would read as that field) is a
 400 naming it, never silently ignored.
 
 * filter: ``ExtenderArgs {Pod, Nodes, NodeNames}`` -> ``ExtenderFilterResult {Nodes, NodeNames,
-  FailedNodes, FailedAndUnresolvableNodes, Error}``. ``Nodes`` (a NodeList) arrives when the
+  FailedNodes, FailedAndUnresolvableNodes, Error}`` (an ``Error``, counted in ``errors``, while the
+  node cache has not synced; /prioritize answers 503 with ``Retry-After`` then). ``Nodes`` (a NodeList) arrives when the
   extender is configured ``nodeCacheCapable: false`` and is answered with the passing Node
   objects; ``NodeNames`` arrives with ``nodeCacheCapable: true`` and is answered with names
   (never one that was not asked about); the passing Node objects are written as the request's own
@@ -22,7 +23,11 @@ that differs from a field's name only in case (which Go's decoder would read as 
 * bind: ``ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}`` -> ``{"Error": ""}``; the
   Binding (with the pod's UID as precondition: a wrong UID gets the API server's 409) is created
   once with ``_preload_content=False``, never retried. A node the synced node cache does not
-  know gets an ``Error`` and no Binding (the API server would bind to any name).
+  know gets an ``Error`` and no Binding (the API server would bind to any name). kube-scheduler
+  goes on to the next pod at once, so a bound pod (its spec from its latest filter / prioritize
+  request, by UID) counts on its node until the node cache's model does, as IroScheduler's
+  assumed pods (:meth:`Extender._assumed_on`): else a GPU share, an annotation kube's own
+  filters never see, was booked twice in that window.
 * preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
   ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
   IRO's constraints once the proposed victims are gone (the node's usage recomputed from its
@@ -31,7 +36,8 @@ that differs from a field's name only in case (which Go's decoder would read as 
   victims here, and kube resolves each UID on that node).
 
 Without a kubeconfig the extender is stateless (NodeList mode): it knows what the Node objects in
-the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation). With one,
+the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation; a node whose
+annotation does not parse is refused alone, unresolvable, with the error, and scores 0). With one,
 it keeps nodes and bound pods from a watch (:class:`~iro_fed.k8s.client.ClusterCache`) and serves
 ``NodeNames`` requests.
 """
@@ -46,6 +52,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,6 +86,7 @@ from iro_fed.k8s.httpjson import (
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import (
+    TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
     PodSpecError,
@@ -88,6 +96,7 @@ from iro_fed.k8s.snapshot import (
     metadata_error,
     node_cache_key,
     obj_key,
+    pod_shape_key,
     pods_by_node,
 )
 from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, ClusterState
@@ -121,6 +130,29 @@ NODELIST_MODELS = 4
 #: their model and no longer: a snapshot holds the model's Node objects (the whole parsed NodeList),
 #: so 512 snapshots kept apart from the models pinned up to 512 old node lists (2.3 GB at 1,000 nodes).
 SNAPSHOTS_PER_MODEL = 64
+#: Pods of the latest filter / prioritize / preempt requests kept (by UID) for /bind: the pod it
+#: binds is counted on its node from them (:meth:`Extender.bind`).
+RECENT_PODS = 1024
+#: How long a pod bound through /bind counts on its node with no evidence either way: the
+#: scheduler's ASSUME_TTL_S (a last resort well past the longest silence of a bound-pods watch).
+ASSUME_TTL_S = 600.0
+
+
+class NotReady(PodSpecError):
+    """The node cache has not synced yet: no answer can be given (503 with Retry-After, or a filter
+    Error; counted as the extender's error, not the request's)."""
+
+
+@dataclass
+class _Assumed:
+    """A pod bound through /bind that the model may not count yet (see :meth:`Extender.bind`)."""
+
+    pod: dict[str, Any]  # the pod as bound (nodeName set), the watch's copy once it shows one
+    node: str
+    uid: str
+    since: float  # time.monotonic() when its Binding succeeded
+    lists: int  # bound-pods lists started by then: a list started after it holds the pod if it exists
+    counted_since: float | None = None  # when a model was first seen counting it
 
 
 class BadRequest(ValueError):
@@ -271,16 +303,9 @@ def normalize(values: np.ndarray) -> np.ndarray:
 
 
 def _shape_key(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    meta = pod.get("metadata") or {}
-    ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("iro-fed.io/")}
-    keep = {k: spec.get(k) for k in ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations", "priority")}
-    for k in ("containers", "initContainers"):
-        if isinstance(keep[k], list):  # anything else is kept whole: the snapshot then says what is wrong with it
-            # The name too: the reader refuses a bad or repeated one, which a cached shape would hide.
-            keep[k] = [{"name": c.get("name"), "resources": c.get("resources"), "restartPolicy": c.get("restartPolicy")}
-                       if isinstance(c, dict) else c for c in keep[k]]
-    return json.dumps([keep, ann], sort_keys=True, default=str)
+    """The snapshot cache's key of a pod: what the model reads of it (:func:`pod_shape_key`), so two
+    pods share a snapshot only where every answer would be the same."""
+    return pod_shape_key(pod)
 
 
 class Extender(RequestStats):
@@ -311,11 +336,19 @@ class Extender(RequestStats):
         # id is never that of another, later snapshot).
         self._states: dict[int, ClusterState] = {}
         self._nodelist_models: OrderedDict[tuple, ClusterModel] = OrderedDict()
+        # Pods bound through /bind, counted on their node until the model does (see bind()), and the
+        # pods of the latest requests by UID, which bind() takes the bound pod's spec from.
+        self._assume_lock = threading.Lock()
+        self._assumed: dict[str, _Assumed] = {}
+        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._watch_bound_pods()
         super().__init__("filter", "prioritize", "bind", "preempt", "solver_fallbacks", "bad_requests", "errors")
 
     # --- snapshots -------------------------------------------------------------------------
 
     def _model(self, nodes: list[dict[str, Any]] | None) -> ClusterModel:
+        """The cluster a request is answered on: the node cache's model, or the NodeList's
+        (a node whose ``iro-fed.io/allocated`` annotation does not parse is in ``refused_nodes``)."""
         if nodes is not None and self.cache is not None and self.cache.synced:
             # NodeList requests to an extender that watches: its cache knows the usage too.
             return self.cache.model()
@@ -324,7 +357,7 @@ class Extender(RequestStats):
                 raise PodSpecError("NodeNames given but this extender has no node cache (started without --kubeconfig): "
                                    "configure it with nodeCacheCapable: false")
             if not self.cache.synced:
-                raise PodSpecError("the extender's node cache has not synced with the API server yet")
+                raise NotReady("the extender's node cache has not synced with the API server yet: retry")
             return self.cache.model()
         key = tuple(node_cache_key(n) for n in nodes)
         cacheable = None not in key  # every node has a resourceVersion
@@ -334,7 +367,7 @@ class Extender(RequestStats):
                 if model is not None:
                     self._nodelist_models.move_to_end(key)
                     return model
-        model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs, keys=key)
+        model = ClusterModel(nodes, None, self.config, doc_cache=self._node_docs, keys=key, refuse_bad_nodes=True)
         if cacheable:
             with self._snap_lock:
                 self._nodelist_models[key] = model
@@ -346,16 +379,14 @@ class Extender(RequestStats):
         """The pod as the one workload on the cluster (cached per cluster version and pod shape)."""
         return self._snapshot_on(self._model(nodes), pod)
 
-    def _checked_snapshot(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None) -> Snapshot:
-        """:meth:`snapshot`, its errors as :class:`BadRequest` naming the nodes or the pod's field."""
+    def _checked_model(self, nodes: list[dict[str, Any]] | None) -> ClusterModel:
+        """:meth:`_model`, its errors as :class:`BadRequest` naming the nodes (but :class:`NotReady`)."""
         try:
-            model = self._model(nodes)
+            return self._model(nodes)
+        except NotReady:
+            raise
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError; the message names the node
             raise BadRequest.wrap(exc, "Nodes" if nodes is not None else "NodeNames", inside=False) from exc
-        try:
-            return self._snapshot_on(model, pod)
-        except ValueError as exc:
-            raise BadRequest.wrap(exc, "Pod") from exc
 
     def _snapshot_on(self, model: ClusterModel, pod: dict[str, Any]) -> Snapshot:
         shape = _shape_key(pod)
@@ -388,6 +419,126 @@ class Extender(RequestStats):
             self._states[key] = state
             return state
 
+    # --- pods bound here ----------------------------------------------------------------------
+
+    def _watch_bound_pods(self) -> None:
+        """Follow the bound-pods watch (chained after any ``on_change`` it has) to end an assumed
+        pod's count when the watch shows it deleted or finished; weakly, so that an extender
+        dropped does not live on in the cache's reflector."""
+        reflector = getattr(self.cache, "pods", None)
+        if reflector is None or not hasattr(reflector, "on_change"):
+            return
+        before = reflector.on_change
+        ref = weakref.WeakMethod(self._bound_pod_changed)
+
+        def on_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            if before is not None:
+                before(old, new)
+            method = ref()
+            if method is not None:
+                try:
+                    method(old, new)
+                except Exception:  # never end the reflector's watch over one odd object
+                    log.debug("bound pod change not read", exc_info=True)
+
+        reflector.on_change = on_change
+
+    def _bound_pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if not isinstance(obj, Mapping):
+            return
+        key = obj_key(obj)
+        with self._assume_lock:
+            a = self._assumed.get(key)
+            if a is None or a.uid != _uid(obj):
+                return
+            status = new.get("status") if new is not None else None
+            if new is None or (isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES):
+                self._assumed.pop(key)  # deleted or finished: it holds nothing on the node
+            else:
+                a.pod = dict(new)  # the watch's copy (the GPU cards annotation, a resize) from now on
+
+    def _remember(self, pod: dict[str, Any]) -> None:
+        """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it)."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        if self.cache is None or self.kube is None or not uid:
+            return
+        with self._assume_lock:
+            self._recent[uid] = pod
+            self._recent.move_to_end(uid)
+            while len(self._recent) > RECENT_PODS:
+                self._recent.popitem(last=False)
+
+    def _assume(self, namespace: str, name: str, uid: str | None, node: str) -> None:
+        """Count the pod just bound to ``node`` there until the model does (see :meth:`bind`)."""
+        lists = getattr(getattr(self.cache, "pods", None), "lists_started", None)
+        if lists is None or not uid:
+            return
+        with self._assume_lock:
+            pod = self._recent.get(uid)
+        meta = (pod or {}).get("metadata") or {}
+        if pod is None or meta.get("name") != name or (meta.get("namespace") or "default") != namespace:
+            log.debug("bound %s/%s (uid %s) without a filter or prioritize request for it: not counted until the "
+                      "watch shows it", namespace, name, uid)
+            return
+        bound = dict(pod, spec=dict(pod.get("spec") or {}, nodeName=node))
+        a = _Assumed(bound, node, uid, time.monotonic(), lists)
+        with self._assume_lock:
+            self._assumed[f"{namespace}/{name}"] = a
+
+    def _assumed_on(self, model: ClusterModel) -> dict[str, list[dict[str, Any]]]:
+        """The pods bound here that ``model`` (the node cache's) does not count, by node. One stops
+        counting only on evidence, as IroScheduler's assumed pods: a model counts it (dropped once
+        that was seen :data:`HTTP_TIMEOUT_S` ago, so that a request still on an older model counts
+        it too), the watch shows it deleted or finished, a bound-pods list started after its
+        Binding lacks it, or the safety TTL :data:`ASSUME_TTL_S` has passed."""
+        if self.cache is None or not self.cache.synced:
+            return {}
+        with self._assume_lock:
+            if not self._assumed:
+                return {}
+            items = list(self._assumed.items())
+        reflector = self.cache.pods
+        listed = reflector.lists_applied  # read before the store: it holds this list's result at least
+        with reflector.changed:
+            uids = {key: _uid(reflector.store[key]) for key, _ in items if key in reflector.store}
+        now = time.monotonic()
+        out: dict[str, list[dict[str, Any]]] = {}
+        done: list[tuple[str, _Assumed]] = []
+        for key, a in items:
+            if any(_uid(q) == a.uid for q in model.pods_on(a.node)):
+                if a.counted_since is None:
+                    a.counted_since = now
+                elif now - a.counted_since > HTTP_TIMEOUT_S:
+                    done.append((key, a))
+            elif (listed > a.lists and uids.get(key) != a.uid) or now - a.since > ASSUME_TTL_S:
+                if listed <= a.lists or uids.get(key) == a.uid:
+                    log.warning("%s: bound to %s %.0f s ago and never counted by the node cache: no longer counted "
+                                "(safety TTL)", key, a.node, now - a.since)
+                done.append((key, a))
+            else:
+                out.setdefault(a.node, []).append(a.pod)
+        if done:
+            with self._assume_lock:
+                for key, a in done:
+                    if self._assumed.get(key) is a:
+                        self._assumed.pop(key)
+        return out
+
+    def _request_state(self, snap: Snapshot, model: ClusterModel) -> ClusterState:
+        """:meth:`state`, with the pods bound here that ``model`` does not count yet on their nodes
+        (a copy; the cached state stays the model's)."""
+        state = self.state(snap)
+        extra = self._assumed_on(model)
+        if not extra:
+            return state
+        state = state.copy()
+        for node, pods in extra.items():
+            i = snap.problem.node_index.get(node)
+            if i is not None:
+                set_node_pods(state, model, i, [*model.pods_on(node), *pods])
+        return state
+
     # --- verbs -------------------------------------------------------------------------------
 
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -395,12 +546,16 @@ class Extender(RequestStats):
         _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
         nodes, asked = _node_args(args)
+        self._remember(pod)
         try:
-            snap = self.snapshot(pod, nodes)
+            model = self._model(nodes)
+            snap = self._snapshot_on(model, pod)
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError: the pod cannot be placed
+            if isinstance(exc, NotReady):
+                self.count("errors")  # the extender's, not the request's
             return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
         p = snap.problem
-        state = self.state(snap)
+        state = self._request_state(snap, model)
         idx = np.array([p.node_index.get(n, -1) for n in asked], dtype=np.int64)
         known = idx >= 0
         reasons = node_reasons(state, 0, idx[known])
@@ -410,6 +565,10 @@ class Extender(RequestStats):
         for j, name in enumerate(asked):
             i = int(idx[j])
             if i < 0:
+                refused = model.refused_nodes.get(name)
+                if refused is not None:  # its annotation says nothing usable: no preemption fixes that
+                    unresolvable[name] = refused
+                    continue
                 failed[name] = "node is not in the extender's node cache (added since its last sync, or no such node)"
                 continue
             r = reasons.get(i)
@@ -427,10 +586,12 @@ class Extender(RequestStats):
             result["NodeNames"] = [asked[j] for j in passed]
         return result
 
-    def scores(self, snap: Snapshot, names: list[str]) -> tuple[dict[str, int], str | None]:
-        """0..10 per asked node name, and the fallback reason when the solver failed."""
+    def scores(self, snap: Snapshot, names: list[str],
+               state: ClusterState | None = None) -> tuple[dict[str, int], str | None]:
+        """0..10 per asked node name (0 for one the snapshot lacks), and the fallback reason when the
+        solver failed. ``state``: the snapshot's state to score on (default :meth:`state`)."""
         p = snap.problem
-        state = self.state(snap)
+        state = self.state(snap) if state is None else state
         idx = np.array([p.node_index.get(n, -1) for n in names], dtype=np.int64)
         known = idx >= 0
         ok = known.copy()
@@ -480,8 +641,13 @@ class Extender(RequestStats):
         _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
         nodes, asked = _node_args(args)
-        snap = self._checked_snapshot(pod, nodes)
-        scores, _ = self.scores(snap, asked)
+        self._remember(pod)
+        model = self._checked_model(nodes)
+        try:
+            snap = self._snapshot_on(model, pod)
+        except ValueError as exc:
+            raise BadRequest.wrap(exc, "Pod") from exc
+        scores, _ = self.scores(snap, asked, self._request_state(snap, model))
         return [{"Host": n, "Score": scores[n]} for n in asked]
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
@@ -505,6 +671,10 @@ class Extender(RequestStats):
         uid = args.get("PodUID") or None
         result = self.kube.bind(args["PodNamespace"], args["PodName"], args["Node"], uid=uid)
         if result.ok:
+            # kube-scheduler goes on to the next pod at once, and the model counts this one only once
+            # the watch shows it and the model is rebuilt: until then it is counted here, or a GPU
+            # share (an annotation, which kube's own filters do not see) would be booked twice.
+            self._assume(args["PodNamespace"], args["PodName"], uid, node)
             return {"Error": ""}
         return {"Error": f"binding {args['PodNamespace']}/{args['PodName']} to {args['Node']} failed "
                          f"(HTTP {result.status}): {result.message}"}
@@ -513,6 +683,7 @@ class Extender(RequestStats):
         self.count("preempt")
         _go_fields(args, _PREEMPTION_ARGS)
         pod = _pod(args)
+        self._remember(pod)
         key = "NodeNameToVictims" if args.get("NodeNameToVictims") is not None else "NodeNameToMetaVictims"
         proposals = args.get(key)
         if proposals is None:
@@ -534,6 +705,9 @@ class Extender(RequestStats):
         # the way the model counted it (GPU cards included, finished pods excluded): a victim
         # frees only what it holds on that node.
         on_node = pods_by_node(self.cache.pods.items())
+        for node, pods in self._assumed_on(model).items():  # bound here, not in the store yet
+            have = {_uid(q) for q in on_node.get(node, ())}
+            on_node.setdefault(node, []).extend(q for q in pods if _uid(q) not in have)
         keep: dict[str, Any] = {}
         state = ClusterState(problem)  # built once; each proposal sets its node's row, then puts it back
         for node, victims in checked.items():
@@ -567,6 +741,11 @@ def set_node_pods(state: ClusterState, model: ClusterModel, i: int, pods: Iterab
             allocated[ri] = amount
     state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype),
                          nonzero=np.array([nonzero.get(r, 0.0) for r in NONZERO_RESOURCES]))
+
+
+def _uid(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata")
+    return meta.get("uid") if isinstance(meta, Mapping) else None
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:
@@ -703,6 +882,8 @@ class _ExtenderHandler(RoutedJsonHandler):
             result = getattr(ext, verb)(args)
         except BadRequest as exc:
             raise HttpError(400, str(exc), exc.field) from None
+        except NotReady as exc:  # not the request's fault: kube-scheduler retries (a prioritize error is ignored)
+            raise HttpError(503, str(exc), retry_after_s=1) from None
         except Exception as exc:  # never let one request take the server down
             log.exception("%s failed", verb)
             message = f"internal error in {verb}: {type(exc).__name__}: {exc}"

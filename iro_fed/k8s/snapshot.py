@@ -1411,6 +1411,55 @@ def has_anti_affinity(pod: Mapping[str, Any]) -> bool:
     return isinstance(section, Mapping) and bool(section.get(_REQUIRED))
 
 
+#: Pod fields the model never reads that differ between replicas of one template (the service-account
+#: token volume and its mounts get a random suffix; StatefulSet pods differ in hostname and claims).
+_UNREAD_SPEC = frozenset({"volumes", "hostname", "subdomain"})
+_UNREAD_CONTAINER = frozenset({"volumeMounts"})
+
+
+def pod_shape_key(pod: Mapping[str, Any]) -> str:
+    """A text equal for two pending pods that the model reads alike (:meth:`ClusterModel.with_pods`:
+    requests, node constraints, the pod-reading plugins' rules), so a snapshot of one serves the
+    other. Built by leaving out only what is known to be unread (name, uid, other annotations, the
+    fields above, status but for in-place resize): a field read later is in the key already. It holds
+    every label (spread and inter-pod terms read them; a selector may read any) and the namespace."""
+    if not isinstance(pod, Mapping):
+        return json.dumps(pod, sort_keys=True, default=str)
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if not isinstance(meta, Mapping) or not (spec is None or isinstance(spec, Mapping)):
+        return json.dumps([meta, spec, pod.get("status")], sort_keys=True, default=str)  # an error for the parse
+    spec = spec or {}
+    ann = meta.get("annotations")
+    if isinstance(ann, Mapping):  # anything else is kept whole: the parse says what is wrong with it
+        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping) and not labels:
+        labels = None  # read as no labels, as None is
+    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": ann,
+                 "deleting": bool(meta.get("deletionTimestamp"))}
+    keep_spec = {k: v for k, v in spec.items() if k not in _UNREAD_SPEC}
+    for key in ("containers", "initContainers"):
+        if isinstance(keep_spec.get(key), list):
+            keep_spec[key] = [{k: v for k, v in c.items() if k not in _UNREAD_CONTAINER} if isinstance(c, Mapping) else c
+                              for c in keep_spec[key]]
+    status = pod.get("status")
+    if status is None:
+        status = {}
+    keep_status: Any = status
+    if isinstance(status, Mapping):  # what _status_requests and _pod_level_resized read
+        keep_status = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
+                                                  "allocatedResources")}
+        for key in ("containerStatuses", "initContainerStatuses"):
+            if isinstance(keep_status[key], list):
+                keep_status[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
+                                    if isinstance(cs, Mapping) else cs for cs in keep_status[key]]
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
+        keep_status["conditions"] = conditions
+    return json.dumps([keep_meta, keep_spec, keep_status], sort_keys=True, default=str)
+
+
 def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
     """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
     path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
@@ -1445,7 +1494,8 @@ def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
 class PlacedPods:
     """The pods on the nodes as the plugins read them: (node, :class:`PodRules`) by namespace,
     the ones with required anti-affinity and the host ports in use per node; with the counts the
-    plugins take over them, kept until a pod is added (pods of one template ask the same)."""
+    plugins take over them (pods of one template ask the same), each brought up to date by a pod
+    added. The counts are taken over one set of node labels (the model's nodes)."""
 
     by_namespace: dict[str, list[tuple[str, PodRules]]] = field(default_factory=dict)
     anti: list[tuple[str, PodRules]] = field(default_factory=list)
@@ -1453,12 +1503,41 @@ class PlacedPods:
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def add(self, node: str, rules: PodRules) -> None:
-        self._memo.clear()
         self.by_namespace.setdefault(rules.namespace, []).append((node, rules))
         if rules.anti_affinity:
             self.anti.append((node, rules))
         if rules.ports:
             self.ports.setdefault(node, []).extend(rules.ports)
+        if self._memo:  # a batch's check adds a pod, then asks the same counts: counted again, O(pods) a pod
+            self._count_added(node, rules)
+
+    def _count_added(self, node: str, rules: PodRules) -> None:
+        """Bring the counts taken (``_memo``) up to date with a pod added on ``node``, as
+        :meth:`term_counts`, :meth:`existing_counts` and :meth:`selector_counts` count it."""
+        labels = self._memo.get("node-labels", {}).get(node)  # None: a node the counts do not see
+        for key, got in self._memo.items():
+            if key == "anti-terms":
+                for t in rules.anti_affinity if labels is not None else ():
+                    if t.topology_key in labels:
+                        counts = got.get(t)
+                        if counts is None:
+                            counts = got[t] = collections.Counter()
+                        counts[(t.topology_key, labels[t.topology_key])] += 1
+            elif not isinstance(key, tuple):  # "node-labels"
+                continue
+            elif key[0] == "terms" and labels is not None:
+                _, terms, every = key
+                if every:
+                    if all(t.matches(rules.namespace, rules.labels) for t in terms):
+                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
+                else:
+                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
+                               if t.topology_key in labels and t.matches(rules.namespace, rules.labels))
+            elif key[0] == "selector":
+                _, namespace, selector = key
+                if selector.requirements and rules.namespace == namespace and not rules.terminating \
+                        and selector.matches(rules.labels):
+                    got[node] += 1
 
     def pods(self, namespaces: Iterable[str] | None = None) -> Iterable[tuple[str, PodRules]]:
         """The pods in ``namespaces`` (None: in every namespace)."""
@@ -1485,6 +1564,7 @@ class PlacedPods:
                 else:
                     got.update((t.topology_key, labels[t.topology_key]) for t in terms
                                if t.topology_key in labels and t.matches(other.namespace, other.labels))
+            self._memo.setdefault("node-labels", node_labels)
             self._memo[key] = got
         return got
 
@@ -1501,7 +1581,11 @@ class PlacedPods:
                     continue
                 for t in other.anti_affinity:
                     if t.topology_key in labels:
-                        by_term.setdefault(t, collections.Counter())[(t.topology_key, labels[t.topology_key])] += 1
+                        counts = by_term.get(t)
+                        if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
+                            counts = by_term[t] = collections.Counter()
+                        counts[(t.topology_key, labels[t.topology_key])] += 1
+            self._memo.setdefault("node-labels", node_labels)
             self._memo["anti-terms"] = by_term  # whole: a model may serve several threads (the webhook's)
         got: collections.Counter[tuple[str, str]] = collections.Counter()
         for t, pairs in by_term.items():
@@ -1523,19 +1607,45 @@ class PlacedPods:
         return got
 
 
-def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None) -> PlacedPods:
+def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None,
+                cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None) -> PlacedPods:
     """:class:`PlacedPods` of the bound pods by node; a pod whose fields cannot be read is left
-    out (the API server validated it; a note goes to ``warnings``)."""
+    out (the API server validated it; a note goes to ``warnings``). ``cache``: the pods' parses
+    by (uid, resourceVersion), kept by the caller across calls: a pod the API server has not
+    changed is not parsed again, and the cache ends with the pods of this call only."""
     placed = PlacedPods()
+    fresh: dict[tuple[str, str], PodRules | PodSpecError] = {}
     for node, pods in by_node.items():
         for pod in pods:
-            try:
-                placed.add(node, pod_rules(pod, pending=False))
-            except PodSpecError as exc:
+            key = _version_key(pod) if cache is not None else None
+            rules = cache.get(key) if cache is not None and key is not None else None
+            if rules is None:
+                try:
+                    rules = pod_rules(pod, pending=False)
+                except PodSpecError as exc:
+                    rules = exc
+            if key is not None:
+                fresh[key] = rules
+            if isinstance(rules, PodSpecError):
                 if warnings is not None:
-                    message = f"ignored by pod affinity, spread and host ports: {exc}"
+                    message = f"ignored by pod affinity, spread and host ports: {rules}"
                     _usage_warning(warnings, message, (node, message))
+            else:
+                placed.add(node, rules)
+    if cache is not None:  # the pods gone (or changed) leave it
+        cache.clear()
+        cache.update(fresh)
     return placed
+
+
+def _version_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A pod's (uid, resourceVersion), which name one content of it (None: either is missing, or the
+    metadata is no dict, as no decoded API object has). Per bound pod per batch: plain type tests."""
+    meta = pod.get("metadata")
+    if type(meta) is not dict:
+        return None
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, version) if type(uid) is str and uid and type(version) is str and version else None
 
 
 def _term_namespaces(terms: Sequence[PodTerm]) -> set[str] | None:
@@ -1568,16 +1678,20 @@ def _interpod_failures(rules: PodRules, groups: Sequence[PlacedPods], node_label
     # pod that matches its own terms may go to any node with the topology keys.
     first_of_series = not affinity and all(t.matches(rules.namespace, rules.labels) for t in rules.affinity)
     keys = [t.topology_key for t in rules.affinity]
+    # The (key, value) pairs with a pod counted: a node fails when one of its labels is such a pair
+    # (one set test per node: a batch check asks this of many nodes per pod).
+    anti_pairs = {pair for pair, n in anti.items() if n > 0}
+    anti_keys = [t.topology_key for t in rules.anti_affinity] if anti_pairs else []
+    existing_pairs = {pair for pair, n in existing.items() if n > 0}
     out: dict[str, str] = {}
     for name in nodes:
         labels = node_labels[name]
         if keys and not (all(k in labels for k in keys)
                          and (first_of_series or all(affinity[(k, labels[k])] > 0 for k in keys))):
             out[name] = "affinity"
-        elif anti and any(anti[(t.topology_key, labels[t.topology_key])] > 0
-                          for t in rules.anti_affinity if t.topology_key in labels):
+        elif anti_pairs and any((k, labels[k]) in anti_pairs for k in anti_keys if k in labels):
             out[name] = "anti"
-        elif existing and any(existing[pair] > 0 for pair in labels.items()):
+        elif existing_pairs and not existing_pairs.isdisjoint(labels.items()):
             out[name] = "existing"
     return out
 
@@ -1941,14 +2055,21 @@ class ClusterModel:
     def __init__(self, nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                  config: ClusterConfig | None = None, doc_cache: dict[tuple, dict[str, Any]] | None = None,
                  keys: Sequence[tuple[str, str, str] | None] | None = None,
-                 pending: Sequence[Mapping[str, Any]] | None = None) -> None:
+                 pending: Sequence[Mapping[str, Any]] | None = None,
+                 rules_cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None,
+                 refuse_bad_nodes: bool = False) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
         has them already (the extender keys its models by them). ``pending``: the pods this model
         is built for (the scheduler's batch): the configured resources are widened by the other
         ones they request (and ``pods`` when a node is short of slots, :func:`feasibility_resources`),
-        which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones."""
+        which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones.
+        ``rules_cache``: the bound pods' :class:`PodRules` by (uid, resourceVersion), kept by the
+        caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed.
+        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a node whose ``iro-fed.io/allocated``
+        annotation does not parse is left out, its error in :attr:`refused_nodes`, rather than
+        failing the whole model (one node's annotation failed every node of the extender's answer)."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -1963,6 +2084,8 @@ class ClusterModel:
         #: The resources added for the pending pods (after the configured ones): fit only, never scored.
         self.feasibility_only: tuple[str, ...] = tuple(res[configured:])
         self.node_objects: dict[str, Mapping[str, Any]] = {}
+        #: Nodes left out (``refuse_bad_nodes``): name -> the error naming the field.
+        self.refused_nodes: dict[str, str] = {}
         docs = []
         kinds: dict[str, str] = {}
         for k, obj in enumerate(nodes):
@@ -1979,12 +2102,19 @@ class ClusterModel:
                         doc_cache.clear()
                     doc_cache[key] = base
             doc = dict(base)  # usage is set on this copy; the cached parse stays as it was
-            if doc["name"] in self.node_objects:
+            if doc["name"] in self.node_objects or doc["name"] in self.refused_nodes:
                 continue
-            self.node_objects[doc["name"]] = obj
             if bound_pods is None:
-                annotated_usage(obj, doc, res)
+                try:
+                    annotated_usage(obj, doc, res)
+                except PodSpecError as exc:
+                    if not refuse_bad_nodes:
+                        raise
+                    self.refused_nodes[doc["name"]] = str(exc)
+                    continue
+                self.node_objects[doc["name"]] = obj
             else:
+                self.node_objects[doc["name"]] = obj
                 nonzero = apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
                 doc["nonzero_allocated"] = _nonzero_allocated(nonzero, res)
             if doc["labels"].get(DOMAIN_KIND_LABEL):
@@ -2003,13 +2133,18 @@ class ClusterModel:
         # read on first use (:meth:`placed`), and only when some pod needs them.
         self._by_node = by_node if bound_pods is not None else None
         self._placed: PlacedPods | None = None
+        self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
+
+    def pods_on(self, node: str) -> Sequence[Mapping[str, Any]]:
+        """The bound pods this model counts on ``node`` (none in NodeList mode)."""
+        return (self._by_node or {}).get(node, ())
 
     def placed(self) -> PlacedPods:
         """The bound pods as NodePorts, PodTopologySpread and InterPodAffinity read them (built once)."""
         if self._placed is None:
-            self._placed = placed_pods(self._by_node or {}, self.warnings)
+            self._placed = placed_pods(self._by_node or {}, self.warnings, self._rules_cache)
         return self._placed
 
     def _anti_affinity_bound(self) -> bool:

@@ -141,8 +141,7 @@ def check_fine_tune_steps(flag: str, steps: int, start: tuple[str, str] | None =
     read from its JSON metadata (no torch). ``iro scheduler --fine-tune-steps`` shares it."""
     from iro_fed.cli import UsageError
     from iro_fed.feedback import fine_tune_config, fine_tune_min_steps, start_policy_config
-    from solvers.base import InvalidSettingError
-    from solvers.dqn.checkpoint import CheckpointError
+    from solvers import CheckpointError, InvalidSettingError
 
     try:
         start_cfg = start_policy_config(start[1] if start else None)

@@ -173,10 +173,10 @@ def convert_setting(key: str, value: Any, kind: type) -> Any:
     must be finite (no setting or scenario parameter means anything at nan or inf, and nan
     passes every range check: ``load=nan`` built an empty surge, ``queue_cap=inf`` divided by 0)."""
     if isinstance(value, str) and kind in (bool, int, float):
-        from solvers.base import InvalidSettingError, _parse_text  # the solvers' own text-to-type conversion
+        from solvers import InvalidSettingError, parse_setting  # the solvers' own text-to-type conversion
 
         try:
-            value = _parse_text(value, kind, f"setting {key!r}")
+            value = parse_setting(value, kind, f"setting {key!r}")
         except InvalidSettingError as exc:
             raise SimConfigError(str(exc)) from None
     elif kind is float and isinstance(value, int) and not isinstance(value, bool):

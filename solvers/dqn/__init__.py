@@ -5,6 +5,9 @@
 * ``replay``: n-step accumulation, uniform and prioritized replay (numpy only);
 * ``agent``: masked action selection and the Rainbow update (double Q, C51 projection);
 * ``checkpoint``: ``state_dict`` + JSON metadata, atomic, ``torch.load(weights_only=True)``.
+
+Code outside ``solvers`` uses what it needs of these through the package ``solvers`` (its
+``__all__``: ``DQNConfig``, ``train_dqn``, ``save_checkpoint``, ...), never these modules.
 """
 
 from solvers.dqn.config import ConfigError, DQNConfig

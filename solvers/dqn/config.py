@@ -77,7 +77,11 @@ class DQNConfig:
     learning_starts: int = 500
     """Transitions collected before the first gradient step."""
     train_every: int = 1
-    """Environment steps (over all vectorized envs) between gradient steps."""
+    """Environment steps (summed over the vectorized envs) between gradient steps, counted in whole
+    vector steps (one step of every env): at most one gradient step follows a vector step, the
+    first whose count reaches ``train_every``; so once every ``ceil(train_every / n_envs)`` vector
+    steps, and 1 to ``n_envs`` all learn once per vector step (``iro train``'s 4 envs: one gradient
+    step per 4 env steps at the default 1)."""
     target_update_every: int = 500
     """Gradient steps between copies of the online network into the target network."""
     grad_clip: float = 10.0

@@ -58,7 +58,7 @@ def resolve_policy(path: str | os.PathLike[str] | None) -> Path:
     return p
 
 
-def _layout_difference(names: Any, expected: dict[str, list[str]]) -> str:
+def layout_difference(names: Any, expected: dict[str, list[str]]) -> str:
     """Where a checkpoint's feature names first differ from ours, e.g. ``candidates[3]: 'a' vs 'b'``
     (equal counts in another order read wrong columns silently, so the count alone does not say it)."""
     if not isinstance(names, dict):
@@ -75,48 +75,113 @@ def _layout_difference(names: Any, expected: dict[str, list[str]]) -> str:
     return "other feature groups"
 
 
+def check_feature_names(path: str | os.PathLike[str], names: Any, expected: dict[str, list[str]],
+                        advice: str = "retrain it with `iro train`") -> None:
+    """:class:`~solvers.dqn.checkpoint.CheckpointError` when a checkpoint's recorded feature names
+    (its metadata's ``feature_names``; None: an older checkpoint, which records none) differ from
+    ``expected``, saying where (:func:`layout_difference`) and ``advice``."""
+    from solvers.dqn.checkpoint import CheckpointError
+
+    if names is not None and names != expected:
+        raise CheckpointError(f"policy {str(path)!r}: trained on other features than this version computes "
+                              f"({layout_difference(names, expected)}); {advice}")
+
+
+def check_policy_features(policy: str | os.PathLike[str] | None) -> None:
+    """Refuse now a policy that every later load would refuse (a fine-tune that starts from it
+    hours into a run): :class:`~solvers.dqn.checkpoint.CheckpointError` when it was trained on
+    other features than this version computes (names, else counts). ``policy`` as the ``policy``
+    setting takes it (a file, a registry folder's latest, None: the shipped default); read from its
+    JSON metadata without torch where it can (as :func:`~solvers.dqn.checkpoint.read_config`)."""
+    import json
+
+    from solvers.dqn.checkpoint import CheckpointError, load_checkpoint, metadata_path
+
+    path = resolve_policy(policy)
+    if not path.is_file():
+        raise CheckpointError(f"policy {str(path)!r}: no such file (train one with `iro train`)")
+    try:
+        meta = json.loads(metadata_path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):  # missing or not JSON: ask the checkpoint
+        meta = None
+    if not isinstance(meta, dict) or "candidate_features" not in meta:
+        try:
+            meta = load_checkpoint(path)[1]
+        except ImportError as exc:
+            raise CheckpointError(f"policy {str(path)!r}: its JSON metadata {str(metadata_path(path))!r} is missing "
+                                  "or unreadable, and reading the checkpoint needs torch "
+                                  "(pip install 'iro-fed[dqn]')") from exc
+    _check_features(path, meta)
+
+
+def _check_features(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """A checkpoint's metadata against the features this version computes: names, then counts."""
+    from solvers.dqn.checkpoint import CheckpointError
+
+    check_feature_names(path, meta.get("feature_names"), feature_layout())
+    counts = (meta.get("candidate_features"), meta.get("context_features"))
+    if counts != (len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)):
+        raise CheckpointError(f"policy {str(path)!r}: {counts[0]}+{counts[1]} features, this version computes "
+                              f"{len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")
+
+
 class LoadedPolicy:
     """A checkpoint's network in eval mode plus its metadata; checked against our features."""
 
     _cache: ClassVar[dict[tuple[str, float], LoadedPolicy]] = {}
 
+    path: Path | None
+    """The checkpoint; None for a policy served straight from training (:meth:`from_agent`)."""
+
     def __init__(self, path: Path) -> None:
-        import torch
-
-        from solvers.dqn.agent import DQNAgent
         from solvers.dqn.checkpoint import CheckpointError, load_checkpoint
-        from solvers.dqn.config import TRAINING_ONLY, ConfigError, DQNConfig
+        from solvers.dqn.config import ConfigError, DQNConfig
 
-        # One intra-op thread: a 16-candidate forward pass is far too small to split, and extra
-        # threads only contend with the caller (measured: 0.6 ms vs 70+ ms on a busy 2-core box).
-        torch.set_num_threads(int(os.environ.get("IRO_TORCH_THREADS", "1")))
         state, meta = load_checkpoint(path)
-        names = meta.get("feature_names")
-        expected = feature_layout()
-        if names is not None and names != expected:
-            raise CheckpointError(f"policy {str(path)!r}: trained on other features than this version computes "
-                                  f"({_layout_difference(names, expected)}); retrain it with `iro train`")
-        if (meta["candidate_features"], meta["context_features"]) != (len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)):
-            raise CheckpointError(f"policy {str(path)!r}: {meta['candidate_features']}+{meta['context_features']} "
-                                  f"features, this version computes {len(CANDIDATE_FEATURES)}+{len(CONTEXT_FEATURES)}")
+        _check_features(path, meta)
         try:  # for inference: a training-only setting a later version refuses does not stop a policy placing pods
             self.config = DQNConfig.from_dict(meta["config"], training=False)
         except (ConfigError, TypeError) as exc:  # TypeError: a config that is not a mapping
             raise CheckpointError(f"policy {str(path)!r}: unusable config in its metadata ({exc})") from exc
+        try:
+            self._serve(state, meta, meta["candidate_features"], meta["context_features"], path)
+        except RuntimeError as exc:
+            raise CheckpointError(f"policy {str(path)!r}: weights do not match its config ({exc})") from exc
+
+    @classmethod
+    def from_agent(cls, agent: Any, config: Any, metadata: dict[str, Any]) -> LoadedPolicy:
+        """A trained agent's online network, served as loading its checkpoint would serve it: a
+        copy of the weights in eval mode (the agent keeps its own mode, noise and weights for any
+        further training); ``path`` None, not cached. ``config``: the agent's :class:`DQNConfig`."""
+        net = agent.online
+        state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+        self = cls.__new__(cls)
+        self.config = config
+        self._serve(state, metadata, net.candidate_features, net.context_features, None)
+        return self
+
+    def _serve(self, state: dict[str, Any], meta: dict[str, Any], cand_f: int, ctx_f: int,
+               path: Path | None) -> None:
+        """Build the eval-mode network of ``state`` for :attr:`config` (RuntimeError when the
+        weights do not fit it) and trace it."""
+        import torch
+
+        from solvers.dqn.agent import DQNAgent
+        from solvers.dqn.config import TRAINING_ONLY, DQNConfig
+
+        # One intra-op thread: a 16-candidate forward pass is far too small to split, and extra
+        # threads only contend with the caller (measured: 0.6 ms vs 70+ ms on a busy 2-core box).
+        torch.set_num_threads(int(os.environ.get("IRO_TORCH_THREADS", "1")))
         self.metadata = meta
         # The agent's optimizer is never used here: it gets the default training settings, so an
         # unchecked saved one (learning_rate nan) cannot fail Adam's own check. The agent draws its
         # initial weights on a fork of torch's generator: the host's stays as it was.
         network = {k: v for k, v in self.config.to_dict().items() if k not in TRAINING_ONLY}
-        self.agent = DQNAgent(DQNConfig.from_dict(network), meta["candidate_features"], meta["context_features"],
-                              seed=0)
-        try:
-            self.agent.online.load_state_dict(state)
-        except RuntimeError as exc:
-            raise CheckpointError(f"policy {str(path)!r}: weights do not match its config ({exc})") from exc
+        self.agent = DQNAgent(DQNConfig.from_dict(network), cand_f, ctx_f, seed=0)
+        self.agent.online.load_state_dict(state)
         self.agent.online.eval()  # for good: noise off, deterministic
         self.path = path
-        self._traced = self._trace(meta["candidate_features"], meta["context_features"])
+        self._traced = self._trace(cand_f, ctx_f)
 
     def _trace(self, cand_f: int, ctx_f: int) -> Any:
         """The network traced and frozen for the usual input shape (one decision, K candidates):
@@ -305,6 +370,11 @@ class DQNSolver(OnlineSolver):
     ) -> Any:
         """Train a policy on gymnasium envs (``iro_fed.sim.env.PlacementEnv``) and use it.
 
+        The solver then decides with the trained weights: those of the checkpoint ``out`` (its
+        ``policy`` setting names it), or without ``out`` a copy of the trained online network in
+        eval mode (``policy`` stays as it was but no longer decides). ``self.agent`` is the trained
+        agent itself (its training mode and noise as training left them).
+
         ``config`` holds :class:`~solvers.dqn.config.DQNConfig` fields (an unknown or invalid one
         raises :class:`InvalidSettingError` naming it); the checkpoint records the feature
         layout so a later load can refuse a policy trained on other features. Returns the
@@ -325,5 +395,10 @@ class DQNSolver(OnlineSolver):
         if out is not None:
             self.policy = str(out)
             self._policy = None
+        else:  # nothing written to load: decide with the trained weights themselves (the policy it had is gone)
+            net = agent.online
+            self._policy = LoadedPolicy.from_agent(agent, cfg, {
+                **meta, "config": cfg.to_dict(), "candidate_features": net.candidate_features,
+                "context_features": net.context_features, "steps": result.steps})
         self.agent = agent
         return result

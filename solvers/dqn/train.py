@@ -10,7 +10,10 @@ count; the learning rate and Adam epsilon are the config's. The target network a
 are in the training-state file beside the checkpoint (:func:`optimizer_path`); without the
 target there (a file written by an older version, or a federated global policy, which has
 none) it starts as a copy of the online network, and a note says so. The
-config must describe the checkpoint's network (:meth:`DQNConfig.architecture`). The replay
+config must describe the checkpoint's network (:meth:`DQNConfig.architecture`), and a checkpoint
+that records other feature names than the run's ``metadata["feature_names"]`` is refused before
+any env is built (a :class:`~solvers.dqn.checkpoint.CheckpointError`; the same counts in another
+order fit the envs but read other columns). The replay
 buffer is not saved (it would be far larger than the policy) and refills before learning resumes.
 The schedules continue where the checkpoint stopped (its ``schedule`` metadata): epsilon and the
 PER beta anneal over the horizon of the run that started them (a finished run's stay at their end
@@ -221,14 +224,19 @@ def _train(
     from solvers.dqn import checkpoint as ckpt
     from solvers.dqn.agent import DQNAgent
 
+    resumed = None
+    if resume is not None:  # read and checked before any env is built (each may be a whole simulator)
+        resumed = ckpt.load_checkpoint(resume)
+        _check_feature_names(resume, resumed[1], metadata)
     envs = gym.vector.SyncVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     n_envs = envs.num_envs
     space = envs.single_observation_space
     cand_f = int(space["candidates"].shape[-1])
     ctx_f = int(space["context"].shape[-1])
-    if int(space["mask"].shape[0]) != cfg.num_actions or int(space["candidates"].shape[0]) != cfg.top_k:
-        raise ValueError(f"env: {space['candidates'].shape[0]} candidates and {space['mask'].shape[0]} actions, "
-                         f"config: top_k {cfg.top_k} and {cfg.num_actions} actions (defer_action={cfg.defer_action})")
+    shape_error = _env_shape_error(int(space["candidates"].shape[0]), int(space["mask"].shape[0]), cfg)
+    if shape_error:
+        envs.close()
+        raise ValueError(shape_error)
 
     agent = DQNAgent(cfg, cand_f, ctx_f, seed=seed)
     start_step = 0
@@ -244,8 +252,8 @@ def _train(
     if initial_state is not None:
         agent.online.load_state_dict(initial_state)
         agent.target.load_state_dict(initial_state)
-    if resume is not None:
-        state, meta = ckpt.load_checkpoint(resume)
+    if resume is not None and resumed is not None:
+        state, meta = resumed
         if (meta["candidate_features"], meta["context_features"]) != (cand_f, ctx_f):
             raise ValueError(f"--resume {resume}: trained on {meta['candidate_features']}+{meta['context_features']} "
                              f"features, the env has {cand_f}+{ctx_f}")
@@ -419,6 +427,40 @@ def _note(console: Any, note: str) -> None:
         console.print(f"note: {note}")
     else:
         log.warning("%s", note)
+
+
+def _check_feature_names(path: str | Path, saved: dict[str, Any], metadata: dict[str, Any] | None) -> None:
+    """:class:`CheckpointError` when a resumed checkpoint records other feature names than this run
+    (its ``metadata["feature_names"]``, as the ``dqn`` solver's ``fit`` gives them): equal counts in
+    another order pass the env's shape check, and the new checkpoint, recording this run's names,
+    would hide that its weights were learned on other columns. Nothing to compare when either side
+    records none (an older checkpoint, a run on other envs)."""
+    ours = (metadata or {}).get("feature_names")
+    if ours is None:
+        return
+    from solvers.dqn.solver import check_feature_names
+
+    check_feature_names(path, saved.get("feature_names"), ours,
+                        advice="train a new policy instead (`iro train` without --resume)")
+
+
+def _env_shape_error(candidates: int, actions: int, cfg: DQNConfig) -> str | None:
+    """Why the env's candidates and actions do not fit ``cfg``, naming the setting (``top_k:`` or
+    ``defer_action:``, which ``iro train`` reports as ``--set NAME``); None when they fit."""
+    if candidates != cfg.top_k:
+        return (f"top_k: the env shows {candidates} candidates per decision, the config top_k {cfg.top_k}; "
+                f"train with top_k {candidates} or build the env with k={cfg.top_k}")
+    if actions == candidates + 1 and not cfg.defer_action:
+        return (f"defer_action: false, but the env offers a defer action ({candidates} candidates and {actions} "
+                "actions: iro_fed's PlacementEnv always does, for deferrable batch pods): train with "
+                "defer_action true (a one-shot solve masks the action off anyway)")
+    if actions == candidates and cfg.defer_action:
+        return (f"defer_action: true, but the env offers no defer action ({candidates} candidates and {actions} "
+                "actions): train with defer_action false")
+    if actions != cfg.num_actions:
+        return (f"env: {candidates} candidates and {actions} actions, config: top_k {cfg.top_k} and "
+                f"{cfg.num_actions} actions (defer_action={cfg.defer_action})")
+    return None
 
 
 def _check_architecture(path: str | Path, saved: Any, cfg: DQNConfig) -> None:
