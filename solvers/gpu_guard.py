@@ -22,9 +22,15 @@ A placement of pod ``w`` on node ``n`` *strands* when it grows either of:
   by more than ``w``'s own GPU milli, summed over those pods: a 1-GPU pod that breaks a node's
   only pair of free cards while a 2-GPU pod waits.
 
-Everything is integer counts and vector expressions over the candidate nodes (over all nodes
-when most are candidates); the unplaced counts per node and the nodes' partly used cards follow
-the state's journal (``OnlineSolver.sync``).
+Cost: what does not depend on the pod (each node's free GPU milli, stranded milli before the
+placement, free resources, full and partly used cards, whether it keeps room) is one row per
+node in ``table``, kept from the state's journal (``OnlineSolver.sync``: a placement recomputes
+its node's row; a group's cover of its nodes starting or ending, the rows where that changes).
+A call gathers the candidates' rows once and evaluates the pod's part as a few vector
+expressions, or in Python floats for a handful of candidates (the same IEEE operations in the
+same order, so the same answers). With one multi-card size (the common case) whole-card
+stranding is integer arithmetic on ``full % k``: a share breaks a copy where no partly used
+card fits it and the full cards are a multiple of k; j whole cards where ``full % k < j % k``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ from iro_fed.model import GPU_MILLI, ClusterState, Problem
 #: Stranded GPU milli that a placement may add and still count as not stranding (float rounding).
 STRAND_TOL_MILLI = 1e-6
 
+# Columns of GpuStrandingGuard.table: free GPU milli, the stranded milli before any placement
+# plus the tolerance (inf where the node keeps no room), full cards, the most milli free on a
+# partly used card, full cards % the multi-card size and whether a multi-card pod waits for
+# the node (with one multi-card size), then per needed resource its free amount, inverse need
+# and padding.
+_LEFT, _LIMIT, _FULL, _PARTIAL, _REM, _WAITS, _FREE = range(7)
+#: Up to this many changed nodes are refreshed one by one in Python, more as arrays.
+_FEW_NODES = 8
+
 
 class GpuStrandingGuard:
     """Per problem: what its GPUs need, and how many of its unplaced GPU pods could use each node."""
@@ -47,7 +62,6 @@ class GpuStrandingGuard:
         gpu_pods = np.flatnonzero(problem.wl_gpu_total > 0)
         #: [W] the group of each GPU pod (-1 for the others)
         self.group_of = np.full(problem.num_workloads, -1, dtype=np.int64)
-        self._run_index: dict[int, np.ndarray] = {}
         #: whole-card counts k >= 2 of the multi-card groups, ascending
         self.multi_cards = np.zeros(0, dtype=np.int64)
         if gpu_pods.size == 0:
@@ -56,6 +70,7 @@ class GpuStrandingGuard:
             self.group_multi = np.zeros(0, dtype=np.int64)
             self.remaining = np.zeros(0, dtype=np.int64)
             self._invert_need()
+            self._count()
             return
         free = problem.capacity - problem.allocated + fit_tolerance(problem)
         keys: dict[tuple, int] = {}
@@ -87,12 +102,28 @@ class GpuStrandingGuard:
         self._count()
 
     def _invert_need(self) -> None:
-        # Per needed column c: fed milli = free_c * inv_c (+ inf where the node needs none of c)
-        self.columns: list[tuple[int, np.ndarray, np.ndarray | None]] = []
-        for c in np.flatnonzero((self.need > 0).any(axis=0)).tolist():
-            needed = self.need[:, c] > 0
-            inv = np.where(needed, 1.0 / np.where(needed, self.need[:, c], 1.0), 0.0)
-            self.columns.append((c, inv, None if needed.all() else np.where(needed, 0.0, np.inf)))
+        # Per needed column c: fed milli = free_c * inv_c (+ inf where the node needs none of c).
+        # One row per node (see _LEFT...): a call gathers the candidates' rows once, not a dozen
+        # arrays one by one, and what does not depend on the pod is worked out when a node changes.
+        n = self.problem.num_nodes
+        self.cols = np.flatnonzero((self.need > 0).any(axis=0)).astype(np.int64)
+        self._cols = self.cols.tolist()
+        self._group_of = self.group_of.tolist()
+        c = self.cols.size
+        needed = self.need[:, self.cols] > 0
+        padded = bool(c) and not needed.all()
+        self._free = slice(_FREE, _FREE + c)
+        self._inv = slice(_FREE + c, _FREE + 2 * c)
+        self._pad = slice(_FREE + 2 * c, _FREE + 3 * c) if padded else None
+        #: [columns, N]: a node's values down a column, so that gathered rows are contiguous
+        self.table = np.zeros((_FREE + (3 if padded else 2) * c, n))
+        self.table[self._inv] = np.where(needed, 1.0 / np.where(needed, self.need[:, self.cols], 1.0), 0.0).T
+        if padded:
+            self.table[self._pad] = np.where(needed, 0.0, np.inf).T
+        #: [C, W] the pods' requests of the needed resources
+        self._demand = np.ascontiguousarray(self.problem.demand[:, self.cols].T)
+        #: [N] the node keeps room: free GPU milli and (with GPU pods) an unplaced GPU pod that could run there
+        self.keepable = np.zeros(n, dtype=bool)
 
     @property
     def online(self) -> bool:
@@ -100,113 +131,240 @@ class GpuStrandingGuard:
         return self.runs.shape[0] == 0
 
     def _count(self) -> None:
-        # [N] unplaced GPU pods that could run on the node; [K, N] those of k = multi_cards[i] whole cards
+        # [N] groups with unplaced pods that could run on the node (a node keeps room while one
+        # does); [K, N] unplaced pods of k = multi_cards[i] whole cards that could run there
         n = self.problem.num_nodes
-        self.waiting = np.zeros(n, dtype=np.int64)
+        self.covered = np.zeros(n, dtype=np.int64)
         self.waiting_multi = np.zeros((self.multi_cards.size, n), dtype=np.int64)
         for g in np.flatnonzero(self.remaining).tolist():
-            self.waiting[self.runs[g]] += self.remaining[g]
+            self.covered += self.runs[g]
             if self.group_multi[g] >= 0:
                 self.waiting_multi[self.group_multi[g], self.runs[g]] += self.remaining[g]
 
     def rebuild(self, state: ClusterState) -> None:
-        """The unplaced counts and the per-node card summary, from the state."""
-        cards = state.gpu_free
-        #: [N] the most milli free on a partly used card (-1 when none): a share takes a full card
-        #: only where this is below its milli (ClusterState.default_cards)
-        self.partial_max = np.where((cards >= 0) & (cards < GPU_MILLI), cards, -1).max(axis=1, initial=-1)
+        """The unplaced counts and the per-node rows, from the state."""
         if not self.online:
             open_ = (state.assignment < 0) & (self.group_of >= 0)
             self.remaining = np.bincount(self.group_of[open_], minlength=self.runs.shape[0]).astype(np.int64)
             self._count()
+        self._refresh(state, None)
 
     def apply(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
         """Journal entries (w, node, +1 placed / -1 removed)."""
-        for w, n, sign in entries:
-            row = state.gpu_free[n]
-            self.partial_max[n] = max((int(v) for v in row if 0 <= v < GPU_MILLI), default=-1)
-            g = int(self.group_of[w]) if w >= 0 else -1
-            if g >= 0:
-                self.remaining[g] -= sign
-                where = self._run_nodes(g)
-                self.waiting[where] -= sign
-                if self.group_multi[g] >= 0:
-                    self.waiting_multi[self.group_multi[g], where] -= sign
+        touched = {n for _, n, _ in entries}
+        more: list[np.ndarray] = []  # nodes whose cover by unplaced pods starts or ends
+        for w, _, sign in entries:
+            g = self._group_of[w] if w >= 0 else -1
+            if g < 0:
+                continue
+            before = int(self.remaining[g])
+            self.remaining[g] = before - sign
+            if (before > 0) != (before - sign > 0):  # the group starts or stops covering its nodes
+                if before > 0:
+                    self.covered -= self.runs[g]
+                else:
+                    self.covered += self.runs[g]
+                more.append(np.flatnonzero(self.runs[g] & (self.covered == (0 if before > 0 else 1))))
+            if self.group_multi[g] >= 0:
+                row = self.waiting_multi[self.group_multi[g]]
+                np.subtract(row, self.runs[g] * sign, out=row)
+                more.append(np.flatnonzero(self.runs[g] & (row == (0 if sign > 0 else 1))))
+        if more:
+            touched.update(np.concatenate(more).tolist())
+        if len(touched) <= _FEW_NODES:
+            for n in sorted(touched):
+                self._refresh_node(state, n)
+        else:
+            self._refresh(state, np.array(sorted(touched), dtype=np.int64))
 
-    def _run_nodes(self, g: int) -> np.ndarray:
-        """The nodes group g could run on, as indices (cached: updates by index beat a mask)."""
-        where = self._run_index.get(g)
-        if where is None:
-            where = self._run_index[g] = np.flatnonzero(self.runs[g])
-        return where
+    def _refresh_node(self, state: ClusterState, n: int) -> None:
+        """:meth:`_refresh` of one node in Python floats (the same IEEE operations in the same
+        order, so the same row): a dozen numpy calls on one-element arrays cost more."""
+        row = self.table[:, n].tolist()
+        left = int(state.gpu_left[n])
+        keepable = left > 0 and (self.online or bool(self.covered[n] > 0))
+        row[_LEFT] = left
+        c = self.cols.size
+        if c:
+            fed = []
+            free_row = state.free[n].tolist()
+            for i, col in enumerate(self._cols):
+                free = max(free_row[col], 0.0)
+                row[_FREE + i] = free
+                before = free * row[_FREE + c + i]
+                if self._pad is not None:
+                    before += row[_FREE + 2 * c + i]
+                fed.append(before)
+            row[_LIMIT] = max(left - min(fed), 0.0) + STRAND_TOL_MILLI if keepable else np.inf
+        full = int(state.gpu_full[n])
+        row[_FULL] = full
+        row[_PARTIAL] = max((v for v in state.gpu_free[n].tolist() if 0 <= v < GPU_MILLI), default=-1)
+        if self.multi_cards.size == 1:
+            row[_REM] = full % int(self.multi_cards[0])
+            row[_WAITS] = keepable and bool(self.waiting_multi[0, n] > 0)
+        self.table[:, n] = row
+        self.keepable[n] = keepable
+
+    def _refresh(self, state: ClusterState, nodes: np.ndarray | None) -> None:
+        """The rows of ``nodes`` (all when None) from the state and the unplaced counts: a
+        placement changes its node's row, and all rows only when a group's counts change."""
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a if nodes is None else a[nodes]
+
+        rows = self.table if nodes is None else np.take(self.table, nodes, axis=1)
+        left = take(state.gpu_left)
+        rows[_LEFT] = left
+        keepable = left > 0
+        if not self.online:
+            keepable &= take(self.covered) > 0
+        if nodes is None:
+            self.keepable = keepable
+        else:
+            self.keepable[nodes] = keepable
+        if self.cols.size:
+            free = np.maximum(take(state.free)[:, self.cols], 0.0).T
+            rows[self._free] = free
+            before = free * rows[self._inv]
+            if self._pad is not None:
+                before += rows[self._pad]
+            stranded = np.maximum(left - _column_min(before), 0.0)
+            # placing w strands where max(left - gpu_w - fed_after, 0) > stranded + tol; the
+            # threshold is inf where the node keeps no room
+            rows[_LIMIT] = np.where(keepable, stranded + STRAND_TOL_MILLI, np.inf)
+        full = take(state.gpu_full).astype(np.int64)
+        rows[_FULL] = full
+        # the most milli free on a partly used card (-1 when none): a share takes a full card
+        # only where this is below its milli (ClusterState.default_cards)
+        cards = take(state.gpu_free)
+        rows[_PARTIAL] = np.where((cards >= 0) & (cards < GPU_MILLI), cards, -1).max(axis=1, initial=-1)
+        if self.multi_cards.size == 1:
+            # the whole-card copies of the one multi-card size k: full % k, and whether an
+            # unplaced k-card pod could run on the node while it keeps room
+            k = int(self.multi_cards[0])
+            rows[_REM] = full % k
+            rows[_WAITS] = keepable & (take(self.waiting_multi[0]) > 0)
+        if nodes is not None:
+            self.table[:, nodes] = rows
 
     def strands(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray | None:
         """Per candidate, whether placing ``w`` there strands GPU milli; None when none does."""
-        if not self.columns and not self.multi_cards.size:
+        if not self.cols.size and not self.multi_cards.size:
             return None
-        # Many candidates: one pass over all nodes (views, no gathers), then the candidates' rows.
-        dense = 4 * candidates.size > self.problem.num_nodes
+        if candidates.size <= _FEW_NODES:
+            few = self._grown_few(state, w, candidates.tolist())
+            if few is not None:
+                return np.array(few) if any(few) else None
+        # Most nodes: one pass over all rows (views, no gathers), then the candidates'.
+        dense = 2 * candidates.size > self.problem.num_nodes
         grown = self._grown(state, w, None if dense else candidates)
         if dense:
             grown = grown[candidates]
         return grown if grown.any() else None
 
+    def _grown_few(self, state: ClusterState, w: int, nodes: list[int]) -> list[bool] | None:
+        """:meth:`_grown` of a few nodes in Python floats (the same IEEE operations, so the same
+        answers: a few dozen numpy calls on tiny arrays cost more); None where it has no
+        shortcut (several multi-card sizes, or w of one)."""
+        p = self.problem
+        g = self._group_of[w]
+        own_group = g if g >= 0 and state.assignment[w] < 0 else -1
+        k, milli = p.gpu_shape[w]
+        gpu = int(p.wl_gpu_total[w])
+        cards = bool(gpu) and self.multi_cards.size > 0
+        if cards and (self.multi_cards.size > 1 or (own_group >= 0 and self.group_multi[own_group] >= 0)):
+            return None
+        m = int(self.multi_cards[0]) if cards else 0
+        last = own_group >= 0 and self.remaining[own_group] == 1
+        c = self.cols.size
+        demand = self._demand[:, w].tolist()
+        padded = self._pad is not None
+        out = []
+        for n, row in zip(nodes, self.table[:, nodes].T.tolist(), strict=True):
+            grown = False
+            if c:
+                fed = []
+                for i in range(c):
+                    after = max(row[_FREE + i] - demand[i], 0.0) * row[_FREE + c + i]
+                    if padded:
+                        after += row[_FREE + 2 * c + i]
+                    fed.append(after)
+                grown = (row[_LEFT] - gpu) - min(fed) > row[_LIMIT]
+            if cards and not grown and row[_WAITS] > 0:  # as _card_growth's one-size shortcut
+                if k == 1 and milli < GPU_MILLI:
+                    grown = row[_REM] == 0 and row[_PARTIAL] < milli
+                else:
+                    grown = row[_REM] < k % m
+            if grown and last:
+                grown = bool(self.covered[n] - self.runs[own_group, n] > 0)
+            out.append(bool(grown))
+        return out
+
     def _grown(self, state: ClusterState, w: int, nodes: np.ndarray | None) -> np.ndarray:
         """Per node (all, or ``nodes``): placing ``w`` there strands GPU milli."""
-
-        def take(a: np.ndarray) -> np.ndarray:
-            return a if nodes is None else a[nodes]
-
         p = self.problem
-        left = take(state.gpu_left)
+        rows = self.table if nodes is None else np.take(self.table, nodes, axis=1)
         g = int(self.group_of[w])
         own_group = g if g >= 0 and state.assignment[w] < 0 else -1  # w keeps no room for itself
-        keep = left > 0
-        if not self.online:
-            waiting = take(self.waiting)
-            if own_group >= 0:
-                waiting = waiting - take(self.runs[own_group])
-            keep &= waiting > 0
         gpu = int(p.wl_gpu_total[w])
-        grown = np.zeros(left.size, dtype=bool)
-        if self.columns:
-            fed_before = fed_after = None
-            for c, inv_all, pad_all in self.columns:  # column by column: a min over a short axis is slow
-                free, inv = np.maximum(take(state.free[:, c]), 0.0), take(inv_all)
-                before = free * inv
-                after = np.maximum(free - p.demand[w, c], 0.0) * inv
-                if pad_all is not None:
-                    pad = take(pad_all)
-                    before += pad
-                    after += pad
-                fed_before = before if fed_before is None else np.minimum(fed_before, before)
-                fed_after = after if fed_after is None else np.minimum(fed_after, after)
-            stranded = np.maximum(left - fed_before, 0.0)
-            grown = np.maximum(left - gpu - fed_after, 0.0) > stranded + STRAND_TOL_MILLI
+        if self.cols.size:
+            after = rows[self._free] - self._demand[:, w : w + 1]
+            np.maximum(after, 0.0, out=after)
+            after *= rows[self._inv]
+            if self._pad is not None:
+                after += rows[self._pad]
+            # max(x, 0) > limit is x > limit: the limit is positive
+            grown = (rows[_LEFT] - gpu) - _column_min(after) > rows[_LIMIT]
+        else:
+            grown = np.zeros(rows.shape[1], dtype=bool)
         if gpu and self.multi_cards.size:
-            grown |= self._card_growth(state, w, nodes, own_group) > STRAND_TOL_MILLI
-        return grown & keep
+            grown |= self._card_growth(rows, w, nodes, own_group)
+        if own_group >= 0 and self.remaining[own_group] == 1:
+            # w is its group's last unplaced pod: its nodes keep room only for the other groups
+            runs = self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
+            covered = self.covered if nodes is None else self.covered[nodes]
+            grown &= covered - runs > 0
+        return grown
 
-    def _card_growth(self, state: ClusterState, w: int, nodes: np.ndarray | None, own_group: int) -> np.ndarray:
-        """Per node (all, or ``nodes``), the whole-card copies the unplaced multi-card pods lose
-        beyond w's own milli, summed over those pods."""
-
-        def take(a: np.ndarray) -> np.ndarray:
-            return a if nodes is None else a[..., nodes]
-
+    def _card_growth(self, rows: np.ndarray, w: int, nodes: np.ndarray | None, own_group: int) -> np.ndarray:
+        """Per node (all, or ``nodes``: ``rows``) that keeps room, whether the whole-card copies
+        the unplaced multi-card pods lose exceed w's own milli, summed over those pods."""
         k, milli = self.problem.gpu_shape[w]
-        full_before = take(state.gpu_full).astype(np.int64)
-        if k == 1 and milli < GPU_MILLI:
-            full_after = full_before - (take(self.partial_max) < milli)
+        share = k == 1 and milli < GPU_MILLI
+        if self.multi_cards.size == 1 and (own_group < 0 or self.group_multi[own_group] < 0):
+            # One multi-card size m, w not of it: the pods lose m * 1000 * (copies lost) per
+            # pod, more than w's milli exactly when a copy is lost beyond w's own cards (all
+            # integers): a share takes a full card where no partly used card fits it, and
+            # breaks a copy where the full cards are a multiple of m; k whole cards break
+            # floor(k / m) copies (no more than their milli) and one more where full % m < k % m.
+            m = int(self.multi_cards[0])
+            waits = rows[_WAITS] > 0
+            if share:
+                return waits & (rows[_REM] == 0) & (rows[_PARTIAL] < milli)
+            if k % m == 0:
+                return np.zeros(rows.shape[1], dtype=bool)
+            return waits & (rows[_REM] < k % m)
+        full_before = rows[_FULL]
+        if share:
+            full_after = full_before - (rows[_PARTIAL] < milli)
         else:
             full_after = full_before - k
-        pods = take(self.waiting_multi)  # [K, nodes]
+        pods = self.waiting_multi if nodes is None else self.waiting_multi[:, nodes]  # [K, nodes]
         if own_group >= 0 and self.group_multi[own_group] >= 0:
             pods = pods.copy()
-            pods[self.group_multi[own_group]] -= take(self.runs[own_group])
+            pods[self.group_multi[own_group]] -= self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
         ks = self.multi_cards[:, None]
         lost = ks * GPU_MILLI * (full_before // ks - full_after // ks) - float(self.problem.wl_gpu_total[w])
-        return (pods * lost).sum(axis=0)
+        keepable = self.keepable if nodes is None else self.keepable[nodes]
+        return ((pods * lost).sum(axis=0) > STRAND_TOL_MILLI) & keepable
+
+
+def _column_min(a: np.ndarray) -> np.ndarray:
+    """[m] the least of a's few rows ([C, m]; row by row: a min over a short axis is slow)."""
+    least = a[0]
+    for j in range(1, a.shape[0]):
+        least = np.minimum(least, a[j])
+    return least
 
 
 def provisioned_need(problem: Problem) -> np.ndarray:

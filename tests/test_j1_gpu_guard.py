@@ -135,3 +135,103 @@ def test_promo_surge_pending_during_the_surge():
 
     totals = simulate("promo-surge", "greedy-objective", seed=1).totals
     assert totals["pending_at_peak_pct"] <= 4.0
+
+
+# --- the guard's cached rows and shortcuts give the answers of the full evaluation ---------
+
+
+def _wide_ties(copies: int = 60) -> dict:
+    # Many alike GPU nodes in two zones (ties of dozens of nodes), partly used so their fits
+    # differ, and a stream of CPU pods, GPU shares, whole cards and multi-card pods.
+    nodes = []
+    for i in range(copies):
+        node = _node(f"g{i}", "green" if i % 3 else "grey", 16000 + 4000 * (i % 2), gpus=4 if i % 4 else 8)
+        node["allocated"] = {"cpu": 1000 * (i % 5), "memory": 1024 * (i % 3)}
+        nodes.append(node)
+    nodes.append(_node("cpu", "grey", 64000))
+    pods = []
+    for i in range(3 * copies):
+        kind = i % 6
+        if kind in (0, 3):
+            pods.append(_pod(f"web{i}", 2000 + 500 * (i % 4)))
+        elif kind == 1:
+            pod = _pod(f"share{i}", 1000 + 1000 * (i % 3))
+            pod["gpu"] = {"count": 1, "milli": 300 + 100 * (i % 5)}
+            pods.append(pod)
+        elif kind == 2:
+            pods.append(_pod(f"one{i}", 3000, gpus=1))
+        elif kind == 4:
+            pods.append(_pod(f"two{i}", 4000, gpus=2))
+        else:
+            pods.append(_pod(f"eight{i}", 8000, gpus=8 if i % 12 == 5 else 4))
+    return _doc(nodes, pods)
+
+
+def _problems():
+    yield problem_from_dict(_wide_ties())
+    for seed in range(6):
+        yield random_problem(700 + seed, nodes=40, pods=60)
+
+
+def _reference_choice(solver, state, w):
+    """decide's node by the rule itself: select on score (the guard asked about every candidate)."""
+    cand = solver.candidates(state, w)
+    if cand.size == 0:
+        return -1
+    return int(cand[solver.select(state, w, cand, solver.score(state, w, cand))])
+
+
+@pytest.mark.parametrize("chunk", [32, 4, 1, 10_000])
+def test_decide_asks_the_guard_about_few_nodes_and_agrees_with_the_rule(monkeypatch, chunk):
+    # decide asks the guard about the best fit of the tie first, then a chunk of the best fits,
+    # then the whole tie: every branch chooses the node the rule chooses.
+    from solvers import heuristics
+
+    monkeypatch.setattr(heuristics, "_FIT_CHUNK", chunk)
+    for problem in _problems():
+        solver = solvers.make("greedy-objective")
+        state = ClusterState(problem)
+        for w in range(problem.num_workloads):
+            decision = solver.decide(state, w)
+            assert decision.node == _reference_choice(solver, state, w), w
+            if decision.node >= 0:
+                state.place(w, decision.node, decision.cards)
+        for w in range(0, problem.num_workloads, 4):  # removed pods give the guard back its room
+            if state.assignment[w] >= 0:
+                state.remove(w)
+        for w in range(0, problem.num_workloads, 4):
+            assert solver.decide(state, w).node == _reference_choice(solver, state, w), w
+
+
+def test_guard_rows_follow_the_journal_and_few_nodes_match_the_arrays():
+    # The per-node rows kept from the journal equal rows rebuilt from the state, and the
+    # Python path for a few nodes gives the array path's answers.
+    from solvers.gpu_guard import GpuStrandingGuard
+
+    for problem in _problems():
+        solver = solvers.make("greedy-objective")
+        state = ClusterState(problem)
+        rng = np.random.default_rng(3)
+        for w in rng.permutation(problem.num_workloads).tolist():
+            decision = solver.decide(state, w)
+            if decision.node >= 0:
+                state.place(w, decision.node, decision.cards)
+            if rng.random() < 0.2:
+                placed = np.flatnonzero(state.assignment >= 0)
+                if placed.size:
+                    state.remove(int(rng.choice(placed)))
+            solver.sync(state)
+            fresh = GpuStrandingGuard(problem)
+            fresh.rebuild(state)
+            guard = solver.guard
+            assert np.array_equal(guard.table, fresh.table)
+            assert np.array_equal(guard.keepable, fresh.keepable)
+            assert np.array_equal(guard.covered, fresh.covered)
+            assert np.array_equal(guard.waiting_multi, fresh.waiting_multi)
+            assert np.array_equal(guard.remaining, fresh.remaining)
+            nodes = np.arange(problem.num_nodes)
+            for v in rng.choice(problem.num_workloads, 5).tolist():
+                whole = guard._grown(state, v, nodes)
+                few = guard._grown_few(state, v, nodes.tolist())
+                if few is not None:
+                    assert few == whole.tolist(), v
