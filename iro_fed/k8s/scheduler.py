@@ -929,7 +929,7 @@ class IroScheduler:
         order: list[tuple[int, str, PodRules]] = []  # the pods kept, in the order they were judged
         deferred, kept = _batch_conflicts(model, problem, good, solved, state, order)
         judged = len(order)
-        waiting = self._place_waiters(model, problem, state, good, kept, order)
+        waiting = self._place_waiters(model, problem, state, good, kept, order, deferred)
         late = {w for w, _, _ in order[judged:]}  # placed after the pods they waited for
         if not np.array_equal(state.assignment, solved):  # moved, deferred or placed: bound, explained and scored as bound
             placement = dc_replace(placement, assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards),
@@ -969,7 +969,8 @@ class IroScheduler:
         return result
 
     def _place_waiters(self, model: ClusterModel, problem: Any, state: ClusterState, pods: Sequence[Mapping[str, Any]],
-                       kept: PlacedPods, order: list[tuple[int, str, PodRules]]) -> set[int]:
+                       kept: PlacedPods, order: list[tuple[int, str, PodRules]],
+                       deferred: Mapping[int, str]) -> set[int]:
         """Place the unplaced pods of the batch that some node refused for pod affinity or spread
         skew which the pods being bound (``kept``) may change (:func:`_waits_for_batch`), in queue
         order after them, as kube would place them once those are bound (:func:`_place_waiter`);
@@ -978,7 +979,8 @@ class IroScheduler:
         waiting = set()
         memo: dict[Any, Any] = {}
         for w, pod in enumerate(pods):
-            if int(state.assignment[w]) >= 0 or not kept.by_namespace or not _waits_for_batch(problem, w, pod, kept):
+            if w in deferred or int(state.assignment[w]) >= 0 or not kept.by_namespace \
+                    or not _waits_for_batch(problem, w, pod, kept):  # a deferred pod is not bound: never kept
                 continue
             node = _place_waiter(model, problem, state, w, pod, kept, memo)
             if node is None:
