@@ -10,7 +10,9 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   (what a site trains on per round: a site claiming 10^12 examples would otherwise own the
   weighted average), or an update norm ``||w - w_global||`` above ``norm_factor`` times the
   cohort's (lower) median norm; with a single valid reply there is no cohort, and the median of
-  the previous round's accepted norms stands in for it (none yet: not checked). Such a reply is
+  the previous round's accepted norms stands in for it (none yet: not checked). A norm below
+  ``1e-6`` of the global weights' norm (a site that took no gradient step) is in neither median
+  and is never dropped for its norm. Such a reply is
   dropped and logged with its node id and reason, and the round continues with the rest; with no
   reply left the round aggregates nothing and the global model stays the previous one;
 * **made the replies consistent** for Flower's aggregation, which raises (ending the run) when the
@@ -168,6 +170,13 @@ def validate_replies(
     return [m for m, _ in kept], dropped
 
 
+def norm_floor(reference: dict[str, np.ndarray]) -> float:
+    """The least update norm the norm test counts (``1e-6`` of the global weights' norm, at least
+    ``1e-8``): a smaller one is a site that did not train, in no median and never an outlier."""
+    scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
+    return max(1e-6 * scale, 1e-8)
+
+
 def _lower_median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[(len(ordered) - 1) // 2]  # with two values, the smaller one
@@ -187,17 +196,21 @@ def _validate(
             kept.append((msg, norm))
         else:
             dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
-    norms = [n for m, n in kept if not m.has_error()]
+    floor = norm_floor(reference)
+    # A zero update (a site that took no gradient step: fewer transitions than learning-starts, just
+    # joined) says nothing about how far a trained update goes: as the cohort's (lower) median it
+    # dropped every site that trained, and as the previous round's median it did so for good.
+    norms = [n for m, n in kept if not m.has_error() and n >= floor]
+    previous = [n for n in previous_norms if n >= floor]
     # A norm "far outside the cohort" needs a cohort: one reply alone is compared with the
     # updates accepted in the previous round (none yet: nothing to compare with, kept).
     if len(norms) >= 2:
         median, what = _lower_median(norms), "cohort median"
-    elif norms and previous_norms:
-        median, what = _lower_median(previous_norms), "previous round's median"
+    elif norms and previous:
+        median, what = _lower_median(previous), "previous round's median"
     else:
         return kept, dropped
-    scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
-    limit = norm_factor * max(median, 1e-6 * scale, 1e-8)
+    limit = norm_factor * max(median, floor)
     survivors = []
     for msg, norm in kept:
         if not msg.has_error() and norm > limit:
@@ -390,8 +403,9 @@ class ValidatedStrategy:
             reference, layout = _first_reference(replies)
         checked, dropped = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
                                      self._accepted_norms)
-        accepted = [n for m, n in checked if not m.has_error()]
-        if accepted:
+        floor = norm_floor(reference)
+        accepted = [n for m, n in checked if not m.has_error() and n >= floor]
+        if accepted:  # a round of zero updates only (no site trained) leaves the last real ones
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
         # Counted in every mode; the next configure_train tries the failing nodes last.
