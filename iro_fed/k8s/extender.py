@@ -23,11 +23,14 @@ that differs from a field's name only in case (which Go's decoder would read as 
 * bind: ``ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}`` -> ``{"Error": ""}``; the
   Binding (with the pod's UID as precondition: a wrong UID gets the API server's 409) is created
   once with ``_preload_content=False``, never retried. A node the synced node cache does not
-  know gets an ``Error`` and no Binding (the API server would bind to any name). kube-scheduler
-  goes on to the next pod at once, so a bound pod (its spec from its latest filter / prioritize
-  request, by UID) counts on its node until the node cache's model does, as IroScheduler's
-  assumed pods (:meth:`Extender._assumed_on`): else a GPU share, an annotation kube's own
-  filters never see, was booked twice in that window.
+  know gets an ``Error`` and no Binding (the API server would bind to any name). A pod bound here
+  (its spec from its latest filter / prioritize request, by UID) counts on its node from its
+  Binding until the node cache's model does, as IroScheduler's assumed pods
+  (:meth:`Extender._assumed_on`): else a GPU share, an annotation kube's own filters never see,
+  was booked twice until the watch showed the pod. That narrows double booking to
+  kube-scheduler's asynchronous binding cycle, it does not close it: kube-scheduler assumes a pod,
+  binds it in a goroutine of its own and goes on to the next pod at once, so a pod filtered
+  before the previous pod's /bind arrives can still be offered the same share.
 * preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
   ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
   IRO's constraints once the proposed victims are gone (the node's usage recomputed from its
@@ -98,6 +101,7 @@ from iro_fed.k8s.snapshot import (
     obj_key,
     pod_shape_key,
     pods_by_node,
+    usage_view,
 )
 from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, ClusterState
 from iro_fed.objective import marginal
@@ -131,7 +135,8 @@ NODELIST_MODELS = 4
 #: so 512 snapshots kept apart from the models pinned up to 512 old node lists (2.3 GB at 1,000 nodes).
 SNAPSHOTS_PER_MODEL = 64
 #: Pods of the latest filter / prioritize / preempt requests kept (by UID) for /bind: the pod it
-#: binds is counted on its node from them (:meth:`Extender.bind`).
+#: binds is counted on its node from them (:meth:`Extender.bind`). Each is kept as
+#: :func:`~iro_fed.k8s.snapshot.usage_view` trims it (a few KB, not the whole object).
 RECENT_PODS = 1024
 #: How long a pod bound through /bind counts on its node with no evidence either way: the
 #: scheduler's ASSUME_TTL_S (a last resort well past the longest silence of a bound-pods watch).
@@ -459,12 +464,15 @@ class Extender(RequestStats):
                 a.pod = dict(new)  # the watch's copy (the GPU cards annotation, a resize) from now on
 
     def _remember(self, pod: dict[str, Any]) -> None:
-        """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it)."""
+        """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it): what
+        the usage accounting reads of it (:func:`usage_view`), not the whole object (a 30-container
+        pod is ~430 KB parsed: 1,024 of them were ~420 MiB)."""
         uid = (pod.get("metadata") or {}).get("uid")
         if self.cache is None or self.kube is None or not uid:
             return
+        kept = usage_view(pod)
         with self._assume_lock:
-            self._recent[uid] = pod
+            self._recent[uid] = kept
             self._recent.move_to_end(uid)
             while len(self._recent) > RECENT_PODS:
                 self._recent.popitem(last=False)

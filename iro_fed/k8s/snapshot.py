@@ -1414,7 +1414,43 @@ def has_anti_affinity(pod: Mapping[str, Any]) -> bool:
 #: Pod fields the model never reads that differ between replicas of one template (the service-account
 #: token volume and its mounts get a random suffix; StatefulSet pods differ in hostname and claims).
 _UNREAD_SPEC = frozenset({"volumes", "hostname", "subdomain"})
-_UNREAD_CONTAINER = frozenset({"volumeMounts"})
+#: Container fields nothing in the model reads (pod_demand reads name, resources and restartPolicy;
+#: the NodePorts filter ports): left out of the key, else an image tag or an env value gave each
+#: replica set its own snapshot, and a 30-container pod an 86 KB key (1.5 ms a request to build).
+_UNREAD_CONTAINER = frozenset({
+    "args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "readinessProbe",
+    "securityContext", "startupProbe", "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy",
+    "tty", "volumeDevices", "volumeMounts", "workingDir"})
+#: What :func:`pod_demand` reads of a container (:func:`_pod_parts`).
+_DEMAND_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def _resize_status(status: Any) -> Any:
+    """What :func:`_status_requests` and :func:`_pod_level_resized` read of a pod's ``status`` (a
+    value that is not an object is kept whole: the parse says what is wrong with it)."""
+    if status is None:
+        status = {}
+    if not isinstance(status, Mapping):
+        return status
+    keep = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
+                                       "allocatedResources")}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if isinstance(keep[key], list):
+            keep[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
+                         if isinstance(cs, Mapping) else cs for cs in keep[key]]
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
+    keep["conditions"] = conditions
+    return keep
+
+
+def _own_annotations(meta: Mapping[str, Any]) -> Any:
+    """The ``iro-fed.io/`` annotations (the only ones read); anything but an object is kept whole."""
+    ann = meta.get("annotations")
+    if isinstance(ann, Mapping):
+        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
+    return ann
 
 
 def pod_shape_key(pod: Mapping[str, Any]) -> str:
@@ -1429,35 +1465,53 @@ def pod_shape_key(pod: Mapping[str, Any]) -> str:
     if not isinstance(meta, Mapping) or not (spec is None or isinstance(spec, Mapping)):
         return json.dumps([meta, spec, pod.get("status")], sort_keys=True, default=str)  # an error for the parse
     spec = spec or {}
-    ann = meta.get("annotations")
-    if isinstance(ann, Mapping):  # anything else is kept whole: the parse says what is wrong with it
-        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
     labels = meta.get("labels")
     if isinstance(labels, Mapping) and not labels:
         labels = None  # read as no labels, as None is
-    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": ann,
+    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": _own_annotations(meta),
                  "deleting": bool(meta.get("deletionTimestamp"))}
     keep_spec = {k: v for k, v in spec.items() if k not in _UNREAD_SPEC}
     for key in ("containers", "initContainers"):
         if isinstance(keep_spec.get(key), list):
             keep_spec[key] = [{k: v for k, v in c.items() if k not in _UNREAD_CONTAINER} if isinstance(c, Mapping) else c
                               for c in keep_spec[key]]
+    return json.dumps([keep_meta, keep_spec, _resize_status(pod.get("status"))], sort_keys=True, default=str)
+
+
+def usage_view(pod: Mapping[str, Any]) -> Any:
+    """A small copy of ``pod`` that :func:`apply_usage` counts as it counts ``pod`` (what
+    :func:`pod_demand` reads, the ``iro-fed.io/`` annotations, name, namespace and uid), for
+    keeping many pods' specs: the whole object of a 30-container pod is ~430 KB parsed, this
+    ~30 KB (its containers' resources). Lenient: a part that is not an object is kept whole (its
+    parse reports it)."""
+    if not isinstance(pod, Mapping):
+        return pod
+    out: dict[str, Any] = {}
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: meta[k] for k in ("name", "namespace", "uid") if k in meta}
+        ann = _own_annotations(meta)
+        if ann is not None:
+            out["metadata"]["annotations"] = ann
+    elif "metadata" in pod:
+        out["metadata"] = meta
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping):
+        out["spec"] = {k: spec[k] for k in ("overhead", "resources", "nodeName") if k in spec}
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            if isinstance(items, list):
+                items = [{k: c[k] for k in _DEMAND_CONTAINER if k in c} if isinstance(c, Mapping) else c for c in items]
+            if key in spec:
+                out["spec"][key] = items
+    elif "spec" in pod:
+        out["spec"] = spec
     status = pod.get("status")
-    if status is None:
-        status = {}
-    keep_status: Any = status
-    if isinstance(status, Mapping):  # what _status_requests and _pod_level_resized read
-        keep_status = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
-                                                  "allocatedResources")}
-        for key in ("containerStatuses", "initContainerStatuses"):
-            if isinstance(keep_status[key], list):
-                keep_status[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
-                                    if isinstance(cs, Mapping) else cs for cs in keep_status[key]]
-        conditions = status.get("conditions")
-        if isinstance(conditions, list):
-            conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
-        keep_status["conditions"] = conditions
-    return json.dumps([keep_meta, keep_spec, keep_status], sort_keys=True, default=str)
+    if status is not None:
+        out["status"] = _resize_status(status)
+        if isinstance(status, Mapping) and "phase" in status:
+            out["status"]["phase"] = status["phase"]
+    return out
 
 
 def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
