@@ -125,7 +125,8 @@ class FedConfig:
     carbon_min_fraction: float = 0.5
     """Least share of the sampled sites that trains when ``carbon_aware`` drops high-carbon ones."""
     norm_factor: float = 10.0
-    """Update validation: a reply whose update norm exceeds this times the cohort median is dropped."""
+    """Update validation: a reply whose update norm exceeds this times the cohort's lower median (one trained reply:
+    the previous round's, at most ||w_global||; none: ||w_global||) is dropped."""
     proximal_mu: float = 0.01
     """FedProx proximal term sent to the sites (>= 0; see :func:`local_train` for how a site applies it)."""
     trim_beta: float = 0.2
