@@ -13,17 +13,7 @@ import numpy as np
 
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
 from iro_fed.objective import evaluate
-from tests.k8s.helpers import HOST, ZONE, cycle, make_scheduler, settle
-
-
-def anti(app: str, key: str = HOST) -> dict[str, Any]:
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
-
-
-def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
-    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+from tests.k8s.helpers import ZONE, affinity, anti, cycle, make_scheduler, relist, settle, spread
 
 
 def node_of(api: FakeApiServer, name: str) -> str | None:
@@ -158,7 +148,7 @@ def test_a_pod_waiting_on_a_batch_mate_with_no_node_that_passes_is_still_deferre
 def test_a_deferred_pod_is_never_kept_for_the_pods_waiting_on_it(api, kubeconfig, clock):
     """d (zone spread) is deferred by the batch check; w's required zone affinity names d: w must
     not be bound beside a pod that is not bound (it was bound on n1, and the batch score counted d)."""
-    from tests.k8s.helpers import relist, spread
+
 
     api.add_node(make_node("n1", cpu="16", labels={ZONE: "z1"}))
     api.add_node(make_node("n2", cpu="16", labels={ZONE: "z2"}))
