@@ -701,10 +701,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.replay import median_unallocated, replay_trace, summary
-    from iro_fed.traces.openb import TraceFormatError, gpu_capacity, load_nodes, load_pods
+    from iro_fed.traces.openb import MAX_ARRIVALS, TraceFormatError, gpu_capacity, load_nodes, load_pods
 
     if args.batch_window < 1:
         raise UsageError(f"--batch-window: must be >= 1, got {args.batch_window}")
+    if args.batch_window > MAX_ARRIVALS:  # a window past the arrivals is one offline solve anyway
+        raise UsageError(f"--batch-window: must be at most {MAX_ARRIVALS:,} (the most arrivals a replay has), "
+                         f"got {args.batch_window}")
     policies = check_names("--policy", args.policy, list(solvers.registered()))
     for name in policies:
         if args.batch_window == 1 and not issubclass(solvers.registered()[name], solvers.OnlineSolver):
@@ -873,7 +876,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
     p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")
     p.add_argument("--batch-window", type=int, default=1, metavar="N",
-                   help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = online")
+                   help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = "
+                        "online; an online policy's curve is the same with any N; at most 1,000,000 (a window "
+                        "past the arrivals is one offline solve)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")
