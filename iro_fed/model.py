@@ -15,6 +15,7 @@ have are -1, so they never fit a request and never count as fully free.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,6 +27,8 @@ GPU_MILLI = 1000
 DOMAIN_KINDS = ("edge", "zone", "cloud")
 WORKLOAD_CLASSES = ("online", "batch", "burst")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: Toleration operators the loaders accept ("" reads as Equal; Lt / Gt are Kubernetes' alpha ones).
+_TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt", "")
 #: Default power model when a node gives none: watts per CPU core / GPU card at peak, and
 #: idle as a share of peak (typical of current x86 servers; SPECpower ranges 30-50 %).
 DEFAULT_PEAK_W_PER_CORE = 5.0
@@ -199,6 +202,7 @@ class Problem:
         feasibility_only: Sequence[str] = (),
     ) -> None:
         self.resources = tuple(resources)
+        _check_resources(self.resources)
         self.feasibility_only = tuple(feasibility_only)
         self._util_cols = _util_columns(self.resources, self.feasibility_only)
         self.domains = tuple(domains)
@@ -212,19 +216,20 @@ class Problem:
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.region_index = {r: i for i, r in enumerate(self.regions)}
 
-        _check_names(self.domains, self.nodes, self.workloads, self.region_index)
-        self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)))
-        self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)))
-        self.allocated = _frozen(allocated, np.float64, self.capacity.shape)
-        self.demand = _frozen(demand, np.float64, (len(self.workloads), len(self.resources)))
-        self.gpu_count = _frozen(gpu_count, np.int32, (len(self.nodes),))
-        self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(gpu_count)))
-        self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),))
-        self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
+        _check_names(self.domains, self.nodes, self.workloads, self.regions, self.region_index, self.domain_index,
+                     self.node_index)
+        self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)), "latency_ms")
+        self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)), "capacity")
+        self.allocated = _frozen(allocated, np.float64, self.capacity.shape, "allocated")
+        self.demand = _frozen(demand, np.float64, (len(self.workloads), len(self.resources)), "demand")
+        self.gpu_count = _frozen(gpu_count, np.int32, (len(self.nodes),), "gpu_count")
+        self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(self.gpu_count)), "gpu_free")
+        self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),), "wl_gpu_count")
+        self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),), "wl_gpu_milli")
         _check_gpu_counts(self.nodes, self.workloads, self.gpu_count, self.gpu_free, self.wl_gpu_count)
         _check_gpu_shape(self.workloads, self.wl_gpu_count, self.wl_gpu_milli)
-        self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
-        self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
+        self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),), "power_idle_w")
+        self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),), "power_peak_w")
         self._check_numbers()
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
         self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
@@ -419,6 +424,13 @@ class Problem:
             for t in node.taints:
                 table[i, index[t]] = True
         return taints, _readonly(table)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # pickle and deepcopy rebuild the arrays writeable: make them the read-only views again.
+        self.__dict__.update(state)
+        for value in state.values():
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
 
     def replace(self, **changes: Any) -> Problem:
         """A copy with some constructor arguments replaced."""
@@ -652,6 +664,10 @@ class ClusterState:
 
     def place(self, w: int, n: int, cards: Sequence[int] | None = None) -> tuple[int, ...]:
         """Put workload w on node n (on ``cards``, or the default card choice)."""
+        # Plain int comparisons on the hot path; anything else (numpy ints, bad values) is
+        # checked: n=-1 (an unplaceable Decision's node) corrupted the last node, w=-1 took the last pod.
+        if type(w) is not int or type(n) is not int or not (0 <= w < len(self.assignment) and 0 <= n < len(self.pods_on_node)):
+            w, n = self._index("w", w, "workload"), self._index("n", n, "node")
         if self.assignment[w] >= 0:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is already placed")
         p = self.problem
@@ -659,6 +675,8 @@ class ClusterState:
             cards = self.default_cards(w, n)  # distinct cards of node n, as Python ints
         else:
             cards = tuple(int(c) for c in cards)
+            if cards and not p.gpu_shape[w][0]:  # (cards recorded for a pod without GPUs: a file placement_from_dict refuses)
+                raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} given, but it asks for no GPU")
             if cards and (len(set(cards)) != len(cards) or not all(0 <= c < p.gpu_count[n] for c in cards)):
                 # -1 took the node's last card (a Python index), 99 an IndexError deep in the update.
                 raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} are not distinct card "
@@ -693,6 +711,8 @@ class ClusterState:
 
     def remove(self, w: int) -> None:
         """Take workload w off its node (departures in the simulator)."""
+        if type(w) is not int or not 0 <= w < len(self.assignment):  # (w=-1 took the last pod off)
+            w = self._index("w", w, "workload")
         n = int(self.assignment[w])
         if n < 0:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is not placed")
@@ -731,6 +751,24 @@ class ClusterState:
         if not self._node_is_on(n):
             self.on[n] = False
             self.util_cap_on -= p.util_capacity[n]
+
+    def _index(self, name: str, value: Any, kind: str) -> int:
+        """``value`` as a workload / node index of the problem (numpy ints too, bools not): a
+        TypeError or IndexError naming ``name`` and the valid range otherwise."""
+        count = len(self.assignment) if kind == "workload" else len(self.pods_on_node)
+        if isinstance(value, (bool, np.bool_)):
+            index = None
+        else:
+            try:
+                index = operator.index(value)
+            except TypeError:
+                index = None
+        if index is None:
+            raise TypeError(f"{name}: expected a {kind} index, got {type(value).__name__} {value!r}"[:200])
+        if not 0 <= index < count:
+            raise IndexError(f"{name}: {kind} index {index} is out of range 0..{count - 1} "
+                             f"(the problem has {count} {kind}(s))")
+        return index
 
     @classmethod
     def with_assignment(
@@ -783,12 +821,25 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    arr = np.array(a, dtype=dtype, copy=True)
+def _frozen(a: Any, dtype: Any, shape: tuple[int, ...], name: str = "array") -> np.ndarray:
+    """A read-only copy of ``a`` as ``dtype`` of ``shape``; a ValueError naming ``name`` for other
+    shapes, non-numbers and (for an integer ``dtype``) fractions, which a cast cut silently (2.5 -> 2)."""
+    try:
+        arr = np.array(a, dtype=dtype, copy=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"{name}: expected numbers of shape {shape}: {e}"[:300]) from None
     if arr.size == 0:
         arr = arr.reshape(shape)
     if arr.shape != shape:
-        raise ValueError(f"array has shape {arr.shape}, expected {shape}")
+        raise ValueError(f"{name}: array has shape {arr.shape}, expected {shape}")
+    if arr.dtype.kind in "iu":
+        src = np.asarray(a)
+        if src.dtype.kind not in "iub":
+            with np.errstate(invalid="ignore"):
+                whole = np.asarray(src == arr, dtype=bool)
+            if not whole.all():
+                at = tuple(int(x) for x in np.argwhere(~whole)[0])
+                raise ValueError(f"{name}[{', '.join(map(str, at))}]: must be a whole number, got {src[at].item()!r}")
     return _readonly(arr)
 
 
@@ -810,17 +861,31 @@ def _check_amounts(field: str, arr: np.ndarray, kind: str, rows: Sequence[Node] 
 
 
 def _check_names(domains: Sequence[Domain], nodes: Sequence[Node], workloads: Sequence[Workload],
-                 regions: Mapping[str, int]) -> None:
-    """Names the problem's indices rely on: distinct domains and nodes, each node's domain, each
-    workload's user region and allowed domains declared (an unknown region was -1 silently, an
-    unknown node domain a KeyError). Set tests first: a problem is built per simulator step."""
-    for kind, names in (("domain", [d.name for d in domains]), ("node", [n.name for n in nodes])):
+                 region_names: Sequence[str], regions: Mapping[str, int], domain_index: Mapping[str, int],
+                 node_index: Mapping[str, int]) -> None:
+    """Names the problem's indices rely on: distinct domains, nodes, workloads and regions, each
+    node's domain and taint effects, each workload's user region and allowed domains declared (an
+    unknown region was -1 silently, an unknown node domain a KeyError). Set tests first: a problem
+    is built per simulator step."""
+    # The name -> index maps are built already: fewer entries than items is a repeated name.
+    for kind, items, index in (("domain", domains, domain_index), ("node", nodes, node_index),
+                               ("workload", workloads, None)):
+        names = [x.name for x in items] if index is None or len(index) < len(items) else []
         if len(set(names)) < len(names):
             seen: dict[str, int] = {}
             for i, name in enumerate(names):
                 if name in seen:
                     raise ValueError(f"{kind}s[{i}]: duplicate {kind} name {name!r} (also {kind}s[{seen[name]}])")
                 seen[name] = i
+    if len(regions) < len(region_names):
+        i = next(i for i, r in enumerate(region_names) if r in region_names[:i])
+        raise ValueError(f"regions[{i}]: duplicate user region {region_names[i]!r} "
+                         f"(also regions[{region_names.index(region_names[i])}])")
+    if not {t.effect for n in nodes for t in n.taints} <= set(TAINT_EFFECTS):
+        i, n = next((i, n) for i, n in enumerate(nodes) if any(t.effect not in TAINT_EFFECTS for t in n.taints))
+        j, t = next((j, t) for j, t in enumerate(n.taints) if t.effect not in TAINT_EFFECTS)
+        raise ValueError(f"nodes[{i}].taints[{j}].effect (node {n.name!r}): must be one of {', '.join(TAINT_EFFECTS)}, "
+                         f"got {t.effect!r}")
     known = {d.name for d in domains}
     if not {n.domain for n in nodes} <= known:
         i, n = next((i, n) for i, n in enumerate(nodes) if n.domain not in known)
@@ -867,7 +932,24 @@ def _check_domain(d: Domain) -> None:
             raise ValueError(f"domain {d.name!r}: price_per_hour.{r} must be finite and >= 0, got {v!r}")
 
 
+def _check_resources(resources: tuple[str, ...]) -> None:
+    """The loader's resource-name rules: distinct names, and no ``gpu`` (GPUs are counted from
+    the card arrays: a ``gpu`` resource counted them twice in utilization and cost)."""
+    for i, r in enumerate(resources):
+        if r == "gpu":
+            raise ValueError(f"resources[{i}]: 'gpu' is not an additive resource: use gpu_count / gpu_free and "
+                             "wl_gpu_count / wl_gpu_milli")
+        if r in resources[:i]:
+            raise ValueError(f"resources[{i}]: duplicate resource {r!r}")
+
+
 def _workload_error(w: Workload) -> str:
+    for j, t in enumerate(w.tolerations):
+        if t.operator not in _TOLERATION_OPERATORS:
+            return (f"workload {w.name!r}: tolerations[{j}].operator must be Equal or Exists (or the alpha Lt, Gt), "
+                    f"got {t.operator!r}")
+        if t.effect and t.effect not in TAINT_EFFECTS:
+            return f"workload {w.name!r}: tolerations[{j}].effect must be empty or one of {', '.join(TAINT_EFFECTS)}, got {t.effect!r}"
     if w.klass not in WORKLOAD_CLASSES:
         return f"workload {w.name!r}: klass must be one of {', '.join(WORKLOAD_CLASSES)}, got {w.klass!r}"
     if w.max_latency_ms is not None:
