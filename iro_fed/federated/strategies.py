@@ -176,10 +176,10 @@ def global_norm(reference: dict[str, np.ndarray]) -> float:
     return math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
 
 
-def norm_floor(reference: dict[str, np.ndarray]) -> float:
-    """The least update norm the norm test counts (``1e-6`` of the global weights' norm, at least
-    ``1e-8``): a smaller one is a site that did not train, in no median and never an outlier."""
-    return max(1e-6 * global_norm(reference), 1e-8)
+def _floor(scale: float) -> float:
+    """The least update norm the norm test counts, for global weights of norm ``scale`` (``1e-6`` of
+    it, at least ``1e-8``): a smaller one is a site that did not train, in no median and never an outlier."""
+    return max(1e-6 * scale, 1e-8)
 
 
 #: What :func:`_validate` compared the update norms with (``None``: nothing, no reply was checked).
@@ -207,7 +207,7 @@ def _validate(
         else:
             dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
     scale = global_norm(reference)
-    floor = max(1e-6 * scale, 1e-8)  # norm_floor(reference)
+    floor = _floor(scale)
     # A zero update (a site that took no gradient step: fewer transitions than learning-starts, just
     # joined) says nothing about how far a trained update goes: as the cohort's (lower) median it
     # dropped every site that trained, and as the previous round's median it did so for good.
@@ -419,14 +419,14 @@ class ValidatedStrategy:
             reference, layout = _first_reference(replies)
         checked, dropped, basis = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
                                             self._accepted_norms)
-        floor = norm_floor(reference)
-        accepted = [n for m, n in checked if not m.has_error() and n >= floor]
+        scale = global_norm(reference)
+        trained = [(m, n) for m, n in checked if not m.has_error() and n >= _floor(scale)]
+        accepted = [n for _, n in trained]
         # Stored below like any accepted norm: it is at most norm_factor x ||w_global||, and a lone reply's
         # bar never exceeds that (_validate), so an unchecked norm cannot raise a later round's bar, while
         # a run with one trained reply per round (one site, or fraction_train sampling one) still has one.
         if basis == GLOBAL and accepted:
-            self._warn_lone(server_round, [m for m, n in checked if not m.has_error() and n >= floor][0],
-                            accepted[0], global_norm(reference))
+            self._warn_lone(server_round, *trained[0], scale)
         if accepted:  # a round of zero updates only (no site trained) leaves the last real ones
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]

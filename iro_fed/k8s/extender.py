@@ -99,6 +99,7 @@ from iro_fed.k8s.snapshot import (
     metadata_error,
     node_cache_key,
     obj_key,
+    obj_uid,
     pod_shape_key,
     pods_by_node,
     usage_view,
@@ -307,12 +308,6 @@ def normalize(values: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo)
 
 
-def _shape_key(pod: Mapping[str, Any]) -> str:
-    """The snapshot cache's key of a pod: what the model reads of it (:func:`pod_shape_key`), so two
-    pods share a snapshot only where every answer would be the same."""
-    return pod_shape_key(pod)
-
-
 class Extender(RequestStats):
     """The extender's logic, independent of HTTP (the server and the tests call it)."""
 
@@ -394,7 +389,7 @@ class Extender(RequestStats):
             raise BadRequest.wrap(exc, "Nodes" if nodes is not None else "NodeNames", inside=False) from exc
 
     def _snapshot_on(self, model: ClusterModel, pod: dict[str, Any]) -> Snapshot:
-        shape = _shape_key(pod)
+        shape = pod_shape_key(pod)  # what the model reads of it: pods share a snapshot only where every answer is the same
         with self._snap_lock:
             shapes = self._snapshots.get(model)
             snap = shapes.get(shape) if shapes is not None else None
@@ -455,7 +450,7 @@ class Extender(RequestStats):
         key = obj_key(obj)
         with self._assume_lock:
             a = self._assumed.get(key)
-            if a is None or a.uid != _uid(obj):
+            if a is None or a.uid != obj_uid(obj):
                 return
             status = new.get("status") if new is not None else None
             if new is None or (isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES):
@@ -467,7 +462,7 @@ class Extender(RequestStats):
         """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it): what
         the usage accounting reads of it (:func:`usage_view`), not the whole object (a 30-container
         pod is ~430 KB parsed: 1,024 of them were ~420 MiB)."""
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = obj_uid(pod)
         if self.cache is None or self.kube is None or not uid:
             return
         kept = usage_view(pod)
@@ -509,12 +504,12 @@ class Extender(RequestStats):
         reflector = self.cache.pods
         listed = reflector.lists_applied  # read before the store: it holds this list's result at least
         with reflector.changed:
-            uids = {key: _uid(reflector.store[key]) for key, _ in items if key in reflector.store}
+            uids = {key: obj_uid(reflector.store[key]) for key, _ in items if key in reflector.store}
         now = time.monotonic()
         out: dict[str, list[dict[str, Any]]] = {}
         done: list[tuple[str, _Assumed]] = []
         for key, a in items:
-            if any(_uid(q) == a.uid for q in model.pods_on(a.node)):
+            if any(obj_uid(q) == a.uid for q in model.pods_on(a.node)):
                 if a.counted_since is None:
                     a.counted_since = now
                 elif now - a.counted_since > HTTP_TIMEOUT_S:
@@ -714,8 +709,8 @@ class Extender(RequestStats):
         # frees only what it holds on that node.
         on_node = pods_by_node(self.cache.pods.items())
         for node, pods in self._assumed_on(model).items():  # bound here, not in the store yet
-            have = {_uid(q) for q in on_node.get(node, ())}
-            on_node.setdefault(node, []).extend(q for q in pods if _uid(q) not in have)
+            have = {obj_uid(q) for q in on_node.get(node, ())}
+            on_node.setdefault(node, []).extend(q for q in pods if obj_uid(q) not in have)
         keep: dict[str, Any] = {}
         state = ClusterState(problem)  # built once; each proposal sets its node's row, then puts it back
         for node, victims in checked.items():
@@ -749,11 +744,6 @@ def set_node_pods(state: ClusterState, model: ClusterModel, i: int, pods: Iterab
             allocated[ri] = amount
     state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype),
                          nonzero=np.array([nonzero.get(r, 0.0) for r in NONZERO_RESOURCES]))
-
-
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    return meta.get("uid") if isinstance(meta, Mapping) else None
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:

@@ -156,6 +156,7 @@ from iro_fed.k8s.snapshot import (
     apply_usage,
     node_doc,
     obj_key,
+    obj_uid,
     pod_demand,
     pod_filter_failures,
     pod_rules,
@@ -565,7 +566,7 @@ class IroScheduler:
             key = obj_key(obj)
             with self._lock:
                 a = self._assumed.get(key)
-                if a is not None and a.uid == _uid(obj):
+                if a is not None and a.uid == obj_uid(obj):
                     self._assumed.pop(key)
         try:
             freed = _frees_room(old, new, self.config.resources)
@@ -715,7 +716,7 @@ class IroScheduler:
         now = self.clock()
         with self.pending.changed:
             pending = dict(self.pending.store)
-        pending_uids = {key: _uid(pod) for key, pod in pending.items()}
+        pending_uids = {key: obj_uid(pod) for key, pod in pending.items()}
         with self._lock:
             assumed_keys = list(self._assumed)
             # read before the store: it holds this list's result at least (an assumed pod bound before
@@ -792,7 +793,7 @@ class IroScheduler:
         if not gated or not self.is_leader():
             return
         for pod in gated:
-            key, uid = obj_key(pod), _uid(pod)
+            key, uid = obj_key(pod), obj_uid(pod)
             with self._lock:
                 last = self._gated.get(key)
             if last is not None and last[0] == uid and (last[1] is not None or now - last[2] < EVENT_RETRY_S):
@@ -828,7 +829,7 @@ class IroScheduler:
         if obj is None:
             return None
         with self._lock:
-            assumed = [(key, a.pod) for key, a in self._assumed.items() if (a.pod.get("spec") or {}).get("nodeName") == node]
+            assumed = [(key, a.pod) for key, a in self._assumed.items() if _field(a.pod, "spec", "nodeName") == node]
         with self.cache.pods.changed:
             version = self.cache.pods.version
             store = self.cache.pods.store
@@ -850,7 +851,7 @@ class IroScheduler:
         pass over every bound pod of the cluster on each queue read."""
         with self.cache.pods.changed:
             store = self.cache.pods.store
-            return {key: _uid(store[key]) for key in keys if key in store}
+            return {key: obj_uid(store[key]) for key in keys if key in store}
 
     def _model(self, pods: Sequence[Mapping[str, Any]]) -> ClusterModel:
         """The cluster with the pods bound and assumed, built once for the batch ``pods``: they
@@ -1063,7 +1064,7 @@ class IroScheduler:
                            wants: frozenset[str] | None = None) -> PodOutcome:
         key = obj_key(pod)
         meta = pod.get("metadata") or {}
-        uid, spec = _uid(pod), _pod_spec_key(pod)
+        uid, spec = obj_uid(pod), _pod_spec_key(pod)
         with self._lock:  # back to the unschedulable queue, one attempt more than the last time
             last_try = self._unschedulable.get(key)
             attempts = last_try.attempts + 1 if last_try is not None and (last_try.uid, last_try.spec) == (uid, spec) else 1
@@ -1186,16 +1187,11 @@ def _passing(result: CallResult) -> bool:
     return result.status in (0, 429) or result.status >= 500
 
 
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    return meta.get("uid") if isinstance(meta, Mapping) else None
-
-
 def _unconfirmed(assumed: Iterable[tuple[str, Mapping[str, Any]]],
                  bound: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The pods of ``assumed`` (``(key, pod)`` pairs) that count on top of the bound-pods store
     ``bound``: an assumed pod counts until the watch shows that very pod (same UID) bound."""
-    return [pod for key, pod in assumed if key not in bound or _uid(bound[key]) != _uid(pod)]
+    return [pod for key, pod in assumed if key not in bound or obj_uid(bound[key]) != obj_uid(pod)]
 
 
 def _field(obj: Any, *path: str) -> Any:
@@ -1442,8 +1438,8 @@ def _first_passing(model: ClusterModel, problem: Any, order: Sequence[int], pod:
     """The first of nodes ``order`` (indices, best first) where ``pod`` passes NodePorts,
     PodTopologySpread and InterPodAffinity against the bound pods and ``earlier``; None: none.
     The plugins run over a chunk of them at a time (their counts taken once; most pods pass on one
-    of the first few, where a run over every node cost 8 ms a pod on 2,000 nodes), and the chosen
-    node is checked by :meth:`ClusterModel.placement_conflict`."""
+    of the first few, where a run over every node cost 8 ms a pod on 2,000 nodes). A node's verdict
+    does not depend on the others asked with it, so it is :meth:`ClusterModel.placement_conflict`'s."""
     rules = pod_rules(pod)
     start, size = 0, RELOCATE_CHUNK
     while start < len(order):
@@ -1451,7 +1447,7 @@ def _first_passing(model: ClusterModel, problem: Any, order: Sequence[int], pod:
         names = [problem.nodes[c].name for c in chunk]
         failing = pod_filter_failures(rules, model.placed(), model.node_docs, names, earlier, memo)
         for c, name in zip(chunk, names, strict=True):
-            if name not in failing and model.placement_conflict(pod, name, earlier) is None:
+            if name not in failing:
                 return c
         start, size = start + size, 4 * size
     return None

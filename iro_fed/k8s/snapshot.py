@@ -260,6 +260,12 @@ def obj_key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
+def obj_uid(obj: Mapping[str, Any]) -> str | None:
+    """An object's ``metadata.uid`` (None without one or without a metadata object)."""
+    meta = obj.get("metadata")
+    return meta.get("uid") if isinstance(meta, Mapping) else None
+
+
 def _meta(obj: Any) -> Mapping[str, Any]:
     m = obj.get("metadata") if isinstance(obj, Mapping) else None
     return m if isinstance(m, Mapping) else {}
@@ -1571,26 +1577,15 @@ class PlacedPods:
         labels = self._memo.get("node-labels", {}).get(node)  # None: a node the counts do not see
         for key, got in self._memo.items():
             if key == "anti-terms":
-                for t in rules.anti_affinity if labels is not None else ():
-                    if t.topology_key in labels:
-                        counts = got.get(t)
-                        if counts is None:
-                            counts = got[t] = collections.Counter()
-                        counts[(t.topology_key, labels[t.topology_key])] += 1
+                if labels is not None:
+                    _count_anti_terms(got, rules, labels)
             elif not isinstance(key, tuple):  # "node-labels"
                 continue
             elif key[0] == "terms" and labels is not None:
-                _, terms, every = key
-                if every:
-                    if all(t.matches(rules.namespace, rules.labels) for t in terms):
-                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
-                else:
-                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
-                               if t.topology_key in labels and t.matches(rules.namespace, rules.labels))
+                _count_terms(got, key[1], key[2], rules, labels)
             elif key[0] == "selector":
                 _, namespace, selector = key
-                if selector.requirements and rules.namespace == namespace and not rules.terminating \
-                        and selector.matches(rules.labels):
+                if selector.requirements and rules.namespace == namespace and _selected(selector, rules):
                     got[node] += 1
 
     def pods(self, namespaces: Iterable[str] | None = None) -> Iterable[tuple[str, PodRules]]:
@@ -1610,14 +1605,8 @@ class PlacedPods:
             got = collections.Counter()
             for node, other in self.pods(_term_namespaces(terms)):
                 labels = node_labels.get(node)
-                if labels is None:
-                    continue
-                if every:
-                    if all(t.matches(other.namespace, other.labels) for t in terms):
-                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
-                else:
-                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
-                               if t.topology_key in labels and t.matches(other.namespace, other.labels))
+                if labels is not None:
+                    _count_terms(got, terms, every, other, labels)
             self._memo.setdefault("node-labels", node_labels)
             self._memo[key] = got
         return got
@@ -1631,14 +1620,8 @@ class PlacedPods:
             by_term = {}
             for node, other in self.anti:
                 labels = node_labels.get(node)
-                if labels is None:
-                    continue
-                for t in other.anti_affinity:
-                    if t.topology_key in labels:
-                        counts = by_term.get(t)
-                        if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
-                            counts = by_term[t] = collections.Counter()
-                        counts[(t.topology_key, labels[t.topology_key])] += 1
+                if labels is not None:
+                    _count_anti_terms(by_term, other, labels)
             self._memo.setdefault("node-labels", node_labels)
             self._memo["anti-terms"] = by_term  # whole: a model may serve several threads (the webhook's)
         got: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -1655,10 +1638,37 @@ class PlacedPods:
         if got is None:
             got = collections.Counter()
             if selector.requirements:
-                got.update(node for node, other in self.pods((namespace,))
-                           if not other.terminating and selector.matches(other.labels))
+                got.update(node for node, other in self.pods((namespace,)) if _selected(selector, other))
             self._memo[key] = got
         return got
+
+
+def _count_terms(got: collections.Counter[tuple[str, str]], terms: tuple[PodTerm, ...], every: bool,
+                 pod: PodRules, labels: Mapping[str, str]) -> None:
+    """Add ``pod`` (on a node with ``labels``) to :meth:`PlacedPods.term_counts`'s counts."""
+    if every:
+        if all(t.matches(pod.namespace, pod.labels) for t in terms):
+            got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
+    else:
+        got.update((t.topology_key, labels[t.topology_key]) for t in terms
+                   if t.topology_key in labels and t.matches(pod.namespace, pod.labels))
+
+
+def _count_anti_terms(by_term: dict[PodTerm, collections.Counter[tuple[str, str]]], pod: PodRules,
+                      labels: Mapping[str, str]) -> None:
+    """Add ``pod``'s required anti-affinity terms (on a node with ``labels``) to
+    :meth:`PlacedPods.existing_counts`'s per-term counts."""
+    for t in pod.anti_affinity:
+        if t.topology_key in labels:
+            counts = by_term.get(t)
+            if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
+                counts = by_term[t] = collections.Counter()
+            counts[(t.topology_key, labels[t.topology_key])] += 1
+
+
+def _selected(selector: LabelSelector, pod: PodRules) -> bool:
+    """Whether :meth:`PlacedPods.selector_counts` counts ``pod`` (of the selector's namespace)."""
+    return not pod.terminating and selector.matches(pod.labels)
 
 
 def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None,
@@ -1815,9 +1825,7 @@ def _spread_failures(rules: PodRules, placed: PlacedPods, earlier: PlacedPods | 
     minimum = [0 if c.min_domains is not None and len(counts[i]) < c.min_domains else min(counts[i].values(), default=2**31 - 1)
                for i, c in enumerate(constraints)]
     self_match = [c.selector.matches(rules.labels) for c in constraints]
-    by_name = memo.get("labels")
-    if by_name is None:
-        by_name = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+    by_name = _node_labels(node_docs, memo)
     out: dict[str, str] = {}
     for name in nodes:
         labels = by_name[name]
@@ -1883,11 +1891,16 @@ def pod_filter_failures(rules: PodRules, placed: PlacedPods, node_docs: Sequence
         out.update(_spread_failures(rules, placed, earlier, node_docs, names, memo))
         names = [n for n in names if n not in out]
     if names and (rules.affinity or rules.anti_affinity or any(g.anti for g in groups)):
-        node_labels = memo.get("labels")
-        if node_labels is None:
-            node_labels = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
-        out.update(_interpod_failures(rules, groups, node_labels, names))
+        out.update(_interpod_failures(rules, groups, _node_labels(node_docs, memo), names))
     return out
+
+
+def _node_labels(node_docs: Sequence[Mapping[str, Any]], memo: dict[Any, Any]) -> dict[str, Mapping[str, str]]:
+    """Each node's labels by name, once per ``memo`` (the spread and inter-pod plugins both read them)."""
+    got = memo.get("labels")
+    if got is None:
+        got = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+    return got
 
 
 # --- usage of bound pods -------------------------------------------------------------------
@@ -2241,7 +2254,7 @@ class ClusterModel:
             failing = sorted(n for n, k in failures.items() if k == kind)
             key = _FAILURE_PREFIX[kind] + hashlib.sha1("\n".join(failing).encode()).hexdigest()[:12]
             if key not in extra:
-                extra[key] = {d["name"] for d in self.node_docs}.difference(failing)
+                extra[key] = self._node_pos.keys() - set(failing)
             keys.append(key)
         return tuple(keys)
 
