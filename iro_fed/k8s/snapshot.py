@@ -1520,6 +1520,32 @@ def usage_view(pod: Mapping[str, Any]) -> Any:
     return out
 
 
+def bound_view(pod: Mapping[str, Any]) -> Any:
+    """:func:`usage_view` plus what the pod-reading plugins read of a bound pod
+    (:func:`pod_rules` with ``pending=False``, :func:`has_anti_affinity`): labels, deletion, the
+    required pod anti-affinity and the containers' ports. A pod kept in this form counts on its
+    node as the whole object does, for usage and for NodePorts, PodTopologySpread and
+    InterPodAffinity (the extender's assumed pods). Lenient as :func:`usage_view`."""
+    out = usage_view(pod)
+    if not isinstance(pod, Mapping):
+        return out
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if isinstance(meta, Mapping):
+        out["metadata"].update({k: meta[k] for k in ("labels", "deletionTimestamp") if k in meta})
+    if isinstance(spec, Mapping):
+        affinity = spec.get("affinity")
+        if isinstance(affinity, Mapping):
+            affinity = {k: affinity[k] for k in ("podAntiAffinity",) if k in affinity}
+        if "affinity" in spec:
+            out["spec"]["affinity"] = affinity
+        for key in ("containers", "initContainers"):
+            items, kept = spec.get(key), out["spec"].get(key)
+            if isinstance(items, list) and isinstance(kept, list):
+                out["spec"][key] = [dict(k, ports=c["ports"]) if isinstance(c, Mapping) and "ports" in c else k
+                                    for c, k in zip(items, kept, strict=True)]
+    return out
+
+
 def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
     """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
     path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
@@ -2134,9 +2160,10 @@ class ClusterModel:
         which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones.
         ``rules_cache``: the bound pods' :class:`PodRules` by (uid, resourceVersion), kept by the
         caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed.
-        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a node whose ``iro-fed.io/allocated``
-        annotation does not parse is left out, its error in :attr:`refused_nodes`, rather than
-        failing the whole model (one node's annotation failed every node of the extender's answer)."""
+        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a named node whose document does not
+        parse (its ``iro-fed.io/allocated`` annotation, a quantity, a taint) is left out, its error in
+        :attr:`refused_nodes`, rather than failing the whole model (one node failed every node of the
+        extender's answer)."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -2154,7 +2181,6 @@ class ClusterModel:
         #: Nodes left out (``refuse_bad_nodes``): name -> the error naming the field.
         self.refused_nodes: dict[str, str] = {}
         docs = []
-        kinds: dict[str, str] = {}
         for k, obj in enumerate(nodes):
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.
@@ -2163,7 +2189,18 @@ class ClusterModel:
                 key = (*key, res)  # a doc parsed for other resources has other columns
             base = doc_cache.get(key) if (doc_cache is not None and key) else None
             if base is None:
-                base = node_doc(obj, res)
+                try:
+                    base = node_doc(obj, res)
+                except (PodSpecError, QuantityError) as exc:
+                    name = _meta(obj).get("name")
+                    if not (refuse_bad_nodes and isinstance(name, str) and name):
+                        raise
+                    # One node kube-scheduler cannot have meant (a bad quantity, a taint without a
+                    # key) fails that node, not every node of the answer. (A nameless one cannot be
+                    # named in the reply: the caller refuses it before.)
+                    if name not in self.node_objects:
+                        self.refused_nodes.setdefault(name, str(exc))
+                    continue
                 if doc_cache is not None and key:
                     if len(doc_cache) > 50_000:
                         doc_cache.clear()
@@ -2184,18 +2221,23 @@ class ClusterModel:
                 self.node_objects[doc["name"]] = obj
                 nonzero = apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
                 doc["nonzero_allocated"] = _nonzero_allocated(nonzero, res)
-            if doc["labels"].get(DOMAIN_KIND_LABEL):
-                kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
             docs.append(doc)
-        self.node_docs = docs
-        domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
-        self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
         # The nodes' NonZeroRequested is their docs' nonzero_allocated (none in NodeList mode:
         # the node annotation gives a sum, not pods), so the problem is built once.
-        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
+        try:
+            self._build(docs)
+        except ProblemValidationError as exc:
+            bad = _refusable_nodes(exc, docs) if refuse_bad_nodes else None
+            if not bad:
+                raise
+            # A node past the model's limits (1Ei of memory): refused alone, as an unreadable one.
+            self.refused_nodes.update(bad)
+            for name in bad:
+                del self.node_objects[name]
+            self._build([d for d in docs if d["name"] not in bad])
         if self.feasibility_only:
             self.problem = self.problem.replace(feasibility_only=self.feasibility_only)
-        self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
+        self._node_pos = {d["name"]: i for i, d in enumerate(self.node_docs)}
         # The bound pods by node, for the plugins that read them (None in NodeList mode: no pods);
         # read on first use (:meth:`placed`), and only when some pod needs them.
         self._by_node = by_node if bound_pods is not None else None
@@ -2203,6 +2245,17 @@ class ClusterModel:
         self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
+
+    def _build(self, docs: list[dict[str, Any]]) -> None:
+        """The node docs, the problem skeleton and the cluster problem of ``docs``."""
+        kinds: dict[str, str] = {}
+        for doc in docs:
+            if doc["labels"].get(DOMAIN_KIND_LABEL):
+                kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
+        self.node_docs = docs
+        domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
+        self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
+        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
 
     def pods_on(self, node: str) -> Sequence[Mapping[str, Any]]:
         """The bound pods this model counts on ``node`` (none in NodeList mode)."""
@@ -2264,10 +2317,24 @@ class ClusterModel:
         its batch placed before it), else None. The snapshot's labels saw the bound pods only:
         kube places one pod at a time, so two anti-affine replicas of one batch must not share a
         topology domain."""
-        if self._by_node is None or not (reads_pods(pod) or earlier.anti):
-            return None
-        kind = pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, [node], earlier, self._memo).get(node)
+        kind = self._conflicts(pod, [node], earlier).get(node)
         return FAILURE_REASONS[kind] if kind else None
+
+    def extra_pod_conflicts(self, pod: Mapping[str, Any], nodes: Iterable[str],
+                            extra: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, str]:
+        """The nodes of ``nodes`` (names; others are skipped) where ``pod`` fails NodePorts,
+        PodTopologySpread or InterPodAffinity against the bound pods plus ``extra`` (pods by node
+        that this model does not count yet: the extender's assumed pods, read as bound pods are,
+        :func:`placed_pods`): node -> failure kind (a key of :data:`FAILURE_REASONS`). The
+        snapshot's labels saw the bound pods only. {} in NodeList mode or without ``extra``."""
+        if self._by_node is None or not extra:
+            return {}
+        return self._conflicts(pod, [n for n in nodes if n in self._node_pos], placed_pods(extra))
+
+    def _conflicts(self, pod: Mapping[str, Any], nodes: list[str], earlier: PlacedPods) -> dict[str, str]:
+        if self._by_node is None or not nodes or not (reads_pods(pod) or earlier.anti):
+            return {}  # the earlier pods change nothing: the snapshot's verdict stands
+        return pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, nodes, earlier, self._memo)
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""
@@ -2331,6 +2398,25 @@ def annotation_path(path: str, msg: str) -> tuple[str, str]:
         if path == name or path.startswith(f"{name}["):
             return f"metadata.annotations.{key}{path[len(name):]}", msg.replace("needs user_region", f"needs {ANN_USER_REGION}")
     return path, msg
+
+
+_NODE_PATH = re.compile(r"nodes\[([0-9]+)\]\.?(.*)")
+
+
+def _refusable_nodes(exc: ProblemValidationError, docs: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """Each node an error of the cluster problem is about, with the error (``node b:
+    capacity.memory: must be at most ...``); None when an error is about no one node (then
+    refusing nodes would not help)."""
+    out: dict[str, list[str]] = {}
+    for path, msg in exc.errors:
+        m = _NODE_PATH.fullmatch(path)
+        if m is None or int(m[1]) >= len(docs):
+            return None
+        field_path = m[2]
+        if field_path.startswith("capacity."):  # the model's capacity is the node's allocatable
+            field_path = f"status.allocatable.{field_path[len('capacity.'):]}"
+        out.setdefault(docs[int(m[1])]["name"], []).append(f"{field_path}: {msg}" if field_path else msg)
+    return {name: f"node {name}: " + "; ".join(msgs) + " (the model's limit)" for name, msgs in out.items()}
 
 
 def _name_pods(exc: ProblemValidationError, pods: Sequence[Mapping[str, Any]]) -> str:
