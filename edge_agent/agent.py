@@ -79,6 +79,16 @@ MAX_OBSERVED_BYTES = 16 * 1024
 #: The longest workload name /recommend records with a decision: a Pod's ``namespace/name``
 #: (63 + 1 + 253). A workload object's name was taken at any length and stored in every transition.
 MAX_WORKLOAD_NAME = 317
+#: What one body may be reckoned to take once parsed (:func:`iro_fed.k8s.httpjson.parse_estimate`),
+#: per byte of ``listen.max_body_bytes`` (at least 1 MiB of it); more gets 413 before it is parsed.
+#: A real Pod is reckoned at 10-12 times its size (managedFields' empty objects), ``[{},{},...]``
+#: at 86 times: the shared handler's 512 MiB let 1 MiB of it become 28 MiB of objects, and 16 such
+#: requests at once peaked the process at 226 MiB, against the Deployment's 256 Mi limit.
+PARSE_BYTES_PER_BODY_BYTE = 32
+#: What the bodies parsed and answered at once may be reckoned to take in all (the server's
+#: ``parse_budget``); past it a request waits for room until its body deadline, then 503. A body
+#: over it alone still parses alone.
+MAX_PARSE_TOTAL = 64 << 20
 
 
 class StoreBusy(HttpError):
@@ -578,13 +588,16 @@ class _Server(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
     allow_reuse_address = True
     busy_message = "too many connections (listen.max_connections)"
     setting_names = {"max_body_bytes": "listen.max_body_bytes", "header_timeout_s": "listen.request_timeout_s",
-                     "body_timeout_s": "listen.request_timeout_s"}
+                     "body_timeout_s": "listen.request_timeout_s", "max_parse_memory": "listen.max_body_bytes"}
+    max_parse_total = MAX_PARSE_TOTAL
 
     def __init__(self, agent: Agent) -> None:
         listen = agent.cfg.listen
         self.agent = agent
         self.max_connections = listen.max_connections  # bounded threads: more get 503 at once, not a queue
         self.max_body_bytes = listen.max_body_bytes
+        # Sized for the agent (a pod or workload per body, a 256 Mi container), not the shared handler's 512 MiB.
+        self.max_parse_memory = PARSE_BYTES_PER_BODY_BYTE * max(listen.max_body_bytes, 1 << 20)
         # One setting bounds the request line and headers, the body, and an idle keep-alive connection.
         self.header_timeout_s = self.body_timeout_s = self.idle_timeout_s = listen.request_timeout_s
         super().__init__((listen.host, listen.port), _Handler)

@@ -10,8 +10,10 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   (what a site trains on per round: a site claiming 10^12 examples would otherwise own the
   weighted average), or an update norm ``||w - w_global||`` above ``norm_factor`` times the
   cohort's (lower) median norm; with a single valid reply there is no cohort, and the median of
-  the previous round's accepted norms stands in for it, but never above the global weights' own
-  norm ``||w_global||`` (none yet: ``||w_global||`` alone bounds it, and a WARNING names the node).
+  the previous round's accepted norms stands in for it (none yet: ``||w_global||`` alone bounds
+  it, and a WARNING names the node). Whichever median it is, it is never above the global weights'
+  own norm ``||w_global||``, so no kept update is longer than ``norm_factor x ||w_global||``: two
+  colluding replies among zero updates are a cohort of their own, whose median was theirs to set.
   A norm below ``1e-6`` of the global weights' norm (a site that took no gradient step) is in
   neither median and is never dropped for its norm. Such a reply is
   dropped and logged with its node id and reason, and the round continues with the rest; with no
@@ -184,6 +186,8 @@ def _floor(scale: float) -> float:
 
 #: What :func:`_validate` compared the update norms with (``None``: nothing, no reply was checked).
 COHORT, PREVIOUS, GLOBAL = "cohort median", "previous round's median", "global weights' norm"
+#: The cohort median when it was above ``||w_global||`` (the norms were compared with ``||w_global||``).
+COHORT_CAPPED = "cohort median capped at the global weights' norm"
 
 
 def _lower_median(values: Sequence[float]) -> float:
@@ -196,7 +200,8 @@ def _validate(
     layout: WeightLayout | None, max_examples: float | None, previous_norms: Sequence[float],
 ) -> tuple[list[tuple[Message, float]], list[dict[str, Any]], str | None]:
     """:func:`validate_replies` with each kept reply's update norm, and what the norms were compared
-    with (:data:`COHORT`, :data:`PREVIOUS`, :data:`GLOBAL`; ``None``: the norm test did not run)."""
+    with (:data:`COHORT`, :data:`COHORT_CAPPED`, :data:`PREVIOUS`, :data:`GLOBAL`; ``None``: the norm test
+    did not run)."""
     replies = list(replies)
     kept: list[tuple[Message, float]] = []
     dropped: list[dict[str, Any]] = []
@@ -226,6 +231,10 @@ def _validate(
         median, what = scale, GLOBAL
     else:
         return kept, dropped, None
+    if scale > 0 and median > scale:
+        # The cohort's median is capped too: colluding replies (two or more huge updates while the honest
+        # sites sent zero ones) were the whole cohort, and their median let every one of them through.
+        median, what = scale, COHORT_CAPPED
     limit = norm_factor * max(median, floor)
     survivors = []
     for msg, norm in kept:
