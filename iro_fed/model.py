@@ -469,8 +469,19 @@ class Problem:
         return Problem(**args)
 
     def with_workloads(self, indices: Sequence[int] | np.ndarray) -> Problem:
-        """A problem with the same cluster and a subset (or reordering) of the workloads."""
-        idx = np.asarray(indices, dtype=np.int64)
+        """A problem with the same cluster and a subset (or reordering) of the workloads: ``indices``
+        are workload indices, a TypeError or IndexError naming ``indices`` otherwise (numpy took
+        -1 as the last workload and 1.5 as workload 1)."""
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64).reshape(0)
+        elif idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise TypeError(f"indices: expected a list of workload indices, got an array of {idx.dtype} "
+                            f"with shape {idx.shape}")
+        else:
+            low, high = int(idx.min()), int(idx.max())
+            if low < 0 or high >= self.num_workloads:
+                raise IndexError(_out_of_range("indices", low if low < 0 else high, "workload", self.num_workloads))
         return self.replace(
             workloads=[self.workloads[i] for i in idx],
             demand=self.demand[idx],
@@ -488,6 +499,28 @@ class Problem:
             f"Problem({self.num_nodes} nodes in {len(self.domains)} domains, "
             f"{self.num_workloads} workloads, resources={list(self.resources)})"
         )
+
+
+def check_index(name: str, value: Any, kind: str, count: int) -> int:
+    """``value`` as a ``kind`` ("workload" / "node") index below ``count`` (numpy ints too, bools
+    not): a TypeError or IndexError naming ``name`` and the valid range otherwise. For the calls
+    that take an index (a negative one silently meant the last pods or nodes, as in Python)."""
+    if isinstance(value, (bool, np.bool_)):
+        index = None
+    else:
+        try:
+            index = operator.index(value)
+        except TypeError:
+            index = None
+    if index is None:
+        raise TypeError(f"{name}: expected a {kind} index, got {type(value).__name__} {value!r}"[:200])
+    if not 0 <= index < count:
+        raise IndexError(_out_of_range(name, index, kind, count))
+    return index
+
+
+def _out_of_range(name: str, index: int, kind: str, count: int) -> str:
+    return f"{name}: {kind} index {index} is out of range 0..{count - 1} (the problem has {count} {kind}(s))"
 
 
 class ClusterState:
@@ -753,22 +786,8 @@ class ClusterState:
             self.util_cap_on -= p.util_capacity[n]
 
     def _index(self, name: str, value: Any, kind: str) -> int:
-        """``value`` as a workload / node index of the problem (numpy ints too, bools not): a
-        TypeError or IndexError naming ``name`` and the valid range otherwise."""
-        count = len(self.assignment) if kind == "workload" else len(self.pods_on_node)
-        if isinstance(value, (bool, np.bool_)):
-            index = None
-        else:
-            try:
-                index = operator.index(value)
-            except TypeError:
-                index = None
-        if index is None:
-            raise TypeError(f"{name}: expected a {kind} index, got {type(value).__name__} {value!r}"[:200])
-        if not 0 <= index < count:
-            raise IndexError(f"{name}: {kind} index {index} is out of range 0..{count - 1} "
-                             f"(the problem has {count} {kind}(s))")
-        return index
+        """:func:`check_index` against this state's workloads or nodes."""
+        return check_index(name, value, kind, len(self.assignment) if kind == "workload" else len(self.pods_on_node))
 
     @classmethod
     def with_assignment(
@@ -977,6 +996,17 @@ def _check_gpu_shape(workloads: Sequence[Workload], count: np.ndarray, milli: np
                 else f"a pod asking for {k} GPUs takes whole cards: it must be {GPU_MILLI}" if k > 1
                 else f"a pod without GPUs has 0..{GPU_MILLI}")
         raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count {k}): {rule}, got {m}")
+    # A pod without GPUs has no share and no GPU models: the loaders refuse both (a problem file
+    # can say neither), so a problem built with them was written to a file that read back without.
+    share = (count == 0) & (milli > 0)
+    if share.any():
+        w = int(np.flatnonzero(share)[0])
+        raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count 0): a pod without GPUs "
+                         f"takes no GPU share (0; give wl_gpu_count 1 for a share), got {int(milli[w])}")
+    w = next((i for i, wl in enumerate(workloads) if wl.gpu_models and not count[i]), None)
+    if w is not None:
+        raise ValueError(f"workloads[{w}].gpu_models (workload {workloads[w].name!r}, wl_gpu_count 0): a pod without "
+                         f"GPUs names no GPU models, got {list(workloads[w].gpu_models)}")
 
 
 def _optional_nonzero(a: Any, rows: int, name: str) -> np.ndarray | None:

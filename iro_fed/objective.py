@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iro_fed.model import GPU_MILLI, ClusterState, Problem
+from iro_fed.model import GPU_MILLI, ClusterState, Problem, check_index
 
 if TYPE_CHECKING:
     from iro_fed.placement import Placement
@@ -304,8 +304,12 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
     CPU-utilization step of the power model is then exactly ``cpu / capacity``. A handful of
     vector operations over the nodes: the utilization after powering a node on is computed
     once per distinct node capacity shape, the weighted per-node terms are precomputed.
+    ``w`` is a workload index (TypeError / IndexError naming ``w`` otherwise, as
+    :meth:`ClusterState.place`): -1 scored the last workload, a bad one failed deep in numpy.
     """
     p = problem
+    if type(w) is not int or not 0 <= w < p.num_workloads:  # plain int comparisons on the hot path
+        w = check_index("w", w, "workload", p.num_workloads)
     coef = coefficients(p)
     wts = p.weights
 

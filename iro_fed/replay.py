@@ -29,7 +29,7 @@ import numpy as np
 
 from iro_fed.fragmentation import TypicalTasks, fragmentation, typical_tasks
 from iro_fed.model import ClusterState, Problem
-from iro_fed.traces.openb import OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
+from iro_fed.traces.openb import MAX_ARRIVALS, OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
 
 MAX_ARRIVED_PCT = 130
 #: Decimals of each curve point: the simulator's analysis rounds the mean to 2.
@@ -94,6 +94,20 @@ def curve(arrived_pct: np.ndarray, values: np.ndarray) -> dict[str, float | None
     return out
 
 
+def batch_window_error(value: Any) -> str | None:
+    """Why ``value`` is no batch window (None: it is one): an int 1..:data:`MAX_ARRIVALS`. The one
+    rule of :func:`replay_problem` and ``iro replay --batch-window``, each naming its own argument.
+    A window past the arrivals is one offline solve anyway; a huge one built one giant problem, and
+    a float (2.5) never filled, so every pod waited for the last one."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return f"expected an integer, got {type(value).__name__} {value!r}"[:200]
+    if value < 1:
+        return f"must be >= 1, got {value}"
+    if value > MAX_ARRIVALS:
+        return f"must be at most {MAX_ARRIVALS:,} (the most arrivals a replay has), got {value}"
+    return None
+
+
 def replay_problem(
     problem: Problem,
     solver: Any,
@@ -117,8 +131,10 @@ def replay_problem(
     capacity = float(capacity_milli if capacity_milli is not None else int(p.gpu_count.sum()) * 1000)
     if capacity <= 0:
         raise ValueError("the cluster has no GPUs: the GPU allocation metric is undefined")
-    if batch_window < 1:
-        raise ValueError(f"batch_window must be >= 1, got {batch_window}")
+    error = batch_window_error(batch_window)
+    if error is not None:
+        raise ValueError(f"batch_window: {error}")
+    batch_window = int(batch_window)  # (a numpy int: a plain one in the result's JSON)
     n = p.num_workloads
     cpu_total = float(p.capacity[:, p.cpu_index].sum())
     mem_col = p.resource_index.get("memory")
@@ -240,6 +256,9 @@ def replay_trace(
     policies use the typical tasks of ``pods`` (the original list)."""
     import solvers
 
+    error = batch_window_error(batch_window)
+    if error is not None:  # before the arrival sequence is built
+        raise ValueError(f"batch_window: {error}")
     capacity = gpu_capacity(nodes)
     if capacity <= 0:  # before the arrival sequence, which would tune the workload to 0 GPUs
         raise ValueError("nodes: the node list has no GPUs: the GPU allocation metric is undefined")
@@ -274,6 +293,7 @@ def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv:
     return {
         "policy": first.policy,
         "seeds": [r.seed for r in results],
+        "batch_window": first.batch_window,  # one per replay: every seed's run has the same
         "pods_csv": str(pods_csv),
         "nodes_csv": str(nodes_csv),
         "arrived_pods": [r.arrived_pods for r in results],
