@@ -131,7 +131,7 @@ def quality(cfg: Any, episodes: int, work: Path, console: Console, seed: int = 0
         random_choice,
         run_episodes,
     )
-    from solvers.dqn.train import train
+    from solvers import train_dqn as train
 
     torch.set_num_threads(1)
     cfg = cfg.replace(seed=seed)

@@ -26,7 +26,7 @@ Threads:
 * ``supernode`` (with ``federated.enabled``): runs and restarts the site's Flower SuperNode, or
   checks an external one (:mod:`edge_agent.federation`); /recommend never waits on it.
 
-:meth:`Agent.stop` (on SIGTERM / SIGINT) stops accepting connections, lets in-flight requests
+:meth:`Agent.stop` (on SIGTERM / SIGINT / SIGHUP) stops accepting connections, lets in-flight requests
 finish (each is bounded by ``listen.request_timeout_s``), stops the loops and flushes the
 experience store.
 """
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -49,7 +50,7 @@ from edge_agent.config import AgentConfig
 from edge_agent.federation import SuperNodeSupervisor, policy_sample
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.metrics import HANDLERS, AgentMetrics, NetworkCounter
-from edge_agent.policy import PolicyLoadError, Ranker, RegistryPolicySource
+from edge_agent.policy import LATEST, PolicyLoadError, Ranker, RegistryPolicySource
 from edge_agent.recommend import (
     Recommender,
     add_discovered_nodes,
@@ -78,6 +79,16 @@ MAX_OBSERVED_BYTES = 16 * 1024
 #: The longest workload name /recommend records with a decision: a Pod's ``namespace/name``
 #: (63 + 1 + 253). A workload object's name was taken at any length and stored in every transition.
 MAX_WORKLOAD_NAME = 317
+#: What one body may be reckoned to take once parsed (:func:`iro_fed.k8s.httpjson.parse_estimate`),
+#: per byte of ``listen.max_body_bytes`` (at least 1 MiB of it); more gets 413 before it is parsed.
+#: A real Pod is reckoned at 10-12 times its size (managedFields' empty objects), ``[{},{},...]``
+#: at 86 times: the shared handler's 512 MiB let 1 MiB of it become 28 MiB of objects, and 16 such
+#: requests at once peaked the process at 226 MiB, against the Deployment's 256 Mi limit.
+PARSE_BYTES_PER_BODY_BYTE = 32
+#: What the bodies parsed and answered at once may be reckoned to take in all (the server's
+#: ``parse_budget``); past it a request waits for room until its body deadline, then 503. A body
+#: over it alone still parses alone.
+MAX_PARSE_TOTAL = 64 << 20
 
 
 class StoreBusy(HttpError):
@@ -142,6 +153,7 @@ class Agent:
                   "(the fallback takes no parameters)", solver_params=sorted(map(str, cfg.recommend.solver_params)),
                   solver=cfg.label("recommend.solver"))
         self.policy = RegistryPolicySource(cfg.policy.registry) if cfg.policy.registry else None
+        self._waiting_for_latest = False  # "no latest yet" logged (once, until the registry changes)
         self.federation: SuperNodeSupervisor | None = None
         if cfg.federated.enabled:
             self.metrics.add_federated()
@@ -253,8 +265,12 @@ class Agent:
             raise BadRequest(unknown[0], "unknown field of an outcome (known: " + ", ".join(OUTCOME_FIELDS) + ")"
                                          + did_you_mean(unknown[0], OUTCOME_FIELDS))
         did = body.get("decision_id")
-        if not isinstance(did, str) or not did:
+        if did is None:
             raise BadRequest("decision_id", "required: the decision_id of a /recommend reply")
+        if not isinstance(did, str) or not did:
+            got = "an empty string" if did == "" else json_kind(did)
+            raise BadRequest("decision_id", f"expected a non-empty string (the decision_id of a /recommend reply), "
+                                            f"got {got}")
         # Required: a body without it was stored as observed={} and the real outcome, sent after,
         # got 409. An explicit {} is taken: it says where the pod went with nothing measured, on purpose.
         if "observed" not in body:
@@ -331,6 +347,9 @@ class Agent:
                 degraded.append(f"prometheus {why}: scoring with requests")
         if note.get("fallback_reason"):
             degraded.append(note["fallback_reason"])
+        store_failing = self._store_failing()
+        if store_failing:
+            degraded.append(store_failing)
         federation = None
         if self.federation is not None:
             federation = self.federation.status()
@@ -361,6 +380,14 @@ class Agent:
             "network_error": self.metrics.network_error,  # why iro_node_network_bytes stands still
         }
         return ready, doc
+
+    def _store_failing(self) -> str | None:
+        """Why the experience store is degraded (records held in memory for a failing file), or None.
+        Decisions are still answered: the agent stays ready."""
+        store = self.store
+        if store is None or not store.pending or not store.last_error:
+            return None
+        return f"experience store failing: {store.pending} pending ({store.last_error})"
 
     def federation_status(self) -> dict[str, Any]:
         """``GET /federation``: the SuperNode's state (``enabled: false`` without ``federated.enabled``)."""
@@ -407,6 +434,7 @@ class Agent:
             self.metrics.experience_rows.set(self.store.written)
             self.metrics.experience_pending.set(self.store.pending)
             self.metrics.experience_failed.set(self.store.failed)
+            self.metrics.dependency_up.labels("store").set(0 if self._store_failing() else 1)
 
     def _perception_step(self) -> None:
         assert self.prometheus is not None
@@ -455,11 +483,28 @@ class Agent:
             changed = self.policy.poll()
         except PolicyLoadError:
             self._set_policy_info()
+            if self._no_latest_yet():
+                # A registry before its first round: the usual state of a new federation, not a
+                # failure. Polled every policy.poll_interval_s (no backoff), said once.
+                if not self._waiting_for_latest:
+                    event(self.log, logging.INFO, "policy registry has no 'latest' yet: ranking without a policy "
+                          "until one is published", registry=str(self.policy.registry),
+                          poll_interval_s=self.cfg.policy.poll_interval_s)
+                    self._waiting_for_latest = True
+                return
+            self._waiting_for_latest = False
             raise
+        self._waiting_for_latest = False
         if changed:
             current = self.policy.current
             event(self.log, logging.INFO, "policy loaded", version=current.version if current else None)
         self._set_policy_info()
+
+    def _no_latest_yet(self) -> bool:
+        """The registry folder is there and has no ``latest`` pointer (not even a broken link)."""
+        assert self.policy is not None
+        registry = self.policy.registry
+        return self.policy.current is None and registry.is_dir() and not os.path.lexists(registry / LATEST)
 
     def _set_policy_info(self) -> None:
         ranker, _ = self.current_ranker()
@@ -500,6 +545,14 @@ class Agent:
         assert self.server is not None
         return int(self.server.server_address[1])
 
+    def abandon(self) -> None:
+        """Undo ``__init__`` after :meth:`start` failed to bind (nothing started yet): close the
+        store, without the stop's log lines (the agent never ran)."""
+        assert self.server is None, "abandon() is for an agent that never started serving"
+        self.stopping.set()
+        if self.store is not None:
+            self.store.close(self.cfg.shutdown_timeout_s)
+
     def stop(self) -> None:
         """Stop serving, finish in-flight requests, stop the loops, flush the store."""
         if self.stopping.is_set() and self.server is None:
@@ -518,9 +571,11 @@ class Agent:
             self.federation.stop()
         if self.store is not None:
             self.store.close(self.cfg.shutdown_timeout_s)
-            if self.store.lost_outcomes:
-                event(self.log, logging.WARNING, "outcomes answered 'pending' were not written: the store's file failed "
-                      "until the stop", lost_outcomes=self.store.lost_outcomes, error=self.store.last_error)
+            if self.store.lost_at_close:
+                # Not INFO "stopped" alone: these decisions (and outcomes) are gone, not in the file.
+                event(self.log, logging.WARNING, "pending records were not written: the experience store's file failed "
+                      "until the stop", lost=self.store.lost_at_close, lost_outcomes=self.store.lost_outcomes,
+                      error=self.store.last_error)
         event(self.log, logging.INFO, "edge agent stopped", experience_written=self.store.written if self.store else 0)
 
 
@@ -533,13 +588,16 @@ class _Server(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
     allow_reuse_address = True
     busy_message = "too many connections (listen.max_connections)"
     setting_names = {"max_body_bytes": "listen.max_body_bytes", "header_timeout_s": "listen.request_timeout_s",
-                     "body_timeout_s": "listen.request_timeout_s"}
+                     "body_timeout_s": "listen.request_timeout_s", "max_parse_memory": "listen.max_body_bytes"}
+    max_parse_total = MAX_PARSE_TOTAL
 
     def __init__(self, agent: Agent) -> None:
         listen = agent.cfg.listen
         self.agent = agent
         self.max_connections = listen.max_connections  # bounded threads: more get 503 at once, not a queue
         self.max_body_bytes = listen.max_body_bytes
+        # Sized for the agent (a pod or workload per body, a 256 Mi container), not the shared handler's 512 MiB.
+        self.max_parse_memory = PARSE_BYTES_PER_BODY_BYTE * max(listen.max_body_bytes, 1 << 20)
         # One setting bounds the request line and headers, the body, and an idle keep-alive connection.
         self.header_timeout_s = self.body_timeout_s = self.idle_timeout_s = listen.request_timeout_s
         super().__init__((listen.host, listen.port), _Handler)

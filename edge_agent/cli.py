@@ -1,8 +1,9 @@
 """The ``edge-agent`` command (also ``python -m edge_agent``).
 
-``edge-agent run --config agent.yaml [--port P]`` serves until SIGTERM or SIGINT, then stops
-cleanly (in-flight requests answered, the store flushed, a SuperNode it started stopped) and
-exits 0 after SIGTERM (Kubernetes or systemd stopping it), 130 after Ctrl-C: the project's stop
+``edge-agent run --config agent.yaml [--port P]`` serves until SIGTERM or SIGINT (SIGHUP stops
+like SIGTERM: the agent has no configuration reload), then stops cleanly (in-flight requests
+answered, the store flushed, a SuperNode it started stopped) and exits 0 after SIGTERM (Kubernetes
+or systemd stopping it), 130 after Ctrl-C: the project's stop
 convention (:mod:`iro_fed.cli`). A second signal during the stop is not waited for (Ctrl-C again
 exits 130, SIGTERM again ends the process). Bad settings exit 2 with every error naming its key.
 Ctrl-C before the agent serves (reading the settings, building the site) or during ``bench``
@@ -56,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     got: list[int] = []
     in_main = threading.current_thread() is threading.main_thread()  # Python sets handlers there only
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum)) if in_main else None
+    # SIGHUP (a closed terminal, `systemctl reload`, `kill -HUP`) stops like SIGTERM: the agent has
+    # no configuration reload, and SIGHUP's default ended it at once (no log, queued decisions lost).
+    # Passed on as a SIGTERM, so whichever SIGTERM handler is in place (early, run's, default) acts.
+    hup = getattr(signal, "SIGHUP", None) if in_main else None
+    previous_hup = signal.signal(hup, _hup_as_sigterm) if hup is not None else None
     from iro_fed.cli import EarlyStop
 
     early = None
@@ -76,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if early is not None:
             early.release()
+        if hup is not None:
+            signal.signal(hup, signal.SIG_DFL if previous_hup is None else previous_hup)
+
+
+def _hup_as_sigterm(_signum: int, _frame: object) -> None:
+    import signal
+
+    signal.raise_signal(signal.SIGTERM)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -98,6 +112,7 @@ def _main(args: argparse.Namespace) -> int:
         from edge_agent.agent import Agent
 
         store_path, store_key = cfg.store.path, cfg.label("store.path")
+        new_store = store_path is not None and not Path(store_path).exists()  # run's failed bind removes it
         if args.command == "check":
             if store_path is not None:
                 from edge_agent.store import probe_store
@@ -134,7 +149,10 @@ def _main(args: argparse.Namespace) -> int:
         except OSError as exc:  # port in use, cannot bind
             key, where = cfg.label(_listen_key(exc)), host_port(cfg.listen.host, cfg.listen.port)
             print(f"edge-agent run: error: {key}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-            agent.stop()
+            agent.abandon()  # never served: no "stopping" / "stopped" lines
+            if new_store:  # an empty store file this run made: a failed start leaves nothing behind
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{store_path}{suffix}").unlink(missing_ok=True)
             return EXIT_BAD_INPUT
         signum = wait_for_stop()  # the default handlers are back: a second signal interrupts a stop that hangs
         agent.stop()

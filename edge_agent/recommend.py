@@ -175,7 +175,7 @@ class Recommender:
         wl, kind = request_to_workload(body, self.site_problem.resources)
         k = body.get("k", self.default_k) if isinstance(body, Mapping) else self.default_k
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise BadRequest("k", f"expected an integer 1..{MAX_K}, got {k!r}")
+            raise BadRequest("k", f"expected an integer 1..{MAX_K}, got {_as_json(k)}")
         return wl, kind, k
 
     def join(self, workload: dict[str, Any], cluster: Problem, kind: str = "workload") -> Problem:
@@ -245,6 +245,15 @@ class Recommender:
             doc["warnings"] = warnings
         doc["timing_ms"] = round((time.perf_counter() - start) * 1000.0, 3)
         return Recommendation(doc, problem, state, top, deltas)
+
+
+def _as_json(value: Any, limit: int = 100) -> str:
+    """``value`` as the client wrote it (JSON: ``true``, ``null``, ``"5"``), cut to ``limit`` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _request_error(path: str, msg: str, kind: str) -> tuple[str, str]:

@@ -280,6 +280,7 @@ class ExperienceStore:
         self.rejected = 0  # outcomes refused: of an unknown decision, or a second, different one
         self.evicted = 0
         self.lost_outcomes = 0  # outcomes answered 'pending' and still not written at close
+        self.lost_at_close = 0  # records (decisions and outcomes) still pending at close: not written
         self.last_error: str | None = None
         # The writer thread's own: records the file refused (an OperationalError), oldest first,
         # the flushes waiting for them, and when to try them again.
@@ -415,6 +416,7 @@ class ExperienceStore:
                 answered = sum(1 for row in self._pending if row[2] is not None)
                 self._pending = deque()
                 self.failed += lost
+                self.lost_at_close += lost
                 self.last_error = f"{lost} pending records not written at close: {self._file_error}"
                 if answered:
                     self.last_error += f" ({answered} of them outcomes answered 'pending')"
@@ -457,9 +459,13 @@ class ExperienceStore:
             if dropped:
                 self.failed += dropped
                 self.last_error = f"{type(record_error).__name__}: {record_error}"
+        was_failing = bool(self._pending)
         self._pending = deque(rest)
         _answer_pending(rest)
         if not rest:
+            if was_failing:  # the outage the WARNING below announced is over
+                event(self.log, logging.INFO, "experience store file works again: pending records written",
+                      path=str(self.path), failures=self._backoff.failures, dropped=self._dropped_pending)
             self._backoff.reset()
             self._dropped_pending = 0
             return
@@ -467,6 +473,10 @@ class ExperienceStore:
         self._delay = self._backoff.next_delay()
         self._retry_at = time.monotonic() + self._delay
         self._file_error = f"{type(file_error).__name__}: {file_error}"
+        if not was_failing:  # once per outage (not per retry): records are now held in memory
+            event(self.log, logging.WARNING, "experience store file failing: records kept in memory and retried",
+                  path=str(self.path), pending=len(rest), error=self._file_error, retry_in_s=round(self._delay, 3),
+                  max_pending=self.max_pending)
         self._bound()
 
     def _bound(self) -> None:
@@ -486,6 +496,10 @@ class ExperienceStore:
                     kept.append(row)
             self._pending = kept
             self.failed += dropped
+            if dropped and not self._dropped_pending:  # once per outage; the recovery line gives the total
+                event(self.log, logging.WARNING, "experience store: records dropped, more than store.max_pending "
+                      "waited for the failing file (the oldest go first)", path=str(self.path), dropped=dropped,
+                      max_pending=self.max_pending, error=self._file_error)
             self._dropped_pending += dropped
         note = f"{self._file_error} ({len(self._pending)} records pending, retrying in {self._delay:g} s"
         if self._dropped_pending:

@@ -39,8 +39,10 @@ from iro_fed.sim import PLAIN_KUBERNETES, simulate
 from solvers import MAX_SEED
 
 #: What the project brief (the seed document) reported or asked for IRO-Fed where it gave a number (None: none).
+#: Request success: the simulator issue's target for the whole bank (docs/simulator.md); the 99.99 %
+#: SLA the seed gives its online services is not that target.
 SEED_REPORTED = {
-    "success_rate_pct": "99.99 (SLA)",
+    "success_rate_pct": ">= 99.9",
     "utilization_pct": "68",
     "batch_completion_min": "within 15 min of schedule",
     "carbon_kg": None,

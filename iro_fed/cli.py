@@ -697,14 +697,29 @@ def replay_columns(seeds: int) -> tuple[str, ...]:
     return ("mean arrived", "mean failed", "median unallocated GPU % @100", "mean frag GPU % @100", "total time s")
 
 
+#: ``iro replay --out`` suffixes of formats other than the JSON it writes (``--out x.csv`` wrote
+#: JSON into a .csv file); the images are ``--plot``'s.
+REPLAY_OUT_OTHER_FORMATS = (".csv", ".tsv", ".yaml", ".yml")
+REPLAY_OUT_IMAGES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def check_replay_out(path: str) -> None:
+    """Refuse an ``iro replay --out`` file whose suffix names another format than JSON."""
+    suffix = Path(path).suffix.lower()
+    if suffix in REPLAY_OUT_OTHER_FORMATS or suffix in REPLAY_OUT_IMAGES:
+        hint = "; --plot writes the allocation curve as an image" if suffix in REPLAY_OUT_IMAGES else ""
+        raise UsageError(f"--out: {path!r} has suffix {suffix!r}, but the replay result is JSON; give a .json file{hint}")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import solvers
     from iro_fed.problem_io import write_json_atomic
-    from iro_fed.replay import median_unallocated, replay_trace, summary
+    from iro_fed.replay import batch_window_error, median_unallocated, replay_trace, summary
     from iro_fed.traces.openb import TraceFormatError, gpu_capacity, load_nodes, load_pods
 
-    if args.batch_window < 1:
-        raise UsageError(f"--batch-window: must be >= 1, got {args.batch_window}")
+    error = batch_window_error(args.batch_window)  # the library's rule (at most MAX_ARRIVALS)
+    if error is not None:
+        raise UsageError(f"--batch-window: {error}")
     policies = check_names("--policy", args.policy, list(solvers.registered()))
     for name in policies:
         if args.batch_window == 1 and not issubclass(solvers.registered()[name], solvers.OnlineSolver):
@@ -718,6 +733,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = {name: _parse_settings(args.set or [], name) for name in policies} if args.set else {}
     refuse_empty(("--out", args.out), ("--plot", args.plot))
     if args.out:
+        check_replay_out(args.out)
         check_output_file("--out", args.out, make=False)
     if args.plot:
         from iro_fed.plots import check_plot_file
@@ -870,10 +886,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", metavar="N-M", help="several seeds, e.g. 42-51 or 1,5,9 (at most 1000, none twice); "
                                                   "the result holds the median unallocated GPU %% at 100 %% and the mean curves")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy setting; repeat for several")
-    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here (a .json file: a .csv, .yaml or image "
+                                                 "suffix is refused)")
     p.add_argument("--plot", metavar="PNG", help="write GPU allocation vs arrived workload as a PNG")
     p.add_argument("--batch-window", type=int, default=1, metavar="N",
-                   help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = online")
+                   help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = "
+                        "online; an online policy's curve is the same with any N; at most 1,000,000 (a window "
+                        "past the arrivals is one offline solve)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")

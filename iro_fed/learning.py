@@ -63,6 +63,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", default="policy.pt", metavar="FILE", help="checkpoint to write (default policy.pt)")
     p.add_argument("--resume", metavar="FILE", help="continue from this checkpoint (weights, target network, optimizer, schedules, random streams)")
+    p.add_argument("--assume-feature-names", action="store_true",
+                   help="with --resume: resume a checkpoint that records no feature names (written before they were "
+                        "recorded) as trained on this version's features (refused without it)")
     p.add_argument("--envs", type=int, default=4, help=f"vectorized environments (default 4, at most {MAX_ENVS})")
     p.add_argument("--hours", type=float, default=None,
                    help="simulated hours per episode (default: 6 for bank, 14 for promo-surge (its sale starts "
@@ -268,6 +271,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
                           "command": "iro train " + " ".join(_argv(args))},
                 evaluate=judge, track_emissions=not args.no_emissions, console=console,
+                assume_feature_names=args.assume_feature_names,
             )
         except CheckpointError as exc:
             raise UsageError(f"--resume: {exc}") from exc

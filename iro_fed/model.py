@@ -15,6 +15,7 @@ have are -1, so they never fit a request and never count as fully free.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,6 +27,8 @@ GPU_MILLI = 1000
 DOMAIN_KINDS = ("edge", "zone", "cloud")
 WORKLOAD_CLASSES = ("online", "batch", "burst")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: Toleration operators the loaders accept ("" reads as Equal; Lt / Gt are Kubernetes' alpha ones).
+_TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt", "")
 #: Default power model when a node gives none: watts per CPU core / GPU card at peak, and
 #: idle as a share of peak (typical of current x86 servers; SPECpower ranges 30-50 %).
 DEFAULT_PEAK_W_PER_CORE = 5.0
@@ -207,6 +210,7 @@ class Problem:
         power_gpu_share: np.ndarray | None = None,
     ) -> None:
         self.resources = tuple(resources)
+        _check_resources(self.resources)
         self.feasibility_only = tuple(feasibility_only)
         self._util_cols = _util_columns(self.resources, self.feasibility_only)
         self.domains = tuple(domains)
@@ -220,23 +224,24 @@ class Problem:
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.region_index = {r: i for i, r in enumerate(self.regions)}
 
-        _check_names(self.domains, self.nodes, self.workloads, self.region_index)
-        self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)))
-        self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)))
-        self.allocated = _frozen(allocated, np.float64, self.capacity.shape)
-        self.demand = _frozen(demand, np.float64, (len(self.workloads), len(self.resources)))
-        self.gpu_count = _frozen(gpu_count, np.int32, (len(self.nodes),))
-        self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(gpu_count)))
-        self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),))
-        self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),))
+        _check_names(self.domains, self.nodes, self.workloads, self.regions, self.region_index, self.domain_index,
+                     self.node_index)
+        self.latency_ms = _frozen(latency_ms, np.float64, (len(self.regions), len(self.domains)), "latency_ms")
+        self.capacity = _frozen(capacity, np.float64, (len(self.nodes), len(self.resources)), "capacity")
+        self.allocated = _frozen(allocated, np.float64, self.capacity.shape, "allocated")
+        self.demand = _frozen(demand, np.float64, (len(self.workloads), len(self.resources)), "demand")
+        self.gpu_count = _frozen(gpu_count, np.int32, (len(self.nodes),), "gpu_count")
+        self.gpu_free = _frozen(gpu_free, np.int32, (len(self.nodes), self.gpu_free_width(self.gpu_count)), "gpu_free")
+        self.wl_gpu_count = _frozen(wl_gpu_count, np.int32, (len(self.workloads),), "wl_gpu_count")
+        self.wl_gpu_milli = _frozen(wl_gpu_milli, np.int32, (len(self.workloads),), "wl_gpu_milli")
         _check_gpu_counts(self.nodes, self.workloads, self.gpu_count, self.gpu_free, self.wl_gpu_count)
         _check_gpu_shape(self.workloads, self.wl_gpu_count, self.wl_gpu_milli)
-        self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),))
-        self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),))
+        self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),), "power_idle_w")
+        self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),), "power_peak_w")
         # As given (NaN or None: the default), kept for replace(): a new capacity or card count
         # then gets its own default share.
-        self.power_gpu_share_given = None if power_gpu_share is None else _named_frozen(
-            "power_gpu_share", power_gpu_share, (len(self.nodes),))
+        self.power_gpu_share_given = None if power_gpu_share is None else _frozen(
+            power_gpu_share, np.float64, (len(self.nodes),), "power_gpu_share")
         self._check_numbers()
         self.power_gpu_share = self._resolve_gpu_share()
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
@@ -454,6 +459,13 @@ class Problem:
                 table[i, index[t]] = True
         return taints, _readonly(table)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # pickle and deepcopy rebuild the arrays writeable: make them the read-only views again.
+        self.__dict__.update(state)
+        for value in state.values():
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+
     def replace(self, **changes: Any) -> Problem:
         """A copy with some constructor arguments replaced."""
         args: dict[str, Any] = {
@@ -492,8 +504,19 @@ class Problem:
         return Problem(**args)
 
     def with_workloads(self, indices: Sequence[int] | np.ndarray) -> Problem:
-        """A problem with the same cluster and a subset (or reordering) of the workloads."""
-        idx = np.asarray(indices, dtype=np.int64)
+        """A problem with the same cluster and a subset (or reordering) of the workloads: ``indices``
+        are workload indices, a TypeError or IndexError naming ``indices`` otherwise (numpy took
+        -1 as the last workload and 1.5 as workload 1)."""
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64).reshape(0)
+        elif idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise TypeError(f"indices: expected a list of workload indices, got an array of {idx.dtype} "
+                            f"with shape {idx.shape}")
+        else:
+            low, high = int(idx.min()), int(idx.max())
+            if low < 0 or high >= self.num_workloads:
+                raise IndexError(_out_of_range("indices", low if low < 0 else high, "workload", self.num_workloads))
         return self.replace(
             workloads=[self.workloads[i] for i in idx],
             demand=self.demand[idx],
@@ -511,6 +534,28 @@ class Problem:
             f"Problem({self.num_nodes} nodes in {len(self.domains)} domains, "
             f"{self.num_workloads} workloads, resources={list(self.resources)})"
         )
+
+
+def check_index(name: str, value: Any, kind: str, count: int) -> int:
+    """``value`` as a ``kind`` ("workload" / "node") index below ``count`` (numpy ints too, bools
+    not): a TypeError or IndexError naming ``name`` and the valid range otherwise. For the calls
+    that take an index (a negative one silently meant the last pods or nodes, as in Python)."""
+    if isinstance(value, (bool, np.bool_)):
+        index = None
+    else:
+        try:
+            index = operator.index(value)
+        except TypeError:
+            index = None
+    if index is None:
+        raise TypeError(f"{name}: expected a {kind} index, got {type(value).__name__} {value!r}"[:200])
+    if not 0 <= index < count:
+        raise IndexError(_out_of_range(name, index, kind, count))
+    return index
+
+
+def _out_of_range(name: str, index: int, kind: str, count: int) -> str:
+    return f"{name}: {kind} index {index} is out of range 0..{count - 1} (the problem has {count} {kind}(s))"
 
 
 class ClusterState:
@@ -687,6 +732,10 @@ class ClusterState:
 
     def place(self, w: int, n: int, cards: Sequence[int] | None = None) -> tuple[int, ...]:
         """Put workload w on node n (on ``cards``, or the default card choice)."""
+        # Plain int comparisons on the hot path; anything else (numpy ints, bad values) is
+        # checked: n=-1 (an unplaceable Decision's node) corrupted the last node, w=-1 took the last pod.
+        if type(w) is not int or type(n) is not int or not (0 <= w < len(self.assignment) and 0 <= n < len(self.pods_on_node)):
+            w, n = self._index("w", w, "workload"), self._index("n", n, "node")
         if self.assignment[w] >= 0:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is already placed")
         p = self.problem
@@ -694,6 +743,8 @@ class ClusterState:
             cards = self.default_cards(w, n)  # distinct cards of node n, as Python ints
         else:
             cards = tuple(int(c) for c in cards)
+            if cards and not p.gpu_shape[w][0]:  # (cards recorded for a pod without GPUs: a file placement_from_dict refuses)
+                raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} given, but it asks for no GPU")
             if cards and (len(set(cards)) != len(cards) or not all(0 <= c < p.gpu_count[n] for c in cards)):
                 # -1 took the node's last card (a Python index), 99 an IndexError deep in the update.
                 raise ValueError(f"workload {p.workloads[w].name!r}: cards {list(cards)} are not distinct card "
@@ -728,6 +779,8 @@ class ClusterState:
 
     def remove(self, w: int) -> None:
         """Take workload w off its node (departures in the simulator)."""
+        if type(w) is not int or not 0 <= w < len(self.assignment):  # (w=-1 took the last pod off)
+            w = self._index("w", w, "workload")
         n = int(self.assignment[w])
         if n < 0:
             raise ValueError(f"workload {self.problem.workloads[w].name!r} is not placed")
@@ -766,6 +819,10 @@ class ClusterState:
         if not self._node_is_on(n):
             self.on[n] = False
             self.util_cap_on -= p.util_capacity[n]
+
+    def _index(self, name: str, value: Any, kind: str) -> int:
+        """:func:`check_index` against this state's workloads or nodes."""
+        return check_index(name, value, kind, len(self.assignment) if kind == "workload" else len(self.pods_on_node))
 
     @classmethod
     def with_assignment(
@@ -818,21 +875,26 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _frozen(a: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    arr = np.array(a, dtype=dtype, copy=True)
+def _frozen(a: Any, dtype: Any, shape: tuple[int, ...], name: str = "array") -> np.ndarray:
+    """A read-only copy of ``a`` as ``dtype`` of ``shape``; a ValueError naming ``name`` for other
+    shapes, non-numbers and (for an integer ``dtype``) fractions, which a cast cut silently (2.5 -> 2)."""
+    try:
+        arr = np.array(a, dtype=dtype, copy=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"{name}: expected numbers of shape {shape}: {e}"[:300]) from None
     if arr.size == 0:
         arr = arr.reshape(shape)
     if arr.shape != shape:
-        raise ValueError(f"array has shape {arr.shape}, expected {shape}")
+        raise ValueError(f"{name}: array has shape {arr.shape}, expected {shape}")
+    if arr.dtype.kind in "iu":
+        src = np.asarray(a)
+        if src.dtype.kind not in "iub":
+            with np.errstate(invalid="ignore"):
+                whole = np.asarray(src == arr, dtype=bool)
+            if not whole.all():
+                at = tuple(int(x) for x in np.argwhere(~whole)[0])
+                raise ValueError(f"{name}[{', '.join(map(str, at))}]: must be a whole number, got {src[at].item()!r}")
     return _readonly(arr)
-
-
-def _named_frozen(field: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """:func:`_frozen` as float64, its errors naming ``field``."""
-    try:
-        return _frozen(a, np.float64, shape)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field}: {exc}") from None
 
 
 def _finite_at_least(value: Any, low: float) -> bool:
@@ -853,17 +915,31 @@ def _check_amounts(field: str, arr: np.ndarray, kind: str, rows: Sequence[Node] 
 
 
 def _check_names(domains: Sequence[Domain], nodes: Sequence[Node], workloads: Sequence[Workload],
-                 regions: Mapping[str, int]) -> None:
-    """Names the problem's indices rely on: distinct domains and nodes, each node's domain, each
-    workload's user region and allowed domains declared (an unknown region was -1 silently, an
-    unknown node domain a KeyError). Set tests first: a problem is built per simulator step."""
-    for kind, names in (("domain", [d.name for d in domains]), ("node", [n.name for n in nodes])):
+                 region_names: Sequence[str], regions: Mapping[str, int], domain_index: Mapping[str, int],
+                 node_index: Mapping[str, int]) -> None:
+    """Names the problem's indices rely on: distinct domains, nodes, workloads and regions, each
+    node's domain and taint effects, each workload's user region and allowed domains declared (an
+    unknown region was -1 silently, an unknown node domain a KeyError). Set tests first: a problem
+    is built per simulator step."""
+    # The name -> index maps are built already: fewer entries than items is a repeated name.
+    for kind, items, index in (("domain", domains, domain_index), ("node", nodes, node_index),
+                               ("workload", workloads, None)):
+        names = [x.name for x in items] if index is None or len(index) < len(items) else []
         if len(set(names)) < len(names):
             seen: dict[str, int] = {}
             for i, name in enumerate(names):
                 if name in seen:
                     raise ValueError(f"{kind}s[{i}]: duplicate {kind} name {name!r} (also {kind}s[{seen[name]}])")
                 seen[name] = i
+    if len(regions) < len(region_names):
+        i = next(i for i, r in enumerate(region_names) if r in region_names[:i])
+        raise ValueError(f"regions[{i}]: duplicate user region {region_names[i]!r} "
+                         f"(also regions[{region_names.index(region_names[i])}])")
+    if not {t.effect for n in nodes for t in n.taints} <= set(TAINT_EFFECTS):
+        i, n = next((i, n) for i, n in enumerate(nodes) if any(t.effect not in TAINT_EFFECTS for t in n.taints))
+        j, t = next((j, t) for j, t in enumerate(n.taints) if t.effect not in TAINT_EFFECTS)
+        raise ValueError(f"nodes[{i}].taints[{j}].effect (node {n.name!r}): must be one of {', '.join(TAINT_EFFECTS)}, "
+                         f"got {t.effect!r}")
     known = {d.name for d in domains}
     if not {n.domain for n in nodes} <= known:
         i, n = next((i, n) for i, n in enumerate(nodes) if n.domain not in known)
@@ -910,7 +986,24 @@ def _check_domain(d: Domain) -> None:
             raise ValueError(f"domain {d.name!r}: price_per_hour.{r} must be finite and >= 0, got {v!r}")
 
 
+def _check_resources(resources: tuple[str, ...]) -> None:
+    """The loader's resource-name rules: distinct names, and no ``gpu`` (GPUs are counted from
+    the card arrays: a ``gpu`` resource counted them twice in utilization and cost)."""
+    for i, r in enumerate(resources):
+        if r == "gpu":
+            raise ValueError(f"resources[{i}]: 'gpu' is not an additive resource: use gpu_count / gpu_free and "
+                             "wl_gpu_count / wl_gpu_milli")
+        if r in resources[:i]:
+            raise ValueError(f"resources[{i}]: duplicate resource {r!r}")
+
+
 def _workload_error(w: Workload) -> str:
+    for j, t in enumerate(w.tolerations):
+        if t.operator not in _TOLERATION_OPERATORS:
+            return (f"workload {w.name!r}: tolerations[{j}].operator must be Equal or Exists (or the alpha Lt, Gt), "
+                    f"got {t.operator!r}")
+        if t.effect and t.effect not in TAINT_EFFECTS:
+            return f"workload {w.name!r}: tolerations[{j}].effect must be empty or one of {', '.join(TAINT_EFFECTS)}, got {t.effect!r}"
     if w.klass not in WORKLOAD_CLASSES:
         return f"workload {w.name!r}: klass must be one of {', '.join(WORKLOAD_CLASSES)}, got {w.klass!r}"
     if w.max_latency_ms is not None:
@@ -938,6 +1031,17 @@ def _check_gpu_shape(workloads: Sequence[Workload], count: np.ndarray, milli: np
                 else f"a pod asking for {k} GPUs takes whole cards: it must be {GPU_MILLI}" if k > 1
                 else f"a pod without GPUs has 0..{GPU_MILLI}")
         raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count {k}): {rule}, got {m}")
+    # A pod without GPUs has no share and no GPU models: the loaders refuse both (a problem file
+    # can say neither), so a problem built with them was written to a file that read back without.
+    share = (count == 0) & (milli > 0)
+    if share.any():
+        w = int(np.flatnonzero(share)[0])
+        raise ValueError(f"wl_gpu_milli[{w}] (workload {workloads[w].name!r}, wl_gpu_count 0): a pod without GPUs "
+                         f"takes no GPU share (0; give wl_gpu_count 1 for a share), got {int(milli[w])}")
+    w = next((i for i, wl in enumerate(workloads) if wl.gpu_models and not count[i]), None)
+    if w is not None:
+        raise ValueError(f"workloads[{w}].gpu_models (workload {workloads[w].name!r}, wl_gpu_count 0): a pod without "
+                         f"GPUs names no GPU models, got {list(workloads[w].gpu_models)}")
 
 
 def _optional_nonzero(a: Any, rows: int, name: str) -> np.ndarray | None:

@@ -36,12 +36,13 @@ vector over nodes, for online solvers; it agrees with :func:`evaluate` by constr
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iro_fed.model import GPU_MILLI, ClusterState, Problem
+from iro_fed.model import GPU_MILLI, ClusterState, Problem, check_index
 
 if TYPE_CHECKING:
     from iro_fed.placement import Placement
@@ -225,12 +226,25 @@ def _utilization(used_on: np.ndarray, cap_on: np.ndarray) -> float:
     return float(shares.sum() / shares.size)  # what ndarray.mean computes, without its overhead on a hot path
 
 
-def evaluate(problem: Problem, placement: Placement | np.ndarray) -> Breakdown:
-    """Score a placement (or a bare assignment vector) against its problem.
+def _assignment_of(placement: Any) -> np.ndarray:
+    """The assignment vector of a placement (or state), an array or a list / tuple of indices."""
+    if isinstance(placement, np.ndarray):
+        return placement
+    assignment = getattr(placement, "assignment", None)
+    if assignment is not None:
+        return np.asarray(assignment)
+    if isinstance(placement, Sequence) and not isinstance(placement, (str, bytes)):
+        return np.asarray(placement)  # (a list was an AttributeError: no .assignment)
+    raise TypeError(f"placement: expected a Placement or an assignment vector (one node index per workload), "
+                    f"got {type(placement).__name__}")
+
+
+def evaluate(problem: Problem, placement: Placement | np.ndarray | Sequence[int]) -> Breakdown:
+    """Score a placement (or a bare assignment vector: an array, list or tuple) against its problem.
 
     The assignment has one entry per workload: a node index, or -1 for unplaced; any other
-    shape or value raises ValueError naming the entry."""
-    raw = np.asarray(placement if isinstance(placement, np.ndarray) else placement.assignment)
+    shape or value raises ValueError naming the entry, anything else TypeError."""
+    raw = _assignment_of(placement)
     p = problem
     # A short vector would score the missing pods as unplaced, a long one crash deep inside.
     if raw.shape != (p.num_workloads,):
@@ -324,8 +338,12 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
     (cards x 1000)``. A handful of vector operations over the nodes: the utilization after
     powering a node on is computed once per distinct node capacity shape, the weighted per-node
     terms are precomputed.
+    ``w`` is a workload index (TypeError / IndexError naming ``w`` otherwise, as
+    :meth:`ClusterState.place`): -1 scored the last workload, a bad one failed deep in numpy.
     """
     p = problem
+    if type(w) is not int or not 0 <= w < p.num_workloads:  # plain int comparisons on the hot path
+        w = check_index("w", w, "workload", p.num_workloads)
     coef = coefficients(p)
     wts = p.weights
 

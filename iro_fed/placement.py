@@ -56,7 +56,7 @@ class Placement:
             "params": _jsonable(self.params),
             "status": self.status,
             "assignments": assignments,
-            "gpu_assignments": {problem.workloads[w].name: list(c) for w, c in sorted(self.gpu_cards.items())},
+            "gpu_assignments": {problem.workloads[w].name: [int(x) for x in c] for w, c in sorted(self.gpu_cards.items())},
             "unplaced": {problem.workloads[w].name: r for w, r in sorted(self.reasons.items())},
             "objective": self.objective.to_dict() if self.objective is not None else None,
             "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
@@ -88,6 +88,17 @@ def _check_fits(placement: Placement, problem: Problem) -> None:
         for w in key:
             if not 0 <= w < problem.num_workloads:
                 raise ValueError(f"{name}: workload index {w!r} is out of range (the problem has {problem.num_workloads})")
+    # The reader's card rules (placement_from_dict): a file it would refuse is not written.
+    errors: list[str] = []
+    for w, cards in placement.gpu_cards.items():
+        name = problem.workloads[w].name
+        if a[w] < 0:
+            errors.append(f"gpu_assignments.{name}: the workload is not placed")
+        else:
+            listed = [int(c) if isinstance(c, np.integer) else c for c in cards]
+            _card_list(problem, name, int(w), int(a[w]), listed, errors)
+    if errors:
+        raise ValueError(f"gpu_cards: {'; '.join(errors)}")
 
 
 def placement_from_dict(problem: Problem, doc: dict[str, Any]) -> Placement:

@@ -486,6 +486,26 @@ def _make_yaml_loader() -> type:
     return Loader
 
 
+def dump_yaml(doc: Any) -> str:
+    """``doc`` as YAML that :func:`load_yaml` reads back equal. PyYAML's ``safe_dump`` quotes the
+    strings its YAML 1.1 resolvers would read as other types, not those of the 1.2 core schema the
+    loader uses: a label ``1e3``, ``-.5`` or ``0o17`` was written plain and read back as a number."""
+    import yaml
+
+    core = re.compile(rf"\A(?:{_YAML_BOOL}|{_YAML_INT}|{_YAML_FLOAT})\Z")
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def represent_str(dumper: Any, data: str) -> Any:
+        if core.match(data):
+            return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+        return dumper.represent_str(data)
+
+    Dumper.add_representer(str, represent_str)
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=False)
+
+
 def _lines(first: int, again: int) -> str:
     return f"line {first}" if first == again else f"lines {first} and {again}"
 
@@ -1327,11 +1347,23 @@ def _non_finite_path(data: Any) -> tuple[str, float] | None:
 
 
 def write_problem(problem: Problem, path: str | os.PathLike) -> None:
-    """Write a problem file: YAML for a .yaml/.yml path, JSON otherwise (atomically)."""
-    p = Path(path)
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
+    """Write a problem file: YAML for a .yaml/.yml path, JSON otherwise (atomically).
 
-        write_text_atomic(p, yaml.safe_dump(problem_to_dict(problem), sort_keys=False))
+    The file is what :func:`load_problem` reads back to an equal problem: a problem the file
+    format cannot hold is refused with the loader's errors (field paths), nothing written. A
+    directly built problem may hold what a file may not (a snapshot's node with a capacity of 0,
+    an overcommitted node, numbers past :data:`MAX_NUMBER`); such a file failed only when read."""
+    p = Path(path)
+    doc = problem_to_dict(problem)
+    is_yaml = p.suffix.lower() in (".yaml", ".yml")
+    if is_yaml:
+        text = dump_yaml(doc)
+        back = load_yaml(text)  # what load_problem reads
     else:
-        write_json_atomic(p, problem_to_dict(problem))
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"  # (the constructor refuses NaN and inf amounts)
+        back = load_json(text)
+    try:
+        problem_from_dict(back, source=str(p))
+    except ProblemValidationError as exc:
+        raise ProblemValidationError(exc.errors, f"{p} (not written: a problem file cannot hold this problem)") from None
+    write_text_atomic(p, text)

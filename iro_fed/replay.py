@@ -10,9 +10,11 @@ simulator's analysis does. It also records the FGD fragmentation of the cluster 
 capacity that is free but fragmented for the typical tasks) and CPU / memory allocation on the
 same axis. With a batch window a queued pod's point is recorded when its window is placed, the
 window's decisions applied in arrival order: the curve measures placement, not the pod's wait
-in the queue (an online solver's curve is unchanged). The typical tasks (for the metric and for the FGD policies) are those of the original
-pod list, before the arrival sequence's copies and removals, as in the simulator
-(``SetTypicalPods`` on the workload before ``TunePodsByNodeTotalResource``).
+in the queue. An online solver's curve is unchanged by a window: it decides the queued pods one
+by one, in arrival order, against the live cluster, one run (one seed) over the whole replay.
+The typical tasks (for the metric and for the FGD policies) are those of the original pod list,
+before the arrival sequence's copies and removals, as in the simulator (``SetTypicalPods`` on
+the workload before ``TunePodsByNodeTotalResource``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 from iro_fed.fragmentation import TypicalTasks, fragmentation, typical_tasks
 from iro_fed.model import ClusterState, Problem
-from iro_fed.traces.openb import OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
+from iro_fed.traces.openb import MAX_ARRIVALS, OpenbNode, OpenbPod, arrival_sequence, build_problem, gpu_capacity
 
 MAX_ARRIVED_PCT = 130
 #: Decimals of each curve point: the simulator's analysis rounds the mean to 2.
@@ -92,6 +94,20 @@ def curve(arrived_pct: np.ndarray, values: np.ndarray) -> dict[str, float | None
     return out
 
 
+def batch_window_error(value: Any) -> str | None:
+    """Why ``value`` is no batch window (None: it is one): an int 1..:data:`MAX_ARRIVALS`. The one
+    rule of :func:`replay_problem` and ``iro replay --batch-window``, each naming its own argument.
+    A window past the arrivals is one offline solve anyway; a huge one built one giant problem, and
+    a float (2.5) never filled, so every pod waited for the last one."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return f"expected an integer, got {type(value).__name__} {value!r}"[:200]
+    if value < 1:
+        return f"must be >= 1, got {value}"
+    if value > MAX_ARRIVALS:
+        return f"must be at most {MAX_ARRIVALS:,} (the most arrivals a replay has), got {value}"
+    return None
+
+
 def replay_problem(
     problem: Problem,
     solver: Any,
@@ -104,18 +120,21 @@ def replay_problem(
     """Replay ``problem.workloads`` in order; ``capacity_milli`` defaults to the cluster's GPU
     capacity. With ``batch_window`` 1 each pod goes through ``solver.decide`` (an online solver)
     as it arrives; with N > 1 arriving pods are queued and every N of them (and the rest at the
-    end) are placed jointly by ``solver.solve`` on the current cluster; pods it leaves unplaced
-    are dropped, as in the online replay; each queued pod's curve point is taken once its window is
-    placed (arrived: the pods up to it; allocated: the cluster with the window placed up to it).
-    ``tasks`` are the typical tasks of the fragmentation
-    metric (default: those of ``problem.workloads``); a solver with ``use_typical_tasks`` (the
-    FGD policies) is given the same ones."""
+    end) are placed jointly by ``solver.solve`` on the current cluster (an online solver decides
+    them one by one against the live cluster instead, so its curve is the online one); pods it
+    leaves unplaced are dropped, as in the online replay; each queued pod's curve point is taken
+    once its window is placed (arrived: the pods up to it; allocated: the cluster with the window
+    placed up to it). ``tasks`` are the typical tasks of the fragmentation metric (default: those
+    of ``problem.workloads``); a solver with ``use_typical_tasks`` (the FGD policies, and cpsat and
+    the composites, which hand them to the solvers inside) is given the same ones."""
     p = problem
     capacity = float(capacity_milli if capacity_milli is not None else int(p.gpu_count.sum()) * 1000)
     if capacity <= 0:
         raise ValueError("the cluster has no GPUs: the GPU allocation metric is undefined")
-    if batch_window < 1:
-        raise ValueError(f"batch_window must be >= 1, got {batch_window}")
+    error = batch_window_error(batch_window)
+    if error is not None:
+        raise ValueError(f"batch_window: {error}")
+    batch_window = int(batch_window)  # (a numpy int: a plain one in the result's JSON)
     n = p.num_workloads
     cpu_total = float(p.capacity[:, p.cpu_index].sum())
     mem_col = p.resource_index.get("memory")
@@ -127,7 +146,11 @@ def replay_problem(
     if hasattr(solver, "use_typical_tasks"):
         solver.use_typical_tasks(tasks)
     state = ClusterState(p)
-    if batch_window == 1:
+    # An online solver decides each pod against the live cluster, window or not: its window
+    # problem knew nothing of the pods already placed (fgd-clustering's kind counts started at
+    # zero) and each solve() reseeded it (random: 13.75 -> 9.44 % unallocated with a window of 2).
+    online = batch_window == 1 or _is_online(solver)
+    if online:
         solver.reset(p)
     frag_nodes = fragmentation(tasks, np.arange(p.num_nodes), state.free[:, p.cpu_index], state.gpu_free)
     totals = {"used": 0, "cpu": 0.0, "mem": 0.0, "frag": float(frag_nodes.sum()), "failed": 0, "failed_milli": 0}
@@ -163,6 +186,13 @@ def replay_problem(
         mem_pct[w] = 100.0 * totals["mem"] / mem_total if mem_total else 0.0
 
     def flush(queue: list[int]) -> None:
+        if online:
+            for w in queue:
+                decision = solver.decide(state, w)
+                settle(w, decision.node, decision.cards)
+                record(w)
+            queue.clear()
+            return
         window = p.with_workloads(queue).with_cluster(state.allocated, state.gpu_free)
         placement = solver.solve(window)
         # Each queued pod's point is taken once the window is placed, its decisions applied in
@@ -206,6 +236,12 @@ def replay_problem(
     )
 
 
+def _is_online(solver: Any) -> bool:
+    import solvers  # the registry package, not a core module's import-time dependency
+
+    return isinstance(solver, solvers.OnlineSolver)
+
+
 def replay_trace(
     nodes: list[OpenbNode],
     pods: list[OpenbPod],
@@ -220,6 +256,9 @@ def replay_trace(
     policies use the typical tasks of ``pods`` (the original list)."""
     import solvers
 
+    error = batch_window_error(batch_window)
+    if error is not None:  # before the arrival sequence is built
+        raise ValueError(f"batch_window: {error}")
     capacity = gpu_capacity(nodes)
     if capacity <= 0:  # before the arrival sequence, which would tune the workload to 0 GPUs
         raise ValueError("nodes: the node list has no GPUs: the GPU allocation metric is undefined")
@@ -254,6 +293,7 @@ def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv:
     return {
         "policy": first.policy,
         "seeds": [r.seed for r in results],
+        "batch_window": first.batch_window,  # one per replay: every seed's run has the same
         "pods_csv": str(pods_csv),
         "nodes_csv": str(nodes_csv),
         "arrived_pods": [r.arrived_pods for r in results],

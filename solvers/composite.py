@@ -22,6 +22,7 @@ import time
 from typing import Any, ClassVar
 
 from iro_fed.feasibility import check_placement
+from iro_fed.fragmentation import TypicalTasks
 from iro_fed.model import ClusterState, Problem
 from iro_fed.placement import Placement
 from solvers.base import SEED, DeadlineExceeded, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
@@ -50,6 +51,14 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
         raise InvalidSettingError(f"solver {owner!r} setting {where!r}: {exc}") from exc
 
 
+def _pass_typical_tasks(tasks: TypicalTasks | None, *inner: Solver | None) -> None:
+    """Hand the trace replay's typical tasks to each wrapped solver that scores against them
+    (fgd, iro-frag, a cpsat with such hints): only the composite itself was given them."""
+    for solver in inner:
+        if solver is not None and hasattr(solver, "use_typical_tasks"):
+            solver.use_typical_tasks(tasks)
+
+
 def _earliest(*deadlines: float | None) -> float | None:
     present = [d for d in deadlines if d is not None]
     return min(present) if present else None
@@ -72,6 +81,9 @@ class Fallback(Solver):
     def _check_settings(self) -> None:
         self._primary = _build(self.name, "primary", self.primary, self.primary_params, self.seed)
         self._fallback = _build(self.name, "fallback", self.fallback, self.fallback_params, self.seed)
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
+        _pass_typical_tasks(tasks, self._primary, self._fallback)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         limit = None if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
@@ -114,6 +126,9 @@ class TimeBudget(Solver):
         self._then = None if self.then == "none" else _build(self.name, "then", self.then, {}, self.seed)
         if self._then is not None and not isinstance(self._then, OnlineSolver):
             raise InvalidSettingError(f"solver {self.name!r} setting 'then': {self.then!r} is not an online solver")
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
+        _pass_typical_tasks(tasks, self._inner, self._then)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         budget_end = _earliest(deadline, time.perf_counter() + self.budget_s)

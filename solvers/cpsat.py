@@ -205,6 +205,7 @@ import numpy as np
 
 from iro_fed.feasibility import candidate_matrix as _candidate_matrix
 from iro_fed.feasibility import explain, feasible_nodes, fit_tolerance, pod_groups, pod_key, resource_fit, room_fits
+from iro_fed.fragmentation import TypicalTasks
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -1468,6 +1469,15 @@ class CpSat(Solver):
         # (about 1.1 s with the pandas it pulls in: a 1 s budget was spent before the hint ran).
         from ortools.sat.python import cp_model  # noqa: F401
 
+    #: Typical tasks given by :meth:`use_typical_tasks`, handed to each hint solver that takes them.
+    given_tasks: TypicalTasks | None = None
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
+        """Hand ``tasks`` to the hint solvers that score against typical tasks (fgd, iro-frag): the
+        trace replay's are those of the original pod list; from a 50-1000-pod window a hint
+        computed its own (iro-frag as a window-50 hint on 100 nodes: 4.13 -> 4.55 % unallocated)."""
+        self.given_tasks = tasks
+
     @property
     def hint_solvers(self) -> list[str]:
         """The solvers of ``hint``, in the order given, each once (none for 'none')."""
@@ -1534,6 +1544,8 @@ class CpSat(Solver):
             batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
+                if self.given_tasks is not None and hasattr(hint_solver, "use_typical_tasks"):
+                    hint_solver.use_typical_tasks(self.given_tasks)
                 if isinstance(hint_solver, OnlineSolver):
                     # Run whole, whatever the limit: the hint is the floor of the answer, and one
                     # stopped at the cap left the pods it had not reached unplaced (a replay with

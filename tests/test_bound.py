@@ -101,3 +101,106 @@ def test_bound_is_on_the_value_the_replay_reports() -> None:
         share_packing_bound(sequence, capacity, arrived_pct=99.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no arrival event at 110 %"):
         share_packing_bound(sequence, capacity, arrived_pct=110)
+
+
+def brute_force_most_milli(items: list[int], cards: int, card: int) -> int:
+    """The most milli of any subset of ``items`` on ``cards`` cards: every item on a card or left out."""
+    best = 0
+    for assignment in itertools.product(range(cards + 1), repeat=len(items)):  # index ``cards`` = left out
+        loads = [0] * (cards + 1)
+        for item, c in zip(items, assignment, strict=True):
+            loads[c] += item
+        if max(loads[:cards], default=0) <= card:
+            best = max(best, sum(loads[:cards]))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_most_share_milli_equals_brute_force(seed: int) -> None:
+    from iro_fed.traces.bound import most_share_milli
+
+    rng = random.Random(seed)
+    items = [rng.randint(1, 9) for _ in range(rng.randint(1, 6))]
+    cards = rng.randint(0, 3)
+    sizes: dict[int, int] = {}
+    for item in items:
+        sizes[item] = sizes.get(item, 0) + 1
+    most, optimal = most_share_milli(sizes, cards, card_milli=10)
+    assert optimal
+    assert most == brute_force_most_milli(items, cards, 10)
+
+
+def brute_force_event_alloc(pods: list[OpenbPod], cards: int) -> int:
+    """The most GPU milli that any subset of ``pods`` can hold on ``cards`` pooled 1000-milli cards
+    (a k-GPU pod takes k whole cards anywhere, a share fits on one card with others)."""
+    best = 0
+    for assignment in itertools.product(range(cards + 1), repeat=len(pods)):  # whole pods: any card index
+        loads = [0] * (cards + 1)
+        whole_cards = 0
+        for pod, c in zip(pods, assignment, strict=True):
+            if c == cards or pod.num_gpu == 0:
+                continue
+            if pod.gpu_milli < 1000 and pod.num_gpu == 1:
+                loads[c] += pod.gpu_milli
+            else:
+                whole_cards += pod.num_gpu
+        # whole pods sit on cards no share uses
+        share_cards = sum(1 for load in loads[:cards] if load)
+        if max(loads[:cards], default=0) <= 1000 and share_cards + whole_cards <= cards:
+            best = max(best, sum(loads[:cards]) + 1000 * whole_cards)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_any_policy_bound_is_the_pooled_optimum_of_each_event(seed: int) -> None:
+    # Tiny clusters (3 cards) and sequences: per event, the most any choice of the arrived pods can
+    # hold on the cards (brute force) gives the floor the replay's value cannot go below.
+    from iro_fed.replay import round_point
+    from iro_fed.traces.bound import _window, any_policy_bound
+
+    rng = random.Random(seed)
+    capacity = 3000
+    sequence: list[OpenbPod] = []
+    arrived = 0
+    while arrived < 1.1 * capacity:
+        if rng.random() < 0.4:
+            pod = OpenbPod(f"p{len(sequence)}", 1000, 100, rng.choice((1, 1, 2)), 1000)
+        else:
+            pod = OpenbPod(f"p{len(sequence)}", 1000, 100, 1, rng.choice((300, 450, 600, 810)))
+        sequence.append(pod)
+        arrived += pod.gpu_total
+    point = round(100 * sum(p.gpu_total for p in sequence[:-1]) / capacity)  # an arrived percent that has events
+    window = _window(sequence, capacity, point)
+    allocs = []
+    for event in window:
+        n = next(i for i in range(len(sequence) + 1) if sum(p.gpu_total for p in sequence[:i]) == event.arrived_milli
+                 and sum(p.num_gpu for p in sequence[:i] if p.gpu_milli == 1000 or p.num_gpu > 1) == event.whole_cards)
+        allocs.append(round(100.0 * brute_force_event_alloc(sequence[:n], 3) / capacity, 2))
+    expected = round(100.0 - round_point(sum(allocs) / len(allocs)), 4)
+    bound = any_policy_bound(sequence, capacity, arrived_pct=point)
+    assert bound.optimal and bound.events == len(window)
+    assert bound.metric_pct == pytest.approx(expected, abs=1e-9)
+
+
+def test_any_policy_bound_counts_leaving_shares_out() -> None:
+    # 990 whole cards, ten 810-milli shares, then 5 more whole cards (1000 cards in all). Placing every
+    # share strands 190 milli on each of ten cards; a policy that leaves five shares out keeps five
+    # cards for the whole pods: 995 whole cards + five shares = 999,050 allocated at the last event.
+    from iro_fed.traces.bound import any_policy_bound, share_packing_bound
+
+    capacity = 1_000_000
+    sequence = [OpenbPod(f"w{i:03d}", 1000, 100, 1, 1000) for i in range(990)]
+    sequence += [OpenbPod(f"s{i}", 1000, 100, 1, 810) for i in range(10)]  # 99.81 %
+    sequence += [OpenbPod(f"v{i}", 1000, 100, 1, 1000) for i in range(5)]  # 99.91 .. 100.31 %
+    floor = any_policy_bound(sequence, capacity)
+    shares_all_placed = share_packing_bound(sequence, capacity)
+    # The events at 100 %: shares 7-10 (995,670 .. 998,100 arrived) and the five whole pods after them;
+    # each can hold at most 1000 x (whole cards) + 810 x (the shares that fit on the cards left).
+    events = [(990_000 + 810 * s, s, 0) for s in range(7, 11)] + [(998_100 + 1000 * k, 10, k) for k in range(1, 6)]
+    most = [min(a, 1000 * (990 + k) + 810 * min(s, 10 - k)) for a, s, k in events]
+    assert floor.optimal and floor.events == len(events)
+    expected = round(100 - round(sum(round(100 * m / capacity, 2) for m in most) / len(most), 2), 4)
+    assert floor.metric_pct == pytest.approx(expected)
+    assert floor.metric_pct < shares_all_placed.unallocated_gpu_pct  # the share bound assumes every share placed
+    with pytest.raises(ValueError, match="arrived_pct"):
+        any_policy_bound(sequence, capacity, arrived_pct=99.5)  # type: ignore[arg-type]

@@ -262,6 +262,19 @@ def test_every_container_has_a_memory_limit(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_replicated_deployments_spread_over_nodes(target):
+    # Two replicas on one node go down with it (the scheduler's and the webhook's had no spread).
+    for d in _render(target):
+        if d["kind"] != "Deployment" or d["spec"].get("replicas", 1) < 2:
+            continue
+        spec = d["spec"]["template"]["spec"]
+        own = d["spec"]["selector"]["matchLabels"]
+        spreads = [c for c in spec.get("topologySpreadConstraints", [])
+                   if c["topologyKey"] == "kubernetes.io/hostname" and c["labelSelector"]["matchLabels"] == own]
+        assert spreads, d["metadata"]["name"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_the_base_restricts_the_fed_server_port_and_the_overlay_opens_it(target):
     """Whoever reaches the SuperLink's port can start runs (code in the server pod and every agent pod): the base's
     NetworkPolicy iro-fed-server admits only the edge agents' pods; overlays/fed-server-network-policy adds

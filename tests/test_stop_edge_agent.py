@@ -19,7 +19,8 @@ from edge_agent.store import integrity_check
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130), (signal.SIGHUP, 0)],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])  # SIGHUP: no reload, so it stops like SIGTERM
 def test_edge_agent_stopped_by_a_signal_exits_by_the_convention(tmp_path, sig, status):
     db = tmp_path / "exp.db"
     proc = subprocess.Popen([sys.executable, "-m", "edge_agent", "run", "--config", str(REPO / "examples" / "agent.yaml")],

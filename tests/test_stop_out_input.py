@@ -84,11 +84,13 @@ def test_replay_out_and_plot_naming_one_file_is_refused_before_the_run(tmp_path)
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,32000,65536,2,V100M16\n")
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
                     "deletion_time,scheduled_time\np1,1000,1024,1,500,,LS,Running,0,10,1\n")
+    # --out refuses an image suffix, so only a link makes both name one file
+    (tmp_path / "r.json").symlink_to("r.png")
     done = _iro("replay", "--nodes", "nodes.csv", "--pods", "pods.csv", "--policy", "best-fit",
-                "--out", "nodes.png", "--plot", "nodes.png", cwd=tmp_path)
+                "--out", "r.json", "--plot", "r.png", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert "--plot: 'nodes.png' is also the --out file" in done.stderr, done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes.csv", "pods.csv"]
+    assert "--plot: 'r.png' is also the --out file" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes.csv", "pods.csv", "r.json"]
 
 
 def test_an_output_path_in_a_symlink_loop_is_a_usage_error_naming_it(tmp_path):

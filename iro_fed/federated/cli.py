@@ -53,7 +53,12 @@ from iro_fed.cli import (
 from iro_fed.federated.procs import parse_host_port
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from iro_fed.federated.round_requests import RoundRequest, RoundRequestQueue
+
+#: Federated rounds of `iro fed local` / `iro fed rounds` without --rounds (or --set num-server-rounds).
+DEFAULT_ROUNDS = 3
 
 #: How long `iro fed server` / `node` wait for Flower's processes after passing on a SIGTERM or
 #: Ctrl-C before they kill them: within Kubernetes' default grace period (30 s) and systemd's (90 s).
@@ -87,7 +92,7 @@ def register(sub: Any) -> None:
                         description="Start flower-superlink and N flower-supernode processes on loopback (one "
                                     "edge-iot site each), run the app with `flwr run`, stop them all, print a table.")
     p.add_argument("--nodes", type=int, default=3, help="SuperNodes (sites) to start (default 3)")
-    p.add_argument("--rounds", type=int, default=3, help="federated rounds (default 3)")
+    p.add_argument("--rounds", type=int, default=None, help="federated rounds (default 3)")
     p.add_argument("--registry", default="policies", help="policy-registry folder (default ./policies)")
     p.add_argument("--strategy", default=None, help="fedavg (default), fedprox, fedmedian, fedtrimmedavg, krum, bulyan")
     p.add_argument("--local-steps", type=int, default=None, help="local training steps per site and round")
@@ -95,7 +100,8 @@ def register(sub: Any) -> None:
                    help="each round trains the sites at or below the median grid carbon, at least carbon-min-fraction "
                         "of them (min-nodes follows it, and --set fraction-train=F, unless --set min-nodes=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
+                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable), but registry (use --registry) "
+                        "and one that an option given sets too (--rounds, --strategy, --local-steps, --carbon-aware)")
     p.add_argument("--tls", action="store_true", help="serve the SuperLink with TLS (certificates made on the fly)")
     p.add_argument("--supernode-auth", action="store_true",
                    help="with --tls: SuperNode authentication (keys made and registered with `flwr supernode register`)")
@@ -148,12 +154,13 @@ def register(sub: Any) -> None:
                    help="SuperLink connection of the operator's FLWR_HOME config.toml (e.g. production); checked at "
                         "start and before each run: once it is gone or unusable, the command exits 2 and the "
                         "requests wait in DIR/requests")
-    r.add_argument("--rounds", type=int, default=3, help="federated rounds per run (default 3)")
+    r.add_argument("--rounds", type=int, default=None, help="federated rounds per run (default 3)")
     r.add_argument("--registry", default=None,
                    help="policy registry on the ServerApp's machine (default: the app's `registry` setting)")
     r.add_argument("--fresh", action="store_true", help="train from a fresh policy, not the registry's latest")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable)")
+                   help="any [tool.flwr.app.config] setting, kebab-case (repeatable), but one that an option given "
+                        "sets too (--registry, --rounds, --fresh)")
     r.add_argument("--once", action="store_true", help="handle the waiting requests, then exit (for cron)")
     r.add_argument("--poll-s", type=float, default=10.0,
                    help=f"seconds between looks at the folder (default 10, at most {MAX_POLL_S:g})")
@@ -243,6 +250,47 @@ def _setting_error(exc: Exception, sets: dict[str, Any], flags: dict[str, str]) 
     if sep and key in flags:
         return UsageError(f"{flags[key]}: {why}")
     return UsageError(text)
+
+
+#: Settings that ``iro fed local`` / ``iro fed rounds`` also set from their own options (setting -> option).
+#: A ``--set`` of one silently beat the option given with it, and ``iro fed local --set registry=X``
+#: trained into X while the command read --registry's folder (exit 2 after a good run; a relative X
+#: landed in the run's temporary workdir).
+OPTION_SETTINGS = {"registry": "--registry", "num-server-rounds": "--rounds", "strategy": "--strategy",
+                   "local-steps": "--local-steps", "carbon-aware": "--carbon-aware", "resume": "--fresh"}
+
+
+def refuse_option_settings(sets: dict[str, Any], given: Iterable[str], always: Iterable[str] = ()) -> None:
+    """Raise :class:`UsageError` for a ``--set KEY`` whose option (:data:`OPTION_SETTINGS`) was ``given`` too,
+    or that is in ``always`` (a setting the command itself reads from its option, e.g. ``registry``)."""
+    given, always = set(given), set(always)
+    for key in sets:
+        if key in always:
+            raise UsageError(f"--set {key}: this command reads {key} from {OPTION_SETTINGS[key]}; use "
+                             f"{OPTION_SETTINGS[key]}")
+        if key in given:
+            raise UsageError(f"--set {key}: {OPTION_SETTINGS[key]} sets it too; give one of them")
+
+
+def check_resume(cfg: Any, warn: Callable[[str], None]) -> int | None:
+    """What the ServerApp's :func:`initial_weights` checks, before a local run starts any process: with
+    ``resume``, the registry's latest version must fit the run's network (:class:`UsageError` naming the
+    setting, was a ServerApp traceback after every process had started); ``warn`` gets a note when the
+    registry has no version (a mistyped path started a fresh policy without a word). Returns the version."""
+    if not cfg.resume:
+        return None
+    from iro_fed.federated.registry import PolicyRegistry
+    from iro_fed.federated.server_app import initial_weights, no_version_note
+
+    try:
+        registry = PolicyRegistry(cfg.registry)
+        if registry.latest_version() is None:
+            warn(no_version_note(registry))
+            return None
+        return initial_weights(cfg, registry)[1]
+    except ValueError as exc:  # RegistryError too
+        text = str(exc)
+        raise UsageError(f"--set {text}" if text.startswith("resume: ") else f"--set resume: {text}") from None
 
 
 def _port(flag: str, port: int) -> int:
@@ -547,14 +595,15 @@ def cmd_local(args: argparse.Namespace) -> int:
     from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError, training_sites
 
     check_int("--nodes", args.nodes, 1, LOCAL_MAX_NODES)
-    check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
+    if args.rounds is not None:
+        check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     try:
         registry = Path(args.registry).expanduser().resolve()
     except RuntimeError:  # ~user of an unknown user
         raise UsageError(f"--registry: cannot expand the home folder of {args.registry!r}") from None
-    overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "registry": str(registry),
-                                 "min-nodes": args.nodes}
+    overrides: dict[str, Any] = {"num-server-rounds": DEFAULT_ROUNDS if args.rounds is None else args.rounds,
+                                 "registry": str(registry), "min-nodes": args.nodes}
     if args.strategy is not None:
         overrides["strategy"] = args.strategy
     if args.local_steps is not None:
@@ -575,6 +624,11 @@ def cmd_local(args: argparse.Namespace) -> int:
         # min-nodes starts at --nodes: Krum's "needs at least 5 sites, got 3" asks for more --nodes
         given = {"strategy": "--strategy", "local-steps": "--local-steps", "min-nodes": "--nodes"}
         raise _setting_error(exc, sets, {k: v for k, v in given.items() if k in overrides}) from exc
+    # after the values' own checks (a bad value says why)
+    refuse_option_settings(sets, [k for k, v in (("num-server-rounds", args.rounds), ("strategy", args.strategy),
+                                                 ("local-steps", args.local_steps),
+                                                 ("carbon-aware", args.carbon_aware or None)) if v is not None],
+                           always=["registry"])
     if cfg.min_nodes > args.nodes:
         # Flower starts no round before min-nodes sites have joined: the run would only wait for --timeout.
         raise UsageError(f"--set min-nodes: {cfg.min_nodes} sites must join before a round starts, but --nodes "
@@ -593,13 +647,15 @@ def cmd_local(args: argparse.Namespace) -> int:
         raise _needs_fed_extra(exc) from exc
     if registry.exists() and not registry.is_dir():
         raise UsageError(f"--registry: {str(registry)!r} exists and is not a folder")
+    # markup=False: Flower's log lines, paths and messages are printed as they are; styles by style=
+    err = _console(stderr=True, markup=False)
+    # what the ServerApp would find only once every process has started
+    check_resume(cfg, lambda note: err.print(f"warning: {note}", style="yellow"))
     try:
         registry.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--registry: cannot create {str(registry)!r}: {exc.strerror or exc}") from exc
 
-    # markup=False: Flower's log lines, paths and messages are printed as they are; styles by style=
-    err = _console(stderr=True, markup=False)
     out = _console(markup=False)
     workdir = Path(args.workdir).resolve() if args.workdir else None
     fed = LocalFederation(args.nodes, workdir=workdir, supernode_auth=False,
@@ -805,13 +861,15 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     from iro_fed.federated.round_requests import ConsumerBusyError, RoundRequestQueue
     from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
 
-    check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
+    if args.rounds is not None:
+        check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
     check_number("--poll-s", args.poll_s, 0.0, MAX_POLL_S, low_open=True)
     check_number("--min-interval-s", args.min_interval_s, 0.0, MAX_INTERVAL_S)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     if not args.federation.strip():
         raise UsageError("--federation: expected a connection name of FLWR_HOME's config.toml")
-    overrides: dict[str, Any] = {"num-server-rounds": args.rounds, "resume": not args.fresh}
+    overrides: dict[str, Any] = {"num-server-rounds": DEFAULT_ROUNDS if args.rounds is None else args.rounds,
+                                 "resume": not args.fresh}
     if args.registry is not None:
         overrides["registry"] = args.registry
     sets = parse_sets(args.set)
@@ -824,6 +882,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         rounds = FedConfig.from_run_config({**_pyproject_config(), **overrides}).num_server_rounds  # --set may change it
     except FedConfigError as exc:
         raise _setting_error(exc, sets, {"registry": "--registry"}) from exc
+    refuse_option_settings(sets, [k for k, v in (("num-server-rounds", args.rounds), ("registry", args.registry),
+                                                 ("resume", args.fresh or None)) if v is not None])
     app = Path(args.app).resolve() if args.app else app_dir()
     if not (app / "pyproject.toml").is_file():
         raise UsageError(f"--app: no pyproject.toml in {str(app)!r}")

@@ -181,6 +181,15 @@ def node_experience(context: Context) -> tuple[str | None, int | None]:
     return db, updates
 
 
+def resumed_from_of(config: ConfigRecord | None) -> int:
+    """The train config's ``resumed-from``: the registry version a resumed run started from, which the
+    site's seeds fold in (:func:`~iro_fed.federated.task.site_seed`); 0 for a fresh run (none sent)."""
+    value = config.get("resumed-from", 0) if config is not None else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"train config resumed-from: expected a registry version >= 0, got {value!r}")
+    return value
+
+
 def train_reply(msg: Message, context: Context) -> Message:
     """Local training on this site from the global weights in ``msg`` (the ``@app.train`` body)."""
     started = time.time()
@@ -190,11 +199,12 @@ def train_reply(msg: Message, context: Context) -> Message:
     config = msg.content.config_records.get("config")
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
+    resumed_from = resumed_from_of(config)
     db, updates = node_experience(context)
     weights, layout = wire.read_weights(msg.content)  # layout None: one array per entry
     replay, kept = load_replay(context, cfg, server_round) if cfg.keep_replay else (None, False)
     result = local_train(weights, cfg, site, server_round, proximal_mu=mu, experience_db=db,
-                         experience_updates=updates, replay=replay)
+                         experience_updates=updates, replay=replay, resumed_from=resumed_from)
     if cfg.keep_replay:
         save_replay(context, cfg, result.replay)
     else:

@@ -387,8 +387,10 @@ def flwr_run(app: Path, federation: str, overrides: Mapping[str, Any], env: Mapp
     except subprocess.TimeoutExpired as exc:
         raise FederationError("flwr run did not exit after its output ended") from exc
     text = "\n".join(tail)
-    if code != 0 or crashed:
+    if code != 0:
         raise FederationError(f"flwr run failed (status {code}):\n{text}")
+    if crashed:  # flwr run exits 0 when the ServerApp raised: "status 0" read as a success
+        raise FederationError(f"the ServerApp failed (flwr run exited 0):\n{text}")
     return {"rounds": rounds, "status": code, "wall_s": time.monotonic() - begun, "output": text, "run_id": run_id}
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -109,6 +109,11 @@ def polling_grid(grid: Grid) -> PollingGrid:
     return PollingGrid(grid, interval=fixed, max_interval=fixed, backoff=1.0)
 
 
+def no_version_note(registry: PolicyRegistry) -> str:
+    """What a ``resume`` run says when the registry holds no version (a mistyped path, say)."""
+    return f"resume: registry {str(registry.root)!r} has no version; starting a fresh policy"
+
+
 def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str, Any], int | None]:
     """The global policy a run starts from and the registry version it came from: with
     ``resume`` the registry's latest (which must have this run's architecture), else a fresh one.
@@ -124,6 +129,8 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
 
     agent = build_agent(cfg)
     version = registry.latest_version() if cfg.resume else None
+    if cfg.resume and version is None:
+        log(WARNING, "%s", no_version_note(registry))
     if version is not None:
         try:
             state, meta = registry.load(version)
@@ -211,8 +218,12 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
             on_round(row)
         return MetricRecord({**metrics, "version": version})
 
+    # A resumed run counts its rounds from 1 again: the version it resumed from keeps its sites'
+    # episodes apart from the earlier runs' (task.site_seed); a fresh run sends none (seeds unchanged).
+    train_extra = {"resumed-from": resumed_from} if resumed_from else {}
     result = strategy.start(grid=grid, initial_arrays=initial_record, num_rounds=cfg.num_server_rounds,
-                            train_config=wire.layout_config(layout), evaluate_config=wire.layout_config(layout),
+                            train_config=wire.layout_config(layout, **train_extra),
+                            evaluate_config=wire.layout_config(layout),
                             evaluate_fn=evaluate_fn)
     # Flower's Result keeps an empty ArrayRecord when no round aggregated anything (every reply
     # dropped, Bulyan short of 4f + 3): the global policy is then still the initial one.

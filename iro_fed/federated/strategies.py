@@ -10,7 +10,12 @@ Each strategy is Flower's own (``flwr.serverapp.strategy``) subclassed once with
   (what a site trains on per round: a site claiming 10^12 examples would otherwise own the
   weighted average), or an update norm ``||w - w_global||`` above ``norm_factor`` times the
   cohort's (lower) median norm; with a single valid reply there is no cohort, and the median of
-  the previous round's accepted norms stands in for it (none yet: not checked). Such a reply is
+  the previous round's accepted norms stands in for it (none yet: ``||w_global||`` alone bounds
+  it, and a WARNING names the node). Whichever median it is, it is never above the global weights'
+  own norm ``||w_global||``, so no kept update is longer than ``norm_factor x ||w_global||``: two
+  colluding replies among zero updates are a cohort of their own, whose median was theirs to set.
+  A norm below ``1e-6`` of the global weights' norm (a site that took no gradient step) is in
+  neither median and is never dropped for its norm. Such a reply is
   dropped and logged with its node id and reason, and the round continues with the rest; with no
   reply left the round aggregates nothing and the global model stays the previous one;
 * **made the replies consistent** for Flower's aggregation, which raises (ending the run) when the
@@ -164,8 +169,25 @@ def validate_replies(
     layout: WeightLayout | None = None, max_examples: float | None = None, previous_norms: Sequence[float] = (),
 ) -> tuple[list[Message], list[dict[str, Any]]]:
     """Replies that pass :func:`check_reply` and the cohort norm test; the dropped ones with reasons."""
-    kept, dropped = _validate(replies, reference, norm_factor, layout, max_examples, previous_norms)
+    kept, dropped, _ = _validate(replies, reference, norm_factor, layout, max_examples, previous_norms)
     return [m for m, _ in kept], dropped
+
+
+def global_norm(reference: dict[str, np.ndarray]) -> float:
+    """``||w_global||``: the norm of the global weights sent (all entries together)."""
+    return math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
+
+
+def _floor(scale: float) -> float:
+    """The least update norm the norm test counts, for global weights of norm ``scale`` (``1e-6`` of
+    it, at least ``1e-8``): a smaller one is a site that did not train, in no median and never an outlier."""
+    return max(1e-6 * scale, 1e-8)
+
+
+#: What :func:`_validate` compared the update norms with (``None``: nothing, no reply was checked).
+COHORT, PREVIOUS, GLOBAL = "cohort median", "previous round's median", "global weights' norm"
+#: The cohort median when it was above ``||w_global||`` (the norms were compared with ``||w_global||``).
+COHORT_CAPPED = "cohort median capped at the global weights' norm"
 
 
 def _lower_median(values: Sequence[float]) -> float:
@@ -176,8 +198,10 @@ def _lower_median(values: Sequence[float]) -> float:
 def _validate(
     replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
     layout: WeightLayout | None, max_examples: float | None, previous_norms: Sequence[float],
-) -> tuple[list[tuple[Message, float]], list[dict[str, Any]]]:
-    """:func:`validate_replies` with each kept reply's update norm."""
+) -> tuple[list[tuple[Message, float]], list[dict[str, Any]], str | None]:
+    """:func:`validate_replies` with each kept reply's update norm, and what the norms were compared
+    with (:data:`COHORT`, :data:`COHORT_CAPPED`, :data:`PREVIOUS`, :data:`GLOBAL`; ``None``: the norm test
+    did not run)."""
     replies = list(replies)
     kept: list[tuple[Message, float]] = []
     dropped: list[dict[str, Any]] = []
@@ -187,17 +211,31 @@ def _validate(
             kept.append((msg, norm))
         else:
             dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
-    norms = [n for m, n in kept if not m.has_error()]
-    # A norm "far outside the cohort" needs a cohort: one reply alone is compared with the
-    # updates accepted in the previous round (none yet: nothing to compare with, kept).
+    scale = global_norm(reference)
+    floor = _floor(scale)
+    # A zero update (a site that took no gradient step: fewer transitions than learning-starts, just
+    # joined) says nothing about how far a trained update goes: as the cohort's (lower) median it
+    # dropped every site that trained, and as the previous round's median it did so for good.
+    norms = [n for m, n in kept if not m.has_error() and n >= floor]
+    previous = [n for n in previous_norms if n >= floor]
+    # A norm "far outside the cohort" needs a cohort: one trained reply alone is compared with the
+    # updates accepted in the previous round, and with none yet (round 1, or the others sent zero
+    # updates) with the global weights' own norm, a scale-free bound. That bound also caps the
+    # previous median, which may come from such a lone reply: an attacker alone among zero updates
+    # kept 1000 and made it the bar of later rounds. (Global weights all 0: no scale, not checked.)
     if len(norms) >= 2:
-        median, what = _lower_median(norms), "cohort median"
-    elif norms and previous_norms:
-        median, what = _lower_median(previous_norms), "previous round's median"
+        median, what = _lower_median(norms), COHORT
+    elif norms and previous and (scale <= 0 or _lower_median(previous) <= scale):
+        median, what = _lower_median(previous), PREVIOUS
+    elif norms and scale > 0:
+        median, what = scale, GLOBAL
     else:
-        return kept, dropped
-    scale = math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
-    limit = norm_factor * max(median, 1e-6 * scale, 1e-8)
+        return kept, dropped, None
+    if scale > 0 and median > scale:
+        # The cohort's median is capped too: colluding replies (two or more huge updates while the honest
+        # sites sent zero ones) were the whole cohort, and their median let every one of them through.
+        median, what = scale, COHORT_CAPPED
+    limit = norm_factor * max(median, floor)
     survivors = []
     for msg, norm in kept:
         if not msg.has_error() and norm > limit:
@@ -205,7 +243,7 @@ def _validate(
                             "reason": f"update norm {norm:.4g} > {norm_factor:g} x {what} {median:.4g}"})
         else:
             survivors.append((msg, norm))
-    return survivors, dropped
+    return survivors, dropped, what
 
 
 def consistent_metrics(replies: Sequence[Message]) -> None:
@@ -388,10 +426,17 @@ class ValidatedStrategy:
             reference, layout = self._reference, self._layout
         else:
             reference, layout = _first_reference(replies)
-        checked, dropped = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
-                                     self._accepted_norms)
-        accepted = [n for m, n in checked if not m.has_error()]
-        if accepted:
+        checked, dropped, basis = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
+                                            self._accepted_norms)
+        scale = global_norm(reference)
+        trained = [(m, n) for m, n in checked if not m.has_error() and n >= _floor(scale)]
+        accepted = [n for _, n in trained]
+        # Stored below like any accepted norm: it is at most norm_factor x ||w_global||, and a lone reply's
+        # bar never exceeds that (_validate), so an unchecked norm cannot raise a later round's bar, while
+        # a run with one trained reply per round (one site, or fraction_train sampling one) still has one.
+        if basis == GLOBAL and accepted:
+            self._warn_lone(server_round, *trained[0], scale)
+        if accepted:  # a round of zero updates only (no site trained) leaves the last real ones
             self._accepted_norms = accepted
         kept = [m for m, _ in checked]
         # Counted in every mode; the next configure_train tries the failing nodes last.
@@ -434,6 +479,16 @@ class ValidatedStrategy:
         info["sites"] = [self.sites.get(int(m.metadata.src_node_id)) for m in used]
         info["aggregated"] = arrays is not None
         return arrays, metrics
+
+    def _warn_lone(self, server_round: int, msg: Message, norm: float, scale: float) -> None:
+        """Log the one trained reply of a round with no median to check it against (round 1, or the other
+        sites sent zero updates): only the bound ``norm_factor x ||w_global||`` held it."""
+        node = int(msg.metadata.src_node_id)
+        metrics = msg.content.metric_records.get("metrics")
+        site = metrics.get("site") if metrics is not None and "site" in metrics else self.sites.get(node)
+        log(WARNING, "round %d: the update of node %d%s is the round's only trained one and no earlier round's "
+            "median (at most ||w_global||) checks it: kept (norm %.4g), bounded only by %g x ||w_global|| %.4g",
+            server_round, node, "" if site is None else f" (site {site})", norm, self.norm_factor, scale)
 
     def _remember(self, replies: Iterable[Message]) -> dict[int, float]:
         """Store each reply's reported ``carbon-intensity`` and ``site`` by node (replies with an error have

@@ -125,7 +125,8 @@ class FedConfig:
     carbon_min_fraction: float = 0.5
     """Least share of the sampled sites that trains when ``carbon_aware`` drops high-carbon ones."""
     norm_factor: float = 10.0
-    """Update validation: a reply whose update norm exceeds this times the cohort median is dropped."""
+    """Update validation: a reply whose update norm exceeds this times the cohort's lower median (one trained reply:
+    the previous round's, at most ||w_global||; none: ||w_global||) is dropped."""
     proximal_mu: float = 0.01
     """FedProx proximal term sent to the sites (>= 0; see :func:`local_train` for how a site applies it)."""
     trim_beta: float = 0.2
@@ -258,13 +259,20 @@ def training_sites(scenario: str, eval_site: int, count: int) -> list[int]:
     return [i for i in range(count + count // (n - 1) + 1) if i % n != held][:count]
 
 
-def site_seed(seed: int, site: int, server_round: int) -> int:
+def site_seed(seed: int, site: int, server_round: int, resumed_from: int = 0) -> int:
     """A site's training seed in a round (torch, its replay sampling and its env's scenario seeds,
     ``S, S + 1, ...``): drawn from ``SeedSequence([seed, site, round])``, so the episodes of any two
     (site, round) pairs are disjoint streams. ``seed * 1000 + site * 97 + round`` made round
-    ``r + 1`` rerun round ``r``'s episodes from its second one on (and site 1 site 0's after 97)."""
+    ``r + 1`` rerun round ``r``'s episodes from its second one on (and site 1 site 0's after 97).
+
+    ``resumed_from`` is the registry version a ``resume`` run started from (the ServerApp sends it
+    as ``resumed-from``): a resumed run counts its rounds from 1 again, and every fine-tune of
+    ``iro fed rounds`` reran the first run's episodes. It joins the sequence only when non-zero,
+    so a fresh run's seeds are what they were."""
     from iro_fed.learning import stream_seed
 
+    if resumed_from:
+        return stream_seed(seed, site, server_round, resumed_from)
     return stream_seed(seed, site, server_round)
 
 
@@ -511,7 +519,7 @@ def new_replay(cfg: FedConfig, seed: int) -> Any:
 def local_train(
     weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, server_round: int, steps: int | None = None,
     proximal_mu: float = 0.0, experience_db: str | Path | None = None, experience_updates: int | None = None,
-    replay: Any = None,
+    replay: Any = None, resumed_from: int = 0,
 ) -> LocalResult:
     """Train the global policy on the site's own simulator slice for ``steps`` env steps.
 
@@ -529,7 +537,8 @@ def local_train(
     federation's clock, derived from ``server_round`` without state on the site: a site sampled
     for the first time in round 5 explores as the others do in round 5, for the global policy it
     starts from has had four rounds of training. A ``resume`` run (fine-tuning) counts its rounds
-    from 1 again, so its schedules start over, as a new ``iro train`` run does.
+    from 1 again, so its schedules start over, as a new ``iro train`` run does; its episodes do not
+    (``resumed_from``, the version it started from, is in the round's seed: :func:`site_seed`).
 
     **The target network** is not exchanged (the server aggregates the online network only): each
     round sets it to the round's global policy, i.e. a target sync at the start of every round,
@@ -550,7 +559,7 @@ def local_train(
     from solvers import train_dqn
 
     torch.set_num_threads(1)
-    seed = site_seed(cfg.seed, site, server_round)
+    seed = site_seed(cfg.seed, site, server_round, resumed_from)
     n = int(steps or cfg.local_steps)
     if replay is None:
         replay = new_replay(cfg, seed)

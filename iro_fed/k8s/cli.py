@@ -21,6 +21,7 @@ import argparse
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -512,9 +513,12 @@ METRICS_TIMEOUT_S = 10.0
 
 
 def start_metrics_server(registry: Any, host: str, port: int, max_connections: int = METRICS_MAX_CONNECTIONS,
-                         timeout_s: float = METRICS_TIMEOUT_S) -> Any:
+                         timeout_s: float = METRICS_TIMEOUT_S,
+                         health: Callable[[], tuple[bool, str]] | None = None) -> Any:
     """Serve ``GET /metrics`` (and ``/``) of ``registry`` on ``host``:``port`` in a daemon thread
-    and return the server (``server_address``; ``shutdown()``). The exposition is prometheus_client's
+    and return the server (``server_address``; ``shutdown()``). ``health``: also ``GET /healthz``,
+    200 ``{"ok": true, "status": ...}`` or 503 ``{"ok": false, "error": ...}`` as it answers
+    (``IroScheduler.health``: the liveness probe's). The exposition is prometheus_client's
     (the format the ``Accept`` header asks for, gzip when accepted, ``name[]`` filters), served by the
     bounded server of the extender and the webhook (:mod:`iro_fed.k8s.httpjson`): at most
     ``max_connections`` open, ``timeout_s`` for a request's line and headers and for an idle
@@ -533,10 +537,20 @@ def start_metrics_server(registry: Any, host: str, port: int, max_connections: i
         drain_bytes = 0  # a body sent with a GET is never read as the next request: the connection closes
 
         def routes(self) -> dict[str, dict[str, Any]]:
-            return {path: {"GET": self._metrics, "HEAD": self._metrics} for path in ("/metrics", "/")}
+            out = {path: {"GET": self._metrics, "HEAD": self._metrics} for path in ("/metrics", "/")}
+            if health is not None:
+                out["/healthz"] = {"GET": self._health}
+            return out
 
         def not_found(self, path: str) -> str:
-            return f"unknown path {path[:100]!r} (GET /metrics)"
+            return f"unknown path {path[:100]!r} (GET /metrics{', /healthz' if health is not None else ''})"
+
+        def _health(self) -> None:
+            ok, why = health()
+            if ok:
+                self._send(200, {"ok": True, "status": why})
+            else:  # the kubelet restarts the container after failureThreshold of these
+                self._send(503, {"ok": False, "error": why})
 
         def _metrics(self) -> None:
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -574,7 +588,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     if registry is not None:
         try:
             # The address resolved as the other servers resolve theirs (IPv4 first; "::" dual stack).
-            start_metrics_server(registry, metrics_host, args.metrics_port)
+            start_metrics_server(registry, metrics_host, args.metrics_port, health=sched.health)
         except OSError as exc:
             raise _listen_error(exc, metrics_host, args.metrics_port, "--metrics-host", "--metrics-port") from exc
     for flag, folder in _action_folders(args):  # every flag accepted (the port too): now they are made
@@ -591,7 +605,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("feedback", "off" if feedback is None else
          f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
-        ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics"),
+        ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics, /healthz"),
     ])
     with stop_signals() as wait_for_stop:
         sched.start()

@@ -23,11 +23,16 @@ that differs from a field's name only in case (which Go's decoder would read as 
 * bind: ``ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}`` -> ``{"Error": ""}``; the
   Binding (with the pod's UID as precondition: a wrong UID gets the API server's 409) is created
   once with ``_preload_content=False``, never retried. A node the synced node cache does not
-  know gets an ``Error`` and no Binding (the API server would bind to any name). kube-scheduler
-  goes on to the next pod at once, so a bound pod (its spec from its latest filter / prioritize
-  request, by UID) counts on its node until the node cache's model does, as IroScheduler's
-  assumed pods (:meth:`Extender._assumed_on`): else a GPU share, an annotation kube's own
-  filters never see, was booked twice in that window.
+  know gets an ``Error`` and no Binding (the API server would bind to any name). A pod bound here
+  (its spec from its latest filter / prioritize request, by UID) counts on its node from its
+  Binding until the node cache's model does, as IroScheduler's assumed pods
+  (:meth:`Extender._assumed_on`): for resources and GPU cards, and for host ports, topology spread
+  and inter-pod (anti-)affinity as the bound pod will (:meth:`Extender._assumed_conflicts`). Else a
+  GPU share, an annotation kube's own filters never see, was booked twice, and two pods with one
+  hostPort bound back to back both passed on one node, until the watch showed the pod. That narrows double booking to
+  kube-scheduler's asynchronous binding cycle, it does not close it: kube-scheduler assumes a pod,
+  binds it in a goroutine of its own and goes on to the next pod at once, so a pod filtered
+  before the previous pod's /bind arrives can still be offered the same share.
 * preempt: ``ExtenderPreemptionArgs {Pod, NodeNameToVictims | NodeNameToMetaVictims}`` ->
   ``ExtenderPreemptionResult {NodeNameToMetaVictims}``: keeps the nodes where the pod passes
   IRO's constraints once the proposed victims are gone (the node's usage recomputed from its
@@ -36,8 +41,11 @@ that differs from a field's name only in case (which Go's decoder would read as 
   victims here, and kube resolves each UID on that node).
 
 Without a kubeconfig the extender is stateless (NodeList mode): it knows what the Node objects in
-the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation; a node whose
-annotation does not parse is refused alone, unresolvable, with the error, and scores 0). With one,
+the request say (allocatable, labels, taints, the ``iro-fed.io/allocated`` annotation). A node it
+cannot read (its annotation, a bad quantity, one past the model's limits, a taint without a key, no
+``metadata.name``: asked about as ``Nodes.items[i]``) is refused alone, unresolvable, with the
+error naming the field, and scores 0; a value of a type Go's decoder refuses (``status.allocatable``
+not an object) is a 400, as any body that is no ExtenderArgs. With one,
 it keeps nodes and bound pods from a watch (:class:`~iro_fed.k8s.client.ClusterCache`) and serves
 ``NodeNames`` requests.
 """
@@ -65,6 +73,7 @@ from iro_fed.feasibility import (
     GPU_CARDS_FILTER,
     NODE_PORTS_FILTER,
     POD_ANTI_AFFINITY_FILTER,
+    POD_FILTER_PREFIXES,
     SPREAD_FILTER,
     TAINTS_FILTER,
     fit_tolerance,
@@ -86,6 +95,8 @@ from iro_fed.k8s.httpjson import (
     serve_in_thread,
 )
 from iro_fed.k8s.snapshot import (
+    _FAILURE_PREFIX,
+    FAILURE_REASONS,
     TERMINAL_PHASES,
     ClusterConfig,
     ClusterModel,
@@ -93,9 +104,11 @@ from iro_fed.k8s.snapshot import (
     Snapshot,
     _nonzero_allocated,
     apply_usage,
+    bound_view,
     metadata_error,
     node_cache_key,
     obj_key,
+    obj_uid,
     pod_shape_key,
     pods_by_node,
 )
@@ -131,7 +144,8 @@ NODELIST_MODELS = 4
 #: so 512 snapshots kept apart from the models pinned up to 512 old node lists (2.3 GB at 1,000 nodes).
 SNAPSHOTS_PER_MODEL = 64
 #: Pods of the latest filter / prioritize / preempt requests kept (by UID) for /bind: the pod it
-#: binds is counted on its node from them (:meth:`Extender.bind`).
+#: binds is counted on its node from them (:meth:`Extender.bind`). Each is kept as
+#: :func:`~iro_fed.k8s.snapshot.bound_view` trims it (a few KB, not the whole object).
 RECENT_PODS = 1024
 #: How long a pod bound through /bind counts on its node with no evidence either way: the
 #: scheduler's ASSUME_TTL_S (a last resort well past the longest silence of a bound-pods watch).
@@ -212,8 +226,11 @@ def _pod(args: Mapping[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, list[str]]:
-    """``(Node objects or None, the node names asked about)`` of an ExtenderArgs."""
+def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, list[str], dict[str, str]]:
+    """``(Node objects or None, the node names asked about, the nodes refused)`` of an ExtenderArgs.
+    A value of a type Go's decoder refuses is a :class:`BadRequest`; a Node without a name is
+    refused alone (as a node whose document the model cannot read, :meth:`Extender._model`): it is
+    asked about as ``Nodes.items[i]`` (no node name has brackets) and the reason names the field."""
     nodes = args.get("Nodes")
     names = args.get("NodeNames")
     if nodes is not None:
@@ -225,29 +242,58 @@ def _node_args(args: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, li
         if not isinstance(items, list):
             raise BadRequest("Nodes.items", f"expected an array of v1.Node, got {json_kind(items)}")
         seen: set[str] = set()
+        asked: list[str] = []
+        refused: dict[str, str] = {}
         for i, n in enumerate(items):
             where = f"Nodes.items[{i}]"
             if not isinstance(n, dict):
                 raise BadRequest(where, f"expected a v1.Node object, got {json_kind(n)}")
             meta = n.get("metadata")
-            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise BadRequest(f"{where}.metadata.name", "required: expected a v1.Node with metadata.name")
+            if meta is not None and not isinstance(meta, dict):
+                raise BadRequest(f"{where}.metadata.name", f"required: expected a v1.Node with metadata.name, "
+                                                           f"metadata is {json_kind(meta)}")
+            meta = meta or {}
+            name = meta.get("name")
+            if name is not None and not isinstance(name, str):
+                raise BadRequest(f"{where}.metadata.name", f"expected a string, got {json_kind(name)}")
             _check_meta(meta, where)
-            for k in ("spec", "status"):
-                if n.get(k) is not None and not isinstance(n[k], dict):
-                    raise BadRequest(f"{where}.{k}", f"expected an object, got {json_kind(n[k])}")
-            if meta["name"] in seen:  # the reply names nodes: two with one name cannot both be answered
-                raise BadRequest(f"{where}.metadata.name", f"duplicate node {meta['name']!r}")
-            seen.add(meta["name"])
-        return items, [n["metadata"]["name"] for n in items]
+            _check_node_types(n, where)
+            if not name:
+                asked.append(where)
+                refused[where] = f"{where}: metadata.name: required (a v1.Node has a name): node refused"
+                continue
+            if name in seen:  # the reply names nodes: two with one name cannot both be answered
+                raise BadRequest(f"{where}.metadata.name", f"duplicate node {name!r}")
+            seen.add(name)
+            asked.append(name)
+        return items, asked, refused
     if names is not None:
         if not isinstance(names, list):
             raise BadRequest("NodeNames", f"expected an array of node names, got {json_kind(names)}")
         for i, x in enumerate(names):
             if type(x) is not str:
                 raise BadRequest(f"NodeNames[{i}]", f"expected a node name (string), got {json_kind(x)}")
-        return None, list(names)
+        return None, list(names), {}
     raise BadRequest("Nodes", "one of Nodes (nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true) is required")
+
+
+def _check_node_types(node: Mapping[str, Any], where: str) -> None:
+    """The parts of a Node the model reads have the JSON types Go's decoder needs (else the body is
+    no ExtenderArgs: a 400); what they hold (a quantity, a taint's key) is the model's to read, and
+    a node it cannot read is refused alone (:meth:`Extender._model`)."""
+    for k in ("spec", "status"):
+        if node.get(k) is not None and not isinstance(node[k], dict):
+            raise BadRequest(f"{where}.{k}", f"expected an object, got {json_kind(node[k])}")
+    status, spec = node.get("status") or {}, node.get("spec") or {}
+    for k in ("allocatable", "capacity"):
+        if status.get(k) is not None and not isinstance(status[k], dict):
+            raise BadRequest(f"{where}.status.{k}", f"expected an object of quantities, got {json_kind(status[k])}")
+    taints = spec.get("taints")
+    if taints is not None and not isinstance(taints, list):
+        raise BadRequest(f"{where}.spec.taints", f"expected an array of taints, got {json_kind(taints)}")
+    for j, t in enumerate(taints or ()):
+        if not isinstance(t, dict):
+            raise BadRequest(f"{where}.spec.taints[{j}]", f"expected an object, got {json_kind(t)}")
 
 
 #: Static filters whose kube status is Unschedulable (a preemption may resolve them), not
@@ -302,12 +348,6 @@ def normalize(values: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo)
 
 
-def _shape_key(pod: Mapping[str, Any]) -> str:
-    """The snapshot cache's key of a pod: what the model reads of it (:func:`pod_shape_key`), so two
-    pods share a snapshot only where every answer would be the same."""
-    return pod_shape_key(pod)
-
-
 class Extender(RequestStats):
     """The extender's logic, independent of HTTP (the server and the tests call it)."""
 
@@ -347,8 +387,9 @@ class Extender(RequestStats):
     # --- snapshots -------------------------------------------------------------------------
 
     def _model(self, nodes: list[dict[str, Any]] | None) -> ClusterModel:
-        """The cluster a request is answered on: the node cache's model, or the NodeList's
-        (a node whose ``iro-fed.io/allocated`` annotation does not parse is in ``refused_nodes``)."""
+        """The cluster a request is answered on: the node cache's model, or the NodeList's (a node
+        whose document does not parse, its ``iro-fed.io/allocated`` annotation included, is in
+        ``refused_nodes``; one without a name is left out: :func:`_node_args` refuses it)."""
         if nodes is not None and self.cache is not None and self.cache.synced:
             # NodeList requests to an extender that watches: its cache knows the usage too.
             return self.cache.model()
@@ -359,6 +400,7 @@ class Extender(RequestStats):
             if not self.cache.synced:
                 raise NotReady("the extender's node cache has not synced with the API server yet: retry")
             return self.cache.model()
+        nodes = [n for n in nodes if (n.get("metadata") or {}).get("name")]
         key = tuple(node_cache_key(n) for n in nodes)
         cacheable = None not in key  # every node has a resourceVersion
         if cacheable:
@@ -389,7 +431,7 @@ class Extender(RequestStats):
             raise BadRequest.wrap(exc, "Nodes" if nodes is not None else "NodeNames", inside=False) from exc
 
     def _snapshot_on(self, model: ClusterModel, pod: dict[str, Any]) -> Snapshot:
-        shape = _shape_key(pod)
+        shape = pod_shape_key(pod)  # what the model reads of it: pods share a snapshot only where every answer is the same
         with self._snap_lock:
             shapes = self._snapshots.get(model)
             snap = shapes.get(shape) if shapes is not None else None
@@ -397,6 +439,10 @@ class Extender(RequestStats):
                 shapes.move_to_end(shape)
                 return snap
         snap = model.with_pods([pod])
+        # Cached for every pod of this shape: not the first one's whole document (a 30-container pod
+        # is ~430 KB parsed, 64 shapes a model). Nothing here reads a snapshot's pods; the view
+        # names the pod and holds what its usage and its rules read (:func:`bound_view`).
+        snap.pods = [bound_view(pod)]
         with self._snap_lock:
             shapes = self._snapshots.setdefault(model, OrderedDict())
             shapes[shape] = snap
@@ -450,7 +496,7 @@ class Extender(RequestStats):
         key = obj_key(obj)
         with self._assume_lock:
             a = self._assumed.get(key)
-            if a is None or a.uid != _uid(obj):
+            if a is None or a.uid != obj_uid(obj):
                 return
             status = new.get("status") if new is not None else None
             if new is None or (isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES):
@@ -459,12 +505,16 @@ class Extender(RequestStats):
                 a.pod = dict(new)  # the watch's copy (the GPU cards annotation, a resize) from now on
 
     def _remember(self, pod: dict[str, Any]) -> None:
-        """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it)."""
-        uid = (pod.get("metadata") or {}).get("uid")
+        """Keep the pod of a request by UID, for :meth:`bind` (only where bind can count it): what
+        the usage accounting and the pod-reading plugins read of a bound pod (:func:`bound_view`:
+        requests, labels, anti-affinity, host ports), not the whole object (a 30-container pod is
+        ~430 KB parsed: 1,024 of them were ~420 MiB)."""
+        uid = obj_uid(pod)
         if self.cache is None or self.kube is None or not uid:
             return
+        kept = bound_view(pod)
         with self._assume_lock:
-            self._recent[uid] = pod
+            self._recent[uid] = kept
             self._recent.move_to_end(uid)
             while len(self._recent) > RECENT_PODS:
                 self._recent.popitem(last=False)
@@ -501,12 +551,12 @@ class Extender(RequestStats):
         reflector = self.cache.pods
         listed = reflector.lists_applied  # read before the store: it holds this list's result at least
         with reflector.changed:
-            uids = {key: _uid(reflector.store[key]) for key, _ in items if key in reflector.store}
+            uids = {key: obj_uid(reflector.store[key]) for key, _ in items if key in reflector.store}
         now = time.monotonic()
         out: dict[str, list[dict[str, Any]]] = {}
         done: list[tuple[str, _Assumed]] = []
         for key, a in items:
-            if any(_uid(q) == a.uid for q in model.pods_on(a.node)):
+            if any(obj_uid(q) == a.uid for q in model.pods_on(a.node)):
                 if a.counted_since is None:
                     a.counted_since = now
                 elif now - a.counted_since > HTTP_TIMEOUT_S:
@@ -525,11 +575,11 @@ class Extender(RequestStats):
                         self._assumed.pop(key)
         return out
 
-    def _request_state(self, snap: Snapshot, model: ClusterModel) -> ClusterState:
-        """:meth:`state`, with the pods bound here that ``model`` does not count yet on their nodes
-        (a copy; the cached state stays the model's)."""
+    def _request_state(self, snap: Snapshot, model: ClusterModel,
+                       extra: Mapping[str, list[dict[str, Any]]]) -> ClusterState:
+        """:meth:`state`, with ``extra`` (:meth:`_assumed_on`: the pods bound here that ``model``
+        does not count yet) on their nodes (a copy; the cached state stays the model's)."""
         state = self.state(snap)
-        extra = self._assumed_on(model)
         if not extra:
             return state
         state = state.copy()
@@ -539,35 +589,53 @@ class Extender(RequestStats):
                 set_node_pods(state, model, i, [*model.pods_on(node), *pods])
         return state
 
+    @staticmethod
+    def _assumed_conflicts(model: ClusterModel, pod: Mapping[str, Any], names: Iterable[str],
+                           extra: Mapping[str, list[dict[str, Any]]]) -> dict[str, tuple[str, bool]]:
+        """The nodes of ``names`` where ``pod`` fails NodePorts, PodTopologySpread or InterPodAffinity
+        once the pods bound here that ``model`` does not count yet (``extra``) are counted, as
+        bound pods are (:meth:`ClusterModel.extra_pod_conflicts`): node -> (kube's reason,
+        unresolvable), as :func:`node_reasons` words them. Else two pods with one host port, bound
+        back to back, both passed on one node (the snapshot's verdict saw the model's pods only)."""
+        out: dict[str, tuple[str, bool]] = {}
+        for name, kind in model.extra_pod_conflicts(pod, names, extra).items():
+            code = POD_FILTER_PREFIXES[_FAILURE_PREFIX[kind]]
+            out[name] = (FAILURE_REASONS[kind], code not in _RESOLVABLE)
+        return out
+
     # --- verbs -------------------------------------------------------------------------------
 
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self.count("filter")
         _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
-        nodes, asked = _node_args(args)
+        nodes, asked, refused = _node_args(args)
         self._remember(pod)
         try:
             model = self._model(nodes)
             snap = self._snapshot_on(model, pod)
+            p = snap.problem
+            idx = np.array([p.node_index.get(n, -1) for n in asked], dtype=np.int64)
+            known = idx >= 0
+            extra = self._assumed_on(model)
+            state = self._request_state(snap, model, extra)
+            reasons = node_reasons(state, 0, idx[known])
+            passing = [asked[j] for j in np.flatnonzero(known) if int(idx[j]) not in reasons]
+            for name, r in self._assumed_conflicts(model, pod, passing, extra).items():
+                reasons[p.node_index[name]] = r
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError: the pod cannot be placed
             if isinstance(exc, NotReady):
                 self.count("errors")  # the extender's, not the request's
             return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
-        p = snap.problem
-        state = self._request_state(snap, model)
-        idx = np.array([p.node_index.get(n, -1) for n in asked], dtype=np.int64)
-        known = idx >= 0
-        reasons = node_reasons(state, 0, idx[known])
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         passed: list[int] = []
         for j, name in enumerate(asked):
             i = int(idx[j])
             if i < 0:
-                refused = model.refused_nodes.get(name)
-                if refused is not None:  # its annotation says nothing usable: no preemption fixes that
-                    unresolvable[name] = refused
+                why = refused.get(name) or model.refused_nodes.get(name)
+                if why is not None:  # its document says nothing usable: no preemption fixes that
+                    unresolvable[name] = why
                     continue
                 failed[name] = "node is not in the extender's node cache (added since its last sync, or no such node)"
                 continue
@@ -586,10 +654,11 @@ class Extender(RequestStats):
             result["NodeNames"] = [asked[j] for j in passed]
         return result
 
-    def scores(self, snap: Snapshot, names: list[str],
-               state: ClusterState | None = None) -> tuple[dict[str, int], str | None]:
+    def scores(self, snap: Snapshot, names: list[str], state: ClusterState | None = None,
+               blocked: Iterable[str] = ()) -> tuple[dict[str, int], str | None]:
         """0..10 per asked node name (0 for one the snapshot lacks), and the fallback reason when the
-        solver failed. ``state``: the snapshot's state to score on (default :meth:`state`)."""
+        solver failed. ``state``: the snapshot's state to score on (default :meth:`state`);
+        ``blocked``: nodes that fail a filter the snapshot does not see (scored 0, as unfit ones)."""
         p = snap.problem
         state = self.state(snap) if state is None else state
         idx = np.array([p.node_index.get(n, -1) for n in names], dtype=np.int64)
@@ -597,6 +666,9 @@ class Extender(RequestStats):
         ok = known.copy()
         # The pass/fail mask only: the reasons node_reasons would spell out are not needed here.
         ok[known] = static_filter(p, 0).mask[idx[known]] & resource_fit(state, 0, idx[known])
+        blocked = set(blocked)
+        if blocked:
+            ok &= np.array([n not in blocked for n in names], dtype=bool)
         cand = idx[ok]
         if cand.size == 0:
             return dict.fromkeys(names, 0), None
@@ -640,14 +712,16 @@ class Extender(RequestStats):
         self.count("prioritize")
         _go_fields(args, _EXTENDER_ARGS)
         pod = _pod(args)
-        nodes, asked = _node_args(args)
+        nodes, asked, _ = _node_args(args)
         self._remember(pod)
         model = self._checked_model(nodes)
+        extra = self._assumed_on(model)
         try:
             snap = self._snapshot_on(model, pod)
+            blocked = self._assumed_conflicts(model, pod, asked, extra)
         except ValueError as exc:
             raise BadRequest.wrap(exc, "Pod") from exc
-        scores, _ = self.scores(snap, asked, self._request_state(snap, model))
+        scores, _ = self.scores(snap, asked, self._request_state(snap, model, extra), blocked)
         return [{"Host": n, "Score": scores[n]} for n in asked]
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
@@ -706,8 +780,8 @@ class Extender(RequestStats):
         # frees only what it holds on that node.
         on_node = pods_by_node(self.cache.pods.items())
         for node, pods in self._assumed_on(model).items():  # bound here, not in the store yet
-            have = {_uid(q) for q in on_node.get(node, ())}
-            on_node.setdefault(node, []).extend(q for q in pods if _uid(q) not in have)
+            have = {obj_uid(q) for q in on_node.get(node, ())}
+            on_node.setdefault(node, []).extend(q for q in pods if obj_uid(q) not in have)
         keep: dict[str, Any] = {}
         state = ClusterState(problem)  # built once; each proposal sets its node's row, then puts it back
         for node, victims in checked.items():
@@ -741,11 +815,6 @@ def set_node_pods(state: ClusterState, model: ClusterModel, i: int, pods: Iterab
             allocated[ri] = amount
     state.set_node_usage(i, allocated, np.array(doc["gpu_free_milli"], dtype=problem.gpu_free.dtype),
                          nonzero=np.array([nonzero.get(r, 0.0) for r in NONZERO_RESOURCES]))
-
-
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    return meta.get("uid") if isinstance(meta, Mapping) else None
 
 
 def _meta_victims(victims: Any, where: str) -> dict[str, Any]:

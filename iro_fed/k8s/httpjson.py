@@ -1760,6 +1760,9 @@ class ConnectionLimit:
     closes), :meth:`wait_closed` where the request threads are daemons, ``server_close()``."""
 
     max_connections = 256
+    # The listen backlog: socketserver's default is 5, so a burst of 50 new clients had some reset
+    # by the kernel before accept() ran (ConnectionResetError), not queued and not answered 503.
+    request_queue_size = 128
     busy_error_key = "error"  # the message's key in the 503 body
     busy_message = "too many connections: retry"
 

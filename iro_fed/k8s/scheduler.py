@@ -15,7 +15,8 @@ Loop (leader only):
    alike for placement, StatefulSet replicas included, search once while nothing changed); an
    unplaced pod rejected for pod affinity or spread skew that a pod of the batch being bound may
    satisfy is placed after the batch's pods, on its best node that passes against them, as kube
-   would place it once they are bound; one with no such node, in either case, is not bound now but
+   would place it once they are bound (such pods placed join them: a chain, web waiting for api
+   and api for db, is placed in whatever queue order); one with no such node, in either case, is not bound now but
    tried again at once in the next batch
    (outcome ``deferred``; no backoff, no Event, no ``window_s`` wait when only such pods are ready);
    every other placed pod is bound once (``pods/binding`` with ``_preload_content=False``, never
@@ -105,6 +106,12 @@ bound-pod reflectors judge each change in their ``on_change`` hook, with its old
 Two replicas use a Lease (:class:`~iro_fed.k8s.leader.LeaderElector`); only the current leader
 binds, and it checks its leadership right before every Binding POST. On stop it gives the Lease
 up only after its Bindings under way have ended.
+
+:meth:`IroScheduler.health` (``/healthz`` of the metrics server, the liveness probe) reports the
+loop wedged when its thread has ended, or when it has made no progress (a pass begun, a Binding
+ended) for ``stall_s`` while pods of this scheduler are pending (by default 3 x its longest
+legitimate step: ``poll_s`` + ``window_s`` + the solver's time limit + a Binding's write timeout,
+60 s at least): the process is then restarted and the other replica takes the Lease.
 """
 
 from __future__ import annotations
@@ -144,6 +151,7 @@ from iro_fed.k8s.client import WATCH_JITTER, CallResult, ClusterCache, Kube, Ref
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
+    FAILURE_REASONS,
     GPU_RESOURCE,
     RESIZE_PENDING,
     TERMINAL_PHASES,
@@ -156,6 +164,7 @@ from iro_fed.k8s.snapshot import (
     apply_usage,
     node_doc,
     obj_key,
+    obj_uid,
     pod_demand,
     pod_filter_failures,
     pod_rules,
@@ -194,6 +203,11 @@ EVENT_REPEAT_S = 600.0  # an unchanged FailedScheduling Event is posted again af
 EVENT_TRIES = 12  # tries of one Event whose POST fails (client-go's maxTriesPerEvent), then dropped
 EVENT_RETRY_S = 10.0  # a Scheduled Event whose POST failed is sent again after this (client-go's sleepDuration)
 EVENT_RETRY_MAX = 1000  # Scheduled Events held for a retry at most (the oldest is dropped beyond)
+# The loop counts as wedged (IroScheduler.health: the liveness probe's /healthz) when it has made no
+# progress (a pass begun, a Binding ended) for this many of its longest legitimate steps (a sleep, the
+# batch window, the solver's time limit, one Binding's write timeout), LOOP_STALL_MIN_S at least.
+LOOP_STALL_PERIODS = 3
+LOOP_STALL_MIN_S = 60.0
 # kube-scheduler's defaults (podInitialBackoffDuration, podMaxBackoffDuration, podMaxInUnschedulablePodsDuration)
 POD_INITIAL_BACKOFF_S = 1.0
 POD_MAX_BACKOFF_S = 10.0
@@ -354,11 +368,14 @@ class IroScheduler:
                  pod_initial_backoff_s: float = POD_INITIAL_BACKOFF_S, pod_max_backoff_s: float = POD_MAX_BACKOFF_S,
                  max_unschedulable_s: float = MAX_UNSCHEDULABLE_S, poll_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, watch_jitter: float = WATCH_JITTER,
-                 rng: random.Random | None = None, assume_ttl_s: float | None = None) -> None:
+                 rng: random.Random | None = None, assume_ttl_s: float | None = None,
+                 stall_s: float | None = None) -> None:
         """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`: each
         60..119 s by default, as client-go's); ``rng`` seeds their draws (repeatable in tests).
         ``assume_ttl_s``: the safety TTL of an assumed pod (None: ``ASSUME_TTL_S`` or twice the
-        longest silence of a watch, whichever is longer)."""
+        longest silence of a watch, whichever is longer). ``stall_s``: how long the loop may go
+        without progress while pods wait before :meth:`health` reports it wedged (None:
+        ``LOOP_STALL_PERIODS`` times its longest legitimate step, ``LOOP_STALL_MIN_S`` at least)."""
         import solvers
 
         if not 0 <= window_s <= threading.TIMEOUT_MAX:  # nan passed `< 0`; inf made Event.wait raise in the loop
@@ -379,6 +396,12 @@ class IroScheduler:
         self.assume_ttl_s = float(assume_ttl_s) if assume_ttl_s is not None else max(ASSUME_TTL_S, 2 * silence)
         if not self.assume_ttl_s > 0:
             raise ValueError(f"assume_ttl_s: must be > 0, got {assume_ttl_s}")
+        # A pass: a sleep (poll_s at most), the batch window, the solve (then the fallback's
+        # heuristic) and Bindings, each of which ends (and counts as progress) within the write timeout.
+        step_s = poll_s + window_s + time_limit_s + float(getattr(kube, "write_timeout_s", 30.0))
+        self.stall_s = float(stall_s) if stall_s is not None else max(LOOP_STALL_MIN_S, LOOP_STALL_PERIODS * step_s)
+        if not self.stall_s > 0:
+            raise ValueError(f"stall_s: must be > 0, got {stall_s}")
         self.pod_initial_backoff_s = float(pod_initial_backoff_s)
         self.pod_max_backoff_s = float(pod_max_backoff_s)
         self.max_unschedulable_s = float(max_unschedulable_s)
@@ -469,6 +492,7 @@ class IroScheduler:
         self.batch_count = 0
         self.solve_s_total = 0.0
         self._last_deferred: set[str] = set()  # the pods the latest batch left for the next one (loop's thread)
+        self._progress_at = self.clock()  # the loop's latest progress (a pass begun, a Binding ended): health()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -482,9 +506,31 @@ class IroScheduler:
             self.elector.start()
         if self.metrics_feed is not None:
             self.metrics_feed.start()
+        self._progress_at = self.clock()
         self._thread = threading.Thread(target=self.run, name=f"iro-scheduler-{self.identity}", daemon=True)
         self._thread.start()
         return self
+
+    def health(self) -> tuple[bool, str]:
+        """Whether the scheduling loop is alive, for a liveness probe (``/healthz``): False when its
+        thread has ended (an error escaped it), or when it has made no progress (a pass begun, a
+        Binding ended) for ``stall_s`` while pods of this scheduler are pending: a wedged loop
+        (a call that never returns, a deadlock) whose process would otherwise look alive for ever.
+        Idle with nothing pending, before :meth:`start` and while stopping, it is healthy. With the
+        text that says why."""
+        if self._thread is None or self._stop.is_set():
+            return True, "not running" if self._thread is None else "stopping"
+        if not self._thread.is_alive():
+            return False, "the scheduling loop has ended (see the log for the error)"
+        idle = self.clock() - self._progress_at
+        if idle <= self.stall_s:
+            return True, f"scheduling loop progressed {idle:.0f} s ago"
+        with self.pending.changed:
+            pending = len(self.pending.store)
+        if not pending:
+            return True, f"scheduling loop idle for {idle:.0f} s, no pod pending"
+        return False, (f"scheduling loop made no progress for {idle:.0f} s (limit {self.stall_s:.0f} s) "
+                       f"with {pending} pod(s) pending")
 
     def stop(self, release: bool = True) -> None:
         """Stop; ``release=False`` leaves the lease to expire (what a crash does).
@@ -511,12 +557,21 @@ class IroScheduler:
         return self.elector is None or self.elector.is_leader()
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # nothing is scheduled any more: health() says so (the liveness probe restarts it)
+            log.exception("the scheduling loop ended on an error; /healthz now fails")
+
+    def _loop(self) -> None:
         while not self._stop.is_set() and not (self.cache.synced and self.pending.synced.is_set()):
+            self._progress_at = self.clock()
             self.cache.wait_synced(0.1)
             self.pending.synced.wait(0.1)
         while not self._stop.is_set():
+            self._progress_at = self.clock()
             self._wake.wait(timeout=self._next_wake_s())
             self._wake.clear()
+            self._progress_at = self.clock()
             if self._stop.is_set():
                 break
             self._retry_events()  # also on a replica that lost the lease: its Bindings happened
@@ -565,7 +620,7 @@ class IroScheduler:
             key = obj_key(obj)
             with self._lock:
                 a = self._assumed.get(key)
-                if a is not None and a.uid == _uid(obj):
+                if a is not None and a.uid == obj_uid(obj):
                     self._assumed.pop(key)
         try:
             freed = _frees_room(old, new, self.config.resources)
@@ -715,7 +770,7 @@ class IroScheduler:
         now = self.clock()
         with self.pending.changed:
             pending = dict(self.pending.store)
-        pending_uids = {key: _uid(pod) for key, pod in pending.items()}
+        pending_uids = {key: obj_uid(pod) for key, pod in pending.items()}
         with self._lock:
             assumed_keys = list(self._assumed)
             # read before the store: it holds this list's result at least (an assumed pod bound before
@@ -792,7 +847,7 @@ class IroScheduler:
         if not gated or not self.is_leader():
             return
         for pod in gated:
-            key, uid = obj_key(pod), _uid(pod)
+            key, uid = obj_key(pod), obj_uid(pod)
             with self._lock:
                 last = self._gated.get(key)
             if last is not None and last[0] == uid and (last[1] is not None or now - last[2] < EVENT_RETRY_S):
@@ -828,7 +883,7 @@ class IroScheduler:
         if obj is None:
             return None
         with self._lock:
-            assumed = [(key, a.pod) for key, a in self._assumed.items() if (a.pod.get("spec") or {}).get("nodeName") == node]
+            assumed = [(key, a.pod) for key, a in self._assumed.items() if _field(a.pod, "spec", "nodeName") == node]
         with self.cache.pods.changed:
             version = self.cache.pods.version
             store = self.cache.pods.store
@@ -850,7 +905,7 @@ class IroScheduler:
         pass over every bound pod of the cluster on each queue read."""
         with self.cache.pods.changed:
             store = self.cache.pods.store
-            return {key: _uid(store[key]) for key in keys if key in store}
+            return {key: obj_uid(store[key]) for key in keys if key in store}
 
     def _model(self, pods: Sequence[Mapping[str, Any]]) -> ClusterModel:
         """The cluster with the pods bound and assumed, built once for the batch ``pods``: they
@@ -907,6 +962,7 @@ class IroScheduler:
                 except (PodSpecError, QuantityError, ProblemValidationError) as exc:
                     outcomes.append(self._unschedulable_pod(pod, f"invalid pod spec: {exc}", "SchedulerError", version))
             if not good:
+                log.info("batch of %d: %s", len(pods), _batch_counts(outcomes))
                 return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
             snap = model.with_pods(good)
         problem = snap.problem
@@ -915,7 +971,7 @@ class IroScheduler:
             # UnschedulableAndUnresolvable, so reason Unschedulable; a node added moves the pods.
             outcomes.extend(self._unschedulable_pod(pod, NO_NODES_MESSAGE, "Unschedulable", version, frozenset())
                             for pod in good)
-            log.info("batch of %d: no nodes available to schedule pods", len(pods))
+            log.info("batch of %d: no nodes available to schedule pods (%s)", len(pods), _batch_counts(outcomes))
             return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
         self.refresh_policy()
         placement = self.solver.solve(problem)
@@ -929,7 +985,7 @@ class IroScheduler:
         order: list[tuple[int, str, PodRules]] = []  # the pods kept, in the order they were judged
         deferred, kept = _batch_conflicts(model, problem, good, solved, state, order)
         judged = len(order)
-        waiting = self._place_waiters(model, problem, state, good, kept, order)
+        waiting = self._place_waiters(model, problem, state, good, kept, order, deferred)
         late = {w for w, _, _ in order[judged:]}  # placed after the pods they waited for
         if not np.array_equal(state.assignment, solved):  # moved, deferred or placed: bound, explained and scored as bound
             placement = dc_replace(placement, assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards),
@@ -962,31 +1018,44 @@ class IroScheduler:
         result = BatchResult(outcomes, self.solver_name, str(info.get("solved_by", self.solver_name)),
                              info.get("fallback_reason"), placement.objective.score if placement.objective else None,
                              float(placement.timing.get("solve_s", 0.0)))
-        log.info("batch of %d: %d bound, %d unschedulable, %d left for the next batch, solved by %s in %.1f ms",
-                 len(pods), sum(o.status == "bound" for o in outcomes), sum(o.status == "unschedulable" for o in outcomes),
-                 sum(o.status == "deferred" for o in outcomes),
+        log.info("batch of %d: %s, solved by %s in %.1f ms", len(pods), _batch_counts(outcomes),
                  result.solved_by, 1000 * result.solve_s)
         return result
 
     def _place_waiters(self, model: ClusterModel, problem: Any, state: ClusterState, pods: Sequence[Mapping[str, Any]],
-                       kept: PlacedPods, order: list[tuple[int, str, PodRules]]) -> set[int]:
+                       kept: PlacedPods, order: list[tuple[int, str, PodRules]],
+                       deferred: Mapping[int, str]) -> set[int]:
         """Place the unplaced pods of the batch that some node refused for pod affinity or spread
         skew which the pods being bound (``kept``) may change (:func:`_waits_for_batch`), in queue
         order after them, as kube would place them once those are bound (:func:`_place_waiter`);
-        each one placed joins ``kept`` and ``order``. Returns those with no node that passes: they
-        are left for the next batch."""
-        waiting = set()
+        each one placed joins ``kept`` and ``order``. A pod placed may be the one another waits for,
+        earlier in the queue (web waits for api, api for db): passes repeat while one places a pod,
+        so a chain in any order is placed (at most one pass more than the waiters placed). Returns
+        those that wait for a pod being bound but have no node that passes: they are left for the
+        next batch (one whose target is bound nowhere stays unschedulable)."""
+        waiting: set[int] = set()
+        if not kept.by_namespace:  # nothing being bound: no pod waits for the batch
+            return waiting
         memo: dict[Any, Any] = {}
-        for w, pod in enumerate(pods):
-            if int(state.assignment[w]) >= 0 or not kept.by_namespace or not _waits_for_batch(problem, w, pod, kept):
-                continue
-            node = _place_waiter(model, problem, state, w, pod, kept, memo)
-            if node is None:
-                waiting.add(w)
-                continue
-            rules = pod_rules(pod, pending=False)
-            kept.add(node, rules)
-            order.append((w, node, rules))
+        # Parsed once: the unplaced pods refused for pod affinity or spread skew (a deferred pod is not bound: never kept).
+        left = {w: rules for w, pod in enumerate(pods)
+                if w not in deferred and int(state.assignment[w]) < 0
+                and (rules := _refused_for_pods(problem, w, pod)) is not None}
+        placed = True
+        while placed and left:
+            placed, waiting = False, set()
+            for w, rules in list(left.items()):
+                if not _counted_by(rules, kept):
+                    continue
+                node = _place_waiter(model, problem, state, w, pods[w], kept, memo, rules)
+                if node is None:
+                    waiting.add(w)
+                    continue
+                as_placed = _as_placed(rules)
+                kept.add(node, as_placed)
+                order.append((w, node, as_placed))
+                del left[w]
+                placed = True
         return waiting
 
     def _bind(self, snap: Snapshot, state: ClusterState, placement: Any, w: int, pod: dict[str, Any],
@@ -1001,6 +1070,7 @@ class IroScheduler:
         cards = placement.gpu_cards.get(w)
         annotations = {ANN_GPU_CARDS: ",".join(str(c) for c in cards)} if cards else None
         result = self.kube.bind(meta.get("namespace", "default"), meta["name"], node, uid=meta.get("uid"), annotations=annotations)
+        self._progress_at = self.clock()  # a batch of many Bindings on a slow API server is progress, not a wedge
         if not result.ok:
             status = "conflict" if result.status == 409 else "bind-error"
             # Never retried here: a 409 means the pod is bound already; after any other failure
@@ -1061,7 +1131,7 @@ class IroScheduler:
                            wants: frozenset[str] | None = None) -> PodOutcome:
         key = obj_key(pod)
         meta = pod.get("metadata") or {}
-        uid, spec = _uid(pod), _pod_spec_key(pod)
+        uid, spec = obj_uid(pod), _pod_spec_key(pod)
         with self._lock:  # back to the unschedulable queue, one attempt more than the last time
             last_try = self._unschedulable.get(key)
             attempts = last_try.attempts + 1 if last_try is not None and (last_try.uid, last_try.spec) == (uid, spec) else 1
@@ -1177,6 +1247,23 @@ class IroScheduler:
             return
 
 
+#: How the batch log line words each outcome (PodOutcome.status), in its order; the first three always shown.
+BATCH_COUNTS = (("bound", "bound"), ("unschedulable", "unschedulable"), ("deferred", "left for the next batch"),
+                ("invalid", "invalid"), ("conflict", "already bound (409)"), ("bind-error", "binding failed"),
+                ("not-leader", "not bound (not the leader)"))
+
+
+def _batch_counts(outcomes: Sequence[PodOutcome]) -> str:
+    """The batch log line's counts of ``outcomes`` by status: bound, unschedulable and left for the
+    next batch always, then invalid pods and Bindings that failed or were not sent where there are
+    some, so that the counts add up to the batch's pods (a status unknown here is counted as such)."""
+    counts = collections.Counter(o.status for o in outcomes)
+    parts = [f"{counts.pop(status, 0)} {words}" for status, words in BATCH_COUNTS[:3]]
+    parts += [f"{counts.pop(status)} {words}" for status, words in BATCH_COUNTS[3:] if counts.get(status)]
+    parts += [f"{n} {status}" for status, n in sorted(counts.items())]
+    return ", ".join(parts)
+
+
 def _passing(result: CallResult) -> bool:
     """A write failure worth a retry: no answer (0), 429 or a 5xx. client-go's broadcaster retries
     only a write with no answer; a 429 or 5xx is a passing failure too (an overloaded or
@@ -1184,16 +1271,11 @@ def _passing(result: CallResult) -> bool:
     return result.status in (0, 429) or result.status >= 500
 
 
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    return meta.get("uid") if isinstance(meta, Mapping) else None
-
-
 def _unconfirmed(assumed: Iterable[tuple[str, Mapping[str, Any]]],
                  bound: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The pods of ``assumed`` (``(key, pod)`` pairs) that count on top of the bound-pods store
     ``bound``: an assumed pod counts until the watch shows that very pod (same UID) bound."""
-    return [pod for key, pod in assumed if key not in bound or _uid(bound[key]) != _uid(pod)]
+    return [pod for key, pod in assumed if key not in bound or obj_uid(bound[key]) != obj_uid(pod)]
 
 
 def _field(obj: Any, *path: str) -> Any:
@@ -1314,6 +1396,7 @@ def _batch_conflicts(model: ClusterModel, problem: Any, pods: Sequence[Mapping[s
     # is not run again for each (300 zone anti-affine replicas over 5 zones).
     no_room: dict[tuple, tuple[int, int]] = {}
     read: frozenset[str] | None = None  # the pod label keys some selector in play reads, on the first conflict
+    parsed = _BatchRules(pods)  # each pod's rules parsed once: the check, the template and the relocation read them
     kept = 0
     for w, pod in enumerate(pods):
         n = int(assignment[w])
@@ -1321,17 +1404,19 @@ def _batch_conflicts(model: ClusterModel, problem: Any, pods: Sequence[Mapping[s
             continue
         node = problem.nodes[n].name
         try:
-            reason = model.placement_conflict(pod, node, earlier)
-            rules = pod_rules(pod, pending=False)
+            # As ClusterModel.placement_conflict, on the rules parsed once (the batch's memo: the same bound pods).
+            full = parsed.full(w) if reads_pods(pod) or earlier.anti else None
+            reason = None if full is None else _conflict(model, full, node, earlier, memo)
+            rules = parsed.as_placed(w)
         except PodSpecError:  # labels the model cannot read (the API server never sends such): nothing selects it
             continue
         template = None
-        if reason is not None and state is not None:
+        if reason is not None and state is not None and full is not None:
             if read is None:
-                read = _selector_keys(pods, model.placed())
-            template = _template_key(problem, w, pod_rules(pod), read)
+                read = _selector_keys(pods, model.placed(), parsed)
+            template = _template_key(problem, w, full, read)
             if no_room.get(template) != (kept, len(out)):
-                moved = _relocate(model, problem, state, w, pod, earlier, memo)
+                moved = _relocate(model, problem, state, w, pod, earlier, memo, full)
                 if moved is not None:
                     node, reason = moved, None
         if reason is not None:
@@ -1347,18 +1432,21 @@ def _batch_conflicts(model: ClusterModel, problem: Any, pods: Sequence[Mapping[s
     return out, earlier
 
 
-def _selector_keys(pods: Sequence[Mapping[str, Any]], placed: PlacedPods) -> frozenset[str]:
+def _selector_keys(pods: Sequence[Mapping[str, Any]], placed: PlacedPods,
+                   parsed: _BatchRules | None = None) -> frozenset[str]:
     """The pod label keys that some selector judging a pod of the batch reads: the batch's pods'
     required (anti-)affinity terms and DoNotSchedule spread selectors (``matchLabelKeys`` merged
     in) and the bound pods' required anti-affinity terms. A pod's other labels (a StatefulSet's
-    ``statefulset.kubernetes.io/pod-name``, an indexed Job's completion index) decide nothing."""
+    ``statefulset.kubernetes.io/pod-name``, an indexed Job's completion index) decide nothing.
+    ``parsed``: the batch's rules parsed so far (:class:`_BatchRules` of ``pods``)."""
     keys: set[str] = set()
     selectors = [t.selector for _, other in placed.anti for t in other.anti_affinity]
-    for pod in pods:
+    parsed = _BatchRules(pods) if parsed is None else parsed
+    for w, pod in enumerate(pods):
         if not reads_pods(pod):
             continue
         try:
-            rules = pod_rules(pod)
+            rules = parsed.full(w)
         except PodSpecError:  # never judged nor added to the pods placed (see _batch_conflicts)
             continue
         selectors.extend(t.selector for t in (*rules.affinity, *rules.anti_affinity))
@@ -1380,20 +1468,68 @@ def _template_key(problem: Any, w: int, rules: PodRules, read: frozenset[str]) -
             tuple(sorted((k, v) for k, v in rules.labels.items() if k in read)))
 
 
+class _BatchRules:
+    """The :class:`PodRules` of each pod of a batch, parsed once for the batch (its check read a
+    conflicting pod's two or three times: the check, its template, its relocation; and every pod's
+    once more for the selector keys). A pod whose rules do not parse raises the same
+    :class:`PodSpecError` each time."""
+
+    def __init__(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        self._pods = pods
+        self._got: dict[int, PodRules | PodSpecError] = {}
+
+    def full(self, w: int) -> PodRules:
+        """Pod ``w``'s rules as a pending pod (:func:`pod_rules`)."""
+        got = self._got.get(w)
+        if got is None:
+            try:
+                got = pod_rules(self._pods[w])
+            except PodSpecError as exc:
+                got = exc
+            self._got[w] = got
+        if isinstance(got, PodSpecError):
+            raise got
+        return got
+
+    def as_placed(self, w: int) -> PodRules:
+        """Pod ``w``'s rules as a pod on a node (``pod_rules(pod, pending=False)``): what the plugins
+        read of the pods placed. Taken from the full parse; parsed on its own only where that
+        fails (a field a placed pod's rules do not read)."""
+        try:
+            rules = self.full(w)
+        except PodSpecError:
+            return pod_rules(self._pods[w], pending=False)
+        return _as_placed(rules)
+
+
+def _as_placed(rules: PodRules) -> PodRules:
+    """A pending pod's ``rules`` as ``pod_rules(pod, pending=False)`` reads the same pod on a node:
+    its namespace, labels, deletion, anti-affinity and host ports (the rest left at the defaults)."""
+    return dc_replace(rules, affinity=(), spread=(), node_selector={}, node_terms=None, tolerations=())
+
+
+def _conflict(model: ClusterModel, rules: PodRules, node: str, earlier: PlacedPods, memo: dict[Any, Any]) -> str | None:
+    """:meth:`ClusterModel.placement_conflict` of the pod whose rules are ``rules`` (parsed once
+    per batch), ``memo`` the batch's over the model's bound pods: kube's reason, else None."""
+    kind = pod_filter_failures(rules, model.placed(), model.node_docs, [node], earlier, memo).get(node)
+    return FAILURE_REASONS[kind] if kind else None
+
+
 def _relocate(model: ClusterModel, problem: Any, state: ClusterState, w: int, pod: Mapping[str, Any],
-              earlier: PlacedPods, memo: dict[Any, Any]) -> str | None:
+              earlier: PlacedPods, memo: dict[Any, Any], rules: PodRules | None = None) -> str | None:
     """Move workload ``w``, whose node in ``state`` fails against ``earlier`` (the pods of its batch
     before it), to the node kube would pick among the rest: one that passes the snapshot's filters
     and has room (resources, GPU cards) with the batch's other pods where ``state`` has them, and
     that passes NodePorts, PodTopologySpread and InterPodAffinity against ``earlier``; the best
     by the objective's :func:`marginal` of those (:func:`_first_passing`). Returns its name
-    (``state`` updated), or None (``state`` as it was): no such node."""
+    (``state`` updated), or None (``state`` as it was): no such node. ``rules``: ``pod``'s, parsed
+    (None: parsed here)."""
     n = int(state.assignment[w])
     cards = state.gpu_cards.get(w)
     state.remove(w)
     mask = feasible_nodes(state, w)
     mask[n] = False
-    c = _best_passing(model, problem, state, w, pod, np.flatnonzero(mask), earlier, memo)
+    c = _best_passing(model, problem, state, w, pod, np.flatnonzero(mask), earlier, memo, rules)
     if c is not None:
         state.place(w, c)
         return problem.nodes[c].name
@@ -1402,14 +1538,15 @@ def _relocate(model: ClusterModel, problem: Any, state: ClusterState, w: int, po
 
 
 def _place_waiter(model: ClusterModel, problem: Any, state: ClusterState, w: int, pod: Mapping[str, Any],
-                  kept: PlacedPods, memo: dict[Any, Any]) -> str | None:
+                  kept: PlacedPods, memo: dict[Any, Any], rules: PodRules | None = None) -> str | None:
     """Place unplaced workload ``w``, refused by the snapshot for pod affinity or spread skew that the
     pods of its batch being bound (``kept``) may satisfy (:func:`_waits_for_batch`), as kube would
     place it after them: on the best (:func:`marginal`) node with room beside the batch in ``state``
     that passes every static filter before those plugins and passes NodePorts, PodTopologySpread
     and InterPodAffinity against the bound pods and ``kept``. Returns its name (``state``
-    updated), or None: no such node (the pod is left for the next batch)."""
-    c = _best_passing(model, problem, state, w, pod, np.flatnonzero(_late_nodes(problem, state, w)), kept, memo)
+    updated), or None: no such node (the pod is left for the next batch). ``rules``: ``pod``'s,
+    parsed (None: parsed here)."""
+    c = _best_passing(model, problem, state, w, pod, np.flatnonzero(_late_nodes(problem, state, w)), kept, memo, rules)
     if c is None:
         return None
     state.place(w, c)
@@ -1425,31 +1562,33 @@ def _late_nodes(problem: Any, state: ClusterState, w: int) -> np.ndarray:
 
 
 def _best_passing(model: ClusterModel, problem: Any, state: ClusterState, w: int, pod: Mapping[str, Any],
-                  cand: np.ndarray, earlier: PlacedPods, memo: dict[Any, Any]) -> int | None:
+                  cand: np.ndarray, earlier: PlacedPods, memo: dict[Any, Any],
+                  rules: PodRules | None = None) -> int | None:
     """The best of nodes ``cand`` for workload ``w`` (unplaced in ``state``) by :func:`marginal`
     (ties: lowest index first) where ``pod`` passes the pod-reading plugins against ``earlier``
     (:func:`_first_passing`); None: none."""
     if not cand.size:
         return None
     order = cand[np.argsort(-marginal(problem, state, w, cand), kind="stable")].tolist()
-    return _first_passing(model, problem, order, pod, earlier, memo)
+    return _first_passing(model, problem, order, pod, earlier, memo, rules)
 
 
 def _first_passing(model: ClusterModel, problem: Any, order: Sequence[int], pod: Mapping[str, Any],
-                   earlier: PlacedPods, memo: dict[Any, Any]) -> int | None:
+                   earlier: PlacedPods, memo: dict[Any, Any], rules: PodRules | None = None) -> int | None:
     """The first of nodes ``order`` (indices, best first) where ``pod`` passes NodePorts,
     PodTopologySpread and InterPodAffinity against the bound pods and ``earlier``; None: none.
     The plugins run over a chunk of them at a time (their counts taken once; most pods pass on one
-    of the first few, where a run over every node cost 8 ms a pod on 2,000 nodes), and the chosen
-    node is checked by :meth:`ClusterModel.placement_conflict`."""
-    rules = pod_rules(pod)
+    of the first few, where a run over every node cost 8 ms a pod on 2,000 nodes). A node's verdict
+    does not depend on the others asked with it, so it is :meth:`ClusterModel.placement_conflict`'s.
+    ``rules``: ``pod``'s, parsed (None: parsed here)."""
+    rules = pod_rules(pod) if rules is None else rules
     start, size = 0, RELOCATE_CHUNK
     while start < len(order):
         chunk = order[start:start + size]
         names = [problem.nodes[c].name for c in chunk]
         failing = pod_filter_failures(rules, model.placed(), model.node_docs, names, earlier, memo)
         for c, name in zip(chunk, names, strict=True):
-            if name not in failing and model.placement_conflict(pod, name, earlier) is None:
+            if name not in failing:
                 return c
         start, size = start + size, 4 * size
     return None
@@ -1480,12 +1619,24 @@ def _waits_for_batch(problem: Any, w: int, pod: Mapping[str, Any], kept: PlacedP
     """Whether unplaced workload ``w`` (``pod``) was refused by some node for pod affinity or spread
     skew, and a pod of its batch being bound (``kept``) is one its affinity terms (all of them) or
     a spread selector counts: that pod may change it (kube would have placed it first)."""
+    rules = _refused_for_pods(problem, w, pod)
+    return rules is not None and _counted_by(rules, kept)
+
+
+def _refused_for_pods(problem: Any, w: int, pod: Mapping[str, Any]) -> PodRules | None:
+    """``pod``'s rules (workload ``w``) when some node refused it for pod affinity or spread skew
+    (pods being bound may change that); None when none did, or its rules do not parse."""
     if not np.isin(static_filter(problem, w).first_fail, (POD_AFFINITY_FILTER, SPREAD_FILTER)).any():
-        return False
+        return None
     try:
-        rules = pod_rules(pod)
+        return pod_rules(pod)
     except PodSpecError:
-        return False
+        return None
+
+
+def _counted_by(rules: PodRules, kept: PlacedPods) -> bool:
+    """Whether a pod of ``kept`` is one that the affinity terms (all of them) or a spread selector
+    of the pod whose rules are ``rules`` counts."""
     for _, other in kept.pods():
         if rules.affinity and all(t.matches(other.namespace, other.labels) for t in rules.affinity):
             return True

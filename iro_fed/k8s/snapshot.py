@@ -260,6 +260,12 @@ def obj_key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
+def obj_uid(obj: Mapping[str, Any]) -> str | None:
+    """An object's ``metadata.uid`` (None without one or without a metadata object)."""
+    meta = obj.get("metadata")
+    return meta.get("uid") if isinstance(meta, Mapping) else None
+
+
 def _meta(obj: Any) -> Mapping[str, Any]:
     m = obj.get("metadata") if isinstance(obj, Mapping) else None
     return m if isinstance(m, Mapping) else {}
@@ -1414,7 +1420,43 @@ def has_anti_affinity(pod: Mapping[str, Any]) -> bool:
 #: Pod fields the model never reads that differ between replicas of one template (the service-account
 #: token volume and its mounts get a random suffix; StatefulSet pods differ in hostname and claims).
 _UNREAD_SPEC = frozenset({"volumes", "hostname", "subdomain"})
-_UNREAD_CONTAINER = frozenset({"volumeMounts"})
+#: Container fields nothing in the model reads (pod_demand reads name, resources and restartPolicy;
+#: the NodePorts filter ports): left out of the key, else an image tag or an env value gave each
+#: replica set its own snapshot, and a 30-container pod an 86 KB key (1.5 ms a request to build).
+_UNREAD_CONTAINER = frozenset({
+    "args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "readinessProbe",
+    "securityContext", "startupProbe", "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy",
+    "tty", "volumeDevices", "volumeMounts", "workingDir"})
+#: What :func:`pod_demand` reads of a container (:func:`_pod_parts`).
+_DEMAND_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def _resize_status(status: Any) -> Any:
+    """What :func:`_status_requests` and :func:`_pod_level_resized` read of a pod's ``status`` (a
+    value that is not an object is kept whole: the parse says what is wrong with it)."""
+    if status is None:
+        status = {}
+    if not isinstance(status, Mapping):
+        return status
+    keep = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
+                                       "allocatedResources")}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if isinstance(keep[key], list):
+            keep[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
+                         if isinstance(cs, Mapping) else cs for cs in keep[key]]
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
+    keep["conditions"] = conditions
+    return keep
+
+
+def _own_annotations(meta: Mapping[str, Any]) -> Any:
+    """The ``iro-fed.io/`` annotations (the only ones read); anything but an object is kept whole."""
+    ann = meta.get("annotations")
+    if isinstance(ann, Mapping):
+        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
+    return ann
 
 
 def pod_shape_key(pod: Mapping[str, Any]) -> str:
@@ -1429,35 +1471,79 @@ def pod_shape_key(pod: Mapping[str, Any]) -> str:
     if not isinstance(meta, Mapping) or not (spec is None or isinstance(spec, Mapping)):
         return json.dumps([meta, spec, pod.get("status")], sort_keys=True, default=str)  # an error for the parse
     spec = spec or {}
-    ann = meta.get("annotations")
-    if isinstance(ann, Mapping):  # anything else is kept whole: the parse says what is wrong with it
-        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
     labels = meta.get("labels")
     if isinstance(labels, Mapping) and not labels:
         labels = None  # read as no labels, as None is
-    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": ann,
+    keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": _own_annotations(meta),
                  "deleting": bool(meta.get("deletionTimestamp"))}
     keep_spec = {k: v for k, v in spec.items() if k not in _UNREAD_SPEC}
     for key in ("containers", "initContainers"):
         if isinstance(keep_spec.get(key), list):
             keep_spec[key] = [{k: v for k, v in c.items() if k not in _UNREAD_CONTAINER} if isinstance(c, Mapping) else c
                               for c in keep_spec[key]]
+    return json.dumps([keep_meta, keep_spec, _resize_status(pod.get("status"))], sort_keys=True, default=str)
+
+
+def usage_view(pod: Mapping[str, Any]) -> Any:
+    """A small copy of ``pod`` that :func:`apply_usage` counts as it counts ``pod`` (what
+    :func:`pod_demand` reads, the ``iro-fed.io/`` annotations, name, namespace and uid), for
+    keeping many pods' specs: the whole object of a 30-container pod is ~430 KB parsed, this
+    ~30 KB (its containers' resources). Lenient: a part that is not an object is kept whole (its
+    parse reports it)."""
+    if not isinstance(pod, Mapping):
+        return pod
+    out: dict[str, Any] = {}
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: meta[k] for k in ("name", "namespace", "uid") if k in meta}
+        ann = _own_annotations(meta)
+        if ann is not None:
+            out["metadata"]["annotations"] = ann
+    elif "metadata" in pod:
+        out["metadata"] = meta
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping):
+        out["spec"] = {k: spec[k] for k in ("overhead", "resources", "nodeName") if k in spec}
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            if isinstance(items, list):
+                items = [{k: c[k] for k in _DEMAND_CONTAINER if k in c} if isinstance(c, Mapping) else c for c in items]
+            if key in spec:
+                out["spec"][key] = items
+    elif "spec" in pod:
+        out["spec"] = spec
     status = pod.get("status")
-    if status is None:
-        status = {}
-    keep_status: Any = status
-    if isinstance(status, Mapping):  # what _status_requests and _pod_level_resized read
-        keep_status = {k: status.get(k) for k in ("containerStatuses", "initContainerStatuses", "resize", "resources",
-                                                  "allocatedResources")}
-        for key in ("containerStatuses", "initContainerStatuses"):
-            if isinstance(keep_status[key], list):
-                keep_status[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
-                                    if isinstance(cs, Mapping) else cs for cs in keep_status[key]]
-        conditions = status.get("conditions")
-        if isinstance(conditions, list):
-            conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
-        keep_status["conditions"] = conditions
-    return json.dumps([keep_meta, keep_spec, keep_status], sort_keys=True, default=str)
+    if status is not None:
+        out["status"] = _resize_status(status)
+        if isinstance(status, Mapping) and "phase" in status:
+            out["status"]["phase"] = status["phase"]
+    return out
+
+
+def bound_view(pod: Mapping[str, Any]) -> Any:
+    """:func:`usage_view` plus what the pod-reading plugins read of a bound pod
+    (:func:`pod_rules` with ``pending=False``, :func:`has_anti_affinity`): labels, deletion, the
+    required pod anti-affinity and the containers' ports. A pod kept in this form counts on its
+    node as the whole object does, for usage and for NodePorts, PodTopologySpread and
+    InterPodAffinity (the extender's assumed pods). Lenient as :func:`usage_view`."""
+    out = usage_view(pod)
+    if not isinstance(pod, Mapping):
+        return out
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if isinstance(meta, Mapping):
+        out["metadata"].update({k: meta[k] for k in ("labels", "deletionTimestamp") if k in meta})
+    if isinstance(spec, Mapping):
+        affinity = spec.get("affinity")
+        if isinstance(affinity, Mapping):
+            affinity = {k: affinity[k] for k in ("podAntiAffinity",) if k in affinity}
+        if "affinity" in spec:
+            out["spec"]["affinity"] = affinity
+        for key in ("containers", "initContainers"):
+            items, kept = spec.get(key), out["spec"].get(key)
+            if isinstance(items, list) and isinstance(kept, list):
+                out["spec"][key] = [dict(k, ports=c["ports"]) if isinstance(c, Mapping) and "ports" in c else k
+                                    for c, k in zip(items, kept, strict=True)]
+    return out
 
 
 def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
@@ -1517,26 +1603,15 @@ class PlacedPods:
         labels = self._memo.get("node-labels", {}).get(node)  # None: a node the counts do not see
         for key, got in self._memo.items():
             if key == "anti-terms":
-                for t in rules.anti_affinity if labels is not None else ():
-                    if t.topology_key in labels:
-                        counts = got.get(t)
-                        if counts is None:
-                            counts = got[t] = collections.Counter()
-                        counts[(t.topology_key, labels[t.topology_key])] += 1
+                if labels is not None:
+                    _count_anti_terms(got, rules, labels)
             elif not isinstance(key, tuple):  # "node-labels"
                 continue
             elif key[0] == "terms" and labels is not None:
-                _, terms, every = key
-                if every:
-                    if all(t.matches(rules.namespace, rules.labels) for t in terms):
-                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
-                else:
-                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
-                               if t.topology_key in labels and t.matches(rules.namespace, rules.labels))
+                _count_terms(got, key[1], key[2], rules, labels)
             elif key[0] == "selector":
                 _, namespace, selector = key
-                if selector.requirements and rules.namespace == namespace and not rules.terminating \
-                        and selector.matches(rules.labels):
+                if selector.requirements and rules.namespace == namespace and _selected(selector, rules):
                     got[node] += 1
 
     def pods(self, namespaces: Iterable[str] | None = None) -> Iterable[tuple[str, PodRules]]:
@@ -1556,14 +1631,8 @@ class PlacedPods:
             got = collections.Counter()
             for node, other in self.pods(_term_namespaces(terms)):
                 labels = node_labels.get(node)
-                if labels is None:
-                    continue
-                if every:
-                    if all(t.matches(other.namespace, other.labels) for t in terms):
-                        got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
-                else:
-                    got.update((t.topology_key, labels[t.topology_key]) for t in terms
-                               if t.topology_key in labels and t.matches(other.namespace, other.labels))
+                if labels is not None:
+                    _count_terms(got, terms, every, other, labels)
             self._memo.setdefault("node-labels", node_labels)
             self._memo[key] = got
         return got
@@ -1577,14 +1646,8 @@ class PlacedPods:
             by_term = {}
             for node, other in self.anti:
                 labels = node_labels.get(node)
-                if labels is None:
-                    continue
-                for t in other.anti_affinity:
-                    if t.topology_key in labels:
-                        counts = by_term.get(t)
-                        if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
-                            counts = by_term[t] = collections.Counter()
-                        counts[(t.topology_key, labels[t.topology_key])] += 1
+                if labels is not None:
+                    _count_anti_terms(by_term, other, labels)
             self._memo.setdefault("node-labels", node_labels)
             self._memo["anti-terms"] = by_term  # whole: a model may serve several threads (the webhook's)
         got: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -1601,10 +1664,37 @@ class PlacedPods:
         if got is None:
             got = collections.Counter()
             if selector.requirements:
-                got.update(node for node, other in self.pods((namespace,))
-                           if not other.terminating and selector.matches(other.labels))
+                got.update(node for node, other in self.pods((namespace,)) if _selected(selector, other))
             self._memo[key] = got
         return got
+
+
+def _count_terms(got: collections.Counter[tuple[str, str]], terms: tuple[PodTerm, ...], every: bool,
+                 pod: PodRules, labels: Mapping[str, str]) -> None:
+    """Add ``pod`` (on a node with ``labels``) to :meth:`PlacedPods.term_counts`'s counts."""
+    if every:
+        if all(t.matches(pod.namespace, pod.labels) for t in terms):
+            got.update((t.topology_key, labels[t.topology_key]) for t in terms if t.topology_key in labels)
+    else:
+        got.update((t.topology_key, labels[t.topology_key]) for t in terms
+                   if t.topology_key in labels and t.matches(pod.namespace, pod.labels))
+
+
+def _count_anti_terms(by_term: dict[PodTerm, collections.Counter[tuple[str, str]]], pod: PodRules,
+                      labels: Mapping[str, str]) -> None:
+    """Add ``pod``'s required anti-affinity terms (on a node with ``labels``) to
+    :meth:`PlacedPods.existing_counts`'s per-term counts."""
+    for t in pod.anti_affinity:
+        if t.topology_key in labels:
+            counts = by_term.get(t)
+            if counts is None:  # (not setdefault: a Counter made per pod and term cost most of a batch check)
+                counts = by_term[t] = collections.Counter()
+            counts[(t.topology_key, labels[t.topology_key])] += 1
+
+
+def _selected(selector: LabelSelector, pod: PodRules) -> bool:
+    """Whether :meth:`PlacedPods.selector_counts` counts ``pod`` (of the selector's namespace)."""
+    return not pod.terminating and selector.matches(pod.labels)
 
 
 def placed_pods(by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str] | None = None,
@@ -1761,9 +1851,7 @@ def _spread_failures(rules: PodRules, placed: PlacedPods, earlier: PlacedPods | 
     minimum = [0 if c.min_domains is not None and len(counts[i]) < c.min_domains else min(counts[i].values(), default=2**31 - 1)
                for i, c in enumerate(constraints)]
     self_match = [c.selector.matches(rules.labels) for c in constraints]
-    by_name = memo.get("labels")
-    if by_name is None:
-        by_name = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+    by_name = _node_labels(node_docs, memo)
     out: dict[str, str] = {}
     for name in nodes:
         labels = by_name[name]
@@ -1829,11 +1917,16 @@ def pod_filter_failures(rules: PodRules, placed: PlacedPods, node_docs: Sequence
         out.update(_spread_failures(rules, placed, earlier, node_docs, names, memo))
         names = [n for n in names if n not in out]
     if names and (rules.affinity or rules.anti_affinity or any(g.anti for g in groups)):
-        node_labels = memo.get("labels")
-        if node_labels is None:
-            node_labels = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
-        out.update(_interpod_failures(rules, groups, node_labels, names))
+        out.update(_interpod_failures(rules, groups, _node_labels(node_docs, memo), names))
     return out
+
+
+def _node_labels(node_docs: Sequence[Mapping[str, Any]], memo: dict[Any, Any]) -> dict[str, Mapping[str, str]]:
+    """Each node's labels by name, once per ``memo`` (the spread and inter-pod plugins both read them)."""
+    got = memo.get("labels")
+    if got is None:
+        got = memo["labels"] = {doc["name"]: doc["labels"] for doc in node_docs}
+    return got
 
 
 # --- usage of bound pods -------------------------------------------------------------------
@@ -2067,9 +2160,10 @@ class ClusterModel:
         which bound fit only (``Problem.feasibility_only``); ``None``: the configured ones.
         ``rules_cache``: the bound pods' :class:`PodRules` by (uid, resourceVersion), kept by the
         caller for the next model (:func:`placed_pods`): a batch parses only the pods that changed.
-        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a node whose ``iro-fed.io/allocated``
-        annotation does not parse is left out, its error in :attr:`refused_nodes`, rather than
-        failing the whole model (one node's annotation failed every node of the extender's answer)."""
+        ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a named node whose document does not
+        parse (its ``iro-fed.io/allocated`` annotation, a quantity, a taint) is left out, its error in
+        :attr:`refused_nodes`, rather than failing the whole model (one node failed every node of the
+        extender's answer)."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -2087,7 +2181,6 @@ class ClusterModel:
         #: Nodes left out (``refuse_bad_nodes``): name -> the error naming the field.
         self.refused_nodes: dict[str, str] = {}
         docs = []
-        kinds: dict[str, str] = {}
         for k, obj in enumerate(nodes):
             # The key is checked before the cache is asked: a non-string resourceVersion is an
             # error, never another node's parse.
@@ -2096,7 +2189,18 @@ class ClusterModel:
                 key = (*key, res)  # a doc parsed for other resources has other columns
             base = doc_cache.get(key) if (doc_cache is not None and key) else None
             if base is None:
-                base = node_doc(obj, res)
+                try:
+                    base = node_doc(obj, res)
+                except (PodSpecError, QuantityError) as exc:
+                    name = _meta(obj).get("name")
+                    if not (refuse_bad_nodes and isinstance(name, str) and name):
+                        raise
+                    # One node kube-scheduler cannot have meant (a bad quantity, a taint without a
+                    # key) fails that node, not every node of the answer. (A nameless one cannot be
+                    # named in the reply: the caller refuses it before.)
+                    if name not in self.node_objects:
+                        self.refused_nodes.setdefault(name, str(exc))
+                    continue
                 if doc_cache is not None and key:
                     if len(doc_cache) > 50_000:
                         doc_cache.clear()
@@ -2117,18 +2221,23 @@ class ClusterModel:
                 self.node_objects[doc["name"]] = obj
                 nonzero = apply_usage(doc, by_node.get(doc["name"], ()), res, self.warnings)
                 doc["nonzero_allocated"] = _nonzero_allocated(nonzero, res)
-            if doc["labels"].get(DOMAIN_KIND_LABEL):
-                kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
             docs.append(doc)
-        self.node_docs = docs
-        domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
-        self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
         # The nodes' NonZeroRequested is their docs' nonzero_allocated (none in NodeList mode:
         # the node annotation gives a sum, not pods), so the problem is built once.
-        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
+        try:
+            self._build(docs)
+        except ProblemValidationError as exc:
+            bad = _refusable_nodes(exc, docs) if refuse_bad_nodes else None
+            if not bad:
+                raise
+            # A node past the model's limits (1Ei of memory): refused alone, as an unreadable one.
+            self.refused_nodes.update(bad)
+            for name in bad:
+                del self.node_objects[name]
+            self._build([d for d in docs if d["name"] not in bad])
         if self.feasibility_only:
             self.problem = self.problem.replace(feasibility_only=self.feasibility_only)
-        self._node_pos = {d["name"]: i for i, d in enumerate(docs)}
+        self._node_pos = {d["name"]: i for i, d in enumerate(self.node_docs)}
         # The bound pods by node, for the plugins that read them (None in NodeList mode: no pods);
         # read on first use (:meth:`placed`), and only when some pod needs them.
         self._by_node = by_node if bound_pods is not None else None
@@ -2136,6 +2245,17 @@ class ClusterModel:
         self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
+
+    def _build(self, docs: list[dict[str, Any]]) -> None:
+        """The node docs, the problem skeleton and the cluster problem of ``docs``."""
+        kinds: dict[str, str] = {}
+        for doc in docs:
+            if doc["labels"].get(DOMAIN_KIND_LABEL):
+                kinds.setdefault(doc["domain"], doc["labels"][DOMAIN_KIND_LABEL])
+        self.node_docs = docs
+        domain_names = list(dict.fromkeys(d["domain"] for d in docs)) or [DEFAULT_DOMAIN]
+        self.skeleton = self.config.problem_skeleton(domain_names, docs, kinds)
+        self.problem = problem_from_dict(self.skeleton, source="cluster snapshot")
 
     def pods_on(self, node: str) -> Sequence[Mapping[str, Any]]:
         """The bound pods this model counts on ``node`` (none in NodeList mode)."""
@@ -2187,7 +2307,7 @@ class ClusterModel:
             failing = sorted(n for n, k in failures.items() if k == kind)
             key = _FAILURE_PREFIX[kind] + hashlib.sha1("\n".join(failing).encode()).hexdigest()[:12]
             if key not in extra:
-                extra[key] = {d["name"] for d in self.node_docs}.difference(failing)
+                extra[key] = self._node_pos.keys() - set(failing)
             keys.append(key)
         return tuple(keys)
 
@@ -2197,10 +2317,24 @@ class ClusterModel:
         its batch placed before it), else None. The snapshot's labels saw the bound pods only:
         kube places one pod at a time, so two anti-affine replicas of one batch must not share a
         topology domain."""
-        if self._by_node is None or not (reads_pods(pod) or earlier.anti):
-            return None
-        kind = pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, [node], earlier, self._memo).get(node)
+        kind = self._conflicts(pod, [node], earlier).get(node)
         return FAILURE_REASONS[kind] if kind else None
+
+    def extra_pod_conflicts(self, pod: Mapping[str, Any], nodes: Iterable[str],
+                            extra: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, str]:
+        """The nodes of ``nodes`` (names; others are skipped) where ``pod`` fails NodePorts,
+        PodTopologySpread or InterPodAffinity against the bound pods plus ``extra`` (pods by node
+        that this model does not count yet: the extender's assumed pods, read as bound pods are,
+        :func:`placed_pods`): node -> failure kind (a key of :data:`FAILURE_REASONS`). The
+        snapshot's labels saw the bound pods only. {} in NodeList mode or without ``extra``."""
+        if self._by_node is None or not extra:
+            return {}
+        return self._conflicts(pod, [n for n in nodes if n in self._node_pos], placed_pods(extra))
+
+    def _conflicts(self, pod: Mapping[str, Any], nodes: list[str], earlier: PlacedPods) -> dict[str, str]:
+        if self._by_node is None or not nodes or not (reads_pods(pod) or earlier.anti):
+            return {}  # the earlier pods change nothing: the snapshot's verdict stands
+        return pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, nodes, earlier, self._memo)
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""
@@ -2264,6 +2398,25 @@ def annotation_path(path: str, msg: str) -> tuple[str, str]:
         if path == name or path.startswith(f"{name}["):
             return f"metadata.annotations.{key}{path[len(name):]}", msg.replace("needs user_region", f"needs {ANN_USER_REGION}")
     return path, msg
+
+
+_NODE_PATH = re.compile(r"nodes\[([0-9]+)\]\.?(.*)")
+
+
+def _refusable_nodes(exc: ProblemValidationError, docs: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """Each node an error of the cluster problem is about, with the error (``node b:
+    capacity.memory: must be at most ...``); None when an error is about no one node (then
+    refusing nodes would not help)."""
+    out: dict[str, list[str]] = {}
+    for path, msg in exc.errors:
+        m = _NODE_PATH.fullmatch(path)
+        if m is None or int(m[1]) >= len(docs):
+            return None
+        field_path = m[2]
+        if field_path.startswith("capacity."):  # the model's capacity is the node's allocatable
+            field_path = f"status.allocatable.{field_path[len('capacity.'):]}"
+        out.setdefault(docs[int(m[1])]["name"], []).append(f"{field_path}: {msg}" if field_path else msg)
+    return {name: f"node {name}: " + "; ".join(msgs) + " (the model's limit)" for name, msgs in out.items()}
 
 
 def _name_pods(exc: ProblemValidationError, pods: Sequence[Mapping[str, Any]]) -> str:

@@ -139,6 +139,13 @@ class SimConfig:
             raise SimConfigError(f"setting 'headroom': must be in [0, 1), got {self.headroom}")
         if self.queue_cap < 1.0:
             raise SimConfigError(f"setting 'queue_cap': must be >= 1, got {self.queue_cap}")
+        # Fractions, not percents: defer_min_saving=5 never deferred, consolidate_below=50 drained every node.
+        if not 0.0 <= self.defer_min_saving < 1.0:
+            raise SimConfigError(f"setting 'defer_min_saving': must be in [0, 1) (a fraction of the carbon saved, "
+                                 f"e.g. 0.05 for 5 %), got {self.defer_min_saving}")
+        if not 0.0 <= self.consolidate_below <= 1.0:
+            raise SimConfigError(f"setting 'consolidate_below': must be in [0, 1] (a node's CPU share, e.g. 0.5), "
+                                 f"got {self.consolidate_below}")
         if not 0.0 <= self.batch_usage <= 1.0:
             raise SimConfigError(f"setting 'batch_usage': must be in [0, 1], got {self.batch_usage}")
         if not 0.0 <= self.usage_noise <= 2.0:

@@ -156,8 +156,19 @@ class FeedbackRun:
             "factors": summary["factors"],
             "latency_offset_ms": summary["latency_offset_ms"],
             "triggers": [{**t, "at_h": t["at"] * self.step_s / 3600.0} for t in summary["triggers"]],
-            "settings": self.settings,
+            "settings": self.run_settings(),
         }
+
+    def run_settings(self) -> dict[str, Any]:
+        """The run's settings as given, with the carbon inputs as read, as ``iro simulate``'s
+        ``scenario_params`` has them: ``carbon_basis`` normalised (``LCA`` typed is ``lca``; there
+        without any ``--set`` too) and ``carbon_files`` (zone -> path) when the user gave any."""
+        params = self.result.scenario_params
+        out = dict(self.settings)
+        for key in ("carbon_basis", "carbon_files"):
+            if key in params:
+                out[key] = params[key]
+        return out
 
 
 def run_feedback_sim(

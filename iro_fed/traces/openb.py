@@ -6,8 +6,9 @@ cpu_milli, memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed
 by ``|``, kept as written), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``, ``scheduled_time``.
 A pod with ``num_gpu`` 1 and ``gpu_milli`` < 1000 shares one card; ``num_gpu`` k with 1000 milli
 needs k whole cards; ``gpu_milli`` above 1000 counts as 1000; ``num_gpu`` and ``gpu_milli`` are
-both 0 (a CPU-only pod, which names no ``gpu_spec``) or both > 0. Malformed rows raise
-:class:`TraceFormatError` naming the file, line and column.
+both 0 (a CPU-only pod, which names no ``gpu_spec``) or both > 0. Numbers are decimal in ASCII
+digits, as in a problem file (``1_000`` and ``５00`` are refused), and no column is named twice.
+Malformed rows raise :class:`TraceFormatError` naming the file, line and column.
 
 Bounds: a file has at most :data:`MAX_TRACE_ROWS` rows and an arrival sequence at most
 :data:`MAX_ARRIVALS` pods; every number is at most :data:`~iro_fed.problem_io.MAX_NUMBER` (1e10)
@@ -80,6 +81,10 @@ def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list
         try:
             reader = csv.DictReader(handle)
             header = reader.fieldnames or []
+            # A repeated name: DictReader keeps the last column of that name, silently.
+            dup = next((c for i, c in enumerate(header) if c.strip() and c in header[:i]), None)
+            if dup is not None:
+                raise TraceFormatError(f"{p} line {reader.line_num}: column {dup} given twice")
             missing = [c for c in required if c not in header]
             if missing:
                 raise TraceFormatError(f"{p}: missing column(s) {', '.join(missing)} (header: {', '.join(header) or 'empty'})")
@@ -125,8 +130,14 @@ def _int(source: str, line: int, row: dict[str, str], column: str, minimum: int 
         if default is not None:
             return default
         raise TraceFormatError(f"{source} line {line}: {column}: missing value")
+    text = raw.strip()
+    # Decimal ASCII, as in a problem file: int() and float() also take "1_000" and non-ASCII digits ("５00").
+    if not text.isascii() or "_" in text:
+        raise TraceFormatError(
+            f"{source} line {line}: {column}: expected an integer in ASCII decimal digits, got {_short(raw)}"
+        )
     try:
-        value = int(raw.strip())
+        value = int(text)
     except ValueError:
         try:
             as_float = float(raw.strip())

@@ -134,9 +134,15 @@ class LoadedPolicy:
     """The checkpoint; None for a policy served straight from training (:meth:`from_agent`)."""
 
     def __init__(self, path: Path) -> None:
+        import torch
+
         from solvers.dqn.checkpoint import CheckpointError, load_checkpoint
         from solvers.dqn.config import ConfigError, DQNConfig
 
+        # One intra-op thread: a 16-candidate forward pass is far too small to split, and extra
+        # threads only contend with the caller (measured: 0.6 ms vs 70+ ms on a busy 2-core box).
+        # Not in _serve: fit() serving its own agent keeps the caller's thread count (docs/reference.md).
+        torch.set_num_threads(int(os.environ.get("IRO_TORCH_THREADS", "1")))
         state, meta = load_checkpoint(path)
         _check_features(path, meta)
         try:  # for inference: a training-only setting a later version refuses does not stop a policy placing pods
@@ -164,14 +170,9 @@ class LoadedPolicy:
                path: Path | None) -> None:
         """Build the eval-mode network of ``state`` for :attr:`config` (RuntimeError when the
         weights do not fit it) and trace it."""
-        import torch
-
         from solvers.dqn.agent import DQNAgent
         from solvers.dqn.config import TRAINING_ONLY, DQNConfig
 
-        # One intra-op thread: a 16-candidate forward pass is far too small to split, and extra
-        # threads only contend with the caller (measured: 0.6 ms vs 70+ ms on a busy 2-core box).
-        torch.set_num_threads(int(os.environ.get("IRO_TORCH_THREADS", "1")))
         self.metadata = meta
         # The agent's optimizer is never used here: it gets the default training settings, so an
         # unchecked saved one (learning_rate nan) cannot fail Adam's own check. The agent draws its

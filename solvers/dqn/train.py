@@ -13,7 +13,9 @@ none) it starts as a copy of the online network, and a note says so. The
 config must describe the checkpoint's network (:meth:`DQNConfig.architecture`), and a checkpoint
 that records other feature names than the run's ``metadata["feature_names"]`` is refused before
 any env is built (a :class:`~solvers.dqn.checkpoint.CheckpointError`; the same counts in another
-order fit the envs but read other columns). The replay
+order fit the envs but read other columns). So is one that records none (written before they were
+recorded) when the run states its names: only its counts could be checked, unless the caller
+passes ``assume_feature_names=True``, which resumes it as trained on the run's features and says so. The replay
 buffer is not saved (it would be far larger than the policy) and refills before learning resumes.
 The schedules continue where the checkpoint stopped (its ``schedule`` metadata): epsilon and the
 PER beta anneal over the horizon of the run that started them (a finished run's stay at their end
@@ -147,6 +149,7 @@ def train(
     replay: ReplayBuffer | None = None,
     proximal_mu: float = 0.0,
     schedule_position: tuple[int, int] | None = None,
+    assume_feature_names: bool = False,
 ) -> tuple[Any, TrainResult]:
     """Train for ``steps`` environment steps (summed over the envs); returns ``(agent, result)``.
 
@@ -167,6 +170,9 @@ def train(
     of a ``horizon``-step schedule, not from this run's start over its ``steps`` (a federated
     site's later round); not with ``resume`` (the checkpoint says where its schedules stopped) nor
     ``out`` (its checkpoint could not say where they started).
+
+    ``assume_feature_names``: resume a checkpoint that records no feature names (an older one) as
+    trained on ``metadata["feature_names"]``, with a note; without it such a resume is refused.
 
     Torch's CPU generator and numpy's global one are seeded with ``seed`` for the run and given
     back to the caller as they were (the thread count too); the returned agent draws any further
@@ -202,6 +208,7 @@ def train(
             agent, result = _train(
                 env_fns, cfg, steps, seed, out, resume, metadata, evaluate, progress, track_emissions,
                 emissions_country, console, initial_state, time_limit_s, replay, proximal_mu, schedule_position,
+                assume_feature_names,
             )
     finally:
         np.random.set_state(numpy_state)
@@ -214,7 +221,7 @@ def _train(
     resume: str | Path | None, metadata: dict[str, Any] | None, evaluate: Callable[[Any], dict[str, Any]] | None,
     progress: bool, track_emissions: bool, emissions_country: str, console: Any,
     initial_state: dict[str, Any] | None, time_limit_s: float | None, replay: ReplayBuffer | None,
-    proximal_mu: float, schedule_position: tuple[int, int] | None,
+    proximal_mu: float, schedule_position: tuple[int, int] | None, assume_feature_names: bool,
 ) -> tuple[Any, TrainResult]:
     """:func:`train`'s run, on generators it has seeded."""
     import gymnasium as gym
@@ -227,7 +234,7 @@ def _train(
     resumed = None
     if resume is not None:  # read and checked before any env is built (each may be a whole simulator)
         resumed = ckpt.load_checkpoint(resume)
-        _check_feature_names(resume, resumed[1], metadata)
+        _check_feature_names(resume, resumed[1], metadata, assume_feature_names, console)
     envs = gym.vector.SyncVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     n_envs = envs.num_envs
     space = envs.single_observation_space
@@ -429,16 +436,31 @@ def _note(console: Any, note: str) -> None:
         log.warning("%s", note)
 
 
-def _check_feature_names(path: str | Path, saved: dict[str, Any], metadata: dict[str, Any] | None) -> None:
+def _check_feature_names(path: str | Path, saved: dict[str, Any], metadata: dict[str, Any] | None,
+                         assume: bool = False, console: Any = None) -> None:
     """:class:`CheckpointError` when a resumed checkpoint records other feature names than this run
     (its ``metadata["feature_names"]``, as the ``dqn`` solver's ``fit`` gives them): equal counts in
     another order pass the env's shape check, and the new checkpoint, recording this run's names,
-    would hide that its weights were learned on other columns. Nothing to compare when either side
-    records none (an older checkpoint, a run on other envs)."""
+    would hide that its weights were learned on other columns. A checkpoint that records none (an
+    older one) is refused too unless ``assume`` (then a note names it): its counts alone let a policy
+    of other features resume silently. Nothing to compare when the run states none (other envs)."""
     ours = (metadata or {}).get("feature_names")
     if ours is None:
         return
+    from solvers.dqn.checkpoint import CheckpointError
     from solvers.dqn.solver import check_feature_names
+
+    if saved.get("feature_names") is None:
+        what = (f"policy {str(path)!r}: its metadata has no 'feature_names' (written before they were recorded), "
+                "so only its feature counts can be checked and a policy trained on other features of the same "
+                "counts would resume")
+        if not assume:
+            raise CheckpointError(f"{what}; if it was trained on this version's features, resume it with "
+                                  "assume_feature_names=True (`iro train --assume-feature-names`), else train a "
+                                  "new policy")
+        _note(console, f"{what}: resumed as trained on this version's features (assume_feature_names); the new "
+                       "checkpoint records them")
+        return
 
     check_feature_names(path, saved.get("feature_names"), ours,
                         advice="train a new policy instead (`iro train` without --resume)")

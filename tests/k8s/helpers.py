@@ -72,6 +72,18 @@ def settle(s: IroScheduler, limit: int = 5) -> list[Any]:
     return batches
 
 
+def anti(app: str, key: str = HOST) -> dict[str, Any]:
+    """Required pod anti-affinity to pods labelled app=APP across KEY."""
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+
+
+def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
+    """Required pod affinity to pods labelled app=APP within KEY."""
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+
+
 def spread(app: str, skew: int = 1, key: str = ZONE) -> list[dict[str, Any]]:
     """A DoNotSchedule topology spread constraint over ``key`` for the pods labelled ``app``."""
     return [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",

@@ -169,7 +169,8 @@ def test_batch_solver_ranks_its_chosen_node_first(serve):
         (json.dumps({"Nodes": {"items": []}}).encode(), "Pod"),
         (json.dumps({"Pod": {"metadata": {}}, "Nodes": {"items": []}}).encode(), "Pod.metadata.name"),
         (json.dumps({"Pod": make_pod("p")}).encode(), "one of Nodes"),
-        (json.dumps({"Pod": make_pod("p"), "Nodes": {"items": [{"spec": {}}]}}).encode(), "Nodes.items[0]"),
+        (json.dumps({"Pod": make_pod("p"), "Nodes": {"items": [{"metadata": {"name": "a"}, "spec": []}]}}).encode(),
+         "Nodes.items[0].spec"),
         (json.dumps({"Pod": make_pod("p"), "NodeNames": "n1"}).encode(), "NodeNames"),
     ],
 )

@@ -8,24 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
 
 import numpy as np
 
 from iro_fed.k8s.client import Kube
 from iro_fed.k8s.scheduler import IroScheduler
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
-from tests.k8s.helpers import HOST, ZONE, cycle, make_scheduler, settle, spread
-
-
-def anti(app: str, key: str = HOST) -> dict[str, Any]:
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
-
-
-def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
-    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+from tests.k8s.helpers import ZONE, affinity, anti, cycle, make_scheduler, settle, spread
 
 
 def nodes_of(api: FakeApiServer, prefix: str) -> dict[str, str | None]:

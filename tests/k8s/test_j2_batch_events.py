@@ -13,17 +13,7 @@ import numpy as np
 
 from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod
 from iro_fed.objective import evaluate
-from tests.k8s.helpers import HOST, ZONE, cycle, make_scheduler, settle
-
-
-def anti(app: str, key: str = HOST) -> dict[str, Any]:
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
-
-
-def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
-    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+from tests.k8s.helpers import ZONE, affinity, anti, cycle, make_scheduler, relist, settle, spread
 
 
 def node_of(api: FakeApiServer, name: str) -> str | None:
@@ -153,3 +143,30 @@ def test_a_pod_waiting_on_a_batch_mate_with_no_node_that_passes_is_still_deferre
     assert {o.key: o.status for o in first.pods} == {"default/cache": "bound", "default/web": "deferred"}
     assert {o.key: o.status for o in second.pods} == {"default/web": "unschedulable"}
     assert node_of(api, "web") is None
+
+
+def test_a_deferred_pod_is_never_kept_for_the_pods_waiting_on_it(api, kubeconfig, clock):
+    """d (zone spread) is deferred by the batch check; w's required zone affinity names d: w must
+    not be bound beside a pod that is not bound (it was bound on n1, and the batch score counted d)."""
+
+
+    api.add_node(make_node("n1", cpu="16", labels={ZONE: "z1"}))
+    api.add_node(make_node("n2", cpu="16", labels={ZONE: "z2"}))
+    api.add_node(make_node("n3", cpu="16", labels={ZONE: "z2"}))
+    api.add_pod(make_pod("x", cpu="1", node="n1", labels={"app": "web"}))
+    for name in ("a", "b", "d"):
+        labels = {"app": "web", **({"role": "leader"} if name == "d" else {})}
+        api.add_pod(make_pod(name, cpu="1", scheduler="iro", labels=labels, topology_spread=spread("web")))
+    aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"role": "leader"}}, "topologyKey": ZONE}]}}
+    api.add_pod(make_pod("w", cpu="1", scheduler="iro", labels={"app": "follower"}, affinity=aff))
+    s = make_scheduler(kubeconfig, clock)
+    try:
+        relist(s)
+        batch = s.schedule_batch(s.ready_pods())
+    finally:
+        s.stop()
+    status = {o.key.split("/")[1]: o.status for o in batch.pods}
+    assert status["d"] == "deferred"
+    assert node_of(api, "d") is None and node_of(api, "w") is None
+    assert status["w"] != "bound"

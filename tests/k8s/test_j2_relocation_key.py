@@ -47,9 +47,9 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = scheduler._relocate
 
-    def spy(model, problem, state, w, pod, earlier, memo):
+    def spy(model, problem, state, w, pod, earlier, memo, *rules):
         calls.append(pod["metadata"]["name"])
-        return real(model, problem, state, w, pod, earlier, memo)
+        return real(model, problem, state, w, pod, earlier, memo, *rules)
 
     monkeypatch.setattr(scheduler, "_relocate", spy)
     return calls

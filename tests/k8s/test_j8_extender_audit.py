@@ -61,6 +61,20 @@ def _resized(pod: dict[str, Any]) -> None:
     pod["status"] = {"containerStatuses": [{"name": "app", "allocatedResources": {"cpu": "3"}}]}
 
 
+def _init(pod: dict[str, Any], **extra: Any) -> None:
+    # 1850m: alone (an init container) it fits either node; beside the app's 100m (a sidecar) only n2
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "1850m"}}, **extra}]
+
+
+def _with(pod: dict[str, Any], change: Any) -> dict[str, Any]:
+    change(pod)
+    return pod
+
+
+def _sidecar(pod: dict[str, Any]) -> None:
+    _init(pod, restartPolicy="Always")
+
+
 # (the pod that passes on both nodes, the same pod changed in one field, the nodes it passes then)
 VARIANTS = {
     "pod-level spec.resources": (lambda: _pod("a"), lambda: _pod("b"), _pod_level, []),
@@ -72,6 +86,7 @@ VARIANTS = {
     "spec.topologySpreadConstraints": (lambda: _pod("a", labels={"app": "s"}),
                                        lambda: _pod("b", labels={"app": "s"}, topology_spread=_spread()), None, ["n2"]),
     "status resize": (lambda: _pod("a"), lambda: _pod("b"), _resized, []),
+    "initContainers restartPolicy": (lambda: _with(_pod("a"), _init), lambda: _pod("b"), _sidecar, ["n2"]),
 }
 
 
@@ -240,3 +255,115 @@ def test_prioritize_503_carries_retry_after(serve):
     resp.read()
     conn.close()
     assert resp.status == 503 and resp.getheader("Retry-After") == "1"
+
+
+# --- j13: the key and the kept pods hold only what the model reads ------------------------------
+
+
+def _busy_container(i: int, tag: str = "1.2") -> dict[str, Any]:
+    """A container as a real workload has it: image, env, args, probes... (none of which the model reads)."""
+    return {"name": f"c{i}", "image": f"registry.example.com/app-{i}:{tag}@sha256:" + "a" * 64,
+            "command": ["/bin/app"], "args": [f"--flag{j}={tag}" for j in range(10)],
+            "env": [{"name": f"ENV_{j}", "value": tag * 20} for j in range(25)],
+            "envFrom": [{"configMapRef": {"name": f"cm-{tag}"}}], "workingDir": f"/srv/{tag}",
+            "ports": [{"containerPort": 8000 + i, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+            "livenessProbe": {"httpGet": {"path": f"/healthz/{tag}", "port": 8000 + i}},
+            "readinessProbe": {"httpGet": {"path": f"/ready/{tag}", "port": 8000 + i}},
+            "startupProbe": {"exec": {"command": ["true", tag]}}, "lifecycle": {"preStop": {"exec": {"command": [tag]}}},
+            "volumeMounts": [{"name": f"data-{tag}", "mountPath": "/data"}],
+            "volumeDevices": [{"name": f"blk-{tag}", "devicePath": "/dev/xvda"}],
+            "securityContext": {"runAsUser": 1000 if tag == "1.2" else 2000},
+            "terminationMessagePath": f"/dev/log-{tag}", "terminationMessagePolicy": "File",
+            "imagePullPolicy": "IfNotPresent" if tag == "1.2" else "Always",
+            "stdin": tag != "1.2", "stdinOnce": tag != "1.2", "tty": tag != "1.2"}
+
+
+def _busy_pod(name: str, tag: str = "1.2", containers: int = 30, **kw: Any) -> dict[str, Any]:
+    pod = _pod(name, **kw)
+    pod["spec"]["containers"] = [_busy_container(i, tag) for i in range(containers)]
+    pod["spec"]["initContainers"] = [dict(_busy_container(99, tag), name="sidecar", restartPolicy="Always")]
+    return pod
+
+
+def test_pods_differing_only_in_unread_container_fields_share_a_snapshot(cache, kube):
+    ext = Extender(cache=cache, kube=kube)
+    a, b = _busy_pod("a"), _busy_pod("b", tag="2.0")  # a new image, env, args, probes...: a new rollout
+    assert ext.snapshot(a, None) is ext.snapshot(b, None)
+    assert len(ext._snapshots[cache.model()]) == 1
+    assert ext.filter({"Pod": b, "NodeNames": ["n1", "n2"]}) == Extender(cache=cache, kube=kube).filter(
+        {"Pod": b, "NodeNames": ["n1", "n2"]})
+    # the key holds a container's requests, not its whole spec: 30 busy containers, a few KB
+    from iro_fed.k8s.snapshot import pod_shape_key
+
+    assert len(pod_shape_key(a)) < 10_000 < len(json.dumps(a))
+
+
+@pytest.mark.parametrize("change", [
+    lambda c: c.update(name="other"),
+    lambda c: c["resources"]["requests"].update(cpu="11m"),
+    lambda c: c["ports"][0].update(hostPort=9000),
+    lambda c: c.update(restartPolicy="Never"),
+    lambda c: c.update(resizePolicy=[{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]),
+], ids=["name", "resources", "ports", "restartPolicy", "resizePolicy"])
+def test_a_pod_differing_in_a_container_field_that_may_be_read_gets_its_own_key(change):
+    from iro_fed.k8s.snapshot import pod_shape_key
+
+    a, b = _busy_pod("a", containers=2), _busy_pod("b", containers=2)
+    for key in ("containers", "initContainers"):
+        b2 = copy.deepcopy(b)
+        change(b2["spec"][key][0])
+        assert pod_shape_key(a) != pod_shape_key(b2), key
+
+
+def test_a_pod_kept_for_bind_is_trimmed_to_what_its_usage_reads(api, cache, kube):
+    ext = Extender(cache=cache, kube=kube)
+    pod = _busy_pod("big", annotations={"iro-fed.io/gpu-milli": "600", "other.io/x": "y" * 1000})
+    pod["metadata"]["managedFields"] = [{"manager": "kcm", "fieldsV1": {"f:spec": {f"k{i}": {} for i in range(300)}}}]
+    ext.filter({"Pod": pod, "NodeNames": ["n1"]})
+    kept = ext._recent["uid-big"]
+    text = json.dumps(kept)
+    assert len(text) * 10 < len(json.dumps(pod))
+    assert "env" not in text and "image" not in text and "managedFields" not in text and "other.io/x" not in text
+    assert kept["metadata"] == {"name": "big", "namespace": "default", "uid": "uid-big",
+                                "annotations": {"iro-fed.io/gpu-milli": "600"}}
+
+
+def _usage_pods() -> list[dict[str, Any]]:
+    """Pods that exercise every part of the usage accounting: GPU cards, shares and their card
+    annotation, sidecars and init containers, overhead, pod-level requests, in-place resize (of
+    containers and of the pod), a malformed container (ignored with a warning)."""
+    share = _busy_pod("share", containers=2, annotations={"iro-fed.io/gpu-milli": "300", "iro-fed.io/gpu-cards": "1"})
+    share["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    cards = _pod("cards", gpus=1)
+    init = _busy_pod("init", containers=1)
+    init["spec"]["initContainers"].append(dict(_busy_container(7), name="setup", resources={"requests": {"cpu": "3"}}))
+    init["spec"]["overhead"] = {"cpu": "250m", "memory": "64Mi"}
+    level = _busy_pod("level", containers=2)
+    level["spec"]["resources"] = {"requests": {"cpu": "700m"}, "limits": {"memory": "1Gi"}}
+    level["status"] = {"phase": "Running", "resources": {"requests": {"cpu": "900m"}}, "allocatedResources": {"cpu": "800m"}}
+    resized = _busy_pod("resized", containers=2)
+    resized["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "c0", "image": "x", "allocatedResources": {"cpu": "2"}, "resources": {"requests": {"cpu": "1500m"}}}],
+        "conditions": [{"type": "Ready", "status": "True"},
+                       {"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]}
+    bad = _busy_pod("bad", containers=1)
+    bad["spec"]["containers"].append("not a container")
+    return [share, cards, init, level, resized, bad]
+
+
+def test_the_trimmed_pod_is_counted_exactly_as_the_whole_one():
+    from iro_fed.k8s.snapshot import apply_usage, usage_view
+
+    node = {"name": "n1", "gpus": 2, "capacity": {"cpu": 64.0, "memory": 262144.0}}
+    res = ("cpu", "memory")
+    whole_doc, trimmed_doc = dict(node), dict(node)
+    whole_warn: list[str] = []
+    trimmed_warn: list[str] = []
+    pods = _usage_pods()
+    whole = apply_usage(whole_doc, pods, res, whole_warn)
+    trimmed = apply_usage(trimmed_doc, [usage_view(p) for p in pods], res, trimmed_warn)
+    assert whole == trimmed and whole_doc == trimmed_doc and whole_warn == trimmed_warn
+    assert whole_warn and whole_doc["gpu_free_milli"] == [0, 700]  # the accounting did read the parts
+    for p in pods:
+        assert apply_usage(dict(node), [p], res, []) == apply_usage(dict(node), [usage_view(p)], res, [])

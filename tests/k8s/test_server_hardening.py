@@ -503,15 +503,19 @@ def test_webhook_json_checks(tls_connect):
     still_in_step(conn, "/mutate")
 
 
-def test_a_node_the_model_cannot_read_is_a_prioritize_400_and_a_filter_error(connect):
+def test_a_node_of_a_type_go_refuses_is_a_400_and_one_the_model_cannot_read_is_refused_alone(connect):
     node = make_node("n1")
-    node["status"]["allocatable"] = ["cpu"]
+    node["status"]["allocatable"] = ["cpu"]  # no v1.Node: the body is no ExtenderArgs
     args = json.dumps({"Pod": make_pod("p"), "Nodes": {"items": [node]}}).encode()
     conn = connect()
-    status, _, reply = conn.send(request("POST", "/iro/prioritize", args)).response()
-    assert status == 400 and reply["field"] == "Nodes" and "allocatable" in reply["Error"], reply
+    for verb in ("prioritize", "filter"):
+        status, _, reply = conn.send(request("POST", f"/iro/{verb}", args)).response()
+        assert status == 400 and reply["field"] == "Nodes.items[0].status.allocatable", reply
+    node["status"]["allocatable"] = {"cpu": "lots"}  # a bad quantity: that node is refused, not the request
+    args = json.dumps({"Pod": make_pod("p"), "Nodes": {"items": [node, make_node("n2")]}}).encode()
     status, _, reply = conn.send(request("POST", "/iro/filter", args)).response()
-    assert status == 200 and "allocatable" in reply["Error"]  # kube shows a filter's Error; a 400 only as a status
+    assert status == 200 and reply["Error"] == "" and [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n2"]
+    assert "status.allocatable.cpu" in reply["FailedAndUnresolvableNodes"]["n1"]
 
 
 def test_affinity_mode_checks_the_affinity_it_would_patch(tls):

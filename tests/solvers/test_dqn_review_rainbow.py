@@ -168,14 +168,15 @@ def test_resume_takes_learning_settings_that_do_not_shape_the_network(checkpoint
 
 def test_iro_train_resume_of_another_network_exits_2_naming_the_setting(tmp_path, capsys) -> None:
     from iro_fed.cli import main
-    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, feature_layout
     from solvers.dqn.checkpoint import save_checkpoint
 
     cfg = DQNConfig(top_k=4, embed_dim=16, hidden_dim=16, attention_heads=2, atoms=11)
     cand_f, ctx_f = len(CANDIDATE_FEATURES), len(CONTEXT_FEATURES)
     old = tmp_path / "old.pt"
     save_checkpoint(old, DQNAgent(cfg, cand_f, ctx_f).online.state_dict(),
-                    {"config": cfg.to_dict(), "candidate_features": cand_f, "context_features": ctx_f, "steps": 10})
+                    {"config": cfg.to_dict(), "candidate_features": cand_f, "context_features": ctx_f, "steps": 10,
+                     "feature_names": feature_layout()})
     out = tmp_path / "new.pt"
     argv = ["train", "--scenario", "bank", "--steps", "10", "--envs", "1", "--hours", "1", "--eval-episodes", "0",
             "--no-emissions", "--resume", str(old), "--out", str(out), "--set", "top_k=4", "--set", "hidden_dim=16",

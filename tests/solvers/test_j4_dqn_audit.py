@@ -248,3 +248,17 @@ def test_fine_tune_start_of_another_layout_is_refused_by_the_shared_check(tmp_pa
     # this version's layout passes
     good = _policy(tmp_path / "good.pt", feature_layout())
     assert check_fine_tune_steps("--dqn-steps", 256, ("--dqn-policy", good)) == 256
+
+
+def test_fit_without_out_keeps_the_callers_torch_thread_count(tmp_path):
+    """docs/reference.md: a program that calls DQNSolver.fit() keeps its torch thread count (serving
+    the trained agent set it to 1)."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        solvers.make("dqn", seed=3).fit([FeatureEnv], 120, config=TRAIN_CFG, progress=False, track_emissions=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

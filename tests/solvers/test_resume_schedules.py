@@ -139,7 +139,7 @@ def test_a_damaged_schedule_is_an_error_naming_the_field(tmp_path, schedule, mes
 
 def test_iro_train_resume_of_a_damaged_schedule_exits_2(tmp_path, capsys) -> None:
     from iro_fed.cli import main
-    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
+    from iro_fed.features import CANDIDATE_FEATURES, CONTEXT_FEATURES, feature_layout
     from solvers.dqn.agent import DQNAgent
     from solvers.dqn.config import DQNConfig
 
@@ -148,7 +148,7 @@ def test_iro_train_resume_of_a_damaged_schedule_exits_2(tmp_path, capsys) -> Non
     old = tmp_path / "old.pt"
     save_checkpoint(old, DQNAgent(cfg, cand_f, ctx_f).online.state_dict(),
                     {"config": cfg.to_dict(), "candidate_features": cand_f, "context_features": ctx_f, "steps": 10,
-                     "schedule": {"origin": 0, "horizon": "10", "updates": 0}})
+                     "feature_names": feature_layout(), "schedule": {"origin": 0, "horizon": "10", "updates": 0}})
     out = tmp_path / "new.pt"
     argv = ["train", "--scenario", "bank", "--steps", "10", "--envs", "1", "--hours", "1", "--eval-episodes", "0",
             "--no-emissions", "--resume", str(old), "--out", str(out), "--set", "top_k=4", "--set", "embed_dim=16",

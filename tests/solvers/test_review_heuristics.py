@@ -50,7 +50,8 @@ def test_greedy_rank_orders_tied_nodes_by_fit():
     state = ClusterState(problem)
     for w in range(4):
         d = solver.decide(state, w)
-        state.place(w, d.node, d.cards)
+        if d.node >= 0:  # w3 fits nowhere: place(w, -1) refuses (it used to corrupt the last node)
+            state.place(w, d.node, d.cards)
     ranked = solver.rank(state, 4, k=2)
     assert ranked[0][1] == pytest.approx(ranked[1][1], abs=1e-12)  # a tie on R ...
     # ... goes to the tighter fit, as decide() does (node 4 since the GPU-stranding guard sends

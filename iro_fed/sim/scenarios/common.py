@@ -77,12 +77,29 @@ def basis_of(user: UserCarbon | None) -> str:
 def check_basis(zones: Sequence[str], basis: str, user: UserCarbon | None = None) -> None:
     """A ValueError naming the ``carbon_basis`` setting when a zone the run reads from the shipped
     data (not replaced by a user's file) has no series on ``basis``: one run, one basis."""
-    lacking = [z for z in dict.fromkeys(carbon_source(z) for z in zones)
-               if z in ZONE_BASES and basis not in ZONE_BASES[z] and not (user and z in user)]
+    sources = list(dict.fromkeys(carbon_source(z) for z in zones))
+    for source in sources:
+        check_codecarbon_basis(source, basis)
+    lacking = [z for z in sources if z in ZONE_BASES and basis not in ZONE_BASES[z] and not (user and z in user)]
     if lacking:
         raise ValueError(f"setting {BASIS_SETTING!r}: {missing_basis(lacking, basis)}; use {BASIS_SETTING}=lca, or "
                          f"give {', '.join(f'carbon.{z}=FILE' for z in lacking)} (an Electricity Maps export "
                          f"with a {basis} column)")
+
+
+def check_codecarbon_basis(source: str, basis: str) -> None:
+    """A ValueError naming the ``carbon_basis`` setting when ``source`` is codecarbon's country mean
+    and ``basis`` is not ``lca``: codecarbon's table holds Ember / Our World in Data yearly means,
+    life-cycle figures, so a direct run that read one mixed bases while its report said direct."""
+    source = carbon_source(source)
+    if not source.startswith("codecarbon:"):
+        return
+    basis = carbon_basis(basis)
+    if basis != "lca":
+        raise ValueError(f"setting {BASIS_SETTING!r}: {source} is codecarbon's yearly country mean, a life-cycle "
+                         f"(lca) intensity, so it cannot be read on the {basis} basis; use {BASIS_SETTING}=lca, or "
+                         f"a source with {basis} values (ES, NO, const:GRAMS_PER_KWH, or a zone read from your own "
+                         f"export, carbon.ZONE=FILE)")
 
 
 def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
@@ -127,9 +144,11 @@ def carbon_setting(key: str, value: object) -> str:
 
 def series_for(source: str, basis: str = DEFAULT_CARBON_BASIS) -> CarbonSeries:
     """``DE``/``GB``/``FR``/``ES``/``NO`` (shared/data/carbon) on ``basis``, ``codecarbon:DEU`` or
-    ``const:120`` (any case: see :func:`carbon_source`). A constant or codecarbon's country mean
-    is read as given on either basis."""
+    ``const:120`` (any case: see :func:`carbon_source`). A constant is read as given on either
+    basis; codecarbon's country mean only on ``lca`` (it is a life-cycle figure: see
+    :func:`check_codecarbon_basis`)."""
     source = carbon_source(source)
+    check_codecarbon_basis(source, basis)
     if source.startswith("const:"):
         text = source.split(":", 1)[1]
         try:
