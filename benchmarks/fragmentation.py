@@ -16,6 +16,7 @@ and seed).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import sys
@@ -30,7 +31,7 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import check_int, check_names, check_output_file, usage_errors, write_json  # noqa: E402
+from bench_common import UsageError, check_int, check_names, check_output_file, usage_errors, write_json  # noqa: E402
 
 from iro_fed.cli import check_distinct_outputs  # noqa: E402
 
@@ -109,6 +110,10 @@ def check_values(args: argparse.Namespace) -> None:
     online = [n for n, cls in solvers.registered().items() if issubclass(cls, solvers.OnlineSolver)]
     args.policies = check_names("--policies", args.policies, online, "online solver")
     check_int("--workers", args.workers, 1, 1024)
+    if (args.floor or not args.no_bound) and importlib.util.find_spec("ortools") is None:
+        # the bound rows run after every replay: fail before them, not after
+        raise UsageError(f"{'--floor' if args.floor else '--no-bound'}: the bound rows need OR-Tools "
+                         "(pip install 'iro-fed[cpsat]'); give --no-bound without --floor to skip them")
     args.out = check_output_file("--out", args.out)
     if args.plot is not None:  # --plot "" is refused by the check, not taken as "no plot"
         args.plot = check_output_file("--plot", args.plot)

@@ -83,3 +83,11 @@ def test_iro_train_assume_feature_names_resumes_it(tmp_path, capsys) -> None:
     assert main(argv) == 0
     assert "no 'feature_names'" in capsys.readouterr().err
     assert json.loads(out.with_suffix(".json").read_text())["feature_names"] == feature_layout()
+
+
+def test_iro_train_assume_feature_names_without_resume_exits_2(tmp_path, capsys) -> None:
+    argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.5", "--eval-episodes", "0",
+            "--no-emissions", "--assume-feature-names", "--out", str(tmp_path / "p.pt")]
+    assert main(argv) == 2
+    assert "--assume-feature-names: only with --resume" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

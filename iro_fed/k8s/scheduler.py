@@ -863,6 +863,7 @@ class IroScheduler:
             meta = pod.get("metadata") or {}
             result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
                                                 {"status": {"conditions": [cond]}})
+            self._progress_at = self.clock()
             if not result.ok:
                 log.warning("SchedulingGated condition of %s not patched: HTTP %s %s", key, result.status, result.message)
             with self._lock:
@@ -1160,6 +1161,7 @@ class IroScheduler:
                         "lastProbeTime": None, "lastTransitionTime": now}
                 result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
                                                     {"status": {"conditions": [cond]}})
+                self._progress_at = self.clock()
                 patched = result.ok
                 if not result.ok:
                     log.warning("PodScheduled condition of %s not patched: HTTP %s %s", key, result.status, result.message)
@@ -1200,6 +1202,7 @@ class IroScheduler:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         result = self.kube.create_event(ns, event)
+        self._progress_at = self.clock()  # a write that returned: many of them on a slow API server are not a wedge
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
             if retry and _passing(result):
