@@ -112,8 +112,10 @@ def check_values(args: argparse.Namespace) -> None:
     check_int("--workers", args.workers, 1, 1024)
     if (args.floor or not args.no_bound) and importlib.util.find_spec("ortools") is None:
         # the bound rows run after every replay: fail before them, not after
-        raise UsageError(f"{'--floor' if args.floor else '--no-bound'}: the bound rows need OR-Tools "
-                         "(pip install 'iro-fed[cpsat]'); give --no-bound without --floor to skip them")
+        if args.floor:
+            raise UsageError("--floor: the floor row needs OR-Tools (pip install 'iro-fed[cpsat]')")
+        raise UsageError("the bound row (on by default) needs OR-Tools (pip install 'iro-fed[cpsat]'); "
+                         "give --no-bound to skip it")
     args.out = check_output_file("--out", args.out)
     if args.plot is not None:  # --plot "" is refused by the check, not taken as "no plot"
         args.plot = check_output_file("--plot", args.plot)

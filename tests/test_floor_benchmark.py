@@ -49,5 +49,5 @@ def test_floor_without_ortools_exits_2_before_any_replay(load_benchmark, monkeyp
         module.main(["--pod-lists", "default", "--policies", "fgd", "--seeds", "42", "--workers", "1", "--floor",
                      "--out", str(tmp_path / "f.json"), "--plot", str(tmp_path / "f.png")])
     assert exit_info.value.code == 2
-    assert "--floor: the bound rows need OR-Tools" in capsys.readouterr().err
+    assert "--floor: the floor row needs OR-Tools" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

@@ -142,10 +142,16 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     notes: dict[str, Any] = {}
     if int(p["promo_day"]) >= 0:
         day, (span, days) = int(p["promo_day"]), run_days(steps, step_s, start_hour)
-        if day >= days:  # silently no promotion before; simulate() refuses it when given (a window of a run may miss it)
+        promo = bump(steps, step_s, day, (14.0, 16.0), 3.0, start_hour)
+        # silently no promotion before; simulate() refuses it when given (a window of a run may miss it)
+        if day >= days:
             notes["outside_run"] = {"promo_day": f"day {day} is outside this run (it has {span}, counted from the "
                                                  "start's UTC date; -1: no promotion)"}
-        mult += (float(p["promo_factor"]) - 1.0) * bump(steps, step_s, int(p["promo_day"]), (14.0, 16.0), 3.0, start_hour)
+        elif not promo.any():  # the day is reached, its 11:00-19:00 UTC promotion (with the ramps) is not
+            notes["outside_run"] = {"promo_day": f"the promotion of day {day} (11:00-19:00 UTC with its ramps) is "
+                                                 f"not in this run (it has {span}, counted from the start's UTC date; "
+                                                 "-1: no promotion)"}
+        mult += (float(p["promo_factor"]) - 1.0) * promo
     tolerate_all = (Toleration(operator="Exists"),)
     services = []
     for name, region, share, cpu, mem, mu, ms, sla in SERVICES:
