@@ -68,7 +68,7 @@ def build_simulator(
 
 def _check_outside_run(sc: Any, given: Mapping[str, Any]) -> None:
     """A scenario parameter that falls outside the run (``sc.notes["outside_run"]``: the bank's
-    ``promo_day`` past its last day) was silently no effect: a SimConfigError naming it when the
+    ``promo_day`` whose promotion the run misses, promo-surge's ``surge_start_h`` past its end) was silently no effect: a SimConfigError naming it when the
     caller gave it, else (a default past a shorter run, ``--hours 24`` being a quick run) a line
     in ``sc.notes["messages"]``, which ``iro simulate`` prints as a note. ``build_scenario`` itself
     allows it: a window of a run (a fine-tune's episodes) may well miss the promotion day."""
