@@ -13,17 +13,15 @@ from __future__ import annotations
 import copy
 import gc
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("kubernetes")
 
-from iro_fed.k8s.client import ClusterCache, Kube  # noqa: E402
+from iro_fed.k8s.client import ClusterCache  # noqa: E402
 from iro_fed.k8s.extender import Extender, ExtenderServer  # noqa: E402
-from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod  # noqa: E402
+from iro_fed.k8s.testing import make_node, make_pod  # noqa: E402
 from tests.k8s.helpers import post_json, serving  # noqa: E402
 
 ZONE = "topology.kubernetes.io/zone"
@@ -31,18 +29,6 @@ HOST = "kubernetes.io/hostname"
 PORTS_REASON = "node(s) didn't have free ports for the requested pod ports"
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml")), user_agent="iro-test")
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,20 +15,6 @@ pytest.importorskip("kubernetes")
 
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod  # noqa: E402
 from tests.k8s.helpers import HOST, ZONE, Clock, cycle, make_scheduler  # noqa: E402
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml"))
 
 
 def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
