@@ -71,29 +71,29 @@ def _run(job: tuple[str, str, str, int]) -> dict[str, Any]:
     }
 
 
+def _arrivals(data: str, pod_list: str, seed: int) -> tuple[list[Any], int]:
+    """The replay's arrival sequence for one list and seed, and the cluster's GPU capacity."""
+    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
+
+    capacity = gpu_capacity(load_nodes(Path(data) / "openb_node_list_gpu_node.csv"))
+    return arrival_sequence(load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv"), seed, capacity), capacity
+
+
 def _bound(job: tuple[str, str, int]) -> dict[str, Any]:
     """The offline share-packing lower bound (iro_fed/traces/bound.py) for one list and seed."""
     from iro_fed.traces.bound import share_packing_bound
-    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
 
     data, pod_list, seed = job
-    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
-    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
-    capacity = gpu_capacity(nodes)
-    bound = share_packing_bound(arrival_sequence(pods, seed, capacity), capacity)
+    bound = share_packing_bound(*_arrivals(data, pod_list, seed))
     return {"pod_list": pod_list, "seed": seed, "bound_pct": round(bound.unallocated_gpu_pct, 4), "optimal": bound.optimal}
 
 
 def _floor(job: tuple[str, str, int]) -> dict[str, Any]:
     """The floor for every policy, also one that leaves pods out (iro_fed/traces/bound.py)."""
     from iro_fed.traces.bound import any_policy_bound
-    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
 
     data, pod_list, seed = job
-    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
-    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
-    capacity = gpu_capacity(nodes)
-    floor = any_policy_bound(arrival_sequence(pods, seed, capacity), capacity)
+    floor = any_policy_bound(*_arrivals(data, pod_list, seed))
     return {"pod_list": pod_list, "seed": seed, "floor_pct": round(floor.metric_pct, 4), "optimal": floor.optimal}
 
 
