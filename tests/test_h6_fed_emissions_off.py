@@ -54,7 +54,7 @@ def test_server_sums_what_the_sites_report_when_tracking_is_on(tmp_path) -> None
 
     def reported(server_round: int, replies: Any) -> Any:
         out = aggregate(server_round, replies)
-        strategy.rounds[server_round]["emissions_g"] = 1.5
+        strategy.rounds[server_round].update(emissions_g=1.5, emissions_measured=True)
         return out
 
     strategy.aggregate_train = reported
@@ -162,3 +162,18 @@ def test_benchmark_mean_of_measured_emissions(federated_bench) -> None:
     assert federated_bench._mean_or_none([1.0, None]) is None  # not the mean of the seeds that have one
     assert federated_bench._grams_of(None) is None  # centralized without tracking: not 0.0
     assert federated_bench._grams_of(0.002) == pytest.approx(2.0)
+
+
+def test_a_site_without_codecarbon_makes_the_round_unmeasured(tmp_path, monkeypatch) -> None:
+    # track-emissions on but no codecarbon (the deploy image has no 'carbon' extra): each site sent
+    # 0.0 and the server summed it as a measured 0 g
+    import sys
+
+    monkeypatch.setitem(sys.modules, "codecarbon", None)  # import codecarbon -> ImportError
+    reg = tmp_path / "policies"
+    cfg = FedConfig(num_server_rounds=1, registry=str(reg), **{**TINY, "track_emissions": True})
+    summary = run_federation(InProcessGrid(SITES, cfg.to_run_config()), cfg)
+    assert [r["emissions_g"] for r in summary["rounds"]] == [None]
+    assert summary["emissions_g"] is None
+    meta = _policy_meta(reg, 1)
+    assert meta["emissions_g_round"] is None and meta["emissions_g_total"] is None

@@ -164,7 +164,8 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary.
 
     Keys: ``rounds`` (one row per round), ``initial`` (the initial policy's evaluation),
-    ``emissions_g`` (``None``, as each row's, when ``track-emissions`` is off: not measured),
+    ``emissions_g`` (``None``, as each row's, when not measured: ``track-emissions`` off, or a site
+    without codecarbon in that round),
     ``registry``, ``result`` (Flower's), ``layout`` and ``weights`` (the final global policy's
     named arrays, unpacked from the one flat array).
     """
@@ -198,9 +199,10 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
             totals["initial"] = metrics
             return MetricRecord(metrics)
         info = strategy.rounds.get(server_round, {})
-        round_g = float(info.get("emissions_g", 0.0)) if cfg.track_emissions else None
-        if round_g is not None:
-            totals["emissions_g"] += round_g
+        measured = cfg.track_emissions and bool(info.get("emissions_measured", False))
+        round_g = float(info.get("emissions_g", 0.0)) if measured else None
+        # a round not measured (tracking off, a site without codecarbon) leaves the run's total unknown
+        totals["emissions_g"] = None if round_g is None or totals["emissions_g"] is None else totals["emissions_g"] + round_g
         meta = {
             **base_meta, "round": server_round, "nodes": info.get("nodes", []), "sites": info.get("sites", []),
             "valid_nodes": info.get("valid_nodes", []), "valid_sites": info.get("valid_sites", []),
