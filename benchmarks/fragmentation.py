@@ -16,7 +16,6 @@ and seed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import sys
@@ -97,6 +96,13 @@ def _floor(job: tuple[str, str, int]) -> dict[str, Any]:
     return {"pod_list": pod_list, "seed": seed, "floor_pct": round(floor.metric_pct, 4), "optimal": floor.optimal}
 
 
+def _medians(rows: list[dict[str, Any]], key: str, pod_lists: list[str]) -> dict[str, float]:
+    """Per pod list, the median of ``key`` over its rows (seeds); empty without rows."""
+    if not rows:
+        return {}
+    return {pl: round(float(np.median([r[key] for r in rows if r["pod_list"] == pl])), 3) for pl in pod_lists}
+
+
 def check_values(args: argparse.Namespace) -> None:
     """The lists and files read and checked in place, before any worker starts (a UsageError names
     the flag): an unknown policy or pod list raised in a worker, after the pool had started."""
@@ -110,11 +116,12 @@ def check_values(args: argparse.Namespace) -> None:
     online = [n for n, cls in solvers.registered().items() if issubclass(cls, solvers.OnlineSolver)]
     args.policies = check_names("--policies", args.policies, online, "online solver")
     check_int("--workers", args.workers, 1, 1024)
-    if (args.floor or not args.no_bound) and importlib.util.find_spec("ortools") is None:
+    cpsat = solvers.registered()["cpsat"].properties  # the bound rows solve with OR-Tools, as cpsat does
+    if (args.floor or not args.no_bound) and not cpsat.installed():
         # the bound rows run after every replay: fail before them, not after
         if args.floor:
-            raise UsageError("--floor: the floor row needs OR-Tools (pip install 'iro-fed[cpsat]')")
-        raise UsageError("the bound row (on by default) needs OR-Tools (pip install 'iro-fed[cpsat]'); "
+            raise UsageError(f"--floor: the floor row needs OR-Tools (pip install 'iro-fed[{cpsat.extra}]')")
+        raise UsageError(f"the bound row (on by default) needs OR-Tools (pip install 'iro-fed[{cpsat.extra}]'); "
                          "give --no-bound to skip it")
     args.out = check_output_file("--out", args.out)
     if args.plot is not None:  # --plot "" is refused by the check, not taken as "no plot"
@@ -156,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {i}/{len(jobs)} replays done ({time.perf_counter() - start:.0f} s)", highlight=False)
         bounds = [] if args.no_bound else list(pool.map(_bound, [(str(args.data), pl, s) for pl in pod_lists for s in seeds]))
         floors = list(pool.map(_floor, [(str(args.data), pl, s) for pl in pod_lists for s in seeds])) if args.floor else []
-    bound_medians = {pl: round(float(np.median([b["bound_pct"] for b in bounds if b["pod_list"] == pl])), 3) for pl in pod_lists} if bounds else {}
-    floor_medians = {pl: round(float(np.median([b["floor_pct"] for b in floors if b["pod_list"] == pl])), 3) for pl in pod_lists} if floors else {}
+    bound_medians = _medians(bounds, "bound_pct", pod_lists)
+    floor_medians = _medians(floors, "floor_pct", pod_lists)
     medians: dict[str, dict[str, float]] = {}
     times: dict[str, float] = {}
     for pl in pod_lists:

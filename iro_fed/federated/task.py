@@ -502,8 +502,8 @@ class LocalResult:
     mean_reward: float
     loss: float
     emissions_g: float
-    """Grams CO2eq of the round's training; 0.0 when ``track-emissions`` is off (a metric record holds no
-    None): the server reads it as not measured from the run config (``server_app.run_federation``)."""
+    """Grams CO2eq of the round's training; 0.0 when not measured (a metric record holds no None):
+    ``emissions_measured`` says which, and the server reports such a round as null."""
     wall_s: float
     experience: dict[str, float] = dataclasses.field(default_factory=dict)
     """What the site's experience store added (``experience-*`` metrics); empty without one."""
