@@ -160,7 +160,7 @@ def quality(cfg: Any, episodes: int, work: Path, console: Console, seed: int = 0
                         for site in TRAIN_SITES], cfg.dqn_config(), steps=budget * len(TRAIN_SITES), seed=c_seed,
                        progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, initial))
     out["centralized"] = {**evaluate(get_weights(agent.online), cfg, episodes, eval_seed),
-                          "emissions_g": 1000.0 * float(res.emissions_kg or 0.0), "wall_s": time.perf_counter() - t0}
+                          "emissions_g": _grams_of(res.emissions_kg), "wall_s": time.perf_counter() - t0}
 
     console.print(f"{tag}: federated FedAvg, {cfg.num_server_rounds} rounds x {cfg.local_steps} steps")
     fed = federate(cfg, [{"site": s} for s in TRAIN_SITES], "fedavg", work / f"quality-{seed}")
@@ -189,7 +189,7 @@ def combine_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out["eval-reward-seeds"] = rewards
         for k in ("emissions_g", "wall_s"):
             if k in rows[0]:
-                out[k] = float(np.mean([r[k] for r in rows]))
+                out[k] = _mean_or_none([r[k] for r in rows])
         return out
 
     q: dict[str, Any] = {"seeds": [r["seed"] for r in per_seed], "steps_per_site": per_seed[0]["steps_per_site"],
@@ -215,6 +215,20 @@ def combine_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     q["fed_vs_central_gain"] = _ratio(q["federated"]["eval-reward"] - base, span)
     q["per_seed"] = list(per_seed)
     return q
+
+
+def _grams_of(kg: float | None) -> float | None:
+    """Training emissions in grams; None when not measured (track-emissions off, codecarbon failed)."""
+    return None if kg is None else 1000.0 * float(kg)
+
+
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean, or None when a seed has no value (emissions not measured): not a mean of fewer seeds."""
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def _grams(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -349,7 +363,7 @@ def report(res: dict[str, Any], console: Console) -> None:
         def row(name: str, m: dict[str, Any]) -> None:
             t.add_row(name, f"{m['eval-reward']:.2f}", f"{m.get('eval-reward-std', 0.0):.2f}",
                       f"{100 * m['eval-reward'] / cen:.1f}", f"{m['eval-score']:.4f}", f"{m['eval-carbon-kg']:.3f}",
-                      f"{m['emissions_g']:.3f}" if "emissions_g" in m else "-")
+                      _grams(m.get("emissions_g")))
 
         row("objective greedy (reference)", q["greedy"])
         row("random valid action (reference)", q["random"])
@@ -403,9 +417,12 @@ def report(res: dict[str, Any], console: Console) -> None:
                           f"({'meets' if o['met'] else 'misses'} the <= {o['target_s']:g} s target)"
                           + (f"; before: {cell('before', 'overhead_s')} s" if "before" in runs else ""))
     if q:
-        console.print(f"emissions (codecarbon, offline, DEU grid): federated training "
-                      f"{q['federated']['emissions_g']:.3f} gCO2eq over {len(TRAIN_SITES)} sites; centralized "
-                      f"{q['centralized']['emissions_g']:.3f} gCO2eq")
+        fed_g, cen_g = q["federated"].get("emissions_g"), q["centralized"].get("emissions_g")
+        if fed_g is None and cen_g is None:
+            console.print("emissions: not measured (track-emissions false)")
+        else:
+            console.print(f"emissions (codecarbon, offline, DEU grid): federated training {_grams(fed_g)} gCO2eq "
+                          f"over {len(TRAIN_SITES)} sites; centralized {_grams(cen_g)} gCO2eq")
 
 
 PARTS = ("quality", "poisoning", "overhead")

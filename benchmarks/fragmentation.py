@@ -30,7 +30,7 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_common import check_int, check_names, check_output_file, usage_errors, write_json  # noqa: E402
+from bench_common import UsageError, check_int, check_names, check_output_file, usage_errors, write_json  # noqa: E402
 
 from iro_fed.cli import check_distinct_outputs  # noqa: E402
 
@@ -70,30 +70,37 @@ def _run(job: tuple[str, str, str, int]) -> dict[str, Any]:
     }
 
 
+def _arrivals(data: str, pod_list: str, seed: int) -> tuple[list[Any], int]:
+    """The replay's arrival sequence for one list and seed, and the cluster's GPU capacity."""
+    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
+
+    capacity = gpu_capacity(load_nodes(Path(data) / "openb_node_list_gpu_node.csv"))
+    return arrival_sequence(load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv"), seed, capacity), capacity
+
+
 def _bound(job: tuple[str, str, int]) -> dict[str, Any]:
     """The offline share-packing lower bound (iro_fed/traces/bound.py) for one list and seed."""
     from iro_fed.traces.bound import share_packing_bound
-    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
 
     data, pod_list, seed = job
-    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
-    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
-    capacity = gpu_capacity(nodes)
-    bound = share_packing_bound(arrival_sequence(pods, seed, capacity), capacity)
+    bound = share_packing_bound(*_arrivals(data, pod_list, seed))
     return {"pod_list": pod_list, "seed": seed, "bound_pct": round(bound.unallocated_gpu_pct, 4), "optimal": bound.optimal}
 
 
 def _floor(job: tuple[str, str, int]) -> dict[str, Any]:
     """The floor for every policy, also one that leaves pods out (iro_fed/traces/bound.py)."""
     from iro_fed.traces.bound import any_policy_bound
-    from iro_fed.traces.openb import arrival_sequence, gpu_capacity, load_nodes, load_pods
 
     data, pod_list, seed = job
-    nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
-    pods = load_pods(Path(data) / f"openb_pod_list_{pod_list}.csv")
-    capacity = gpu_capacity(nodes)
-    floor = any_policy_bound(arrival_sequence(pods, seed, capacity), capacity)
+    floor = any_policy_bound(*_arrivals(data, pod_list, seed))
     return {"pod_list": pod_list, "seed": seed, "floor_pct": round(floor.metric_pct, 4), "optimal": floor.optimal}
+
+
+def _medians(rows: list[dict[str, Any]], key: str, pod_lists: list[str]) -> dict[str, float]:
+    """Per pod list, the median of ``key`` over its rows (seeds); empty without rows."""
+    if not rows:
+        return {}
+    return {pl: round(float(np.median([r[key] for r in rows if r["pod_list"] == pl])), 3) for pl in pod_lists}
 
 
 def check_values(args: argparse.Namespace) -> None:
@@ -109,6 +116,13 @@ def check_values(args: argparse.Namespace) -> None:
     online = [n for n, cls in solvers.registered().items() if issubclass(cls, solvers.OnlineSolver)]
     args.policies = check_names("--policies", args.policies, online, "online solver")
     check_int("--workers", args.workers, 1, 1024)
+    cpsat = solvers.registered()["cpsat"].properties  # the bound rows solve with OR-Tools, as cpsat does
+    if (args.floor or not args.no_bound) and not cpsat.installed():
+        # the bound rows run after every replay: fail before them, not after
+        if args.floor:
+            raise UsageError(f"--floor: the floor row needs OR-Tools (pip install 'iro-fed[{cpsat.extra}]')")
+        raise UsageError(f"the bound row (on by default) needs OR-Tools (pip install 'iro-fed[{cpsat.extra}]'); "
+                         "give --no-bound to skip it")
     args.out = check_output_file("--out", args.out)
     if args.plot is not None:  # --plot "" is refused by the check, not taken as "no plot"
         args.plot = check_output_file("--plot", args.plot)
@@ -149,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {i}/{len(jobs)} replays done ({time.perf_counter() - start:.0f} s)", highlight=False)
         bounds = [] if args.no_bound else list(pool.map(_bound, [(str(args.data), pl, s) for pl in pod_lists for s in seeds]))
         floors = list(pool.map(_floor, [(str(args.data), pl, s) for pl in pod_lists for s in seeds])) if args.floor else []
-    bound_medians = {pl: round(float(np.median([b["bound_pct"] for b in bounds if b["pod_list"] == pl])), 3) for pl in pod_lists} if bounds else {}
-    floor_medians = {pl: round(float(np.median([b["floor_pct"] for b in floors if b["pod_list"] == pl])), 3) for pl in pod_lists} if floors else {}
+    bound_medians = _medians(bounds, "bound_pct", pod_lists)
+    floor_medians = _medians(floors, "floor_pct", pod_lists)
     medians: dict[str, dict[str, float]] = {}
     times: dict[str, float] = {}
     for pl in pod_lists:

@@ -188,7 +188,9 @@ def check_values(args: argparse.Namespace) -> None:
         check_hours("--hours", args.hours)
     elif quick:
         args.hours = QUICK_HOURS
-    args.extra = {"bank": {"promo_day": 0}} if quick else {}
+    # One promotion day when the run reaches it (11:00-19:00 UTC from the default midnight start); a
+    # shorter quick run has none, which simulate() refuses to be told otherwise.
+    args.extra = {"bank": {"promo_day": 0 if args.hours is None or args.hours > 11 else -1}} if quick else {}
     args.out = check_output_file("--out", args.out)  # a bad --out fails now, not after the run
 
 

@@ -61,7 +61,7 @@ from edge_agent.recommend import (
 )
 from edge_agent.store import ExperienceStore, Outcome, Transition
 from edge_agent.workload import BadRequest, did_you_mean
-from iro_fed.k8s.httpjson import AnyFamily, ConnectionLimit, HttpError, RoutedJsonHandler
+from iro_fed.k8s.httpjson import MAX_PARSE_MEMORY, AnyFamily, ConnectionLimit, HttpError, RoutedJsonHandler
 from iro_fed.metrics.local import LocalCollector
 from iro_fed.metrics.prometheus import PrometheusUnavailable, redact_url
 from iro_fed.metrics.snapshot import ClusterSnapshot, build_snapshot, load_aware_problem
@@ -80,8 +80,9 @@ MAX_OBSERVED_BYTES = 16 * 1024
 #: (63 + 1 + 253). A workload object's name was taken at any length and stored in every transition.
 MAX_WORKLOAD_NAME = 317
 #: What one body may be reckoned to take once parsed (:func:`iro_fed.k8s.httpjson.parse_estimate`),
-#: per byte of ``listen.max_body_bytes`` (at least 1 MiB of it); more gets 413 before it is parsed.
-#: A real Pod is reckoned at 10-12 times its size (managedFields' empty objects), ``[{},{},...]``
+#: per byte of ``listen.max_body_bytes`` (at least 1 MiB of it, at most the shared handler's 512 MiB);
+#: more gets 413 before it is parsed.
+#: A real Pod is reckoned at 10-17 times its size (managedFields' empty objects), ``[{},{},...]``
 #: at 86 times: the shared handler's 512 MiB let 1 MiB of it become 28 MiB of objects, and 16 such
 #: requests at once peaked the process at 226 MiB, against the Deployment's 256 Mi limit.
 PARSE_BYTES_PER_BODY_BYTE = 32
@@ -597,7 +598,8 @@ class _Server(ConnectionLimit, AnyFamily, ThreadingHTTPServer):
         self.max_connections = listen.max_connections  # bounded threads: more get 503 at once, not a queue
         self.max_body_bytes = listen.max_body_bytes
         # Sized for the agent (a pod or workload per body, a 256 Mi container), not the shared handler's 512 MiB.
-        self.max_parse_memory = PARSE_BYTES_PER_BODY_BYTE * max(listen.max_body_bytes, 1 << 20)
+        # never above the shared handler's ceiling: listen.max_body_bytes may be up to 1 GiB
+        self.max_parse_memory = min(MAX_PARSE_MEMORY, PARSE_BYTES_PER_BODY_BYTE * max(listen.max_body_bytes, 1 << 20))
         # One setting bounds the request line and headers, the body, and an idle keep-alive connection.
         self.header_timeout_s = self.body_timeout_s = self.idle_timeout_s = listen.request_timeout_s
         super().__init__((listen.host, listen.port), _Handler)

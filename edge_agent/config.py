@@ -205,7 +205,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "listen.max_body_bytes": ("int", (1, 1 << 30)),
     "listen.request_timeout_s": ("float", (0.001, None)),
     "listen.max_connections": ("int", (1, 10_000)),
-    "recommend.k": ("int", (1, 10_000)),
+    "recommend.k": ("int", (1, MAX_TOP_K)),  # what a request may ask: a larger default made every request a 400
     "recommend.solver": ("str", None),
     "recommend.solver_params": ("dict", None),
     "recommend.fallback": ("str", "nonempty"),

@@ -100,13 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("B vs A+", justify="right")
     table.add_column("project brief (target)", justify="right")
 
-    def change(base: Any, value: Any) -> str:
-        return "-" if base in (None, 0) or value is None else f"{100.0 * (value - base) / abs(base):+.1f} %"
+    def change(base: Any, value: Any, points: bool = False) -> str:
+        if base is None or value is None:
+            return "-"
+        if points:  # a percentage's change is a difference in points, not a ratio of percentages
+            return f"{value - base:+.1f} pp"
+        return "-" if base == 0 else f"{100.0 * (value - base) / abs(base):+.1f} %"
 
     def row(name: str, key: str, digits: int = 1, lower_better: bool = False) -> None:
         values = (a[key], a_plus[key], b[key])
         cells = ["-" if v is None else f"{v:,.{digits}f}" for v in values]
-        table.add_row(name, *cells, change(a[key], b[key]), change(a_plus[key], b[key]), SEED_REPORTED.get(key) or "-")
+        points = key.endswith("_pct")
+        table.add_row(name, *cells, change(a[key], b[key], points), change(a_plus[key], b[key], points),
+                      SEED_REPORTED.get(key) or "-")
 
     row("request success %", "success_rate_pct", 3)
     row("P99 latency ms", "p99_latency_ms", 0)

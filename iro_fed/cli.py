@@ -405,9 +405,23 @@ def _parse_settings(pairs: Sequence[str] | None, solver_name: str, flag: str = "
 
 
 def _load(path: str):
-    from iro_fed.problem_io import load_problem
+    """Load a problem file; its unknown fields are noted on stderr, as ``iro validate`` notes them
+    (``iro solve`` and ``iro compare`` dropped ``weights.carbonn`` without a word)."""
+    from iro_fed.problem_io import load_document, problem_from_dict
 
-    return load_problem(path)
+    doc = load_document(path)
+    problem = problem_from_dict(doc, source=str(path))
+    note_unknown_fields(path, doc)
+    return problem
+
+
+def note_unknown_fields(path: str, doc: Any) -> None:
+    """``note: PATH: FIELD: unknown field, ignored`` on stderr for each field the loader ignores:
+    not errors (the format may gain fields), but often a typo. Never on stdout (``--out -``)."""
+    from iro_fed.problem_io import unknown_fields
+
+    for field in unknown_fields(doc):
+        _console(stderr=True, markup=False).print(f"note: {path}: {field}: unknown field, ignored")
 
 
 def can_warm_up(problem: Problem) -> bool:
@@ -812,14 +826,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from iro_fed.problem_io import load_document, problem_from_dict, unknown_fields
+    from iro_fed.problem_io import load_document, problem_from_dict
 
     doc = load_document(args.problem)
     problem = problem_from_dict(doc, source=str(args.problem))
     _console(markup=False).print(f"{args.problem}: valid, {problem!r}")
-    # Ignored, not errors (the format may gain fields), but often a typo: say so.
-    for path in unknown_fields(doc):
-        _console(stderr=True, markup=False).print(f"note: {args.problem}: {path}: unknown field, ignored")
+    note_unknown_fields(args.problem, doc)
     return EXIT_OK
 
 

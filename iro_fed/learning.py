@@ -242,6 +242,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_output_file("--out (its metadata file)", checkpoint_metadata_path(args.out), make=False)
     if args.resume:
         check_input_file("--resume", args.resume)
+    elif args.assume_feature_names:  # it only tells the resume how to read an old checkpoint
+        raise UsageError("--assume-feature-names: only with --resume")
     given = _config_pairs(args.set)
     config = {**TRAIN_CONFIG.get(args.scenario, {}), **given}
     try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)

@@ -27,8 +27,8 @@ GPU_MILLI = 1000
 DOMAIN_KINDS = ("edge", "zone", "cloud")
 WORKLOAD_CLASSES = ("online", "batch", "burst")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-#: Toleration operators the loaders accept ("" reads as Equal; Lt / Gt are Kubernetes' alpha ones).
-_TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt", "")
+#: Toleration operators the loaders accept (an empty operator reads as Equal; Lt / Gt are Kubernetes' alpha ones).
+TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt")
 #: Default power model when a node gives none: watts per CPU core / GPU card at peak, and
 #: idle as a share of peak (typical of current x86 servers; SPECpower ranges 30-50 %).
 DEFAULT_PEAK_W_PER_CORE = 5.0
@@ -999,7 +999,7 @@ def _check_resources(resources: tuple[str, ...]) -> None:
 
 def _workload_error(w: Workload) -> str:
     for j, t in enumerate(w.tolerations):
-        if t.operator not in _TOLERATION_OPERATORS:
+        if t.operator and t.operator not in TOLERATION_OPERATORS:
             return (f"workload {w.name!r}: tolerations[{j}].operator must be Equal or Exists (or the alpha Lt, Gt), "
                     f"got {t.operator!r}")
         if t.effect and t.effect not in TAINT_EFFECTS:

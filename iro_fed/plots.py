@@ -166,22 +166,29 @@ def _legend_of_both(ax: Any, twin: Any, least: int = 1, **kw: Any) -> None:
 
 def _draw_timeline(axes: Any, series: Mapping[str, Sequence[float | None]], t: Any, title: str) -> None:
     """The three panels of :func:`timeline_figure` onto its ``axes``."""
+    import numpy as np
 
     def line(ax: Any, name: str, **kw: Any) -> None:
         _timeline_line(ax, t, _series_array(series, name), **kw)
 
     ax = axes[0]
-    line(ax, "requests_per_s", color="tab:blue", lw=1, label="requests/s")
     ax.set_ylabel("requests/s")
-    ax2 = ax.twinx()
-    line(ax2, "success_rate_pct", color="tab:green", lw=1, label="success % (right axis)")
-    ax2.set_ylabel("success %")
-    low, high = ax2.get_ylim()  # autoscaled: the bottom follows the data, the top stops near 100
-    ax2.set_ylim(max(low, -2.0), min(high, SUCCESS_PCT_TOP))
-    # Two series on two axes had no legend. Above the panel, right of the title (now on the left):
-    # inside it, any corner hid some hours of traffic or the success line near 100.
-    _legend_of_both(ax, ax2, least=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8,
-                    frameon=False, borderaxespad=0.2)
+    if (np.nan_to_num(_series_array(series, "requests_per_s")) > 0).any():
+        line(ax, "requests_per_s", color="tab:blue", lw=1, label="requests/s")
+        ax2 = ax.twinx()
+        line(ax2, "success_rate_pct", color="tab:green", lw=1, label="success % (right axis)")
+        ax2.set_ylabel("success %")
+        low, high = ax2.get_ylim()  # autoscaled: the bottom follows the data, the top stops near 100
+        ax2.set_ylim(max(low, -2.0), min(high, SUCCESS_PCT_TOP))
+        # Two series on two axes had no legend. Above the panel, right of the title (now on the left):
+        # inside it, any corner hid some hours of traffic or the success line near 100.
+        _legend_of_both(ax, ax2, least=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8,
+                        frameon=False, borderaxespad=0.2)
+    else:
+        # No step had a request (openb, promo-surge: no online services): a flat zero line and an
+        # empty "success %" twin axis (-0.04..0.04) read as data; say so instead.
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no online services", transform=ax.transAxes, ha="center", va="center", color="tab:gray")
     ax.set_title(title, loc="left")
     ax = axes[1]
     line(ax, "running", lw=1, label="running pods")

@@ -38,6 +38,7 @@ from iro_fed.model import (
     GPU_MILLI,
     NONZERO_RESOURCES,
     TAINT_EFFECTS,
+    TOLERATION_OPERATORS,
     WORKLOAD_CLASSES,
     Domain,
     Node,
@@ -50,10 +51,10 @@ from iro_fed.model import (
     default_power,
 )
 
-#: Lt / Gt (Kubernetes 1.35 alpha TaintTolerationComparisonOperators) are read, so that one pod
-#: using them does not refuse the whole cluster, and tolerate nothing here (``Toleration.tolerates``,
-#: as upstream with the gate off): the pod may stay pending where a gated cluster would place it.
-TOLERATION_OPERATORS = ("Equal", "Exists", "Lt", "Gt")
+# TOLERATION_OPERATORS: Lt / Gt (Kubernetes 1.35 alpha TaintTolerationComparisonOperators) are read,
+# so that one pod using them does not refuse the whole cluster, and tolerate nothing here
+# (``Toleration.tolerates``, as upstream with the gate off): the pod may stay pending where a gated
+# cluster would place it.
 #: The value of an Lt / Gt toleration, as the API server validates it: a decimal int64, no leading zero.
 _TOLERATION_INT = re.compile(r"0|-?[1-9][0-9]*")
 #: Largest absolute value of any number in a problem file (amounts, prices, latencies, power,

@@ -186,13 +186,6 @@ def replay_problem(
         mem_pct[w] = 100.0 * totals["mem"] / mem_total if mem_total else 0.0
 
     def flush(queue: list[int]) -> None:
-        if online:
-            for w in queue:
-                decision = solver.decide(state, w)
-                settle(w, decision.node, decision.cards)
-                record(w)
-            queue.clear()
-            return
         window = p.with_workloads(queue).with_cluster(state.allocated, state.gpu_free)
         placement = solver.solve(window)
         # Each queued pod's point is taken once the window is placed, its decisions applied in
@@ -208,7 +201,7 @@ def replay_problem(
     decide_s = 0.0
     for w in range(n):
         t0 = time.perf_counter()
-        if batch_window == 1:
+        if online:  # an online solver ignores the window: each pod in arrival order, against the live cluster
             decision = solver.decide(state, w)
             decide_s += time.perf_counter() - t0
             settle(w, decision.node, decision.cards)

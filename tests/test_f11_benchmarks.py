@@ -306,6 +306,21 @@ def test_scenarios_quick_keeps_explicit_seeds_and_scenarios(scenarios, monkeypat
     assert seen == {"scenarios": ["bank"], "seeds": [1], "hours": 6.0}
 
 
+def test_scenarios_quick_gives_a_promotion_day_only_when_the_run_reaches_it(scenarios, monkeypatch, tmp_path) -> None:
+    # --quick --hours 6 passed promo_day 0, which simulate() now refuses: its promotion (11:00-19:00) is not in 6 h
+    seen: list[dict] = []
+
+    def run(scenario_names, variants, seeds, hours, extra, console):
+        seen.append(extra)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scenarios, "run", run)
+    for hours in ("6", "24"):
+        with pytest.raises(KeyboardInterrupt):
+            scenarios.main(["--quick", "--hours", hours, "--out", str(tmp_path / "s.json")])
+    assert seen == [{"bank": {"promo_day": -1}}, {"bank": {"promo_day": 0}}]
+
+
 # --- fragmentation.py --------------------------------------------------------------------------
 
 

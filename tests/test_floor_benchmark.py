@@ -35,3 +35,19 @@ def test_fragmentation_floor_row(load_benchmark, tmp_path: Path) -> None:
     assert 0 <= floor <= bound
     for policy in ("fgd-bestfit", "iro-frag"):
         assert floor <= doc["median_unallocated_gpu_pct_at_100"]["default"][policy]
+
+
+@needs_openb
+def test_floor_without_ortools_exits_2_before_any_replay(load_benchmark, monkeypatch, tmp_path: Path, capsys) -> None:
+    import importlib.util
+
+    module = load_benchmark("fragmentation", "fragmentation_floor_no_ortools")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ortools" else real(name, *a))
+    monkeypatch.setattr(module, "_run", lambda *_: (_ for _ in ()).throw(AssertionError("a replay ran")))
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--pod-lists", "default", "--policies", "fgd", "--seeds", "42", "--workers", "1", "--floor",
+                     "--out", str(tmp_path / "f.json"), "--plot", str(tmp_path / "f.png")])
+    assert exit_info.value.code == 2
+    assert "--floor: the floor row needs OR-Tools" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

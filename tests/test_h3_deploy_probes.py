@@ -53,3 +53,13 @@ def test_no_exec_probe_keeps_the_one_second_default_timeout(rendered):
                 probe = c.get(kind)
                 if probe and "exec" in probe:
                     assert probe.get("timeoutSeconds", 1) >= 3, (target, doc["metadata"]["name"], c["name"], kind)
+
+
+def test_the_webhook_is_ready_on_readyz_and_live_on_healthz(rendered):
+    # /readyz is 503 until the affinity cache has synced; the webhook had no liveness probe at all
+    target, docs = rendered
+    c = _container(find(docs, "Deployment", "iro-webhook"), "webhook")
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", target
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", target
+    if target.endswith("webhook-affinity"):  # the pods cache: about 36 MB per 1,000 bound pods
+        assert c["resources"]["limits"]["memory"] == "2Gi", target

@@ -88,3 +88,20 @@ def test_a_large_real_pod_is_still_ranked(agent: Agent) -> None:
     status, reply = _post(agent, raw)
     assert status == 200, reply
     assert reply["workload"] == "prod/web-1" and reply["nodes"]
+
+
+def test_the_parse_limit_never_passes_the_shared_handlers_ceiling(tmp_path: Path) -> None:
+    # listen.max_body_bytes may be up to 1 GiB: 32 x 64 MiB allowed a 2 GiB parse, where the shared
+    # handler's 512 MiB had refused it before the agent had a limit of its own.
+    from iro_fed.k8s.httpjson import MAX_PARSE_MEMORY
+
+    (tmp_path / "site.json").write_text(json.dumps(SITE))
+    cfg = {"problem": str(tmp_path / "site.json"), "site": "edge-1", "node_name": "e1",
+           "listen": {"port": 0, "max_body_bytes": 64 << 20}, "recommend": {"k": 2}, "log_level": "error"}
+    (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+    a = Agent(load_config(tmp_path / "agent.yaml", env={}))
+    a.start()
+    try:
+        assert a.server is not None and a.server.max_parse_memory == MAX_PARSE_MEMORY
+    finally:
+        a.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -55,15 +56,20 @@ def test_assume_feature_names_resumes_it_with_a_note(tmp_path, caplog) -> None:
     train([FeatureEnv], cfg, steps=40, resume=old, progress=False, track_emissions=False)
 
 
-def test_iro_train_resume_of_a_checkpoint_without_feature_names_exits_2(tmp_path, capsys) -> None:
+def _resume_of_a_nameless_checkpoint(tmp_path: Path) -> tuple[str, Path, list[str]]:
+    """A checkpoint without feature names, where a resume writes, and the `iro train` arguments."""
     from iro_fed.sim.signals import data_dir
 
     if not (data_dir() / "carbon").is_dir():
         pytest.skip("needs ../shared/data")
     old = _policy(tmp_path / "old.pt", None)
     out = tmp_path / "new" / "p.pt"
-    argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.5", "--eval-episodes", "0",
-            "--no-emissions", *SMALL_SET, "--resume", old, "--out", str(out)]
+    return old, out, ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.5", "--eval-episodes",
+                      "0", "--no-emissions", *SMALL_SET, "--resume", old, "--out", str(out)]
+
+
+def test_iro_train_resume_of_a_checkpoint_without_feature_names_exits_2(tmp_path, capsys) -> None:
+    old, out, argv = _resume_of_a_nameless_checkpoint(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--resume: policy" in err and "no 'feature_names'" in err and old in err
@@ -72,14 +78,15 @@ def test_iro_train_resume_of_a_checkpoint_without_feature_names_exits_2(tmp_path
 
 
 def test_iro_train_assume_feature_names_resumes_it(tmp_path, capsys) -> None:
-    from iro_fed.sim.signals import data_dir
-
-    if not (data_dir() / "carbon").is_dir():
-        pytest.skip("needs ../shared/data")
-    old = _policy(tmp_path / "old.pt", None)
-    out = tmp_path / "new" / "p.pt"
-    argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.5", "--eval-episodes", "0",
-            "--no-emissions", *SMALL_SET, "--resume", old, "--out", str(out), "--assume-feature-names"]
-    assert main(argv) == 0
+    _, out, argv = _resume_of_a_nameless_checkpoint(tmp_path)
+    assert main([*argv, "--assume-feature-names"]) == 0
     assert "no 'feature_names'" in capsys.readouterr().err
     assert json.loads(out.with_suffix(".json").read_text())["feature_names"] == feature_layout()
+
+
+def test_iro_train_assume_feature_names_without_resume_exits_2(tmp_path, capsys) -> None:
+    argv = ["train", "--scenario", "bank", "--steps", "8", "--envs", "1", "--hours", "0.5", "--eval-episodes", "0",
+            "--no-emissions", "--assume-feature-names", "--out", str(tmp_path / "p.pt")]
+    assert main(argv) == 2
+    assert "--assume-feature-names: only with --resume" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -718,7 +718,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     for r in rounds:
         table.add_row(str(r["round"]), f"v{r['version']:04d}", str(r["nodes"]), str(r["dropped"]),
                       f"{r['eval-reward']:.2f}", f"{r['eval-score']:.4f}", f"{r['eval-carbon-kg']:.3f}",
-                      f"{r['emissions_g']:.3f}")
+                      _grams(r.get("emissions_g")))
     out.print(table)
     out.print(f"registry: {registry} (latest -> {(registry / 'latest').read_text().strip() if rounds else '-'}); "
               f"wall {result['wall_s']:.1f} s")
@@ -1048,6 +1048,11 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
             return EXIT_FAILED
         return stop_status(asked[0])  # stop is set only by on_signal, after it noted the signal
     return 1 if failed else EXIT_OK
+
+
+def _grams(value: float | None) -> str:
+    """A round's training emissions for the table: "-" when not measured (track-emissions off)."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _file_run(queue: RoundRequestQueue, claimed: list[RoundRequest], result: dict[str, Any], rounds: int,

@@ -16,7 +16,8 @@ A train reply holds ``arrays`` (the online network's learned ``state_dict`` entr
 float32 array, see :mod:`iro_fed.federated.wire`), ``config`` (its ``layout``: names, shapes,
 dtypes) and ``metrics``:
 ``num-examples`` (env steps), ``mean-reward`` (per episode, objective units), ``loss``,
-``emissions-g`` (codecarbon, local training), ``carbon-intensity`` (the site's grid now,
+``emissions-g`` (codecarbon, local training; 0.0 when not measured), ``emissions-measured`` (1 when
+codecarbon measured it), ``carbon-intensity`` (the site's grid now,
 gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole handler) and
 ``since-import-s`` (since this ClientApp process imported the app), ``replay-transitions``
 (the site's replay buffer after the round) and ``replay-kept`` (1 when the round continued the
@@ -214,7 +215,7 @@ def train_reply(msg: Message, context: Context) -> Message:
         raise ValueError(f"node-config attack: unknown {attack!r} (known: {', '.join(ATTACKS)})")
     metrics: dict[str, Any] = {
         "num-examples": result.num_examples, "mean-reward": result.mean_reward, "loss": result.loss,
-        "emissions-g": result.emissions_g, "carbon-intensity": site_carbon(cfg, site, server_round),
+        "emissions-g": result.emissions_g, "emissions-measured": int(result.emissions_measured), "carbon-intensity": site_carbon(cfg, site, server_round),
         "site": site, "train-s": result.wall_s, "handler-s": time.time() - started,
         "since-import-s": time.time() - _LOADED, "replay-transitions": len(result.replay),
         "replay-kept": int(kept), **result.experience,

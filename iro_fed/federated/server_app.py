@@ -164,8 +164,10 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
     """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary.
 
     Keys: ``rounds`` (one row per round), ``initial`` (the initial policy's evaluation),
-    ``emissions_g``, ``registry``, ``result`` (Flower's), ``layout`` and ``weights`` (the final
-    global policy's named arrays, unpacked from the one flat array).
+    ``emissions_g`` (``None``, as each row's, when not measured: ``track-emissions`` off, or a site
+    without codecarbon in that round),
+    ``registry``, ``result`` (Flower's), ``layout`` and ``weights`` (the final global policy's
+    named arrays, unpacked from the one flat array).
     """
     from iro_fed.features import feature_layout
 
@@ -185,7 +187,9 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
         "eval_site": cfg.eval_site, "num_rounds": cfg.num_server_rounds, "resumed_from": resumed_from,
     }
     rows: list[dict[str, Any]] = []
-    totals = {"emissions_g": 0.0}
+    # Not measured (None: null in the JSON) when the sites train without codecarbon: they still send
+    # 0.0 (a metric record holds no None), which read as a measured zero. The run config says which.
+    totals: dict[str, Any] = {"emissions_g": 0.0 if cfg.track_emissions else None}
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         eval_started = time.time()
@@ -195,14 +199,17 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
             totals["initial"] = metrics
             return MetricRecord(metrics)
         info = strategy.rounds.get(server_round, {})
-        totals["emissions_g"] += float(info.get("emissions_g", 0.0))
+        measured = cfg.track_emissions and bool(info.get("emissions_measured", False))
+        round_g = float(info.get("emissions_g", 0.0)) if measured else None
+        # a round not measured (tracking off, a site without codecarbon) leaves the run's total unknown
+        totals["emissions_g"] = None if round_g is None or totals["emissions_g"] is None else totals["emissions_g"] + round_g
         meta = {
             **base_meta, "round": server_round, "nodes": info.get("nodes", []), "sites": info.get("sites", []),
             "valid_nodes": info.get("valid_nodes", []), "valid_sites": info.get("valid_sites", []),
             "dropped": info.get("dropped", []), "skipped_high_carbon": info.get("skipped_high_carbon", []),
             "skipped_failing": info.get("skipped_failing", []), "no_reply": info.get("no_reply", []),
             "aggregated": bool(info.get("aggregated", True)), "evaluation": metrics,
-            "initial_evaluation": totals.get("initial", {}), "emissions_g_round": float(info.get("emissions_g", 0.0)),
+            "initial_evaluation": totals.get("initial", {}), "emissions_g_round": round_g,
             "emissions_g_total": totals["emissions_g"],
         }
         version, path = registry.publish(full_state_dict(cfg, weights), meta)

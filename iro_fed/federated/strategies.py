@@ -462,6 +462,8 @@ class ValidatedStrategy:
             "dropped": dropped,
             "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
             "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
+            # a site without codecarbon sends 0.0: the round's sum is a measurement only if every site measured
+            "emissions_measured": all(_metric(m, "emissions-measured") >= 1 for m in replies if not m.has_error()),
             "replay_kept": int(sum(_metric(m, "replay-kept") for m in ok)),
             "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })

@@ -502,11 +502,16 @@ class LocalResult:
     mean_reward: float
     loss: float
     emissions_g: float
+    """Grams CO2eq of the round's training; 0.0 when not measured (a metric record holds no None):
+    ``emissions_measured`` says which, and the server reports such a round as null."""
     wall_s: float
     experience: dict[str, float] = dataclasses.field(default_factory=dict)
     """What the site's experience store added (``experience-*`` metrics); empty without one."""
     replay: Any = None
     """The site's replay buffer after this round (the one passed in, filled further, or a new one)."""
+    emissions_measured: bool = False
+    """Whether codecarbon measured ``emissions_g`` (tracking on and codecarbon installed); sent as the
+    ``emissions-measured`` metric: a 0.0 from a site without codecarbon is no measurement."""
 
 
 def new_replay(cfg: FedConfig, seed: int) -> Any:
@@ -580,7 +585,7 @@ def local_train(
         mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,
         loss=float(result.last_loss) if result.last_loss is not None else 0.0,
         emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s), experience=experience,
-        replay=replay,
+        replay=replay, emissions_measured=result.emissions_kg is not None,
     )
 
 

@@ -709,8 +709,9 @@ def register(sub: Any) -> None:
     p.add_argument("--mode", choices=("scheduler-name", "affinity"), default="scheduler-name",
                    help="set spec.schedulerName, or add preferred node affinity for the top-K nodes (default scheduler-name)")
     p.add_argument("--scheduler-name", default="iro", help="schedulerName to set (default iro)")
-    p.add_argument("--selector", metavar="K=V,...", help="mutate only pods with these labels")
-    p.add_argument("--namespaces", metavar="A,B", help="mutate every pod in these namespaces")
+    p.add_argument("--selector", metavar="K=V,...",
+                   help="mutate pods with these labels (or, with --namespaces, any pod in those namespaces)")
+    p.add_argument("--namespaces", metavar="A,B", help="mutate every pod in these namespaces (in addition to --selector's)")
     p.add_argument("--top-k", type=int, default=3, metavar="K",
                    help="nodes to prefer in affinity mode, 1..1000 (default 3)")
     p.add_argument("--budget-s", type=float, default=2.0, metavar="S",

@@ -441,7 +441,9 @@ class Reflector:
                 if self._stop.is_set():
                     break
                 self.errors += 1
-                if _timed_out(exc):
+                if _refused(exc):
+                    log.warning("%s: cannot connect to the API server: %s, retrying", self.name, exc)
+                elif _timed_out(exc):
                     log.warning("%s: no answer from the API server in time (lists wait %g s, watches %g s): "
                                 "%s, relisting", self.name, self.read_timeout_s, self.last_watch_timeout_s + self.read_timeout_s, exc)
                 else:
@@ -462,6 +464,14 @@ def _timed_out(exc: BaseException) -> bool:
     from urllib3.exceptions import MaxRetryError, TimeoutError
 
     return isinstance(exc, TimeoutError) or (isinstance(exc, MaxRetryError) and isinstance(exc.reason, TimeoutError))
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection that could not be made (refused, no route): urllib3 wraps it
+    in a MaxRetryError whose reason is a NewConnectionError, which is not a timeout."""
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+    return isinstance(exc, MaxRetryError) and isinstance(exc.reason, NewConnectionError)
 
 
 class ClusterCache:

@@ -718,7 +718,7 @@ class Extender(RequestStats):
         extra = self._assumed_on(model)
         try:
             snap = self._snapshot_on(model, pod)
-            blocked = self._assumed_conflicts(model, pod, asked, extra)
+            blocked = model.extra_pod_conflicts(pod, asked, extra)  # only which nodes: they score 0
         except ValueError as exc:
             raise BadRequest.wrap(exc, "Pod") from exc
         scores, _ = self.scores(snap, asked, self._request_state(snap, model, extra), blocked)

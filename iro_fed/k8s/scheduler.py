@@ -863,6 +863,7 @@ class IroScheduler:
             meta = pod.get("metadata") or {}
             result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
                                                 {"status": {"conditions": [cond]}})
+            self._progress_at = self.clock()
             if not result.ok:
                 log.warning("SchedulingGated condition of %s not patched: HTTP %s %s", key, result.status, result.message)
             with self._lock:
@@ -1026,7 +1027,7 @@ class IroScheduler:
                        kept: PlacedPods, order: list[tuple[int, str, PodRules]],
                        deferred: Mapping[int, str]) -> set[int]:
         """Place the unplaced pods of the batch that some node refused for pod affinity or spread
-        skew which the pods being bound (``kept``) may change (:func:`_waits_for_batch`), in queue
+        skew which the pods being bound (``kept``) may change (:func:`_refused_for_pods`, :func:`_counted_by`), in queue
         order after them, as kube would place them once those are bound (:func:`_place_waiter`);
         each one placed joins ``kept`` and ``order``. A pod placed may be the one another waits for,
         earlier in the queue (web waits for api, api for db): passes repeat while one places a pod,
@@ -1160,6 +1161,7 @@ class IroScheduler:
                         "lastProbeTime": None, "lastTransitionTime": now}
                 result = self.kube.patch_pod_status(meta.get("namespace", "default"), meta["name"],
                                                     {"status": {"conditions": [cond]}})
+                self._progress_at = self.clock()
                 patched = result.ok
                 if not result.ok:
                     log.warning("PodScheduled condition of %s not patched: HTTP %s %s", key, result.status, result.message)
@@ -1200,6 +1202,7 @@ class IroScheduler:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         result = self.kube.create_event(ns, event)
+        self._progress_at = self.clock()  # a write that returned: many of them on a slow API server are not a wedge
         if not result.ok:
             log.warning("event for %s not recorded: HTTP %s %s", obj_key(pod), result.status, result.message)
             if retry and _passing(result):
@@ -1540,7 +1543,7 @@ def _relocate(model: ClusterModel, problem: Any, state: ClusterState, w: int, po
 def _place_waiter(model: ClusterModel, problem: Any, state: ClusterState, w: int, pod: Mapping[str, Any],
                   kept: PlacedPods, memo: dict[Any, Any], rules: PodRules | None = None) -> str | None:
     """Place unplaced workload ``w``, refused by the snapshot for pod affinity or spread skew that the
-    pods of its batch being bound (``kept``) may satisfy (:func:`_waits_for_batch`), as kube would
+    pods of its batch being bound (``kept``) may satisfy (:func:`_refused_for_pods`, :func:`_counted_by`), as kube would
     place it after them: on the best (:func:`marginal`) node with room beside the batch in ``state``
     that passes every static filter before those plugins and passes NodePorts, PodTopologySpread
     and InterPodAffinity against the bound pods and ``kept``. Returns its name (``state``
@@ -1613,14 +1616,6 @@ def _explain_batch(model: ClusterModel, problem: Any, state: ClusterState, assig
         out[w] = explain_placement(problem, state, assignment, w, with_all, usable, w in late)
         before.add(node, rules)
     return out
-
-
-def _waits_for_batch(problem: Any, w: int, pod: Mapping[str, Any], kept: PlacedPods) -> bool:
-    """Whether unplaced workload ``w`` (``pod``) was refused by some node for pod affinity or spread
-    skew, and a pod of its batch being bound (``kept``) is one its affinity terms (all of them) or
-    a spread selector counts: that pod may change it (kube would have placed it first)."""
-    rules = _refused_for_pods(problem, w, pod)
-    return rules is not None and _counted_by(rules, kept)
 
 
 def _refused_for_pods(problem: Any, w: int, pod: Mapping[str, Any]) -> PodRules | None:

@@ -531,16 +531,25 @@ class _WebhookHandler(RoutedJsonHandler):
 
     def routes(self) -> dict[str, dict[str, Any]]:
         return {"/mutate": {"POST": self._mutate}, "/": {"POST": self._mutate},
-                "/healthz": {"GET": self._health}, "/readyz": {"GET": self._health}}
+                "/healthz": {"GET": self._health}, "/readyz": {"GET": self._ready}}
 
     def not_found(self, path: str) -> str:
-        return f"unknown path {path} (POST /mutate, GET /healthz)"
+        return f"unknown path {path} (POST /mutate, GET /healthz, GET /readyz)"
 
     def on_error(self, code: int) -> None:
         self.server.webhook.count_error(code)  # as the extender counts
 
     def _health(self) -> None:
         self._send(200, {"ok": True, "stats": self.server.webhook.stats_snapshot()})
+
+    def _ready(self) -> None:
+        """503 until the affinity mode's cluster cache has synced: a replica that is not ready yet
+        stays out of the Service, where it admitted every pod without a recommendation."""
+        webhook = self.server.webhook
+        if webhook.cache is not None and not webhook.cache.synced:
+            self._send(503, {"ok": False, "message": "the cluster cache has not synced yet"})
+            return
+        self._health()
 
     def _mutate(self) -> None:
         doc = self.read_json()

@@ -57,12 +57,25 @@ def build_simulator(
     scen_params, engine = split_settings(scenario, dict(settings or {}))
     SimConfig().with_settings(engine)  # bad engine settings fail before any data is read
     sc = build_scenario(scenario, seed=seed, hours=hours, **scen_params)
+    _check_outside_run(sc, scen_params)
     config = SimConfig().with_settings({**sc.engine_defaults, **engine})
     params = dict(solver_settings or {})
     cls = solvers.registered().get(solver)
     if cls is not None and "seed" in cls.parameters:
         params.setdefault("seed", seed)
     return Simulator(sc, solvers.make(solver, **params), config, seed=seed)
+
+
+def _check_outside_run(sc: Any, given: Mapping[str, Any]) -> None:
+    """A scenario parameter that falls outside the run (``sc.notes["outside_run"]``: the bank's
+    ``promo_day`` whose promotion the run misses, promo-surge's ``surge_start_h`` past its end) was silently no effect: a SimConfigError naming it when the
+    caller gave it, else (a default past a shorter run, ``--hours 24`` being a quick run) a line
+    in ``sc.notes["messages"]``, which ``iro simulate`` prints as a note. ``build_scenario`` itself
+    allows it: a window of a run (a fine-tune's episodes) may well miss the promotion day."""
+    for key, why in sc.notes.get("outside_run", {}).items():
+        if key in given:
+            raise SimConfigError(f"scenario {sc.name!r}: setting {key!r}: {why}")
+        sc.notes.setdefault("messages", []).append(f"the default {key} {sc.params[key]!r} has no effect: {why}")
 
 
 __all__ = ["PLAIN_KUBERNETES", "SimConfig", "SimConfigError", "SimResult", "Simulator", "build_simulator", "simulate"]

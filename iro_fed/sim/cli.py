@@ -103,6 +103,15 @@ def setting_error(exc: Exception, given: Mapping[str, Any], flag: str = "--set")
     return UsageError(text)
 
 
+def note_scenario(name: str, notes: Mapping[str, Any]) -> None:
+    """A scenario's ``notes["messages"]`` (what it did not do as the user may expect, not an error:
+    the bank's default promotion day past a short run) as ``note: ...`` lines on stderr."""
+    from iro_fed.cli import _console
+
+    for message in notes.get("messages", ()):
+        _console(stderr=True, markup=False).print(f"note: scenario {name!r}: {message}")
+
+
 def _pairs(pairs: list[str] | None, flag: str) -> dict[str, str]:
     from iro_fed.cli import split_pairs
 
@@ -241,6 +250,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         sim = build_simulator(args.scenario, args.solver, args.seed, args.hours, settings, solver_settings)
     except (SimConfigError, SignalFormatError) as exc:
         raise setting_error(exc, settings) from exc
+    note_scenario(args.scenario, sim.sc.notes)
     _make_outputs([("--out", args.out), ("--plot", args.plot)])
     with _progress(f"{args.scenario} / {args.solver}") as tick:
         try:
@@ -248,15 +258,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         except (SimConfigError, SignalFormatError) as exc:
             raise setting_error(exc, settings) from exc
     console = _console(markup=False)  # titles and paths printed as they are (iro_fed.cli._console)
-    console.print(totals_table(result.totals, f"{args.scenario} with {args.solver}, seed {args.seed}, "
+    seeds = seed_label(result.seed, result.solver_seed)
+    console.print(totals_table(result.totals, f"{args.scenario} with {args.solver}, {seeds}, "
                                               f"{result.totals['hours']:g} h"))
     if args.out:
         write_json_atomic(args.out, result.report())
         console.print(f"report written to {args.out}")
     if args.plot:
-        timeline_plot(result.series, args.plot, title=f"{args.scenario} / {args.solver} / seed {args.seed}")
+        timeline_plot(result.series, args.plot, title=f"{args.scenario} / {args.solver} / {seeds}")
         console.print(f"plot written to {args.plot}")
     return EXIT_OK
+
+
+def seed_label(seed: int, solver_seed: Any) -> str:
+    """``seed N`` for a title, with the solver's own seed when ``--solver-set seed=M`` gave another
+    (the scenario still draws from ``--seed``: the same workload, other solver choices)."""
+    if solver_seed == seed:
+        return f"seed {seed}"
+    return f"seed {seed} (solver seed {solver_seed})"
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -369,9 +388,10 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     settings = _pairs(args.set, "--set")
     config = feedback_settings(args.feedback_set)
     try:  # the scenario and every setting read before any folder is made (run_feedback_sim builds its own)
-        build_simulator(args.scenario, args.solver, args.seed, args.hours, settings)
+        sim = build_simulator(args.scenario, args.solver, args.seed, args.hours, settings)
     except (SimConfigError, SignalFormatError) as exc:
         raise setting_error(exc, settings) from exc
+    note_scenario(args.scenario, sim.sc.notes)
     actions: list[Any] = []
     try:
         if args.round_request:

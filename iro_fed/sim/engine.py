@@ -221,12 +221,20 @@ class SimResult:
     #: The scenario's parameters as run (defaults filled in) and the user carbon files it read
     #: (``carbon_files``: zone -> path), so that a report says which data it came from.
     scenario_params: dict[str, Any] = field(default_factory=dict)
+    #: The solver's settings as run (``get_params()``, defaults filled in; {} in agent mode). Its
+    #: ``seed`` is ``seed`` unless ``solver_settings`` gave another: ``seed`` seeds the scenario.
+    solver_settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def solver_seed(self) -> Any:
+        """The seed the solver ran with (``seed`` when it takes none or none was recorded)."""
+        return self.solver_settings.get("seed", self.seed)
 
     def report(self) -> dict[str, Any]:
         """The JSON report (fixed keys first; see ``iro_fed.sim.metrics`` for definitions)."""
         return {**self.totals, "scenario": self.scenario, "solver": self.solver, "seed": self.seed,
-                "scenario_params": self.scenario_params, "config": self.config, "timing": self.timing,
-                "series": self.series}
+                "solver_settings": self.solver_settings, "scenario_params": self.scenario_params,
+                "config": self.config, "timing": self.timing, "series": self.series}
 
 
 class Simulator:
@@ -1204,8 +1212,28 @@ class Simulator:
         params = dict(sc.params)
         if "carbon_files" in sc.notes:  # the zones read from the user's own files
             params["carbon_files"] = dict(sc.notes["carbon_files"])
+        get_params = getattr(self.solver, "get_params", None)
+        solver_settings = jsonable(get_params()) if callable(get_params) else {}
         return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
-                         {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params)
+                         {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params,
+                         solver_settings)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON (dicts, lists, str, finite numbers, bool, None): a solver setting of
+    another type (a path, a tuple, an infinity) is written as its text, so that the report is
+    always writable."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    return str(value)
 
 
 def cpu_share(allocated: np.ndarray, capacity: np.ndarray) -> np.ndarray:

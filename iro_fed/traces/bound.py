@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -98,34 +99,54 @@ def least_cards(
     """The fewest cards of ``card_milli`` that hold ``sizes`` (milli -> count), by CP-SAT on the
     arc-flow model. When the time limit stops the search, ``cards`` is CP-SAT's proven bound
     (still a valid lower bound) and ``optimal`` is False."""
-    from ortools.sat.python import cp_model
-
-    for milli, count in sizes.items():
-        if not 0 < milli <= card_milli or count < 0:
-            raise ValueError(f"sizes: each share must be 1..{card_milli} milli with a count >= 0, got {milli}: {count}")
-    items = sorted((m for m, c in sizes.items() if c > 0), reverse=True)
+    items = _share_sizes(sizes, card_milli)
     total = sum(m * sizes[m] for m in items)
     count = sum(sizes[m] for m in items)
     if not items:
         return PackingBound(0, 0, 0, 0, True, capacity_milli, card_milli)
-    model = cp_model.CpModel()
-    by_size, leaving = arc_flow(
-        items, card_milli, lambda position, milli: model.new_int_var(0, sizes[milli], f"a{position}_{milli}"), model.add,
-    )
+    model, by_size, leaving = _arc_flow_model(items, sizes, card_milli)
     cards = model.new_int_var(0, count, "cards")
     model.add(sum(leaving) == cards)
     for milli in items:
         model.add(sum(by_size[milli]) == sizes[milli])
     model.minimize(cards)
+    solver, optimal = _solve(model, time_limit_s, workers)
+    found = round(solver.objective_value)
+    bound = max(int(-(-total // card_milli)), int(round(solver.best_objective_bound)))
+    return PackingBound(count, total, min(bound, found), found, optimal, capacity_milli, card_milli)
+
+
+def _share_sizes(sizes: Mapping[int, int], card_milli: int) -> list[int]:
+    """The sizes with a count, largest first; a size outside 1..card_milli or a negative count is refused."""
+    for milli, count in sizes.items():
+        if not 0 < milli <= card_milli or count < 0:
+            raise ValueError(f"sizes: each share must be 1..{card_milli} milli with a count >= 0, got {milli}: {count}")
+    return sorted((m for m, c in sizes.items() if c > 0), reverse=True)
+
+
+def _arc_flow_model(items: list[int], sizes: Mapping[int, int], card_milli: int) -> tuple[Any, dict[int, list], list]:
+    """A CP-SAT model with the arc-flow graph of ``items`` (each arc at most the size's count): the
+    model, the arcs of each size and the arcs leaving position 0 (one per card)."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    by_size, leaving = arc_flow(
+        items, card_milli, lambda position, milli: model.new_int_var(0, sizes[milli], f"a{position}_{milli}"), model.add,
+    )
+    return model, by_size, leaving
+
+
+def _solve(model: Any, time_limit_s: float, workers: int) -> tuple[Any, bool]:
+    """The solver after solving ``model``, and whether it proved optimality; no solution is an error."""
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise RuntimeError(f"CP-SAT found no packing in {time_limit_s} s (status {solver.status_name(status)})")
-    found = round(solver.objective_value)
-    bound = max(int(-(-total // card_milli)), int(round(solver.best_objective_bound)))
-    return PackingBound(count, total, min(bound, found), found, status == cp_model.OPTIMAL, capacity_milli, card_milli)
+    return solver, status == cp_model.OPTIMAL
 
 
 def _is_share(pod: OpenbPod) -> bool:
@@ -202,32 +223,19 @@ def most_share_milli(
     """The most milli of the shares ``sizes`` (milli -> count; any subset of them) that fits on
     ``cards`` cards of ``card_milli``, by CP-SAT on the arc-flow model. Returns (an upper bound,
     proven optimal): when the time limit stops the search the bound is CP-SAT's, still valid."""
-    from ortools.sat.python import cp_model
-
-    for milli, count in sizes.items():
-        if not 0 < milli <= card_milli or count < 0:
-            raise ValueError(f"sizes: each share must be 1..{card_milli} milli with a count >= 0, got {milli}: {count}")
+    items = _share_sizes(sizes, card_milli)
     if isinstance(cards, bool) or not isinstance(cards, (int, np.integer)) or cards < 0:
         raise ValueError(f"cards must be an integer >= 0, got {cards!r}")
-    items = sorted((m for m, c in sizes.items() if c > 0), reverse=True)
     if not items or cards == 0:
         return 0, True
-    model = cp_model.CpModel()
-    by_size, leaving = arc_flow(
-        items, card_milli, lambda position, milli: model.new_int_var(0, sizes[milli], f"a{position}_{milli}"), model.add,
-    )
+    model, by_size, leaving = _arc_flow_model(items, sizes, card_milli)
     model.add(sum(leaving) <= cards)
     for milli in items:
         model.add(sum(by_size[milli]) <= sizes[milli])
     model.maximize(sum(milli * sum(by_size[milli]) for milli in items))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise RuntimeError(f"CP-SAT found no packing in {time_limit_s} s (status {solver.status_name(status)})")
+    solver, optimal = _solve(model, time_limit_s, workers)
     total = sum(m * sizes[m] for m in items)
-    return min(total, cards * card_milli, int(solver.best_objective_bound + 1e-6)), status == cp_model.OPTIMAL
+    return min(total, cards * card_milli, int(solver.best_objective_bound + 1e-6)), optimal
 
 
 @dataclass(frozen=True)

@@ -160,3 +160,17 @@ def test_missing_store_folders_are_fine(tmp_path, site_file):
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")  # an empty file is a database to be
     assert load_config(write(tmp_path, {"problem": str(site_file), "store": {"path": str(empty)}}), env={}).store.path == empty
+
+
+def test_recommend_k_is_bounded_as_a_request_k_is(tmp_path, site_file):
+    # k 5000 passed the check and then made every /recommend without its own k a 400 naming k
+    from iro_fed.limits import MAX_TOP_K
+
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump({"problem": str(site_file), "recommend": {"k": MAX_TOP_K + 1}}))
+    with pytest.raises(ConfigError, match="recommend.k"):
+        load_config(path, env={})
+    with pytest.raises(ConfigError, match=r"recommend.k \(from IRO_AGENT_K\)"):
+        load_config(path, env={"IRO_AGENT_K": "2000"})
+    path.write_text(yaml.safe_dump({"problem": str(site_file), "recommend": {"k": MAX_TOP_K}}))
+    assert load_config(path, env={}).recommend.k == MAX_TOP_K

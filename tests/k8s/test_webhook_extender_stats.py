@@ -173,3 +173,40 @@ def test_extender_counts_every_one_of_n_concurrent_requests(serve_extender):
     assert gate.held >= N
     assert ext.stats["bind"] == N
     assert _get(host, port, "/healthz")["stats"]["bind"] == N
+
+
+class _UnsyncedCache:
+    synced = False
+
+
+def test_webhook_is_not_ready_until_its_cluster_cache_syncs(serve_webhook, tls):
+    # /readyz answered 200 before the affinity cache had synced: a new replica joined the Service and
+    # admitted every pod without a recommendation; /healthz (liveness) stays 200 meanwhile.
+    cache = _UnsyncedCache()
+    srv = serve_webhook(Webhook("affinity", cache=cache, solver="best-fit"))  # type: ignore[arg-type]
+    host, port = srv.server_address[:2]
+
+    def status(path: str) -> int:
+        conn = http.client.HTTPSConnection("localhost", port, context=ssl.create_default_context(cafile=tls[0]), timeout=30)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    assert (status("/readyz"), status("/healthz")) == (503, 200)
+    cache.synced = True
+    assert (status("/readyz"), status("/healthz")) == (200, 200)
+    assert _get(host, port, "/readyz", tls[0])["ok"] is True
+
+
+def test_a_refused_connection_is_not_reported_as_a_timeout():
+    # urllib3's NewConnectionError subclasses its ConnectTimeoutError: the reflector logged "no answer
+    # from the API server in time" for an API server that refused the connection at once.
+    from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
+
+    from iro_fed.k8s.client import _refused, _timed_out
+
+    refused = MaxRetryError(None, "/api/v1/pods", NewConnectionError(None, "Connection refused"))
+    timeout = MaxRetryError(None, "/api/v1/pods", ReadTimeoutError(None, "/api/v1/pods", "read timed out"))
+    assert _refused(refused) and not _refused(timeout) and _timed_out(timeout)

@@ -40,9 +40,9 @@ def test_conservation_and_no_capacity_overrun_every_step(solver):
 
 @needs_data
 def test_same_seed_same_run_and_other_seed_differs():
-    a = simulate("bank", "kube-default", seed=4, hours=3, settings={"promo_day": 0})
-    b = simulate("bank", "kube-default", seed=4, hours=3, settings={"promo_day": 0})
-    c = simulate("bank", "kube-default", seed=5, hours=3, settings={"promo_day": 0})
+    a = simulate("bank", "kube-default", seed=4, hours=3, settings={"promo_day": -1})
+    b = simulate("bank", "kube-default", seed=4, hours=3, settings={"promo_day": -1})
+    c = simulate("bank", "kube-default", seed=5, hours=3, settings={"promo_day": -1})
     assert a.totals == b.totals and a.series == b.series
     assert a.series["requests_per_s"] != c.series["requests_per_s"]
 

@@ -204,6 +204,8 @@ def test_qubo_patience_keeps_the_step_cap(bank):
 def test_qubo_patience_counts_from_the_start_when_refinement_follows(bank):
     # With refinement (or the polish) the calibration only seeds them: it stops as before, after
     # `penalty_patience` steps without a better repaired read, even with no read feasible yet
-    # (waiting for one took 2.6x the time at 100 x 20 for the same R).
+    # (waiting for one took 2.6x the time at 100 x 20 for the same R); and a step with no read
+    # feasible that repaired worse than the step before ends it at once (before q1: 3 steps).
     steps = solvers.make("qubo", seed=0, polish=False).solve(bank).info["batches"][0]["steps"]
-    assert len(steps) == 3 and not any(s["feasible_fraction"] > 0 for s in steps)
+    assert len(steps) == 2 and not any(s["feasible_fraction"] > 0 for s in steps)
+    assert steps[1]["best_repaired_score"] < steps[0]["best_repaired_score"]

@@ -9,8 +9,8 @@
   ``iro.example/burst: PreferNoSchedule``.
 
 Online traffic follows a retail payment day (peak 14:00-16:00 UTC) from three user regions;
-on ``promo_day`` (a day index counted from the start's UTC date, -1 for none) a promotion
-multiplies the 14:00-16:00 UTC peak ``promo_factor`` times (12x by default), ramping over three
+on ``promo_day`` (a day index counted from the start's UTC date, -1 for none; a day the run does
+not reach is in ``notes["outside_run"]``, which ``simulate`` reads) a promotion multiplies the 14:00-16:00 UTC peak ``promo_factor`` times (12x by default), ramping over three
 hours on each side. Hours (traffic, peak windows, promotion, batch) are UTC clock hours, also
 for a start that is not midnight. Batch: nightly jobs submitted
 20:00-23:00 that must finish by 06:00 (deferrable), and daytime jobs every hour that tolerate
@@ -139,8 +139,19 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     ]
     base = daily_curve(PAYMENT_PROFILE, steps, step_s, start_hour)
     mult = np.ones(steps)
+    notes: dict[str, Any] = {}
     if int(p["promo_day"]) >= 0:
-        mult += (float(p["promo_factor"]) - 1.0) * bump(steps, step_s, int(p["promo_day"]), (14.0, 16.0), 3.0, start_hour)
+        day, (span, days) = int(p["promo_day"]), run_days(steps, step_s, start_hour)
+        promo = bump(steps, step_s, day, (14.0, 16.0), 3.0, start_hour)
+        # silently no promotion before; simulate() refuses it when given (a window of a run may miss it)
+        if day >= days:
+            notes["outside_run"] = {"promo_day": f"day {day} is outside this run (it has {span}, counted from the "
+                                                 "start's UTC date; -1: no promotion)"}
+        elif not promo.any():  # the day is reached, its 11:00-19:00 UTC promotion (with the ramps) is not
+            notes["outside_run"] = {"promo_day": f"the promotion of day {day} (11:00-19:00 UTC with its ramps) is "
+                                                 f"not in this run (it has {span}, counted from the start's UTC date; "
+                                                 "-1: no promotion)"}
+        mult += (float(p["promo_factor"]) - 1.0) * promo
     tolerate_all = (Toleration(operator="Exists"),)
     services = []
     for name, region, share, cpu, mem, mu, ms, sla in SERVICES:
@@ -180,4 +191,12 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0, 16.0, start_hour), params=p,
+        notes=notes,
     )
+
+
+def run_days(steps: int, step_s: float, start_hour: float) -> tuple[str, int]:
+    """The UTC days a run reaches, from the start's date (``promo_day``'s count): ``("days 0..1",
+    2)``, ``("day 0 only", 1)``. A promotion day past them was silently no promotion at all."""
+    days = max(1, int(np.ceil((start_hour + steps * step_s / 3600.0) / 24.0 - 1e-9)))
+    return ("day 0 only" if days == 1 else f"days 0..{days - 1}"), days

@@ -108,6 +108,10 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     t0 = int(round(((surge_start - start_hour) % 24.0) * per_h))
     span = max(1, int(round(float(p["surge_hours"]) * per_h)))
     end = t0 + int(round(((sale_end - surge_start) % 24.0) * per_h))
+    notes: dict[str, Any] = {}
+    if t0 >= steps:  # no surge pod would arrive: simulate() refuses a surge_start_h given, else a note
+        notes["outside_run"] = {"surge_start_h": f"the surge at {surge_start:g}:00 UTC begins {t0 / per_h:g} h "
+                                                 f"after the start, past this {steps / per_h:g} h run"}
     pods: list[PodSpec] = []
     cpu_sum = gpu_sum = 0.0
     i = 0
@@ -129,7 +133,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=[(t0, t0 + span)], params=p,
         engine_defaults={"power_down": False},
-        notes={"cpu_capacity": cpu_cap, "gpu_capacity_milli": gpu_cap, "surge_pods": len(pods)},
+        notes={"cpu_capacity": cpu_cap, "gpu_capacity_milli": gpu_cap, "surge_pods": len(pods), **notes},
     )
 
 

@@ -5,8 +5,6 @@ The loop runs on its thread against the loopback API server; time is the schedul
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,22 +12,8 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from iro_fed.k8s.scheduler import LOOP_STALL_MIN_S, IroScheduler  # noqa: E402
-from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod  # noqa: E402
+from iro_fed.k8s.testing import make_node, make_pod  # noqa: E402
 from tests.k8s.helpers import Clock, make_scheduler  # noqa: E402
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml"))
 
 
 def test_the_stall_limit_covers_the_loops_longest_step(kubeconfig):

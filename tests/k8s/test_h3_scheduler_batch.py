@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,35 +14,19 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from iro_fed.k8s.testing import FakeApiServer, InjectedError, make_node, make_pod  # noqa: E402
-from tests.k8s.helpers import HOST, ZONE, Clock, cycle, make_scheduler  # noqa: E402
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml"))
-
-
-def affinity(app: str, key: str = ZONE) -> dict[str, Any]:
-    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
-
-
-def anti(app: str, key: str = HOST) -> dict[str, Any]:
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+from tests.k8s.helpers import ZONE, Clock, affinity, anti, cycle, make_scheduler  # noqa: E402
 
 
 def node_of(api: FakeApiServer, name: str) -> str | None:
     return api.get("pods", f"default/{name}")["spec"].get("nodeName")
+
+
+def web_api_db(api: FakeApiServer) -> None:
+    """web waits for api, api for db (pod affinity within the zone), db must run in zone a; the queue
+    (by priority) has web first."""
+    api.add_pod(make_pod("web", cpu="1", scheduler="iro", labels={"app": "web"}, affinity=affinity("api"), priority=9))
+    api.add_pod(make_pod("api", cpu="1", scheduler="iro", labels={"app": "api"}, affinity=affinity("db"), priority=5))
+    api.add_pod(make_pod("db", cpu="1", scheduler="iro", labels={"app": "db"}, node_selector={ZONE: "a"}, priority=1))
 
 
 def zone_nodes(api: FakeApiServer) -> None:
@@ -60,9 +42,7 @@ def test_a_chain_of_waiters_in_reverse_queue_order_is_placed_in_one_batch(api, k
     single pass placed api after db, but had judged web before api was placed: web was reported
     unschedulable (a FailedScheduling Event, a backoff) though api landed in the same batch."""
     zone_nodes(api)
-    api.add_pod(make_pod("web", cpu="1", scheduler="iro", labels={"app": "web"}, affinity=affinity("api"), priority=9))
-    api.add_pod(make_pod("api", cpu="1", scheduler="iro", labels={"app": "api"}, affinity=affinity("db"), priority=5))
-    api.add_pod(make_pod("db", cpu="1", scheduler="iro", labels={"app": "db"}, node_selector={ZONE: "a"}, priority=1))
+    web_api_db(api)
     s = make_scheduler(kubeconfig, Clock())
     try:
         batch = cycle(s)
@@ -101,9 +81,7 @@ def test_a_waiter_whose_target_finds_no_node_is_not_placed(api, kubeconfig):
     waiting for api, which is bound nowhere, is unschedulable, as before."""
     api.add_node(make_node("a0", cpu="1", zone="a"))
     api.add_node(make_node("b0", cpu="16", zone="b"))
-    api.add_pod(make_pod("web", cpu="1", scheduler="iro", labels={"app": "web"}, affinity=affinity("api"), priority=9))
-    api.add_pod(make_pod("api", cpu="1", scheduler="iro", labels={"app": "api"}, affinity=affinity("db"), priority=5))
-    api.add_pod(make_pod("db", cpu="1", scheduler="iro", labels={"app": "db"}, node_selector={ZONE: "a"}, priority=1))
+    web_api_db(api)
     s = make_scheduler(kubeconfig, Clock())
     try:
         batch = cycle(s)

@@ -13,36 +13,22 @@ from __future__ import annotations
 import copy
 import gc
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("kubernetes")
 
-from iro_fed.k8s.client import ClusterCache, Kube  # noqa: E402
+from iro_fed.k8s.client import ClusterCache  # noqa: E402
 from iro_fed.k8s.extender import Extender, ExtenderServer  # noqa: E402
-from iro_fed.k8s.testing import FakeApiServer, make_node, make_pod  # noqa: E402
-from tests.k8s.helpers import post_json, serving  # noqa: E402
+from iro_fed.k8s.testing import make_node, make_pod  # noqa: E402
+from tests.k8s.helpers import post_json, serving, spread  # noqa: E402
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
 PORTS_REASON = "node(s) didn't have free ports for the requested pod ports"
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def kube(api: FakeApiServer, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(str(api.write_kubeconfig(tmp_path / "kubeconfig.yaml")), user_agent="iro-test")
 
 
 @pytest.fixture
@@ -222,9 +208,7 @@ def test_an_assumed_pods_anti_affinity_keeps_a_matching_pod_off_its_node(api, ca
 
 def test_an_assumed_pod_counts_in_its_topology_spread_domain(api, cache, kube, serve):
     srv = serve(Extender(cache=cache, kube=kube))
-    spread = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
-               "labelSelector": {"matchLabels": {"app": "s"}}}]
-    s1, s2 = (_added(api, _pod(f"s{i}", labels={"app": "s"}, topology_spread=spread)) for i in (1, 2))
+    s1, s2 = (_added(api, _pod(f"s{i}", labels={"app": "s"}, topology_spread=spread("s"))) for i in (1, 2))
     assert _names(_filter(srv.url, s1)) == ["n1", "n2"]
     _bind(srv.url, s1, "n1")
     res = _filter(srv.url, s2)
