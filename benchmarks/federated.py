@@ -227,10 +227,6 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
     return None if any(v is None for v in values) else float(np.mean(values))
 
 
-def _grams(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
@@ -352,6 +348,8 @@ def _table(title: str, cols: Sequence[str]) -> Table:
 
 
 def report(res: dict[str, Any], console: Console) -> None:
+    from iro_fed.federated.cli import format_grams  # "-" for emissions not measured, as `iro fed local`
+
     q = res.get("quality")
     if q:
         t = _table(f"held-out site {HELD_OUT}: greedy evaluation ({res['episodes']} episode(s)), "
@@ -363,7 +361,7 @@ def report(res: dict[str, Any], console: Console) -> None:
         def row(name: str, m: dict[str, Any]) -> None:
             t.add_row(name, f"{m['eval-reward']:.2f}", f"{m.get('eval-reward-std', 0.0):.2f}",
                       f"{100 * m['eval-reward'] / cen:.1f}", f"{m['eval-score']:.4f}", f"{m['eval-carbon-kg']:.3f}",
-                      _grams(m.get("emissions_g")))
+                      format_grams(m.get("emissions_g")))
 
         row("objective greedy (reference)", q["greedy"])
         row("random valid action (reference)", q["random"])
@@ -421,8 +419,8 @@ def report(res: dict[str, Any], console: Console) -> None:
         if fed_g is None and cen_g is None:
             console.print("emissions: not measured (track-emissions false)")
         else:
-            console.print(f"emissions (codecarbon, offline, DEU grid): federated training {_grams(fed_g)} gCO2eq "
-                          f"over {len(TRAIN_SITES)} sites; centralized {_grams(cen_g)} gCO2eq")
+            console.print(f"emissions (codecarbon, offline, DEU grid): federated training {format_grams(fed_g)} gCO2eq "
+                          f"over {len(TRAIN_SITES)} sites; centralized {format_grams(cen_g)} gCO2eq")
 
 
 PARTS = ("quality", "poisoning", "overhead")

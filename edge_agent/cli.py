@@ -151,8 +151,9 @@ def _main(args: argparse.Namespace) -> int:
             print(f"edge-agent run: error: {key}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
             agent.abandon()  # never served: no "stopping" / "stopped" lines
             if new_store:  # an empty store file this run made: a failed start leaves nothing behind
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{store_path}{suffix}").unlink(missing_ok=True)
+                from edge_agent.store import remove_store_files
+
+                remove_store_files(store_path)
             return EXIT_BAD_INPUT
         signum = wait_for_stop()  # the default handlers are back: a second signal interrupts a stop that hangs
         agent.stop()

@@ -606,6 +606,17 @@ def _answer_pending(rows: list[_Row] | deque[_Row]) -> None:
             ticket.resolve(OutcomeResult("pending"))
 
 
+#: The files of a store at ``path``: the database and, in WAL mode, its -wal and -shm files beside it.
+STORE_FILE_SUFFIXES = ("", "-wal", "-shm")
+
+
+def remove_store_files(path: str | Path) -> None:
+    """Delete the store at ``path`` with its -wal and -shm files, each if present (a store file a
+    failed start made; close the store first)."""
+    for suffix in STORE_FILE_SUFFIXES:
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 def integrity_check(path: str | Path) -> str:
     """sqlite's ``PRAGMA integrity_check`` of a store file ('ok' when sound)."""
     path = Path(path)

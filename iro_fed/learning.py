@@ -168,9 +168,13 @@ def _config_error(exc: Exception, given: dict[str, Any], other: str = "--set: ")
 
 def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: dict[str, Any]) -> None:
     """``--scenario-set``'s keys and values, read as the training envs will (the scenario built
-    once): a bad one was found only inside ``fit``, as the simulator's text with no flag."""
+    once): a bad one was found only inside ``fit``, as the simulator's text with no flag. Every
+    episode (training and evaluation) runs the same ``hours`` from the scenario's start, so a given
+    setting outside them (the bank's ``promo_day`` past the episode) is refused as ``iro simulate``
+    refuses it, where it trained silently without; a default's miss is one note on stderr."""
     from iro_fed.cli import UsageError
-    from iro_fed.sim.cli import setting_error
+    from iro_fed.sim import _check_outside_run
+    from iro_fed.sim.cli import note_scenario, setting_error
     from iro_fed.sim.engine import SimConfig, SimConfigError
     from iro_fed.sim.scenarios import build_scenario, split_settings
     from iro_fed.sim.signals import SignalFormatError
@@ -180,11 +184,13 @@ def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: d
         SimConfig().with_settings(engine)
         built = build_scenario(scenario, seed=seed, hours=hours, **params)
         SimConfig().with_settings({**built.engine_defaults, **engine})
+        _check_outside_run(built, params)
     except (SimConfigError, SignalFormatError) as exc:
         error = setting_error(exc, settings, "--scenario-set")
         if settings and not str(error).startswith("--scenario-set"):  # about several settings, or a value's effect
             error = UsageError(f"--scenario-set: {error}")
         raise error from exc
+    note_scenario(scenario, built.notes)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
 from iro_fed.problem_io import DECIMAL_FLOAT, DECIMAL_INT, show_value
+
+if TYPE_CHECKING:
+    from iro_fed.fragmentation import TypicalTasks
 
 
 def _show(value: Any) -> str:
@@ -220,6 +223,12 @@ class Solver(ABC):
 
     def _check_settings(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Cross-setting checks of a subclass (raise InvalidSettingError)."""
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Take the typical tasks of the GPU fragmentation metric (None: those of each problem's own
+        workloads). The trace replay hands over those of the original pod list; a solver that scores
+        against them (fgd and its variants, iro-frag) keeps them, one that wraps others (cpsat's hints,
+        fallback, time-budget) passes them on, and any other ignores them: this default does nothing."""
 
     def get_params(self) -> dict[str, Any]:
         # Copies: editing the result (or a Placement's params) must not change the solver.

@@ -52,10 +52,10 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
 
 
 def _pass_typical_tasks(tasks: TypicalTasks | None, *inner: Solver | None) -> None:
-    """Hand the trace replay's typical tasks to each wrapped solver that scores against them
-    (fgd, iro-frag, a cpsat with such hints): only the composite itself was given them."""
+    """Hand the trace replay's typical tasks to each wrapped solver (those that score against them
+    keep them: fgd, iro-frag, a cpsat with such hints): only the composite itself was given them."""
     for solver in inner:
-        if solver is not None and hasattr(solver, "use_typical_tasks"):
+        if solver is not None:  # time-budget's then='none'
             solver.use_typical_tasks(tasks)
 
 

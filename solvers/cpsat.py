@@ -1544,7 +1544,7 @@ class CpSat(Solver):
             batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
-                if self.given_tasks is not None and hasattr(hint_solver, "use_typical_tasks"):
+                if self.given_tasks is not None:  # every solver takes them (a no-op where unused)
                     hint_solver.use_typical_tasks(self.given_tasks)
                 if isinstance(hint_solver, OnlineSolver):
                     # Run whole, whatever the limit: the hint is the floor of the answer, and one

@@ -54,7 +54,9 @@ def test_the_loop_sizes_the_pull_over_its_whole_window():
 def test_edge_iot_ingest_shift_keeps_the_small_site_factor_and_predicts_the_next_observations():
     """The documented edge-iot run (seed 2, ingest x 1.6 at hour 6): the fine-tune's refit put
     ingest-edge-oslo at 0.13 (from 0.50, its use having risen 1.6 x) and predicted the next 20
-    observations no better than the old model (0.155 vs 0.160)."""
+    observations no better than the old model (0.155 vs 0.160). Since edge-iot draws each
+    service's noise from its own stream (2026-12-06) the run's factor is 0.39 before the trigger
+    (0.37 after); the check is that the refit keeps it (the defect took it to a quarter)."""
     from iro_fed.sim.feedback import run_feedback_sim
 
     settings = {
@@ -66,8 +68,8 @@ def test_edge_iot_ingest_shift_keeps_the_small_site_factor_and_predicts_the_next
     }
     run = run_feedback_sim("edge-iot", seed=2, hours=12, settings=settings, terms=False)
     trigger = run.loop.signals[0]
-    assert trigger.factors_before["ingest-edge-oslo"] == pytest.approx(0.5, abs=0.05)
-    assert trigger.factors_after["ingest-edge-oslo"] > 0.4
+    assert trigger.factors_before["ingest-edge-oslo"] == pytest.approx(0.39, abs=0.05)
+    assert trigger.factors_after["ingest-edge-oslo"] > 0.8 * trigger.factors_before["ingest-edge-oslo"]
     after = UsageModel(factors=dict(trigger.factors_after), saturated=0.98, max_util=1.0)
     following = [s for s in run.loop.experience if trigger.observation <= s.index < trigger.observation + 20]
     assert len(following) == 20

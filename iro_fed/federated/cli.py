@@ -92,7 +92,7 @@ def register(sub: Any) -> None:
                         description="Start flower-superlink and N flower-supernode processes on loopback (one "
                                     "edge-iot site each), run the app with `flwr run`, stop them all, print a table.")
     p.add_argument("--nodes", type=int, default=3, help="SuperNodes (sites) to start (default 3)")
-    p.add_argument("--rounds", type=int, default=None, help="federated rounds (default 3)")
+    p.add_argument("--rounds", type=int, default=None, help=f"federated rounds (default {DEFAULT_ROUNDS})")
     p.add_argument("--registry", default="policies", help="policy-registry folder (default ./policies)")
     p.add_argument("--strategy", default=None, help="fedavg (default), fedprox, fedmedian, fedtrimmedavg, krum, bulyan")
     p.add_argument("--local-steps", type=int, default=None, help="local training steps per site and round")
@@ -154,7 +154,7 @@ def register(sub: Any) -> None:
                    help="SuperLink connection of the operator's FLWR_HOME config.toml (e.g. production); checked at "
                         "start and before each run: once it is gone or unusable, the command exits 2 and the "
                         "requests wait in DIR/requests")
-    r.add_argument("--rounds", type=int, default=None, help="federated rounds per run (default 3)")
+    r.add_argument("--rounds", type=int, default=None, help=f"federated rounds per run (default {DEFAULT_ROUNDS})")
     r.add_argument("--registry", default=None,
                    help="policy registry on the ServerApp's machine (default: the app's `registry` setting)")
     r.add_argument("--fresh", action="store_true", help="train from a fresh policy, not the registry's latest")
@@ -258,6 +258,23 @@ def _setting_error(exc: Exception, sets: dict[str, Any], flags: dict[str, str]) 
 #: landed in the run's temporary workdir).
 OPTION_SETTINGS = {"registry": "--registry", "num-server-rounds": "--rounds", "strategy": "--strategy",
                    "local-steps": "--local-steps", "carbon-aware": "--carbon-aware", "resume": "--fresh"}
+
+
+def options_given(args: argparse.Namespace, keys: Iterable[str]) -> list[str]:
+    """The settings of ``keys`` whose option (:data:`OPTION_SETTINGS`: ``--local-steps`` is ``args.local_steps``)
+    the command line gave: a value, or a flag that is set."""
+    values = {key: getattr(args, OPTION_SETTINGS[key].removeprefix("--").replace("-", "_")) for key in keys}
+    return [key for key, value in values.items() if value is not None and value is not False]
+
+
+def rounds_option(args: argparse.Namespace) -> int:
+    """``--rounds`` (checked: 1 to MAX_SERVER_ROUNDS), or :data:`DEFAULT_ROUNDS` when not given."""
+    from iro_fed.federated.task import MAX_SERVER_ROUNDS
+
+    if args.rounds is None:
+        return DEFAULT_ROUNDS
+    check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
+    return args.rounds
 
 
 def refuse_option_settings(sets: dict[str, Any], given: Iterable[str], always: Iterable[str] = ()) -> None:
@@ -592,18 +609,16 @@ def cmd_local(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError, training_sites
+    from iro_fed.federated.task import FedConfig, FedConfigError, training_sites
 
     check_int("--nodes", args.nodes, 1, LOCAL_MAX_NODES)
-    if args.rounds is not None:
-        check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
+    asked_rounds = rounds_option(args)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     try:
         registry = Path(args.registry).expanduser().resolve()
     except RuntimeError:  # ~user of an unknown user
         raise UsageError(f"--registry: cannot expand the home folder of {args.registry!r}") from None
-    overrides: dict[str, Any] = {"num-server-rounds": DEFAULT_ROUNDS if args.rounds is None else args.rounds,
-                                 "registry": str(registry), "min-nodes": args.nodes}
+    overrides: dict[str, Any] = {"num-server-rounds": asked_rounds, "registry": str(registry), "min-nodes": args.nodes}
     if args.strategy is not None:
         overrides["strategy"] = args.strategy
     if args.local_steps is not None:
@@ -625,9 +640,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         given = {"strategy": "--strategy", "local-steps": "--local-steps", "min-nodes": "--nodes"}
         raise _setting_error(exc, sets, {k: v for k, v in given.items() if k in overrides}) from exc
     # after the values' own checks (a bad value says why)
-    refuse_option_settings(sets, [k for k, v in (("num-server-rounds", args.rounds), ("strategy", args.strategy),
-                                                 ("local-steps", args.local_steps),
-                                                 ("carbon-aware", args.carbon_aware or None)) if v is not None],
+    refuse_option_settings(sets, options_given(args, ("num-server-rounds", "strategy", "local-steps", "carbon-aware")),
                            always=["registry"])
     if cfg.min_nodes > args.nodes:
         # Flower starts no round before min-nodes sites have joined: the run would only wait for --timeout.
@@ -718,7 +731,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     for r in rounds:
         table.add_row(str(r["round"]), f"v{r['version']:04d}", str(r["nodes"]), str(r["dropped"]),
                       f"{r['eval-reward']:.2f}", f"{r['eval-score']:.4f}", f"{r['eval-carbon-kg']:.3f}",
-                      _grams(r.get("emissions_g")))
+                      format_grams(r.get("emissions_g")))
     out.print(table)
     out.print(f"registry: {registry} (latest -> {(registry / 'latest').read_text().strip() if rounds else '-'}); "
               f"wall {result['wall_s']:.1f} s")
@@ -859,17 +872,15 @@ def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
 
 def cmd_rounds(args: argparse.Namespace) -> int:
     from iro_fed.federated.round_requests import ConsumerBusyError, RoundRequestQueue
-    from iro_fed.federated.task import MAX_SERVER_ROUNDS, FedConfig, FedConfigError
+    from iro_fed.federated.task import FedConfig, FedConfigError
 
-    if args.rounds is not None:
-        check_int("--rounds", args.rounds, 1, MAX_SERVER_ROUNDS)
+    asked_rounds = rounds_option(args)
     check_number("--poll-s", args.poll_s, 0.0, MAX_POLL_S, low_open=True)
     check_number("--min-interval-s", args.min_interval_s, 0.0, MAX_INTERVAL_S)
     check_number("--timeout", args.timeout, 0.0, low_open=True)
     if not args.federation.strip():
         raise UsageError("--federation: expected a connection name of FLWR_HOME's config.toml")
-    overrides: dict[str, Any] = {"num-server-rounds": DEFAULT_ROUNDS if args.rounds is None else args.rounds,
-                                 "resume": not args.fresh}
+    overrides: dict[str, Any] = {"num-server-rounds": asked_rounds, "resume": not args.fresh}
     if args.registry is not None:
         overrides["registry"] = args.registry
     sets = parse_sets(args.set)
@@ -882,8 +893,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         rounds = FedConfig.from_run_config({**_pyproject_config(), **overrides}).num_server_rounds  # --set may change it
     except FedConfigError as exc:
         raise _setting_error(exc, sets, {"registry": "--registry"}) from exc
-    refuse_option_settings(sets, [k for k, v in (("num-server-rounds", args.rounds), ("registry", args.registry),
-                                                 ("resume", args.fresh or None)) if v is not None])
+    refuse_option_settings(sets, options_given(args, ("num-server-rounds", "registry", "resume")))
     app = Path(args.app).resolve() if args.app else app_dir()
     if not (app / "pyproject.toml").is_file():
         raise UsageError(f"--app: no pyproject.toml in {str(app)!r}")
@@ -1050,8 +1060,9 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     return 1 if failed else EXIT_OK
 
 
-def _grams(value: float | None) -> str:
-    """A round's training emissions for the table: "-" when not measured (track-emissions off)."""
+def format_grams(value: float | None) -> str:
+    """Training emissions (gCO2eq) for a table: "-" when not measured (track-emissions off, a site
+    without codecarbon). ``iro fed local``'s table and benchmarks/federated.py's report use it."""
     return "-" if value is None else f"{value:.3f}"
 
 

@@ -366,6 +366,17 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _, watch_timeout = _api_timeouts(args, args.mode == "affinity", "--mode affinity")
     settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
+    metrics_host = args.metrics_host or METRICS_HOST
+    registry = None
+    if args.metrics_host is not None and args.metrics_port is None:
+        raise UsageError("--metrics-host: needs --metrics-port (no metrics are served without it)")
+    if args.metrics_port is not None:
+        check_listen_host("--metrics-host", metrics_host)
+        try:
+            from prometheus_client import CollectorRegistry
+        except ImportError as exc:
+            raise UsageError("--metrics-port: needs prometheus-client (pip install 'iro-fed[agent]')") from exc
+        registry = CollectorRegistry()
     cache = None
     if args.mode == "affinity":
         if not args.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -373,6 +384,14 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), config, **_watch_kwargs(watch_timeout)).start()
     hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
                    args.budget_s, config)
+    if registry is not None:
+        from iro_fed.k8s.webhook import WebhookCollector
+
+        registry.register(WebhookCollector(hook))
+        try:
+            start_metrics_server(registry, metrics_host, args.metrics_port)
+        except OSError as exc:
+            raise _listen_error(exc, metrics_host, args.metrics_port, "--metrics-host", "--metrics-port") from exc
     try:
         server = WebhookServer(hook, cert, key, args.host, args.port, timeout_seconds=args.timeout_seconds)
     except OSError as exc:  # ssl.SSLError is an OSError
@@ -388,6 +407,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         ("answer budget", f"{args.budget_s:g} s"),
         ("caller timeout", f"{server.body_timeout_s:g} s (the webhook configuration's timeoutSeconds)"),
         *([("API timeouts", f"watches {_watches_text(cache.nodes)}")] if cache is not None else []),
+        ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics"),
     ])
     return stop_status(_serve_until_signal(server, args.ready_file, cache))
 
@@ -725,6 +745,10 @@ def register(sub: Any) -> None:
                    help="the webhook configuration's timeoutSeconds: a review's headers and body must arrive within "
                         f"S seconds, else 408; --budget-s must be below it (default 5, as deploy/; 1..{MAX_WEBHOOK_TIMEOUT_S})")
     _add_api_timeouts(p, None, "nodes and bound pods; with --mode affinity")
+    p.add_argument("--metrics-port", type=_listen_port, metavar="P",
+                   help="serve Prometheus metrics (iro_webhook_*: reviews, patches, budget refusals) over HTTP on P")
+    p.add_argument("--metrics-host", metavar="ADDR",
+                   help=f"address the --metrics-port server listens on (default {METRICS_HOST}; :: for IPv6)")
     p.add_argument("--ready-file", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_webhook, service=True)

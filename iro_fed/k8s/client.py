@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iro_fed.k8s.httpjson import positive_seconds
+from iro_fed.k8s.snapshot import PREFIX, RESIZE_PENDING
 
 log = logging.getLogger("iro_fed.k8s")
 
@@ -250,6 +251,70 @@ def _versions(store: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _own_annotations(value: Any) -> Any:
+    """The ``iro-fed.io/`` annotations (the only ones read: GPU share and cards, the node's
+    ``allocated``); anything but an object is kept whole (its parse says what is wrong)."""
+    if not isinstance(value, Mapping):
+        return value
+    return {k: v for k, v in value.items() if not isinstance(k, str) or k.startswith(PREFIX)}
+
+
+def _resize_conditions(value: Any) -> Any:
+    """The ``PodResizePending`` condition (an in-place resize's verdict; the only condition read)."""
+    if not isinstance(value, list):
+        return value
+    return [c for c in value if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING]
+
+
+_CONTAINER = {"name": True, "resources": True, "restartPolicy": True, "ports": True}
+_CONTAINER_STATUS = {"name": True, "allocatedResources": True, "resources": True}
+
+#: What a :class:`ClusterCache` keeps of each bound pod and node (:func:`trim_object`; ``True``: the
+#: value whole, ``[fields]``: an array of objects trimmed so, a function: what it returns). A pod
+#: as the API sends it is mostly what nothing here reads (managedFields, container statuses,
+#: env, volumes, probes, other annotations such as last-applied-configuration): 30-40 MB per
+#: 1,000 bound pods held whole, about 5 MB trimmed; a kubelet's Node (images, conditions,
+#: managedFields) ~50 KB parsed, ~5 KB trimmed. Kept is what the readers of the cached objects read:
+#: the reflector (namespace, name, resourceVersion), the model (snapshot's ``pods_by_node``,
+#: ``apply_usage`` / ``pod_demand`` with in-place resize, ``placed_pods`` / ``pod_rules(pending=False)``,
+#: ``has_anti_affinity``, ``node_doc``, ``node_cache_key``; its rules cache keys pods by uid and
+#: resourceVersion), the extender (uids, usage of the pods on a node) and the scheduler's
+#: change hints (``_frees_room``, ``_adds_a_pod``, ``_node_fields``). Of a bound pod's affinity only
+#: the required podAntiAffinity is read now; ``affinity`` is kept whole (small, and rare) because
+#: kube's InterPodAffinity scoring also reads existing pods' affinity terms. Its other scheduling
+#: fields (tolerations, node selector, spread constraints, priority) are read of pending pods only,
+#: which no trimmed reflector holds. Reading a new field of a cached object means adding it here
+#: (tests/k8s/test_m2_trimmed_cache.py checks that the model is unchanged).
+BOUND_POD_FIELDS: dict[str, Any] = {
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
+                 "deletionTimestamp": True, "annotations": _own_annotations},
+    "spec": {"nodeName": True, "containers": [_CONTAINER], "initContainers": [_CONTAINER], "overhead": True,
+             "resources": True, "affinity": True},
+    "status": {"phase": True, "containerStatuses": [_CONTAINER_STATUS], "initContainerStatuses": [_CONTAINER_STATUS],
+               "resources": True, "allocatedResources": True, "resize": True, "conditions": _resize_conditions},
+}
+NODE_FIELDS: dict[str, Any] = {
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True, "annotations": _own_annotations},
+    "spec": {"taints": True, "unschedulable": True},
+    "status": {"allocatable": True, "capacity": True},
+}
+
+
+def trim_object(value: Any, fields: Any) -> Any:
+    """``value`` with only ``fields`` (as :data:`BOUND_POD_FIELDS`) kept. Lenient: a value that is
+    not the object or array ``fields`` expects is kept whole, so the model's parse reports it as
+    it would on the whole object."""
+    if fields is True:
+        return value
+    if callable(fields):
+        return fields(value)
+    if isinstance(fields, list):
+        return [trim_object(v, fields[0]) for v in value] if isinstance(value, list) else value
+    if not isinstance(value, Mapping):
+        return value
+    return {k: trim_object(value[k], sub) for k, sub in fields.items() if k in value}
+
+
 class Reflector:
     """A local copy of nodes or pods kept current by list + watch (client-go's reflector).
 
@@ -278,6 +343,10 @@ class Reflector:
     its ``timeoutSeconds + read_timeout_s`` (a quiet watch may be silent until its server-side end):
     past that the connection is taken for dead, and the reflector counts an error in ``errors``,
     logs it, and lists and watches again, as after any other failure.
+
+    ``keep_fields`` (as :data:`BOUND_POD_FIELDS`; None: whole objects): each object, listed or
+    watched, is trimmed to these fields before it is stored or handed to ``on_event`` /
+    ``on_change`` (they must read nothing else); ``resourceVersion`` must be among them.
     """
 
     def __init__(self, list_func: Callable[..., Any], name: str, field_selector: str | None = None,
@@ -285,7 +354,7 @@ class Reflector:
                  bookmarks: bool = True,
                  on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None,
                  read_timeout_s: float = READ_TIMEOUT_S, watch_jitter: float = WATCH_JITTER,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, keep_fields: Mapping[str, Any] | None = None) -> None:
         self.read_timeout_s = positive_seconds("read_timeout_s", read_timeout_s)
         if not (math.isfinite(watch_jitter) and watch_jitter >= 0):
             raise ValueError(f"watch_jitter: must be a finite number >= 0, got {watch_jitter}")
@@ -294,6 +363,7 @@ class Reflector:
         self.field_selector = field_selector
         self.on_event = on_event
         self.on_change = on_change
+        self.keep_fields = keep_fields
         self.watch_timeout_s = watch_timeout_s
         self.watch_jitter = float(watch_jitter)
         self._rng = rng or random.Random()
@@ -361,6 +431,10 @@ class Reflector:
         kwargs = {"field_selector": self.field_selector} if self.field_selector else {}
         doc = _read(self.list_func(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
         items = doc.get("items") or []
+        if self.keep_fields is not None:
+            # In place: each whole object can be freed as soon as its trimmed copy replaces it.
+            for i, o in enumerate(items):
+                items[i] = trim_object(o, self.keep_fields)
         self.lists += 1
         with self.changed:
             store = {self.key(o): o for o in items}
@@ -413,6 +487,8 @@ class Reflector:
                         etype = event["type"]
                         if etype == "BOOKMARK":
                             continue  # only the version moves (client-go's reflector does the same)
+                        if self.keep_fields is not None:
+                            obj = trim_object(obj, self.keep_fields)
                         with self.changed:
                             if etype == "DELETED":
                                 was = self.store.pop(self.key(obj), None)
@@ -486,9 +562,11 @@ class ClusterCache:
     """
 
     def __init__(self, kube: Kube, config: Any = None, watch_timeout_s: int = 60, refresh_s: float = 0.5,
-                 watch_jitter: float = WATCH_JITTER, rng: random.Random | None = None) -> None:
+                 watch_jitter: float = WATCH_JITTER, rng: random.Random | None = None, trim: bool = True) -> None:
         """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`); ``rng``
-        seeds one generator per watch (repeatable in tests), else each has its own from the OS."""
+        seeds one generator per watch (repeatable in tests), else each has its own from the OS.
+        ``trim``: the stores keep only what the model and its callers read of each object
+        (:data:`BOUND_POD_FIELDS`, :data:`NODE_FIELDS`); False: whole objects."""
         from iro_fed.k8s.snapshot import ClusterConfig
 
         self.kube = kube
@@ -496,9 +574,10 @@ class ClusterCache:
         self.refresh_s = refresh_s
         read = getattr(kube, "read_timeout_s", READ_TIMEOUT_S)
         watches = {"watch_timeout_s": watch_timeout_s, "read_timeout_s": read, "watch_jitter": watch_jitter}
-        self.nodes = Reflector(kube.core.list_node, "nodes", rng=child_rng(rng), **watches)
+        self.nodes = Reflector(kube.core.list_node, "nodes", rng=child_rng(rng),
+                               keep_fields=NODE_FIELDS if trim else None, **watches)
         self.pods = Reflector(kube.core.list_pod_for_all_namespaces, "bound-pods", field_selector="spec.nodeName!=",
-                              rng=child_rng(rng), **watches)
+                              rng=child_rng(rng), keep_fields=BOUND_POD_FIELDS if trim else None, **watches)
         self._model: Any = None
         self._model_version: tuple[int, int] = (-1, -1)
         self._lock = threading.Lock()

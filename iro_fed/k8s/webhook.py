@@ -19,7 +19,9 @@ for new connections when they change (a renewed Secret). The bytes of request bo
 and answered at once are bounded (``MAX_PARSE_BYTES``, counted as they arrive, a body still being
 sent included), and so is what their parses are reckoned to take (``MAX_PARSE_MEMORY``); past
 either a request waits up to ``budget_wait_s`` (1 s), then gets 503 with ``Retry-After: 1``, so
-memory does not grow with the number of connections.
+memory does not grow with the number of connections; such a pod is admitted unchanged
+(``failurePolicy: Ignore``), and counted (``stats["budget_refused"]``; Prometheus:
+:class:`WebhookCollector`'s ``iro_webhook_budget_refused_total``).
 
 The reply is HTTP 200 with an ``AdmissionReview`` of the same version, ``response.uid`` equal to
 the request's, ``allowed: true`` and, when something changes, ``patchType: JSONPatch`` with the
@@ -236,6 +238,19 @@ def _node_of_term(term: Any) -> str | None:
 #: What spec.schedulerName says when the pod did not choose a scheduler (the API server's default).
 DEFAULT_SCHEDULER = "default-scheduler"
 
+#: The webhook's counters (``stats``, on ``/healthz``), each also the Prometheus counter
+#: ``iro_webhook_<key>_total`` of :class:`WebhookCollector`, with its help text.
+STAT_HELP = {
+    "reviews": "AdmissionReviews answered (mutated, skipped, or with a warning)",
+    "mutated": "Reviews answered with a patch",
+    "skipped": "Reviews answered without a patch (the pod admitted unchanged)",
+    "warnings": "Reviews answered with a warning (no recommendation in time, an unreadable pod, an error)",
+    "bad_requests": "Requests refused for the client's input (4xx but 404 and 405)",
+    "errors": "Requests answered with a 5xx (the budget refusals included)",
+    "budget_refused": "Reviews answered 503 because the body or parse budget had no room within budget_wait_s; "
+                      "the API server admits such a pod unchanged (failurePolicy: Ignore)",
+}
+
 
 class Webhook(RequestStats):
     """The admission logic, independent of HTTP."""
@@ -264,7 +279,9 @@ class Webhook(RequestStats):
         self.config = config or ClusterConfig()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iro-webhook")
         self._solver_lock = threading.Lock()
-        super().__init__("reviews", "mutated", "skipped", "warnings", "bad_requests", "errors")
+        # budget_refused: the reviews answered 503 because the body or parse budget had no room in
+        # time (a burst of large pods); the API server then admits each unchanged (failurePolicy Ignore).
+        super().__init__(*STAT_HELP)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -408,6 +425,30 @@ class Webhook(RequestStats):
         return self.affinity_patch(pod, recommended), []
 
 
+class WebhookCollector:
+    """The webhook's ``stats`` as Prometheus counters, read at each scrape (as the scheduler's
+    ``QueueCollector``): ``iro_webhook_<key>_total`` for each key of :data:`STAT_HELP`, among them
+    ``iro_webhook_budget_refused_total``, the pods admitted unchanged because the webhook had no
+    room to parse their review. Register it in a ``prometheus_client`` ``CollectorRegistry``."""
+
+    PREFIX = "iro_webhook_"
+
+    def __init__(self, webhook: Webhook) -> None:
+        self.webhook = webhook
+
+    def describe(self) -> list[Any]:
+        return list(self._families(dict.fromkeys(STAT_HELP, 0)))
+
+    def collect(self) -> list[Any]:
+        return list(self._families(self.webhook.stats_snapshot()))
+
+    def _families(self, stats: Mapping[str, int]) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        for key, text in STAT_HELP.items():
+            yield CounterMetricFamily(self.PREFIX + key, text + ".", value=stats.get(key, 0))
+
+
 def _tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -538,6 +579,12 @@ class _WebhookHandler(RoutedJsonHandler):
 
     def on_error(self, code: int) -> None:
         self.server.webhook.count_error(code)  # as the extender counts
+
+    def send_json_error(self, code: int, message: str, field: str | None = None,
+                        retry_after_s: float | None = None) -> None:
+        if code == 503 and field == "body":  # the body or parse budget had no room in time (read_json)
+            self.server.webhook.count("budget_refused")
+        super().send_json_error(code, message, field, retry_after_s)
 
     def _health(self) -> None:
         self._send(200, {"ok": True, "stats": self.server.webhook.stats_snapshot()})

@@ -66,6 +66,7 @@ def register(sub: Any) -> None:
                    help="scenario parameter or engine setting, e.g. usage_noise=0.1, usage_shift_at_h=6, "
                         "usage_shift_class='ingest-*', usage_shift_factor=1.6, or carbon.ZONE=FILE (as for simulate); "
                         "repeat for several")
+    f.add_argument("--solver-set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
     f.add_argument("--feedback-set", action="append", metavar="KEY=VALUE",
                    help="feedback loop setting (threshold, alpha, calm, min_samples, window, calibration, refit_every, "
                         "cooldown, settle_every, latency_threshold_ms, latency_alpha); repeat for several")
@@ -316,10 +317,10 @@ def totals_table(totals: dict[str, Any], title: str) -> Any:
 
 
 FEEDBACK_KEYS = (
-    "scenario", "solver", "seed", "hours", "shift_at_h", "decisions", "observations", "calibrations", "fine_tunes",
-    "threshold", "moving_error_before_shift_max", "moving_error_before_shift_mean", "moving_error_after_shift_max",
-    "moving_error_1h_after_last_fine_tune_max", "moving_error_end", "decision_mae_utilization",
-    "decision_mae_latency_ms", "factors", "latency_offset_ms", "triggers", "settings",
+    "scenario", "solver", "seed", "solver_settings", "hours", "shift_at_h", "decisions", "observations", "calibrations",
+    "fine_tunes", "threshold", "moving_error_before_shift_max", "moving_error_before_shift_mean",
+    "moving_error_after_shift_max", "moving_error_1h_after_last_fine_tune_max", "moving_error_end",
+    "decision_mae_utilization", "decision_mae_latency_ms", "factors", "latency_offset_ms", "triggers", "settings",
 )
 
 
@@ -352,7 +353,7 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, check_input_file, refuse_empty
+    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_input_file, refuse_empty
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
@@ -387,8 +388,9 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
             _check_output_folder(flag, folder)
     settings = _pairs(args.set, "--set")
     config = feedback_settings(args.feedback_set)
+    solver_settings = _parse_settings(args.solver_set, args.solver, "--solver-set", flag_value_errors=True)
     try:  # the scenario and every setting read before any folder is made (run_feedback_sim builds its own)
-        sim = build_simulator(args.scenario, args.solver, args.seed, args.hours, settings)
+        sim = build_simulator(args.scenario, args.solver, args.seed, args.hours, settings, solver_settings)
     except (SimConfigError, SignalFormatError) as exc:
         raise setting_error(exc, settings) from exc
     note_scenario(args.scenario, sim.sc.notes)
@@ -408,12 +410,14 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     with _progress(f"{args.scenario} / {args.solver} with feedback") as tick:
         try:
             run = run_feedback_sim(args.scenario, args.solver, seed=args.seed, hours=args.hours, settings=settings,
-                                   config=config, actions=actions, delay_steps=args.delay_steps, progress=tick)
+                                   solver_settings=solver_settings, config=config, actions=actions,
+                                   delay_steps=args.delay_steps, progress=tick)
         except (SimConfigError, SignalFormatError) as exc:
             raise setting_error(exc, settings) from exc
     report = run.report()
     console = _console(markup=False)
-    console.print(feedback_table(report, f"feedback loop: {args.scenario} with {args.solver}, seed {args.seed}, "
+    seeds = seed_label(run.result.seed, run.result.solver_seed)
+    console.print(feedback_table(report, f"feedback loop: {args.scenario} with {args.solver}, {seeds}, "
                                          f"{report['hours']:g} h"))
     if report["triggers"]:
         console.print(triggers_table(report["triggers"]))

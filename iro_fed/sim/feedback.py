@@ -139,6 +139,8 @@ class FeedbackRun:
             "scenario": self.result.scenario,
             "solver": self.result.solver,
             "seed": self.result.seed,
+            # the solver's settings as run, as ``iro simulate``'s report has them (its seed among them)
+            "solver_settings": self.result.solver_settings,
             "hours": hours,
             "shift_at_h": shift_h,
             "decisions": summary["decisions"],

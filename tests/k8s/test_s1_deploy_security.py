@@ -16,7 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 GUIDE = DEPLOY / "federated" / "README.md"
-EXTRAS = ("k8s", "agent", "fed", "dqn", "sim")  # what deploy/Dockerfile installs: ".[k8s,agent,fed,dqn,sim]"
+# The extras deploy/Dockerfile installs (its `pip install ".[k8s,...]"`), read from it so that adding one there
+# without pinning its dependencies fails below.
+(_EXTRAS,) = re.findall(r'pip install "\.\[([\w,-]+)\]"', (DEPLOY / "Dockerfile").read_text())
+EXTRAS = tuple(_EXTRAS.split(","))
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)$")
 PKI = "/etc/iro-fed/pki"
 
@@ -64,8 +67,9 @@ def _closure(name: str, extras: tuple[str, ...]) -> set[str]:
 
 
 def test_constraints_pin_exactly_what_the_image_installs():
-    """deploy/constraints.txt pins every package of iro-fed[k8s,agent,fed,dqn,sim]'s dependency closure, each at one
-    exact version, and nothing else; the Dockerfile's torch is the pinned one."""
+    """deploy/constraints.txt pins every package of the dependency closure of the extras the Dockerfile installs
+    (iro-fed[k8s,agent,fed,dqn,sim,carbon]), each at one exact version, and nothing else; the Dockerfile's torch is
+    the pinned one."""
     pins = _constraints()
     assert set(pins) == _closure("iro-fed", EXTRAS) - {"iro-fed"}
     docker = (DEPLOY / "Dockerfile").read_text()

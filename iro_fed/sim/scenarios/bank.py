@@ -18,6 +18,12 @@ for a start that is not midnight. Batch: nightly jobs submitted
 compete for the same nodes. Latency: GCP round trips between europe-west3/9/2 (5 ms inside a
 region). Carbon: the 2020 DE / FR / GB series of ``shared/data/carbon``. Prices and power as in
 ``examples/problems/bank-three-zone.json``.
+
+Random draws come from streams derived from the seed with a fixed key per purpose (each
+service's traffic noise; each day's nightly and each day's daytime jobs, every job drawing all
+its values before the run's window skips it), so a run is the first part of a longer one with
+the same seed and start: the draws for a step never depend on ``hours`` (one shared stream gave
+a 2 h run other traffic and jobs than the first 2 h of a 4 h run).
 """
 
 from __future__ import annotations
@@ -80,6 +86,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "day_jobs_per_hour": (0, MAX_JOBS),
 }
 
+#: Stream keys, one per purpose: ``(seed, key, index)`` (service index; day + 1, as day -1 holds
+#: the jobs carried in from the day before the start and keys are non-negative).
+NOISE_STREAM, NIGHT_STREAM, DAY_STREAM = 0, 1, 2
+
 BATCH_TAINT = Taint("iro.example/batch-zone", "true", "PreferNoSchedule")
 BURST_TAINT = Taint("iro.example/burst", "true", "PreferNoSchedule")
 
@@ -110,7 +120,6 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     check_ranges(p, RANGES)
     for key in CARBON_SETTINGS:  # one spelling per source (es -> ES), an unreadable one named
         p[key] = carbon_setting(key, p[key])
-    rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     start_hour = (parse_time(p["start"]) % 86400) / 3600.0
@@ -154,8 +163,8 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         mult += (float(p["promo_factor"]) - 1.0) * promo
     tolerate_all = (Toleration(operator="Exists"),)
     services = []
-    for name, region, share, cpu, mem, mu, ms, sla in SERVICES:
-        noise = np.exp(rng.normal(0.0, 0.03, steps))
+    for i, (name, region, share, cpu, mem, mu, ms, sla) in enumerate(SERVICES):
+        noise = np.exp(stream(seed, NOISE_STREAM, i).normal(0.0, 0.03, steps))
         traffic = float(p["peak_rps"]) * share * base * mult * noise
         services.append(Service(name, region, cpu, mem, mu, ms, sla, traffic, min_replicas=2, max_replicas=600,
                                 target_rho=0.6, tolerations=tolerate_all, priority=1000))
@@ -166,23 +175,26 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     days = int(np.ceil(hours / 24.0)) + 1
     for day in range(-1, days):
         # Nightly jobs: submitted 20:00-23:00, due 06:00 the next morning.
+        rng = stream(seed, NIGHT_STREAM, day + 1)
         for j in range(int(p["night_jobs"])):
+            # every value drawn before the window check: a job outside the run shifts no other one
             arrival = int(round((24 * day + 20 + 3 * rng.random() - start_hour) * per_h))
             duration = int(round(rng.uniform(30, 150) * 60 / step_s))
+            cpu = float(rng.choice([4000, 6000, 8000]))
             deadline = int(round((24 * (day + 1) + 6 - start_hour) * per_h))
             if arrival < 0 or arrival >= steps:
                 continue
-            cpu = float(rng.choice([4000, 6000, 8000]))
             pods.append(PodSpec(f"night-d{day}-{j:03d}", "batch", cpu, cpu * 4, arrival, duration=duration,
                                 deadline=deadline, allowed_domains=batch_domains, tolerations=batch_tol, priority=10))
         # Daytime jobs (reports, settlement): 08:00-20:00, 15 minutes of tolerated delay.
+        rng = stream(seed, DAY_STREAM, day + 1)
         for h in range(8, 20):
             for j in range(int(p["day_jobs_per_hour"])):
                 arrival = int(round((24 * day + h + rng.random() - start_hour) * per_h))
-                if arrival < 0 or arrival >= steps:
-                    continue
                 duration = int(round(rng.uniform(10, 40) * 60 / step_s))
                 cpu = float(rng.choice([2000, 4000]))
+                if arrival < 0 or arrival >= steps:
+                    continue
                 pods.append(PodSpec(f"day-d{day}-h{h}-{j}", "batch", cpu, cpu * 4, arrival, duration=duration,
                                     deadline=arrival + duration + int(round(15 * 60 / step_s)),
                                     allowed_domains=batch_domains, tolerations=batch_tol, priority=50))
@@ -193,6 +205,12 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0, 16.0, start_hour), params=p,
         notes=notes,
     )
+
+
+def stream(seed: int, key: int, index: int) -> np.random.Generator:
+    """The seed's independent stream for one purpose (``key``) and ``index``: its draws do not
+    depend on the run's length or on any other stream's."""
+    return np.random.default_rng([seed, key, index])
 
 
 def run_days(steps: int, step_s: float, start_hour: float) -> tuple[str, int]:

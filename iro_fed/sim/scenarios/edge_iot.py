@@ -10,6 +10,12 @@ IoT ingest services are tied to their site's users with a 10 ms latency bound (s
 only run at their own edge site). Analytics jobs (hourly, 30-90 minutes of work, due 6-12 hours
 later) may run anywhere: the carbon term moves them to green sites and regions, and deferral
 waits for low-carbon hours within their slack. Peak window for the pending metric: 10:00-14:00.
+
+Random draws come from streams derived from the seed with a fixed key per purpose (each
+service's traffic noise; each hour's analytics jobs, every job drawing all its values before
+the run's window skips it), so a run is the first part of a longer one with the same seed and
+start: the draws for a step never depend on ``hours`` (one shared stream gave a 2 h run other
+traffic and jobs than the first 2 h of a 4 h run).
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ SITES = (
 )
 CLOUDS = (("cloud-paris", "FR", "europe-west9"), ("cloud-frankfurt", "DE", "europe-west3"))
 
+#: Stream keys, one per purpose: ``(seed, key, index)`` (service index; hour of the run).
+NOISE_STREAM, JOB_STREAM = 0, 1
+
 
 def carbon_zones(p: Mapping[str, Any]) -> list[str]:
     """The carbon zones the domains read, in domain order."""
@@ -76,7 +85,6 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     by zone (``--set carbon.DE=FILE``), read in place of the shipped ones."""
     p = {**PARAMS, **params}
     check_ranges(p, RANGES)
-    rng = np.random.default_rng(seed)
     steps = run_steps(hours, step_s)
     history = int(round(86400 / step_s))
     start_hour = (parse_time(p["start"]) % 86400) / 3600.0
@@ -98,22 +106,25 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         local_ms={(s[3], s[0]): 2.0 for s in SITES},
     )
     base = daily_curve(IOT_PROFILE, steps, step_s, start_hour)
-    services = []
+    services: list[Service] = []
     for name, _, _, users in SITES:
         for kind, cpu, mem, mu, ms, sla in (("ingest", 500, 1024, 200.0, 3.0, 50.0), ("control", 1000, 2048, 100.0, 5.0, 30.0)):
-            traffic = float(p["sensor_rps"]) * (1.0 if kind == "ingest" else 0.3) * base * np.exp(rng.normal(0, 0.05, steps))
+            noise = np.exp(stream(seed, NOISE_STREAM, len(services)).normal(0, 0.05, steps))
+            traffic = float(p["sensor_rps"]) * (1.0 if kind == "ingest" else 0.3) * base * noise
             services.append(Service(f"{kind}-{name}", users, cpu, mem, mu, ms, sla, traffic, min_replicas=1, max_replicas=60,
                                     target_rho=0.6, max_latency_ms=10.0, priority=1000))
     pods: list[PodSpec] = []
     per_h = 3600.0 / step_s
     for h in range(int(np.ceil(hours))):
+        rng = stream(seed, JOB_STREAM, h)
         for j in range(int(p["jobs_per_hour"])):
+            # every value drawn before the window check: a job outside the run shifts no other one
             arrival = int(round((h + rng.random()) * per_h))
-            if arrival >= steps:
-                continue
             duration = int(round(rng.uniform(30, 90) * 60 / step_s))
             slack = int(round(rng.uniform(6, 12) * per_h))
             cpu = float(rng.choice([2000, 4000]))
+            if arrival >= steps:
+                continue
             pods.append(PodSpec(f"analytics-h{h}-{j}", "batch", cpu, cpu * 4, arrival, duration=duration,
                                 deadline=arrival + duration + slack, priority=10))
     return Scenario(
@@ -122,3 +133,9 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 10.0, 14.0, start_hour), params=p,
     )
+
+
+def stream(seed: int, key: int, index: int) -> np.random.Generator:
+    """The seed's independent stream for one purpose (``key``) and ``index``: its draws do not
+    depend on the run's length or on any other stream's."""
+    return np.random.default_rng([seed, key, index])

@@ -11,6 +11,11 @@ packs shapes: spreading leaves many nodes with leftovers that fit no large pod. 
 ``sale_end_h`` (18:00 UTC, the first such clock hour after the surge began, at least
 ``surge_hours`` after it), when the surge pods leave. Peak window for the pending metric: the surge. Nodes
 stay powered (``power_down`` off): the scenario measures packing, not power management.
+
+The surge's whole population is drawn first (up to the load target, whatever the run's length)
+and the run keeps the pods that arrive inside it, so a run is the first part of a longer one
+with the same seed and start (stopping at the first pod past the run's end dropped later-drawn
+pods that arrive inside it). A pod still there at the run's end has ``departure`` -1.
 """
 
 from __future__ import annotations
@@ -115,15 +120,15 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
     pods: list[PodSpec] = []
     cpu_sum = gpu_sum = 0.0
     i = 0
-    while cpu_sum < float(p["load"]) * cpu_cap and gpu_sum < float(p["load"]) * gpu_cap:
+    # every pod of the surge is drawn (t0 past the run: none can arrive, nothing to draw)
+    while t0 < steps and cpu_sum < float(p["load"]) * cpu_cap and gpu_sum < float(p["load"]) * gpu_cap:
         kind, _, cpu, mem, gc, gm = SHAPES[int(rng.choice(len(SHAPES), p=weights))]
         arrival = t0 + int(rng.integers(span))
-        if arrival >= steps:
-            break
         region = regions[int(rng.integers(2))]
-        pods.append(PodSpec(f"{kind}-{i:04d}", "online", float(cpu), float(mem), arrival,
-                            departure=end if end < steps else -1, gpu_count=gc, gpu_milli=gm if gc else 0,
-                            user_region=region, priority=100))
+        if arrival < steps:  # drawn either way: the population does not depend on the run's length
+            pods.append(PodSpec(f"{kind}-{i:04d}", "online", float(cpu), float(mem), arrival,
+                                departure=end if end < steps else -1, gpu_count=gc, gpu_milli=gm if gc else 0,
+                                user_region=region, priority=100))
         cpu_sum += cpu
         gpu_sum += gc * gm if gc == 1 else gc * 1000
         i += 1
