@@ -206,7 +206,11 @@ def candidate_features(state: ClusterState, w: int, nodes: np.ndarray, gains: np
     on = state.on[nodes]
     out[:m, col["node_on"]] = on
     cpu_cap = p.capacity[nodes, p.cpu_index]
-    dynamic = (p.power_peak_w[nodes] - p.power_idle_w[nodes]) * np.where(cpu_cap > 0, d[p.cpu_index] / np.where(cpu_cap > 0, cpu_cap, 1), 0)
+    share = np.where(cpu_cap > 0, d[p.cpu_index] / np.where(cpu_cap > 0, cpu_cap, 1), 0)
+    if p.has_gpus:  # the objective's power model: the GPUs' share of the dynamic range follows their use
+        g, cards = p.power_gpu_share[nodes], p.gpu_count[nodes] * float(GPU_MILLI)
+        share = (1.0 - g) * share + g * np.where(cards > 0, p.wl_gpu_total[w] / np.where(cards > 0, cards, 1.0), 0.0)
+    dynamic = (p.power_peak_w[nodes] - p.power_idle_w[nodes]) * share
     watts = dynamic + np.where(on, 0.0, p.power_idle_w[nodes])
     const = _problem_constants(p)
     peak = const.peak_w

@@ -4,8 +4,9 @@
 
 The policy is trained on :class:`iro_fed.sim.env.PlacementEnv` (vectorized, ``--envs``) through
 the ``dqn`` solver's ``fit`` (the registry builds it), then evaluated on held-out seeds of the
-same scenario against the objective's greedy choice (the env's first candidate). The checkpoint
-and its JSON metadata hold the config, the scenario, steps, metrics and the run's emissions.
+same scenario against the ``greedy-objective`` solver's choice (``greedy_action``: the env asks
+the solver, GPU-stranding guard included). The checkpoint and its JSON metadata hold the config,
+the scenario, steps, metrics and the run's emissions.
 """
 
 from __future__ import annotations

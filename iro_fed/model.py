@@ -175,6 +175,13 @@ class Problem:
     else: they are left out of ``util_resources`` (utilization, cost, power-on), so adding one
     never changes a placement's score (the Kubernetes scheduler checks every resource a batch
     requests, but scores over the configured ones). ``cpu`` cannot be one (the power model).
+
+    ``power_gpu_share[N]`` (optional): the GPUs' share g in [0, 1] of a node's dynamic power
+    range ``power_peak_w - power_idle_w``; the node draws ``idle + (peak - idle) * ((1 - g) *
+    cpu_util + g * gpu_util)`` (:mod:`iro_fed.objective`). None, or NaN for a node: the default
+    model's share, :func:`default_gpu_share` (0 without GPUs). A node without GPUs must have 0.
+    ``power_gpu_share_given`` keeps the argument as given (for :meth:`replace`), ``power_gpu_share``
+    the resolved values.
     """
 
     def __init__(
@@ -200,6 +207,7 @@ class Problem:
         nonzero_demand: np.ndarray | None = None,
         initial_nonzero: np.ndarray | None = None,
         feasibility_only: Sequence[str] = (),
+        power_gpu_share: np.ndarray | None = None,
     ) -> None:
         self.resources = tuple(resources)
         _check_resources(self.resources)
@@ -230,7 +238,12 @@ class Problem:
         _check_gpu_shape(self.workloads, self.wl_gpu_count, self.wl_gpu_milli)
         self.power_idle_w = _frozen(power_idle_w, np.float64, (len(self.nodes),), "power_idle_w")
         self.power_peak_w = _frozen(power_peak_w, np.float64, (len(self.nodes),), "power_peak_w")
+        # As given (NaN or None: the default), kept for replace(): a new capacity or card count
+        # then gets its own default share.
+        self.power_gpu_share_given = None if power_gpu_share is None else _frozen(
+            power_gpu_share, np.float64, (len(self.nodes),), "power_gpu_share")
         self._check_numbers()
+        self.power_gpu_share = self._resolve_gpu_share()
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
         self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
 
@@ -296,6 +309,18 @@ class Problem:
             n = int(over[0])
             raise ValueError(f"power_idle_w[{n}] (node {nodes[n].name!r}): must be at most power_peak_w "
                              f"({float(self.power_peak_w[n])!r}), got {float(self.power_idle_w[n])!r}")
+        share = self.power_gpu_share_given
+        if share is not None:
+            bad = np.flatnonzero(~np.isnan(share) & ~((share >= 0) & (share <= 1)))
+            if bad.size:
+                n = int(bad[0])
+                raise ValueError(f"power_gpu_share[{n}] (node {nodes[n].name!r}): must be in [0, 1] (NaN: the "
+                                 f"default), got {float(share[n])!r}")
+            bad = np.flatnonzero((self.gpu_count == 0) & (share > 0))
+            if bad.size:
+                n = int(bad[0])
+                raise ValueError(f"power_gpu_share[{n}] (node {nodes[n].name!r}): must be 0 on a node without GPUs, "
+                                 f"got {float(share[n])!r}")
         bad = np.argwhere(np.isinf(self.latency_ms) | (self.latency_ms < 0))
         if bad.size:
             u, d = (int(x) for x in bad[0])
@@ -311,6 +336,15 @@ class Problem:
                 raise ValueError(f"weights.{k}: must be finite and >= 0, got {v!r}")
         if not (math.isfinite(self.latency_ref_ms) and self.latency_ref_ms > 0):
             raise ValueError(f"latency_ref_ms: must be finite and > 0, got {self.latency_ref_ms!r}")
+
+    def _resolve_gpu_share(self) -> np.ndarray:
+        """``power_gpu_share`` per node: the given share, else :func:`default_gpu_share`."""
+        cpu = self.capacity[:, self.resource_index["cpu"]] if "cpu" in self.resource_index else np.zeros(len(self.nodes))
+        share = default_gpu_share(cpu, self.gpu_count)
+        if self.power_gpu_share_given is not None:
+            given = self.power_gpu_share_given
+            share = np.where(np.isnan(given), share, given)
+        return _readonly(share.astype(np.float64))
 
     # --- derived views -------------------------------------------------------------------
 
@@ -455,6 +489,7 @@ class Problem:
             "nonzero_demand": self.nonzero_demand,
             "initial_nonzero": self.initial_nonzero,
             "feasibility_only": self.feasibility_only,
+            "power_gpu_share": self.power_gpu_share_given,
         }
         unknown = set(changes) - set(args)
         if unknown:
@@ -1034,6 +1069,16 @@ def default_power(cpu_millicores: float, gpus: int) -> tuple[float, float]:
     """(idle W, peak W) for a node that gives no power model."""
     peak = DEFAULT_PEAK_W_PER_CORE * cpu_millicores / 1000.0 + DEFAULT_PEAK_W_PER_GPU * gpus
     return DEFAULT_IDLE_SHARE * peak, peak
+
+
+def default_gpu_share(cpu_millicores: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """Per node, the GPUs' share of the dynamic power range (``power_gpu_share``) when a node
+    gives none: their share of the default model's peak, ``300 W x cards / (5 W x cores + 300 W
+    x cards)`` (both parts idle at the same 40 %, so the same share of peak - idle); 0 without
+    GPUs, 1 for a node with GPUs and no CPU."""
+    gpu_w = DEFAULT_PEAK_W_PER_GPU * np.asarray(gpus, dtype=np.float64)
+    total = DEFAULT_PEAK_W_PER_CORE * np.asarray(cpu_millicores, dtype=np.float64) / 1000.0 + gpu_w
+    return np.where(gpu_w > 0, gpu_w / np.where(total > 0, total, 1.0), 0.0)
 
 
 def _util_columns(resources: tuple[str, ...], feasibility_only: tuple[str, ...]) -> np.ndarray | None:

@@ -19,9 +19,13 @@
   domain's ``price_per_hour`` (per core, per GiB of memory, per GPU card, per unit of any other
   resource). Normalized by the cost of all nodes on. In [0, 1].
 * **K, carbon** (physical: gCO2 per hour): a powered-on node draws
-  ``P = idle_w + (peak_w - idle_w) * cpu_utilization`` (requests over capacity), times its
-  domain's PUE, times the domain's carbon intensity (gCO2/kWh) / 1000. Normalized by the carbon
-  of all nodes at peak. In [0, 1].
+  ``P = idle_w + (peak_w - idle_w) * ((1 - g) * cpu_utilization + g * gpu_utilization)``
+  (:func:`dynamic_utilization`; requests over capacity: CPU millicores, GPU milli over cards x
+  1000), ``g`` the node's ``power_gpu_share`` (the GPUs' share of its dynamic range; by default
+  their share of the default power model's peak, 0 without GPUs, so a CPU-only node follows its
+  CPU alone), times its domain's PUE, times the domain's carbon intensity (gCO2/kWh) / 1000.
+  Normalized by the carbon of all nodes at peak. In [0, 1]. P is linear in the pods' cpu and GPU
+  requests, so solvers can take its per-pod coefficients (:class:`Coefficients`).
 * **P, unplaced** (physical: pods): workloads not placed, divided by the number of workloads.
 
 The breakdown reports each term in physical units and as the normalized value that enters R.
@@ -90,7 +94,7 @@ class Coefficients:
     node_cost: np.ndarray  # [N] per hour when on
     max_cost: float
     carbon_idle: np.ndarray  # [N] gCO2/h when on and idle
-    carbon_dynamic: np.ndarray  # [N] gCO2/h at full CPU on top of idle
+    carbon_dynamic: np.ndarray  # [N] gCO2/h at full CPU and GPUs on top of idle
     max_carbon: float
     latency_score: np.ndarray  # [U, D] ref / (ref + ms), 0 where unknown
     n_with_region: int
@@ -100,12 +104,14 @@ class Coefficients:
     shape_capacity: np.ndarray  # [S, R'] distinct util capacity rows
     off_gain_base: np.ndarray  # [N] -(w3 * cost + w4 * idle carbon), normalized, of powering on
     latency_weighted: np.ndarray  # [U, N] w2 * latency score of the node's domain / n_with_region
-    carbon_per_milli_weighted: np.ndarray  # [N] w4 * dynamic carbon per requested millicore, normalized
+    carbon_per_milli_weighted: np.ndarray  # [N] w4 * the CPU's dynamic carbon per requested millicore, normalized
+    carbon_per_gpu_milli_weighted: np.ndarray  # [N] w4 * the GPUs' per requested GPU milli (0 without GPUs)
     # For evaluate():
     cpu_divisor: np.ndarray  # [N] cpu_capacity, 1 where it is 0 (CPU utilization's denominator)
     # cpu's column in util_resources (initial_used's layout): cpu_index is one of resources, another
     # column when a feasibility_only resource comes before cpu
     cpu_util_column: int
+    gpu_divisor: np.ndarray  # [N] cards x 1000, 1 where the node has none (GPU utilization's denominator)
     initial_used: np.ndarray  # [N, R'] util usage before any workload is placed (read-only)
 
 
@@ -129,6 +135,15 @@ def coefficients(problem: Problem) -> Coefficients:
     max_carbon = float((carbon_idle + carbon_dynamic).sum())
     n_with_region = int((p.wl_region >= 0).sum())
     cpu_cap = p.capacity[:, p.cpu_index].copy()
+    cpu_divisor = np.where(cpu_cap > 0, cpu_cap, 1.0)
+    gpu_divisor = np.where(p.gpu_count > 0, p.gpu_count.astype(np.float64) * GPU_MILLI, 1.0)
+    if p.has_gpus:
+        # The dynamic range split between CPU and GPUs (a node without GPUs: g = 0, all CPU).
+        g = p.power_gpu_share
+        per_milli = (1.0 - g) * carbon_dynamic / cpu_divisor
+        per_gpu_milli = g * carbon_dynamic / gpu_divisor
+    else:
+        per_milli, per_gpu_milli = carbon_dynamic / cpu_divisor, np.zeros_like(carbon_dynamic)
     shapes, shape_index = np.unique(p.util_capacity, axis=0, return_inverse=True)
     coef = Coefficients(
         node_cost=node_cost,
@@ -143,8 +158,10 @@ def coefficients(problem: Problem) -> Coefficients:
         shape_capacity=shapes,
         off_gain_base=-(w.cost * _ratio_array(node_cost, max_cost) + w.carbon * _ratio_array(carbon_idle, max_carbon)),
         latency_weighted=(w.latency * _ratio(1.0, n_with_region)) * lat_score[:, p.node_domain],
-        carbon_per_milli_weighted=w.carbon * _ratio_array(carbon_dynamic / np.where(cpu_cap > 0, cpu_cap, 1.0), max_carbon),
-        cpu_divisor=np.where(cpu_cap > 0, cpu_cap, 1.0),
+        carbon_per_milli_weighted=w.carbon * _ratio_array(per_milli, max_carbon),
+        carbon_per_gpu_milli_weighted=w.carbon * _ratio_array(per_gpu_milli, max_carbon),
+        cpu_divisor=cpu_divisor,
+        gpu_divisor=gpu_divisor,
         cpu_util_column=p.util_resources.index("cpu"),
         initial_used=_initial_used_of(p),
     )
@@ -163,6 +180,20 @@ def _initial_used_of(p: Problem) -> np.ndarray:
             used[:, -1] = initial_gpu
     used.setflags(write=False)
     return used
+
+
+def dynamic_utilization(problem: Problem, cpu_used: np.ndarray, gpu_used: np.ndarray) -> np.ndarray:
+    """Per node, the share of its dynamic power range (``peak - idle``) it draws:
+    ``(1 - g) * cpu_util + g * gpu_util`` with ``g = problem.power_gpu_share``, each utilization
+    its requests over capacity (``cpu_used`` millicores, ``gpu_used`` milli on the node's cards),
+    at most 1. Without GPUs in the problem it is ``cpu_util`` itself (bit for bit as before the
+    GPU term). The one rule for the objective and the simulator's power series."""
+    coef = coefficients(problem)
+    cpu_util = np.minimum(cpu_used / coef.cpu_divisor, 1.0)
+    if not problem.has_gpus:
+        return cpu_util
+    g = problem.power_gpu_share
+    return (1.0 - g) * cpu_util + g * np.minimum(gpu_used / coef.gpu_divisor, 1.0)
 
 
 def _ratio(x: float, total: float) -> float:
@@ -261,9 +292,11 @@ def evaluate(problem: Problem, placement: Placement | np.ndarray | Sequence[int]
     latency_term = _ratio(lat_sum, coef.n_with_region)
 
     cost = float(coef.node_cost[on].sum())
-    cpu_util = np.minimum(used[:, coef.cpu_util_column] / coef.cpu_divisor, 1.0)
-    carbon = float((coef.carbon_idle[on] + coef.carbon_dynamic[on] * cpu_util[on]).sum())
-    power = float((p.power_idle_w[on] + (p.power_peak_w[on] - p.power_idle_w[on]) * cpu_util[on]).sum())
+    cpu_used = used[:, coef.cpu_util_column]
+    # gpu milli is used's last column when there are GPUs
+    dyn = dynamic_utilization(p, cpu_used, used[:, -1] if p.has_gpus else cpu_used)
+    carbon = float((coef.carbon_idle[on] + coef.carbon_dynamic[on] * dyn[on]).sum())
+    power = float((p.power_idle_w[on] + (p.power_peak_w[on] - p.power_idle_w[on]) * dyn[on]).sum())
 
     unplaced = int(p.num_workloads - placed.size)
     terms = {
@@ -301,9 +334,10 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
     compared with leaving it unplaced.
 
     Assumes the pod fits where it is asked about (feasibility is the caller's business): the
-    CPU-utilization step of the power model is then exactly ``cpu / capacity``. A handful of
-    vector operations over the nodes: the utilization after powering a node on is computed
-    once per distinct node capacity shape, the weighted per-node terms are precomputed.
+    utilization steps of the power model are then exactly ``cpu / capacity`` and ``gpu milli /
+    (cards x 1000)``. A handful of vector operations over the nodes: the utilization after
+    powering a node on is computed once per distinct node capacity shape, the weighted per-node
+    terms are precomputed.
     ``w`` is a workload index (TypeError / IndexError naming ``w`` otherwise, as
     :meth:`ClusterState.place`): -1 scored the last workload, a bad one failed deep in numpy.
     """
@@ -347,4 +381,8 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
     cpu = p.demand[w, p.cpu_index]
     if cpu:
         delta -= cpu * take(coef.carbon_per_milli_weighted)
+    if p.has_gpus:
+        gpu = p.wl_gpu_total[w]
+        if gpu:
+            delta -= gpu * take(coef.carbon_per_gpu_milli_weighted)
     return delta

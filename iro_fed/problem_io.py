@@ -93,6 +93,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
             "taints",
             "power_idle_w",
             "power_peak_w",
+            "power_gpu_share",
             "nonzero_allocated",
         }
     ),
@@ -731,6 +732,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     # --- nodes ---
     nodes: list[Node] = []
     cap_rows, alloc_rows, gpu_counts, gpu_free_rows, idle, peak = [], [], [], [], [], []
+    gpu_share: list[float] = []
     node_nonzero = _NonzeroColumn("nodes", "nonzero_allocated")
     node_seen: dict[str, int] = {}
     for i, n in enumerate(_list(c, doc, "nodes", required=True)):
@@ -829,6 +831,13 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             ia = (d_idle / d_peak * pk) if (pk and d_peak) else 0.0
         elif ia < 0 or (pk is not None and ia > pk):
             c.fail(f"{p}.power_idle_w", f"must be between 0 and power_peak_w ({pk}), got {ia}")
+        # The GPUs' share of the dynamic power range (NaN: the default, from capacity and cards).
+        share = c.get(n, "power_gpu_share", p, float, default=math.nan)
+        if share is not None and not math.isnan(share):
+            if not 0.0 <= share <= 1.0:
+                c.fail(f"{p}.power_gpu_share", f"must be between 0 and 1, got {share}")
+            elif share > 0 and gpus_ok and gpus == 0:
+                c.fail(f"{p}.power_gpu_share", f"must be 0 on a node without GPUs (gpus=0), got {share}")
         if name is None or dom is None:
             continue
         nodes.append(Node(name, dom, labels, tuple(taints), model))
@@ -839,6 +848,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         gpu_free_rows.append(free)
         idle.append(ia or 0.0)
         peak.append(pk or 0.0)
+        gpu_share.append(math.nan if share is None else share)
 
     # --- workloads ---
     workloads: list[Workload] = []
@@ -1011,6 +1021,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         wl_gpu_milli=np.array(wl_gm, dtype=np.int32),
         power_idle_w=np.array(idle, dtype=np.float64),
         power_peak_w=np.array(peak, dtype=np.float64),
+        power_gpu_share=np.array(gpu_share, dtype=np.float64) if not np.isnan(gpu_share).all() else None,
         weights=Weights(**wvals),
         latency_ref_ms=latency_ref or DEFAULT_LATENCY_REF_MS,
         nonzero_demand=wl_nonzero.array(),
@@ -1186,6 +1197,9 @@ def problem_to_dict(problem: Problem) -> dict:
             "power_idle_w": float(problem.power_idle_w[i]),
             "power_peak_w": float(problem.power_peak_w[i]),
         }
+        given = problem.power_gpu_share_given
+        if given is not None and not math.isnan(given[i]):  # written only where given (else the default)
+            node["power_gpu_share"] = float(given[i])
         if problem.initial_nonzero is not None:
             node["nonzero_allocated"] = _nonzero_doc(problem, problem.initial_nonzero[i])
         doc["nodes"].append(node)

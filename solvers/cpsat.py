@@ -46,8 +46,10 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    * latency: ``w2 * ref / (ref + latency_ms[region, domain(n)]) / n_with_region`` per placed
      pod (linear, exact);
    * unplaced: ``w5 / W`` per placed pod (linear, exact);
-   * carbon, dynamic part: ``w4 * carbon_dynamic[n] / cpu_capacity[n] / max_carbon`` per placed
-     millicore (linear and exact: capacity keeps cpu utilization <= 1, the min() never acts);
+   * carbon, dynamic part: ``w4 * (1 - g[n]) * carbon_dynamic[n] / cpu_capacity[n] / max_carbon``
+     per placed millicore and ``w4 * g[n] * carbon_dynamic[n] / (cards[n] x 1000) / max_carbon``
+     per placed GPU milli, ``g`` the node's ``power_gpu_share`` (linear and exact: capacity keeps
+     both utilizations <= 1, the min() never acts);
    * cost and idle carbon, paid per powered-on node: nodes already on (existing usage) pay a
      constant; a node that starts empty gets a boolean ``on[n]``, on exactly when it gets a pod
      (``x[g, n] <= |g| on[n]`` and ``on[n] => sum_g x[g, n] >= 1``), worth ``-(w3 cost[n] /
@@ -999,6 +1001,8 @@ class PlacementModel:
         if coef.n_with_region:
             cx[has_region] += coef.latency_weighted[region[has_region], pn[has_region]]
         cx -= p.demand[pw, p.cpu_index] * coef.carbon_per_milli_weighted[pn]
+        if p.has_gpus:  # the GPUs' part of the node's dynamic power
+            cx -= p.wl_gpu_total[pw] * coef.carbon_per_gpu_milli_weighted[pn]
 
         # Power-on of the nodes that are off in base (those with candidates can turn on).
         cand_nodes = np.unique(pn)

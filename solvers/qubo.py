@@ -875,6 +875,8 @@ class _BatchModel:
         if coef.n_with_region and has.any():
             cx[has] += coef.latency_weighted[region[has], self.pn[has]]
         cx -= p.demand[w_of, p.cpu_index] * coef.carbon_per_milli_weighted[self.pn]
+        if p.has_gpus:  # the GPUs' part of the node's dynamic power
+            cx -= p.wl_gpu_total[w_of] * coef.carbon_per_gpu_milli_weighted[self.pn]
         switch = np.unique(self.pn[~state.on[self.pn]]) if self.num_pairs else np.zeros(0, dtype=np.int64)
         ucap, udem = p.util_capacity, p.util_demand
         # Utilization: tangent at the reference placement.

@@ -56,6 +56,9 @@ def old_marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarra
     cpu = p.demand[w, p.cpu_index]
     if cpu:
         delta -= cpu * take(coef.carbon_per_milli_weighted)
+    gpu = p.wl_gpu_total[w]
+    if gpu:  # (not verbatim: the power model's GPU term, added after the hot paths)
+        delta -= gpu * take(coef.carbon_per_gpu_milli_weighted)
     return delta
 
 

@@ -200,9 +200,10 @@ def test_carbon_from_power_model_pue_and_intensity():
     at_peak = 300 / 1000 * 1.25 * 300 + 10 / 1000 * 50 + (5 * 8 + 300) / 1000 * 1.25 * 300  # every node at peak
     assert b.terms["carbon"] == pytest.approx(carbon / at_peak, **EXACT)
     assert b.score == pytest.approx(-2.0 * carbon / at_peak, **EXACT)
-    # A GPU pod without CPU requests powers a1 on at idle (the power model follows CPU).
+    # A GPU pod without CPU requests powers a1 on and draws its card's part of the dynamic range:
+    # the default share 300 / (5 * 8 + 300) of 340 - 136 W at full GPU use, 136 + 180 = 316 W.
     b2 = evaluate(problem, np.array([0, 1, 2]))
-    assert b2.carbon_g_per_hour == pytest.approx(carbon + 0.4 * 340 / 1000 * 1.25 * 300, **EXACT)
+    assert b2.carbon_g_per_hour == pytest.approx(carbon + (0.4 * 340 + 0.6 * 300) / 1000 * 1.25 * 300, **EXACT)
 
 
 def test_unplaced_term_and_zero_weights():

@@ -61,7 +61,9 @@ ReplicaSet, which deletes pending pods first).
 
 Energy: every step, each powered node (on or booting) is costed with the objective module's
 per-node coefficients at that step's intensity of its own domain: its full price per hour, its
-power ``idle + (peak - idle) * CPU requests / capacity`` (idle when empty) and that power times
+power ``idle + (peak - idle) * ((1 - g) * CPU requests / capacity + g * GPU milli / (cards x
+1000))`` (``objective.dynamic_utilization``, g the GPUs' share of the dynamic range; idle when
+empty) and that power times
 PUE times intensity as gCO2 per hour (the numbers ``evaluate`` gives for the step's placement plus
 the powered empty nodes; tested). ``score_every`` thins out only the objective score.
 """
@@ -79,7 +81,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, room_fits, static_filter
 from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
-from iro_fed.objective import coefficients, evaluate
+from iro_fed.objective import coefficients, dynamic_utilization, evaluate
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, success_pct, weighted_percentile
 from iro_fed.sim.model import Scenario
 from iro_fed.sim.signals import persistence_forecast
@@ -1017,13 +1019,13 @@ class Simulator:
 
         # Energy, cost and carbon of this step, every step (score_every thins out only the score):
         # the objective's per-node coefficients at this step's intensities, for every powered node
-        # (booting or on); a node's power follows its CPU requests, an empty one draws idle.
+        # (booting or on); a node's power follows its CPU and GPU requests (the objective's rule),
+        # an empty one draws idle.
         coef = self._node_coefficients(t)
-        cpu = self.master.cpu_index
-        cpu_util = np.minimum(st.allocated[:, cpu] / np.where(self.capacity[:, cpu] > 0, self.capacity[:, cpu], 1.0), 1.0)
+        dyn = dynamic_utilization(self._coef_problem, st.allocated[:, self.master.cpu_index], st.gpu_used)
         cost_h = float(coef.node_cost[powered].sum())
-        carbon_h = float((coef.carbon_idle[powered] + coef.carbon_dynamic[powered] * cpu_util[powered]).sum())
-        power = float((self.power_idle[powered] + (self.power_peak[powered] - self.power_idle[powered]) * cpu_util[powered]).sum())
+        carbon_h = float((coef.carbon_idle[powered] + coef.carbon_dynamic[powered] * dyn[powered]).sum())
+        power = float((self.power_idle[powered] + (self.power_peak[powered] - self.power_idle[powered]) * dyn[powered]).sum())
         # Objective of the step's placement.
         if t % cfg.score_every == 0 or t == sc.steps - 1:
             active = np.concatenate([running, pending])
@@ -1049,7 +1051,8 @@ class Simulator:
                 domains=self._domains_at(t), workloads=[], demand=np.zeros((0, self.demand.shape[1])),
                 wl_gpu_count=np.zeros(0, dtype=np.int32), wl_gpu_milli=np.zeros(0, dtype=np.int32),
             )
-            self._coef_key, self._coef = key, coefficients(nodes_only)
+            # (the problem is kept: coefficients are cached per problem, weakly)
+            self._coef_key, self._coef, self._coef_problem = key, coefficients(nodes_only), nodes_only
         return self._coef
 
     def _serve(self, t: int, running: np.ndarray) -> None:

@@ -31,10 +31,16 @@ without a decision.
 * **Observation**: ``Dict(candidates=[k, F], context=[C], mask=[k + 1])`` computed by
   :mod:`iro_fed.features` (the same code the ``dqn`` solver runs at decision time), with the
   pod's deadline slack as context (no clock: the ``dqn`` solver ranks without one).
+* **Greedy baseline**: ``info["greedy_action"]`` (what :func:`greedy_action` returns) is the
+  slot of the ``greedy-objective`` solver's own choice, asked of the solver itself (the
+  objective's argmax with its GPU-stranding guard and its tie rule), so that the DQN's baseline
+  and the solver never disagree. When that node is not among the top-``k`` by marginal gain (the
+  guard ranked them last, or a tie wider than ``k`` broke otherwise), the last of them gives its
+  slot to it (the set ordered the same way), as the edge agent's policy samples do.
 * **Start**: ``start_h`` (default 0) starts the episode's clock that many hours into the scenario:
   the simulator runs hours ``0 .. start_h + hours`` (the scenario's own times of day, arrivals and
-  settings such as ``usage_shift_at_h``), the pods of the first ``start_h`` hours are placed on the
-  best candidate by marginal gain of R (the ``greedy-objective`` choice) without a decision, and
+  settings such as ``usage_shift_at_h``), the pods of the first ``start_h`` hours are placed where
+  the ``greedy-objective`` solver places them (the greedy baseline's slot) without a decision, and
   the agent decides from ``start_h`` on: an episode of the window ``[start_h, start_h + hours]``
   on the cluster those hours left behind (``info["step"]`` counts from the run's start).
 * **Seeds**: ``reset(seed=s)`` runs scenario seed ``s``, ``reset()`` the env's ``seed`` plus the
@@ -53,6 +59,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+import solvers
 from iro_fed.features import (
     CANDIDATE_FEATURES,
     CONTEXT_FEATURES,
@@ -114,6 +121,10 @@ class PlacementEnv(gym.Env):
         self._last_pod = -1  # the simulator pod of the latest decision
         self._cands = np.zeros(0, dtype=np.int64)
         self._gains = np.zeros(0)
+        self._greedy = self.k  # slot of greedy-objective's choice among _cands (k: none, leave pending)
+        # The baseline is the solver itself (one ranking rule: its GPU guard and tie rule), not a
+        # copy of its argmax (the first candidate by marginal ignored the guard).
+        self._greedy_solver = solvers.make("greedy-objective")
         self._episode = 0
         self._unplaceable = 0  # pods found with no feasible node during the last advance
 
@@ -160,10 +171,10 @@ class PlacementEnv(gym.Env):
     # --- internals -----------------------------------------------------------------------
 
     def _warm_up(self, start_step: int) -> None:
-        """Place the pods of the steps before ``start_step`` on their best candidate (no decision)."""
+        """Place the pods of the steps before ``start_step`` where greedy-objective does (no decision)."""
         while self._req is not None and self._req.step < start_step:
             self._last_pod = self._req.pod
-            self._advance(int(self._cands[0]))
+            self._advance(int(self._cands[self._greedy]))
         # Nothing stranded before the window is charged to its first decision.
         self._unplaceable = 0
 
@@ -176,6 +187,7 @@ class PlacementEnv(gym.Env):
             self._cands = self._rank(self._final) if self._final is not None else np.zeros(0, dtype=np.int64)
             if self._final is None:
                 self._gains = np.zeros(0)
+                self._greedy = self.k
         else:
             self._cands = self._rank(self._req)
         # Pods left without a feasible node since the last decision (none is charged before the first).
@@ -183,9 +195,18 @@ class PlacementEnv(gym.Env):
         self.sim.unplaceable.clear()
 
     def _rank(self, req: DecisionRequest) -> np.ndarray:
+        """The top-``k`` candidates by marginal gain, with greedy-objective's choice among them
+        (``self._greedy``: its slot); sets ``self._gains``."""
         nodes, gains = order_candidates(req.state, req.local, req.candidates, self.k)
-        self._gains = gains[: self.k]
-        return nodes[: self.k]
+        nodes, gains = nodes[: self.k], gains[: self.k]
+        pick = self._greedy_solver.decide(req.state, req.local).node  # a feasible node: req.candidates is not empty
+        hits = np.flatnonzero(nodes == pick)
+        if hits.size == 0:  # the last slot gives way to it (the set ordered as before)
+            nodes, gains = order_candidates(req.state, req.local, np.append(nodes[: self.k - 1], pick))
+            hits = np.flatnonzero(nodes == pick)
+        self._gains = gains
+        self._greedy = int(hits[0])
+        return nodes
 
     def _shown(self) -> DecisionRequest | None:
         """The decision the observation shows: the pending one, or after the end the bootstrap one."""
@@ -205,7 +226,8 @@ class PlacementEnv(gym.Env):
         return mask
 
     def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"action_mask": self.action_mask(), "unplaceable": self._unplaceable}
+        info: dict[str, Any] = {"action_mask": self.action_mask(), "unplaceable": self._unplaceable,
+                                "greedy_action": self._greedy if len(self._cands) else self.k}
         if self._req is not None:
             info["step"] = self._req.step
             info["pod"] = self.sim.workloads[self._req.pod].name
@@ -234,6 +256,9 @@ class PlacementEnv(gym.Env):
 
 
 def greedy_action(info: Mapping[str, Any]) -> int:
-    """The action of the objective's greedy choice: the first candidate, or leave pending."""
-    mask = np.asarray(info["action_mask"])
-    return 0 if mask[0] else len(mask) - 1
+    """The action of the ``greedy-objective`` solver's choice (``info["greedy_action"]``, asked of
+    the solver: the objective's argmax with its GPU-stranding guard), or leave pending when the
+    pod has no candidate. ``info`` is what :class:`PlacementEnv` returns."""
+    if "greedy_action" not in info:
+        raise KeyError("info: no 'greedy_action' (pass the info dict that PlacementEnv.reset/step returned)")
+    return int(info["greedy_action"])

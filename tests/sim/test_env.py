@@ -96,8 +96,9 @@ def test_pods_left_without_a_feasible_node_are_charged_to_the_last_decision():
     while not done:
         req = env._req
         w_u = req.problem.weights.unplaced
-        gain = marginal(req.problem, req.state, req.local, env._cands[:1])[0] * req.problem.num_workloads
-        obs, r, _, done, info = env.step(greedy_action(info))
+        action = greedy_action(info)  # greedy-objective's node (not always the first candidate: the GPU guard)
+        gain = marginal(req.problem, req.state, req.local, env._cands[action : action + 1])[0] * req.problem.num_workloads
+        obs, r, _, done, info = env.step(action)
         assert r == pytest.approx((gain - w_u) / w_u - info["unplaceable"])
         charged += info["unplaceable"]
         charged_steps += info["unplaceable"] > 0

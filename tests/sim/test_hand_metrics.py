@@ -3,7 +3,8 @@
 Nodes of ``tiny_scenario``: own zone 4000 m / 8192 MiB, 40 W idle / 100 W peak, PUE 1.2,
 0.02 per core-hour + 0.002 per GiB-hour = 0.096 per hour; cloud 4000 m / 8192 MiB, 30 / 80 W,
 PUE 1.1, 0.04 + 0.004 per unit = 0.192 per hour. A step is 60 s = 1/60 h unless said otherwise.
-Power of a node with pods: idle + (peak - idle) * CPU requests / capacity; gCO2/h = W * PUE *
+Power of a node with pods: idle + (peak - idle) * CPU requests / capacity (on a GPU node, the
+objective's CPU and GPU shares: see the GPU test); gCO2/h = W * PUE *
 intensity / 1000; energy is IT energy (before PUE).
 """
 
@@ -186,9 +187,11 @@ def test_utilization_is_over_powered_node_hours_not_the_time_mean():
     assert s["power_w"] == pytest.approx([140.0, 140.0, 100.0, 100.0])
 
 
-def test_gpu_cards_are_a_utilization_resource_and_power_follows_cpu():
+def test_gpu_cards_are_a_utilization_resource_and_power_follows_cpu_and_gpus():
     # One node with 2 cards; the pod takes 2000 m (0.5), 2048 MiB (0.25) and half a card (500 of
-    # 2000 milli, 0.25): utilization (0.5 + 0.25 + 0.25) / 3; power 100 + 200 * 0.5 (CPU only).
+    # 2000 milli, 0.25): utilization (0.5 + 0.25 + 0.25) / 3. Power: the GPUs' default share of
+    # the dynamic range is 600 / (5 * 4 + 600) = 30 / 31, so 100 + 200 * (0.5 / 31 + 0.25 * 30 / 31)
+    # = 100 + 200 * 8 / 31 = 151.6129 W (it was 100 + 200 * 0.5, CPU only).
     domains = [Domain("g", "zone", "", 0.0, {"cpu": 0.0, "gpu": 1.5}, 1.0)]
     pools = [NodePool("gpu", "g", 1, 4000, 8192, gpus=2, gpu_model="A10", power_idle_w=100, power_peak_w=300)]
     pod = PodSpec("share", "online", 2000, 2048, arrival=0, gpu_count=1, gpu_milli=500)
@@ -197,9 +200,10 @@ def test_gpu_cards_are_a_utilization_resource_and_power_follows_cpu():
     _, t, s = run(sc, power_down=False)
     assert s["utilization_pct"] == pytest.approx([100.0 / 3] * 3, abs=1e-4)  # series keep 4 decimals
     assert t["utilization_pct"] == pytest.approx(100.0 / 3)
-    assert s["power_w"] == pytest.approx([200.0] * 3)
+    watts = 100 + 200 * 8 / 31
+    assert s["power_w"] == pytest.approx([watts] * 3, abs=1e-4)  # series keep 4 decimals
     assert s["cost_per_hour"] == pytest.approx([3.0] * 3)  # 2 cards x 1.5 per card-hour
-    assert s["carbon_g_per_hour"] == pytest.approx([40.0] * 3)  # 200 W x PUE 1.0 x 200 g/kWh
+    assert s["carbon_g_per_hour"] == pytest.approx([watts * 0.2] * 3, abs=1e-4)  # W x PUE 1.0 x 200 g/kWh
 
 
 def test_idle_clock_starts_when_a_node_comes_on():

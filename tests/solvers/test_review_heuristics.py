@@ -15,6 +15,7 @@ from iro_fed.objective import evaluate
 from iro_fed.placement import placement_from_dict
 from iro_fed.testing import random_problem
 from solvers import DeadlineExceeded, InvalidSettingError
+from solvers.heuristics import free_share_after
 
 DETERMINISTIC = ["first-fit", "best-fit", "worst-fit", "dot-product", "greedy-objective"]
 
@@ -53,8 +54,11 @@ def test_greedy_rank_orders_tied_nodes_by_fit():
             state.place(w, d.node, d.cards)
     ranked = solver.rank(state, 4, k=2)
     assert ranked[0][1] == pytest.approx(ranked[1][1], abs=1e-12)  # a tie on R ...
-    assert [n for n, _ in ranked] == [6, 4]  # ... goes to the tighter fit, as decide() does
-    assert solver.decide(state, 4).node == 6
+    # ... goes to the tighter fit, as decide() does (node 4 since the GPU-stranding guard sends
+    # pod 0 to node 1: on node 6, its tie partner, pod 4 has the looser fit now)
+    assert [n for n, _ in ranked] == [4, 6]
+    assert free_share_after(state, 4, np.array([4])) < free_share_after(state, 4, np.array([6]))
+    assert solver.decide(state, 4).node == 4
 
 
 # Before: an int setting past float's range (time_limit_s=10**400, from JSON or Python) raised a
