@@ -171,6 +171,11 @@ class Problem:
     ``workloads`` change without it, and ``initial_nonzero`` when ``allocated`` does, so the
     data never describes other pods than the problem's.
 
+    ``pod_scoring`` (optional, :class:`PodScoring`): what kube-scheduler's PodTopologySpread and
+    InterPodAffinity score, from the Kubernetes snapshot; ``None`` everywhere else (those plugins
+    then score every node alike). :meth:`replace` drops it when ``nodes`` or ``workloads`` change
+    without it.
+
     ``feasibility_only``: names in ``resources`` that bound where a workload fits and nothing
     else: they are left out of ``util_resources`` (utilization, cost, power-on), so adding one
     never changes a placement's score (the Kubernetes scheduler checks every resource a batch
@@ -207,6 +212,7 @@ class Problem:
         nonzero_demand: np.ndarray | None = None,
         initial_nonzero: np.ndarray | None = None,
         feasibility_only: Sequence[str] = (),
+        pod_scoring: PodScoring | None = None,
         power_gpu_share: np.ndarray | None = None,
     ) -> None:
         self.resources = tuple(resources)
@@ -246,6 +252,7 @@ class Problem:
         self.power_gpu_share = self._resolve_gpu_share()
         self.nonzero_demand = _optional_nonzero(nonzero_demand, len(self.workloads), "nonzero_demand")
         self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
+        self.pod_scoring = _checked_pod_scoring(pod_scoring, len(self.nodes), len(self.workloads))
 
         self.node_domain = _frozen(
             np.array([self.domain_index[n.domain] for n in self.nodes], dtype=np.int32),
@@ -489,6 +496,7 @@ class Problem:
             "nonzero_demand": self.nonzero_demand,
             "initial_nonzero": self.initial_nonzero,
             "feasibility_only": self.feasibility_only,
+            "pod_scoring": self.pod_scoring,
             "power_gpu_share": self.power_gpu_share_given,
         }
         unknown = set(changes) - set(args)
@@ -500,6 +508,9 @@ class Problem:
             changes = {**changes, "nonzero_demand": None}
         if "allocated" in changes and "initial_nonzero" not in changes:
             changes = {**changes, "initial_nonzero": None}
+        # Pod scoring is about these nodes and pods (its arrays are per node and per workload).
+        if ("nodes" in changes or "workloads" in changes) and "pod_scoring" not in changes:
+            changes = {**changes, "pod_scoring": None}
         args.update(changes)
         return Problem(**args)
 
@@ -523,6 +534,7 @@ class Problem:
             wl_gpu_count=self.wl_gpu_count[idx],
             wl_gpu_milli=self.wl_gpu_milli[idx],
             nonzero_demand=None if self.nonzero_demand is None else self.nonzero_demand[idx],
+            pod_scoring=None if self.pod_scoring is None else self.pod_scoring.with_workloads(idx),
         )
 
     def with_cluster(self, allocated: np.ndarray, gpu_free: np.ndarray) -> Problem:
@@ -1094,3 +1106,87 @@ def _util_columns(resources: tuple[str, ...], feasibility_only: tuple[str, ...])
         if r in feasibility_only[:i]:
             raise ValueError(f"feasibility_only[{i}]: {r!r} is repeated")
     return np.array([i for i, r in enumerate(resources) if r not in feasibility_only], dtype=np.int64)
+
+
+#: Kinds of :class:`SoftPodTerm`: a ScheduleAnyway spread constraint of the pod (nodes lacking a
+#: key of the pod's constraints are not scored), a system default one (such nodes still are),
+#: a preferred pod affinity and anti-affinity (weighted counts of the group's pods per domain).
+SOFT_POD_TERM_KINDS = ("spread", "default_spread", "affinity", "anti_affinity")
+#: Topology key whose counts are the node's own (kube's ``v1.LabelHostname`` special case).
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True)
+class SoftPodTerm:
+    """One scoring term of a pending pod (:class:`PodScoring`): ``kind`` (:data:`SOFT_POD_TERM_KINDS`),
+    the pods it counts (``group``), per node where (``topology``), and its ``value``: maxSkew for
+    the spread kinds (>= 1), the weight for the affinity kinds (1..100; an existing pod's required
+    affinity toward this pod is an ``affinity`` term of weight 1, hardPodAffinityWeight)."""
+
+    kind: str
+    group: int
+    topology: int
+    value: int
+
+
+@dataclass(frozen=True, eq=False)
+class PodScoring:
+    """kube-scheduler's PodTopologySpread / InterPodAffinity scoring inputs, generic:
+
+    * ``topology_keys[T]`` and ``topology[T, N]``: per topology row a node label key and each
+      node's domain id (>= 0; -1: the node is not counted: it lacks the key, or a spread
+      constraint's node inclusion policy or its other keys leave it out);
+    * ``group_names[G]``, ``group_counts[G, N]``: sets of pods (a selector's matches, the pods of
+      a controller, the pods holding one affinity term) and how many of each are on each node now;
+      ``members[G, W]``: the pending workloads that join the group when placed (the solver counts
+      the pods it placed before, as kube-scheduler assumes each pod before the next);
+    * ``terms[W]``: each workload's :class:`SoftPodTerm` tuple.
+    """
+
+    topology_keys: tuple[str, ...]
+    topology: np.ndarray
+    group_names: tuple[str, ...]
+    group_counts: np.ndarray
+    members: np.ndarray
+    terms: tuple[tuple[SoftPodTerm, ...], ...]
+    topology_names: tuple[str, ...] = ()
+
+    def with_workloads(self, idx: np.ndarray) -> PodScoring:
+        """The same groups and topologies for the workloads ``idx`` (in that order)."""
+        return PodScoring(self.topology_keys, self.topology, self.group_names, self.group_counts, self.members[:, idx],
+                          tuple(self.terms[int(i)] for i in idx), self.topology_names)
+
+
+def _checked_pod_scoring(ps: PodScoring | None, nodes: int, workloads: int) -> PodScoring | None:
+    """``ps`` with read-only arrays of the problem's sizes, or a ValueError naming the field."""
+    if ps is None:
+        return None
+    if not isinstance(ps, PodScoring):
+        raise ValueError(f"pod_scoring: expected a PodScoring, got {type(ps).__name__}")
+    t, g = len(ps.topology_keys), len(ps.group_names)
+    names = tuple(ps.topology_names) or tuple(f"t{i}" for i in range(t))
+    if len(names) != t:
+        raise ValueError(f"pod_scoring.topology_names: {len(names)} names for {t} topologies")
+    topology = _frozen(ps.topology, np.int32, (t, nodes), "pod_scoring.topology")
+    counts = _frozen(ps.group_counts, np.int32, (g, nodes), "pod_scoring.group_counts")
+    members = _frozen(ps.members, np.bool_, (g, workloads), "pod_scoring.members")
+    if topology.size and int(topology.min()) < -1:
+        raise ValueError(f"pod_scoring.topology: domain ids are >= 0 (-1: not counted), got {int(topology.min())}")
+    if counts.size and int(counts.min()) < 0:
+        raise ValueError(f"pod_scoring.group_counts: must be >= 0, got {int(counts.min())}")
+    if len(ps.terms) != workloads:
+        raise ValueError(f"pod_scoring.terms: {len(ps.terms)} rows for {workloads} workloads")
+    for w, row in enumerate(ps.terms):
+        for k, term in enumerate(row):
+            where = f"pod_scoring.terms[{w}][{k}]"
+            if term.kind not in SOFT_POD_TERM_KINDS:
+                raise ValueError(f"{where}.kind: must be one of {', '.join(SOFT_POD_TERM_KINDS)}, got {term.kind!r}")
+            if not 0 <= term.group < g:
+                raise ValueError(f"{where}.group: {term.group} is out of range ({g} groups)")
+            if not 0 <= term.topology < t:
+                raise ValueError(f"{where}.topology: {term.topology} is out of range ({t} topologies)")
+            low, high = (1, 2**31 - 1) if term.kind.endswith("spread") else (1, 100)
+            if not low <= term.value <= high:
+                raise ValueError(f"{where}.value: must be {low}..{high}, got {term.value!r}")
+    return PodScoring(tuple(ps.topology_keys), topology, tuple(ps.group_names), counts, members,
+                      tuple(tuple(r) for r in ps.terms), names)

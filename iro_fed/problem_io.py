@@ -37,13 +37,16 @@ from iro_fed.model import (
     DOMAIN_KINDS,
     GPU_MILLI,
     NONZERO_RESOURCES,
+    SOFT_POD_TERM_KINDS,
     TAINT_EFFECTS,
     TOLERATION_OPERATORS,
     WORKLOAD_CLASSES,
     Domain,
     Node,
+    PodScoring,
     PreferredTerm,
     Problem,
+    SoftPodTerm,
     Taint,
     Toleration,
     Weights,
@@ -77,8 +80,11 @@ DNS_SUBDOMAIN = re.compile(r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "": frozenset(
         {"resources", "feasibility_only", "domains", "latency_ms", "nodes", "workloads", "weights", "latency_ref_ms",
-         "name", "description"}
+         "name", "description", "pod_scoring"}
     ),
+    "pod_scoring": frozenset({"topologies", "groups"}),
+    "pod_scoring.topologies[]": frozenset({"name", "key", "domains"}),
+    "pod_scoring.groups[]": frozenset({"name", "counts"}),
     "domains[]": frozenset({"name", "kind", "carbon_zone", "carbon_intensity", "price_per_hour", "pue"}),
     "nodes[]": frozenset(
         {
@@ -113,8 +119,11 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
             "deadline_s",
             "preferred_node_affinity",
             "nonzero_requests",
+            "pod_groups",
+            "soft_pod_terms",
         }
     ),
+    "workloads[].soft_pod_terms[]": frozenset({"kind", "group", "topology", "weight", "max_skew"}),
     "workloads[].gpu": frozenset({"count", "milli", "models"}),
     "workloads[].tolerations[]": frozenset({"key", "operator", "value", "effect"}),
     "workloads[].preferred_node_affinity[]": frozenset({"weight", "match_labels"}),
@@ -998,6 +1007,8 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         c.fail("latency_ref_ms", f"must be > 0, got {latency_ref}")
     node_nonzero.check(c)
     wl_nonzero.check(c)
+    node_names = [n.name for n in nodes]
+    pod_scoring = _pod_scoring(c, doc, node_names, len(node_names) == len(doc.get("nodes") or ()))
     if c.errors:
         raise ProblemValidationError(c.errors, source)
 
@@ -1027,7 +1038,141 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
         nonzero_demand=wl_nonzero.array(),
         initial_nonzero=node_nonzero.array(),
         feasibility_only=feasibility_only,
+        pod_scoring=pod_scoring,
     )
+
+
+#: Largest count or maxSkew of ``pod_scoring`` (kube's int32).
+_MAX_INT32 = 2**31 - 1
+
+
+def _name_list(c: _Checker, items: list, path: str) -> dict[str, int]:
+    """The ``name`` of each object of ``items`` (non-empty, unique) -> its position."""
+    out: dict[str, int] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        if not isinstance(item, Mapping):
+            c.fail(p, f"expected an object, got {json_kind(item)}")
+            continue
+        name = c.name(item, p)
+        if name is not None:
+            if name in out:
+                c.fail(f"{p}.name", f"duplicate name {name!r} (also {path}[{out[name]}])")
+            else:
+                out[name] = i
+    return out
+
+
+def _node_ints(c: _Checker, obj: Mapping, key: str, path: str, nodes: dict[str, int], low: int) -> dict[int, int]:
+    """A map node name -> integer (``low`` .. int32) at ``obj[key]``, by node index."""
+    value = c.get(obj, key, path, dict, default={}) or {}
+    out: dict[int, int] = {}
+    for name, v in value.items():
+        p = f"{path}.{key}.{name}"
+        if str(name) not in nodes:
+            c.fail(p, f"unknown node {str(name)!r}")
+            continue
+        v = _python_scalar(v)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= _MAX_INT32:
+            c.fail(p, f"expected an integer {low}..{_MAX_INT32}, got {json_kind(v)} {_show(v)}")
+            continue
+        out[nodes[str(name)]] = v
+    return out
+
+
+def _pod_scoring(c: _Checker, doc: Mapping, node_names: list[str], nodes_ok: bool) -> PodScoring | None:
+    """The optional ``pod_scoring`` (``Problem.pod_scoring``, what kube-default's
+    PodTopologySpread and InterPodAffinity score; written by a Kubernetes snapshot): top-level
+    ``topologies`` (``name``, node label ``key``, ``domains``: node -> domain id >= 0, a node
+    left out is not counted) and ``groups`` (``name``, ``counts``: node -> pods of the group
+    there, 0 where left out); per workload ``pod_groups`` (the groups it joins when placed) and
+    ``soft_pod_terms`` (``kind``, ``group``, ``topology`` by name; ``max_skew`` for the spread
+    kinds, ``weight`` 1..100 for the affinity ones). Absent: None (those plugins score every
+    node alike)."""
+    workloads = doc.get("workloads") if isinstance(doc.get("workloads"), list) else []
+    section = c.get(doc, "pod_scoring", "", dict, default=None)
+    if section is None:
+        if "pod_scoring" not in doc or doc["pod_scoring"] is None:
+            for i, w in enumerate(workloads):
+                for key in ("pod_groups", "soft_pod_terms"):
+                    if isinstance(w, Mapping) and w.get(key):
+                        c.fail(f"workloads[{i}].{key}", "needs the top-level pod_scoring (its groups and topologies)")
+        return None
+    nodes = {n: i for i, n in enumerate(node_names)}
+    topologies = c.get(section, "topologies", "pod_scoring", list, default=[]) or []
+    groups = c.get(section, "groups", "pod_scoring", list, default=[]) or []
+    topo_index = _name_list(c, topologies, "pod_scoring.topologies")
+    group_index = _name_list(c, groups, "pod_scoring.groups")
+    n = len(node_names)
+    topo = np.full((len(topologies), n), -1, dtype=np.int32)
+    keys: list[str] = []
+    for i, t in enumerate(topologies):
+        p = f"pod_scoring.topologies[{i}]"
+        if not isinstance(t, Mapping):
+            keys.append("")
+            continue
+        key = c.get(t, "key", p, str, required=True)
+        if key is not None and not key:
+            c.fail(f"{p}.key", "must not be empty (a node label key)")
+        keys.append(key or "")
+        if nodes_ok:
+            for node, v in _node_ints(c, t, "domains", p, nodes, 0).items():
+                topo[i, node] = v
+    counts = np.zeros((len(groups), n), dtype=np.int32)
+    for g, grp in enumerate(groups):
+        if isinstance(grp, Mapping) and nodes_ok:
+            for node, v in _node_ints(c, grp, "counts", f"pod_scoring.groups[{g}]", nodes, 0).items():
+                counts[g, node] = v
+    members = np.zeros((len(groups), len(workloads)), dtype=bool)
+    terms: list[tuple[SoftPodTerm, ...]] = []
+    for w, wl in enumerate(workloads):
+        row: list[SoftPodTerm] = []
+        terms.append(())
+        if not isinstance(wl, Mapping):
+            continue
+        p = f"workloads[{w}]"
+        for j, name in enumerate(c.get(wl, "pod_groups", p, list, default=[]) or []):
+            if not isinstance(name, str) or name not in group_index:
+                c.fail(f"{p}.pod_groups[{j}]", f"unknown group {_show(name)} (pod_scoring.groups: "
+                                               f"{', '.join(group_index) or 'none'})")
+            elif members[group_index[name], w]:
+                c.fail(f"{p}.pod_groups[{j}]", f"group {name!r} is repeated")
+            else:
+                members[group_index[name], w] = True
+        for k, term in enumerate(c.get(wl, "soft_pod_terms", p, list, default=[]) or []):
+            got = _soft_pod_term(c, term, f"{p}.soft_pod_terms[{k}]", group_index, topo_index)
+            if got is not None:
+                row.append(got)
+        terms[w] = tuple(row)
+    return PodScoring(tuple(keys), topo, tuple(group_index), counts, members, tuple(terms), tuple(topo_index))
+
+
+def _soft_pod_term(c: _Checker, term: Any, p: str, groups: dict[str, int], topologies: dict[str, int]) -> SoftPodTerm | None:
+    """One ``soft_pod_terms`` entry, or None (its errors reported)."""
+    if not isinstance(term, Mapping):
+        c.fail(p, f"expected an object, got {json_kind(term)}")
+        return None
+    kind = c.get(term, "kind", p, str, required=True)
+    if kind is not None and kind not in SOFT_POD_TERM_KINDS:
+        c.fail(f"{p}.kind", f"must be one of {', '.join(SOFT_POD_TERM_KINDS)}, got {_show(kind)}")
+        kind = None
+    ids = []
+    for key, names, section in (("group", groups, "groups"), ("topology", topologies, "topologies")):
+        name = c.get(term, key, p, str, required=True)
+        if name is not None and name not in names:
+            c.fail(f"{p}.{key}", f"unknown {key} {_show(name)} (pod_scoring.{section}: {', '.join(names) or 'none'})")
+            name = None
+        ids.append(None if name is None else names[name])
+    if kind is None:
+        return None
+    spread = kind.endswith("spread")
+    want, other, high = ("max_skew", "weight", _MAX_INT32) if spread else ("weight", "max_skew", 100)
+    if term.get(other) is not None:
+        c.fail(f"{p}.{other}", f"not for kind {kind} (it takes {want})")
+    value = c.int_in(c.get(term, want, p, int, required=True), f"{p}.{want}", 1, high)
+    if value is None or None in ids:
+        return None
+    return SoftPodTerm(kind, ids[0], ids[1], value)
 
 
 def _feasibility_only(c: _Checker, doc: Mapping, res_names: list[str], resources_ok: bool) -> tuple[str, ...]:
@@ -1212,6 +1357,8 @@ def problem_to_dict(problem: Problem) -> dict:
         }
         if problem.nonzero_demand is not None:
             wl["nonzero_requests"] = _nonzero_doc(problem, problem.nonzero_demand[i])
+        if problem.pod_scoring is not None:
+            wl.update(_workload_scoring_doc(problem.pod_scoring, i))
         if problem.wl_gpu_count[i] > 0:
             wl["gpu"] = {
                 "count": int(problem.wl_gpu_count[i]),
@@ -1240,7 +1387,41 @@ def problem_to_dict(problem: Problem) -> dict:
     wt = problem.weights
     doc["weights"] = {k: getattr(wt, k) for k in Weights.__dataclass_fields__}
     doc["latency_ref_ms"] = problem.latency_ref_ms
+    if problem.pod_scoring is not None:  # only when set: other problems' files stay as they were
+        doc["pod_scoring"] = _pod_scoring_doc(problem)
     return doc
+
+
+def _pod_scoring_doc(problem: Problem) -> dict[str, Any]:
+    """``Problem.pod_scoring``'s topologies and groups as the file's ``pod_scoring``."""
+    ps = problem.pod_scoring
+    assert ps is not None
+    names = [n.name for n in problem.nodes]
+    return {
+        "topologies": [
+            {"name": name, "key": key, "domains": {names[i]: int(ps.topology[t, i]) for i in np.flatnonzero(ps.topology[t] >= 0)}}
+            for t, (name, key) in enumerate(zip(ps.topology_names, ps.topology_keys, strict=True))
+        ],
+        "groups": [
+            {"name": name, "counts": {names[i]: int(ps.group_counts[g, i]) for i in np.flatnonzero(ps.group_counts[g])}}
+            for g, name in enumerate(ps.group_names)
+        ],
+    }
+
+
+def _workload_scoring_doc(ps: PodScoring, w: int) -> dict[str, Any]:
+    """A workload's ``pod_groups`` and ``soft_pod_terms`` (each only when it has some)."""
+    out: dict[str, Any] = {}
+    groups = [ps.group_names[g] for g in np.flatnonzero(ps.members[:, w])]
+    if groups:
+        out["pod_groups"] = groups
+    if ps.terms[w]:
+        out["soft_pod_terms"] = [
+            {"kind": t.kind, "group": ps.group_names[t.group], "topology": ps.topology_names[t.topology],
+             ("max_skew" if t.kind.endswith("spread") else "weight"): t.value}
+            for t in ps.terms[w]
+        ]
+    return out
 
 
 def write_file_atomic(path: str | os.PathLike, write: Callable[[str], Any]) -> Path:

@@ -36,14 +36,30 @@ in the best-effort skip of BalancedAllocation):
 * ``plugins/nodeaffinity/node_affinity.go``: the sum of the weights of matching preferred terms,
   normalized by ``DefaultNormalizeScore(100, reverse=false)``; a term with an empty preference
   matches no node (``NewPreferredSchedulingTerms`` skips it).
+* ``plugins/podtopologyspread/scoring.go`` (``Problem.pod_scoring``, from the Kubernetes
+  snapshot): per ScheduleAnyway constraint ``count * log(size + 2) + maxSkew - 1`` summed, rounded
+  (``math.Round``), then ``100 * (max + min - s) / max`` over the scored nodes; ``count`` is the
+  matching pods (the pod's namespace, not being deleted) in the node's domain over the nodes the
+  constraint's inclusion policies keep (nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore by
+  default), or on the node itself for ``kubernetes.io/hostname``; ``size`` is the number of the
+  candidates' domains (of candidates for hostname). With the pod's own constraints a candidate
+  lacking one of their keys is ignored (scores 0) and nodes lacking one are not counted; a pod
+  without constraints gets the system defaults (hostname maxSkew 3, zone maxSkew 5) when a
+  ReplicaSet, StatefulSet or ReplicationController controls it, and then a node lacking a key only
+  misses that constraint (its missing key is one more domain). minDomains does not score.
+* ``plugins/interpodaffinity/scoring.go`` (``Problem.pod_scoring``): per candidate the sum over
+  topology domains of +weight (preferred affinity) / -weight (preferred anti-affinity) per pod
+  matching the pod's term in the node's domain, plus the existing pods' terms that match the
+  pod (their preferred terms with their weights, their required affinity with
+  ``hardPodAffinityWeight`` 1), then ``int64(100 * (s - min) / (max - min))`` (all 0 when equal).
+  Pods this solver placed earlier in the run count for both plugins, as kube-scheduler assumes each
+  pod before the next cycle.
 * ``apis/config/v1/default_plugins.go``: weights TaintToleration 3, NodeAffinity 2,
   NodeResourcesFit 1, NodeResourcesBalancedAllocation 1, PodTopologySpread 2, InterPodAffinity 2,
-  ImageLocality 1. The last three score equally on every node here and are left out of the sum
-  (a constant does not change the choice): the model has no pod labels, owners, pod (anti-)
-  affinity or images. In particular the system default spread constraints (hostname maxSkew 3,
-  zone maxSkew 5, ScheduleAnyway) only apply to pods selected by a Service, ReplicaSet,
-  StatefulSet or ReplicationController; for a bare pod upstream skips the plugin, as here.
-  Replicas of a Deployment in a real cluster would also be spread by it; this solver does not.
+  ImageLocality 1. ImageLocality scores equally on every node here (the model has no images) and
+  is left out of the sum (a constant does not change the choice); so are PodTopologySpread and
+  InterPodAffinity for a problem without ``pod_scoring`` (problem files, traces, the simulator):
+  the model then has no pod labels, owners or pod (anti-)affinity.
 * ``schedule_one.go``: ``numFeasibleNodesToFind`` (adaptive ``percentageOfNodesToScore`` =
   ``50 - N/125`` %, floor 5 %, at least 100 nodes; all nodes below 100), the filter scan starting
   at ``nextStartNodeIndex`` and advancing it by the nodes processed, and ``selectHost`` (uniform
@@ -72,16 +88,26 @@ Known differences (deliberate, the model does not carry what upstream reads):
   them all in one zone ""): a problem file's domain is its zone. The Kubernetes snapshot derives
   the domain from these labels (else ``default``), so for real nodes both agree.
 * The scan checks feasible nodes in order and stops at exactly the number to find (upstream
-  checks in parallel chunks and may process a few more). Every ``solve`` starts the scan at
-  index 0 and reseeds (the same seed gives the same answer); upstream keeps
-  ``nextStartNodeIndex`` across scheduling cycles, so a caller that solves step by step
-  (the simulator) restarts the rotation each step. This only matters above 100 nodes.
+  checks in parallel chunks and may process a few more). ``nextStartNodeIndex`` is kept across
+  solves of one solver object on the same node list (the simulator's steps, as upstream keeps it
+  across scheduling cycles) and starts at 0 for a new solver or other nodes; every ``solve``
+  reseeds, so a new solver with the same seed gives the same answer. This only matters above
+  100 nodes.
+* Pod scoring (``Problem.pod_scoring``, from the Kubernetes snapshot): the system default
+  spreading's selector is approximated by the pod's controller ownerReference (upstream: the
+  selectors of the Services, ReplicaSets, StatefulSets and ReplicationControllers that select the
+  pod; the snapshot sees none of those objects), so a bare pod that only a Service selects is not
+  spread, and pods matching a controller's selector but owned by another are not counted. A
+  ``namespaceSelector`` is read against the namespace's ``kubernetes.io/metadata.name`` label
+  only. A node labelled with a topology key and an empty value shares upstream's "" domain with
+  the nodes lacking the key when counting a default constraint's domains; here they are two.
 * The model's own filters (domains, latency, GPU cards) run as filter plugins would; pods that
   fit nowhere stay unplaced (no preemption, no retry queue).
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -89,7 +115,7 @@ import numpy as np
 # GetZoneKey, one copy for this and the Kubernetes snapshot, in the core: `import solvers` must
 # not load the Kubernetes adapter
 from iro_fed.feasibility import REGION_LABELS, ZONE_LABELS, feasible_nodes, topology_label, untolerated
-from iro_fed.model import NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, Problem
+from iro_fed.model import HOSTNAME_KEY, NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, PodScoring, Problem
 from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 
@@ -106,7 +132,8 @@ ROUND_UP_TOL = 1e-12
 #: ... but never a whole unit: at 1 TiB (1.1e12 bytes) 1e-12 relative is 1.1 bytes, which took a
 #: whole amount one byte down; float noise there is about 1e-4 bytes.
 MAX_NOISE_UNITS = 1e-3
-PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
+PLUGIN_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1,
+                  "PodTopologySpread": 2, "InterPodAffinity": 2}
 
 
 def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
@@ -179,7 +206,9 @@ def least_allocated(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarra
 class KubeDefault(OnlineSolver):
     name = "kube-default"
     properties = SolverProperties(
-        "online", False, "kube-scheduler's default scoring (LeastAllocated, Balanced, taints, affinity) and sampling."
+        "online", False,
+        "kube-scheduler's default scoring (LeastAllocated, Balanced, taints, affinity; pod spread and affinity from a "
+        "Kubernetes snapshot) and sampling."
     )
     parameters: ClassVar[dict[str, Param]] = {
         "seed": SEED,
@@ -192,7 +221,12 @@ class KubeDefault(OnlineSolver):
     def reset(self, problem: Problem) -> None:
         super().reset(problem)
         self.node_order = zone_interleaved_order(problem)
-        self.next_start_node_index = 0
+        # nextStartNodeIndex lives as long as the scheduler: a solver reused on the same nodes (the
+        # simulator's steps) goes on where its last run stopped; other nodes (or a new solver) start at 0.
+        names = tuple(node.name for node in problem.nodes)
+        if getattr(self, "_scan_nodes", None) != names:
+            self.next_start_node_index = 0
+        self._scan_nodes = names
         self.num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, problem.num_nodes)
         # The scored resources (cpu always, memory when the problem has it), in kube's integer
         # unit; per-node arrays are kept one per resource (1-D arrays index fastest per decision).
@@ -236,6 +270,13 @@ class KubeDefault(OnlineSolver):
             bool(np.array_equal(kube_units(problem.demand[:, c], s), problem.demand[:, c] * s))
             for c, s in zip(self._cols, self._scales, strict=True)
         )
+        # PodTopologySpread / InterPodAffinity: the groups each workload joins when placed.
+        self._ps: PodScoring | None = problem.pod_scoring
+        self._groups_of: list[np.ndarray] | None = None
+        if self._ps is not None:
+            groups, wls = np.nonzero(self._ps.members)
+            order = np.argsort(wls, kind="stable")
+            self._groups_of = np.split(groups[order], np.searchsorted(wls[order], np.arange(1, problem.num_workloads)))
 
     def _nonzero_units(self, initial_nonzero: np.ndarray | None) -> list[np.ndarray] | None:
         """Per scored resource, the nodes' NonZeroRequested base ``initial_nonzero[N, 2]`` in kube's units."""
@@ -258,6 +299,10 @@ class KubeDefault(OnlineSolver):
         self._placed_add = [_sum_by_node(where, self._pod_add[placed, j], n) for j in range(len(self._cols))]
         # (per-node sums, per-pod values) that apply_changes keeps up to date.
         self._tracked = [(self._placed_add[j], self._pod_add[:, j]) for j in range(len(self._cols))]
+        if self._groups_of is not None:  # each group's pods per node: the snapshot's plus the ones placed here
+            self._group_count = self._ps.group_counts.astype(np.int64)
+            for w, node in zip(placed, where, strict=True):
+                self._group_count[self._groups_of[w], node] += 1
         if not self._whole:
             demand = state.problem.demand
             self._placed_actual = [_sum_by_node(where, self._pod_actual[placed, j], n) for j in range(len(self._cols))]
@@ -269,6 +314,9 @@ class KubeDefault(OnlineSolver):
         for w, node, sign in entries:
             for sums, values in self._tracked:
                 sums[node] += sign * values[w]
+        if self._groups_of is not None:
+            for w, node, sign in entries:
+                self._group_count[self._groups_of[w], node] += sign
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -349,12 +397,83 @@ class KubeDefault(OnlineSolver):
             affinity_raw += term.weight * match
         affinity = default_normalize(affinity_raw, reverse=False)
 
-        return {
+        out = {
             "TaintToleration": taint,
             "NodeAffinity": affinity,
             "NodeResourcesFit": fit,
             "NodeResourcesBalancedAllocation": balanced,
         }
+        if self._ps is not None:  # (without it both plugins score every node alike: left out)
+            out["PodTopologySpread"] = self._spread_scores(w, candidates)
+            out["InterPodAffinity"] = self._interpod_scores(w, candidates)
+        return out
+
+    def _domain_counts(self, group: int, topology: int) -> np.ndarray:
+        """Per domain of ``topology``, the group's pods on the nodes it counts (float64, exact)."""
+        dom = self._ps.topology[topology]
+        counted = dom >= 0
+        return np.bincount(dom[counted], weights=self._group_count[group][counted], minlength=int(dom.max(initial=-1)) + 1)
+
+    def _spread_scores(self, w: int, candidates: np.ndarray) -> np.ndarray:
+        """PodTopologySpread's Score and NormalizeScore (``podtopologyspread/scoring.go``) over
+        ``candidates`` (kube's filtered nodes): per soft constraint ``count * log(size + 2) +
+        maxSkew - 1``, count the matching pods in the node's domain (on the node itself for
+        hostname), size the number of the candidates' domains (of the candidates for hostname);
+        rounded, then ``100 * (max + min - s) / max``. With the pod's own constraints a candidate
+        lacking one of their keys is ignored (0); with the system defaults it only misses that
+        constraint, and its missing key counts as one more domain ("")."""
+        ps = self._ps
+        terms = [t for t in ps.terms[w] if t.kind in ("spread", "default_spread")]
+        m = candidates.size
+        if not terms:  # PreScore Skip
+            return np.zeros(m, dtype=np.int64)
+        require_all = any(t.kind == "spread" for t in terms)
+        kept = np.ones(m, dtype=bool)
+        if require_all:
+            for t in terms:
+                kept &= ps.topology[t.topology][candidates] >= 0
+        score = np.zeros(m)
+        for t in terms:
+            dom = ps.topology[t.topology][candidates]
+            has = dom >= 0
+            if ps.topology_keys[t.topology] == HOSTNAME_KEY:
+                count = self._group_count[t.group][candidates].astype(np.float64)
+                size = int(kept.sum())
+            else:
+                count = self._domain_counts(t.group, t.topology)[np.where(has, dom, 0)] if has.any() else np.zeros(m)
+                size = np.unique(dom[kept & has]).size + int(bool((kept & ~has).any()))
+            score += np.where(has & kept, count * math.log(size + 2) + float(t.value - 1), 0.0)
+        raw = np.floor(score + 0.5).astype(np.int64)  # math.Round (scores are >= 0)
+        if not kept.any():
+            return np.zeros(m, dtype=np.int64)
+        low, high = int(raw[kept].min()), int(raw[kept].max())
+        if high == 0:
+            return np.where(kept, MAX_NODE_SCORE, 0).astype(np.int64)
+        return np.where(kept, MAX_NODE_SCORE * (high + low - raw) // high, 0).astype(np.int64)
+
+    def _interpod_scores(self, w: int, candidates: np.ndarray) -> np.ndarray:
+        """InterPodAffinity's Score and NormalizeScore (``interpodaffinity/scoring.go``): per
+        candidate the sum over its terms of +-weight times the group's pods in its domain (the
+        pod's preferred terms, and the existing pods' terms that select it, which the snapshot gives
+        as terms of this pod), then ``int64(100 * (s - min) / (max - min))`` (0 when all equal)."""
+        ps = self._ps
+        terms = [t for t in ps.terms[w] if t.kind in ("affinity", "anti_affinity")]
+        m = candidates.size
+        raw = np.zeros(m, dtype=np.int64)
+        for t in terms:
+            dom = ps.topology[t.topology][candidates]
+            has = dom >= 0
+            if not has.any():
+                continue
+            count = self._domain_counts(t.group, t.topology)[np.where(has, dom, 0)].astype(np.int64)
+            sign = 1 if t.kind == "affinity" else -1
+            raw += np.where(has, sign * t.value * count, 0)
+        if m == 0:
+            return raw
+        low, high = int(raw.min()), int(raw.max())
+        if high - low <= 0:
+            return np.zeros(m, dtype=np.int64)
+        return (float(MAX_NODE_SCORE) * ((raw - low) / float(high - low))).astype(np.int64)
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
         scores = self.plugin_scores(state, w, candidates)

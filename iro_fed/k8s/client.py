@@ -277,7 +277,8 @@ _CONTAINER_STATUS = {"name": True, "allocatedResources": True, "resources": True
 #: managedFields) ~50 KB parsed, ~5 KB trimmed. Kept is what the readers of the cached objects read:
 #: the reflector (namespace, name, resourceVersion), the model (snapshot's ``pods_by_node``,
 #: ``apply_usage`` / ``pod_demand`` with in-place resize, ``placed_pods`` / ``pod_rules(pending=False)``,
-#: ``has_anti_affinity``, ``node_doc``, ``node_cache_key``; its rules cache keys pods by uid and
+#: ``has_anti_affinity``, ``score_rules(pending=False)``: labels, the controller ownerReference (the
+#: system default spreading's group) and pod (anti-)affinity, ``node_doc``, ``node_cache_key``; its rules cache keys pods by uid and
 #: resourceVersion), the extender (uids, usage of the pods on a node) and the scheduler's
 #: change hints (``_frees_room``, ``_adds_a_pod``, ``_node_fields``). Of a bound pod's affinity only
 #: the required podAntiAffinity is read now; ``affinity`` is kept whole (small, and rare) because
@@ -287,7 +288,8 @@ _CONTAINER_STATUS = {"name": True, "allocatedResources": True, "resources": True
 #: (tests/k8s/test_m2_trimmed_cache.py checks that the model is unchanged).
 BOUND_POD_FIELDS: dict[str, Any] = {
     "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
-                 "deletionTimestamp": True, "annotations": _own_annotations},
+                 "deletionTimestamp": True, "annotations": _own_annotations,
+                 "ownerReferences": [{"kind": True, "name": True, "uid": True, "controller": True}]},
     "spec": {"nodeName": True, "containers": [_CONTAINER], "initContainers": [_CONTAINER], "overhead": True,
              "resources": True, "affinity": True},
     "status": {"phase": True, "containerStatuses": [_CONTAINER_STATUS], "initContainerStatuses": [_CONTAINER_STATUS],

@@ -77,6 +77,16 @@ against it; a ``namespaceSelector`` is read against the namespace's ``kubernetes
 label only: no Namespace objects are watched). Only pods with such rules, or every pod while some
 bound pod has required anti-affinity, pay for it (:meth:`ClusterModel.placement_conflict` checks a
 batch's placements against each other).
+
+What kube-scheduler's PodTopologySpread and InterPodAffinity *score* goes to ``Problem.pod_scoring``
+(:func:`pod_scoring`, read by ``kube-default``): the pending pods' ScheduleAnyway constraints (with
+``matchLabelKeys`` and the node inclusion policies), the system default constraints for a pod
+without constraints that a ReplicaSet, StatefulSet or ReplicationController controls (its
+controller ownerReference stands in for the selectors kube collects from Services and
+controllers), the pods' preferred pod affinity and anti-affinity, and the bound and pending pods'
+terms that select each pending pod (preferred ones with their weight, required affinity with
+weight 1), as groups of pods counted per node and topology rows per node label key. A snapshot
+without any of these has none.
 """
 
 from __future__ import annotations
@@ -88,7 +98,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from decimal import ROUND_CEILING, Context, Decimal, localcontext
@@ -109,7 +119,17 @@ from iro_fed.feasibility import (
     topology_label,
 )
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
-from iro_fed.model import GPU_MILLI, NONZERO_DEFAULTS, NONZERO_RESOURCES, Problem, Taint, Toleration
+from iro_fed.model import (
+    GPU_MILLI,
+    HOSTNAME_KEY,
+    NONZERO_DEFAULTS,
+    NONZERO_RESOURCES,
+    PodScoring,
+    Problem,
+    SoftPodTerm,
+    Taint,
+    Toleration,
+)
 from iro_fed.problem_io import (
     DNS_LABEL,
     MAX_GPUS,
@@ -1252,30 +1272,50 @@ def _pod_terms(affinity: Mapping[str, Any], kind: str, namespace: str, who: str)
     a term without namespaces and namespaceSelector is about the pod's own namespace."""
     base = f"spec.affinity.{kind}"
     section = _obj(affinity.get(kind), who, base)
+    return tuple(_pod_term(term, f"{base}.{_REQUIRED}[{i}]", namespace, who)
+                 for i, term in enumerate(_items(section.get(_REQUIRED), who, f"{base}.{_REQUIRED}")))
+
+
+def _pod_term(term: Any, tp: str, namespace: str, who: str) -> PodTerm:
+    """One ``PodAffinityTerm`` at ``tp``."""
+    term = _obj(term, who, tp, required=True)
+    key = _opt_str(term, "topologyKey", who, tp)
+    if not key:
+        raise _bad(who, f"{tp}.topologyKey", "required (a node label key)")
+    names = _items(term.get("namespaces"), who, f"{tp}.namespaces")
+    for j, ns in enumerate(names):
+        if not isinstance(ns, str):
+            raise _bad(who, f"{tp}.namespaces[{j}]", f"expected a string, got {json_kind(ns)} {ns!r}")
+    ns_selector = None
+    if term.get("namespaceSelector") is not None:
+        ns_selector = label_selector(term["namespaceSelector"], who, f"{tp}.namespaceSelector")
+    elif not names:
+        names = [namespace]
+    return PodTerm(label_selector(term.get("labelSelector"), who, f"{tp}.labelSelector"), frozenset(names), ns_selector, key)
+
+
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _preferred_pod_terms(affinity: Mapping[str, Any], kind: str, namespace: str, who: str) -> tuple[tuple[PodTerm, int], ...]:
+    """The preferred terms of ``spec.affinity.<kind>`` with their weights (1..100, as the API server validates)."""
+    base = f"spec.affinity.{kind}.{_PREFERRED}"
+    section = _obj(affinity.get(kind), who, f"spec.affinity.{kind}")
     out = []
-    for i, term in enumerate(_items(section.get(_REQUIRED), who, f"{base}.{_REQUIRED}")):
-        tp = f"{base}.{_REQUIRED}[{i}]"
-        term = _obj(term, who, tp, required=True)
-        key = _opt_str(term, "topologyKey", who, tp)
-        if not key:
-            raise _bad(who, f"{tp}.topologyKey", "required (a node label key)")
-        names = _items(term.get("namespaces"), who, f"{tp}.namespaces")
-        for j, ns in enumerate(names):
-            if not isinstance(ns, str):
-                raise _bad(who, f"{tp}.namespaces[{j}]", f"expected a string, got {json_kind(ns)} {ns!r}")
-        ns_selector = None
-        if term.get("namespaceSelector") is not None:
-            ns_selector = label_selector(term["namespaceSelector"], who, f"{tp}.namespaceSelector")
-        elif not names:
-            names = [namespace]
-        out.append(PodTerm(label_selector(term.get("labelSelector"), who, f"{tp}.labelSelector"), frozenset(names),
-                           ns_selector, key))
+    for i, item in enumerate(_items(section.get(_PREFERRED), who, base)):
+        ip = f"{base}[{i}]"
+        item = _obj(item, who, ip, required=True)
+        weight = item.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise _bad(who, f"{ip}.weight", f"expected an integer 1..100, got {json_kind(weight)} {weight!r}")
+        out.append((_pod_term(item.get("podAffinityTerm"), f"{ip}.podAffinityTerm", namespace, who), weight))
     return tuple(out)
 
 
 @dataclass(frozen=True)
 class SpreadConstraint:
-    """A ``topologySpreadConstraints`` entry with ``whenUnsatisfiable: DoNotSchedule``."""
+    """A ``topologySpreadConstraints`` entry (``whenUnsatisfiable: DoNotSchedule`` for the filter,
+    ``ScheduleAnyway`` for scoring)."""
 
     max_skew: int
     topology_key: str
@@ -1291,7 +1331,9 @@ def _positive_int(value: Any, who: str, path: str) -> int:
     return value
 
 
-def _spread_constraints(spec: Mapping[str, Any], labels: Mapping[str, str], who: str) -> tuple[SpreadConstraint, ...]:
+def _spread_constraints(spec: Mapping[str, Any], labels: Mapping[str, str], who: str,
+                        when_unsatisfiable: str = "DoNotSchedule") -> tuple[SpreadConstraint, ...]:
+    """The pod's constraints with ``whenUnsatisfiable`` ``when_unsatisfiable`` (all are checked)."""
     out = []
     for i, c in enumerate(_items(spec.get("topologySpreadConstraints"), who, "spec.topologySpreadConstraints")):
         cp = f"spec.topologySpreadConstraints[{i}]"
@@ -1317,7 +1359,7 @@ def _spread_constraints(spec: Mapping[str, Any], labels: Mapping[str, str], who:
             if not isinstance(k, str):
                 raise _bad(who, f"{cp}.matchLabelKeys[{j}]", f"expected a string, got {json_kind(k)} {k!r}")
         selector = label_selector(c.get("labelSelector"), who, f"{cp}.labelSelector")
-        if when == "DoNotSchedule":  # ScheduleAnyway only scores
+        if when == when_unsatisfiable:  # DoNotSchedule filters, ScheduleAnyway only scores
             selector = selector.with_labels({k: labels[k] for k in keys if k in labels})
             out.append(SpreadConstraint(skew, key, selector, min_domains, *policies))
     return tuple(out)
@@ -1475,7 +1517,7 @@ def pod_shape_key(pod: Mapping[str, Any]) -> str:
     if isinstance(labels, Mapping) and not labels:
         labels = None  # read as no labels, as None is
     keep_meta = {"namespace": meta.get("namespace"), "labels": labels, "annotations": _own_annotations(meta),
-                 "deleting": bool(meta.get("deletionTimestamp"))}
+                 "deleting": bool(meta.get("deletionTimestamp")), "controller": controller_owner(meta)}
     keep_spec = {k: v for k, v in spec.items() if k not in _UNREAD_SPEC}
     for key in ("containers", "initContainers"):
         if isinstance(keep_spec.get(key), list):
@@ -1520,22 +1562,32 @@ def usage_view(pod: Mapping[str, Any]) -> Any:
     return out
 
 
+#: What :func:`controller_owner` reads of an ownerReference.
+_OWNER_FIELDS = ("kind", "name", "uid", "controller")
+
+
 def bound_view(pod: Mapping[str, Any]) -> Any:
     """:func:`usage_view` plus what the pod-reading plugins read of a bound pod
-    (:func:`pod_rules` with ``pending=False``, :func:`has_anti_affinity`): labels, deletion, the
-    required pod anti-affinity and the containers' ports. A pod kept in this form counts on its
-    node as the whole object does, for usage and for NodePorts, PodTopologySpread and
-    InterPodAffinity (the extender's assumed pods). Lenient as :func:`usage_view`."""
+    (:func:`pod_rules` with ``pending=False``, :func:`has_anti_affinity`, :func:`score_rules` with
+    ``pending=False``): labels, deletion, the controller ownerReference, the pod affinity and
+    anti-affinity and the containers' ports. A pod kept in this form counts on its node as the
+    whole object does, for usage and for NodePorts, PodTopologySpread and InterPodAffinity (the
+    extender's assumed pods). Lenient as :func:`usage_view`."""
     out = usage_view(pod)
     if not isinstance(pod, Mapping):
         return out
     meta, spec = pod.get("metadata"), pod.get("spec")
     if isinstance(meta, Mapping):
         out["metadata"].update({k: meta[k] for k in ("labels", "deletionTimestamp") if k in meta})
+        refs = meta.get("ownerReferences")  # (the controller: the system default spreading's group)
+        if isinstance(refs, list):
+            refs = [{k: r[k] for k in _OWNER_FIELDS if k in r} if isinstance(r, Mapping) else r for r in refs]
+        if "ownerReferences" in meta:
+            out["metadata"]["ownerReferences"] = refs
     if isinstance(spec, Mapping):
         affinity = spec.get("affinity")
-        if isinstance(affinity, Mapping):
-            affinity = {k: affinity[k] for k in ("podAntiAffinity",) if k in affinity}
+        if isinstance(affinity, Mapping):  # (podAffinity: its terms score the pods that come later)
+            affinity = {k: affinity[k] for k in ("podAffinity", "podAntiAffinity") if k in affinity}
         if "affinity" in spec:
             out["spec"]["affinity"] = affinity
         for key in ("containers", "initContainers"):
@@ -1929,6 +1981,277 @@ def _node_labels(node_docs: Sequence[Mapping[str, Any]], memo: dict[Any, Any]) -
     return got
 
 
+# --- scoring: PodTopologySpread and InterPodAffinity ---------------------------------------
+
+#: kube-scheduler's system default spread constraints (``podtopologyspread`` defaults, ScheduleAnyway):
+#: (topology key, maxSkew); for pods a Service, ReplicaSet, StatefulSet or ReplicationController selects.
+SYSTEM_DEFAULT_SPREAD = ((HOSTNAME_KEY, 3), ("topology.kubernetes.io/zone", 5))
+#: Controllers whose pods the system default constraints spread (``helper.DefaultSelector``; the
+#: snapshot sees no Services or controller objects: a pod's controller ownerReference stands in).
+_SPREAD_CONTROLLERS = ("ReplicaSet", "StatefulSet", "ReplicationController")
+#: At most this many pod groups per snapshot (each an int32 row per node): past it a pod's further
+#: scoring terms are left out, with a warning.
+MAX_SCORING_GROUPS = 256
+HARD_POD_AFFINITY_WEIGHT = 1  # InterPodAffinityArgs.hardPodAffinityWeight's default
+
+
+@dataclass(frozen=True)
+class ScoreRules:
+    """What PodTopologySpread and InterPodAffinity score with, of one pod: identity (namespace,
+    labels, deletion, controller) and the terms it holds (preferred pod affinity and anti-affinity
+    with weights, required pod affinity); for a pending pod also its ScheduleAnyway constraints,
+    whether it has any constraint (then no system default applies) and what its node inclusion
+    policies read (node selector, required node affinity, tolerations)."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    terminating: bool
+    owner: str | None
+    preferred: tuple[tuple[PodTerm, int], ...] = ()
+    preferred_anti: tuple[tuple[PodTerm, int], ...] = ()
+    required: tuple[PodTerm, ...] = ()
+    soft_spread: tuple[SpreadConstraint, ...] = ()
+    has_spread: bool = False
+    node_selector: tuple[tuple[str, str], ...] = ()
+    node_terms: tuple[tuple[_Requirement, ...], ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+
+    def held(self) -> Iterable[tuple[str, PodTerm, int]]:
+        """The terms this pod holds toward others, as (kind, term, weight): kube's symmetric scoring."""
+        for t, weight in self.preferred:
+            yield "affinity", t, weight
+        for t, weight in self.preferred_anti:
+            yield "anti_affinity", t, weight
+        for t in self.required:
+            yield "affinity", t, HARD_POD_AFFINITY_WEIGHT
+
+
+def controller_owner(meta: Mapping[str, Any]) -> str | None:
+    """The uid (else name) of a pod's controller ownerReference when it is a ReplicaSet,
+    StatefulSet or ReplicationController (lenient: a malformed reference is none)."""
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") in _SPREAD_CONTROLLERS:
+            ident = ref.get("uid") or ref.get("name")
+            return f"{ref['kind']}/{ident}" if isinstance(ident, str) and ident else None
+    return None
+
+
+def score_rules(pod: Mapping[str, Any], pending: bool = True) -> ScoreRules:
+    """A pod's :class:`ScoreRules`; a field of the wrong type raises :class:`PodSpecError` naming its path."""
+    who = _who(pod)
+    meta = _obj(pod.get("metadata"), who, "metadata")
+    spec = _obj(pod.get("spec"), who, "spec")
+    namespace = _opt_str(meta, "namespace", who, "metadata") or "default"
+    labels = _str_map(meta.get("labels"), who, "metadata.labels")
+    affinity = _obj(spec.get("affinity"), who, "spec.affinity")
+    base = ScoreRules(namespace, labels, bool(meta.get("deletionTimestamp")), controller_owner(meta),
+                      _preferred_pod_terms(affinity, "podAffinity", namespace, who),
+                      _preferred_pod_terms(affinity, "podAntiAffinity", namespace, who),
+                      _pod_terms(affinity, "podAffinity", namespace, who))
+    if not pending:
+        return base
+    soft = _spread_constraints(spec, labels, who, "ScheduleAnyway")
+    has_spread = bool(_items(spec.get("topologySpreadConstraints"), who, "spec.topologySpreadConstraints"))
+    node_terms = None
+    selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
+    node_affinity = _obj(affinity.get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
+    required = _obj(node_affinity.get(_REQUIRED), who, f"spec.affinity.nodeAffinity.{_REQUIRED}")
+    if required:
+        tp = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
+        node_terms = tuple(tuple(parse_term(t, who, f"{tp}[{k}]")) for k, t in enumerate(_items(required.get("nodeSelectorTerms"), who, tp)))
+    tolerations = tuple(Toleration(**t) for t in _tolerations(spec, who))
+    return dc_replace(base, soft_spread=soft, has_spread=has_spread, node_selector=tuple(sorted(selector.items())),
+                      node_terms=node_terms, tolerations=tolerations)
+
+
+def _holds_pod_terms(pod: Mapping[str, Any]) -> bool:
+    """Whether a bound pod may hold pod affinity terms (lenient; the parse says what is wrong)."""
+    affinity = _spec(pod).get("affinity")
+    if not isinstance(affinity, Mapping):
+        return affinity is not None
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind)
+        if section is not None and (not isinstance(section, Mapping) or section.get(_PREFERRED)
+                                    or (kind == "podAffinity" and section.get(_REQUIRED))):
+            return True
+    return False
+
+
+class BoundScoring:
+    """The bound pods as the two scoring plugins count them, per group (memoized: one model, one
+    set of bound pods): pods alike (namespace, labels, deletion, controller) are matched once."""
+
+    def __init__(self, by_node: Mapping[str, Sequence[Mapping[str, Any]]], warnings: list[str]) -> None:
+        self.alike: dict[tuple, collections.Counter[str]] = {}
+        self.held: dict[tuple[str, PodTerm, int], collections.Counter[str]] = {}
+        for node, pods in by_node.items():
+            for pod in pods:
+                meta = _meta(pod)
+                labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+                namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else "default"
+                key = (namespace, tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+                       bool(meta.get("deletionTimestamp")), controller_owner(meta))
+                self.alike.setdefault(key, collections.Counter())[node] += 1
+                if _holds_pod_terms(pod):
+                    try:
+                        rules = score_rules(pod, pending=False)
+                    except PodSpecError as exc:
+                        message = f"ignored by pod affinity scoring: {exc}"
+                        _usage_warning(warnings, message, (node, message))
+                        continue
+                    for held in rules.held():
+                        self.held.setdefault(held, collections.Counter())[node] += 1
+        self._memo: dict[Any, collections.Counter[str]] = {}
+
+    def counts(self, group: tuple) -> collections.Counter[str]:
+        """Per node, the bound pods of ``group`` (a key of :func:`_group_member`)."""
+        if group[0] == "holds":
+            return self.held.get(group[1:], collections.Counter())
+        got = self._memo.get(group)
+        if got is None:
+            got = collections.Counter()
+            for (namespace, labels, terminating, owner), nodes in self.alike.items():
+                if _group_member(group, ScoreRules(namespace, dict(labels), terminating, owner)):
+                    got.update(nodes)
+            self._memo[group] = got
+        return got
+
+
+def _group_member(group: tuple, pod: ScoreRules) -> bool:
+    """Whether ``pod`` counts in ``group``: ("selector", namespace, selector) spread's
+    countPodsMatchSelector (not being deleted, an empty selector matches none); ("owner",
+    namespace, controller) the system default's stand-in; ("match", term) a pod affinity term's
+    matches (deleted ones too, as kube); ("holds", kind, term, weight) the pods holding that term."""
+    kind = group[0]
+    if kind == "selector":
+        return (pod.namespace == group[1] and not pod.terminating and bool(group[2].requirements)
+                and group[2].matches(pod.labels))
+    if kind == "owner":
+        return pod.namespace == group[1] and not pod.terminating and pod.owner == group[2]
+    if kind == "match":
+        return group[1].matches(pod.namespace, pod.labels)
+    return group[1:] in set(pod.held())
+
+
+def _node_affinity_ok(rules: ScoreRules, doc: Mapping[str, Any]) -> bool:
+    labels = doc["labels"]
+    return all(labels.get(k) == v for k, v in rules.node_selector) and (
+        rules.node_terms is None or any(term_matches(list(t), doc["name"], labels) for t in rules.node_terms))
+
+
+class _ScoringBuilder:
+    """Builds ``Problem.pod_scoring`` for a batch of pending pods (:func:`pod_scoring`)."""
+
+    def __init__(self, node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring, warnings: list[str]) -> None:
+        self.docs, self.bound, self.warnings = node_docs, bound, warnings
+        self.groups: dict[tuple, int] = {}
+        self.rows: dict[tuple, int] = {}
+        self.row_ids: list[np.ndarray] = []
+        self.row_keys: list[str] = []
+        self.values: dict[str, dict[str, int]] = {}  # per key, domain ids of its values
+        self.dropped = 0
+
+    def group(self, key: tuple) -> int | None:
+        got = self.groups.get(key)
+        if got is None:
+            if len(self.groups) >= MAX_SCORING_GROUPS:
+                self.dropped += 1
+                return None
+            got = self.groups[key] = len(self.groups)
+        return got
+
+    def topology(self, key: str, required: frozenset[str] = frozenset(), rules: ScoreRules | None = None,
+                 taints: bool = False) -> int:
+        """The row of ``key``: -1 at nodes without it, without one of ``required`` (the pod's
+        other keys) or left out by the node inclusion policies (``rules``: its node affinity is
+        honored; ``taints``: its tolerations too)."""
+        honored = rules is not None and (rules.node_selector or rules.node_terms is not None)
+        affinity = (rules.node_selector, rules.node_terms) if honored else None  # (none: every node, one row)
+        tolerations = rules.tolerations if rules is not None and taints else None
+        row_key = (key, required, affinity, tolerations)
+        got = self.rows.get(row_key)
+        if got is not None:
+            return got
+        ids = self.values.setdefault(key, {})
+        row = np.full(len(self.docs), -1, dtype=np.int32)
+        for i, doc in enumerate(self.docs):
+            labels = doc["labels"]
+            value = labels.get(key)
+            if value is None or not required <= labels.keys():
+                continue
+            if affinity is not None and not _node_affinity_ok(rules, doc):
+                continue
+            if tolerations is not None and _untolerated(doc.get("taints", ()), tolerations):
+                continue
+            row[i] = ids.setdefault(value, len(ids))
+        got = self.rows[row_key] = len(self.row_ids)
+        self.row_ids.append(row)
+        self.row_keys.append(key)
+        return got
+
+    def terms(self, rules: ScoreRules, held: Iterable[tuple[str, PodTerm, int]],
+              pending: Sequence[ScoreRules]) -> list[SoftPodTerm]:
+        out: list[SoftPodTerm] = []
+
+        def add(kind: str, group: tuple, row: Callable[[], int], value: int, always: bool = False) -> None:
+            # An affinity term whose group has no pod anywhere scores every node alike: left out.
+            if not always and group not in self.groups and not self.bound.counts(group) and not any(
+                    _group_member(group, p) for p in pending):
+                return
+            g = self.group(group)
+            if g is not None:
+                out.append(SoftPodTerm(kind, g, row(), value))
+
+        if rules.has_spread:  # the pod's own constraints: nodes lacking one of their keys are not scored
+            keys = frozenset(c.topology_key for c in rules.soft_spread)
+            for c in rules.soft_spread:
+                add("spread", ("selector", rules.namespace, c.selector),
+                    lambda c=c: self.topology(c.topology_key, keys, rules if c.honor_affinity else None, c.honor_taints),
+                    c.max_skew, always=True)
+        elif rules.owner is not None:  # the system default constraints (nodeAffinityPolicy Honor)
+            for key, skew in SYSTEM_DEFAULT_SPREAD:
+                add("default_spread", ("owner", rules.namespace, rules.owner), lambda key=key: self.topology(key, frozenset(), rules),
+                    skew, always=True)
+        for kind, terms in (("affinity", rules.preferred), ("anti_affinity", rules.preferred_anti)):
+            for t, weight in terms:
+                add(kind, ("match", t), lambda t=t: self.topology(t.topology_key), weight)
+        for kind, t, weight in held:  # the other pods' terms that select this pod
+            if t.matches(rules.namespace, rules.labels):
+                add(kind, ("holds", kind, t, weight), lambda t=t: self.topology(t.topology_key), weight)
+        return out
+
+
+def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring,
+                warnings: list[str]) -> PodScoring | None:
+    """``Problem.pod_scoring`` for ``pending`` (one per workload) on ``node_docs`` against the bound
+    pods (``bound``); None when no pod has anything these plugins score."""
+    builder = _ScoringBuilder(node_docs, bound, warnings)
+    held = set(bound.held)
+    for rules in pending:
+        held.update(rules.held())
+    held_list = sorted(held, key=repr)  # (a stable order: the groups' and the file's)
+    terms = [builder.terms(rules, held_list, pending) for rules in pending]
+    if not any(terms):
+        return None
+    if builder.dropped:
+        warnings.append(f"pod scoring: {builder.dropped} term(s) left out past {MAX_SCORING_GROUPS} pod groups "
+                        "(PodTopologySpread / InterPodAffinity score them as equal on every node)")
+    pos = {doc["name"]: i for i, doc in enumerate(node_docs)}
+    groups = list(builder.groups)
+    counts = np.zeros((len(groups), len(node_docs)), dtype=np.int32)
+    members = np.zeros((len(groups), len(pending)), dtype=bool)
+    for g, key in enumerate(groups):
+        for node, n in bound.counts(key).items():
+            if node in pos:
+                counts[g, pos[node]] += n
+        members[g] = [_group_member(key, p) for p in pending]
+    names = tuple(f"{key[0]}-{g}" for g, key in enumerate(groups))
+    topo = np.array(builder.row_ids, dtype=np.int32).reshape(len(builder.row_ids), len(node_docs))
+    topo_names = tuple(f"{key}#{t}" for t, key in enumerate(builder.row_keys))
+    return PodScoring(tuple(builder.row_keys), topo, names, counts, members, tuple(tuple(t) for t in terms), topo_names)
+
+
 # --- usage of bound pods -------------------------------------------------------------------
 
 
@@ -2245,6 +2568,10 @@ class ClusterModel:
         self._rules_cache = rules_cache
         self._memo: dict[Any, Any] = {}  # what pod_filter_failures keeps over the bound pods and nodes
         self._bound_anti: bool | None = None
+        self._bound_scoring: BoundScoring | None = None
+        self._wider: dict[tuple[str, ...], ClusterModel] = {}  # for_pods' models, by resources
+        self._short_of_slots: dict[int, bool] = {}
+        self._doc_cache, self._bound_pods = doc_cache, bound_pods
 
     def _build(self, docs: list[dict[str, Any]]) -> None:
         """The node docs, the problem skeleton and the cluster problem of ``docs``."""
@@ -2266,6 +2593,41 @@ class ClusterModel:
         if self._placed is None:
             self._placed = placed_pods(self._by_node or {}, self.warnings, self._rules_cache)
         return self._placed
+
+    def for_pods(self, pods: Sequence[Mapping[str, Any]]) -> ClusterModel:
+        """This model, or where ``pods`` need more resources checked than it has (one they request
+        that the config does not list, or ``pods`` while a node is short of slots:
+        :func:`feasibility_resources`) the model built for them (``pending=pods``) from the same
+        objects, kept for the next pods that need the same: a model built for no pods (the
+        webhook's cached one) put a pod on a full node or on one without its extended resource."""
+        if self._widened or self._by_node is None:
+            return self
+        # feasibility_resources, with the nodes' slot check once per model and number of pods
+        # (a walk over every node: the webhook asks per request)
+        configured = tuple(self.config.resources)
+        res = (*configured, *sorted(set().union(*(requested_names(p) for p in pods)) - set(configured)))
+        if "pods" not in res and pods:
+            short = self._short_of_slots.get(len(pods))
+            if short is None:
+                short = self._short_of_slots[len(pods)] = _short_of_pod_slots(
+                    list(self.node_objects.values()), self._by_node, len(pods))
+            if short:
+                res = (*res, "pods")
+        if res == configured:
+            return self
+        got = self._wider.get(res)
+        if got is None:
+            if len(self._wider) >= 16:
+                self._wider.clear()
+            got = self._wider[res] = ClusterModel(list(self.node_objects.values()), self._bound_pods, self.config,
+                                                  doc_cache=self._doc_cache, pending=pods)
+        return got
+
+    def bound_scoring(self) -> BoundScoring:
+        """The bound pods as PodTopologySpread and InterPodAffinity score them (built once; none in NodeList mode)."""
+        if self._bound_scoring is None:
+            self._bound_scoring = BoundScoring(self._by_node or {}, self.warnings)
+        return self._bound_scoring
 
     def _anti_affinity_bound(self) -> bool:
         """Whether some bound pod has required anti-affinity (then every pod is checked against it)."""
@@ -2344,6 +2706,7 @@ class ClusterModel:
         wl = workload_doc(pod, res, self.node_docs, {})
         if self._needs_pod_filters(pod):
             pod_rules(pod)
+        score_rules(pod)
         try:
             problem_from_dict(dict(self.skeleton, resources=list(res), nodes=[], workloads=[wl]), source="pending pods")
         except ProblemValidationError as exc:
@@ -2355,6 +2718,7 @@ class ClusterModel:
         parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
         wls = [wl for wl, _ in parsed]
         self._pod_filter_labels(pods, wls, extra)
+        scoring_rules = [score_rules(p) for p in pods]
         # Workloads are validated by the problem-file loader against an empty cluster of the same
         # domains and resources, then grafted onto the cached cluster problem.
         small_doc = dict(self.skeleton, nodes=[], workloads=wls)
@@ -2379,8 +2743,11 @@ class ClusterModel:
             for i, labels in added.items():
                 nodes[i] = dc_replace(nodes[i], labels={**nodes[i].labels, **labels})
             changes["nodes"] = nodes
+        bound = self.bound_scoring()  # (its notes go to the model's warnings first)
+        warnings = list(self.warnings)
+        changes["pod_scoring"] = pod_scoring(scoring_rules, self.node_docs, bound, warnings)
         problem = base.replace(**changes)
-        return Snapshot(problem, list(pods), self.node_objects, list(self.warnings))
+        return Snapshot(problem, list(pods), self.node_objects, warnings)
 
 
 #: The workload fields that pod annotations set, and the annotation each comes from.
@@ -2435,7 +2802,9 @@ def _name_pods(exc: ProblemValidationError, pods: Sequence[Mapping[str, Any]]) -
 def build_snapshot(nodes: Sequence[Mapping[str, Any]], bound_pods: Sequence[Mapping[str, Any]] | None,
                    pending: Sequence[Mapping[str, Any]], config: ClusterConfig | None = None) -> Snapshot:
     """Nodes + bound pods (``None``: usage from node annotations) + pending pods -> snapshot."""
-    return ClusterModel(nodes, bound_pods, config).with_pods(pending)
+    # pending: the resources they request beyond the configured ones bound fit (an FPGA, a full
+    # node's pod slots), as in the scheduler and the extender.
+    return ClusterModel(nodes, bound_pods, config, pending=pending).with_pods(pending)
 
 
 def load_config(path: str | os.PathLike | None) -> ClusterConfig:

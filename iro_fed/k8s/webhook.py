@@ -317,7 +317,8 @@ class Webhook(RequestStats):
         meta.setdefault("namespace", namespace)
         if not meta.get("name"):
             meta["name"] = (meta.get("generateName") or "pod-") + "(new)"
-        snap = self.cache.model().with_pods([pod])
+        # for_pods: the resources the pod requests beyond the config, and pod slots, bound fit (build_snapshot's rule)
+        snap = self.cache.model().for_pods([pod]).with_pods([pod])
         state = ClusterState(snap.problem)
         with self._solver_lock:
             if isinstance(self.solver, OnlineSolver):

@@ -84,8 +84,9 @@ def test_a_batch_is_scored_as_on_the_configured_resources(
     assert problem.util_resources == ("cpu", "memory")  # ...not scored
     # The same placement scores the same as on the configured resources alone.
     names = [w.name for w in problem.workloads]
-    plain = build_snapshot(
-        nodes, bound, sorted(batch, key=lambda p: names.index(f"default/{p['metadata']['name']}")), CONFIG
+    # (build_snapshot widens the resources for its pods, as the scheduler: the configured ones alone here)
+    plain = ClusterModel(nodes, bound, CONFIG).with_pods(
+        sorted(batch, key=lambda p: names.index(f"default/{p['metadata']['name']}"))
     ).problem
     assert plain.resources == ("cpu", "memory")
     assert evaluate(problem, assignment).score == evaluate(plain, assignment).score
