@@ -17,9 +17,12 @@ Each step (60 s by default) does, in order:
    Solvers are built with ``solvers.make`` and called through ``solve`` (online solvers place
    pod by pod with ``decide``). Every returned node is checked against the live
    :class:`~iro_fed.model.ClusterState` before it is applied (never a capacity overrun).
-5. **Preemption, make-room, consolidation**: a pending pod that fits nowhere evicts the fewest
-   lower-priority pods of one node (``preemption``, kube-scheduler's default; an evicted batch
-   job restarts); a batch job that fits nowhere gets room by moving service replicas off one
+5. **Preemption, make-room, consolidation**: a pending pod that fits no powered node evicts
+   lower-priority pods of one node as kube-scheduler's DefaultPreemption picks them
+   (``preemption``: per node all lower pods but those it can reprieve, most important first; the
+   node with the lowest highest-victim priority, then the smallest priority sum, the fewest
+   victims, the latest-started victims; every such pod, GPU pods included; an evicted batch job
+   restarts); a batch job that fits nowhere gets room by moving service replicas off one
    node (``make_room``); every ``consolidate_every`` steps the least-used node holding only
    replicas is drained when the solver places them all elsewhere (``consolidate_below``).
 6. **Autoscaling**: for pods still pending, powered-down nodes they fit (own data centres
@@ -722,40 +725,127 @@ class Simulator:
             free[-1] = self.capacity[n] - st.base_allocated[n]
         return room_fits(free, fit_tolerance(self.master)[n], self.demand[p])
 
+    def _gpu_fits_after_removing(self, p: int, n: int, pods: Any) -> bool:
+        """Pod p's GPU request fits node n's cards once ``pods`` (running there) are taken off:
+        each gives back what ClusterState.remove returns to its cards (whole cards of a k-GPU
+        pod, a share's milli), integer-exact; then resource_fit's test (k whole free cards; a
+        share: one card with that milli free)."""
+        k, milli = int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p])
+        if k == 0:
+            return True
+        row = self.state.gpu_free[n].copy()
+        self._give_back_cards(row, pods, 1)
+        if k == 1 and milli < GPU_MILLI:
+            return bool(row.max(initial=-1) >= milli)
+        return int((row == GPU_MILLI).sum()) >= k
+
+    def _give_back_cards(self, row: np.ndarray, pods: Any, sign: int) -> None:
+        """Add (sign 1) or take back (-1) the card usage of running ``pods`` to a copy of their node's row."""
+        for v in pods:
+            cards = self.state.gpu_cards.get(int(v), ())
+            if cards:
+                give = GPU_MILLI if self.wl_gpu_count[v] > 1 else int(self.wl_gpu_milli[v])
+                row[list(cards)] += sign * give
+
+    def _select_victims(self, p: int, n: int, lower: np.ndarray) -> np.ndarray | None:
+        """DefaultPreemption's SelectVictimsOnNode: with all of ``lower`` (node n's pods of lower
+        priority) gone pod p must fit, else None; then each is reprieved (put back) in order of
+        importance (highest priority first, then the earlier start: util.MoreImportantPod) while
+        p still fits. The rest, most important first, are the victims (never empty)."""
+        if lower.size == 0:
+            return None
+        lower = lower[np.lexsort((lower, self.first_placed[lower], -self.priority[lower]))]
+        if not self._fits_after_removing(p, n, lower)[-1] or not self._gpu_fits_after_removing(p, n, lower):
+            return None
+        st = self.state
+        tol, need = fit_tolerance(self.master)[n], self.demand[p]
+        free = self.capacity[n] - st.base_allocated[n] if lower.size == st.pods_on_node[n] else st.free[n] + self.demand[lower].sum(axis=0)
+        k, milli = int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p])
+        row = st.gpu_free[n].copy()
+        if k:
+            self._give_back_cards(row, lower, 1)
+        victims = []
+        for v in lower:
+            left = free - self.demand[v]
+            fits = bool(room_fits(left, tol, need))
+            if fits and k:
+                self._give_back_cards(row, [v], -1)
+                fits = bool(row.max(initial=-1) >= milli) if k == 1 and milli < GPU_MILLI else int((row == GPU_MILLI).sum()) >= k
+                if not fits:
+                    self._give_back_cards(row, [v], 1)
+            if fits:
+                free = left
+            else:
+                victims.append(int(v))
+        chosen = np.array(victims, dtype=np.int64)
+        # The reprieve sums in another order than the removals will: check the victims as
+        # ClusterState.remove frees them (a float-rounding edge falls back to all of them).
+        if chosen.size == 0 or not (self._fits_after_removing(p, n, chosen)[-1] and self._gpu_fits_after_removing(p, n, chosen)):
+            return lower
+        return chosen
+
+    def _victims_key(self, victims: np.ndarray) -> tuple[int, int, int, int]:
+        """pickOneNodeForPreemption's order (smaller is better; no PodDisruptionBudgets here):
+        the lowest highest-victim priority, the smallest sum of victim priorities (each shifted
+        by 2**31, as upstream, so that more negative-priority victims never sum to less), the
+        fewest victims, the latest start of the highest-priority victims (upstream: their
+        earliest start time, the node where it is latest). Ties: the first node."""
+        prio = self.priority[victims]
+        top = int(prio.max())
+        earliest = int(self.first_placed[victims[prio == top]].min())
+        return top, int((prio + 2**31).sum()), int(victims.size), -earliest
+
     def _preempt(self, t: int) -> None:
-        """kube-scheduler's preemption (PostFilter, simplified): a pending pod that fits nowhere
-        evicts the fewest lower-priority pods from one powered node (lowest priorities first)
-        and takes their place. Evicted batch jobs restart from zero (their Job recreates them)."""
+        """kube-scheduler's preemption (DefaultPreemption's PostFilter): a pending pod that fits
+        no powered node (its static filters passed) evicts pods of strictly lower priority from one
+        of them: per node, all lower pods but those it can reprieve (SelectVictimsOnNode); the
+        node by pickOneNodeForPreemption's order (:meth:`_victims_key`). It takes their place at
+        once; evicted batch jobs restart from zero (their Job recreates them). Every pending pod
+        is tried, highest priority first, as the scheduler tries each pod that fails its cycle;
+        GPU pods preempt and are preempted like the others (their cards are counted exactly).
+        Pods the round evicts are not tried again in it (their controller recreates them)."""
         st = self.state
         pending = np.flatnonzero(self.status == PENDING)
         if pending.size == 0:
             return
-        for p in self._pending_order(pending)[:20]:
-            if self.status[p] != PENDING or self.wl_gpu_count[p] > 0:
+        tol = fit_tolerance(self.master)
+        lower_free: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # priority -> (free with its lower pods gone, their count)
+        # Pods alike in priority, filters and requests fail alike until a preemption changes the
+        # cluster: one try per kind (thousands of pending pods of a few shapes cost a few tries).
+        failed: set[tuple] = set()
+        for p in self._pending_order(pending):
+            p = int(p)
+            if self.status[p] != PENDING:
                 continue
-            prio = self.priority[p]
-            cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
-            fits_now = resource_fit(st, int(p), cand)
-            best: tuple[int, int, np.ndarray] | None = None
-            for n, fits in zip(cand, fits_now, strict=True):
-                if fits:
-                    continue  # it fits here: the solver left it pending on purpose (or a later step places it)
+            prio = int(self.priority[p])
+            kind = (prio, self.workloads[p].constraint_key, int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p]), *self.demand[p].tolist())
+            if kind in failed:
+                continue
+            if prio not in lower_free:
+                lower_free[prio] = self._free_without_lower(prio)
+            free, count = lower_free[prio]
+            failed.add(kind)  # (taken out again below when it preempts)
+            if not count.any():
+                continue  # no running pod of lower priority anywhere
+            cand = np.flatnonzero(self._static_mask(p) & (self.node_state == ON))
+            if cand.size == 0 or resource_fit(st, p, cand).any():
+                continue  # upstream's PostFilter runs only when no node fits; one fits: the solver left it pending
+            # A quick bound (twice the tolerance: the sums' order differs from the exact check's).
+            hopeful = cand[(count[cand] > 0) & room_fits(free[cand], 2 * tol[cand], self.demand[p])]
+            best: tuple[tuple[int, int, int, int], int, np.ndarray] | None = None
+            for n in hopeful:
                 on_n = np.flatnonzero(st.assignment == n)
-                lower = on_n[(self.priority[on_n] < prio) & (self.wl_gpu_count[on_n] == 0)]
-                if lower.size == 0:
+                lower = on_n[self.priority[on_n] < prio]
+                victims = self._select_victims(p, int(n), lower)
+                if victims is None:
                     continue
-                lower = lower[np.lexsort((-self.first_placed[lower], self.priority[lower]))]
-                enough = np.flatnonzero(self._fits_after_removing(int(p), int(n), lower))
-                if enough.size == 0:
-                    continue
-                k = int(enough[0]) + 1
-                key = (k, int(self.priority[lower[:k]].max()))
-                if best is None or key < (best[0], best[1]):
-                    best = (key[0], key[1], lower[:k])
-                    best_node = int(n)
+                key = self._victims_key(victims)
+                if best is None or key < best[0]:
+                    best = (key, int(n), victims)
             if best is None:
                 continue
-            for v in best[2]:
+            _, best_node, victims = best
+            for v in victims:
                 st.remove(int(v))
                 self.status[v] = PENDING
                 if self.first_placed[v] == t:
@@ -769,7 +859,19 @@ class Simulator:
             # The victims may free more than p takes: older pending pods that fit the rest must be
             # offered again next step (else they waited for an unrelated departure, or forever).
             self.capacity_freed = True
-            self._apply(int(p), best_node, None, t)
+            lower_free.clear()
+            failed.clear()
+            self._apply(p, best_node, None, t)
+
+    def _free_without_lower(self, prio: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: what would be free with every running pod of priority below ``prio`` gone
+        (summed in any order: a bound for :meth:`_preempt`'s quick test), and how many there are."""
+        st = self.state
+        pods = np.flatnonzero((st.assignment >= 0) & (self.priority < prio))
+        nodes = st.assignment[pods]
+        N = len(self.nodes)
+        freed = np.column_stack([np.bincount(nodes, weights=self.demand[pods, r], minlength=N) for r in range(self.demand.shape[1])])
+        return st.free + freed, np.bincount(nodes, minlength=N)
 
     def _make_room(self, t: int) -> None:
         """A batch job (any pod not a service replica) that fits nowhere: move service replicas (which may
