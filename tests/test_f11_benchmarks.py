@@ -539,3 +539,11 @@ def test_extender_bench_table_is_not_cut_at_80_columns_when_piped(tmp_path) -> N
     rows = [line for line in proc.stdout.splitlines() if "nodeCacheCapable: true)" in line]
     assert len(rows) == 2 and all("filter" in r or "prioritize" in r for r in rows)
     assert _strict_json(out)["nodes"] == 3
+
+
+def test_joint_solvers_give_the_qubo_its_time_target_as_budget(joint) -> None:
+    # The 2 s at 100x20 is asked of the QUBO as time_limit_s (as CP-SAT's 10 s at 500x100); other
+    # sizes keep the solver's default budget.
+    assert joint.settings_for("qubo", (100, 20), True, 3) == {"time_limit_s": 2.0, "seed": 3}
+    assert "time_limit_s" not in joint.settings_for("qubo", (500, 100), False, 0)
+    assert joint.settings_for("cpsat", (500, 100), False, 0)["time_limit_s"] == 10.0
