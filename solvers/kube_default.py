@@ -89,8 +89,9 @@ Known differences (deliberate, the model does not carry what upstream reads):
   the domain from these labels (else ``default``), so for real nodes both agree.
 * The scan checks feasible nodes in order and stops at exactly the number to find (upstream
   checks in parallel chunks and may process a few more). ``nextStartNodeIndex`` is kept across
-  solves of one solver object on the same node list (the simulator's steps, as upstream keeps it
-  across scheduling cycles) and starts at 0 for a new solver or other nodes; every ``solve``
+  solves of one solver object (the simulator's steps, as upstream keeps it across scheduling
+  cycles), modulo the node count when nodes are added or removed, and starts at 0 for a new
+  solver or a node list sharing no name with the last one; every ``solve``
   reseeds, so a new solver with the same seed gives the same answer. This only matters above
   100 nodes.
 * Pod scoring (``Problem.pod_scoring``, from the Kubernetes snapshot): the system default
@@ -205,6 +206,9 @@ def least_allocated(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarra
 
 class KubeDefault(OnlineSolver):
     name = "kube-default"
+    #: It reads ``Problem.pod_scoring``: the Kubernetes adapters build it only for such a solver
+    #: (``iro_fed.k8s.snapshot.reads_pod_scoring``).
+    reads_pod_scoring = True
     properties = SolverProperties(
         "online", False,
         "kube-scheduler's default scoring (LeastAllocated, Balanced, taints, affinity; pod spread and affinity from a "
@@ -221,11 +225,16 @@ class KubeDefault(OnlineSolver):
     def reset(self, problem: Problem) -> None:
         super().reset(problem)
         self.node_order = zone_interleaved_order(problem)
-        # nextStartNodeIndex lives as long as the scheduler: a solver reused on the same nodes (the
-        # simulator's steps) goes on where its last run stopped; other nodes (or a new solver) start at 0.
-        names = tuple(node.name for node in problem.nodes)
-        if getattr(self, "_scan_nodes", None) != names:
+        # nextStartNodeIndex lives as long as the scheduler: a solver reused on the cluster (the
+        # simulator's steps) goes on where its last run stopped, modulo the node count as upstream
+        # reads it ((nextStartNodeIndex + i) % len(allNodes)) when nodes come and go; a node list
+        # sharing no name with the last one (another cluster) or a new solver starts at 0.
+        names = frozenset(node.name for node in problem.nodes)
+        last = getattr(self, "_scan_nodes", None)
+        if last is None or last.isdisjoint(names):
             self.next_start_node_index = 0
+        else:
+            self.next_start_node_index %= max(problem.num_nodes, 1)
         self._scan_nodes = names
         self.num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, problem.num_nodes)
         # The scored resources (cpu always, memory when the problem has it), in kube's integer
@@ -299,6 +308,10 @@ class KubeDefault(OnlineSolver):
         self._placed_add = [_sum_by_node(where, self._pod_add[placed, j], n) for j in range(len(self._cols))]
         # (per-node sums, per-pod values) that apply_changes keeps up to date.
         self._tracked = [(self._placed_add[j], self._pod_add[:, j]) for j in range(len(self._cols))]
+        # Per (group, topology) the group's pods per domain, built on first use and kept up to date by
+        # apply_changes (a bincount over every node per term per decision was most of a large run).
+        self._domains: dict[tuple[int, int], np.ndarray] = {}
+        self._domain_topologies: dict[int, list[int]] = {}
         if self._groups_of is not None:  # each group's pods per node: the snapshot's plus the ones placed here
             self._group_count = self._ps.group_counts.astype(np.int64)
             for w, node in zip(placed, where, strict=True):
@@ -315,8 +328,15 @@ class KubeDefault(OnlineSolver):
             for sums, values in self._tracked:
                 sums[node] += sign * values[w]
         if self._groups_of is not None:
+            topology = self._ps.topology
             for w, node, sign in entries:
-                self._group_count[self._groups_of[w], node] += sign
+                groups = self._groups_of[w]
+                self._group_count[groups, node] += sign
+                for g in groups.tolist():
+                    for t in self._domain_topologies.get(g, ()):
+                        d = topology[t, node]
+                        if d >= 0:
+                            self._domains[(g, t)][d] += sign
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
@@ -409,10 +429,16 @@ class KubeDefault(OnlineSolver):
         return out
 
     def _domain_counts(self, group: int, topology: int) -> np.ndarray:
-        """Per domain of ``topology``, the group's pods on the nodes it counts (float64, exact)."""
-        dom = self._ps.topology[topology]
-        counted = dom >= 0
-        return np.bincount(dom[counted], weights=self._group_count[group][counted], minlength=int(dom.max(initial=-1)) + 1)
+        """Per domain of ``topology``, the group's pods on the nodes it counts (float64, exact;
+        counted once per run and state, then kept by :meth:`apply_changes`)."""
+        got = self._domains.get((group, topology))
+        if got is None:
+            dom = self._ps.topology[topology]
+            counted = dom >= 0
+            got = np.bincount(dom[counted], weights=self._group_count[group][counted], minlength=int(dom.max(initial=-1)) + 1)
+            self._domains[(group, topology)] = got
+            self._domain_topologies.setdefault(group, []).append(topology)
+        return got
 
     def _spread_scores(self, w: int, candidates: np.ndarray) -> np.ndarray:
         """PodTopologySpread's Score and NormalizeScore (``podtopologyspread/scoring.go``) over

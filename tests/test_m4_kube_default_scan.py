@@ -1,5 +1,6 @@
 """kube-default keeps nextStartNodeIndex across solves on the same nodes (as kube-scheduler keeps it
-across scheduling cycles); other nodes, or a new solver, start at 0."""
+across scheduling cycles), modulo the node count when nodes come and go; a node list sharing no name
+with the last one, or a new solver, starts at 0."""
 
 from __future__ import annotations
 
@@ -48,5 +49,5 @@ def test_a_single_solve_is_as_before_and_other_nodes_restart_the_scan():
     assert s.next_start_node_index == 100
     s.solve(_problem(np.zeros(N), prefix="m"))  # another node list: from 0 again
     assert s.next_start_node_index == 100
-    s.solve(_problem(np.zeros(N - 1), prefix="m"))
-    assert s.next_start_node_index == 100  # 199 nodes: 100 to find, from 0
+    s.solve(_problem(np.zeros(N - 1), prefix="m"))  # one node fewer: on from 100 (modulo 199), as upstream
+    assert s.next_start_node_index == (100 + 100) % (N - 1)

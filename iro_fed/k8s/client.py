@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iro_fed.k8s.httpjson import positive_seconds
-from iro_fed.k8s.snapshot import PREFIX, RESIZE_PENDING
+from iro_fed.k8s.snapshot import own_annotations, resize_conditions
 
 log = logging.getLogger("iro_fed.k8s")
 
@@ -251,21 +251,6 @@ def _versions(store: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def _own_annotations(value: Any) -> Any:
-    """The ``iro-fed.io/`` annotations (the only ones read: GPU share and cards, the node's
-    ``allocated``); anything but an object is kept whole (its parse says what is wrong)."""
-    if not isinstance(value, Mapping):
-        return value
-    return {k: v for k, v in value.items() if not isinstance(k, str) or k.startswith(PREFIX)}
-
-
-def _resize_conditions(value: Any) -> Any:
-    """The ``PodResizePending`` condition (an in-place resize's verdict; the only condition read)."""
-    if not isinstance(value, list):
-        return value
-    return [c for c in value if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING]
-
-
 _CONTAINER = {"name": True, "resources": True, "restartPolicy": True, "ports": True}
 _CONTAINER_STATUS = {"name": True, "allocatedResources": True, "resources": True}
 
@@ -280,23 +265,23 @@ _CONTAINER_STATUS = {"name": True, "allocatedResources": True, "resources": True
 #: ``has_anti_affinity``, ``score_rules(pending=False)``: labels, the controller ownerReference (the
 #: system default spreading's group) and pod (anti-)affinity, ``node_doc``, ``node_cache_key``; its rules cache keys pods by uid and
 #: resourceVersion), the extender (uids, usage of the pods on a node) and the scheduler's
-#: change hints (``_frees_room``, ``_adds_a_pod``, ``_node_fields``). Of a bound pod's affinity only
-#: the required podAntiAffinity is read now; ``affinity`` is kept whole (small, and rare) because
-#: kube's InterPodAffinity scoring also reads existing pods' affinity terms. Its other scheduling
-#: fields (tolerations, node selector, spread constraints, priority) are read of pending pods only,
-#: which no trimmed reflector holds. Reading a new field of a cached object means adding it here
+#: change hints (``_frees_room``, ``_adds_a_pod``, ``_node_fields``). Of a bound pod's affinity
+#: podAffinity and podAntiAffinity are read, preferred and required (the filters' existing
+#: anti-affinity, the scoring's existing pods' terms); ``affinity`` is kept whole (small, and
+#: rare). Its other scheduling fields (tolerations, node selector, spread constraints, priority)
+#: are read of pending pods only, which no trimmed reflector holds. Reading a new field of a cached object means adding it here
 #: (tests/k8s/test_m2_trimmed_cache.py checks that the model is unchanged).
 BOUND_POD_FIELDS: dict[str, Any] = {
     "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
-                 "deletionTimestamp": True, "annotations": _own_annotations,
+                 "deletionTimestamp": True, "annotations": own_annotations,
                  "ownerReferences": [{"kind": True, "name": True, "uid": True, "controller": True}]},
     "spec": {"nodeName": True, "containers": [_CONTAINER], "initContainers": [_CONTAINER], "overhead": True,
              "resources": True, "affinity": True},
     "status": {"phase": True, "containerStatuses": [_CONTAINER_STATUS], "initContainerStatuses": [_CONTAINER_STATUS],
-               "resources": True, "allocatedResources": True, "resize": True, "conditions": _resize_conditions},
+               "resources": True, "allocatedResources": True, "resize": True, "conditions": resize_conditions},
 }
 NODE_FIELDS: dict[str, Any] = {
-    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True, "annotations": _own_annotations},
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True, "annotations": own_annotations},
     "spec": {"taints": True, "unschedulable": True},
     "status": {"allocatable": True, "capacity": True},
 }
@@ -564,16 +549,20 @@ class ClusterCache:
     """
 
     def __init__(self, kube: Kube, config: Any = None, watch_timeout_s: int = 60, refresh_s: float = 0.5,
-                 watch_jitter: float = WATCH_JITTER, rng: random.Random | None = None, trim: bool = True) -> None:
+                 watch_jitter: float = WATCH_JITTER, rng: random.Random | None = None, trim: bool = True,
+                 wide: bool = True) -> None:
         """``watch_timeout_s``, ``watch_jitter``: the watches' timeouts (:class:`Reflector`); ``rng``
         seeds one generator per watch (repeatable in tests), else each has its own from the OS.
         ``trim``: the stores keep only what the model and its callers read of each object
-        (:data:`BOUND_POD_FIELDS`, :data:`NODE_FIELDS`); False: whole objects."""
+        (:data:`BOUND_POD_FIELDS`, :data:`NODE_FIELDS`); False: whole objects. ``wide``: each model
+        keeps every resource the nodes list and their pod slots (``ClusterModel(wide=True)``), so
+        that the webhook's ``for_pods`` widens it without a rebuild in the review."""
         from iro_fed.k8s.snapshot import ClusterConfig
 
         self.kube = kube
         self.config = config or ClusterConfig()
         self.refresh_s = refresh_s
+        self.wide = wide
         read = getattr(kube, "read_timeout_s", READ_TIMEOUT_S)
         watches = {"watch_timeout_s": watch_timeout_s, "read_timeout_s": read, "watch_jitter": watch_jitter}
         self.nodes = Reflector(kube.core.list_node, "nodes", rng=child_rng(rng),
@@ -619,7 +608,7 @@ class ClusterCache:
         from iro_fed.k8s.snapshot import ClusterModel
 
         version = self.version()  # read before the items: a change during the build triggers another
-        model = ClusterModel(self.nodes.items(), self.pods.items(), self.config, doc_cache=self._node_docs)
+        model = ClusterModel(self.nodes.items(), self.pods.items(), self.config, doc_cache=self._node_docs, wide=self.wide)
         with self._built:
             if version >= self._model_version:
                 self._model, self._model_version = model, version

@@ -111,6 +111,7 @@ from iro_fed.k8s.snapshot import (
     obj_uid,
     pod_shape_key,
     pods_by_node,
+    reads_pod_scoring,
 )
 from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, ClusterState
 from iro_fed.objective import marginal
@@ -361,6 +362,8 @@ class Extender(RequestStats):
         self.solver_name = solver
         self.solver = solvers.make(solver, **(solver_params or {}))
         self.fallback = solvers.make(fallback_solver)
+        # Pod scoring (it walks every bound pod per model) only where the solver or the fallback reads it.
+        self._scoring = reads_pod_scoring(self.solver, self.fallback)
         self.cache = cache
         self.kube = kube
         self.config = config or ClusterConfig()
@@ -438,7 +441,7 @@ class Extender(RequestStats):
             if snap is not None:
                 shapes.move_to_end(shape)
                 return snap
-        snap = model.with_pods([pod])
+        snap = model.with_pods([pod], scoring=self._scoring)
         # Cached for every pod of this shape: not the first one's whole document (a 30-container pod
         # is ~430 KB parsed, 64 shapes a model). Nothing here reads a snapshot's pods; the view
         # names the pod and holds what its usage and its rules read (:func:`bound_view`).
@@ -718,6 +721,10 @@ class Extender(RequestStats):
         extra = self._assumed_on(model)
         try:
             snap = self._snapshot_on(model, pod)
+            if extra and self._scoring:
+                # The pods bound here that the model does not count yet count for PodTopologySpread and
+                # InterPodAffinity too (kube-scheduler assumes each pod it binds): a snapshot of its own.
+                snap = model.with_pods([pod], assumed=extra)
             blocked = model.extra_pod_conflicts(pod, asked, extra)  # only which nodes: they score 0
         except ValueError as exc:
             raise BadRequest.wrap(exc, "Pod") from exc
@@ -771,7 +778,7 @@ class Extender(RequestStats):
             return {"NodeNameToMetaVictims": checked}
         model = self.cache.model()
         try:
-            base = model.with_pods([pod])
+            base = model.with_pods([pod], scoring=False)
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError
             raise BadRequest.wrap(exc, "Pod") from exc
         problem = base.problem

@@ -169,6 +169,7 @@ from iro_fed.k8s.snapshot import (
     pod_filter_failures,
     pod_rules,
     pods_by_node,
+    reads_pod_scoring,
     reads_pods,
 )
 from iro_fed.model import ClusterState
@@ -951,8 +952,10 @@ class IroScheduler:
         version = self._moves
         model = self._model(pods)
         outcomes: list[PodOutcome] = []
+        # Pod scoring (every bound pod walked per model) only where the solver or its fallback reads it.
+        scoring = reads_pod_scoring(self.solver)
         try:
-            snap = model.with_pods(pods)
+            snap = model.with_pods(pods, scoring=scoring)
             good = list(pods)
         except (PodSpecError, QuantityError, ProblemValidationError):
             good = []
@@ -965,7 +968,7 @@ class IroScheduler:
             if not good:
                 log.info("batch of %d: %s", len(pods), _batch_counts(outcomes))
                 return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
-            snap = model.with_pods(good)
+            snap = model.with_pods(good, scoring=scoring)
         problem = snap.problem
         if problem.num_nodes == 0:
             # kube's ErrNoNodesAvailable, not a FitError ("0/0 nodes are available."): its status is

@@ -92,6 +92,7 @@ without any of these has none.
 from __future__ import annotations
 
 import collections
+import copy
 import hashlib
 import json
 import logging
@@ -1486,19 +1487,32 @@ def _resize_status(status: Any) -> Any:
         if isinstance(keep[key], list):
             keep[key] = [{k: cs.get(k) for k in ("name", "allocatedResources", "resources")}
                          if isinstance(cs, Mapping) else cs for cs in keep[key]]
-    conditions = status.get("conditions")
-    if isinstance(conditions, list):
-        conditions = [c for c in conditions if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING] or None
-    keep["conditions"] = conditions
+    conditions = resize_conditions(status.get("conditions"))
+    keep["conditions"] = (conditions or None) if isinstance(conditions, list) else conditions
     return keep
 
 
+def own_annotations(value: Any) -> Any:
+    """The ``iro-fed.io/`` annotations of an ``annotations`` value (the only ones read: GPU share
+    and cards, the node's ``allocated``); anything but an object is kept whole (its parse says
+    what is wrong). The cache's trim (``client.BOUND_POD_FIELDS``) and the pod shape key both use it."""
+    if not isinstance(value, Mapping):
+        return value
+    return {k: v for k, v in value.items() if not isinstance(k, str) or k.startswith(PREFIX)}
+
+
+def resize_conditions(value: Any) -> Any:
+    """The ``PodResizePending`` conditions of a ``status.conditions`` value (an in-place resize's
+    verdict; the only condition read); anything but an array is kept whole."""
+    if not isinstance(value, list):
+        return value
+    return [c for c in value if not isinstance(c, Mapping) or c.get("type") == RESIZE_PENDING]
+
+
 def _own_annotations(meta: Mapping[str, Any]) -> Any:
-    """The ``iro-fed.io/`` annotations (the only ones read); anything but an object is kept whole."""
-    ann = meta.get("annotations")
-    if isinstance(ann, Mapping):
-        ann = {k: v for k, v in ann.items() if not isinstance(k, str) or k.startswith(PREFIX)} or None
-    return ann
+    """:func:`own_annotations` of ``meta`` (none kept: None, as no annotations read)."""
+    ann = own_annotations(meta.get("annotations"))
+    return (ann or None) if isinstance(ann, dict) else ann
 
 
 def pod_shape_key(pod: Mapping[str, Any]) -> str:
@@ -1844,29 +1858,41 @@ def _untolerated(taints: Sequence[Mapping[str, str]], tolerations: Sequence[Tole
                                                                        for tol in tolerations) for t in taints)
 
 
+def node_included(doc: Mapping[str, Any], node_selector: Iterable[tuple[str, str]],
+                  node_terms: Sequence[Sequence[_Requirement]] | None, tolerations: Sequence[Toleration],
+                  honor_affinity: bool, honor_taints: bool) -> bool:
+    """Upstream's ``matchNodeInclusionPolicies``: whether a node doc counts for a spread constraint.
+    The two policies are checked apart: nodeAffinityPolicy Honor reads the pod's node selector and
+    required node affinity, nodeTaintsPolicy Honor its tolerations (either without the other).
+    The one rule for the Filter (:func:`_spread_eligible`) and the scoring (:class:`_ScoringBuilder`)."""
+    if honor_affinity:
+        labels = doc["labels"]
+        if not all(labels.get(k) == v for k, v in node_selector):
+            return False
+        if node_terms is not None and not any(term_matches(list(t), doc["name"], labels) for t in node_terms):
+            return False
+    return not (honor_taints and _untolerated(doc.get("taints", ()), tolerations))
+
+
 def _spread_eligible(rules: PodRules, node_docs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Per constraint, the nodes its counts are taken over, with their topology value: those with
-    every constraint's key that, per its policies, pass the pod's node selector and required node
-    affinity (nodeAffinityPolicy Honor) and tolerate the node's taints (nodeTaintsPolicy Honor)."""
+    every constraint's key that pass its node inclusion policies (:func:`node_included`)."""
     constraints = rules.spread
     keys = [c.topology_key for c in constraints]
+    selector = tuple(rules.node_selector.items())
     out: list[dict[str, str]] = [{} for _ in constraints]
     for doc in node_docs:
         labels = doc["labels"]
         if not all(k in labels for k in keys):
             continue
-        affinity_ok = all(labels.get(k) == v for k, v in rules.node_selector.items()) and (
-            rules.node_terms is None or any(term_matches(list(t), doc["name"], labels) for t in rules.node_terms))
-        taints_ok = None
+        verdicts: dict[tuple[bool, bool], bool] = {}  # per policy pair, once per node
         for i, c in enumerate(constraints):
-            if c.honor_affinity and not affinity_ok:
-                continue
-            if c.honor_taints:
-                if taints_ok is None:
-                    taints_ok = not _untolerated(doc.get("taints", ()), rules.tolerations)
-                if not taints_ok:
-                    continue
-            out[i][doc["name"]] = labels[c.topology_key]
+            policy = (c.honor_affinity, c.honor_taints)
+            ok = verdicts.get(policy)
+            if ok is None:
+                ok = verdicts[policy] = node_included(doc, selector, rules.node_terms, rules.tolerations, *policy)
+            if ok:
+                out[i][doc["name"]] = labels[c.topology_key]
     return out
 
 
@@ -2103,12 +2129,42 @@ class BoundScoring:
                     for held in rules.held():
                         self.held.setdefault(held, collections.Counter())[node] += 1
         self._memo: dict[Any, collections.Counter[str]] = {}
+        #: :class:`_ScoringBuilder`'s pod-independent topology rows: key -> (row, its domain ids).
+        self.plain_rows: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._rows: dict[tuple, np.ndarray] = {}
+        self._parts: tuple[BoundScoring, BoundScoring] | None = None  # (:meth:`plus`)
+
+    def plus(self, extra: BoundScoring) -> BoundScoring:
+        """These pods and ``extra``'s (the extender's assumed pods, which the model does not count
+        yet), as one set: each group's counts are this one's (kept) plus ``extra``'s; the
+        pod-independent rows (one model's nodes) are shared."""
+        out = copy.copy(self)
+        out.held = dict(self.held)
+        for k, v in extra.held.items():
+            out.held[k] = self.held.get(k, collections.Counter()) + v
+        out._memo, out._rows, out._parts = {}, {}, (self, extra)
+        return out
+
+    def count_row(self, group: tuple, pos: Mapping[str, int]) -> np.ndarray:
+        """:meth:`counts` as an int32 row over the nodes of ``pos`` (name -> column; one model's
+        nodes: kept per group), read-only."""
+        got = self._rows.get(group)
+        if got is None or len(got) != len(pos):
+            got = np.zeros(len(pos), dtype=np.int32)
+            for node, n in self.counts(group).items():
+                if node in pos:
+                    got[pos[node]] += n
+            got.flags.writeable = False
+            self._rows[group] = got
+        return got
 
     def counts(self, group: tuple) -> collections.Counter[str]:
         """Per node, the bound pods of ``group`` (a key of :func:`_group_member`)."""
         if group[0] == "holds":
             return self.held.get(group[1:], collections.Counter())
         got = self._memo.get(group)
+        if got is None and self._parts is not None:
+            got = self._memo[group] = self._parts[0].counts(group) + self._parts[1].counts(group)
         if got is None:
             got = collections.Counter()
             for (namespace, labels, terminating, owner), nodes in self.alike.items():
@@ -2134,23 +2190,29 @@ def _group_member(group: tuple, pod: ScoreRules) -> bool:
     return group[1:] in set(pod.held())
 
 
-def _node_affinity_ok(rules: ScoreRules, doc: Mapping[str, Any]) -> bool:
-    labels = doc["labels"]
-    return all(labels.get(k) == v for k, v in rules.node_selector) and (
-        rules.node_terms is None or any(term_matches(list(t), doc["name"], labels) for t in rules.node_terms))
-
-
 class _ScoringBuilder:
     """Builds ``Problem.pod_scoring`` for a batch of pending pods (:func:`pod_scoring`)."""
 
-    def __init__(self, node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring, warnings: list[str]) -> None:
-        self.docs, self.bound, self.warnings = node_docs, bound, warnings
+    def __init__(self, node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring, warnings: list[str],
+                 pending: Sequence[ScoreRules]) -> None:
+        self.docs, self.bound, self.warnings, self.pending = node_docs, bound, warnings, pending
+        # The pod-independent rows (a key's domains on every node that has it) are kept with the
+        # bound pods (one model, one set of nodes): a review does not walk every node again.
+        self.plain = bound.plain_rows
         self.groups: dict[tuple, int] = {}
+        self._members: dict[tuple, np.ndarray] = {}
         self.rows: dict[tuple, int] = {}
         self.row_ids: list[np.ndarray] = []
         self.row_keys: list[str] = []
         self.values: dict[str, dict[str, int]] = {}  # per key, domain ids of its values
         self.dropped = 0
+
+    def members(self, key: tuple) -> np.ndarray:
+        """Which pending pods join group ``key`` (once per key: a term of every pod of a batch asks)."""
+        got = self._members.get(key)
+        if got is None:
+            got = self._members[key] = np.array([_group_member(key, p) for p in self.pending], dtype=bool)
+        return got
 
     def group(self, key: tuple) -> int | None:
         got = self.groups.get(key)
@@ -2162,42 +2224,53 @@ class _ScoringBuilder:
         return got
 
     def topology(self, key: str, required: frozenset[str] = frozenset(), rules: ScoreRules | None = None,
-                 taints: bool = False) -> int:
+                 honor_affinity: bool = False, honor_taints: bool = False) -> int:
         """The row of ``key``: -1 at nodes without it, without one of ``required`` (the pod's
-        other keys) or left out by the node inclusion policies (``rules``: its node affinity is
-        honored; ``taints``: its tolerations too)."""
-        honored = rules is not None and (rules.node_selector or rules.node_terms is not None)
-        affinity = (rules.node_selector, rules.node_terms) if honored else None  # (none: every node, one row)
-        tolerations = rules.tolerations if rules is not None and taints else None
+        other keys) or left out by ``rules``' node inclusion policies (:func:`node_included`:
+        ``honor_affinity`` its node selector and required node affinity, ``honor_taints`` its
+        tolerations; each apart from the other)."""
+        honor_affinity = rules is not None and honor_affinity and bool(rules.node_selector or rules.node_terms is not None)
+        honor_taints = rules is not None and honor_taints
+        affinity = (rules.node_selector, rules.node_terms) if honor_affinity else None  # (none: every node, one row)
+        tolerations = rules.tolerations if honor_taints else None
         row_key = (key, required, affinity, tolerations)
         got = self.rows.get(row_key)
         if got is not None:
             return got
-        ids = self.values.setdefault(key, {})
+        plain = not required and affinity is None and tolerations is None
+        cached = self.plain.get(key)
+        ids = self.values.get(key)
+        if ids is None:  # a key's domain ids as the cached row numbers them
+            ids = self.values[key] = dict(cached[1]) if cached is not None else {}
+        if plain and cached is not None and len(cached[0]) == len(self.docs):
+            return self._add_row(row_key, key, cached[0])
         row = np.full(len(self.docs), -1, dtype=np.int32)
         for i, doc in enumerate(self.docs):
             labels = doc["labels"]
             value = labels.get(key)
             if value is None or not required <= labels.keys():
                 continue
-            if affinity is not None and not _node_affinity_ok(rules, doc):
-                continue
-            if tolerations is not None and _untolerated(doc.get("taints", ()), tolerations):
+            if (honor_affinity or honor_taints) and not node_included(
+                    doc, rules.node_selector, rules.node_terms, rules.tolerations, honor_affinity, honor_taints):
                 continue
             row[i] = ids.setdefault(value, len(ids))
+        if plain:
+            row.flags.writeable = False
+            self.plain[key] = (row, dict(ids))
+        return self._add_row(row_key, key, row)
+
+    def _add_row(self, row_key: tuple, key: str, row: np.ndarray) -> int:
         got = self.rows[row_key] = len(self.row_ids)
         self.row_ids.append(row)
         self.row_keys.append(key)
         return got
 
-    def terms(self, rules: ScoreRules, held: Iterable[tuple[str, PodTerm, int]],
-              pending: Sequence[ScoreRules]) -> list[SoftPodTerm]:
+    def terms(self, rules: ScoreRules, held: Iterable[tuple[str, PodTerm, int]]) -> list[SoftPodTerm]:
         out: list[SoftPodTerm] = []
 
         def add(kind: str, group: tuple, row: Callable[[], int], value: int, always: bool = False) -> None:
             # An affinity term whose group has no pod anywhere scores every node alike: left out.
-            if not always and group not in self.groups and not self.bound.counts(group) and not any(
-                    _group_member(group, p) for p in pending):
+            if not always and group not in self.groups and not self.bound.counts(group) and not self.members(group).any():
                 return
             g = self.group(group)
             if g is not None:
@@ -2207,11 +2280,11 @@ class _ScoringBuilder:
             keys = frozenset(c.topology_key for c in rules.soft_spread)
             for c in rules.soft_spread:
                 add("spread", ("selector", rules.namespace, c.selector),
-                    lambda c=c: self.topology(c.topology_key, keys, rules if c.honor_affinity else None, c.honor_taints),
+                    lambda c=c: self.topology(c.topology_key, keys, rules, c.honor_affinity, c.honor_taints),
                     c.max_skew, always=True)
         elif rules.owner is not None:  # the system default constraints (nodeAffinityPolicy Honor)
             for key, skew in SYSTEM_DEFAULT_SPREAD:
-                add("default_spread", ("owner", rules.namespace, rules.owner), lambda key=key: self.topology(key, frozenset(), rules),
+                add("default_spread", ("owner", rules.namespace, rules.owner), lambda key=key: self.topology(key, frozenset(), rules, True),
                     skew, always=True)
         for kind, terms in (("affinity", rules.preferred), ("anti_affinity", rules.preferred_anti)):
             for t, weight in terms:
@@ -2222,16 +2295,34 @@ class _ScoringBuilder:
         return out
 
 
+def reads_pod_scoring(*solvers: Any) -> bool:
+    """Whether one of ``solvers`` (or a solver one wraps: a composite's primary, fallback or inner
+    one) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
+    The scheduler, extender and webhook build it only then: it walks every bound pod."""
+    from solvers.base import Solver  # (solvers import nothing of the Kubernetes adapter)
+
+    seen: set[int] = set()
+
+    def reads(solver: Any) -> bool:
+        if id(solver) in seen:
+            return False
+        seen.add(id(solver))
+        if getattr(solver, "reads_pod_scoring", False):
+            return True
+        return any(reads(v) for v in getattr(solver, "__dict__", {}).values() if isinstance(v, Solver))
+    return any(reads(s) for s in solvers if s is not None)
+
+
 def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring,
                 warnings: list[str]) -> PodScoring | None:
     """``Problem.pod_scoring`` for ``pending`` (one per workload) on ``node_docs`` against the bound
     pods (``bound``); None when no pod has anything these plugins score."""
-    builder = _ScoringBuilder(node_docs, bound, warnings)
+    builder = _ScoringBuilder(node_docs, bound, warnings, pending)
     held = set(bound.held)
     for rules in pending:
         held.update(rules.held())
     held_list = sorted(held, key=repr)  # (a stable order: the groups' and the file's)
-    terms = [builder.terms(rules, held_list, pending) for rules in pending]
+    terms = [builder.terms(rules, held_list) for rules in pending]
     if not any(terms):
         return None
     if builder.dropped:
@@ -2242,10 +2333,8 @@ def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, 
     counts = np.zeros((len(groups), len(node_docs)), dtype=np.int32)
     members = np.zeros((len(groups), len(pending)), dtype=bool)
     for g, key in enumerate(groups):
-        for node, n in bound.counts(key).items():
-            if node in pos:
-                counts[g, pos[node]] += n
-        members[g] = [_group_member(key, p) for p in pending]
+        counts[g] = bound.count_row(key, pos)
+        members[g] = builder.members(key)
     names = tuple(f"{key[0]}-{g}" for g, key in enumerate(groups))
     topo = np.array(builder.row_ids, dtype=np.int32).reshape(len(builder.row_ids), len(node_docs))
     topo_names = tuple(f"{key}#{t}" for t, key in enumerate(builder.row_keys))
@@ -2404,6 +2493,57 @@ def apply_usage(node: dict[str, Any], pods: Iterable[Mapping[str, Any]], resourc
     return nonzero[0], nonzero[1]
 
 
+def _wide_columns(docs: Sequence[Mapping[str, Any]], objects: Mapping[str, Mapping[str, Any]],
+                  by_node: Mapping[str, Sequence[Mapping[str, Any]]], configured: Sequence[str],
+                  warnings: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per resource a node lists beyond ``configured`` (and ``pods``), the capacity and usage
+    columns over ``docs`` as a model built for pods asking for it has them (:func:`node_doc`,
+    :func:`apply_usage`: MIN_CAPACITY where a node has none, usage clamped to allocatable; ``pods``
+    counts the pods on the node). Only the pods on a node that lists such a resource and request
+    one are parsed again. Lenient: a bad quantity of one is a warning and none of it there."""
+    allocs = []
+    names = {"pods"}
+    for doc in docs:
+        status = objects[doc["name"]].get("status")
+        alloc = (status.get("allocatable") or status.get("capacity")) if isinstance(status, Mapping) else None
+        alloc = alloc if isinstance(alloc, Mapping) else {}
+        allocs.append(alloc)
+        names.update(k for k in alloc if isinstance(k, str) and _RESOURCE_NAME.fullmatch(k))
+    wide = sorted(names - {*configured, GPU_RESOURCE, "gpu"})
+    n = len(docs)
+    out = {r: (np.full(n, MIN_CAPACITY), np.zeros(n)) for r in wide}
+    for i, (doc, alloc) in enumerate(zip(docs, allocs, strict=True)):
+        listed: set[str] = set()
+        for r in wide:
+            if r not in alloc:
+                continue
+            try:
+                amount = _amount(r, alloc[r], f"node {doc['name']}", f"status.allocatable.{r}")
+            except (PodSpecError, QuantityError) as exc:
+                message = f"ignored for pods that ask for {r}: {exc}"
+                _usage_warning(warnings, message, (doc["name"], message))
+                continue
+            if amount > 0:
+                out[r][0][i] = amount
+                listed.add(r)
+        pods = by_node.get(doc["name"], ())
+        if "pods" in out:
+            out["pods"][1][i] = len(pods)
+        for pod in pods if listed - {"pods"} else ():
+            asked = sorted(requested_names(pod) & listed)
+            if not asked:
+                continue
+            try:
+                requests = pod_requests(pod, asked)
+            except (PodSpecError, QuantityError):
+                continue  # (the usage's warning names it when the model reads that resource)
+            for r in asked:
+                out[r][1][i] += requests.get(r, 0.0)
+    for cap, used in out.values():
+        np.minimum(used, cap, out=used)
+    return out
+
+
 def _nonzero_allocated(nonzero: tuple[float, float], resources: Sequence[str]) -> dict[str, float]:
     """A node's summed non-zero request (:func:`apply_usage`) as the problem file's
     ``nonzero_allocated`` (the scored resources the problem has). Kept under the file's largest
@@ -2473,7 +2613,7 @@ class ClusterModel:
                  keys: Sequence[tuple[str, str, str] | None] | None = None,
                  pending: Sequence[Mapping[str, Any]] | None = None,
                  rules_cache: dict[tuple[str, str], PodRules | PodSpecError] | None = None,
-                 refuse_bad_nodes: bool = False) -> None:
+                 refuse_bad_nodes: bool = False, wide: bool = False) -> None:
         """``doc_cache``: parsed node docs by :func:`node_cache_key` (uid, name, resourceVersion), kept by the caller and
         reused by the next model built from the same Node objects (parsing 5,000 nodes' quantities
         is most of a rebuild). ``keys``: ``node_cache_key`` of each of ``nodes``, where the caller
@@ -2486,7 +2626,10 @@ class ClusterModel:
         ``refuse_bad_nodes`` (NodeList mode, ``bound_pods`` None): a named node whose document does not
         parse (its ``iro-fed.io/allocated`` annotation, a quantity, a taint) is left out, its error in
         :attr:`refused_nodes`, rather than failing the whole model (one node failed every node of the
-        extender's answer)."""
+        extender's answer). ``wide`` (a model built for no pods, from bound pods: the webhook's
+        cache): the capacity and usage of every other resource a node lists, and of ``pods``, are
+        kept too (:func:`_wide_columns`), so that :meth:`for_pods` widens the problem by replacing
+        its arrays, not by building another model from every object in the request's thread."""
         if keys is not None and len(keys) != len(nodes):
             raise ValueError(f"keys: {len(keys)} for {len(nodes)} nodes")
         config = config or ClusterConfig()
@@ -2570,7 +2713,13 @@ class ClusterModel:
         self._bound_anti: bool | None = None
         self._bound_scoring: BoundScoring | None = None
         self._wider: dict[tuple[str, ...], ClusterModel] = {}  # for_pods' models, by resources
+        self._wider_lock = threading.Lock()  # (one review builds one, the others wait for it)
         self._short_of_slots: dict[int, bool] = {}
+        self._base: ClusterModel | None = None  # a widened view's model: its pods are read there, once
+        self._wide: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        if wide and pending is None and bound_pods is not None:
+            self._wide = _wide_columns(self.node_docs, self.node_objects, by_node, res, self.warnings)
+            self._anti_affinity_bound()  # (a walk over every bound pod: here, not in the first review)
         self._doc_cache, self._bound_pods = doc_cache, bound_pods
 
     def _build(self, docs: list[dict[str, Any]]) -> None:
@@ -2590,6 +2739,8 @@ class ClusterModel:
 
     def placed(self) -> PlacedPods:
         """The bound pods as NodePorts, PodTopologySpread and InterPodAffinity read them (built once)."""
+        if self._base is not None:
+            return self._base.placed()
         if self._placed is None:
             self._placed = placed_pods(self._by_node or {}, self.warnings, self._rules_cache)
         return self._placed
@@ -2597,9 +2748,11 @@ class ClusterModel:
     def for_pods(self, pods: Sequence[Mapping[str, Any]]) -> ClusterModel:
         """This model, or where ``pods`` need more resources checked than it has (one they request
         that the config does not list, or ``pods`` while a node is short of slots:
-        :func:`feasibility_resources`) the model built for them (``pending=pods``) from the same
-        objects, kept for the next pods that need the same: a model built for no pods (the
-        webhook's cached one) put a pod on a full node or on one without its extended resource."""
+        :func:`feasibility_resources`) the model for them, kept for the next pods that need the
+        same: a model built for no pods (the webhook's cached one) put a pod on a full node or on
+        one without its extended resource. A ``wide`` model (``client.ClusterCache``'s) widens
+        its problem's arrays with the columns it kept (:meth:`_widened_view`, milliseconds);
+        another is built from the same objects with ``pending=pods`` (a rebuild). One at a time."""
         if self._widened or self._by_node is None:
             return self
         # feasibility_resources, with the nodes' slot check once per model and number of pods
@@ -2609,28 +2762,66 @@ class ClusterModel:
         if "pods" not in res and pods:
             short = self._short_of_slots.get(len(pods))
             if short is None:
-                short = self._short_of_slots[len(pods)] = _short_of_pod_slots(
-                    list(self.node_objects.values()), self._by_node, len(pods))
+                slots = self._wide.get("pods") if self._wide is not None else None
+                if slots is not None:  # (the kept pod slots: no walk over the node objects)
+                    short = bool(np.any(slots[0] - slots[1] < len(pods)))
+                else:
+                    short = _short_of_pod_slots(list(self.node_objects.values()), self._by_node, len(pods))
+                self._short_of_slots[len(pods)] = short
             if short:
                 res = (*res, "pods")
         if res == configured:
             return self
-        got = self._wider.get(res)
-        if got is None:
-            if len(self._wider) >= 16:
-                self._wider.clear()
-            got = self._wider[res] = ClusterModel(list(self.node_objects.values()), self._bound_pods, self.config,
-                                                  doc_cache=self._doc_cache, pending=pods)
+        with self._wider_lock:
+            got = self._wider.get(res)
+            if got is None:
+                if len(self._wider) >= 16:
+                    self._wider.clear()
+                if self._wide is not None:
+                    got = self._widened_view(res)
+                else:
+                    got = ClusterModel(list(self.node_objects.values()), self._bound_pods, self.config,
+                                       doc_cache=self._doc_cache, pending=pods)
+                self._wider[res] = got
         return got
+
+    def _widened_view(self, res: tuple[str, ...]) -> ClusterModel:
+        """This model with the resources ``res`` (the configured ones, then the added ones, which
+        bound fit only), its problem widened by replacing the arrays with the kept columns
+        (:func:`_wide_columns`; a resource no node lists: none on any node). The bound pods' rules,
+        the pod filters' memo and the scoring counts are shared (they do not depend on resources)."""
+        assert self._wide is not None
+        configured = len(self.config.resources)
+        added = res[configured:]
+        n = len(self.node_docs)
+        none = (np.full(n, MIN_CAPACITY), np.zeros(n))
+        cols = [self._wide.get(r, none) for r in added]
+        p = self.problem
+        view = copy.copy(self)
+        view.config = dc_replace(self.config, resources=res)
+        view.skeleton = dict(self.skeleton, resources=list(res))
+        view.feasibility_only = tuple(added)
+        view.problem = p.replace(resources=res, capacity=np.column_stack([p.capacity, *(c for c, _ in cols)]),
+                                 allocated=np.column_stack([p.allocated, *(u for _, u in cols)]),
+                                 initial_nonzero=p.initial_nonzero, demand=np.zeros((p.num_workloads, len(res))),
+                                 nonzero_demand=p.nonzero_demand, feasibility_only=view.feasibility_only)
+        view._widened, view._wide, view._wider = True, None, {}
+        view._wider_lock = threading.Lock()
+        view._base = self
+        return view
 
     def bound_scoring(self) -> BoundScoring:
         """The bound pods as PodTopologySpread and InterPodAffinity score them (built once; none in NodeList mode)."""
+        if self._base is not None:
+            return self._base.bound_scoring()
         if self._bound_scoring is None:
             self._bound_scoring = BoundScoring(self._by_node or {}, self.warnings)
         return self._bound_scoring
 
     def _anti_affinity_bound(self) -> bool:
         """Whether some bound pod has required anti-affinity (then every pod is checked against it)."""
+        if self._base is not None:
+            return self._base._anti_affinity_bound()
         if self._bound_anti is None:
             self._bound_anti = self._by_node is not None and any(
                 has_anti_affinity(p) for pods in self._by_node.values() for p in pods)
@@ -2712,13 +2903,18 @@ class ClusterModel:
         except ProblemValidationError as exc:
             raise PodSpecError(_name_pods(exc, [pod])) from None
 
-    def with_pods(self, pods: Sequence[Mapping[str, Any]]) -> Snapshot:
-        """A snapshot whose workloads are ``pods`` (pending), in order."""
+    def with_pods(self, pods: Sequence[Mapping[str, Any]], scoring: bool = True,
+                  assumed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Snapshot:
+        """A snapshot whose workloads are ``pods`` (pending), in order. ``scoring``: build
+        ``Problem.pod_scoring`` (it walks every bound pod once per model, and the pods' terms per
+        call): only kube-default reads it (:func:`reads_pod_scoring`); False leaves it None.
+        ``assumed``: pods by node that the model does not count yet (the extender's assumed pods),
+        counted by the pod scoring as bound pods (their usage is the caller's: ``set_node_pods``)."""
         extra: dict[str, set[str]] = {}
         parsed = [_workload(p, self.config.resources, self.node_docs, extra) for p in pods]
         wls = [wl for wl, _ in parsed]
         self._pod_filter_labels(pods, wls, extra)
-        scoring_rules = [score_rules(p) for p in pods]
+        scoring_rules = [score_rules(p) for p in pods]  # (parsed either way: a bad term is the pod's error)
         # Workloads are validated by the problem-file loader against an empty cluster of the same
         # domains and resources, then grafted onto the cached cluster problem.
         small_doc = dict(self.skeleton, nodes=[], workloads=wls)
@@ -2743,9 +2939,15 @@ class ClusterModel:
             for i, labels in added.items():
                 nodes[i] = dc_replace(nodes[i], labels={**nodes[i].labels, **labels})
             changes["nodes"] = nodes
-        bound = self.bound_scoring()  # (its notes go to the model's warnings first)
-        warnings = list(self.warnings)
-        changes["pod_scoring"] = pod_scoring(scoring_rules, self.node_docs, bound, warnings)
+        if scoring:
+            bound = self.bound_scoring()  # (its notes go to the model's warnings first)
+            warnings = list(self.warnings)
+            if assumed and self._by_node is not None:
+                bound = bound.plus(BoundScoring({n: ps for n, ps in assumed.items() if n in self._node_pos}, warnings))
+            changes["pod_scoring"] = pod_scoring(scoring_rules, self.node_docs, bound, warnings)
+        else:
+            warnings = list(self.warnings)
+            changes["pod_scoring"] = None
         problem = base.replace(**changes)
         return Snapshot(problem, list(pods), self.node_objects, warnings)
 

@@ -60,7 +60,7 @@ from iro_fed.k8s.httpjson import (
     positive_seconds,
     serve_in_thread,
 )
-from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
+from iro_fed.k8s.snapshot import ClusterConfig, metadata_error, reads_pod_scoring
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
 from iro_fed.problem_io import json_kind
@@ -318,7 +318,8 @@ class Webhook(RequestStats):
         if not meta.get("name"):
             meta["name"] = (meta.get("generateName") or "pod-") + "(new)"
         # for_pods: the resources the pod requests beyond the config, and pod slots, bound fit (build_snapshot's rule)
-        snap = self.cache.model().for_pods([pod]).with_pods([pod])
+        # (pod scoring, which walks the bound pods, only for a solver that reads it: kube-default)
+        snap = self.cache.model().for_pods([pod]).with_pods([pod], scoring=reads_pod_scoring(self.solver))
         state = ClusterState(snap.problem)
         with self._solver_lock:
             if isinstance(self.solver, OnlineSolver):

@@ -81,9 +81,9 @@ def test_the_same_node_list_repeated_is_answered_from_the_cache() -> None:
     built = []
     real = ClusterModel.with_pods
 
-    def counting(model: ClusterModel, pods: Any) -> Snapshot:
+    def counting(model: ClusterModel, pods: Any, **kw: Any) -> Snapshot:
         built.append(1)
-        return real(model, pods)
+        return real(model, pods, **kw)
 
     ClusterModel.with_pods = counting  # type: ignore[method-assign]
     try:

@@ -234,6 +234,18 @@ def _go_round(x):
     return int(Decimal(repr(x)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
+def _untolerated(taints, p):
+    """v1helper.FindMatchingUntoleratedTaint with DoNotScheduleTaintsFilterFunc (NoSchedule, NoExecute)."""
+    def tolerates(tol, t):
+        if tol.get("effect") and tol["effect"] != t["effect"]:
+            return False
+        if tol.get("key") and tol["key"] != t["key"]:
+            return False
+        return tol.get("operator") == "Exists" or tol.get("value", "") == t.get("value", "")
+    return any(t["effect"] in ("NoSchedule", "NoExecute") and not any(tolerates(tol, t) for tol in p["spec"].get("tolerations") or [])
+               for t in taints)
+
+
 def ref_spread(p, nodes, placed, filtered):
     """podtopologyspread/scoring.go (PreScore, Score, NormalizeScore), transcribed on the objects."""
     explicit = p["spec"].get("topologySpreadConstraints") or []
@@ -241,11 +253,13 @@ def ref_spread(p, nodes, placed, filtered):
         def selects(q, c):  # the labelSelector and matchLabelKeys (the pod's values of those keys)
             want = {**c["labelSelector"]["matchLabels"], **{k: _labels(p)[k] for k in c.get("matchLabelKeys", []) if k in _labels(p)}}
             return all(_labels(q).get(k) == v for k, v in want.items())
-        cons = [(c["topologyKey"], c["maxSkew"], lambda q, c=c: selects(q, c))
+        cons = [(c["topologyKey"], c["maxSkew"], lambda q, c=c: selects(q, c),
+                 c.get("nodeAffinityPolicy", "Honor"), c.get("nodeTaintsPolicy", "Ignore"))
                 for c in explicit if c["whenUnsatisfiable"] == "ScheduleAnyway"]
         require_all = True
     elif _owner(p):
-        cons = [(HOST, 3, lambda q: _owner(q) == _owner(p)), (ZONE, 5, lambda q: _owner(q) == _owner(p))]
+        cons = [(HOST, 3, lambda q: _owner(q) == _owner(p), "Honor", "Ignore"),
+                (ZONE, 5, lambda q: _owner(q) == _owner(p), "Honor", "Ignore")]
         require_all = False
     else:
         return None
@@ -257,23 +271,27 @@ def ref_spread(p, nodes, placed, filtered):
                    and not q["metadata"].get("deletionTimestamp") and sel(q))
 
     lab = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+    taints = {n["metadata"]["name"]: n["spec"].get("taints") or [] for n in nodes}
     ignored = set()
     tp_counts = [{} for _ in cons]
     for n in filtered:
-        if require_all and not all(k in lab[n] for k, _, _ in cons):
+        if require_all and not all(k in lab[n] for k, *_ in cons):
             ignored.add(n)
             continue
-        for i, (k, _, _) in enumerate(cons):
+        for i, (k, *_) in enumerate(cons):
             if k != HOST:
                 tp_counts[i].setdefault(lab[n].get(k, ""), 0)
-    weights = [math.log((len(filtered) - len(ignored) if k == HOST else len(tp_counts[i])) + 2) for i, (k, _, _) in enumerate(cons)]
+    weights = [math.log((len(filtered) - len(ignored) if k == HOST else len(tp_counts[i])) + 2) for i, (k, *_) in enumerate(cons)]
     selector = p["spec"].get("nodeSelector") or {}
     for n in lab:
-        if not all(lab[n].get(k) == v for k, v in selector.items()):
+        if require_all and not all(k in lab[n] for k, *_ in cons):
             continue
-        if require_all and not all(k in lab[n] for k, _, _ in cons):
-            continue
-        for i, (k, _, sel) in enumerate(cons):
+        for i, (k, _, sel, affinity_policy, taints_policy) in enumerate(cons):
+            # matchNodeInclusionPolicies: each policy on its own
+            if affinity_policy == "Honor" and not all(lab[n].get(k2) == v for k2, v in selector.items()):
+                continue
+            if taints_policy == "Honor" and _untolerated(taints[n], p):
+                continue
             v = lab[n].get(k, "")
             if v in tp_counts[i]:
                 tp_counts[i][v] += count(n, sel)
@@ -282,7 +300,7 @@ def ref_spread(p, nodes, placed, filtered):
         if n in ignored:
             continue
         s = 0.0
-        for i, (k, skew, sel) in enumerate(cons):
+        for i, (k, skew, sel, *_) in enumerate(cons):
             if k in lab[n]:
                 cnt = count(n, sel) if k == HOST else tp_counts[i][lab[n][k]]
                 s += float(cnt) * weights[i] + float(skew - 1)
@@ -333,6 +351,9 @@ def _random_case(rng):
         if rng.random() < 0.5:
             labels["disk"] = "ssd"
         nodes.append(node(f"n{i}", rng.choice(["4", "8", "16", "32"]), labels=labels))
+        if rng.random() < 0.5:
+            nodes[-1]["spec"]["taints"] = [{"key": "x", "value": rng.choice(["y", "z"]),
+                                            "effect": rng.choice(["NoSchedule", "NoExecute"])}]
     apps = ["web", "db", "cache"]
 
     def pod_terms():
@@ -364,14 +385,20 @@ def _random_case(rng):
     pending = []
     for j in range(rng.randint(1, 5)):
         spread = None
-        if rng.random() < 0.4:
+        if rng.random() < 0.5:
             spread = [{"maxSkew": rng.randint(1, 3), "topologyKey": rng.choice([HOST, ZONE, "rack"]),
                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": rng.choice(apps)}},
-                       **({"matchLabelKeys": ["tier"]} if rng.random() < 0.3 else {})}
+                       **({"matchLabelKeys": ["tier"]} if rng.random() < 0.3 else {}),
+                       **({"nodeAffinityPolicy": rng.choice(["Honor", "Ignore"])} if rng.random() < 0.6 else {}),
+                       **({"nodeTaintsPolicy": rng.choice(["Honor", "Honor", "Ignore"])} if rng.random() < 0.7 else {})}
                       for _ in range(rng.randint(1, 2))]
         pending.append(pod(f"p{j}", rng.choice(["100m", "500m", "1"]), rng.choice(["128Mi", "1Gi"]),
                            **ident(), affinity=pod_terms() or None, spread=spread,
                            owner=rng.choice([None, "rs-web", "rs-db"]), selector={"disk": "ssd"} if rng.random() < 0.15 else None))
+        if rng.random() < 0.5:
+            pending[-1]["spec"]["tolerations"] = [rng.choice([{"key": "x", "operator": "Exists"},
+                                                              {"key": "x", "operator": "Equal", "value": "y"},
+                                                              {"key": "x", "operator": "Exists", "effect": "NoSchedule"}])]
     return nodes, bound, pending
 
 
@@ -387,6 +414,8 @@ def _ref_fit(nodes, placed, p):
     for n in nodes:
         name = n["metadata"]["name"]
         if not all(n["metadata"]["labels"].get(k) == v for k, v in (p["spec"].get("nodeSelector") or {}).items()):
+            continue
+        if _untolerated(n["spec"].get("taints") or [], p):  # TaintToleration's Filter
             continue
         ac, am = int(n["status"]["allocatable"]["cpu"]) * 1000, 64 * 1024 * MIB
         rc, rm = sum(req(q)[0] for q in placed[name]), sum(req(q)[1] for q in placed[name])

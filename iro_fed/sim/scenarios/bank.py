@@ -52,6 +52,7 @@ from iro_fed.sim.scenarios.common import (
     hour_windows,
     latency_between,
     run_steps,
+    stream,
 )
 from iro_fed.sim.signals import parse_time
 
@@ -205,12 +206,6 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 14.0, 16.0, start_hour), params=p,
         notes=notes,
     )
-
-
-def stream(seed: int, key: int, index: int) -> np.random.Generator:
-    """The seed's independent stream for one purpose (``key``) and ``index``: its draws do not
-    depend on the run's length or on any other stream's."""
-    return np.random.default_rng([seed, key, index])
 
 
 def run_days(steps: int, step_s: float, start_hour: float) -> tuple[str, int]:

@@ -188,6 +188,12 @@ def user_series(zone: str, path: str | os.PathLike, basis: str = DEFAULT_CARBON_
     return _user_cache[key]
 
 
+def stream(seed: int, key: int, index: int) -> np.random.Generator:
+    """The seed's independent stream for one purpose (``key``) and ``index``: its draws do not
+    depend on the run's length or on any other stream's."""
+    return np.random.default_rng([seed, key, index])
+
+
 def run_steps(hours: float, step_s: float) -> int:
     """Steps of a run of ``hours`` (every builder rounds to whole steps this way)."""
     return int(round(hours * 3600 / step_s))

@@ -40,6 +40,7 @@ from iro_fed.sim.scenarios.common import (
     hour_windows,
     latency_between,
     run_steps,
+    stream,
 )
 from iro_fed.sim.signals import parse_time
 
@@ -133,9 +134,3 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         carbon=carbon, history=history, steps=steps, step_s=step_s, start_time=parse_time(p["start"]),
         weights=Weights(carbon=float(p["w_carbon"]), latency=float(p["w_latency"])), peak_windows=hour_windows(steps, step_s, 10.0, 14.0, start_hour), params=p,
     )
-
-
-def stream(seed: int, key: int, index: int) -> np.random.Generator:
-    """The seed's independent stream for one purpose (``key``) and ``index``: its draws do not
-    depend on the run's length or on any other stream's."""
-    return np.random.default_rng([seed, key, index])
