@@ -171,10 +171,11 @@ def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: d
     once): a bad one was found only inside ``fit``, as the simulator's text with no flag. Every
     episode (training and evaluation) runs the same ``hours`` from the scenario's start, so a given
     setting outside them (the bank's ``promo_day`` past the episode) is refused as ``iro simulate``
-    refuses it, where it trained silently without; a default's miss is one note on stderr."""
+    refuses it, where it trained silently without. A default's miss says nothing: short training
+    episodes miss the bank's default promotion day by design (every 6-hour bank run would print it)."""
     from iro_fed.cli import UsageError
     from iro_fed.sim import _check_outside_run
-    from iro_fed.sim.cli import note_scenario, setting_error
+    from iro_fed.sim.cli import setting_error
     from iro_fed.sim.engine import SimConfig, SimConfigError
     from iro_fed.sim.scenarios import build_scenario, split_settings
     from iro_fed.sim.signals import SignalFormatError
@@ -190,7 +191,6 @@ def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: d
         if settings and not str(error).startswith("--scenario-set"):  # about several settings, or a value's effect
             error = UsageError(f"--scenario-set: {error}")
         raise error from exc
-    note_scenario(scenario, built.notes)
 
 
 @contextmanager

@@ -2299,7 +2299,7 @@ def reads_pod_scoring(*solvers: Any) -> bool:
     """Whether one of ``solvers`` (or a solver one wraps: a composite's primary, fallback or inner
     one) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
     The scheduler, extender and webhook build it only then: it walks every bound pod."""
-    from solvers.base import Solver  # (solvers import nothing of the Kubernetes adapter)
+    from solvers import Solver  # (solvers import nothing of the Kubernetes adapter)
 
     seen: set[int] = set()
 
