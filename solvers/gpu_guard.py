@@ -28,9 +28,11 @@ node in ``table``, kept from the state's journal (``OnlineSolver.sync``: a place
 its node's row; a group's cover of its nodes starting or ending, the rows where that changes).
 A call gathers the candidates' rows once and evaluates the pod's part as a few vector
 expressions, or in Python floats for a handful of candidates (the same IEEE operations in the
-same order, so the same answers). With one multi-card size (the common case) whole-card
-stranding is integer arithmetic on ``full % k``: a share breaks a copy where no partly used
-card fits it and the full cards are a multiple of k; j whole cards where ``full % k < j % k``.
+same order, so the same answers). Whole-card stranding is integer arithmetic: with one
+multi-card size k, a share breaks a copy where no partly used card fits it and the full cards
+are a multiple of k, j whole cards where ``full % k < j % k``; with several sizes (openb has 2, 4
+and 8 cards) the copies lost per size m are summed in int64 (``k // m + (full % m < k % m)``, for
+a share ``(full % m == 0) & (partial < milli)``).
 """
 
 from __future__ import annotations
@@ -253,8 +255,7 @@ class GpuStrandingGuard:
             return None
         if candidates.size <= _FEW_NODES:
             few = self._grown_few(state, w, candidates.tolist())
-            if few is not None:
-                return np.array(few) if any(few) else None
+            return np.array(few) if any(few) else None
         # Most nodes: one pass over all rows (views, no gathers), then the candidates'.
         dense = 2 * candidates.size > self.problem.num_nodes
         grown = self._grown(state, w, None if dense else candidates)
@@ -262,19 +263,21 @@ class GpuStrandingGuard:
             grown = grown[candidates]
         return grown if grown.any() else None
 
-    def _grown_few(self, state: ClusterState, w: int, nodes: list[int]) -> list[bool] | None:
-        """:meth:`_grown` of a few nodes in Python floats (the same IEEE operations, so the same
-        answers: a few dozen numpy calls on tiny arrays cost more); None where it has no
-        shortcut (several multi-card sizes, or w of one)."""
+    def _grown_few(self, state: ClusterState, w: int, nodes: list[int]) -> list[bool]:
+        """:meth:`_grown` of a few nodes in Python floats (the same IEEE operations in the same
+        order, so the same answers: a few dozen numpy calls on tiny arrays cost more)."""
         p = self.problem
         g = self._group_of[w]
         own_group = g if g >= 0 and state.assignment[w] < 0 else -1
         k, milli = p.gpu_shape[w]
         gpu = int(p.wl_gpu_total[w])
         cards = bool(gpu) and self.multi_cards.size > 0
-        if cards and (self.multi_cards.size > 1 or (own_group >= 0 and self.group_multi[own_group] >= 0)):
-            return None
-        m = int(self.multi_cards[0]) if cards else 0
+        own_multi = int(self.group_multi[own_group]) if own_group >= 0 else -1
+        one = self.multi_cards.size == 1 and own_multi < 0  # _card_growth's one-size shortcut
+        share = k == 1 and milli < GPU_MILLI
+        ks = self.multi_cards.tolist()
+        m = ks[0] if one else 0
+        gpu_milli = float(p.wl_gpu_total[w])
         last = own_group >= 0 and self.remaining[own_group] == 1
         c = self.cols.size
         demand = self._demand[:, w].tolist()
@@ -290,11 +293,20 @@ class GpuStrandingGuard:
                         after += row[_FREE + 2 * c + i]
                     fed.append(after)
                 grown = (row[_LEFT] - gpu) - min(fed) > row[_LIMIT]
-            if cards and not grown and row[_WAITS] > 0:  # as _card_growth's one-size shortcut
-                if k == 1 and milli < GPU_MILLI:
-                    grown = row[_REM] == 0 and row[_PARTIAL] < milli
-                else:
-                    grown = row[_REM] < k % m
+            if cards and not grown:
+                if one:
+                    if row[_WAITS] > 0:
+                        grown = row[_REM] == 0 and row[_PARTIAL] < milli if share else row[_REM] < k % m
+                elif self.keepable[n]:  # as _card_growth's general case, size by size
+                    full_before = row[_FULL]
+                    full_after = full_before - (row[_PARTIAL] < milli) if share else full_before - k
+                    pods = self.waiting_multi[:, n].tolist()
+                    if own_multi >= 0:
+                        pods[own_multi] -= int(self.runs[own_group, n])
+                    total = 0.0
+                    for size, count in zip(ks, pods, strict=True):
+                        total += count * ((size * GPU_MILLI) * (full_before // size - full_after // size) - gpu_milli)
+                    grown = total > STRAND_TOL_MILLI
             if grown and last:
                 grown = bool(self.covered[n] - self.runs[own_group, n] > 0)
             out.append(bool(grown))
@@ -344,19 +356,24 @@ class GpuStrandingGuard:
             if k % m == 0:
                 return np.zeros(rows.shape[1], dtype=bool)
             return waits & (rows[_REM] < k % m)
-        full_before = rows[_FULL]
+        # All integers (cards, milli, pod counts), so int64 gives the float expression's answers
+        # exactly: a copy of m cards is lost per m cards taken, and one more where the full
+        # cards' remainder mod m falls below what is taken mod m (a share takes a full card
+        # only where no partly used card fits it).
+        ks = self.multi_cards[:, None]
+        rem = rows[_FULL].astype(np.int64) % ks  # [K, nodes]
         if share:
-            full_after = full_before - (rows[_PARTIAL] < milli)
+            copies = (rem == 0) & (rows[_PARTIAL] < milli)
         else:
-            full_after = full_before - k
-        pods = self.waiting_multi if nodes is None else self.waiting_multi[:, nodes]  # [K, nodes]
+            copies = k // ks + (rem < k % ks)
+        lost = ks * GPU_MILLI * copies - int(self.problem.wl_gpu_total[w])
+        pods = self.waiting_multi if nodes is None else np.take(self.waiting_multi, nodes, axis=1)  # [K, nodes]
         if own_group >= 0 and self.group_multi[own_group] >= 0:
             pods = pods.copy()
             pods[self.group_multi[own_group]] -= self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
-        ks = self.multi_cards[:, None]
-        lost = ks * GPU_MILLI * (full_before // ks - full_after // ks) - float(self.problem.wl_gpu_total[w])
         keepable = self.keepable if nodes is None else self.keepable[nodes]
-        return ((pods * lost).sum(axis=0) > STRAND_TOL_MILLI) & keepable
+        # the float sum exceeded STRAND_TOL_MILLI exactly when the integer sum is positive
+        return ((pods * lost).sum(axis=0) > 0) & keepable
 
 
 def _column_min(a: np.ndarray) -> np.ndarray:
