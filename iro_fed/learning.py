@@ -174,7 +174,7 @@ def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: d
     refuses it, where it trained silently without. A default's miss says nothing: short training
     episodes miss the bank's default promotion day by design (every 6-hour bank run would print it)."""
     from iro_fed.cli import UsageError
-    from iro_fed.sim import _check_outside_run
+    from iro_fed.sim import check_outside_run
     from iro_fed.sim.cli import setting_error
     from iro_fed.sim.engine import SimConfig, SimConfigError
     from iro_fed.sim.scenarios import build_scenario, split_settings
@@ -185,7 +185,7 @@ def _check_scenario_settings(scenario: str, seed: int, hours: float, settings: d
         SimConfig().with_settings(engine)
         built = build_scenario(scenario, seed=seed, hours=hours, **params)
         SimConfig().with_settings({**built.engine_defaults, **engine})
-        _check_outside_run(built, params)
+        check_outside_run(built, params)
     except (SimConfigError, SignalFormatError) as exc:
         error = setting_error(exc, settings, "--scenario-set")
         if settings and not str(error).startswith("--scenario-set"):  # about several settings, or a value's effect

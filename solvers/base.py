@@ -400,9 +400,13 @@ class OnlineSolver(Solver):
         cand = self.candidates(state, w)
         if cand.size == 0:
             return Decision(-1, (), explain(state, w))
-        scores = self.score(state, w, cand)
-        node = int(cand[self.select(state, w, cand, scores)])
+        node = int(cand[self.choose(state, w, cand)])
         return Decision(node, self.choose_cards(state, w, node))
+
+    def choose(self, state: ClusterState, w: int, candidates: np.ndarray) -> int:
+        """The position in ``candidates`` (non-empty) of the node :meth:`decide` takes: ``select`` on
+        ``score``; a solver with a cheaper way to the same choice overrides this."""
+        return self.select(state, w, candidates, self.score(state, w, candidates))
 
     def rank(self, state: ClusterState, w: int, k: int = 16) -> list[tuple[int, float]]:
         """The top-``k`` feasible nodes for workload ``w`` with their scores, best first."""

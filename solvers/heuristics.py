@@ -11,10 +11,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from iro_fed.feasibility import explain
 from iro_fed.model import ClusterState, Problem, Weights
 from iro_fed.objective import marginal
-from solvers.base import Decision, OnlineSolver, Param, SolverProperties, workload_index
+from solvers.base import OnlineSolver, Param, SolverProperties
 from solvers.gpu_guard import GpuStrandingGuard
 
 #: How many best fits of a tie greedy-objective asks the guard about at once when the best one
@@ -165,16 +164,9 @@ class GreedyObjective(DenseScorer):
         strands = self.guard.strands(state, w, candidates)
         return None if strands is None or strands.all() else strands
 
-    def decide(self, state: ClusterState, w: int) -> Decision:
+    def choose(self, state: ClusterState, w: int, candidates: np.ndarray) -> int:
         """``select`` on ``score`` (see :meth:`_guarded_choice`)."""
-        w = workload_index(state, w)
-        self._ensure(state.problem)
-        cand = self.candidates(state, w)
-        if cand.size == 0:
-            return Decision(-1, (), explain(state, w))
-        scores = self.score_all(state, w)[cand]
-        node = int(cand[self._guarded_choice(state, w, cand, scores)])
-        return Decision(node, self.choose_cards(state, w, node))
+        return self._guarded_choice(state, w, candidates, self.score_all(state, w)[candidates])
 
     def _guarded_choice(self, state: ClusterState, w: int, cand: np.ndarray, scores: np.ndarray) -> int:
         """``select(state, w, cand, score(...))`` from the plain marginals ``scores``, asking the

@@ -1612,15 +1612,36 @@ def bound_view(pod: Mapping[str, Any]) -> Any:
     return out
 
 
-def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
-    """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
-    path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
+def _pod_head(pod: Mapping[str, Any]) -> tuple[str, Mapping, Mapping, str, dict[str, str], Mapping]:
+    """What :func:`pod_rules` and :func:`score_rules` both read first: (who, metadata, spec,
+    namespace, labels, spec.affinity), each checked for its type."""
     who = _who(pod)
     meta = _obj(pod.get("metadata"), who, "metadata")
     spec = _obj(pod.get("spec"), who, "spec")
     namespace = _opt_str(meta, "namespace", who, "metadata") or "default"
     labels = _str_map(meta.get("labels"), who, "metadata.labels")
-    affinity = _obj(spec.get("affinity"), who, "spec.affinity")
+    return who, meta, spec, namespace, labels, _obj(spec.get("affinity"), who, "spec.affinity")
+
+
+def _node_inclusion(spec: Mapping, affinity: Mapping, who: str
+                    ) -> tuple[dict[str, str], tuple[tuple[_Requirement, ...], ...] | None, tuple[Toleration, ...]]:
+    """The pod's node selector, required node affinity terms (None: none) and tolerations: what a
+    spread constraint's node inclusion policies read."""
+    selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
+    node_affinity = _obj(affinity.get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
+    required = _obj(node_affinity.get(_REQUIRED), who, f"spec.affinity.nodeAffinity.{_REQUIRED}")
+    node_terms = None
+    if required:
+        tp = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
+        node_terms = tuple(tuple(parse_term(t, who, f"{tp}[{k}]"))
+                           for k, t in enumerate(_items(required.get("nodeSelectorTerms"), who, tp)))
+    return selector, node_terms, tuple(Toleration(**t) for t in _tolerations(spec, who))
+
+
+def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
+    """A pod's :class:`PodRules`; a field of the wrong type raises :class:`PodSpecError` naming its
+    path. ``pending=False`` (a bound pod): only what the plugins read of the pods on a node."""
+    who, meta, spec, namespace, labels, affinity = _pod_head(pod)
     anti = _pod_terms(affinity, "podAntiAffinity", namespace, who)
     ports = _host_ports(spec, who)
     if not pending:
@@ -1630,14 +1651,7 @@ def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
     tolerations: tuple[Toleration, ...] = ()
     selector: dict[str, str] = {}
     if spread:  # the nodes a spread counts over pass the pod's node selector and required node affinity
-        selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
-        node_affinity = _obj(affinity.get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
-        required = _obj(node_affinity.get(_REQUIRED), who, f"spec.affinity.nodeAffinity.{_REQUIRED}")
-        if required:
-            tp = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
-            node_terms = tuple(tuple(parse_term(t, who, f"{tp}[{k}]"))
-                               for k, t in enumerate(_items(required.get("nodeSelectorTerms"), who, tp)))
-        tolerations = tuple(Toleration(**t) for t in _tolerations(spec, who))
+        selector, node_terms, tolerations = _node_inclusion(spec, affinity, who)
     return PodRules(namespace, labels, bool(meta.get("deletionTimestamp")), _pod_terms(affinity, "podAffinity", namespace, who),
                     anti, spread, ports, selector, node_terms, tolerations)
 
@@ -2065,12 +2079,7 @@ def controller_owner(meta: Mapping[str, Any]) -> str | None:
 
 def score_rules(pod: Mapping[str, Any], pending: bool = True) -> ScoreRules:
     """A pod's :class:`ScoreRules`; a field of the wrong type raises :class:`PodSpecError` naming its path."""
-    who = _who(pod)
-    meta = _obj(pod.get("metadata"), who, "metadata")
-    spec = _obj(pod.get("spec"), who, "spec")
-    namespace = _opt_str(meta, "namespace", who, "metadata") or "default"
-    labels = _str_map(meta.get("labels"), who, "metadata.labels")
-    affinity = _obj(spec.get("affinity"), who, "spec.affinity")
+    who, meta, spec, namespace, labels, affinity = _pod_head(pod)
     base = ScoreRules(namespace, labels, bool(meta.get("deletionTimestamp")), controller_owner(meta),
                       _preferred_pod_terms(affinity, "podAffinity", namespace, who),
                       _preferred_pod_terms(affinity, "podAntiAffinity", namespace, who),
@@ -2079,14 +2088,7 @@ def score_rules(pod: Mapping[str, Any], pending: bool = True) -> ScoreRules:
         return base
     soft = _spread_constraints(spec, labels, who, "ScheduleAnyway")
     has_spread = bool(_items(spec.get("topologySpreadConstraints"), who, "spec.topologySpreadConstraints"))
-    node_terms = None
-    selector = _str_map(spec.get("nodeSelector"), who, "spec.nodeSelector")
-    node_affinity = _obj(affinity.get("nodeAffinity"), who, "spec.affinity.nodeAffinity")
-    required = _obj(node_affinity.get(_REQUIRED), who, f"spec.affinity.nodeAffinity.{_REQUIRED}")
-    if required:
-        tp = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
-        node_terms = tuple(tuple(parse_term(t, who, f"{tp}[{k}]")) for k, t in enumerate(_items(required.get("nodeSelectorTerms"), who, tp)))
-    tolerations = tuple(Toleration(**t) for t in _tolerations(spec, who))
+    selector, node_terms, tolerations = _node_inclusion(spec, affinity, who)
     return dc_replace(base, soft_spread=soft, has_spread=has_spread, node_selector=tuple(sorted(selector.items())),
                       node_terms=node_terms, tolerations=tolerations)
 

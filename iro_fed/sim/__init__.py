@@ -57,7 +57,7 @@ def build_simulator(
     scen_params, engine = split_settings(scenario, dict(settings or {}))
     SimConfig().with_settings(engine)  # bad engine settings fail before any data is read
     sc = build_scenario(scenario, seed=seed, hours=hours, **scen_params)
-    _check_outside_run(sc, scen_params)
+    check_outside_run(sc, scen_params)
     config = SimConfig().with_settings({**sc.engine_defaults, **engine})
     params = dict(solver_settings or {})
     cls = solvers.registered().get(solver)
@@ -66,7 +66,7 @@ def build_simulator(
     return Simulator(sc, solvers.make(solver, **params), config, seed=seed)
 
 
-def _check_outside_run(sc: Any, given: Mapping[str, Any]) -> None:
+def check_outside_run(sc: Any, given: Mapping[str, Any]) -> None:
     """A scenario parameter that falls outside the run (``sc.notes["outside_run"]``: the bank's
     ``promo_day`` whose promotion the run misses, promo-surge's ``surge_start_h`` past its end) was silently no effect: a SimConfigError naming it when the
     caller gave it, else (a default past a shorter run, ``--hours 24`` being a quick run) a line
@@ -78,4 +78,4 @@ def _check_outside_run(sc: Any, given: Mapping[str, Any]) -> None:
         sc.notes.setdefault("messages", []).append(f"the default {key} {sc.params[key]!r} has no effect: {why}")
 
 
-__all__ = ["PLAIN_KUBERNETES", "SimConfig", "SimConfigError", "SimResult", "Simulator", "build_simulator", "simulate"]
+__all__ = ["PLAIN_KUBERNETES", "SimConfig", "SimConfigError", "SimResult", "Simulator", "build_simulator", "check_outside_run", "simulate"]

@@ -735,9 +735,7 @@ class Simulator:
             return True
         row = self.state.gpu_free[n].copy()
         self._give_back_cards(row, pods, 1)
-        if k == 1 and milli < GPU_MILLI:
-            return bool(row.max(initial=-1) >= milli)
-        return int((row == GPU_MILLI).sum()) >= k
+        return _cards_fit(row, k, milli)
 
     def _give_back_cards(self, row: np.ndarray, pods: Any, sign: int) -> None:
         """Add (sign 1) or take back (-1) the card usage of running ``pods`` to a copy of their node's row."""
@@ -770,7 +768,7 @@ class Simulator:
             fits = bool(room_fits(left, tol, need))
             if fits and k:
                 self._give_back_cards(row, [v], -1)
-                fits = bool(row.max(initial=-1) >= milli) if k == 1 and milli < GPU_MILLI else int((row == GPU_MILLI).sum()) >= k
+                fits = _cards_fit(row, k, milli)
                 if not fits:
                     self._give_back_cards(row, [v], 1)
             if fits:
@@ -1319,6 +1317,14 @@ class Simulator:
         return SimResult(sc.name, solver_name, self.seed, totals, series, dataclasses.asdict(self.config),
                          {"wall_s": time.perf_counter() - self._wall, "solver_s": rec.solver_time_s}, params,
                          solver_settings)
+
+
+def _cards_fit(row: np.ndarray, k: int, milli: int) -> bool:
+    """resource_fit's card test on one node's free milli per card: a share (one card, ``milli`` <
+    1000) needs one card with that much free, k cards need k whole free cards."""
+    if k == 1 and milli < GPU_MILLI:
+        return bool(row.max(initial=-1) >= milli)
+    return int((row == GPU_MILLI).sum()) >= k
 
 
 def jsonable(value: Any) -> Any:
