@@ -118,6 +118,9 @@ class FederatedConfig:
     mode: str = "start"
     superlink: str = ""  # HOST:PORT of the SuperLink's Fleet API
     site: int = 0  # the site index of the federation's scenario (node-config ``site``)
+    # ISO 3166-1 alpha-3 code of the country whose grid mix codecarbon measures this site's training
+    # with (node-config ``emissions-country``); empty: not passed, the ClientApp's default (DEU).
+    emissions_country: str = ""
     root_certificates: Path | None = None  # CA that signed the SuperLink's certificate (TLS)
     auth_key: Path | None = None  # this node's private key for SuperNode authentication
     insecure: bool = False  # plain HTTP to the SuperLink: only when set explicitly
@@ -187,6 +190,7 @@ ENV_VARS: dict[str, str] = {
     "IRO_AGENT_FEDERATED_EXECUTOR": "federated.executor",
     "IRO_AGENT_SUPERLINK": "federated.superlink",
     "IRO_AGENT_FEDERATED_SITE": "federated.site",
+    "IRO_AGENT_FEDERATED_EMISSIONS_COUNTRY": "federated.emissions_country",
     "IRO_AGENT_FEDERATED_ROOT_CERTIFICATES": "federated.root_certificates",
     "IRO_AGENT_FEDERATED_AUTH_KEY": "federated.auth_key",
     "IRO_AGENT_FEDERATED_INSECURE": "federated.insecure",
@@ -232,6 +236,7 @@ _SCHEMA: dict[str, tuple[str, Any]] = {
     "federated.executor": ("str", FEDERATED_EXECUTORS),
     "federated.superlink": ("str", None),
     "federated.site": ("int", (0, 999)),  # as `iro fed node --site` (iro_fed.federated.cli.MAX_SITE)
+    "federated.emissions_country": ("str", None),  # checked against codecarbon's table in _check_federated
     "federated.root_certificates": ("path", None),
     "federated.auth_key": ("path", None),
     "federated.insecure": ("bool", None),
@@ -255,7 +260,7 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
     """The typed value, or raise ValueError with the message (the caller adds the key)."""
     if value is None:
         if kind in ("path",) or key in ("prometheus.url", "recommend.solver", "site", "node_name", "federated.superlink",
-                                        "collect.network_interfaces"):
+                                        "collect.network_interfaces", "federated.emissions_country"):
             return None if kind == "path" else ""
         raise ValueError("must not be null")
     if kind in ("int", "float"):
@@ -291,7 +296,7 @@ def _convert(key: str, kind: str, check: Any, value: Any, base: Path, from_text:
                 return True
             if low in ("0", "false", "no", "off"):
                 return False
-            raise ValueError(f"expected true or false, got {value!r}")
+            raise ValueError(f"expected true or false (also 1/0, yes/no, on/off), got {value!r}")
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {type(value).__name__} {value!r}")
         return value
@@ -655,8 +660,9 @@ def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
             errors.append((key, f"solver {name!r} is a batch solver; /recommend needs an online solver (one with rank)"))
 
 
-#: node-config keys the agent sets itself (from ``federated.site`` and the experience store).
-RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db")
+#: node-config keys the agent sets itself (from ``federated.site``, the experience store and
+#: ``federated.emissions_country``).
+RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db", "emissions-country")
 _NODE_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -669,12 +675,21 @@ def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> Non
         label = f"federated.node_config.{key}"
         if not isinstance(key, str) or not _NODE_CONFIG_KEY.match(key):
             errors.append((label, "a node-config key is letters, digits, '-' and '_'"))
+        elif key == "emissions-country":
+            errors.append((label, "set it with federated.emissions_country (checked against codecarbon's countries)"))
         elif key in RESERVED_NODE_CONFIG:
             errors.append((label, "set by the agent (federated.site, the experience store): remove it here"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
             errors.append((label, f"expected a string, number or true/false, got {type(value).__name__}"))
         elif isinstance(value, float) and not math.isfinite(value):
             errors.append((label, f"must be finite, got {value!r}"))
+    if fed.emissions_country:
+        from iro_fed.federated.emissions import check_country
+
+        try:  # codecarbon's tracker only logs an unknown code and measures with no country's mix
+            fed.emissions_country = check_country(fed.emissions_country)
+        except ValueError as exc:
+            errors.append(("federated.emissions_country", str(exc)))
     if not fed.enabled:
         return
     if fed.superlink:

@@ -27,7 +27,9 @@ Either way the state is in ``/federation``, ``/healthz``, ``/readyz`` (as a degr
 as not-ready: the agent keeps serving with its last good policy) and the metrics
 ``iro_agent_supernode_up``, ``iro_agent_supernode_connected`` and ``iro_agent_supernode_restarts_total``.
 
-The node config passes ``site`` and, with an experience store, ``experience-db=<store path>``:
+The node config passes ``site``, ``emissions-country`` when ``federated.emissions_country`` is set
+(the country whose grid mix codecarbon measures the site's training with) and, with an experience
+store, ``experience-db=<store path>``:
 the ClientApp then also trains on the agent's recorded decisions (:func:`policy_sample` makes
 them at decision time in the policy's own observation format).
 """
@@ -93,10 +95,13 @@ _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARN
 
 
 def node_config_arg(fed: FederatedConfig, experience_db: Path | None) -> str:
-    """The ``--node-config`` text: ``site``, ``experience-db`` (when given), then the extra entries."""
+    """The ``--node-config`` text: ``site``, ``experience-db`` (when given), ``emissions-country`` (when
+    set), then the extra entries."""
     entries: dict[str, Any] = {"site": fed.site}
     if experience_db is not None:
         entries["experience-db"] = str(experience_db)
+    if fed.emissions_country:
+        entries["emissions-country"] = fed.emissions_country
     entries.update(fed.node_config)
     return config_arg(entries)
 

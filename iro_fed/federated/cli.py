@@ -135,7 +135,9 @@ def register(sub: Any) -> None:
     n.add_argument("--root-certificates", default=None, help="CA certificate that signed the SuperLink's (PEM)")
     n.add_argument("--auth-key", default=None, help="this node's private key (OpenSSH) for SuperNode authentication")
     n.add_argument("--port", type=int, default=9094, help="local ClientApp runtime port (default 9094)")
-    n.add_argument("--node-config", default="", help="extra node settings 'key=value ...'")
+    n.add_argument("--node-config", default="",
+                   help="extra node settings 'key=value ...', e.g. 'emissions-country=\"FRA\"' (ISO alpha-3: the country "
+                        "whose grid mix codecarbon measures this site's training with; default DEU)")
     n.add_argument("--executor", choices=("warm", "flower"), default="warm",
                    help="ClientApp executor: warm (default; ours, heavy modules imported once, a forked process per "
                         "message) or flower (Flower's SuperExec, a new flwr-clientapp process per message: several "
@@ -373,6 +375,13 @@ def parse_node_config(text: str) -> dict[str, Any]:
         raise UsageError(f"--node-config: a key is given twice ({exc})") from None
     if "site" in values:
         raise UsageError("--node-config: site is set by --site")
+    if "emissions-country" in values:  # the ClientApp would refuse every round; say so before it starts
+        from iro_fed.federated.emissions import check_country
+
+        try:
+            check_country(values["emissions-country"])
+        except ValueError as exc:
+            raise UsageError(f"--node-config: emissions-country: {exc}") from None
     return values
 
 

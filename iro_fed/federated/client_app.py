@@ -1,7 +1,9 @@
 """The ClientApp: an edge site trains the global policy on its own simulator slice and replies.
 
 Node settings (``flower-supernode --node-config``): ``site`` (index into the scenario's sites;
-``partition-id`` is accepted as its alias) and, for robustness experiments only, ``attack``:
+``partition-id`` is accepted as its alias), ``emissions-country`` (ISO 3166-1 alpha-3 code of the
+country whose grid mix codecarbon measures the site's training with; default ``DEU``; a code
+codecarbon has no mix for is the round's error) and, for robustness experiments only, ``attack``:
 ``scale`` (reply ``w + 1e6``), ``nan`` or ``shape`` (a truncated array). Run settings come from
 ``[tool.flwr.app.config]`` through :class:`~iro_fed.federated.task.FedConfig`.
 
@@ -47,6 +49,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
+from iro_fed.federated.emissions import node_country
 from iro_fed.federated.task import (
     FedConfig,
     evaluate_policy,
@@ -197,6 +200,7 @@ def train_reply(msg: Message, context: Context) -> Message:
     cfg = FedConfig.from_run_config(context.run_config)
     site = node_site(context)
     check_training_site(cfg, site)  # before any work: the reply is this error
+    country = node_country(context.node_config)  # as is a country codecarbon has no grid mix for
     config = msg.content.config_records.get("config")
     server_round = int(config.get("server-round", 1)) if config is not None else 1
     mu = float(config.get("proximal-mu", 0.0)) if config is not None else 0.0
@@ -205,7 +209,8 @@ def train_reply(msg: Message, context: Context) -> Message:
     weights, layout = wire.read_weights(msg.content)  # layout None: one array per entry
     replay, kept = load_replay(context, cfg, server_round) if cfg.keep_replay else (None, False)
     result = local_train(weights, cfg, site, server_round, proximal_mu=mu, experience_db=db,
-                         experience_updates=updates, replay=replay, resumed_from=resumed_from)
+                         experience_updates=updates, replay=replay, resumed_from=resumed_from,
+                         emissions_country=country)
     if cfg.keep_replay:
         save_replay(context, cfg, result.replay)
     else:
@@ -222,7 +227,7 @@ def train_reply(msg: Message, context: Context) -> Message:
     }
     if db is not None:  # one line for the edge agent that supervises this SuperNode (its log and metrics)
         summary = {"round": server_round, "site": site, "num-examples": result.num_examples,
-                   "experience-db": db, **result.experience}
+                   "experience-db": db, "emissions-country": result.emissions_country, **result.experience}
         print(f"{CLIENT_TAG} {json.dumps(summary, sort_keys=True)}", flush=True)
     records = _reply_records(poison(result.weights, attack), flat=layout is not None)
     content = RecordDict({**records, "metrics": MetricRecord(metrics)})  # type: ignore[arg-type]

@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any
 
@@ -109,7 +109,8 @@ def _arrays(msg: Message) -> ArrayRecord | None:
 
 
 def check_reply(msg: Message, reference: dict[str, np.ndarray],
-                layout: WeightLayout | None = None, max_examples: float | None = None) -> tuple[str | None, float]:
+                layout: WeightLayout | None = None, max_examples: float | None = None,
+                reference64: Mapping[str, np.ndarray] | None = None) -> tuple[str | None, float]:
     """``(reason or None, update norm)`` for one train reply against the global arrays.
 
     ``reference`` is the ``arrays`` record that was sent (with the flat encoding: the one flat
@@ -117,6 +118,8 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray],
     a reply with the right number of values in another arrangement (e.g. a transposed matrix)
     is dropped like a wrong shape. NaN/Inf are reported with the name of the array they are in.
     ``max_examples`` bounds ``num-examples`` (the weight of the reply in FedAvg/FedProx).
+    ``reference64`` is ``reference`` as float64 (:func:`_float64`), made once per round by a caller
+    that checks several replies; without it each entry is converted here.
     """
     if msg.has_error():
         return None, 0.0  # Flower's own check logs and skips replies that carry an error
@@ -157,7 +160,8 @@ def check_reply(msg: Message, reference: dict[str, np.ndarray],
             if layout is not None and arr.ndim == 1:  # name the layer the first bad value is in
                 where = layout.locate(int(np.flatnonzero(~finite)[0]))
             return f"non-finite values (NaN/Inf) in {where!r}", math.nan
-        sq += float(np.sum((arr.astype(np.float64) - ref.astype(np.float64)) ** 2))
+        ref64 = ref.astype(np.float64) if reference64 is None else reference64[key]
+        sq += float(np.sum((arr.astype(np.float64) - ref64) ** 2))
     norm = math.sqrt(sq)
     if not math.isfinite(norm):
         return "update norm overflows", math.nan
@@ -169,13 +173,20 @@ def validate_replies(
     layout: WeightLayout | None = None, max_examples: float | None = None, previous_norms: Sequence[float] = (),
 ) -> tuple[list[Message], list[dict[str, Any]]]:
     """Replies that pass :func:`check_reply` and the cohort norm test; the dropped ones with reasons."""
-    kept, dropped, _ = _validate(replies, reference, norm_factor, layout, max_examples, previous_norms)
+    reference64 = _float64(reference)
+    kept, dropped, _ = _validate(replies, reference, norm_factor, layout, max_examples, previous_norms,
+                                 reference64, global_norm(reference64))
     return [m for m, _ in kept], dropped
 
 
-def global_norm(reference: dict[str, np.ndarray]) -> float:
+def _float64(reference: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``reference`` as float64, converted once per round (not once per reply and entry)."""
+    return {k: np.asarray(v, dtype=np.float64) for k, v in reference.items()}
+
+
+def global_norm(reference: Mapping[str, np.ndarray]) -> float:
     """``||w_global||``: the norm of the global weights sent (all entries together)."""
-    return math.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values()))
+    return math.sqrt(sum(float(np.sum(np.asarray(v, dtype=np.float64) ** 2)) for v in reference.values()))
 
 
 def _floor(scale: float) -> float:
@@ -198,20 +209,21 @@ def _lower_median(values: Sequence[float]) -> float:
 def _validate(
     replies: Iterable[Message], reference: dict[str, np.ndarray], norm_factor: float,
     layout: WeightLayout | None, max_examples: float | None, previous_norms: Sequence[float],
+    reference64: Mapping[str, np.ndarray], scale: float,
 ) -> tuple[list[tuple[Message, float]], list[dict[str, Any]], str | None]:
     """:func:`validate_replies` with each kept reply's update norm, and what the norms were compared
     with (:data:`COHORT`, :data:`COHORT_CAPPED`, :data:`PREVIOUS`, :data:`GLOBAL`; ``None``: the norm test
-    did not run)."""
+    did not run). ``reference64`` (:func:`_float64`) and ``scale`` (``||w_global||``) are the round's,
+    computed once by the caller."""
     replies = list(replies)
     kept: list[tuple[Message, float]] = []
     dropped: list[dict[str, Any]] = []
     for msg in replies:
-        reason, norm = check_reply(msg, reference, layout, max_examples)
+        reason, norm = check_reply(msg, reference, layout, max_examples, reference64)
         if reason is None:
             kept.append((msg, norm))
         else:
             dropped.append({"node": int(msg.metadata.src_node_id), "reason": reason})
-    scale = global_norm(reference)
     floor = _floor(scale)
     # A zero update (a site that took no gradient step: fewer transitions than learning-starts, just
     # joined) says nothing about how far a trained update goes: as the cohort's (lower) median it
@@ -426,10 +438,12 @@ class ValidatedStrategy:
             reference, layout = self._reference, self._layout
         else:
             reference, layout = _first_reference(replies)
+        reference64 = _float64(reference)
+        scale = global_norm(reference64)  # ||w_global||: once per round, for every reply's check
         checked, dropped, basis = _validate(replies, reference, self.norm_factor, layout, self.max_examples,
-                                            self._accepted_norms)
-        scale = global_norm(reference)
-        trained = [(m, n) for m, n in checked if not m.has_error() and n >= _floor(scale)]
+                                            self._accepted_norms, reference64, scale)
+        floor = _floor(scale)
+        trained = [(m, n) for m, n in checked if not m.has_error() and n >= floor]
         accepted = [n for _, n in trained]
         # Stored below like any accepted norm: it is at most norm_factor x ||w_global||, and a lone reply's
         # bar never exceeds that (_validate), so an unchecked norm cannot raise a later round's bar, while

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed import limits
+from iro_fed.federated.emissions import DEFAULT_COUNTRY
 from iro_fed.learning import EVAL_SEED_OFFSET, HELD_OUT
 
 #: Strategy names accepted by ``strategy`` (Flower's own implementations).
@@ -512,6 +513,8 @@ class LocalResult:
     emissions_measured: bool = False
     """Whether codecarbon measured ``emissions_g`` (tracking on and codecarbon installed); sent as the
     ``emissions-measured`` metric: a 0.0 from a site without codecarbon is no measurement."""
+    emissions_country: str = DEFAULT_COUNTRY
+    """The country (ISO alpha-3) whose grid mix ``emissions_g`` was measured with (node-config ``emissions-country``)."""
 
 
 def new_replay(cfg: FedConfig, seed: int) -> Any:
@@ -524,7 +527,7 @@ def new_replay(cfg: FedConfig, seed: int) -> Any:
 def local_train(
     weights: Mapping[str, np.ndarray], cfg: FedConfig, site: int, server_round: int, steps: int | None = None,
     proximal_mu: float = 0.0, experience_db: str | Path | None = None, experience_updates: int | None = None,
-    replay: Any = None, resumed_from: int = 0,
+    replay: Any = None, resumed_from: int = 0, emissions_country: str = DEFAULT_COUNTRY,
 ) -> LocalResult:
     """Train the global policy on the site's own simulator slice for ``steps`` env steps.
 
@@ -558,6 +561,10 @@ def local_train(
     ``experience_db`` (the edge agent's experience store, node setting ``experience-db``): after
     the simulator steps, ``experience_updates`` more gradient steps on the site's real decisions
     (see :func:`learn_from_experience`), under the same proximal term.
+
+    ``emissions_country``: the ISO alpha-3 code of the country whose grid mix codecarbon measures
+    the training with (the site's node-config ``emissions-country``, checked by the caller:
+    :func:`iro_fed.federated.emissions.node_country`).
     """
     import torch
 
@@ -573,8 +580,9 @@ def local_train(
     agent, result = train_dqn(
         [lambda: make_site_env(cfg.scenario, site, seed, cfg.hours, cfg.top_k, held_out=EVAL_SEEDS)], cfg.dqn_config(),
         steps=n, seed=seed,
-        progress=False, track_emissions=cfg.track_emissions, initial_state=full_state_dict(cfg, weights),
-        replay=replay, proximal_mu=proximal_mu, schedule_position=schedule_position(cfg, server_round, n),
+        progress=False, track_emissions=cfg.track_emissions, emissions_country=emissions_country,
+        initial_state=full_state_dict(cfg, weights), replay=replay, proximal_mu=proximal_mu,
+        schedule_position=schedule_position(cfg, server_round, n),
     )
     experience: dict[str, float] = {}
     if experience_db is not None:
@@ -585,7 +593,7 @@ def local_train(
         mean_reward=float(result.mean_episode_reward) if result.mean_episode_reward is not None else 0.0,
         loss=float(result.last_loss) if result.last_loss is not None else 0.0,
         emissions_g=1000.0 * float(result.emissions_kg or 0.0), wall_s=float(result.wall_s), experience=experience,
-        replay=replay, emissions_measured=result.emissions_kg is not None,
+        replay=replay, emissions_measured=result.emissions_kg is not None, emissions_country=emissions_country,
     )
 
 
