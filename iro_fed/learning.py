@@ -6,7 +6,8 @@ The policy is trained on :class:`iro_fed.sim.env.PlacementEnv` (vectorized, ``--
 the ``dqn`` solver's ``fit`` (the registry builds it), then evaluated on held-out seeds of the
 same scenario against the ``greedy-objective`` solver's choice (``greedy_action``: the env asks
 the solver, GPU-stranding guard included). The checkpoint and its JSON metadata hold the config,
-the scenario, steps, metrics and the run's emissions.
+the scenario, steps, metrics and the run's emissions (``emissions_country``: the ISO alpha-3 code whose
+grid mix codecarbon measured them with, ``--emissions-country``, default DEU).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def register(sub: Any) -> None:
                    help="scenario parameter or engine setting, as in `iro simulate --set`")
     p.add_argument("--eval-episodes", type=int, default=3, help=f"held-out episodes to evaluate on (default 3, at most {MAX_EVAL_EPISODES})")
     p.add_argument("--no-emissions", action="store_true", help="do not measure emissions with codecarbon")
+    p.add_argument("--emissions-country", metavar="CODE", default=None,
+                   help="ISO 3166-1 alpha-3 code of the country whose grid mix codecarbon measures the training "
+                        "with (default DEU; one codecarbon has no mix for is refused)")
     p.set_defaults(func=cmd_train)
 
 
@@ -250,6 +254,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_input_file("--resume", args.resume)
     elif args.assume_feature_names:  # it only tells the resume how to read an old checkpoint
         raise UsageError("--assume-feature-names: only with --resume")
+    country = _emissions_country(args)
     given = _config_pairs(args.set)
     config = {**TRAIN_CONFIG.get(args.scenario, {}), **given}
     try:  # the whole config, before any env is built (a bad top_k was a traceback, exit 1)
@@ -278,16 +283,33 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = solver.fit(
                 fns, args.steps, out=args.out, config=config, resume=args.resume,
                 metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
+                          "emissions_country": None if args.no_emissions else country,
                           "command": "iro train " + " ".join(_argv(args))},
-                evaluate=judge, track_emissions=not args.no_emissions, console=console,
+                evaluate=judge, track_emissions=not args.no_emissions, emissions_country=country, console=console,
                 assume_feature_names=args.assume_feature_names,
             )
         except CheckpointError as exc:
             raise UsageError(f"--resume: {exc}") from exc
         except ValueError as exc:  # env / config mismatch found by the trainer ("--resume FILE: ..." names its flag)
             raise _config_error(exc, given, other="") from exc  # e.g. "buffer_size: ... GiB" as --set buffer_size
-    _print_result(result, args, _console(markup=False))
+    _print_result(result, args, _console(markup=False), country)
     return EXIT_OK
+
+
+def _emissions_country(args: argparse.Namespace) -> str:
+    """``--emissions-country`` checked as a site's node-config ``emissions-country`` is (codecarbon's
+    tracker only logs an unknown code and measures with no country's mix); DEU when not given."""
+    from iro_fed.cli import UsageError
+    from iro_fed.federated.emissions import DEFAULT_COUNTRY, check_country
+
+    if args.emissions_country is None:
+        return DEFAULT_COUNTRY
+    if args.no_emissions:  # nothing is measured: a country given with it is a mistake in the command
+        raise UsageError("--emissions-country: nothing is measured with --no-emissions")
+    try:
+        return check_country(args.emissions_country)
+    except ValueError as exc:
+        raise UsageError(f"--emissions-country: {exc}") from None
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
@@ -295,10 +317,12 @@ def _argv(args: argparse.Namespace) -> list[str]:
            f"--hours {args.hours:g}"]
     out += [f"--set {s}" for s in args.set or []]
     out += [f"--scenario-set {s}" for s in args.scenario_set or []]
+    if args.emissions_country is not None:
+        out.append(f"--emissions-country {args.emissions_country.strip().upper()}")
     return out
 
 
-def _print_result(result: Any, args: argparse.Namespace, console: Any) -> None:
+def _print_result(result: Any, args: argparse.Namespace, console: Any, country: str) -> None:
     from rich.table import Table
 
     table = Table(title=f"iro train: {args.scenario}, seed {args.seed}")
@@ -309,7 +333,8 @@ def _print_result(result: Any, args: argparse.Namespace, console: Any) -> None:
         ("steps/s", f"{result.steps_per_s:,.0f}"), ("wall s", f"{result.wall_s:.1f}"),
         ("mean episode reward (last 50)", "-" if result.mean_episode_reward is None else f"{result.mean_episode_reward:.3f}"),
         ("last loss", "-" if result.last_loss is None else f"{result.last_loss:.4f}"),
-        ("emissions g CO2eq", "-" if result.emissions_kg is None else f"{result.emissions_kg * 1000:.3f}"),
+        ("emissions g CO2eq", "-" if result.emissions_kg is None
+         else f"{result.emissions_kg * 1000:.3f} ({country} grid mix)"),
     ]
     ev = result.evaluation
     if ev:
