@@ -123,6 +123,20 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    +0.008, +0.014, +0.003. :func:`~iro_fed.objective.evaluate` scores it
    (the base class), never CP-SAT's own value.
 
+**GPU guard** (``gpu_guard``, off by default). R is myopic about GPUs: with the GPU-aware power
+model a core of promo-surge's GPU node (64 cores, 8 cards, 400-2600 W, GPU share 2400 / 2720)
+costs 4.05 W against 9.4 W on its CPU node, so each simulator step's optimum puts CPU pods on
+GPU nodes and the GPU pods of later steps find free cards without the CPU or memory to run
+(24 h, seeds 101-103, 1 s batches: 12.9 % pending; 6.9 % under the CPU-only power model, whose
+GPU node charged 34 W per core). With the guard, :func:`guard_mask` keeps each pod off the nodes
+where placing it alone in the initial cluster strands GPUs (greedy-objective's rule,
+:mod:`solvers.gpu_guard`) when it fits one where it does not; the hint's pods on such pairs
+start out, and the model, the search and the polish keep to the other pairs; then
+:func:`place_guarded_out` places any pod still out where it fits (ranked last, not forbidden).
+The same runs: 2.5 % pending, R -0.133 (greedy-objective 3.9 %, -0.168). The status is then
+``feasible`` (not R's optimum); ``info["gpu_guard"]`` counts the pairs dropped and the pods
+placed last.
+
 **What is exact.** ``status == "optimal"`` only when the model was exact (no pruning, no
 utilization surrogate, no capacity row rounded so that it may keep out pods that fit, no
 utilization level rounded past :data:`LEVELS_EXACT_ERROR`) and CP-SAT proved optimality with
@@ -350,7 +364,7 @@ def unplaced_reasons(
 
 def improve(
     problem: Problem, state: ClusterState, deadline: float | None = None, max_rounds: int = 20, swaps: bool = True,
-    weighed: np.ndarray | None = None,
+    weighed: np.ndarray | None = None, allowed: np.ndarray | None = None,
 ) -> int:
     """Local improvement with the true objective, in place: each pod in turn is taken out and
     put back on its best node by :func:`~iro_fed.objective.marginal` (or left out when every
@@ -359,16 +373,17 @@ def improve(
     single-pod moves again after any of them moved something. Returns the number of moves (a
     drained node counts its pods, a swap or an insertion two). ``weighed`` (a boolean array over
     the pods), when given, is set for each pod a single-pod round reached: placed at its best
-    node or left out by R's choice (the larger moves run only after a whole round)."""
+    node or left out by R's choice (the larger moves run only after a whole round). ``allowed``
+    ([W, N], when given: :func:`guard_mask`) confines every move to the pairs it allows."""
     # Each tried only while the ones before it moved nothing and time is left.
     larger = [drain_nodes, *([swap_pods] if swaps else []), insert_by_eviction]
     moves = 0
     for _ in range(max_rounds):
-        moved = _single_pod_round(problem, state, deadline, weighed)
+        moved = _single_pod_round(problem, state, deadline, weighed, allowed)
         for move in larger:
             if moved or (deadline is not None and time.perf_counter() > deadline):
                 break
-            moved = move(problem, state, deadline)
+            moved = move(problem, state, deadline, allowed=allowed)
         moves += moved
         if moved == 0 or (deadline is not None and time.perf_counter() > deadline):
             break
@@ -376,7 +391,8 @@ def improve(
 
 
 def _single_pod_round(
-    problem: Problem, state: ClusterState, deadline: float | None, weighed: np.ndarray | None = None
+    problem: Problem, state: ClusterState, deadline: float | None, weighed: np.ndarray | None = None,
+    allowed: np.ndarray | None = None,
 ) -> int:
     moved = 0
     for w in range(problem.num_workloads):
@@ -388,7 +404,7 @@ def _single_pod_round(
         cards0 = state.gpu_cards.get(w, ())
         if n0 >= 0:
             state.remove(w)
-        cand = np.flatnonzero(feasible_nodes(state, w))
+        cand = np.flatnonzero(_fits(state, w, allowed))
         if cand.size == 0:
             if n0 >= 0:  # cannot happen: it fitted where it was
                 state.place(w, n0, cards0)
@@ -412,7 +428,9 @@ def _single_pod_round(
     return moved
 
 
-def drain_nodes(problem: Problem, state: ClusterState, deadline: float | None = None) -> int:
+def drain_nodes(
+    problem: Problem, state: ClusterState, deadline: float | None = None, allowed: np.ndarray | None = None
+) -> int:
     """Consolidation, in place: empty a powered-on node (its pods, largest first, to their best
     other node by marginal gain, or out) and keep it when the true R gains more than
     :data:`POLISH_TOL`. Nodes are tried once each, fewest pods first. Single-pod moves cannot
@@ -439,7 +457,7 @@ def drain_nodes(problem: Problem, state: ClusterState, deadline: float | None = 
         for w, _ in old:
             state.remove(w)
         for w, _ in old:
-            mask = feasible_nodes(state, w)
+            mask = _fits(state, w, allowed)
             mask[n] = False
             cand = np.flatnonzero(mask)
             if cand.size:
@@ -468,7 +486,9 @@ SWAP_MAX_TRIES = 2_000
 SWAP_SCREEN = 200_000
 
 
-def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = None) -> int:
+def swap_pods(
+    problem: Problem, state: ClusterState, deadline: float | None = None, allowed: np.ndarray | None = None
+) -> int:
     """Pairwise exchange, in place: pod a on node m and pod b on node n trade places when the true
     R gains more than :data:`POLISH_TOL`. When nodes are full, single-pod moves cannot trade
     a pod's latency or its node's carbon for another's: each pod's own move does not fit. Pairs
@@ -506,7 +526,7 @@ def swap_pods(problem: Problem, state: ClusterState, deadline: float | None = No
     m, n = node[i], node[j]
     d, tol = problem.demand, fit_tolerance(problem)
     fits = _room_after(state.free[n], d[b], d[a], tol[n]) & _room_after(state.free[m], d[a], d[b], tol[m])
-    static = {int(w): _static_mask(problem, int(w)) for w in np.unique(np.concatenate([a[fits], b[fits]]))}
+    static = {int(w): _static_mask(problem, int(w), allowed) for w in np.unique(np.concatenate([a[fits], b[fits]]))}
     fits[fits] = [bool(static[int(x)][int(y)] and static[int(u)][int(v)])
                   for x, y, u, v in zip(a[fits], n[fits], b[fits], m[fits], strict=True)]
     flat = flat[fits]
@@ -553,11 +573,63 @@ def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray, tol: 
     return room_fits(free + leaving, tol, coming)
 
 
+def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = None) -> np.ndarray | None:
+    """``gpu_guard``'s allowed (pod, node) pairs, [W, N]: all but a pod's nodes where placing it
+    alone in ``state`` strands GPUs (:class:`~solvers.gpu_guard.GpuStrandingGuard`, the rule of
+    greedy-objective's guard: free GPU milli the node's free CPU or memory can no longer feed,
+    or whole cards a waiting multi-card pod loses), when it fits a node where it does not. None
+    without GPUs or when no pair is dropped. Raises :class:`OutOfTime` past ``deadline``."""
+    if not problem.has_gpus:
+        return None
+    from solvers.gpu_guard import GpuStrandingGuard
+
+    guard = GpuStrandingGuard(problem)
+    guard.rebuild(state)
+    allowed = np.ones((problem.num_workloads, problem.num_nodes), dtype=bool)
+    rows: dict[tuple, np.ndarray] = {}  # identical pods strand the same nodes
+    for w in range(problem.num_workloads):
+        key = pod_key(problem, w)
+        row = rows.get(key)
+        if row is None:
+            _check_deadline(deadline)
+            row = np.ones(problem.num_nodes, dtype=bool)
+            fits = np.flatnonzero(feasible_nodes(state, w))
+            strands = guard.strands(state, w, fits) if fits.size else None
+            if strands is not None and not strands.all():
+                row[fits[strands]] = False
+            rows[key] = row
+        allowed[w] = row
+    return None if allowed.all() else allowed
+
+
+def place_guarded_out(problem: Problem, state: ClusterState, deadline: float | None = None) -> int:
+    """In place: each pod still unplaced goes to its best node by marginal gain where it fits,
+    stranding ones included, when that raises R (``gpu_guard`` ranks those nodes last, it does
+    not forbid them: pods that the guard's other nodes could not all take are placed there).
+    Returns the pods placed."""
+    placed = 0
+    for w in np.flatnonzero(state.assignment < 0):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        w = int(w)
+        cand = np.flatnonzero(feasible_nodes(state, w))
+        if cand.size == 0:
+            continue
+        gain = marginal(problem, state, w, cand)
+        best = int(np.argmax(gain))
+        if gain[best] > POLISH_TOL:
+            state.place(w, int(cand[best]))
+            placed += 1
+    return placed
+
+
 #: Most (unplaced pod, node, evicted pod) tries of :func:`insert_by_eviction` per call.
 EVICT_MAX_TRIES = 5_000
 
 
-def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | None = None) -> int:
+def insert_by_eviction(
+    problem: Problem, state: ClusterState, deadline: float | None = None, allowed: np.ndarray | None = None
+) -> int:
     """Ejection chains of depth one, in place: an unplaced pod u takes node n once one pod v
     leaves n for its best other node (by marginal gain), kept when the true R gains more than
     :data:`POLISH_TOL`. When the nodes are tight, an unplaced pod that fits nowhere stays out under
@@ -576,7 +648,7 @@ def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | 
     tries = inserted = 0
     for u in out:
         u = int(u)
-        mask = _static_mask(problem, u) & (state.pods_on_node > 0)
+        mask = _static_mask(problem, u, allowed) & (state.pods_on_node > 0)
         # Pods v on u's nodes whose leaving makes room for u's additive resources.
         on = np.flatnonzero(np.isin(state.assignment, np.flatnonzero(mask)))
         if on.size == 0:
@@ -595,7 +667,7 @@ def insert_by_eviction(problem: Problem, state: ClusterState, deadline: float | 
             state.remove(v)
             if resource_fit(state, u, np.array([n]))[0]:
                 state.place(u, n)
-                targets = feasible_nodes(state, v)
+                targets = _fits(state, v, allowed)
                 targets[n] = False
                 cand = np.flatnonzero(targets)
                 if cand.size:
@@ -1378,7 +1450,7 @@ INFO_KEYS = (
     "utilization_model", "utilization_rounded", "capacity_rounded", "cardinality_cuts",
     "gpu_nodes_with_card_variables", "feasible_pairs", "groups", "num_variables", "num_constraints", "build_s",
     "pruned", "pruning", "hint", "start", "deterministic_budget", "deterministic_time", "cpsat_wall_time_s", "lns",
-    "polish_moves", "not_reached", "skipped", "wall_clock_cut", "wall_time_s", "time_s",
+    "polish_moves", "not_reached", "skipped", "wall_clock_cut", "wall_time_s", "time_s", "gpu_guard",
 )
 
 
@@ -1444,6 +1516,11 @@ class CpSat(Solver):
             "of the budget (small exact models over a few nodes' pods).",
         ),
         "polish": Param(True, bool, "Improve the hint and the result by single-pod moves scored with the true objective."),
+        "gpu_guard": Param(
+            False, bool, "Keep each pod off the nodes where it alone would strand GPUs (greedy-objective's rule) when "
+            "it fits one where it would not; the hint, model, search and polish keep to that, and a pod left out "
+            "then goes where it fits. Not R's optimum (status feasible); info['gpu_guard'] counts what it did.",
+        ),
     }
 
     def _check_settings(self) -> None:
@@ -1534,6 +1611,14 @@ class CpSat(Solver):
         # Pods a polish's single-pod round reached (weighed by R, even when left out): never
         # ``not_reached``, though the hint had not reached them.
         weighed = np.zeros(p.num_workloads, dtype=bool)
+        # gpu_guard: the pairs every phase keeps to (None: all; off, or nothing strands).
+        allowed: np.ndarray | None = None
+        if self.gpu_guard:
+            info["gpu_guard"] = {"dropped_pairs": 0, "placed_last": 0}
+            try:
+                allowed = guard_mask(p, ClusterState(p), deadline=cap)
+            except OutOfTime:
+                skipped.append("gpu_guard")
         if self.hint_solvers:
             import solvers
 
@@ -1561,6 +1646,8 @@ class CpSat(Solver):
             hint_state = starts[chosen]
             unreached = []  # a hint reaches every pod
             info["hint"] = {"solver": chosen, "score": tried[chosen]}
+            if allowed is not None:  # the pods it put where the guard keeps them off start out
+                info["hint"]["guard_removed"] = _take_out_disallowed(hint_state, allowed)
             if len(tried) > 1:
                 info["hint"]["tried"] = tried
             phase("hint")
@@ -1576,7 +1663,7 @@ class CpSat(Solver):
                 if time.perf_counter() > polish_end:
                     skipped.append("hint_polish")  # it would stop before its first move
                 else:
-                    moves = improve(p, hint_state, deadline=polish_end, swaps=False, weighed=weighed)
+                    moves = improve(p, hint_state, deadline=polish_end, swaps=False, weighed=weighed, allowed=allowed)
                 if self.deterministic and time.perf_counter() > polish_end:
                     cut.append("hint_polish")
                 info["hint"].update(polish_moves=moves, polished_score=evaluate(p, hint_state.assignment).score)
@@ -1594,6 +1681,9 @@ class CpSat(Solver):
             cand = candidate_matrix(p, state0, deadline=cap)
             total_pairs = int(cand.sum())
             info["feasible_pairs"] = total_pairs
+            if allowed is not None:
+                info["gpu_guard"]["dropped_pairs"] = int((cand & ~allowed).sum())
+                cand &= allowed
             limit = self.max_candidates
             if limit is None and total_pairs > AUTO_PRUNE_PAIRS:
                 limit = AUTO_CANDIDATES
@@ -1645,7 +1735,10 @@ class CpSat(Solver):
             cut.append("cpsat")
             skipped.append("cpsat")
         phase("cpsat")
-        exact = full is not None and full.exact and not pruned
+        # ``settled``: proved optimal for the model it was given; that is R's optimum unless the
+        # guard took pairs out of it (then nothing left to search: the model was exact for those pairs).
+        settled = full is not None and full.exact and not pruned and result.proved
+        exact = full is not None and full.exact and not pruned and allowed is None
         optimal = exact and result.proved
         info.update(
             status=result.status, cpsat_wall_time_s=result.wall_time, deterministic_time=result.deterministic_time,
@@ -1666,16 +1759,16 @@ class CpSat(Solver):
         state = state.copy()
 
         # Large-neighbourhood search and polish with the true objective.
-        if self.lns and not optimal and full is not None:
+        if self.lns and not settled and full is not None:
             det_left = None if det_budget is None else det_budget - result.deterministic_time
             late = time.perf_counter() >= cap
-            state, info["lns"] = self._lns(p, state, cap, det_left)
+            state, info["lns"] = self._lns(p, state, cap, det_left, allowed)
             if late and info["lns"]["iterations"] == 0:
                 skipped.append("lns")
             if info["lns"]["stopped"] == "wall clock":
                 cut.append("lns")
             phase("lns")
-        if self.polish and not optimal:
+        if self.polish and not settled:
             # Half the reserve is left for the unplaced reasons and the scoring after the polish,
             # so the whole solve stays within time_limit_s (500 x 100 took 10.00 s of 10 with drains
             # and swaps polishing up to the limit).
@@ -1684,10 +1777,12 @@ class CpSat(Solver):
             if time.perf_counter() > polish_end:
                 skipped.append("polish")  # it would stop before its first move
             else:
-                info["polish_moves"] = improve(p, state, deadline=polish_end, weighed=weighed)
+                info["polish_moves"] = improve(p, state, deadline=polish_end, weighed=weighed, allowed=allowed)
             if time.perf_counter() > polish_end:
                 cut.append("polish")
             phase("polish")
+        if allowed is not None:
+            info["gpu_guard"]["placed_last"] = place_guarded_out(p, state, deadline=end - 0.5 * reserve)
         final = evaluate(p, state.assignment).score
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
@@ -1721,7 +1816,8 @@ class CpSat(Solver):
     # --- large-neighbourhood search ----------------------------------------------------------
 
     def _lns(
-        self, p: Problem, state: ClusterState, wall_end: float, det_budget: float | None
+        self, p: Problem, state: ClusterState, wall_end: float, det_budget: float | None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[ClusterState, dict[str, Any]]:
         """Improve ``state``: repeatedly take the pods of a few nodes (and unplaced pods
         that fit there) out and place them again with an exact model over those nodes; keep the
@@ -1734,7 +1830,7 @@ class CpSat(Solver):
         used = 0.0
         stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget"}
         stall = 0
-        static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
+        static = np.stack([_static_mask(p, w, allowed) for w in range(p.num_workloads)])
         domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
         # Without a deterministic budget the wall clock is the budget.
         wall_stop = "budget" if det_budget is None else "wall clock"
@@ -1758,7 +1854,7 @@ class CpSat(Solver):
             base = state.copy()
             for w in on_nodes:
                 base.remove(int(w))
-            cand = np.stack([_lns_targets(p, base, int(w), mask, LNS_EXTRA_TARGETS) for w in pods])
+            cand = np.stack([_lns_targets(p, base, int(w), mask, LNS_EXTRA_TARGETS, allowed) for w in pods])
             keep = cand.any(axis=1) | (state.assignment[pods] >= 0)
             pods, cand = pods[keep], cand[keep]
             if pods.size == 0:
@@ -1800,17 +1896,27 @@ class CpSat(Solver):
         return state, stats
 
 
-def _static_mask(p: Problem, w: int) -> np.ndarray:
+def _static_mask(p: Problem, w: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The nodes pod w's static filters admit (and ``allowed[w]`` allows, when given)."""
     from iro_fed.feasibility import static_filter
 
-    return static_filter(p, w).mask
+    mask = static_filter(p, w).mask
+    return mask if allowed is None else mask & allowed[w]
 
 
-def _lns_targets(p: Problem, base: ClusterState, w: int, mask: np.ndarray, extra: int) -> np.ndarray:
+def _fits(state: ClusterState, w: int, allowed: np.ndarray | None) -> np.ndarray:
+    """:func:`~iro_fed.feasibility.feasible_nodes` of pod w (and ``allowed[w]``, when given)."""
+    mask = feasible_nodes(state, w)
+    return mask if allowed is None else mask & allowed[w]
+
+
+def _lns_targets(
+    p: Problem, base: ClusterState, w: int, mask: np.ndarray, extra: int, allowed: np.ndarray | None = None
+) -> np.ndarray:
     """Where a freed pod may go in a neighbourhood's model: the neighbourhood's nodes, and its
     ``extra`` best other nodes by marginal gain where it fits now (so that a pod can leave the
     neighbourhood to make room, a chain of moves that nodes-only neighbourhoods cannot make)."""
-    fits = feasible_nodes(base, w)
+    fits = _fits(base, w, allowed)
     targets = fits & mask
     outside = np.flatnonzero(fits & ~mask)
     if extra > 0 and outside.size:
@@ -1837,6 +1943,15 @@ def _neighbourhood(
     else:
         pool = np.arange(p.num_nodes)
     return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
+
+
+def _take_out_disallowed(state: ClusterState, allowed: np.ndarray) -> int:
+    """In place: the pods placed on pairs ``allowed`` does not allow are taken out; their number."""
+    pods = np.flatnonzero(state.assignment >= 0)
+    off = pods[~allowed[pods, state.assignment[pods]]]
+    for w in off:
+        state.remove(int(w))
+    return int(off.size)
 
 
 def _not_reached(state: ClusterState, unreached: list[int], weighed: np.ndarray) -> list[int]:
