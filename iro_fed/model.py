@@ -172,8 +172,9 @@ class Problem:
     data never describes other pods than the problem's.
 
     ``pod_scoring`` (optional, :class:`PodScoring`): what kube-scheduler's PodTopologySpread and
-    InterPodAffinity score, from the Kubernetes snapshot; ``None`` everywhere else (those plugins
-    then score every node alike). :meth:`replace` drops it when ``nodes`` or ``workloads`` change
+    InterPodAffinity score, from the Kubernetes snapshot, or from the simulator (the system default
+    spreading of its pods' controllers) for a solver that reads it; ``None`` everywhere else (those
+    plugins then score every node alike). :meth:`replace` drops it when ``nodes`` or ``workloads`` change
     without it.
 
     ``feasibility_only``: names in ``resources`` that bound where a workload fits and nothing

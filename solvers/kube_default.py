@@ -58,8 +58,9 @@ in the best-effort skip of BalancedAllocation):
   NodeResourcesFit 1, NodeResourcesBalancedAllocation 1, PodTopologySpread 2, InterPodAffinity 2,
   ImageLocality 1. ImageLocality scores equally on every node here (the model has no images) and
   is left out of the sum (a constant does not change the choice); so are PodTopologySpread and
-  InterPodAffinity for a problem without ``pod_scoring`` (problem files, traces, the simulator):
-  the model then has no pod labels, owners or pod (anti-)affinity.
+  InterPodAffinity for a problem without ``pod_scoring`` (problem files, traces): the model then
+  has no pod labels, owners or pod (anti-)affinity. The simulator gives its pods controllers and
+  fills ``pod_scoring`` with the system default spreading (``iro_fed.sim.engine``).
 * ``schedule_one.go``: ``numFeasibleNodesToFind`` (adaptive ``percentageOfNodesToScore`` =
   ``50 - N/125`` %, floor 5 %, at least 100 nodes; all nodes below 100), the filter scan starting
   at ``nextStartNodeIndex`` and advancing it by the nodes processed, and ``selectHost`` (uniform
@@ -94,7 +95,7 @@ Known differences (deliberate, the model does not carry what upstream reads):
   solver or a node list sharing no name with the last one; every ``solve``
   reseeds, so a new solver with the same seed gives the same answer. This only matters above
   100 nodes.
-* Pod scoring (``Problem.pod_scoring``, from the Kubernetes snapshot): the system default
+* Pod scoring (``Problem.pod_scoring``, from the Kubernetes snapshot or the simulator): the system default
   spreading's selector is approximated by the pod's controller ownerReference (upstream: the
   selectors of the Services, ReplicaSets, StatefulSets and ReplicationControllers that select the
   pod; the snapshot sees none of those objects), so a bare pod that only a Service selects is not

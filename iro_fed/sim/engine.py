@@ -16,15 +16,22 @@ Each step (60 s by default) does, in order:
    as workloads (priority order, then readiness), the current carbon intensity per domain.
    Solvers are built with ``solvers.make`` and called through ``solve`` (online solvers place
    pod by pod with ``decide``). Every returned node is checked against the live
-   :class:`~iro_fed.model.ClusterState` before it is applied (never a capacity overrun).
+   :class:`~iro_fed.model.ClusterState` before it is applied (never a capacity overrun). For a
+   solver that reads ``Problem.pod_scoring`` (kube-default, or a composite around it) the
+   snapshot carries kube-scheduler's system default spreading (hostname maxSkew 3, zone maxSkew
+   5, ScheduleAnyway) of each pod whose controller is a ReplicaSet, StatefulSet or
+   ReplicationController (a service's replicas: ``ReplicaSet/<service>``; a pod's own
+   ``controller``; a Job's pods are not spread), with its group's running pods per node; other
+   solvers get none (nothing is built for them).
 5. **Preemption, make-room, consolidation**: a pending pod that fits no powered node evicts
    lower-priority pods of one node as kube-scheduler's DefaultPreemption picks them
    (``preemption``: per node all lower pods but those it can reprieve, most important first; the
    node with the lowest highest-victim priority, then the smallest priority sum, the fewest
    victims, the latest-started victims; every such pod, GPU pods included; an evicted batch job
-   restarts); a batch job that fits nowhere gets room by moving service replicas off one
-   node (``make_room``); every ``consolidate_every`` steps the least-used node holding only
-   replicas is drained when the solver places them all elsewhere (``consolidate_below``).
+   restarts; a pod's start is its current placement's step); a batch job that fits nowhere, GPU
+   jobs included, gets room by moving service replicas off one node (``make_room``); every
+   ``consolidate_every`` steps the least-used node holding only replicas is drained when the
+   solver places them all elsewhere (``consolidate_below``).
 6. **Autoscaling**: for pods still pending, powered-down nodes they fit (own data centres
    first) or cloud nodes (``elastic`` pools) are booted, enough to hold their demand.
    With ``power_down``, a node empty for ``idle_off_steps`` powers down when its domain keeps
@@ -83,7 +90,17 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, room_fits, static_filter
-from iro_fed.model import GPU_MILLI, ClusterState, Domain, Node, Problem, Workload
+from iro_fed.model import (
+    GPU_MILLI,
+    HOSTNAME_KEY,
+    ClusterState,
+    Domain,
+    Node,
+    PodScoring,
+    Problem,
+    SoftPodTerm,
+    Workload,
+)
 from iro_fed.objective import coefficients, dynamic_utilization, evaluate
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, success_pct, weighted_percentile
 from iro_fed.sim.model import Scenario
@@ -92,6 +109,8 @@ from iro_fed.sim.signals import persistence_forecast
 FUTURE, DEFERRED, PENDING, RUNNING, COMPLETED, DROPPED = range(6)
 STATUS_NAMES = ("future", "deferred", "pending", "running", "completed", "dropped")
 OFF, BOOTING, ON = 0, 1, 2
+#: Waiting jobs :meth:`Simulator._make_room` tries per step (each try is a solver call).
+MAKE_ROOM_PER_STEP = 3
 DOMAIN_LABEL = "iro.example/domain"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -255,6 +274,7 @@ class Simulator:
         self._build_cluster()
         self._expand_pods()
         self._build_master()
+        self._setup_pod_scoring()
 
     # --- set-up --------------------------------------------------------------------------
 
@@ -339,11 +359,12 @@ class Simulator:
                         "arrival": int(a), "departure": int(b) if b < T else -1, "duration": -1, "deadline": -1, "service": si,
                         "gpu_count": 0, "gpu_milli": 0, "gpu_models": (), "user_region": svc.user_region,
                         "allowed_domains": svc.allowed_domains, "tolerations": svc.tolerations, "node_selector": svc.node_selector,
-                        "priority": svc.priority, "max_latency_ms": svc.max_latency_ms,
+                        "priority": svc.priority, "max_latency_ms": svc.max_latency_ms, "controller": svc.controller,
                     })
         for pod in sc.pods:
             if pod.arrival >= T:
                 continue
+            check_controller(pod.name, pod.controller)
             rows.append({**{f.name: getattr(pod, f.name) for f in dataclasses.fields(pod)}, "service": -1})
         rows.sort(key=lambda r: (r["arrival"], r["name"]))
         self.pod_rows = rows
@@ -356,6 +377,8 @@ class Simulator:
         self.service = np.array([r["service"] for r in rows], dtype=np.int64)
         self.priority = np.array([r["priority"] for r in rows], dtype=np.int64)
         self.is_batch = np.array([r["klass"] == "batch" for r in rows], dtype=bool)
+        #: Each pod's controller ownerReference, ``KIND/NAME`` ("" for a bare pod).
+        self.controller = [r["controller"] for r in rows]
         self.demand = np.array([[r["cpu"], r["memory"]] for r in rows], dtype=np.float64).reshape(P, 2)
         self.wl_gpu_count = np.array([r["gpu_count"] for r in rows], dtype=np.int32)
         self.wl_gpu_milli = np.array([r["gpu_milli"] for r in rows], dtype=np.int32)
@@ -428,6 +451,69 @@ class Simulator:
             power_idle_w=self.power_idle, power_peak_w=self.power_peak, weights=sc.weights,
         )
 
+    def _setup_pod_scoring(self) -> None:
+        """Per pod its system default spreading group (-1: none) and per node its domain id of each
+        :data:`iro_fed.k8s.snapshot.SYSTEM_DEFAULT_SPREAD` key, when the solver reads ``Problem.pod_scoring`` (only
+        kube-default, or a composite around it: the Kubernetes adapters' test); otherwise nothing
+        is built and the snapshots carry none (no cost for the other solvers)."""
+        self.spread_group: np.ndarray | None = None
+        if self.solver is None:
+            return
+        from iro_fed.k8s.snapshot import SYSTEM_DEFAULT_SPREAD, controller_owner, reads_pod_scoring
+
+        if not reads_pod_scoring(self.solver):
+            return
+        # The snapshot's rule: a pod a ReplicaSet, StatefulSet or ReplicationController controls
+        # (not a Job) is spread with the others of its controller.
+        owners: dict[str, int] = {}
+        group = np.full(self.P, -1, dtype=np.int64)
+        for p, ref in enumerate(self.controller):
+            kind, _, name = ref.partition("/")
+            meta = {"ownerReferences": [{"controller": True, "kind": kind, "name": name}]}
+            owner = controller_owner(meta) if ref else None
+            if owner is not None:
+                group[p] = owners.setdefault(owner, len(owners))
+        self.spread_group = group
+        self.spread_keys = tuple(key for key, _ in SYSTEM_DEFAULT_SPREAD)
+        self.spread_skews = tuple(skew for _, skew in SYSTEM_DEFAULT_SPREAD)
+        # A node's domain of each key (-1: it lacks the label); every node is its own hostname.
+        rows = np.full((len(self.spread_keys), len(self.nodes)), -1, dtype=np.int32)
+        for k, key in enumerate(self.spread_keys):
+            ids: dict[str, int] = {}
+            for i, node in enumerate(self.nodes):
+                value = node.name if key == HOSTNAME_KEY else node.labels.get(key)
+                if value is not None:
+                    rows[k, i] = ids.setdefault(value, len(ids))
+        self.spread_rows = rows
+
+    def _pod_scoring(self, pods: np.ndarray, avail: np.ndarray) -> PodScoring | None:
+        """``Problem.pod_scoring`` of a snapshot of ``pods`` on the nodes ``avail``: the system
+        default spreading (ScheduleAnyway, hostname and zone) of each pod with a spreading group,
+        that group's running pods per node as its counts; None when no pod has a group (as the
+        Kubernetes snapshot). Nodes are not left out by the pods' node selectors (nodeAffinityPolicy
+        Honor): a group's pods share their filters, so its pods and candidates are on matching
+        nodes only, and the scores come out the same."""
+        if self.spread_group is None:
+            return None
+        group = self.spread_group[pods]
+        wanted = np.unique(group[group >= 0])
+        if wanted.size == 0:
+            return None
+        G, N = int(wanted.size), len(self.nodes)
+        local = np.full(int(self.spread_group.max()) + 1, -1, dtype=np.int64)
+        local[wanted] = np.arange(G)
+        st = self.state
+        placed = np.flatnonzero(st.assignment >= 0)
+        g = local[np.maximum(self.spread_group[placed], 0)]
+        keep = (self.spread_group[placed] >= 0) & (g >= 0)
+        counts = np.bincount(g[keep] * N + st.assignment[placed[keep]], minlength=G * N).reshape(G, N)[:, avail]
+        mine = np.where(group >= 0, local[np.maximum(group, 0)], -1)
+        members = mine[None, :] == np.arange(G)[:, None]
+        spread = [tuple(SoftPodTerm("default_spread", g, k, skew) for k, skew in enumerate(self.spread_skews)) for g in range(G)]
+        terms = tuple(() if gw < 0 else spread[gw] for gw in mine.tolist())
+        return PodScoring(self.spread_keys, self.spread_rows[:, avail], tuple(f"owner-{i}" for i in range(G)),
+                          counts.astype(np.int32), members, terms)
+
     # --- run -----------------------------------------------------------------------------
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
@@ -474,7 +560,10 @@ class Simulator:
         P, N = self.P, len(self.nodes)
         self.status = np.full(P, FUTURE, dtype=np.int8)
         self.ready = np.full(P, -1, dtype=np.int64)
-        self.first_placed = np.full(P, -1, dtype=np.int64)
+        self.first_placed = np.full(P, -1, dtype=np.int64)  # its wait ends here (metrics: from readiness)
+        #: The step its current placement began (-1: not running): a pod evicted and run again, or
+        #: moved, is a new pod to kube (a new status.startTime); preemption orders victims by it.
+        self.started = np.full(P, -1, dtype=np.int64)
         self.finished = np.full(P, -1, dtype=np.int64)
         self.remaining = self.duration.copy()
         self.release = np.full(P, -1, dtype=np.int64)
@@ -608,6 +697,7 @@ class Simulator:
             power_idle_w=self.power_idle[avail], power_peak_w=self.power_peak[avail],
             workloads=[self.workloads[p] for p in pods], demand=self.demand[pods],
             wl_gpu_count=self.wl_gpu_count[pods], wl_gpu_milli=self.wl_gpu_milli[pods],
+            pod_scoring=self._pod_scoring(pods, avail),
         )
         return sub, avail
 
@@ -634,6 +724,7 @@ class Simulator:
             return False
         self.state.place(p, n, cards)
         self.status[p] = RUNNING
+        self.started[p] = t
         if self.first_placed[p] < 0:
             self.first_placed[p] = t
         return True
@@ -709,6 +800,7 @@ class Simulator:
                 st.place(int(p), int(n), saved[int(p)])
             return False
         self.moves += len(order)
+        self.started[order] = t  # moved pods are recreated on their new nodes
         self.capacity_freed = True
         return True
 
@@ -752,7 +844,7 @@ class Simulator:
         p still fits. The rest, most important first, are the victims (never empty)."""
         if lower.size == 0:
             return None
-        lower = lower[np.lexsort((lower, self.first_placed[lower], -self.priority[lower]))]
+        lower = lower[np.lexsort((lower, self.started[lower], -self.priority[lower]))]
         if not self._fits_after_removing(p, n, lower)[-1] or not self._gpu_fits_after_removing(p, n, lower):
             return None
         st = self.state
@@ -790,7 +882,7 @@ class Simulator:
         earliest start time, the node where it is latest). Ties: the first node."""
         prio = self.priority[victims]
         top = int(prio.max())
-        earliest = int(self.first_placed[victims[prio == top]].min())
+        earliest = int(self.started[victims[prio == top]].min())
         return top, int((prio + 2**31).sum()), int(victims.size), -earliest
 
     def _preempt(self, t: int) -> None:
@@ -846,6 +938,7 @@ class Simulator:
             for v in victims:
                 st.remove(int(v))
                 self.status[v] = PENDING
+                self.started[v] = -1
                 if self.first_placed[v] == t:
                     # Placed in this step's decisions and evicted before it ran a step: it never
                     # stopped pending, so its wait runs on to the placement that holds.
@@ -873,20 +966,28 @@ class Simulator:
 
     def _make_room(self, t: int) -> None:
         """A batch job (any pod not a service replica) that fits nowhere: move service replicas (which may
-        run elsewhere, e.g. burst to the cloud) off the node where that frees enough for it."""
+        run elsewhere, e.g. burst to the cloud) off the node where that frees enough for it.
+
+        Not kube's DefaultPreemption (:meth:`_preempt`): nothing is evicted and priorities do not
+        matter; the replicas are re-placed by the solver, all or none (:meth:`_move_off`), as a
+        descheduler or a rescheduling operator would move them, and the job starts in their room.
+        A GPU job is handled too: replicas hold no cards (a :class:`Service` asks for none), so a
+        node qualifies only when it has the job's cards free now (resource_fit's card test, exact)
+        and moving replicas frees its CPU and memory. At most the first ``MAKE_ROOM_PER_STEP``
+        waiting jobs (engine order) are tried per step: each try is a solver call and each move
+        churns running replicas, so a backlog of jobs is worked through a few per step rather than
+        reshuffling the cluster in one."""
         st = self.state
         waiting = np.flatnonzero((self.status == PENDING) & (self.service < 0))
         if waiting.size == 0:
             return
-        for p in self._pending_order(waiting)[:3]:
-            if self.wl_gpu_count[p] > 0:
-                continue
+        for p in self._pending_order(waiting)[:MAKE_ROOM_PER_STEP]:
             cand = np.flatnonzero(self._static_mask(int(p)) & (self.node_state == ON))
             fits_now = resource_fit(st, int(p), cand)
             best: tuple[int, int, np.ndarray] | None = None
             for n, fits in zip(cand, fits_now, strict=True):
-                if fits:
-                    continue
+                if fits or not self._gpu_fits_after_removing(int(p), int(n), ()):
+                    continue  # (moving replicas frees no card: the cards must be free now)
                 on_n = np.flatnonzero(st.assignment == n)
                 movable = on_n[self.service[on_n] >= 0]
                 if movable.size == 0:
@@ -1325,6 +1426,17 @@ def _cards_fit(row: np.ndarray, k: int, milli: int) -> bool:
     if k == 1 and milli < GPU_MILLI:
         return bool(row.max(initial=-1) >= milli)
     return int((row == GPU_MILLI).sum()) >= k
+
+
+def check_controller(pod: str, controller: str) -> None:
+    """A pod's ``controller`` is "" or ``KIND/NAME``, else a SimConfigError naming the pod and field."""
+    if controller == "":
+        return
+    kind, sep, name = controller.partition("/") if isinstance(controller, str) else ("", "", "")
+    if sep and kind == kind.strip() != "" and name == name.strip() != "":
+        return
+    raise SimConfigError(f"pod {pod!r}: field 'controller' must be KIND/NAME (e.g. Job/{pod} or ReplicaSet/web) "
+                         f"or empty, got {controller!r}")
 
 
 def jsonable(value: Any) -> Any:

@@ -47,6 +47,8 @@ class Service:
     ``traffic[t]`` is requests per second at step t. A replica serves ``mu`` requests per second
     at ``service_ms`` per request when idle; the engine's horizontal autoscaler keeps
     ``ceil(traffic / (mu * target_rho))`` replicas within ``[min_replicas, max_replicas]``.
+    Its replicas are the pods of one Deployment's ReplicaSet named after the service
+    (:attr:`controller`), as kube-scheduler's system default spreading sees them.
     """
 
     name: str
@@ -66,11 +68,22 @@ class Service:
     priority: int = 100
     max_latency_ms: float | None = None
 
+    @property
+    def controller(self) -> str:
+        """The controller ownerReference of its replicas, ``KIND/NAME``."""
+        return f"ReplicaSet/{self.name}"
+
 
 @dataclass(frozen=True)
 class PodSpec:
     """A pod that is not a service replica: a batch job (``duration`` steps of work, optional
-    ``deadline`` step) or a long-running pod that leaves at ``departure`` (-1: never)."""
+    ``deadline`` step) or a long-running pod that leaves at ``departure`` (-1: never).
+
+    ``controller`` is its controller ownerReference as ``KIND/NAME`` (``Job/nightly-007``,
+    ``ReplicaSet/checkout``; "" for a bare pod): the pods of one ReplicaSet, StatefulSet or
+    ReplicationController are spread by kube-scheduler's system default constraints (the
+    simulator gives them to ``kube-default``), a Job's pods are not.
+    """
 
     name: str
     klass: str
@@ -89,6 +102,7 @@ class PodSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     priority: int = 0
     max_latency_ms: float | None = None
+    controller: str = ""
 
 
 @dataclass

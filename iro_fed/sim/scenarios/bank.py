@@ -185,8 +185,9 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
             deadline = int(round((24 * (day + 1) + 6 - start_hour) * per_h))
             if arrival < 0 or arrival >= steps:
                 continue
-            pods.append(PodSpec(f"night-d{day}-{j:03d}", "batch", cpu, cpu * 4, arrival, duration=duration,
-                                deadline=deadline, allowed_domains=batch_domains, tolerations=batch_tol, priority=10))
+            name = f"night-d{day}-{j:03d}"
+            pods.append(PodSpec(name, "batch", cpu, cpu * 4, arrival, duration=duration, deadline=deadline,
+                                allowed_domains=batch_domains, tolerations=batch_tol, priority=10, controller=f"Job/{name}"))
         # Daytime jobs (reports, settlement): 08:00-20:00, 15 minutes of tolerated delay.
         rng = stream(seed, DAY_STREAM, day + 1)
         for h in range(8, 20):
@@ -196,9 +197,10 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
                 cpu = float(rng.choice([2000, 4000]))
                 if arrival < 0 or arrival >= steps:
                     continue
-                pods.append(PodSpec(f"day-d{day}-h{h}-{j}", "batch", cpu, cpu * 4, arrival, duration=duration,
+                name = f"day-d{day}-h{h}-{j}"
+                pods.append(PodSpec(name, "batch", cpu, cpu * 4, arrival, duration=duration,
                                     deadline=arrival + duration + int(round(15 * 60 / step_s)),
-                                    allowed_domains=batch_domains, tolerations=batch_tol, priority=50))
+                                    allowed_domains=batch_domains, tolerations=batch_tol, priority=50, controller=f"Job/{name}"))
     return Scenario(
         name="bank", description="Credit-card core system: online transactions, nightly batch, public-cloud burst.",
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,

@@ -126,8 +126,9 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
             cpu = float(rng.choice([2000, 4000]))
             if arrival >= steps:
                 continue
-            pods.append(PodSpec(f"analytics-h{h}-{j}", "batch", cpu, cpu * 4, arrival, duration=duration,
-                                deadline=arrival + duration + slack, priority=10))
+            name = f"analytics-h{h}-{j}"
+            pods.append(PodSpec(name, "batch", cpu, cpu * 4, arrival, duration=duration,
+                                deadline=arrival + duration + slack, priority=10, controller=f"Job/{name}"))
     return Scenario(
         name="edge-iot", description="Edge sites with site-bound IoT services and analytics that may run anywhere.",
         domains=domains, regions=regions, latency_ms=latency, pools=pools, services=services, pods=pods,

@@ -7,7 +7,10 @@ of long-running pods arrives over ``surge_hours`` (two hours), a mix of the shap
 sale: GPU recommendation / vision inference taking a share of a card or whole cards, CPU-heavy
 checkout and search pods, memory-heavy cache pods. Its total demand is close to the cluster's
 capacity (``load`` of the tighter of CPU and GPU), so the outcome turns on how well a scheduler
-packs shapes: spreading leaves many nodes with leftovers that fit no large pod. The sale ends at
+packs shapes: spreading leaves many nodes with leftovers that fit no large pod. Each shape is one
+Deployment scaled up for the sale (its pods one ReplicaSet, ``ReplicaSet/<shape>``), so
+``kube-default`` spreads a shape's pods by kube-scheduler's system default constraints, as a real
+cluster does. The sale ends at
 ``sale_end_h`` (18:00 UTC, the first such clock hour after the surge began, at least
 ``surge_hours`` after it), when the surge pods leave. Peak window for the pending metric: the surge. Nodes
 stay powered (``power_down`` off): the scenario measures packing, not power management.
@@ -128,7 +131,7 @@ def build(seed: int, hours: float, step_s: float = 60.0, carbon_series: UserCarb
         if arrival < steps:  # drawn either way: the population does not depend on the run's length
             pods.append(PodSpec(f"{kind}-{i:04d}", "online", float(cpu), float(mem), arrival,
                                 departure=end if end < steps else -1, gpu_count=gc, gpu_milli=gm if gc else 0,
-                                user_region=region, priority=100))
+                                user_region=region, priority=100, controller=f"ReplicaSet/{kind}"))
         cpu_sum += cpu
         gpu_sum += gc * gm if gc == 1 else gc * 1000
         i += 1
