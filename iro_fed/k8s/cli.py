@@ -78,6 +78,9 @@ MAX_UNSCHEDULABLE_S = 86400.0
 #: it; 60..119 s at random by default): an hour, as long as kube-apiserver keeps a watch open of its own accord.
 MAX_API_TIMEOUT_S = 3600.0
 MAX_WATCH_TIMEOUT_S = 3600
+#: Largest ``--list-page-size`` (objects per page of a list; client.LIST_PAGE_SIZE, 500, by default):
+#: a page this big is already tens of MB parsed at once.
+MAX_LIST_PAGE_SIZE = 100_000
 #: The webhook configuration's ``timeoutSeconds`` (``--timeout-seconds``): the API server takes 1..30.
 MAX_WEBHOOK_TIMEOUT_S = 30
 #: Longest ``--http-timeout-s`` (kube-scheduler's extender ``httpTimeout``).
@@ -160,9 +163,11 @@ def _config(path: str | None) -> Any:
         raise UsageError(f"--cluster-config: {exc}") from exc
 
 
-def _kube(kubeconfig: str | None, user_agent: str, api_timeout_s: float | None = None) -> Any:
+def _kube(kubeconfig: str | None, user_agent: str, api_timeout_s: float | None = None,
+          list_page_size: int | None = None) -> Any:
     """The API client of ``--kubeconfig`` (else the in-cluster service account); its writes wait
-    ``api_timeout_s`` for an answer when given, else ``Kube.write_timeout_s``."""
+    ``api_timeout_s`` for an answer when given, else ``Kube.write_timeout_s``; its lists read
+    ``list_page_size`` objects a page when given, else ``Kube.list_page_size``."""
     from iro_fed.k8s.client import Kube
 
     if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -175,20 +180,25 @@ def _kube(kubeconfig: str | None, user_agent: str, api_timeout_s: float | None =
         raise UsageError(f"--kubeconfig: cannot load {kubeconfig!r}: {exc}") from exc
     if api_timeout_s is not None:
         kube.write_timeout_s = api_timeout_s
+    if list_page_size is not None:
+        kube.list_page_size = list_page_size
     return kube
 
 
 def _api_timeouts(args: argparse.Namespace, talks: bool, needs: str) -> tuple[float | None, int | None]:
     """``--api-timeout-s`` and ``--watch-timeout-s`` (None: not given, the library's defaults),
-    checked; given to a command that does not talk to the API server (``talks`` false), they are
+    checked, and ``--list-page-size`` checked (``_kube`` reads it); given to a command that does not talk to the API server (``talks`` false), they are
     an error naming the flag and what it ``needs``, not silently unused."""
     api = getattr(args, "api_timeout_s", None)
     watch = args.watch_timeout_s
+    page = getattr(args, "list_page_size", None)
     if api is not None:
         check_number("--api-timeout-s", api, 0.0, MAX_API_TIMEOUT_S, low_open=True)
     if watch is not None:
         check_int("--watch-timeout-s", watch, 1, MAX_WATCH_TIMEOUT_S)
-    for flag, value in (("--api-timeout-s", api), ("--watch-timeout-s", watch)):
+    if page is not None:
+        check_int("--list-page-size", page, 0, MAX_LIST_PAGE_SIZE)
+    for flag, value in (("--api-timeout-s", api), ("--watch-timeout-s", watch), ("--list-page-size", page)):
         if value is not None and not talks:
             raise UsageError(f"{flag}: needs {needs} (without it no API server is called)")
     return api, watch
@@ -270,7 +280,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
             caller = HTTP_TIMEOUT_S if args.http_timeout_s is None else args.http_timeout_s
             api_timeout = min(Kube.write_timeout_s, EXTENDER_BIND_SHARE * caller)
             writes_note = f"default: {EXTENDER_BIND_SHARE:g} x the caller timeout, at most {Kube.write_timeout_s:g} s"
-        kube = _kube(args.kubeconfig, "iro-extender", api_timeout)
+        kube = _kube(args.kubeconfig, "iro-extender", api_timeout, args.list_page_size)
         cache = ClusterCache(kube, config, **_watch_kwargs(watch_timeout)).start()
     ext = Extender(args.solver, settings, cache=cache, kube=kube, config=config, solver_weight=args.solver_weight)
     try:
@@ -381,7 +391,8 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     if args.mode == "affinity":
         if not args.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
-        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook"), config, **_watch_kwargs(watch_timeout)).start()
+        cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook", list_page_size=args.list_page_size), config,
+                             **_watch_kwargs(watch_timeout)).start()
     hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
                    args.budget_s, config)
     if registry is not None:
@@ -458,7 +469,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
         if args.metrics_port is None:
             raise UsageError("--metrics-host: needs --metrics-port (no metrics are served without it)")
         check_listen_host("--metrics-host", args.metrics_host)
-    kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}", api_timeout)
+    kube = _kube(args.kubeconfig, f"iro-scheduler/{args.name}", api_timeout, args.list_page_size)
     feedback, registry = None, None
     if args.metrics_port is not None:
         try:
@@ -683,7 +694,7 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
 
 def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: str, write_default: str = "30") -> None:
     """``--api-timeout-s`` (when the command writes: ``writes`` says what; ``write_default`` its
-    default, in words) and ``--watch-timeout-s``."""
+    default, in words), ``--watch-timeout-s`` and ``--list-page-size``."""
     if writes is not None:
         p.add_argument("--api-timeout-s", type=float, metavar="S",
                        help=f"seconds each API write ({writes}) waits for the API server's answer before it counts "
@@ -693,6 +704,9 @@ def _add_api_timeouts(p: argparse.ArgumentParser, writes: str | None, watches: s
                         f"which it is renewed from where it stopped (1..{MAX_WATCH_TIMEOUT_S}); a given S is "
                         f"exact; without it each watch lasts 60..119 s at random, as client-go's, so that "
                         f"replicas do not renew theirs together")
+    p.add_argument("--list-page-size", type=int, metavar="N",
+                   help=f"objects per page when listing {watches.split(';')[0]} (the list's limit, as client-go's "
+                        f"pager; 0: each list in one answer; default 500, at most {MAX_LIST_PAGE_SIZE:,})")
 
 
 def register(sub: Any) -> None:

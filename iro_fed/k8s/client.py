@@ -7,7 +7,9 @@ problems (kubernetes-client/python #547, #825: ``create_namespaced_pod_binding``
 
 :class:`Reflector` keeps a local copy of a list of objects from a list + watch, relisting when
 the watch reports 410 Gone, as client-go's reflector does; like it, it asks for watch bookmarks,
-so that a watch of a quiet kind resumes from a recent version instead of relisting.
+so that a watch of a quiet kind resumes from a recent version instead of relisting. Lists come in
+pages (``limit`` / ``continue``, :func:`list_all`), as client-go's pager reads them, each page
+trimmed before the next is read.
 
 Every call waits a bounded time (the client's default is to wait for ever): a connection that an
 API server or a proxy in between stopped answering without closing it would otherwise stall a
@@ -46,11 +48,63 @@ WATCH_JITTER = 1.0
 #: How long opening a connection may take (client-go's dialer allows 30 s; a reachable API server
 #: accepts in milliseconds).
 CONNECT_TIMEOUT_S = 10.0
+#: Objects per page of a list (its ``limit``; client-go's pager asks for 500): a relist of the
+#: whole collection in one answer held it all parsed at once (tens of MB per 1,000 pods) before
+#: the caches trimmed it. 0: the whole list in one answer.
+LIST_PAGE_SIZE = 500
+#: A paged list whose ``continue`` token expired (410: its version was compacted, after about 5
+#: minutes on etcd) starts again from the first page at most this often, then reads the list in
+#: one answer (client-go's pager falls back to a full list at once), which cannot expire.
+LIST_RESTARTS = 2
 
 
 def read_timeout(read_s: float) -> tuple[float, float]:
     """The client's ``_request_timeout`` of a read that waits at most ``read_s`` for each answer."""
     return (min(CONNECT_TIMEOUT_S, read_s), read_s)
+
+
+def check_page_size(name: str, value: Any) -> int:
+    """``value`` if it is a whole number >= 0 (a list's page size; 0: no pages), else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: must be a whole number >= 0 (objects per list page; 0: the whole list in one "
+                         f"answer), got {value!r}")
+    return value
+
+
+def list_all(list_func: Callable[..., Any], page_size: int, request_timeout: Any,
+             keep_fields: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+    """Every object ``list_func`` (a client list call; ``kwargs``: its selectors) lists, and the
+    list's ``resourceVersion``, read ``page_size`` objects at a time (0: in one answer), each page
+    trimmed to ``keep_fields`` (None: whole) before the next is read, so the untrimmed objects
+    of one page at most are held at once. The pages are one consistent read: the API server
+    serves each at the first page's version, which the last page's ``metadata.resourceVersion``
+    carries. A ``continue`` token that expired (410) restarts the list from the first page
+    (:data:`LIST_RESTARTS` times, then it is read in one answer); other errors propagate."""
+    check_page_size("page_size", page_size)
+    restarts = 0
+    while True:
+        limit = page_size if restarts < LIST_RESTARTS else 0
+        items: list[dict[str, Any]] = []
+        token = ""
+        try:
+            while True:
+                page_args = dict(kwargs, limit=limit) if limit else dict(kwargs)
+                if token:
+                    page_args["_continue"] = token  # no resourceVersion with it: the token holds the version
+                doc = _read(list_func(_preload_content=False, _request_timeout=request_timeout, **page_args))
+                page = doc.get("items") or []
+                items.extend(page if keep_fields is None else (trim_object(o, keep_fields) for o in page))
+                meta = doc.get("metadata") or {}
+                del doc, page  # the whole objects of this page can go before the next one comes
+                token = meta.get("continue") or ""
+                if not token:
+                    return items, str(meta.get("resourceVersion", ""))
+        except Exception as exc:
+            if not token or getattr(exc, "status", None) != 410:
+                raise
+            restarts += 1
+            log.info("list: continue token expired (%s), listing again from the start%s", getattr(exc, "reason", exc),
+                     "" if restarts < LIST_RESTARTS else " in one answer")
 
 
 def check_kubeconfig(path: str | os.PathLike[str]) -> None:
@@ -136,6 +190,8 @@ class Kube:
     #: Reads (:meth:`list_nodes`, :meth:`list_pods`, :meth:`node_metrics`, the lists and watches
     #: of a :class:`ClusterCache`) wait at most this for the API server's next bytes.
     read_timeout_s: float = READ_TIMEOUT_S
+    #: Objects per page of every list (:data:`LIST_PAGE_SIZE`; 0: each list in one answer).
+    list_page_size: int = LIST_PAGE_SIZE
 
     def __init__(self, api: Any) -> None:
         from kubernetes import client
@@ -164,14 +220,12 @@ class Kube:
             manager.clear()
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        doc = _read(self.core.list_node(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s)))
-        return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
+        return list_all(self.core.list_node, self.list_page_size, read_timeout(self.read_timeout_s))
 
     def list_pods(self, field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         kwargs = {"field_selector": field_selector} if field_selector else {}
-        doc = _read(self.core.list_pod_for_all_namespaces(_preload_content=False,
-                                                          _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
-        return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
+        return list_all(self.core.list_pod_for_all_namespaces, self.list_page_size, read_timeout(self.read_timeout_s),
+                        **kwargs)
 
     def node_metrics(self) -> list[dict[str, Any]]:
         """metrics-server's NodeMetrics (``metrics.k8s.io/v1beta1``): actual usage per node."""
@@ -334,6 +388,9 @@ class Reflector:
     ``keep_fields`` (as :data:`BOUND_POD_FIELDS`; None: whole objects): each object, listed or
     watched, is trimmed to these fields before it is stored or handed to ``on_event`` /
     ``on_change`` (they must read nothing else); ``resourceVersion`` must be among them.
+
+    Each (re)list reads ``page_size`` objects at a time (:func:`list_all`; 0: the whole list in
+    one answer), trimming each page as it comes; the watch starts from the list's version.
     """
 
     def __init__(self, list_func: Callable[..., Any], name: str, field_selector: str | None = None,
@@ -341,8 +398,10 @@ class Reflector:
                  bookmarks: bool = True,
                  on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None] | None = None,
                  read_timeout_s: float = READ_TIMEOUT_S, watch_jitter: float = WATCH_JITTER,
-                 rng: random.Random | None = None, keep_fields: Mapping[str, Any] | None = None) -> None:
+                 rng: random.Random | None = None, keep_fields: Mapping[str, Any] | None = None,
+                 page_size: int = LIST_PAGE_SIZE) -> None:
         self.read_timeout_s = positive_seconds("read_timeout_s", read_timeout_s)
+        self.page_size = check_page_size("page_size", page_size)
         if not (math.isfinite(watch_jitter) and watch_jitter >= 0):
             raise ValueError(f"watch_jitter: must be a finite number >= 0, got {watch_jitter}")
         self.list_func = list_func
@@ -416,12 +475,8 @@ class Reflector:
             self.lists_started += 1
             started = self.lists_started
         kwargs = {"field_selector": self.field_selector} if self.field_selector else {}
-        doc = _read(self.list_func(_preload_content=False, _request_timeout=read_timeout(self.read_timeout_s), **kwargs))
-        items = doc.get("items") or []
-        if self.keep_fields is not None:
-            # In place: each whole object can be freed as soon as its trimmed copy replaces it.
-            for i, o in enumerate(items):
-                items[i] = trim_object(o, self.keep_fields)
+        items, resource_version = list_all(self.list_func, self.page_size, read_timeout(self.read_timeout_s),
+                                           self.keep_fields, **kwargs)
         self.lists += 1
         with self.changed:
             store = {self.key(o): o for o in items}
@@ -444,7 +499,7 @@ class Reflector:
         with self._list_count:
             self.lists_applied = max(self.lists_applied, started)
         self.synced.set()
-        return str(doc["metadata"].get("resourceVersion", ""))
+        return resource_version
 
     def _run(self) -> None:
         from kubernetes.client.rest import ApiException
@@ -556,7 +611,12 @@ class ClusterCache:
         ``trim``: the stores keep only what the model and its callers read of each object
         (:data:`BOUND_POD_FIELDS`, :data:`NODE_FIELDS`); False: whole objects. ``wide``: each model
         keeps every resource the nodes list and their pod slots (``ClusterModel(wide=True)``), so
-        that the webhook's ``for_pods`` widens it without a rebuild in the review."""
+        that the webhook's ``for_pods`` widens it without a rebuild in the review.
+
+        :attr:`scoring` (False; the webhook and the extender set it when their solver reads pod
+        scoring): each model builds its bound pods' pod-scoring counts
+        (:meth:`~iro_fed.k8s.snapshot.ClusterModel.bound_scoring`, a walk over every bound pod,
+        ~0.6 s at 50k pods) as it is built, in the refresh thread, not in the first review after it."""
         from iro_fed.k8s.snapshot import ClusterConfig
 
         self.kube = kube
@@ -564,7 +624,8 @@ class ClusterCache:
         self.refresh_s = refresh_s
         self.wide = wide
         read = getattr(kube, "read_timeout_s", READ_TIMEOUT_S)
-        watches = {"watch_timeout_s": watch_timeout_s, "read_timeout_s": read, "watch_jitter": watch_jitter}
+        watches = {"watch_timeout_s": watch_timeout_s, "read_timeout_s": read, "watch_jitter": watch_jitter,
+                   "page_size": getattr(kube, "list_page_size", LIST_PAGE_SIZE)}
         self.nodes = Reflector(kube.core.list_node, "nodes", rng=child_rng(rng),
                                keep_fields=NODE_FIELDS if trim else None, **watches)
         self.pods = Reflector(kube.core.list_pod_for_all_namespaces, "bound-pods", field_selector="spec.nodeName!=",
@@ -577,6 +638,7 @@ class ClusterCache:
         self._builder: threading.Thread | None = None
         self._node_docs: dict[tuple, dict[str, Any]] = {}
         self.builds = 0
+        self.scoring = False
 
     def start(self) -> ClusterCache:
         self.nodes.start()
@@ -609,6 +671,8 @@ class ClusterCache:
 
         version = self.version()  # read before the items: a change during the build triggers another
         model = ClusterModel(self.nodes.items(), self.pods.items(), self.config, doc_cache=self._node_docs, wide=self.wide)
+        if self.scoring:
+            model.bound_scoring()  # (kept by the model)
         with self._built:
             if version >= self._model_version:
                 self._model, self._model_version = model, version

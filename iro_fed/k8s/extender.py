@@ -364,6 +364,8 @@ class Extender(RequestStats):
         self.fallback = solvers.make(fallback_solver)
         # Pod scoring (it walks every bound pod per model) only where the solver or the fallback reads it.
         self._scoring = reads_pod_scoring(self.solver, self.fallback)
+        if cache is not None and self._scoring:
+            cache.scoring = True  # each model's pod-scoring counts built with it, not in the first request after it
         self.cache = cache
         self.kube = kube
         self.config = config or ClusterConfig()

@@ -147,11 +147,19 @@ from iro_fed.feasibility import (
     static_filter,
 )
 from iro_fed.feedback import DEFAULT_CLASS, placement_terms
-from iro_fed.k8s.client import WATCH_JITTER, CallResult, ClusterCache, Kube, Reflector, child_rng, resource_version_of
+from iro_fed.k8s.client import (
+    LIST_PAGE_SIZE,
+    WATCH_JITTER,
+    CallResult,
+    ClusterCache,
+    Kube,
+    Reflector,
+    child_rng,
+    resource_version_of,
+)
 from iro_fed.k8s.quantity import QuantityError
 from iro_fed.k8s.snapshot import (
     ANN_GPU_CARDS,
-    FAILURE_REASONS,
     GPU_RESOURCE,
     RESIZE_PENDING,
     TERMINAL_PHASES,
@@ -443,7 +451,8 @@ class IroScheduler:
         self.pending = Reflector(kube.core.list_pod_for_all_namespaces, "pending-pods",
                                  field_selector=f"spec.schedulerName={name},spec.nodeName=",
                                  on_event=lambda t, o: self._wake.set(), watch_timeout_s=watch_timeout_s,
-                                 read_timeout_s=kube.read_timeout_s, watch_jitter=watch_jitter, rng=child_rng(rng))
+                                 read_timeout_s=kube.read_timeout_s, watch_jitter=watch_jitter, rng=child_rng(rng),
+                                 page_size=getattr(kube, "list_page_size", LIST_PAGE_SIZE))
         self.elector = None
         if leader_election:
             from iro_fed.k8s.leader import LeaderElector
@@ -1055,7 +1064,7 @@ class IroScheduler:
                 if node is None:
                     waiting.add(w)
                     continue
-                as_placed = _as_placed(rules)
+                as_placed = rules.placed()
                 kept.add(node, as_placed)
                 order.append((w, node, as_placed))
                 del left[w]
@@ -1410,9 +1419,9 @@ def _batch_conflicts(model: ClusterModel, problem: Any, pods: Sequence[Mapping[s
             continue
         node = problem.nodes[n].name
         try:
-            # As ClusterModel.placement_conflict, on the rules parsed once (the batch's memo: the same bound pods).
+            # On the rules parsed once (the batch's memo: the same bound pods).
             full = parsed.full(w) if reads_pods(pod) or earlier.anti else None
-            reason = None if full is None else _conflict(model, full, node, earlier, memo)
+            reason = None if full is None else model.placement_conflict(pod, node, earlier, full, memo)
             rules = parsed.as_placed(w)
         except PodSpecError:  # labels the model cannot read (the API server never sends such): nothing selects it
             continue
@@ -1505,20 +1514,7 @@ class _BatchRules:
             rules = self.full(w)
         except PodSpecError:
             return pod_rules(self._pods[w], pending=False)
-        return _as_placed(rules)
-
-
-def _as_placed(rules: PodRules) -> PodRules:
-    """A pending pod's ``rules`` as ``pod_rules(pod, pending=False)`` reads the same pod on a node:
-    its namespace, labels, deletion, anti-affinity and host ports (the rest left at the defaults)."""
-    return dc_replace(rules, affinity=(), spread=(), node_selector={}, node_terms=None, tolerations=())
-
-
-def _conflict(model: ClusterModel, rules: PodRules, node: str, earlier: PlacedPods, memo: dict[Any, Any]) -> str | None:
-    """:meth:`ClusterModel.placement_conflict` of the pod whose rules are ``rules`` (parsed once
-    per batch), ``memo`` the batch's over the model's bound pods: kube's reason, else None."""
-    kind = pod_filter_failures(rules, model.placed(), model.node_docs, [node], earlier, memo).get(node)
-    return FAILURE_REASONS[kind] if kind else None
+        return rules.placed()
 
 
 def _relocate(model: ClusterModel, problem: Any, state: ClusterState, w: int, pod: Mapping[str, Any],

@@ -1426,6 +1426,11 @@ class PodRules:
         anti-affinity, which applies to every pod)."""
         return bool(self.affinity or self.anti_affinity or self.spread or self.ports)
 
+    def placed(self) -> PodRules:
+        """A pending pod's rules as ``pod_rules(pod, pending=False)`` reads the same pod on a node:
+        its namespace, labels, deletion, anti-affinity and host ports (the rest at the defaults)."""
+        return PodRules(self.namespace, self.labels, self.terminating, anti_affinity=self.anti_affinity, ports=self.ports)
+
 
 def reads_pods(pod: Mapping[str, Any]) -> bool:
     """Whether ``pod`` has a required pod (anti-)affinity, a DoNotSchedule spread constraint or a
@@ -1546,6 +1551,11 @@ def usage_view(pod: Mapping[str, Any]) -> Any:
     keeping many pods' specs: the whole object of a 30-container pod is ~430 KB parsed, this
     ~30 KB (its containers' resources). Lenient: a part that is not an object is kept whole (its
     parse reports it)."""
+    return _view(pod, _DEMAND_CONTAINER)
+
+
+def _view(pod: Mapping[str, Any], container_fields: tuple[str, ...]) -> Any:
+    """:func:`usage_view`, keeping ``container_fields`` of each container."""
     if not isinstance(pod, Mapping):
         return pod
     out: dict[str, Any] = {}
@@ -1563,7 +1573,7 @@ def usage_view(pod: Mapping[str, Any]) -> Any:
         for key in ("containers", "initContainers"):
             items = spec.get(key)
             if isinstance(items, list):
-                items = [{k: c[k] for k in _DEMAND_CONTAINER if k in c} if isinstance(c, Mapping) else c for c in items]
+                items = [{k: c[k] for k in container_fields if k in c} if isinstance(c, Mapping) else c for c in items]
             if key in spec:
                 out["spec"][key] = items
     elif "spec" in pod:
@@ -1578,6 +1588,8 @@ def usage_view(pod: Mapping[str, Any]) -> Any:
 
 #: What :func:`controller_owner` reads of an ownerReference.
 _OWNER_FIELDS = ("kind", "name", "uid", "controller")
+#: What :func:`bound_view` keeps of a container: :func:`usage_view`'s and the ports (NodePorts).
+_BOUND_CONTAINER = (*_DEMAND_CONTAINER, "ports")
 
 
 def bound_view(pod: Mapping[str, Any]) -> Any:
@@ -1587,7 +1599,7 @@ def bound_view(pod: Mapping[str, Any]) -> Any:
     anti-affinity and the containers' ports. A pod kept in this form counts on its node as the
     whole object does, for usage and for NodePorts, PodTopologySpread and InterPodAffinity (the
     extender's assumed pods). Lenient as :func:`usage_view`."""
-    out = usage_view(pod)
+    out = _view(pod, _BOUND_CONTAINER)
     if not isinstance(pod, Mapping):
         return out
     meta, spec = pod.get("metadata"), pod.get("spec")
@@ -1604,11 +1616,6 @@ def bound_view(pod: Mapping[str, Any]) -> Any:
             affinity = {k: affinity[k] for k in ("podAffinity", "podAntiAffinity") if k in affinity}
         if "affinity" in spec:
             out["spec"]["affinity"] = affinity
-        for key in ("containers", "initContainers"):
-            items, kept = spec.get(key), out["spec"].get(key)
-            if isinstance(items, list) and isinstance(kept, list):
-                out["spec"][key] = [dict(k, ports=c["ports"]) if isinstance(c, Mapping) and "ports" in c else k
-                                    for c, k in zip(items, kept, strict=True)]
     return out
 
 
@@ -1644,7 +1651,7 @@ def pod_rules(pod: Mapping[str, Any], pending: bool = True) -> PodRules:
     who, meta, spec, namespace, labels, affinity = _pod_head(pod)
     anti = _pod_terms(affinity, "podAntiAffinity", namespace, who)
     ports = _host_ports(spec, who)
-    if not pending:
+    if not pending:  # (as PodRules.placed keeps of a pending pod's)
         return PodRules(namespace, labels, bool(meta.get("deletionTimestamp")), anti_affinity=anti, ports=ports)
     spread = _spread_constraints(spec, labels, who)
     node_terms = None
@@ -2866,13 +2873,15 @@ class ClusterModel:
             keys.append(key)
         return tuple(keys)
 
-    def placement_conflict(self, pod: Mapping[str, Any], node: str, earlier: PlacedPods) -> str | None:
+    def placement_conflict(self, pod: Mapping[str, Any], node: str, earlier: PlacedPods,
+                           rules: PodRules | None = None, memo: dict[Any, Any] | None = None) -> str | None:
         """kube's reason (:data:`FAILURE_REASONS`) when ``pod`` on ``node`` fails NodePorts,
         PodTopologySpread or InterPodAffinity against the bound pods plus ``earlier`` (the pods of
         its batch placed before it), else None. The snapshot's labels saw the bound pods only:
         kube places one pod at a time, so two anti-affine replicas of one batch must not share a
-        topology domain."""
-        kind = self._conflicts(pod, [node], earlier).get(node)
+        topology domain. ``rules``: ``pod``'s, parsed already (None: parsed here); ``memo``: the
+        counts over the bound pods to keep (a batch's; None: the model's own)."""
+        kind = self._conflicts(pod, [node], earlier, rules, memo).get(node)
         return FAILURE_REASONS[kind] if kind else None
 
     def extra_pod_conflicts(self, pod: Mapping[str, Any], nodes: Iterable[str],
@@ -2886,10 +2895,12 @@ class ClusterModel:
             return {}
         return self._conflicts(pod, [n for n in nodes if n in self._node_pos], placed_pods(extra))
 
-    def _conflicts(self, pod: Mapping[str, Any], nodes: list[str], earlier: PlacedPods) -> dict[str, str]:
+    def _conflicts(self, pod: Mapping[str, Any], nodes: list[str], earlier: PlacedPods,
+                   rules: PodRules | None = None, memo: dict[Any, Any] | None = None) -> dict[str, str]:
         if self._by_node is None or not nodes or not (reads_pods(pod) or earlier.anti):
             return {}  # the earlier pods change nothing: the snapshot's verdict stands
-        return pod_filter_failures(pod_rules(pod), self.placed(), self.node_docs, nodes, earlier, self._memo)
+        return pod_filter_failures(pod_rules(pod) if rules is None else rules, self.placed(), self.node_docs, nodes,
+                                   earlier, self._memo if memo is None else memo)
 
     def check_pod(self, pod: Mapping[str, Any]) -> None:
         """Raise the error that :meth:`with_pods` would raise for this pod, without building a problem."""

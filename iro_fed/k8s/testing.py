@@ -5,7 +5,13 @@ tested against this one: a real HTTP/1.1 server on 127.0.0.1 that speaks the API
 IRO uses, and the real ``kubernetes`` Python client talks to it through a kubeconfig
 (:meth:`FakeApiServer.write_kubeconfig`). It implements:
 
-* ``/api/v1/nodes`` and ``/api/v1/pods`` (and namespaced pods): list and watch (chunked
+* ``/api/v1/nodes`` and ``/api/v1/pods`` (and namespaced pods): list, in the order the objects
+  were created (etcd's is key order), whole or in pages (``limit`` and ``continue``: each page's
+  ``metadata.continue`` names the next one, ``metadata.remainingItemCount`` counts what is left
+  when no selector is given, and every page is of the list as it was at the first page, whose
+  ``resourceVersion`` each carries; a ``continue`` token whose version was compacted away, or
+  one of the oldest of more than ``MAX_PAGED_LISTS`` lists still open, gets 410 ``Expired``, as
+  from etcd; :attr:`FakeApiServer.list_hook` sees each list request first), and watch (chunked
   ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": ...}`` lines,
   ``resourceVersion``, ``timeoutSeconds``, ``fieldSelector`` with ``=``, ``==``, ``!=`` on
   ``spec.nodeName``, ``spec.schedulerName``, ``metadata.name``, ``metadata.namespace``,
@@ -39,6 +45,7 @@ webhook; ``python -m iro_fed.k8s.testing`` runs the server with demo nodes for l
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -326,6 +333,11 @@ class FakeApiServer:
         #: Called with (namespace, event body) before an Event is created; may raise
         #: :class:`InjectedError` to answer with an error instead (nothing is stored).
         self.event_hook: Callable[[str, dict], None] | None = None
+        #: Called with (kind, query parameters) before a list (each page of one) is answered, e.g.
+        #: to compact the history between two pages; may raise :class:`InjectedError`.
+        self.list_hook: Callable[[str, dict[str, str]], None] | None = None
+        self._paged: dict[int, list[dict[str, Any]]] = {}  # paged lists still open: id -> objects
+        self._paged_lists = 0
         self._stall: re.Pattern[str] | None = None  # paths that get no answer (stall / resume)
         #: Requests (and open watches) that the stall has held since the server started.
         self.stalled_requests = 0
@@ -545,12 +557,37 @@ class FakeApiServer:
 
     # --- verbs -------------------------------------------------------------------------
 
-    def _list_body(self, kind: str, fields: list, labels: dict) -> dict[str, Any]:
+    def _list_body(self, kind: str, fields: list, labels: dict, limit: int = 0, token: str = "") -> dict[str, Any]:
+        """The list (``limit`` 0) or its page from ``token`` on: every page is of the list as it was
+        at the first page (etcd's consistent continuation; stored objects are replaced, never
+        changed, so the first page's references stay as they were). Raises :class:`InjectedError`
+        410 ``Expired`` when that version was compacted away, 400 for a token not of this server."""
         with self._lock:
-            items = [copy.deepcopy(o) for o in self._objects[kind].values() if _matches(o, fields, labels)]
-            rv = self._rv
+            if token:
+                rv, list_id, start = _read_continue(token)
+                objects = self._paged.get(list_id)
+                if objects is None or rv < self._compacted_rv:
+                    self._paged.pop(list_id, None)
+                    raise InjectedError(410, "Expired", _CONTINUE_EXPIRED)
+            else:
+                rv, list_id, start = self._rv, 0, 0
+                objects = [o for o in self._objects[kind].values() if _matches(o, fields, labels)]
+            end = start + limit if limit > 0 else len(objects)
+            items = [copy.deepcopy(o) for o in objects[start:end]]
+            if end < len(objects) and not list_id:
+                list_id = self._paged_lists = self._paged_lists + 1
+                self._paged[list_id] = objects
+                while len(self._paged) > MAX_PAGED_LISTS:
+                    del self._paged[next(iter(self._paged))]
+            elif end >= len(objects):
+                self._paged.pop(list_id, None)
         obj_kind, api = _KINDS[kind]
-        return {"kind": f"{obj_kind}List", "apiVersion": api, "metadata": {"resourceVersion": str(rv)}, "items": items}
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if end < len(objects):
+            meta["continue"] = _write_continue(rv, list_id, end)
+            if not fields and not labels:  # the API server counts what is left only without selectors
+                meta["remainingItemCount"] = len(objects) - end
+        return {"kind": f"{obj_kind}List", "apiVersion": api, "metadata": meta, "items": items}
 
     def _bind(self, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.binding_hook is not None:
@@ -710,6 +747,34 @@ def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 #: The served kinds (as in the URL) -> (their ``kind``, ``apiVersion``).
+_CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start "
+                     "a new list without the continue parameter.")
+
+
+#: Paged lists (their first page's objects) kept for their next pages at most: a token of an
+#: older one gets 410 Expired, as one past the API server's compaction does.
+MAX_PAGED_LISTS = 64
+
+
+def _write_continue(rv: int, list_id: int, start: int) -> str:
+    """A continue token, opaque as the API server's (etcd3's is base64 JSON of its version and the
+    next key): the first page's version, the list it continues and the next object's index."""
+    doc = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "list": list_id, "start": start}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(doc.encode()).decode().rstrip("=")
+
+
+def _read_continue(token: str) -> tuple[int, int, int]:
+    """What :func:`_write_continue` put in ``token``; InjectedError 400 for anything else."""
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        got = doc["rv"], doc["list"], doc["start"]
+        if doc.get("v") != "meta.k8s.io/v1" or any(type(v) is not int or v <= 0 for v in got):
+            raise ValueError("not a continue key of this server")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InjectedError(400, "BadRequest", f"continue key is not valid: {exc}") from None
+    return got
+
+
 _KINDS = {"nodes": ("Node", "v1"), "pods": ("Pod", "v1"), "events": ("Event", "v1"),
           "leases": ("Lease", "coordination.k8s.io/v1")}
 
@@ -788,7 +853,7 @@ class _Handler(JsonHandler):
         if route in ("nodes", "pods", "events", "leases"):
             if q.get("watch") in ("true", "1"):
                 return self._watch(route, fields, labels, q)
-            return self._reply(200, self.api._list_body(route, fields, labels))
+            return self._list(route, fields, labels, q)
         if route in ("node", "pod", "lease", "podstatus"):
             kind = {"node": "nodes", "pod": "pods", "lease": "leases", "podstatus": "pods"}[route]
             key = f"{args['ns']}/{args['name']}" if "ns" in args else args["name"]
@@ -864,6 +929,21 @@ class _Handler(JsonHandler):
         if gone is None:
             return self._reply(404, _status(404, "NotFound", f'{kind} "{args["name"]}" not found'))
         self._reply(200, gone)
+
+    def _list(self, kind: str, fields: list, labels: dict, q: dict[str, str]) -> None:
+        """A list or one page of it (``limit``, ``continue``), with the API server's refusals."""
+        limit_text, token = q.get("limit", ""), q.get("continue", "")
+        if limit_text and not re.fullmatch(r"-?[0-9]+", limit_text):
+            return self._reply(400, _status(400, "BadRequest", f"limit: invalid value {limit_text!r}"))
+        if token and q.get("resourceVersion"):
+            return self._reply(400, _status(400, "BadRequest", "specifying resource version is not allowed when using continue"))
+        try:
+            if self.api.list_hook is not None:
+                self.api.list_hook(kind, dict(q))
+            body = self.api._list_body(kind, fields, labels, int(limit_text or 0), token)
+        except InjectedError as exc:
+            return self._reply(exc.code, _status(exc.code, exc.reason, str(exc)))
+        self._reply(200, body)
 
     # --- watch -----------------------------------------------------------------------------
 

@@ -274,6 +274,8 @@ class Webhook(RequestStats):
         self.cache = cache
         self.solver = solvers.make(solver, **(solver_params or {})) if mode == "affinity" else None
         self.solver_name = solver
+        if cache is not None and reads_pod_scoring(self.solver):
+            cache.scoring = True  # each model's pod-scoring counts built with it, not in the first review after it
         self.top_k = top_k
         self.budget_s = budget_s
         self.config = config or ClusterConfig()
