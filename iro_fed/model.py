@@ -1115,6 +1115,13 @@ def _util_columns(resources: tuple[str, ...], feasibility_only: tuple[str, ...])
 SOFT_POD_TERM_KINDS = ("spread", "default_spread", "affinity", "anti_affinity")
 #: Topology key whose counts are the node's own (kube's ``v1.LabelHostname`` special case).
 HOSTNAME_KEY = "kubernetes.io/hostname"
+#: kube-scheduler's system default spread constraints (``podtopologyspread`` defaults, ScheduleAnyway):
+#: (topology key, maxSkew); for pods a Service, ReplicaSet, StatefulSet or ReplicationController selects.
+SYSTEM_DEFAULT_SPREAD = ((HOSTNAME_KEY, 3), ("topology.kubernetes.io/zone", 5))
+#: Controllers whose pods the system default constraints spread (``helper.DefaultSelector``; the
+#: Kubernetes snapshot and the simulator see no Services or controller objects: a pod's controller
+#: ownerReference stands in).
+SPREAD_CONTROLLER_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController")
 
 
 @dataclass(frozen=True)

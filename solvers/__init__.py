@@ -32,6 +32,7 @@ from solvers.base import (
     SolverError,
     SolverProperties,
     parse_setting,
+    reads_pod_scoring,
 )
 from solvers.dqn.config import ConfigError, DQNConfig
 
@@ -141,6 +142,7 @@ __all__ = [
     "make",
     "register",
     "registered",
+    "reads_pod_scoring",
     # shared by every solver's settings
     "MAX_SEED",
     "parse_setting",

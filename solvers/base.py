@@ -466,3 +466,20 @@ class OnlineSolver(Solver):
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         state, reasons, _ = self.run(problem, deadline)
         return Placement(assignment=state.assignment.copy(), gpu_cards=dict(state.gpu_cards), reasons=reasons)
+
+
+def reads_pod_scoring(*solvers: Solver | None) -> bool:
+    """Whether one of ``solvers`` (or a solver one wraps: a composite's primary, fallback or inner
+    one) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
+    The Kubernetes scheduler, extender and webhook and the simulator build it only then: it walks
+    every bound or running pod."""
+    seen: set[int] = set()
+
+    def reads(solver: Any) -> bool:
+        if id(solver) in seen:
+            return False
+        seen.add(id(solver))
+        if getattr(solver, "reads_pod_scoring", False):
+            return True
+        return any(reads(v) for v in getattr(solver, "__dict__", {}).values() if isinstance(v, Solver))
+    return any(reads(s) for s in solvers if s is not None)

@@ -208,7 +208,7 @@ def least_allocated(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarra
 class KubeDefault(OnlineSolver):
     name = "kube-default"
     #: It reads ``Problem.pod_scoring``: the Kubernetes adapters build it only for such a solver
-    #: (``iro_fed.k8s.snapshot.reads_pod_scoring``).
+    #: (``solvers.reads_pod_scoring``).
     reads_pod_scoring = True
     properties = SolverProperties(
         "online", False,

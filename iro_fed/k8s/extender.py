@@ -111,7 +111,6 @@ from iro_fed.k8s.snapshot import (
     obj_uid,
     pod_shape_key,
     pods_by_node,
-    reads_pod_scoring,
 )
 from iro_fed.model import GPU_MILLI, NONZERO_RESOURCES, ClusterState
 from iro_fed.objective import marginal
@@ -363,7 +362,7 @@ class Extender(RequestStats):
         self.solver = solvers.make(solver, **(solver_params or {}))
         self.fallback = solvers.make(fallback_solver)
         # Pod scoring (it walks every bound pod per model) only where the solver or the fallback reads it.
-        self._scoring = reads_pod_scoring(self.solver, self.fallback)
+        self._scoring = solvers.reads_pod_scoring(self.solver, self.fallback)
         if cache is not None and self._scoring:
             cache.scoring = True  # each model's pod-scoring counts built with it, not in the first request after it
         self.cache = cache

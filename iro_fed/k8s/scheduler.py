@@ -177,7 +177,6 @@ from iro_fed.k8s.snapshot import (
     pod_filter_failures,
     pod_rules,
     pods_by_node,
-    reads_pod_scoring,
     reads_pods,
 )
 from iro_fed.model import ClusterState
@@ -962,6 +961,8 @@ class IroScheduler:
         model = self._model(pods)
         outcomes: list[PodOutcome] = []
         # Pod scoring (every bound pod walked per model) only where the solver or its fallback reads it.
+        from solvers import reads_pod_scoring
+
         scoring = reads_pod_scoring(self.solver)
         try:
             snap = model.with_pods(pods, scoring=scoring)

@@ -122,9 +122,10 @@ from iro_fed.feasibility import (
 from iro_fed.k8s.quantity import MIB, QuantityError, count, parse_quantity
 from iro_fed.model import (
     GPU_MILLI,
-    HOSTNAME_KEY,
     NONZERO_DEFAULTS,
     NONZERO_RESOURCES,
+    SPREAD_CONTROLLER_KINDS,
+    SYSTEM_DEFAULT_SPREAD,
     PodScoring,
     Problem,
     SoftPodTerm,
@@ -2030,12 +2031,6 @@ def _node_labels(node_docs: Sequence[Mapping[str, Any]], memo: dict[Any, Any]) -
 
 # --- scoring: PodTopologySpread and InterPodAffinity ---------------------------------------
 
-#: kube-scheduler's system default spread constraints (``podtopologyspread`` defaults, ScheduleAnyway):
-#: (topology key, maxSkew); for pods a Service, ReplicaSet, StatefulSet or ReplicationController selects.
-SYSTEM_DEFAULT_SPREAD = ((HOSTNAME_KEY, 3), ("topology.kubernetes.io/zone", 5))
-#: Controllers whose pods the system default constraints spread (``helper.DefaultSelector``; the
-#: snapshot sees no Services or controller objects: a pod's controller ownerReference stands in).
-_SPREAD_CONTROLLERS = ("ReplicaSet", "StatefulSet", "ReplicationController")
 #: At most this many pod groups per snapshot (each an int32 row per node): past it a pod's further
 #: scoring terms are left out, with a warning.
 MAX_SCORING_GROUPS = 256
@@ -2078,7 +2073,7 @@ def controller_owner(meta: Mapping[str, Any]) -> str | None:
     StatefulSet or ReplicationController (lenient: a malformed reference is none)."""
     refs = meta.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") in _SPREAD_CONTROLLERS:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") in SPREAD_CONTROLLER_KINDS:
             ident = ref.get("uid") or ref.get("name")
             return f"{ref['kind']}/{ident}" if isinstance(ident, str) and ident else None
     return None
@@ -2302,24 +2297,6 @@ class _ScoringBuilder:
             if t.matches(rules.namespace, rules.labels):
                 add(kind, ("holds", kind, t, weight), lambda t=t: self.topology(t.topology_key), weight)
         return out
-
-
-def reads_pod_scoring(*solvers: Any) -> bool:
-    """Whether one of ``solvers`` (or a solver one wraps: a composite's primary, fallback or inner
-    one) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
-    The scheduler, extender and webhook build it only then: it walks every bound pod."""
-    from solvers import Solver  # (solvers import nothing of the Kubernetes adapter)
-
-    seen: set[int] = set()
-
-    def reads(solver: Any) -> bool:
-        if id(solver) in seen:
-            return False
-        seen.add(id(solver))
-        if getattr(solver, "reads_pod_scoring", False):
-            return True
-        return any(reads(v) for v in getattr(solver, "__dict__", {}).values() if isinstance(v, Solver))
-    return any(reads(s) for s in solvers if s is not None)
 
 
 def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, Any]], bound: BoundScoring,
@@ -2920,7 +2897,7 @@ class ClusterModel:
                   assumed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Snapshot:
         """A snapshot whose workloads are ``pods`` (pending), in order. ``scoring``: build
         ``Problem.pod_scoring`` (it walks every bound pod once per model, and the pods' terms per
-        call): only kube-default reads it (:func:`reads_pod_scoring`); False leaves it None.
+        call): only kube-default reads it (:func:`solvers.reads_pod_scoring`); False leaves it None.
         ``assumed``: pods by node that the model does not count yet (the extender's assumed pods),
         counted by the pod scoring as bound pods (their usage is the caller's: ``set_node_pods``)."""
         extra: dict[str, set[str]] = {}

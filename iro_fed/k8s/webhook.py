@@ -60,7 +60,7 @@ from iro_fed.k8s.httpjson import (
     positive_seconds,
     serve_in_thread,
 )
-from iro_fed.k8s.snapshot import ClusterConfig, metadata_error, reads_pod_scoring
+from iro_fed.k8s.snapshot import ClusterConfig, metadata_error
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
 from iro_fed.problem_io import json_kind
@@ -274,7 +274,7 @@ class Webhook(RequestStats):
         self.cache = cache
         self.solver = solvers.make(solver, **(solver_params or {})) if mode == "affinity" else None
         self.solver_name = solver
-        if cache is not None and reads_pod_scoring(self.solver):
+        if cache is not None and solvers.reads_pod_scoring(self.solver):
             cache.scoring = True  # each model's pod-scoring counts built with it, not in the first review after it
         self.top_k = top_k
         self.budget_s = budget_s
@@ -305,7 +305,7 @@ class Webhook(RequestStats):
 
     def recommend(self, pod: Mapping[str, Any], namespace: str) -> list[tuple[str, float]]:
         """Top-K (node, normalized score in [0, 1]) for the pod on the current cluster."""
-        from solvers import OnlineSolver
+        from solvers import OnlineSolver, reads_pod_scoring
 
         if self.cache is None:
             raise RuntimeError("affinity mode needs a cluster view: start the webhook with --kubeconfig")

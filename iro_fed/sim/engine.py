@@ -93,6 +93,8 @@ from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, roo
 from iro_fed.model import (
     GPU_MILLI,
     HOSTNAME_KEY,
+    SPREAD_CONTROLLER_KINDS,
+    SYSTEM_DEFAULT_SPREAD,
     ClusterState,
     Domain,
     Node,
@@ -453,13 +455,13 @@ class Simulator:
 
     def _setup_pod_scoring(self) -> None:
         """Per pod its system default spreading group (-1: none) and per node its domain id of each
-        :data:`iro_fed.k8s.snapshot.SYSTEM_DEFAULT_SPREAD` key, when the solver reads ``Problem.pod_scoring`` (only
+        :data:`iro_fed.model.SYSTEM_DEFAULT_SPREAD` key, when the solver reads ``Problem.pod_scoring`` (only
         kube-default, or a composite around it: the Kubernetes adapters' test); otherwise nothing
         is built and the snapshots carry none (no cost for the other solvers)."""
         self.spread_group: np.ndarray | None = None
         if self.solver is None:
             return
-        from iro_fed.k8s.snapshot import SYSTEM_DEFAULT_SPREAD, controller_owner, reads_pod_scoring
+        from solvers import reads_pod_scoring
 
         if not reads_pod_scoring(self.solver):
             return
@@ -469,10 +471,8 @@ class Simulator:
         group = np.full(self.P, -1, dtype=np.int64)
         for p, ref in enumerate(self.controller):
             kind, _, name = ref.partition("/")
-            meta = {"ownerReferences": [{"controller": True, "kind": kind, "name": name}]}
-            owner = controller_owner(meta) if ref else None
-            if owner is not None:
-                group[p] = owners.setdefault(owner, len(owners))
+            if kind in SPREAD_CONTROLLER_KINDS and name:
+                group[p] = owners.setdefault(ref, len(owners))
         self.spread_group = group
         self.spread_keys = tuple(key for key, _ in SYSTEM_DEFAULT_SPREAD)
         self.spread_skews = tuple(skew for _, skew in SYSTEM_DEFAULT_SPREAD)

@@ -10,9 +10,10 @@ import pytest
 
 import solvers
 from iro_fed.feasibility import feasible_nodes
-from iro_fed.k8s.snapshot import ClusterModel, build_snapshot, reads_pod_scoring
+from iro_fed.k8s.snapshot import ClusterModel, build_snapshot
 from iro_fed.k8s.testing import make_node, make_pod
 from iro_fed.model import ClusterState
+from solvers import reads_pod_scoring
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
