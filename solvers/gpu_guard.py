@@ -23,16 +23,23 @@ A placement of pod ``w`` on node ``n`` *strands* when it grows either of:
   only pair of free cards while a 2-GPU pod waits.
 
 Cost: what does not depend on the pod (each node's free GPU milli, stranded milli before the
-placement, free resources, full and partly used cards, whether it keeps room) is one row per
-node in ``table``, kept from the state's journal (``OnlineSolver.sync``: a placement recomputes
-its node's row; a group's cover of its nodes starting or ending, the rows where that changes).
-A call gathers the candidates' rows once and evaluates the pod's part as a few vector
-expressions, or in Python floats for a handful of candidates (the same IEEE operations in the
-same order, so the same answers). Whole-card stranding is integer arithmetic: with one
-multi-card size k, a share breaks a copy where no partly used card fits it and the full cards
-are a multiple of k, j whole cards where ``full % k < j % k``; with several sizes (openb has 2, 4
-and 8 cards) the copies lost per size m are summed in int64 (``k // m + (full % m < k % m)``, for
-a share ``(full % m == 0) & (partial < milli)``).
+placement, free resources, full and partly used cards, whether it keeps room, its whole-card
+sums) is one row per node, stored node by node (``table`` is its [rows, N] view), kept from the
+state's journal (``OnlineSolver.sync``: a placement recomputes its node's row; a group's cover
+of its nodes starting or ending, the rows where that changes). Whole-card stranding needs no
+per-call work over the multi-card sizes: per node, the unplaced multi-card pods' sums are kept
+(integers, exact in floats): a k-card placement breaks ``k // m + (full % m < k % m)`` copies of
+m cards, so the milli the pods lose beyond the pod's own, ``sum_m pods_m * (m * 1000 * copies -
+k * 1000)``, is one row per whole-card count k of the problem; a share breaks a copy where no
+partly used card fits it and ``full % m == 0``, so it strands where ``partial < milli`` and
+``shared > milli * waiting`` (shared: ``sum_m pods_m * m * 1000 * (full % m == 0)``, waiting:
+``sum_m pods_m``). A multi-card pod's own size loses exactly its own milli, so its own group
+needs no correction. When a multi-card pod is placed or removed its term is added on the nodes
+its group could run on (a few vector operations); a node's row is recounted when the node
+changes. A call gathers the candidates' rows once and evaluates the fed-resource rule as a few
+one-dimensional vector operations and the whole-card rule as one or two comparisons, or all in
+Python floats for a handful of candidates (the same IEEE operations in the same order, so the
+same answers).
 """
 
 from __future__ import annotations
@@ -45,14 +52,19 @@ from iro_fed.model import GPU_MILLI, ClusterState, Problem
 #: Stranded GPU milli that a placement may add and still count as not stranding (float rounding).
 STRAND_TOL_MILLI = 1e-6
 
-# Columns of GpuStrandingGuard.table: free GPU milli, the stranded milli before any placement
-# plus the tolerance (inf where the node keeps no room), full cards, the most milli free on a
-# partly used card, full cards % the multi-card size and whether a multi-card pod waits for
-# the node (with one multi-card size), then per needed resource its free amount, inverse need
-# and padding.
-_LEFT, _LIMIT, _FULL, _PARTIAL, _REM, _WAITS, _FREE = range(7)
+# Rows of GpuStrandingGuard.table (one column per node; a call gathers its candidates'): the
+# most milli free on a partly used card, the milli of the copies a share would break summed over
+# the unplaced multi-card pods that could run on the node (0 where it keeps no room) and their
+# count (_card_sums), full cards, free GPU milli, the stranded milli before any placement plus
+# the tolerance (inf where the node keeps no room), per needed resource its free amount and
+# inverse need (both inf where the node needs none of it); then per whole-card count k of the
+# problem's GPU pods the milli the multi-card pods would lose beyond the pod's own (0 where the
+# node keeps no room).
+_PARTIAL, _SHARED, _WAITING, _FULL, _LEFT, _LIMIT, _FREE = range(7)
 #: Up to this many changed nodes are refreshed one by one in Python, more as arrays.
 _FEW_NODES = 8
+#: Most entries of the memo of _card_sums (then it starts again).
+_MEMO = 4096
 
 
 class GpuStrandingGuard:
@@ -104,26 +116,54 @@ class GpuStrandingGuard:
         self._count()
 
     def _invert_need(self) -> None:
-        # Per needed column c: fed milli = free_c * inv_c (+ inf where the node needs none of c).
-        # One row per node (see _LEFT...): a call gathers the candidates' rows once, not a dozen
-        # arrays one by one, and what does not depend on the pod is worked out when a node changes.
-        n = self.problem.num_nodes
+        # Per needed column c: fed milli = free_c * inv_c (inf where the node needs none of c:
+        # free and inverse both inf). One column per node (see _PARTIAL...): a call gathers the
+        # candidates' columns once, not a dozen arrays one by one, and what does not depend on
+        # the pod is worked out when a node changes.
+        p = self.problem
+        n = p.num_nodes
         self.cols = np.flatnonzero((self.need > 0).any(axis=0)).astype(np.int64)
         self._cols = self.cols.tolist()
         self._group_of = self.group_of.tolist()
         c = self.cols.size
-        needed = self.need[:, self.cols] > 0
-        padded = bool(c) and not needed.all()
+        self._needed = (self.need[:, self.cols] > 0).T  # [C, N]
+        self._needed_at = self._needed.T.tolist()  # per node, as Python bools (_refresh_node)
         self._free = slice(_FREE, _FREE + c)
         self._inv = slice(_FREE + c, _FREE + 2 * c)
-        self._pad = slice(_FREE + 2 * c, _FREE + 3 * c) if padded else None
-        #: [columns, N]: a node's values down a column, so that gathered rows are contiguous
-        self.table = np.zeros((_FREE + (3 if padded else 2) * c, n))
-        self.table[self._inv] = np.where(needed, 1.0 / np.where(needed, self.need[:, self.cols], 1.0), 0.0).T
-        if padded:
-            self.table[self._pad] = np.where(needed, 0.0, np.inf).T
-        #: [C, W] the pods' requests of the needed resources
-        self._demand = np.ascontiguousarray(self.problem.demand[:, self.cols].T)
+        first = _FREE + 2 * c  # the whole-card rows follow the inverse needs
+        # the whole-card counts k of the problem's GPU pods (shares aside), each with a row (see
+        # _card_sums); none without multi-card pods, where no placement breaks a copy
+        share = (p.wl_gpu_count == 1) & (p.wl_gpu_milli < GPU_MILLI)
+        whole = (p.wl_gpu_total > 0) & ~share
+        ks = np.unique(p.wl_gpu_count[whole]) if self.multi_cards.size else []
+        self.whole_cards = np.asarray(ks, dtype=np.int64)
+        self._whole = slice(first, first + self.whole_cards.size)
+        # per pod, what the rules read as Python values (a call would spend more on numpy
+        # scalars): its GPU milli, the milli of a share (0 otherwise), its whole-card count's
+        # row (-1: a share, no GPUs or no multi-card pods) and its requests of the needed resources
+        self._gpu = p.wl_gpu_total.tolist()
+        self._share = np.where(share, p.wl_gpu_milli, 0).tolist()
+        rows = first + np.searchsorted(self.whole_cards, p.wl_gpu_count)
+        self._card_row = np.where(whole & bool(self.whole_cards.size), rows, -1).tolist()
+        #: per full-card count f, [K, 1 + len(whole_cards)] the terms of one unplaced pod of each
+        #: multi-card size in _card_sums (int64: exact)
+        f = np.arange(p.gpu_free.shape[1] + 1)[:, None, None]
+        m = self.multi_cards[None, :, None]
+        ks = self.whole_cards[None, None, :]
+        shared = (m * GPU_MILLI) * (f % m == 0)
+        lost = (m * GPU_MILLI) * (ks // m + (f % m < ks % m)) - ks * GPU_MILLI
+        self._terms = np.concatenate([shared, lost], axis=2).astype(np.int64)
+        self._terms_at = self._terms.tolist()
+        self._sums_memo: dict[tuple[int, ...], list[int]] = {}
+        self._runs_at: dict[int, np.ndarray] = {}
+        self._active = bool(c or self.multi_cards.size)
+        # stored node by node (a node's values in one or two cache lines: a call gathers them for a
+        # few hundred scattered nodes, a placement rewrites one node); ``table`` is the [rows, N] view
+        self._by_node = np.zeros((n, first + self.whole_cards.size))
+        #: [rows, N] the per-node values (a view of the node-major store)
+        self.table = self._by_node.T
+        self.table[self._inv] = np.where(self._needed, 1.0 / np.where(self._needed, self.need[:, self.cols].T, 1.0), np.inf)
+        self._demand_of = p.demand[:, self.cols].tolist()  # per pod, its requests of the needed resources
         #: [N] the node keeps room: free GPU milli and (with GPU pods) an unplaced GPU pod that could run there
         self.keepable = np.zeros(n, dtype=bool)
 
@@ -168,9 +208,7 @@ class GpuStrandingGuard:
                     self.covered += self.runs[g]
                 more.append(np.flatnonzero(self.runs[g] & (self.covered == (0 if before > 0 else 1))))
             if self.group_multi[g] >= 0:
-                row = self.waiting_multi[self.group_multi[g]]
-                np.subtract(row, self.runs[g] * sign, out=row)
-                more.append(np.flatnonzero(self.runs[g] & (row == (0 if sign > 0 else 1))))
+                self._add_waiting(state, g, -sign)
         if more:
             touched.update(np.concatenate(more).tolist())
         if len(touched) <= _FEW_NODES:
@@ -179,58 +217,98 @@ class GpuStrandingGuard:
         else:
             self._refresh(state, np.array(sorted(touched), dtype=np.int64))
 
+    def _add_waiting(self, state: ClusterState, g: int, change: int) -> None:
+        """Multi-card group ``g``'s unplaced count changes by ``change``: its count and its terms
+        in the sums of _card_sums on each node it could run on (the nodes a journal entry names
+        are recounted after, with their new full cards)."""
+        i = int(self.group_multi[g])
+        nodes = self._runs_at.get(g)
+        if nodes is None:
+            nodes = self._runs_at[g] = np.flatnonzero(self.runs[g])
+        self.waiting_multi[i, nodes] += change
+        self.table[_WAITING, nodes] += change
+        # where the node keeps room (elsewhere the sums are 0 until it is refreshed)
+        terms = (change * self._terms[state.gpu_full[nodes], i].T) * self.keepable[nodes]
+        self.table[_SHARED, nodes] += terms[0]
+        self.table[self._whole, nodes] += terms[1:]
+
+    def _card_sums(self, pods: list[int], full: int) -> list[int]:
+        """One node's [shared, lost per whole-card count k] from its unplaced multi-card pods per
+        size (``pods``) and its full cards, summed over those pods (the table keeps them where
+        the node keeps room, 0 elsewhere; :meth:`_add_waiting` as the counts change).
+
+        A pod of m cards has ``floor(full / m)`` whole copies. A share that takes a full card (no
+        partly used card fits it) breaks one where ``full % m == 0``: shared sums those m * 1000
+        milli (a call subtracts the share's own milli per pod, the _WAITING count). k whole cards
+        break ``k // m + (full % m < k % m)`` copies: lost sums m * 1000 per copy less the pod's
+        own k * 1000 (0 for m = k: a multi-card pod's own group needs no correction for itself).
+        Memoized: the counts change only as multi-card pods come and go, so nodes repeat them."""
+        key = (full, *pods)
+        sums = self._sums_memo.get(key)
+        if sums is None:
+            sums = [0] * (1 + self.whole_cards.size)
+            for count, terms in zip(pods, self._terms_at[full], strict=True):
+                if count:
+                    sums = [s + count * t for s, t in zip(sums, terms, strict=True)]
+            if len(self._sums_memo) >= _MEMO:
+                self._sums_memo.clear()
+            self._sums_memo[key] = sums
+        return sums
+
     def _refresh_node(self, state: ClusterState, n: int) -> None:
         """:meth:`_refresh` of one node in Python floats (the same IEEE operations in the same
-        order, so the same row): a dozen numpy calls on one-element arrays cost more."""
-        row = self.table[:, n].tolist()
+        order, so the same column): a dozen numpy calls on one-element arrays cost more."""
+        col = self._by_node[n].tolist()
         left = int(state.gpu_left[n])
         keepable = left > 0 and (self.online or bool(self.covered[n] > 0))
-        row[_LEFT] = left
-        c = self.cols.size
+        col[_LEFT] = left
+        c = len(self._cols)
         if c:
-            fed = []
+            least = np.inf
             free_row = state.free[n].tolist()
-            for i, col in enumerate(self._cols):
-                free = max(free_row[col], 0.0)
-                row[_FREE + i] = free
-                before = free * row[_FREE + c + i]
-                if self._pad is not None:
-                    before += row[_FREE + 2 * c + i]
-                fed.append(before)
-            row[_LIMIT] = max(left - min(fed), 0.0) + STRAND_TOL_MILLI if keepable else np.inf
+            needed = self._needed_at[n]
+            for i, r in enumerate(self._cols):
+                free = max(free_row[r], 0.0) if needed[i] else np.inf
+                col[_FREE + i] = free
+                fed = free * col[_FREE + c + i]
+                if fed < least:
+                    least = fed
+            col[_LIMIT] = max(left - least, 0.0) + STRAND_TOL_MILLI if keepable else np.inf
         full = int(state.gpu_full[n])
-        row[_FULL] = full
-        row[_PARTIAL] = max((v for v in state.gpu_free[n].tolist() if 0 <= v < GPU_MILLI), default=-1)
-        if self.multi_cards.size == 1:
-            row[_REM] = full % int(self.multi_cards[0])
-            row[_WAITS] = keepable and bool(self.waiting_multi[0, n] > 0)
-        self.table[:, n] = row
+        col[_FULL] = full
+        partial = -1  # the most milli free on a partly used card (see _refresh)
+        for v in state.gpu_free[n].tolist():
+            if partial < v < GPU_MILLI:
+                partial = v
+        col[_PARTIAL] = partial
+        if self.multi_cards.size:
+            pods = self.waiting_multi[:, n].tolist()
+            col[_WAITING] = sum(pods)
+            sums = self._card_sums(pods, full) if keepable else [0] * (1 + self.whole_cards.size)
+            col[_SHARED] = sums[0]
+            col[self._whole] = sums[1:]
+        self._by_node[n] = col
         self.keepable[n] = keepable
 
     def _refresh(self, state: ClusterState, nodes: np.ndarray | None) -> None:
-        """The rows of ``nodes`` (all when None) from the state and the unplaced counts: a
-        placement changes its node's row, and all rows only when a group's counts change."""
+        """The columns of ``nodes`` (all when None) from the state and the unplaced counts: a
+        placement changes its node's column, and all columns only when a group's counts change."""
 
         def take(a: np.ndarray) -> np.ndarray:
             return a if nodes is None else a[nodes]
 
+        at = slice(None) if nodes is None else nodes
         rows = self.table if nodes is None else np.take(self.table, nodes, axis=1)
         left = take(state.gpu_left)
         rows[_LEFT] = left
         keepable = left > 0
         if not self.online:
             keepable &= take(self.covered) > 0
-        if nodes is None:
-            self.keepable = keepable
-        else:
-            self.keepable[nodes] = keepable
+        self.keepable[at] = keepable
         if self.cols.size:
-            free = np.maximum(take(state.free)[:, self.cols], 0.0).T
+            free = np.where(self._needed[:, at], np.maximum(take(state.free)[:, self.cols], 0.0).T, np.inf)
             rows[self._free] = free
-            before = free * rows[self._inv]
-            if self._pad is not None:
-                before += rows[self._pad]
-            stranded = np.maximum(left - _column_min(before), 0.0)
+            stranded = np.maximum(left - _column_min(free * rows[self._inv]), 0.0)
             # placing w strands where max(left - gpu_w - fed_after, 0) > stranded + tol; the
             # threshold is inf where the node keeps no room
             rows[_LIMIT] = np.where(keepable, stranded + STRAND_TOL_MILLI, np.inf)
@@ -240,22 +318,23 @@ class GpuStrandingGuard:
         # only where this is below its milli (ClusterState.default_cards)
         cards = take(state.gpu_free)
         rows[_PARTIAL] = np.where((cards >= 0) & (cards < GPU_MILLI), cards, -1).max(axis=1, initial=-1)
-        if self.multi_cards.size == 1:
-            # the whole-card copies of the one multi-card size k: full % k, and whether an
-            # unplaced k-card pod could run on the node while it keeps room
-            k = int(self.multi_cards[0])
-            rows[_REM] = full % k
-            rows[_WAITS] = keepable & (take(self.waiting_multi[0]) > 0)
+        if self.multi_cards.size:
+            pods = self.waiting_multi[:, at]  # [K, nodes]
+            rows[_WAITING] = pods.sum(axis=0)
+            # _card_sums of each node (int64: exact) where it keeps room
+            sums = np.einsum("kn,nkj->jn", pods, self._terms[full]) * keepable
+            rows[_SHARED] = sums[0]
+            rows[self._whole] = sums[1:]
         if nodes is not None:
             self.table[:, nodes] = rows
 
     def strands(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray | None:
         """Per candidate, whether placing ``w`` there strands GPU milli; None when none does."""
-        if not self.cols.size and not self.multi_cards.size:
+        if not self._active:
             return None
         if candidates.size <= _FEW_NODES:
             few = self._grown_few(state, w, candidates.tolist())
-            return np.array(few) if any(few) else None
+            return np.array(few) if True in few else None
         # Most nodes: one pass over all rows (views, no gathers), then the candidates'.
         dense = 2 * candidates.size > self.problem.num_nodes
         grown = self._grown(state, w, None if dense else candidates)
@@ -263,70 +342,57 @@ class GpuStrandingGuard:
             grown = grown[candidates]
         return grown if grown.any() else None
 
+    def strands_at(self, state: ClusterState, w: int, node: int) -> bool:
+        """Whether placing ``w`` on ``node`` strands GPU milli (:meth:`strands` of one node)."""
+        return self._active and self._grown_few(state, w, [node])[0]
+
     def _grown_few(self, state: ClusterState, w: int, nodes: list[int]) -> list[bool]:
         """:meth:`_grown` of a few nodes in Python floats (the same IEEE operations in the same
         order, so the same answers: a few dozen numpy calls on tiny arrays cost more)."""
-        p = self.problem
+        gpu, share, card_row, demand = self._gpu[w], self._share[w], self._card_row[w], self._demand_of[w]
         g = self._group_of[w]
-        own_group = g if g >= 0 and state.assignment[w] < 0 else -1
-        k, milli = p.gpu_shape[w]
-        gpu = int(p.wl_gpu_total[w])
+        last = g >= 0 and state.assignment[w] < 0 and self.remaining[g] == 1
         cards = bool(gpu) and self.multi_cards.size > 0
-        own_multi = int(self.group_multi[own_group]) if own_group >= 0 else -1
-        one = self.multi_cards.size == 1 and own_multi < 0  # _card_growth's one-size shortcut
-        share = k == 1 and milli < GPU_MILLI
-        ks = self.multi_cards.tolist()
-        m = ks[0] if one else 0
-        gpu_milli = float(p.wl_gpu_total[w])
-        last = own_group >= 0 and self.remaining[own_group] == 1
-        c = self.cols.size
-        demand = self._demand[:, w].tolist()
-        padded = self._pad is not None
+        c = len(demand)
         out = []
-        for n, row in zip(nodes, self.table[:, nodes].T.tolist(), strict=True):
+        for n in nodes:
+            col = self._by_node[n].tolist()
             grown = False
             if c:
-                fed = []
+                least = np.inf
                 for i in range(c):
-                    after = max(row[_FREE + i] - demand[i], 0.0) * row[_FREE + c + i]
-                    if padded:
-                        after += row[_FREE + 2 * c + i]
-                    fed.append(after)
-                grown = (row[_LEFT] - gpu) - min(fed) > row[_LIMIT]
-            if cards and not grown:
-                if one:
-                    if row[_WAITS] > 0:
-                        grown = row[_REM] == 0 and row[_PARTIAL] < milli if share else row[_REM] < k % m
-                elif self.keepable[n]:  # as _card_growth's general case, size by size
-                    full_before = row[_FULL]
-                    full_after = full_before - (row[_PARTIAL] < milli) if share else full_before - k
-                    pods = self.waiting_multi[:, n].tolist()
-                    if own_multi >= 0:
-                        pods[own_multi] -= int(self.runs[own_group, n])
-                    total = 0.0
-                    for size, count in zip(ks, pods, strict=True):
-                        total += count * ((size * GPU_MILLI) * (full_before // size - full_after // size) - gpu_milli)
-                    grown = total > STRAND_TOL_MILLI
+                    after = max(col[_FREE + i] - demand[i], 0.0) * col[_FREE + c + i]
+                    if after < least:
+                        least = after
+                grown = (col[_LEFT] - gpu) - least > col[_LIMIT]
+            if cards and not grown:  # _card_growth
+                if share:
+                    grown = col[_PARTIAL] < share and col[_SHARED] > share * col[_WAITING]
+                else:
+                    grown = col[card_row] > 0
             if grown and last:
-                grown = bool(self.covered[n] - self.runs[own_group, n] > 0)
-            out.append(bool(grown))
+                grown = bool(self.covered[n] - self.runs[g, n] > 0)
+            out.append(grown)
         return out
 
     def _grown(self, state: ClusterState, w: int, nodes: np.ndarray | None) -> np.ndarray:
         """Per node (all, or ``nodes``): placing ``w`` there strands GPU milli."""
-        p = self.problem
-        rows = self.table if nodes is None else np.take(self.table, nodes, axis=1)
-        g = int(self.group_of[w])
+        rows = self.table if nodes is None else np.take(self._by_node, nodes, axis=0).T
+        g = self._group_of[w]
         own_group = g if g >= 0 and state.assignment[w] < 0 else -1  # w keeps no room for itself
-        gpu = int(p.wl_gpu_total[w])
-        if self.cols.size:
-            after = rows[self._free] - self._demand[:, w : w + 1]
-            np.maximum(after, 0.0, out=after)
-            after *= rows[self._inv]
-            if self._pad is not None:
-                after += rows[self._pad]
+        gpu = self._gpu[w]
+        c = len(self._cols)
+        if c:
+            # fed milli after the placement, resource by resource (one-dimensional operations on
+            # the gathered rows), and its least
+            least = None
+            for i, d in enumerate(self._demand_of[w]):
+                after = rows[_FREE + i] - d
+                np.maximum(after, 0.0, out=after)
+                after *= rows[_FREE + c + i]
+                least = after if least is None else np.minimum(least, after, out=least)
             # max(x, 0) > limit is x > limit: the limit is positive
-            grown = (rows[_LEFT] - gpu) - _column_min(after) > rows[_LIMIT]
+            grown = (rows[_LEFT] - gpu) - least > rows[_LIMIT]
         else:
             grown = np.zeros(rows.shape[1], dtype=bool)
         if gpu and self.multi_cards.size:
@@ -339,41 +405,15 @@ class GpuStrandingGuard:
         return grown
 
     def _card_growth(self, rows: np.ndarray, w: int, nodes: np.ndarray | None, own_group: int) -> np.ndarray:
-        """Per node (all, or ``nodes``: ``rows``) that keeps room, whether the whole-card copies
-        the unplaced multi-card pods lose exceed w's own milli, summed over those pods."""
-        k, milli = self.problem.gpu_shape[w]
-        share = k == 1 and milli < GPU_MILLI
-        if self.multi_cards.size == 1 and (own_group < 0 or self.group_multi[own_group] < 0):
-            # One multi-card size m, w not of it: the pods lose m * 1000 * (copies lost) per
-            # pod, more than w's milli exactly when a copy is lost beyond w's own cards (all
-            # integers): a share takes a full card where no partly used card fits it, and
-            # breaks a copy where the full cards are a multiple of m; k whole cards break
-            # floor(k / m) copies (no more than their milli) and one more where full % m < k % m.
-            m = int(self.multi_cards[0])
-            waits = rows[_WAITS] > 0
-            if share:
-                return waits & (rows[_REM] == 0) & (rows[_PARTIAL] < milli)
-            if k % m == 0:
-                return np.zeros(rows.shape[1], dtype=bool)
-            return waits & (rows[_REM] < k % m)
-        # All integers (cards, milli, pod counts), so int64 gives the float expression's answers
-        # exactly: a copy of m cards is lost per m cards taken, and one more where the full
-        # cards' remainder mod m falls below what is taken mod m (a share takes a full card
-        # only where no partly used card fits it).
-        ks = self.multi_cards[:, None]
-        rem = rows[_FULL].astype(np.int64) % ks  # [K, nodes]
+        """Per node (all, or ``nodes``: ``rows``, the gathered columns) that keeps room, whether the
+        whole-card copies the unplaced multi-card pods lose exceed w's own milli, summed over
+        those pods: a comparison of the node's sums (_card_sums; w's own group adds nothing:
+        a pod's own size loses exactly its own milli, so ``own_group`` is not needed)."""
+        share = self._share[w]
         if share:
-            copies = (rem == 0) & (rows[_PARTIAL] < milli)
-        else:
-            copies = k // ks + (rem < k % ks)
-        lost = ks * GPU_MILLI * copies - int(self.problem.wl_gpu_total[w])
-        pods = self.waiting_multi if nodes is None else np.take(self.waiting_multi, nodes, axis=1)  # [K, nodes]
-        if own_group >= 0 and self.group_multi[own_group] >= 0:
-            pods = pods.copy()
-            pods[self.group_multi[own_group]] -= self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
-        keepable = self.keepable if nodes is None else self.keepable[nodes]
-        # the float sum exceeded STRAND_TOL_MILLI exactly when the integer sum is positive
-        return ((pods * lost).sum(axis=0) > 0) & keepable
+            # the pods lose m * 1000 per copy broken, less the share's milli each
+            return (rows[_PARTIAL] < share) & (rows[_SHARED] > share * rows[_WAITING])
+        return rows[self._card_row[w]] > 0
 
 
 def _column_min(a: np.ndarray) -> np.ndarray:

@@ -17,8 +17,12 @@ from solvers.base import OnlineSolver, Param, SolverProperties
 from solvers.gpu_guard import GpuStrandingGuard
 
 #: How many best fits of a tie greedy-objective asks the guard about at once when the best one
-#: strands, before it asks about the whole tie (GreedyObjective._first_kept).
+#: strands, before it asks about the whole tie (GreedyObjective._first_kept), in ties of more than
+#: _CHUNK_FROM nodes: in smaller ones asking about the whole tie at once costs less than a chunk
+#: that keeps none (openb-shaped stream: ties of 550-1,100 nodes at 5,000 nodes, 3-8 % faster
+#: without the chunk at 1,000 and 5,000 nodes, 9 % slower at 20,000).
 _FIT_CHUNK = 32
+_CHUNK_FROM = 2048
 
 
 def free_share_after(state: ClusterState, w: int, nodes: np.ndarray | None = None) -> np.ndarray:
@@ -99,21 +103,24 @@ class GreedyObjective(DenseScorer):
     16 of the 20 random GPU problems of tests/solvers/test_conformance.py; promo-surge pending
     during the surge 6.74 -> 2.19 % over seeds 1-3 (kube-default 1.89 %), 8.61 -> 2.91 % over
     seeds 1-10 (2.65 %), carbon vs kube-default -3.0 -> +1.3 % (seeds 1-3); openb (seed 1)
-    pending 0.00 % both, carbon -17.8 -> -17.7 %. Cost: the openb pod stream's best node
-    strands in most decisions and its ties span hundreds of nodes; the guard keeps what does
-    not depend on the pod per node from the journal, and decide asks it about the best fit of
-    the tie first (about half the time it is kept), then the 32 best, then all. Measured
-    2026-12-06 (same container, runs interleaved; benchmarks/decision_throughput.py's stream,
-    p50 per decision): 5,000 nodes 0.077 ms without the guard (2fd2496) -> 0.22 ms with its
-    first version -> 0.14 ms (1.8x); 20,000 nodes 0.25 -> 0.62 -> 0.36 ms (1.4x).
+    pending 0.00 % both, carbon -17.8 -> -17.7 %. Cost: the openb pod stream's best fit
+    strands in about 4 of 5 decisions and its ties span hundreds of nodes (550-1,100 at 5,000
+    nodes); the guard keeps what does not depend on the pod per node from the journal (the
+    whole-card sums too, so its card rule is a comparison or two), and decide asks it about the
+    best fit of the tie first, then about the whole tie (in ties of more than 2,048 nodes about
+    the 32 best fits before). Measured 2026-12-07 (same container, runs interleaved, three each;
+    benchmarks/decision_throughput.py, greedy-objective row): 5,000 nodes 3,890-5,219 ->
+    6,064-6,878 decisions/s (p50 0.18-0.22 -> 0.14 ms), 1,000 nodes 4,174-5,379 -> 6,916-8,029/s;
+    without the guard 9,500-11,800/s at 5,000 nodes.
     """
 
     name = "greedy-objective"
     properties = SolverProperties("online", False, "Argmax of the marginal change of the objective R.")
     parameters: ClassVar[dict[str, Param]] = {
         **OnlineSolver.parameters,
-        # The guard costs most of a decision where GPU nodes strand often (openb-shaped 5,000 nodes:
-        # about 2,700 against 12,400 decisions/s without it); false trades the stranding for speed.
+        # The guard costs about 40 % of a decision where GPU nodes strand often (openb-shaped 5,000
+        # nodes: 6,100-6,900 against 9,500-11,800 decisions/s without it); false trades the
+        # stranding for speed.
         "gpu_guard": Param(True, bool, "Rank nodes where the pod would strand GPUs last (see the class docs); "
                            "false: the plain argmax of R."),
     }
@@ -221,29 +228,28 @@ class GreedyObjective(DenseScorer):
         Then every kept candidate of the tie ``asked`` is select's tie, which goes to the best
         fit (the first in node order among equals). The ties span hundreds of nodes and about
         half of them strand, so the guard is asked about the best fit alone first (in Python,
-        a few microseconds), then about the _FIT_CHUNK best, and about the whole tie only when
-        they all strand."""
+        a few microseconds), then (in ties of more than _CHUNK_FROM nodes) about the _FIT_CHUNK
+        best, and about the whole tie only when they all strand."""
         nodes = cand[asked]
         fit = -free_share_after(state, w, nodes)  # select's key
-        best = fit.max()
-        if best != best:  # NaN: argmax's order, not this one
+        j = int(fit.argmax())  # the first best fit: select's choice when it is kept
+        if fit[j] != fit[j]:  # NaN (argmax stops at the first): argmax's order, not this one
             return None
-        j = int(np.argmax(fit))  # the first best fit: select's choice when it is kept
-        if self.guard.strands(state, w, nodes[j : j + 1]) is None:
+        if not self.guard.strands_at(state, w, int(nodes[j])):
             return self._kept(int(asked[j]), scores, top)
-        if fit.size > _FIT_CHUNK:  # then the _FIT_CHUNK best fits (and all equal to the last)
+        if fit.size > max(_FIT_CHUNK, _CHUNK_FROM):  # then the _FIT_CHUNK best fits (and all equal to the last)
             kth = fit.size - _FIT_CHUNK
             chunk = np.flatnonzero(fit >= np.partition(fit, kth)[kth])
             strands = self.guard.strands(state, w, nodes[chunk])
             kept = chunk if strands is None else chunk[~strands]
             if kept.size:  # every better fit is in the chunk
                 return self._kept(int(asked[kept[int(np.argmax(fit[kept]))]]), scores, top)
-        # then the whole tie at once: its best kept fit (the first in node order)
+        # then the whole tie at once: its best kept fit (the first in node order; fit has no NaN)
         strands = self.guard.strands(state, w, nodes)
-        kept = np.flatnonzero(~strands) if strands is not None else np.arange(nodes.size)
-        if kept.size == 0:
+        i = int(np.where(strands, -np.inf, fit).argmax()) if strands is not None else j
+        if strands is not None and strands[i]:  # all strand (or the best kept fit is -inf: the loop tells)
             return None
-        return self._kept(int(asked[kept[int(np.argmax(fit[kept]))]]), scores, top)
+        return self._kept(int(asked[i]), scores, top)
 
     @staticmethod
     def _kept(i: int, scores: np.ndarray, top: float) -> int | None:
