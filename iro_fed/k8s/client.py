@@ -52,9 +52,10 @@ CONNECT_TIMEOUT_S = 10.0
 #: whole collection in one answer held it all parsed at once (tens of MB per 1,000 pods) before
 #: the caches trimmed it. 0: the whole list in one answer.
 LIST_PAGE_SIZE = 500
-#: A paged list whose ``continue`` token expired (410: its version was compacted, after about 5
-#: minutes on etcd) starts again from the first page at most this often, then reads the list in
-#: one answer (client-go's pager falls back to a full list at once), which cannot expire.
+#: Expired paged lists before the list is read in one answer: a paged list whose ``continue``
+#: token expired (410: its version was compacted, after about 5 minutes on etcd) starts again from
+#: the first page; after this many expired lists it is read whole, which cannot expire (client-go's
+#: pager falls back to a full list after the first; a second paged try keeps the memory bound).
 LIST_RESTARTS = 2
 
 
