@@ -116,8 +116,15 @@ import numpy as np
 
 # GetZoneKey, one copy for this and the Kubernetes snapshot, in the core: `import solvers` must
 # not load the Kubernetes adapter
-from iro_fed.feasibility import REGION_LABELS, ZONE_LABELS, feasible_nodes, topology_label, untolerated
-from iro_fed.model import HOSTNAME_KEY, NONZERO_DEFAULTS, NONZERO_RESOURCES, ClusterState, PodScoring, Problem
+from iro_fed.feasibility import REGION_LABELS, ZONE_LABELS, resource_fit, static_filter, topology_label, untolerated
+from iro_fed.model import (
+    HOSTNAME_KEY,
+    NONZERO_DEFAULTS,
+    NONZERO_RESOURCES,
+    ClusterState,
+    PodScoring,
+    Problem,
+)
 from iro_fed.problem_io import MIN_CAPACITY
 from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 
@@ -163,6 +170,11 @@ def kube_units(amount: np.ndarray | float, scale: np.ndarray | float, magnitude:
 def _ceil_units(scaled: np.ndarray, size: np.ndarray) -> np.ndarray:
     """:func:`kube_units` of amounts already in kube units (``size``: their magnitude)."""
     return np.ceil(scaled - np.minimum(ROUND_UP_TOL * np.maximum(1.0, size), MAX_NOISE_UNITS)).astype(np.int64)
+
+
+def _ceil_unit(scaled: float, size: float) -> int:
+    """:func:`_ceil_units` of one amount in Python floats (the same operations, so the same result)."""
+    return math.ceil(scaled - min(ROUND_UP_TOL * max(1.0, size), MAX_NOISE_UNITS))
 
 
 def _sum_by_node(where: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -251,6 +263,23 @@ class KubeDefault(OnlineSolver):
             for c, s in zip(self._cols, self._scales, strict=True)
         ]
         self._cap_count = np.sum([a > 0 for a in self._allocatable], axis=0, dtype=np.int64)
+        # What a decision reads per node that no pod changes, one gather per decision ([rows, N]):
+        # per resource the allocatable, it as a divisor (1 where 0) and 1 where it is scored; then
+        # 1 where both are scored: BalancedAllocation's std is taken there, and the fit average
+        # divides by 2 there (else by 1: the sum of non-negative shares // 2 is >> 1).
+        cap = np.array(self._allocatable, dtype=np.int64).reshape(len(self._cols), problem.num_nodes)
+        self._static_rows = np.vstack((cap, np.where(cap > 0, cap, 1), (cap > 0).astype(np.int64),
+                                       (self._cap_count == 2).astype(np.int64)[None]))
+        # Per workload the nodes' counts of its untolerated PreferNoSchedule taints (None: none),
+        # shared by the workloads with the same taint columns.
+        self._taint_counts: dict[int, np.ndarray | None] = {}
+        self._taint_counts_by_cols: dict[tuple[int, ...], np.ndarray] = {}
+        # The scan's node order twice: a window from any start is one slice; per node its place in it.
+        self._order_twice = np.concatenate((self.node_order, self.node_order))
+        # Per static filter (by its mask) the mask in the scan's order, twice.
+        self._ordered_masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # rebuild_caches' per-node tables of the problem's own cluster (a state with an empty journal).
+        self._pristine: np.ndarray | None = None
         # Each pod's actual and non-zero request [W, resources]: the non-zero one exact from the
         # snapshot, else a zero demand taken as a missing request (the model keeps one number per pod).
         scales = np.array(self._scales)
@@ -271,6 +300,10 @@ class KubeDefault(OnlineSolver):
         # What each pod placed on a node adds to that base: its non-zero request, or without a
         # given base only what that adds to its actual request (the usage holds the rest).
         self._pod_add = self._pod_nz if self._problem_nz is not None else self._pod_nz - self._pod_actual
+        # The pod's requests as columns against a decision's [resources, candidates] rows.
+        self._pod_nz_col = self._pod_nz[:, :, None]
+        self._pod_actual_col = self._pod_actual[:, :, None]
+        self._best_effort = (~self._pod_actual.any(axis=1)).tolist()
         # Whole demands (every snapshot; most problem files): the placed pods then add a whole
         # number of kube units to a node's usage, and ceil(own + k) = ceil(own) + k, so per
         # decision the usage is rounded up as a whole, not apart from the placed pods' share.
@@ -323,11 +356,64 @@ class KubeDefault(OnlineSolver):
             self._placed_amount = [_sum_by_node(where, demand[placed, c], n) for c in self._cols]
             self._tracked += [(self._placed_actual[j], self._pod_actual[:, j]) for j in range(len(self._cols))]
             self._tracked += [(self._placed_amount[j], demand[:, c]) for j, c in enumerate(self._cols)]
+        # Per node what the scores read of it besides the pod, in kube's units ([2 * resources, N]):
+        # the NonZeroRequested (base + placed pods) and the actual usage per scored resource;
+        # apply_changes recomputes the nodes that changed. Then the filter scan's view of the
+        # nodes in its order (twice, as _order_twice): per resource the room a request must not
+        # exceed (free + the fit tolerance, as resource_fit adds them) and the GPU aggregates,
+        # contiguous per window. A state never changed (empty journal: each new one, as the
+        # extender builds per snapshot) is the problem's cluster: its tables are copied from the
+        # first such state's of the run.
+        pristine = not state.journal
+        if pristine and self._pristine is not None:
+            self._node_rows = self._pristine.copy()
+            return
+        self._node_rows = np.empty((2 * len(self._cols), n), dtype=np.int64)
+        self._refresh_all_nodes(state)
+        if pristine:
+            self._pristine = self._node_rows.copy()
+
+    def _refresh_all_nodes(self, state: ClusterState) -> None:
+        """:attr:`_node_rows` of every node (:meth:`_refresh_node` for one: the same arithmetic)."""
+        k = len(self._cols)
+        for j, (c, scale) in enumerate(zip(self._cols, self._scales, strict=True)):
+            # A node's usage besides the placed pods (state.allocated less their demand: the
+            # problem's, or a what-if's) rounds up once, each placed pod adds its own rounded
+            # request, as NodeInfo adds pods.
+            used = state.allocated[:, c]
+            if self._whole:
+                scaled = used * scale
+                units = _ceil_units(scaled, scaled)
+            else:
+                units = kube_units(used - self._placed_amount[j], scale, magnitude=used) + self._placed_actual[j]
+            base = self._initial_nz[j] if self._initial_nz is not None else units
+            self._node_rows[j] = base + self._placed_add[j]
+            self._node_rows[k + j] = units
+
+    def _refresh_node(self, state: ClusterState, node: int) -> None:
+        """:meth:`_refresh_all_nodes` for one node in Python scalars (a dozen one-element numpy
+        operations cost more than the decision saves); the same float operations and rounding."""
+        k = len(self._cols)
+        row = state.allocated[node].tolist()
+        rows = self._node_rows
+        for j, (c, scale) in enumerate(zip(self._cols, self._scales, strict=True)):
+            used = row[c]
+            if self._whole:
+                scaled = used * scale
+                units = _ceil_unit(scaled, scaled)
+            else:
+                units = _ceil_unit((used - float(self._placed_amount[j][node])) * scale, abs(used) * scale)
+                units += int(self._placed_actual[j][node])
+            base = int(self._initial_nz[j][node]) if self._initial_nz is not None else units
+            rows[j, node] = base + int(self._placed_add[j][node])
+            rows[k + j, node] = units
 
     def apply_changes(self, state: ClusterState, entries: list[tuple[int, int, int]]) -> None:
         for w, node, sign in entries:
             for sums, values in self._tracked:
                 sums[node] += sign * values[w]
+        for node in {node for _, node, _ in entries}:
+            self._refresh_node(state, node)
         if self._groups_of is not None:
             topology = self._ps.topology
             for w, node, sign in entries:
@@ -341,84 +427,115 @@ class KubeDefault(OnlineSolver):
 
     def candidates(self, state: ClusterState, w: int) -> np.ndarray:
         """The filter scan: from ``nextStartNodeIndex``, the first ``numFeasibleNodesToFind``
-        feasible nodes in node-tree order; advances the start by the nodes processed."""
-        n = state.problem.num_nodes
+        feasible nodes in node-tree order; advances the start by the nodes processed. The filters
+        (``feasible_nodes``: resource fit and the static filters) run on windows of the node order
+        from the start, as many as it takes to find them: a pod that fits most nodes is tested on
+        about the number to find, not on every node."""
+        p = state.problem
+        n = p.num_nodes
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        positions = np.flatnonzero(feasible_nodes(state, w)[self.node_order])
+        self.sync(state)
         start = self.next_start_node_index
-        i = int(np.searchsorted(positions, start))
-        rotated = np.concatenate((positions[i:], positions[:i]))
-        if rotated.size >= self.num_to_find:
-            rotated = rotated[: self.num_to_find]
-            processed = int((rotated[-1] - start) % n) + 1
-        else:
-            processed = n
+        need = self.num_to_find
+        mask = self._ordered_mask(static_filter(p, w).mask)
+        found: list[np.ndarray] = []
+        total = scanned = 0
+        processed = n
+        size = min(n, need + need // 4 + 32)  # the first window: about what a pod that fits most nodes needs
+        while scanned < n:
+            a = start + scanned
+            b = a + size
+            window = self._order_twice[a:b]
+            hits = np.flatnonzero(mask[a:b] & resource_fit(state, w, window))
+            if total + hits.size >= need:
+                hits = hits[: need - total]
+                found.append(self._order_twice[a + hits])
+                processed = scanned + int(hits[-1]) + 1
+                break
+            found.append(self._order_twice[a + hits])
+            total += hits.size
+            scanned += size
+            # The next window from the density seen so far (half again more), else the rest.
+            rate = total / scanned
+            size = n - scanned if rate <= 0 else min(n - scanned, int((need - total) / rate * 1.5) + 32)
         self.next_start_node_index = (start + processed) % n
-        return self.node_order[rotated]
+        return found[0] if len(found) == 1 else np.concatenate(found)
+
+    def _ordered_mask(self, mask: np.ndarray) -> np.ndarray:
+        """A static filter's mask in the scan's order, twice (cached per mask: a problem keeps one
+        per constraint shape)."""
+        got = self._ordered_masks.get(id(mask))
+        if got is None or got[0] is not mask:
+            got = (mask, mask[self._order_twice])
+            self._ordered_masks[id(mask)] = got
+        return got[1]
 
     def plugin_scores(self, state: ClusterState, w: int, candidates: np.ndarray) -> dict[str, np.ndarray]:
         """Each score plugin's normalized 0..100 scores over ``candidates`` (unweighted)."""
+        m = candidates.size
+        return {name: v if isinstance(v, np.ndarray) else np.full(m, v, dtype=np.int64)
+                for name, v in self._plugin_scores(state, w, candidates).items()}
+
+    def _plugin_scores(self, state: ClusterState, w: int, candidates: np.ndarray) -> dict[str, np.ndarray | int]:
+        """:meth:`plugin_scores`, a plugin that scores every candidate alike as one int."""
         p = state.problem
         wl = p.workloads[w]
         # Fit scores the non-zero requests (node: NonZeroRequested; pod: its non-zero request);
-        # BalancedAllocation the actual ones (useRequested). A node's usage besides the placed
-        # pods (state.allocated less their demand: the problem's, or a what-if's) rounds up once,
-        # each placed pod adds its own rounded request, as NodeInfo adds pods.
+        # BalancedAllocation the actual ones (useRequested). Per node both are kept in
+        # _node_rows (rebuild_caches / apply_changes); the static rows give the allocatable.
         self.sync(state)
-        best_effort = not self._pod_actual[w].any()
-        total = np.zeros(candidates.size, dtype=np.int64)
-        fractions = []
-        for j, (c, scale) in enumerate(zip(self._cols, self._scales, strict=True)):
-            used = state.allocated[candidates, c]
-            if self._whole:
-                scaled = used * scale
-                used_units = _ceil_units(scaled, scaled)
-            else:
-                own = kube_units(used - self._placed_amount[j][candidates], scale, magnitude=used)
-                used_units = own + self._placed_actual[j][candidates]
-            base = self._initial_nz[j][candidates] if self._initial_nz is not None else used_units
-            requested = base + self._placed_add[j][candidates]
-            cap = self._allocatable[j][candidates]
-            # NodeResourcesFit, LeastAllocated, weight 1 per resource.
-            total += least_allocated(requested + self._pod_nz[w, j], cap)
-            if not best_effort:
-                fractions.append(np.minimum((used_units + self._pod_actual[w, j]) / np.where(cap > 0, cap, 1), 1.0))
-        weight_sum = self._cap_count[candidates]
-        fit = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
+        k = len(self._cols)
+        fixed = np.take(self._static_rows, candidates, axis=1)
+        cap, safe = fixed[:k], fixed[k : 2 * k]
+        rows = np.take(self._node_rows, candidates, axis=1)
+        # NodeResourcesFit, LeastAllocated, weight 1 per resource: ``(cap - requested) * 100 /
+        # cap``, 0 where requested > cap (the difference is negative: floor division keeps it
+        # below 0) or cap is 0 (the scored row); then the sum over the scored resources' count.
+        share = (cap - (rows[:k] + self._pod_nz_col[w])) * MAX_NODE_SCORE // safe
+        np.maximum(share, 0, out=share)
+        share *= fixed[2 * k : 3 * k]
+        fit = share[0] if k == 1 else (share[0] + share[1]) >> fixed[3 * k]
 
-        # NodeResourcesBalancedAllocation (skipped for best-effort pods).
-        if best_effort:
-            balanced = np.zeros(candidates.size, dtype=np.int64)
-        else:
-            if len(fractions) == 2:  # std over both resources where both are allocatable
-                std = np.where(weight_sum == 2, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
-            else:
-                std = np.zeros(candidates.size)
+        # NodeResourcesBalancedAllocation (skipped for best-effort pods): fractions capped at 1,
+        # the std over both resources where both are allocatable.
+        balanced: np.ndarray | int
+        if self._best_effort[w]:
+            balanced = 0
+        elif k == 2:
+            fractions = (rows[k:] + self._pod_actual_col[w]) / safe
+            np.minimum(fractions, 1.0, out=fractions)
+            std = np.abs((fractions[0] - fractions[1]) / 2)
+            std *= fixed[3 * k]
             balanced = np.trunc((1 - std) * MAX_NODE_SCORE).astype(np.int64)
-
-        # TaintToleration: intolerable PreferNoSchedule taints, fewer is better.
-        cols = untolerated(wl, p, ("PreferNoSchedule",))
-        if cols.size:
-            counts = p.taint_table[1][np.ix_(candidates, cols)].sum(axis=1)
         else:
-            counts = np.zeros(candidates.size, dtype=np.int64)
-        taint = default_normalize(counts, reverse=True)
+            balanced = MAX_NODE_SCORE
+
+        # TaintToleration: intolerable PreferNoSchedule taints, fewer is better
+        # (DefaultNormalizeScore, reverse).
+        counts = self._taint_node_counts(p, w)
+        taint: np.ndarray | int = MAX_NODE_SCORE
+        if counts is not None:
+            counts = counts[candidates]
+            high = int(counts.max()) if counts.size else 0
+            if high:
+                taint = MAX_NODE_SCORE - MAX_NODE_SCORE * counts // high
 
         # NodeAffinity: weights of matching preferred terms. A term with an empty preference
         # matches no node (NewPreferredSchedulingTerms skips it), not every node.
-        affinity_raw = np.zeros(candidates.size, dtype=np.int64)
-        for term in wl.preferred:
-            if not term.match_labels:
-                continue
-            match = np.ones(candidates.size, dtype=bool)
-            for key, value in term.match_labels.items():
-                codes, values = p.label_codes(key)
-                match &= codes[candidates] == values.get(value, -2)
-            affinity_raw += term.weight * match
-        affinity = default_normalize(affinity_raw, reverse=False)
+        affinity: np.ndarray | int = 0
+        terms = [term for term in wl.preferred if term.match_labels]
+        if terms:
+            affinity_raw = np.zeros(candidates.size, dtype=np.int64)
+            for term in terms:
+                match = np.ones(candidates.size, dtype=bool)
+                for key, value in term.match_labels.items():
+                    codes, values = p.label_codes(key)
+                    match &= codes[candidates] == values.get(value, -2)
+                affinity_raw += term.weight * match
+            affinity = default_normalize(affinity_raw, reverse=False)
 
-        out = {
+        out: dict[str, np.ndarray | int] = {
             "TaintToleration": taint,
             "NodeAffinity": affinity,
             "NodeResourcesFit": fit,
@@ -428,6 +545,22 @@ class KubeDefault(OnlineSolver):
             out["PodTopologySpread"] = self._spread_scores(w, candidates)
             out["InterPodAffinity"] = self._interpod_scores(w, candidates)
         return out
+
+    def _taint_node_counts(self, p: Problem, w: int) -> np.ndarray | None:
+        """Per node the number of PreferNoSchedule taints workload ``w`` does not tolerate (None
+        when it tolerates them all), once per workload and taint set per run."""
+        if w in self._taint_counts:
+            return self._taint_counts[w]
+        cols = untolerated(p.workloads[w], p, ("PreferNoSchedule",))
+        counts = None
+        if cols.size:
+            key = tuple(cols.tolist())
+            counts = self._taint_counts_by_cols.get(key)
+            if counts is None:
+                counts = p.taint_table[1][:, cols].sum(axis=1, dtype=np.int64)
+                self._taint_counts_by_cols[key] = counts
+        self._taint_counts[w] = counts
+        return counts
 
     def _domain_counts(self, group: int, topology: int) -> np.ndarray:
         """Per domain of ``topology``, the group's pods on the nodes it counts (float64, exact;
@@ -503,8 +636,10 @@ class KubeDefault(OnlineSolver):
         return (float(MAX_NODE_SCORE) * ((raw - low) / float(high - low))).astype(np.int64)
 
     def score(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray:
-        scores = self.plugin_scores(state, w, candidates)
-        return sum(PLUGIN_WEIGHTS[name] * s for name, s in scores.items()).astype(np.float64)
+        total = np.zeros(candidates.size, dtype=np.int64)
+        for name, s in self._plugin_scores(state, w, candidates).items():
+            total += PLUGIN_WEIGHTS[name] * s
+        return total.astype(np.float64)
 
     def select(self, state: ClusterState, w: int, candidates: np.ndarray, scores: np.ndarray) -> int:
         best = np.flatnonzero(scores == scores.max())
