@@ -358,12 +358,9 @@ class KubeDefault(OnlineSolver):
             self._tracked += [(self._placed_amount[j], demand[:, c]) for j, c in enumerate(self._cols)]
         # Per node what the scores read of it besides the pod, in kube's units ([2 * resources, N]):
         # the NonZeroRequested (base + placed pods) and the actual usage per scored resource;
-        # apply_changes recomputes the nodes that changed. Then the filter scan's view of the
-        # nodes in its order (twice, as _order_twice): per resource the room a request must not
-        # exceed (free + the fit tolerance, as resource_fit adds them) and the GPU aggregates,
-        # contiguous per window. A state never changed (empty journal: each new one, as the
-        # extender builds per snapshot) is the problem's cluster: its tables are copied from the
-        # first such state's of the run.
+        # apply_changes recomputes the nodes that changed. A state never changed (empty journal:
+        # each new one, as the extender builds per snapshot) is the problem's cluster: its table
+        # is copied from the first such state's of the run.
         pristine = not state.journal
         if pristine and self._pristine is not None:
             self._node_rows = self._pristine.copy()
