@@ -128,14 +128,25 @@ model a core of promo-surge's GPU node (64 cores, 8 cards, 400-2600 W, GPU share
 costs 4.05 W against 9.4 W on its CPU node, so each simulator step's optimum puts CPU pods on
 GPU nodes and the GPU pods of later steps find free cards without the CPU or memory to run
 (24 h, seeds 101-103, 1 s batches: 12.9 % pending; 6.9 % under the CPU-only power model, whose
-GPU node charged 34 W per core). With the guard, :func:`guard_mask` keeps each pod off the nodes
-where placing it alone in the initial cluster strands GPUs (greedy-objective's rule,
-:mod:`solvers.gpu_guard`) when it fits one where it does not; the hint's pods on such pairs
-start out, and the model, the search and the polish keep to the other pairs; then
-:func:`place_guarded_out` places any pod still out where it fits (ranked last, not forbidden).
-The same runs: 2.5 % pending, R -0.133 (greedy-objective 3.9 %, -0.168). The status is then
-``feasible`` (not R's optimum); ``info["gpu_guard"]`` counts the pairs dropped and the pods
-placed last.
+GPU node charged 34 W per core). :func:`guard_mask` names each pod's nodes where placing it alone
+in the initial cluster leaves free GPU milli that the node's free CPU or memory can no longer
+feed (greedy-objective's fed-resource rule, :mod:`solvers.gpu_guard`, a milli needing what the
+batch's GPU pods ask per milli, or each card its provisioned share of the node when the batch
+has none) when it fits one where it does not: what it guards against is the stranding of later
+batches' GPU pods, which the model cannot see (the batch's own GPU pods it places exactly, so the
+guard's whole-card rule for them is left out). Every phase then maximizes the guarded score
+(:func:`guarded_score`): R less :func:`guard_penalty` (half a pod's unplaced weight,
+:data:`GUARD_PENALTY_SHARE`) per pod on such a pair. The pairs stay in the model with their
+coefficients lowered by the penalty, in the pruning, the search's sub-models and the single-pod
+polish; the hint and the model's answer are compared by it, and the search keeps a neighbourhood's
+answer by it. Stranding nodes are thus ranked last, not forbidden: a pod goes there when no other
+node takes it, and the answer's guarded score is never below the hint's. The drains, swaps and
+insertions (R-scored) keep to the other pairs; a pod a phase cut by the clock left out is placed
+last (:func:`place_guarded_out`, until the time limit). Same runs: 2.50 % pending, R -0.1316
+(greedy-objective 3.87 %, -0.1680). The status is then ``feasible`` (not R's optimum); CP-SAT's
+``objective``, ``best_bound`` and the search's scores are of the guarded score;
+``info["gpu_guard"]`` counts the guarded pairs, the hint's and the answer's pods on them
+(``hint_on_guarded``, ``on_guarded``) and the pods placed last.
 
 **What is exact.** ``status == "optimal"`` only when the model was exact (no pruning, no
 utilization surrogate, no capacity row rounded so that it may keep out pods that fit, no
@@ -374,7 +385,9 @@ def improve(
     drained node counts its pods, a swap or an insertion two). ``weighed`` (a boolean array over
     the pods), when given, is set for each pod a single-pod round reached: placed at its best
     node or left out by R's choice (the larger moves run only after a whole round). ``allowed``
-    ([W, N], when given: :func:`guard_mask`) confines every move to the pairs it allows."""
+    ([W, N], when given: :func:`guard_mask`): single-pod moves weigh the other pairs by the
+    guarded score (:func:`guarded_gain`), the larger moves (R-scored) keep to the allowed pairs,
+    so no move lowers the guarded score."""
     # Each tried only while the ones before it moved nothing and time is left.
     larger = [drain_nodes, *([swap_pods] if swaps else []), insert_by_eviction]
     moves = 0
@@ -401,31 +414,44 @@ def _single_pod_round(
         if weighed is not None:
             weighed[w] = True
         n0 = int(state.assignment[w])
-        cards0 = state.gpu_cards.get(w, ())
-        if n0 >= 0:
-            state.remove(w)
-        cand = np.flatnonzero(_fits(state, w, allowed))
-        if cand.size == 0:
-            if n0 >= 0:  # cannot happen: it fitted where it was
-                state.place(w, n0, cards0)
+        if n0 < 0:
+            moved += _place_unplaced(problem, state, w, allowed)
             continue
-        gain = marginal(problem, state, w, cand)
+        cards0 = state.gpu_cards.get(w, ())
+        state.remove(w)
+        cand = np.flatnonzero(feasible_nodes(state, w))
+        if cand.size == 0:  # cannot happen: it fitted where it was
+            state.place(w, n0, cards0)
+            continue
+        gain = guarded_gain(problem, state, w, cand, allowed)
         best = int(np.argmax(gain))
-        current = 0.0
-        if n0 >= 0:
-            at = int(np.searchsorted(cand, n0))
-            # Taken off and weighed again, a pod need not fit back where it was: sums of tiny
-            # amounts round differently (1e-6 nodes, a 1e-9 pod). Staying is still allowed.
-            here = at < cand.size and int(cand[at]) == n0
-            current = float(gain[at]) if here else float(marginal(problem, state, w, np.array([n0]))[0])
+        at = int(np.searchsorted(cand, n0))
+        # Taken off and weighed again, a pod need not fit back where it was: sums of tiny
+        # amounts round differently (1e-6 nodes, a 1e-9 pod). Staying is still allowed.
+        here = at < cand.size and int(cand[at]) == n0
+        current = float(gain[at]) if here else float(guarded_gain(problem, state, w, np.array([n0]), allowed)[0])
         if gain[best] > max(current, 0.0) + POLISH_TOL:
             state.place(w, int(cand[best]))
             moved += 1
-        elif n0 >= 0 and current < -POLISH_TOL:
+        elif current < -POLISH_TOL:
             moved += 1  # leaving it out is better than any node
-        elif n0 >= 0:
+        else:
             state.place(w, n0, cards0)
     return moved
+
+
+def _place_unplaced(problem: Problem, state: ClusterState, w: int, allowed: np.ndarray | None = None) -> int:
+    """In place: unplaced pod w to its best node by :func:`guarded_gain` (R's marginal without
+    ``allowed``) where it fits, when that gains more than :data:`POLISH_TOL`; 1 when placed, else 0."""
+    cand = np.flatnonzero(feasible_nodes(state, w))
+    if cand.size == 0:
+        return 0
+    gain = guarded_gain(problem, state, w, cand, allowed)
+    best = int(np.argmax(gain))
+    if gain[best] > POLISH_TOL:
+        state.place(w, int(cand[best]))
+        return 1
+    return 0
 
 
 def drain_nodes(
@@ -575,16 +601,34 @@ def _room_after(free: np.ndarray, leaving: np.ndarray, coming: np.ndarray, tol: 
 
 def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = None) -> np.ndarray | None:
     """``gpu_guard``'s allowed (pod, node) pairs, [W, N]: all but a pod's nodes where placing it
-    alone in ``state`` strands GPUs (:class:`~solvers.gpu_guard.GpuStrandingGuard`, the rule of
-    greedy-objective's guard: free GPU milli the node's free CPU or memory can no longer feed,
-    or whole cards a waiting multi-card pod loses), when it fits a node where it does not. None
-    without GPUs or when no pair is dropped. Raises :class:`OutOfTime` past ``deadline``."""
+    alone in ``state`` strands GPU milli (free milli the node's free CPU or memory can no longer
+    feed: the fed-resource rule of greedy-objective's guard, :mod:`solvers.gpu_guard`), when it
+    fits a node where it does not. What a GPU milli needs is the guard's: the requests per milli
+    of the batch's GPU pods that could run on the node (the best sample of the GPU pods of later
+    batches; promo-surge 24 h, seeds 101-103: 2.50 % pending, against 3.87 % with each card's
+    provisioned share), or the provisioned share when the batch has none (the guard's online
+    rule). The guard's whole-card rule is left out: it protects the batch's own multi-card
+    pods, which CP-SAT's model places itself, cards included (with it, a batch of 48 multi-card
+    pods asking 284 of 93 cards dropped 17 of each 1-card pod's 24 nodes). None without GPUs or
+    when no pair is dropped. Raises :class:`OutOfTime` past ``deadline``."""
     if not problem.has_gpus:
         return None
-    from solvers.gpu_guard import GpuStrandingGuard
+    from solvers.gpu_guard import STRAND_TOL_MILLI, GpuStrandingGuard
 
     guard = GpuStrandingGuard(problem)
-    guard.rebuild(state)
+    cols = np.flatnonzero((guard.need > 0).any(axis=0))
+    needed = guard.need[:, cols] > 0  # [N, C]
+    inv = np.where(needed, 1.0 / np.where(needed, guard.need[:, cols], 1.0), 0.0)  # 0: masked by fed()
+    free = np.maximum(state.free[:, cols], 0.0)
+    left = state.gpu_left.astype(np.float64)
+
+    def fed(room: np.ndarray) -> np.ndarray:  # [N] the GPU milli the free resources can feed
+        return np.where(needed, room * inv, np.inf).min(axis=1, initial=np.inf)
+
+    # a node keeps room while it has free milli and (with GPU pods) one of them could run there
+    covered = guard.runs.sum(axis=0)
+    keep = (left > 0) & (guard.online or (covered > 0))
+    limit = np.where(keep, np.maximum(left - fed(free), 0.0) + STRAND_TOL_MILLI, np.inf)
     allowed = np.ones((problem.num_workloads, problem.num_nodes), dtype=bool)
     rows: dict[tuple, np.ndarray] = {}  # identical pods strand the same nodes
     for w in range(problem.num_workloads):
@@ -593,34 +637,71 @@ def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = N
         if row is None:
             _check_deadline(deadline)
             row = np.ones(problem.num_nodes, dtype=bool)
-            fits = np.flatnonzero(feasible_nodes(state, w))
-            strands = guard.strands(state, w, fits) if fits.size else None
-            if strands is not None and not strands.all():
-                row[fits[strands]] = False
+            fits = feasible_nodes(state, w)
+            after = fed(np.maximum(free - problem.demand[w, cols], 0.0))
+            strands = fits & ((left - float(problem.wl_gpu_total[w])) - after > limit)
+            g = int(guard.group_of[w])
+            if g >= 0 and guard.remaining[g] == 1:  # its group's only pod keeps no room for itself
+                strands &= covered - guard.runs[g] > 0
+            if strands.any() and (fits & ~strands).any():
+                row[strands] = False
             rows[key] = row
         allowed[w] = row
     return None if allowed.all() else allowed
 
 
-def place_guarded_out(problem: Problem, state: ClusterState, deadline: float | None = None) -> int:
-    """In place: each pod still unplaced goes to its best node by marginal gain where it fits,
-    stranding ones included, when that raises R (``gpu_guard`` ranks those nodes last, it does
-    not forbid them: pods that the guard's other nodes could not all take are placed there).
-    Returns the pods placed."""
+#: ``gpu_guard``'s penalty per pod on a pair :func:`guard_mask` drops, as a share of one pod's
+#: unplaced weight (``weights.unplaced / W``): the guarded score is R less the penalty per such
+#: pod. Below 1, so a pod on a stranding node still beats leaving it out unless the node's other
+#: terms cost over half its unplaced weight (the guard ranks those nodes last, it does not forbid
+#: them); 0.5 outweighs the R difference between two nodes for one
+#: pod unless that exceeds half a pod's unplaced weight. promo-surge, 24 h, seeds 101-103: a
+#: pod's best stranding node beats its best other one by at most 7.9 % of it (158 guarded pod
+#: shapes, batches of 1-5 pods); the share grows with the batch's pods per node (promo-surge's
+#: two node shapes alone: 0.14 % with 1 pod in the batch, 4.2 % with 30).
+GUARD_PENALTY_SHARE = 0.5
+
+
+def guard_penalty(problem: Problem) -> float:
+    """The guarded score's penalty per pod on a pair :func:`guard_mask` drops, in units of R."""
+    return GUARD_PENALTY_SHARE * problem.weights.unplaced / max(problem.num_workloads, 1)
+
+
+def guarded_score(problem: Problem, state: ClusterState, allowed: np.ndarray | None) -> float:
+    """R less :func:`guard_penalty` per pod on a pair ``allowed`` does not allow (R without it):
+    what ``gpu_guard`` maximizes and how it compares whole placements (the hint's, CP-SAT's, the
+    search's), so that one that strands GPUs wins only by placing pods the others leave out."""
+    score = evaluate(problem, state.assignment).score
+    return score if allowed is None else score - guard_penalty(problem) * _on_dropped(state, allowed)
+
+
+def guarded_gain(
+    problem: Problem, state: ClusterState, w: int, nodes: np.ndarray, allowed: np.ndarray | None
+) -> np.ndarray:
+    """:func:`~iro_fed.objective.marginal` of pod w on ``nodes``, less :func:`guard_penalty` on the
+    nodes ``allowed[w]`` does not allow (the marginal of :func:`guarded_score`)."""
+    gain = marginal(problem, state, w, nodes)
+    return gain if allowed is None else gain - guard_penalty(problem) * ~allowed[w, nodes]
+
+
+def place_guarded_out(
+    problem: Problem, state: ClusterState, allowed: np.ndarray | None = None, deadline: float | None = None
+) -> int:
+    """In place: each pod still unplaced goes to its best node by :func:`guarded_gain` where it
+    fits, stranding ones included, when that gains (what the phases before left out where the
+    clock stopped them). Returns the pods placed."""
     placed = 0
-    for w in np.flatnonzero(state.assignment < 0):
+    for w in np.flatnonzero(state.assignment < 0).tolist():
         if deadline is not None and time.perf_counter() > deadline:
             break
-        w = int(w)
-        cand = np.flatnonzero(feasible_nodes(state, w))
-        if cand.size == 0:
-            continue
-        gain = marginal(problem, state, w, cand)
-        best = int(np.argmax(gain))
-        if gain[best] > POLISH_TOL:
-            state.place(w, int(cand[best]))
-            placed += 1
+        placed += _place_unplaced(problem, state, w, allowed)
     return placed
+
+
+def _on_dropped(state: ClusterState, allowed: np.ndarray) -> int:
+    """The pods placed on pairs ``allowed`` does not allow."""
+    pods = np.flatnonzero(state.assignment >= 0)
+    return int((~allowed[pods, state.assignment[pods]]).sum())
 
 
 #: Most (unplaced pod, node, evicted pod) tries of :func:`insert_by_eviction` per call.
@@ -889,6 +970,7 @@ class PlacementModel:
     def __init__(
         self, problem: Problem, base: ClusterState, pods: np.ndarray, cand: np.ndarray, exact_levels: int,
         hint: ClusterState | None = None, cardinality_cuts: bool = True, deadline: float | None = None,
+        allowed: np.ndarray | None = None,
     ) -> None:
         from ortools.sat.python import cp_model
 
@@ -909,6 +991,8 @@ class PlacementModel:
         self.levels_error = 0.0  # most change of R from the level encoding's rounded amounts
         self.levels_lost_capacity = False  # the level encoding rounded a positive capacity to 0
         self.info: dict[str, Any] = {}
+        #: gpu_guard's [W, N] allowed pairs (None: off): the objective is then the guarded score
+        self.allowed = allowed
         self._build(cand, hint)
         if hint is not None:
             _check_deadline(deadline)
@@ -1115,6 +1199,8 @@ class PlacementModel:
             const += wts.utilization / m * float((a0 * inv + a_ref * inv - a_ref * b0 * inv**2).sum())
             charge = wts.utilization / m * (ucap[switchable] * a_ref * inv**2).sum(axis=1)
             model.objective([self.on_var[int(n)] for n in switchable], -charge, np.ones(switchable.size))
+        if self.allowed is not None:  # gpu_guard: the guarded score (pods in a group share a row)
+            cx = cx - guard_penalty(p) * ~self.allowed[pw, pn]
         model.objective(x, cx, ub)
 
         # Integer scale S (module docstring). CP-SAT minimizes: minimize -S R (the constant as
@@ -1517,9 +1603,10 @@ class CpSat(Solver):
         ),
         "polish": Param(True, bool, "Improve the hint and the result by single-pod moves scored with the true objective."),
         "gpu_guard": Param(
-            False, bool, "Keep each pod off the nodes where it alone would strand GPUs (greedy-objective's rule) when "
-            "it fits one where it would not; the hint, model, search and polish keep to that, and a pod left out "
-            "then goes where it fits. Not R's optimum (status feasible); info['gpu_guard'] counts what it did.",
+            False, bool, "Rank last each pod's nodes where it alone would strand GPUs for later batches "
+            "(greedy-objective's online rule) when it fits one where it would not: every phase maximizes R less half "
+            "a pod's unplaced weight per pod on such a node. Not R's optimum (status feasible); info['gpu_guard'] "
+            "counts what it did.",
         ),
     }
 
@@ -1611,13 +1698,15 @@ class CpSat(Solver):
         # Pods a polish's single-pod round reached (weighed by R, even when left out): never
         # ``not_reached``, though the hint had not reached them.
         weighed = np.zeros(p.num_workloads, dtype=bool)
-        # gpu_guard: the pairs every phase keeps to (None: all; off, or nothing strands).
+        # gpu_guard: the pairs not ranked last (None: all; off, or nothing strands). Every phase
+        # maximizes the guarded score (guarded_score: R less a penalty per pod on the other pairs).
         allowed: np.ndarray | None = None
         if self.gpu_guard:
-            info["gpu_guard"] = {"dropped_pairs": 0, "placed_last": 0}
+            info["gpu_guard"] = {"guarded_pairs": 0, "hint_on_guarded": 0, "placed_last": 0, "on_guarded": 0}
             try:
                 allowed = guard_mask(p, ClusterState(p), deadline=cap)
-            except OutOfTime:
+            except OutOfTime:  # stopped by the clock: no pair ranked last
+                cut.append("gpu_guard")
                 skipped.append("gpu_guard")
         if self.hint_solvers:
             import solvers
@@ -1646,8 +1735,8 @@ class CpSat(Solver):
             hint_state = starts[chosen]
             unreached = []  # a hint reaches every pod
             info["hint"] = {"solver": chosen, "score": tried[chosen]}
-            if allowed is not None:  # the pods it put where the guard keeps them off start out
-                info["hint"]["guard_removed"] = _take_out_disallowed(hint_state, allowed)
+            if allowed is not None:
+                info["gpu_guard"]["hint_on_guarded"] = _on_dropped(hint_state, allowed)
             if len(tried) > 1:
                 info["hint"]["tried"] = tried
             phase("hint")
@@ -1682,8 +1771,7 @@ class CpSat(Solver):
             total_pairs = int(cand.sum())
             info["feasible_pairs"] = total_pairs
             if allowed is not None:
-                info["gpu_guard"]["dropped_pairs"] = int((cand & ~allowed).sum())
-                cand &= allowed
+                info["gpu_guard"]["guarded_pairs"] = int((cand & ~allowed).sum())
             limit = self.max_candidates
             if limit is None and total_pairs > AUTO_PRUNE_PAIRS:
                 limit = AUTO_CANDIDATES
@@ -1691,11 +1779,11 @@ class CpSat(Solver):
             if pruned:
                 assert limit is not None
                 pruning = "not completed"
-                cand = _prune(p, cand, hint_state, limit, deadline=cap)
+                cand = _prune(p, cand, hint_state, limit, deadline=cap, allowed=allowed)
                 pruning = "done"
             full = PlacementModel(
                 p, state0, np.arange(p.num_workloads), cand, self.exact_levels, hint_state, self.cardinality_cuts,
-                deadline=cap,
+                deadline=cap, allowed=allowed,
             )
         except OutOfTime:
             cut.append("build")  # no model in the budget: the hint (polished if time is left) is the answer
@@ -1736,7 +1824,7 @@ class CpSat(Solver):
             skipped.append("cpsat")
         phase("cpsat")
         # ``settled``: proved optimal for the model it was given; that is R's optimum unless the
-        # guard took pairs out of it (then nothing left to search: the model was exact for those pairs).
+        # guard's penalty was in it (then the guarded score's optimum: nothing left to search).
         settled = full is not None and full.exact and not pruned and result.proved
         exact = full is not None and full.exact and not pruned and allowed is None
         optimal = exact and result.proved
@@ -1751,7 +1839,7 @@ class CpSat(Solver):
                 gap=(result.bound - result.objective) / max(result.bound - lowest, 1e-12),
             )
         candidates = [s for s in (result.state, hint_state) if s is not None]
-        state = max(candidates, key=lambda s: evaluate(p, s.assignment).score) if candidates else state0.copy()
+        state = max(candidates, key=lambda s: guarded_score(p, s, allowed)) if candidates else state0.copy()
         if result.state is not None and state is result.state:
             info["start"] = "cpsat"
         else:  # "none": neither a hint nor CP-SAT gave a placement (hint='none', no solution in time)
@@ -1782,7 +1870,12 @@ class CpSat(Solver):
                 cut.append("polish")
             phase("polish")
         if allowed is not None:
-            info["gpu_guard"]["placed_last"] = place_guarded_out(p, state, deadline=end - 0.5 * reserve)
+            # What a phase cut short by the clock left out (none when the polish ran): a few
+            # checks per pod, so within the time limit.
+            info["gpu_guard"]["placed_last"] = place_guarded_out(p, state, allowed, deadline=end)
+            if time.perf_counter() > end:
+                cut.append("gpu_guard")
+            info["gpu_guard"]["on_guarded"] = _on_dropped(state, allowed)
         final = evaluate(p, state.assignment).score
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
@@ -1821,16 +1914,17 @@ class CpSat(Solver):
     ) -> tuple[ClusterState, dict[str, Any]]:
         """Improve ``state``: repeatedly take the pods of a few nodes (and unplaced pods
         that fit there) out and place them again with an exact model over those nodes; keep the
-        result when R improves. Deterministic: a seeded choice of neighbourhoods and a budget in
-        deterministic time (sub-model time plus a fixed charge per iteration). ``stopped`` reads
+        result when R improves (with ``allowed``, the guarded score: :func:`guarded_score`).
+        Deterministic: a seeded choice of neighbourhoods and a budget in deterministic time
+        (sub-model time plus a fixed charge per iteration). ``stopped`` reads
         "wall clock" when ``wall_end`` came first with deterministic budget left."""
         rng = np.random.default_rng([self.seed, 7])
-        current = evaluate(p, state.assignment).score
+        current = guarded_score(p, state, allowed)
         k = min(LNS_START_NODES, p.num_nodes)
         used = 0.0
         stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget"}
         stall = 0
-        static = np.stack([_static_mask(p, w, allowed) for w in range(p.num_workloads)])
+        static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
         domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
         # Without a deterministic budget the wall clock is the budget.
         wall_stop = "budget" if det_budget is None else "wall clock"
@@ -1861,7 +1955,8 @@ class CpSat(Solver):
                 continue
             try:
                 sub = PlacementModel(
-                    p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts, deadline=wall_end
+                    p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts, deadline=wall_end,
+                    allowed=allowed,
                 )
             except OutOfTime:
                 stats["stopped"] = wall_stop
@@ -1877,7 +1972,7 @@ class CpSat(Solver):
             used += res.deterministic_time
             stall += 1
             if res.state is not None:
-                score = evaluate(p, res.state.assignment).score
+                score = guarded_score(p, res.state, allowed)
                 if score > current + POLISH_TOL:
                     state, current = res.state, score
                     stats["improvements"] += 1
@@ -1914,14 +2009,15 @@ def _lns_targets(
     p: Problem, base: ClusterState, w: int, mask: np.ndarray, extra: int, allowed: np.ndarray | None = None
 ) -> np.ndarray:
     """Where a freed pod may go in a neighbourhood's model: the neighbourhood's nodes, and its
-    ``extra`` best other nodes by marginal gain where it fits now (so that a pod can leave the
-    neighbourhood to make room, a chain of moves that nodes-only neighbourhoods cannot make)."""
-    fits = _fits(base, w, allowed)
+    ``extra`` best other nodes by marginal gain (:func:`guarded_gain` with ``allowed``) where it
+    fits now (so that a pod can leave the neighbourhood to make room, a chain of moves that
+    nodes-only neighbourhoods cannot make)."""
+    fits = feasible_nodes(base, w)
     targets = fits & mask
     outside = np.flatnonzero(fits & ~mask)
     if extra > 0 and outside.size:
         if outside.size > extra:
-            outside = outside[np.argsort(-marginal(p, base, w, outside), kind="stable")[:extra]]
+            outside = outside[np.argsort(-guarded_gain(p, base, w, outside, allowed), kind="stable")[:extra]]
         targets[outside] = True
     return targets
 
@@ -1945,15 +2041,6 @@ def _neighbourhood(
     return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
 
 
-def _take_out_disallowed(state: ClusterState, allowed: np.ndarray) -> int:
-    """In place: the pods placed on pairs ``allowed`` does not allow are taken out; their number."""
-    pods = np.flatnonzero(state.assignment >= 0)
-    off = pods[~allowed[pods, state.assignment[pods]]]
-    for w in off:
-        state.remove(int(w))
-    return int(off.size)
-
-
 def _not_reached(state: ClusterState, unreached: list[int], weighed: np.ndarray) -> list[int]:
     """The pods of ``unreached`` (the hint had not reached them) still unplaced in ``state`` that no
     polish weighed (``weighed``, from :func:`improve`). A pod a polish weighed and left out is R's
@@ -1962,11 +2049,13 @@ def _not_reached(state: ClusterState, unreached: list[int], weighed: np.ndarray)
 
 
 def _prune(
-    problem: Problem, feas: np.ndarray, hint_state: ClusterState | None, limit: int, deadline: float | None = None
+    problem: Problem, feas: np.ndarray, hint_state: ClusterState | None, limit: int, deadline: float | None = None,
+    allowed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per pod, the hint's node and the ``limit`` best nodes by the objective's marginal gain
-    against the hint's final cluster with the pod taken out (nodes it still fits there first,
-    then nodes that fit only the initial cluster). Raises :class:`OutOfTime` past ``deadline``."""
+    (:func:`guarded_gain` with ``allowed``) against the hint's final cluster with the pod taken
+    out (nodes it still fits there first, then nodes that fit only the initial cluster). Raises
+    :class:`OutOfTime` past ``deadline``."""
     p = problem
     st = hint_state.copy() if hint_state is not None else ClusterState(p)
     out = np.zeros_like(feas)
@@ -1980,7 +2069,7 @@ def _prune(
         cards0 = st.gpu_cards.get(w, ())
         if n0 >= 0:
             st.remove(w)
-        score = marginal(p, st, w)
+        score = guarded_gain(p, st, w, np.arange(p.num_nodes), allowed)
         score = np.where(feasible_nodes(st, w), score, score - 1e6)
         score = np.where(row, score, -np.inf)
         top = np.argpartition(-score, limit - 1)[:limit]
