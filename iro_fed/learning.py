@@ -283,7 +283,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = solver.fit(
                 fns, args.steps, out=args.out, config=config, resume=args.resume,
                 metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
-                          "emissions_country": None if args.no_emissions else country,
                           "command": "iro train " + " ".join(_argv(args))},
                 evaluate=judge, track_emissions=not args.no_emissions, emissions_country=country, console=console,
                 assume_feature_names=args.assume_feature_names,

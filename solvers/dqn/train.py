@@ -397,6 +397,7 @@ def _train(
             ckpt.SCHEDULE: {"origin": origin, "horizon": horizon, "updates": agent.updates},
             "metrics": {k: v for k, v in result.__dict__.items() if k not in ("path", "evaluation")},
             "evaluation": result.evaluation, "emissions_kg": emissions_kg,
+            "emissions_country": emissions_country if track_emissions else None,  # the grid mix they are measured with
         }
         json.dumps(meta, default=float)  # fail before writing anything if the metadata cannot be saved
         ckpt.save_checkpoint(out, agent.online.state_dict(), meta)
