@@ -86,11 +86,12 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    (about 1e-10 to 1e-9), reported in ``info``.
 
 5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default; of several,
-   comma-separated, the one with the best R; polished by single-pod moves and drains; a batch
-   solver such as ``qubo`` may be one, with :data:`HINT_BATCH_SHARE` of the budget: on 200 pods
-   packed at 98 % CPU onto 20 nodes, ``hint=best-fit,qubo`` reaches R -0.1679 where best-fit's
-   start stays at -0.1724 and the QUBO alone gives -0.1707, since emptying a node there takes a
-   re-pack of every node that neither CP-SAT's search nor LNS finds in 10 s; on the benchmark's
+   comma-separated, the one with the best R, or with ``gpu_guard`` the best guarded score;
+   polished by single-pod moves and drains; a batch solver such as ``qubo`` may be one, with
+   :data:`HINT_BATCH_SHARE` of the budget: on 200 pods packed at 98 % CPU onto 20 nodes,
+   ``hint=best-fit,qubo`` reaches R -0.1679 where best-fit's start stays at -0.1724 and the
+   QUBO alone gives -0.1707, since emptying a node there takes a re-pack of every node that
+   neither CP-SAT's search nor LNS finds in 10 s; on the benchmark's
    openb problems the QUBO's 3 s are too few and best-fit stays the better default) is given to CP-SAT
    as a complete solution hint (every variable: counts, cards, power-on, utilization levels;
    the proto's ``solution_hint``, what ``add_hint`` writes). With ``max_candidates`` (or
@@ -142,9 +143,10 @@ polish; the hint and the model's answer are compared by it, and the search keeps
 answer by it. Stranding nodes are thus ranked last, not forbidden: a pod goes there when no other
 node takes it, and the answer's guarded score is never below the hint's. The drains, swaps and
 insertions (R-scored) keep to the other pairs; a pod a phase cut by the clock left out is placed
-last (:func:`place_guarded_out`, until the time limit). Same runs: 2.50 % pending, R -0.1316
-(greedy-objective 3.87 %, -0.1680). The status is then ``feasible`` (not R's optimum); CP-SAT's
-``objective``, ``best_bound`` and the search's scores are of the guarded score;
+last (:func:`place_guarded_out`, until the limit less half the reserve, as the polish). Same
+runs: 2.50 % pending, R -0.1316 (greedy-objective 3.87 %, -0.1680). The status is then
+``feasible`` (not R's optimum); CP-SAT's ``objective``, ``best_bound``, ``final_gap`` and the
+search's scores are of the guarded score;
 ``info["gpu_guard"]`` counts the guarded pairs, the hint's and the answer's pods on them
 (``hint_on_guarded``, ``on_guarded``) and the pods placed last.
 
@@ -613,22 +615,11 @@ def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = N
     when no pair is dropped. Raises :class:`OutOfTime` past ``deadline``."""
     if not problem.has_gpus:
         return None
-    from solvers.gpu_guard import STRAND_TOL_MILLI, GpuStrandingGuard
+    from solvers.gpu_guard import GpuStrandingGuard
 
+    # The guard's own fed-resource rule (GpuStrandingGuard.fed_strands), one rule for both.
     guard = GpuStrandingGuard(problem)
-    cols = np.flatnonzero((guard.need > 0).any(axis=0))
-    needed = guard.need[:, cols] > 0  # [N, C]
-    inv = np.where(needed, 1.0 / np.where(needed, guard.need[:, cols], 1.0), 0.0)  # 0: masked by fed()
-    free = np.maximum(state.free[:, cols], 0.0)
-    left = state.gpu_left.astype(np.float64)
-
-    def fed(room: np.ndarray) -> np.ndarray:  # [N] the GPU milli the free resources can feed
-        return np.where(needed, room * inv, np.inf).min(axis=1, initial=np.inf)
-
-    # a node keeps room while it has free milli and (with GPU pods) one of them could run there
-    covered = guard.runs.sum(axis=0)
-    keep = (left > 0) & (guard.online or (covered > 0))
-    limit = np.where(keep, np.maximum(left - fed(free), 0.0) + STRAND_TOL_MILLI, np.inf)
+    guard.rebuild(state)
     allowed = np.ones((problem.num_workloads, problem.num_nodes), dtype=bool)
     rows: dict[tuple, np.ndarray] = {}  # identical pods strand the same nodes
     for w in range(problem.num_workloads):
@@ -638,11 +629,7 @@ def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = N
             _check_deadline(deadline)
             row = np.ones(problem.num_nodes, dtype=bool)
             fits = feasible_nodes(state, w)
-            after = fed(np.maximum(free - problem.demand[w, cols], 0.0))
-            strands = fits & ((left - float(problem.wl_gpu_total[w])) - after > limit)
-            g = int(guard.group_of[w])
-            if g >= 0 and guard.remaining[g] == 1:  # its group's only pod keeps no room for itself
-                strands &= covered - guard.runs[g] > 0
+            strands = fits & guard.fed_strands(state, w)
             if strands.any() and (fits & ~strands).any():
                 row[strands] = False
             rows[key] = row
@@ -686,16 +673,17 @@ def guarded_gain(
 
 def place_guarded_out(
     problem: Problem, state: ClusterState, allowed: np.ndarray | None = None, deadline: float | None = None
-) -> int:
+) -> tuple[int, int]:
     """In place: each pod still unplaced goes to its best node by :func:`guarded_gain` where it
     fits, stranding ones included, when that gains (what the phases before left out where the
-    clock stopped them). Returns the pods placed."""
+    clock stopped them). Returns the pods placed and the unplaced pods ``deadline`` left unseen."""
     placed = 0
-    for w in np.flatnonzero(state.assignment < 0).tolist():
+    out = np.flatnonzero(state.assignment < 0).tolist()
+    for i, w in enumerate(out):
         if deadline is not None and time.perf_counter() > deadline:
-            break
+            return placed, len(out) - i
         placed += _place_unplaced(problem, state, w, allowed)
-    return placed
+    return placed, 0
 
 
 def _on_dropped(state: ClusterState, allowed: np.ndarray) -> int:
@@ -1572,7 +1560,8 @@ class CpSat(Solver):
         "hint": Param(
             "best-fit", str,
             "Solver whose placement is CP-SAT's starting hint, several comma-separated, each once (the one with the "
-            "best R is used), or 'none'. A batch solver (qubo) gets 30 % of time_limit_s (shared by such hints).",
+            "best R is used, or with gpu_guard the best guarded score), or 'none'. A batch solver (qubo) gets 30 % of "
+            "time_limit_s (shared by such hints).",
         ),
         "max_candidates": Param(
             None, int,
@@ -1711,10 +1700,12 @@ class CpSat(Solver):
         if self.hint_solvers:
             import solvers
 
-            # Several: the best R wins, the first on a tie (a portfolio of starting points; one
-            # that packs GPU shares tightly can hold pods that R's local moves cannot make room for).
+            # Several: the best R wins (with gpu_guard the best guarded score, which every phase
+            # maximizes), the first on a tie (a portfolio of starting points; one that packs GPU
+            # shares tightly can hold pods that R's local moves cannot make room for).
             starts: dict[str, ClusterState] = {}
-            tried: dict[str, float] = {}
+            tried: dict[str, float] = {}  # R, reported
+            ranked: dict[str, float] = {}  # what picks the hint: guarded_score (R without the guard)
             batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
@@ -1731,14 +1722,18 @@ class CpSat(Solver):
                     found = hint_solver.solve_until(p, min(cap, time.perf_counter() + share))
                     starts[name] = ClusterState.with_assignment(p, found.assignment, found.gpu_cards)
                 tried[name] = evaluate(p, starts[name].assignment).score
-            chosen = max(tried, key=tried.__getitem__)  # max keeps the first of equals
+                ranked[name] = guarded_score(p, starts[name], allowed)
+            chosen = max(ranked, key=ranked.__getitem__)  # max keeps the first of equals
             hint_state = starts[chosen]
             unreached = []  # a hint reaches every pod
             info["hint"] = {"solver": chosen, "score": tried[chosen]}
             if allowed is not None:
                 info["gpu_guard"]["hint_on_guarded"] = _on_dropped(hint_state, allowed)
+                info["hint"]["guarded_score"] = ranked[chosen]
             if len(tried) > 1:
                 info["hint"]["tried"] = tried
+                if allowed is not None:
+                    info["hint"]["tried_guarded"] = ranked
             phase("hint")
             if self.polish:
                 # No swaps here: a hint polished by swaps sent CP-SAT's search elsewhere, better or
@@ -1871,12 +1866,16 @@ class CpSat(Solver):
             phase("polish")
         if allowed is not None:
             # What a phase cut short by the clock left out (none when the polish ran): a few
-            # checks per pod, so within the time limit.
-            info["gpu_guard"]["placed_last"] = place_guarded_out(p, state, allowed, deadline=end)
-            if time.perf_counter() > end:
+            # checks per pod, by the limit less half the reserve as the polish (the other half is
+            # the scoring's and the unplaced reasons'). Cut only when it left pods unseen.
+            placed_last, unseen = place_guarded_out(p, state, allowed, deadline=end - 0.5 * reserve)
+            info["gpu_guard"]["placed_last"] = placed_last
+            if unseen:
                 cut.append("gpu_guard")
             info["gpu_guard"]["on_guarded"] = _on_dropped(state, allowed)
-        final = evaluate(p, state.assignment).score
+        # CP-SAT's bound is on what its model maximized: with gpu_guard the guarded score, so the
+        # final gap compares it with the answer's guarded score (R's would read below the bound).
+        final = guarded_score(p, state, allowed)
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)

@@ -22,6 +22,9 @@ A placement of pod ``w`` on node ``n`` *strands* when it grows either of:
   by more than ``w``'s own GPU milli, summed over those pods: a 1-GPU pod that breaks a node's
   only pair of free cards while a 2-GPU pod waits.
 
+cpsat's ``gpu_guard`` mask takes the fed-resource rule alone from here
+(:meth:`GpuStrandingGuard.fed_strands`): its model places the batch's multi-card pods itself.
+
 Cost: what does not depend on the pod (each node's free GPU milli, stranded milli before the
 placement, free resources, full and partly used cards, whether it keeps room, its whole-card
 sums) is one row per node, stored node by node (``table`` is its [rows, N] view), kept from the
@@ -375,34 +378,55 @@ class GpuStrandingGuard:
             out.append(grown)
         return out
 
-    def _grown(self, state: ClusterState, w: int, nodes: np.ndarray | None) -> np.ndarray:
-        """Per node (all, or ``nodes``): placing ``w`` there strands GPU milli."""
-        rows = self.table if nodes is None else np.take(self._by_node, nodes, axis=0).T
-        g = self._group_of[w]
-        own_group = g if g >= 0 and state.assignment[w] < 0 else -1  # w keeps no room for itself
-        gpu = self._gpu[w]
+    def fed_strands(self, state: ClusterState, w: int) -> np.ndarray:
+        """[N] per node, whether placing ``w`` there strands GPU milli by the fed-resource rule
+        alone (the whole-card rule left out; :meth:`strands` applies both), with the same
+        exception for a group's last unplaced pod: cpsat's ``gpu_guard`` mask, whose model
+        places the batch's multi-card pods itself. Reads the table: :meth:`rebuild` (or the
+        journal's :meth:`apply`) for ``state`` first. Not filtered by where ``w`` fits."""
+        grown = self._fed_grown(self.table, w)
+        return self._keep_own_room(state, w, None, grown)
+
+    def _fed_grown(self, rows: np.ndarray, w: int) -> np.ndarray:
+        """Per column of ``rows`` (the table, or the gathered columns of some nodes): placing
+        ``w`` there grows the node's fed-resource stranding past its limit."""
         c = len(self._cols)
-        if c:
-            # fed milli after the placement, resource by resource (one-dimensional operations on
-            # the gathered rows), and its least
-            least = None
-            for i, d in enumerate(self._demand_of[w]):
-                after = rows[_FREE + i] - d
-                np.maximum(after, 0.0, out=after)
-                after *= rows[_FREE + c + i]
-                least = after if least is None else np.minimum(least, after, out=least)
-            # max(x, 0) > limit is x > limit: the limit is positive
-            grown = (rows[_LEFT] - gpu) - least > rows[_LIMIT]
-        else:
-            grown = np.zeros(rows.shape[1], dtype=bool)
-        if gpu and self.multi_cards.size:
-            grown |= self._card_growth(rows, w, nodes, own_group)
+        if not c:
+            return np.zeros(rows.shape[1], dtype=bool)
+        # fed milli after the placement, resource by resource (one-dimensional operations on
+        # the gathered rows), and its least
+        least = None
+        for i, d in enumerate(self._demand_of[w]):
+            after = rows[_FREE + i] - d
+            np.maximum(after, 0.0, out=after)
+            after *= rows[_FREE + c + i]
+            least = after if least is None else np.minimum(least, after, out=least)
+        # max(x, 0) > limit is x > limit: the limit is positive
+        return (rows[_LEFT] - self._gpu[w]) - least > rows[_LIMIT]
+
+    def _own_group(self, state: ClusterState, w: int) -> int:
+        """``w``'s group while ``w`` is unplaced (it keeps no room for itself), else -1."""
+        g = self._group_of[w]
+        return g if g >= 0 and state.assignment[w] < 0 else -1
+
+    def _keep_own_room(self, state: ClusterState, w: int, nodes: np.ndarray | None, grown: np.ndarray) -> np.ndarray:
+        """``grown`` (per node: all, or ``nodes``), in place, where a node keeps room for a group
+        other than ``w``'s when ``w`` is its group's last unplaced pod."""
+        own_group = self._own_group(state, w)
         if own_group >= 0 and self.remaining[own_group] == 1:
             # w is its group's last unplaced pod: its nodes keep room only for the other groups
             runs = self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
             covered = self.covered if nodes is None else self.covered[nodes]
             grown &= covered - runs > 0
         return grown
+
+    def _grown(self, state: ClusterState, w: int, nodes: np.ndarray | None) -> np.ndarray:
+        """Per node (all, or ``nodes``): placing ``w`` there strands GPU milli."""
+        rows = self.table if nodes is None else np.take(self._by_node, nodes, axis=0).T
+        grown = self._fed_grown(rows, w)
+        if self._gpu[w] and self.multi_cards.size:
+            grown |= self._card_growth(rows, w, nodes, self._own_group(state, w))
+        return self._keep_own_room(state, w, nodes, grown)
 
     def _card_growth(self, rows: np.ndarray, w: int, nodes: np.ndarray | None, own_group: int) -> np.ndarray:
         """Per node (all, or ``nodes``: ``rows``, the gathered columns) that keeps room, whether the

@@ -210,13 +210,6 @@ def default_normalize(scores: np.ndarray, reverse: bool) -> np.ndarray:
     return MAX_NODE_SCORE - out if reverse else out
 
 
-def least_allocated(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
-    """``leastRequestedScore`` per node (int64 arrays)."""
-    safe = np.where(allocatable > 0, allocatable, 1)
-    score = (allocatable - requested) * MAX_NODE_SCORE // safe
-    return np.where((allocatable == 0) | (requested > allocatable), 0, score)
-
-
 class KubeDefault(OnlineSolver):
     name = "kube-default"
     #: It reads ``Problem.pod_scoring``: the Kubernetes adapters build it only for such a solver
@@ -429,6 +422,7 @@ class KubeDefault(OnlineSolver):
         from the start, as many as it takes to find them: a pod that fits most nodes is tested on
         about the number to find, not on every node."""
         p = state.problem
+        self._ensure(p)  # called on another problem's state without reset: the caches are that one's
         n = p.num_nodes
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -477,6 +471,9 @@ class KubeDefault(OnlineSolver):
     def _plugin_scores(self, state: ClusterState, w: int, candidates: np.ndarray) -> dict[str, np.ndarray | int]:
         """:meth:`plugin_scores`, a plugin that scores every candidate alike as one int."""
         p = state.problem
+        # The per-problem caches (static rows, taint counts per workload) are the last problem's
+        # until reset: score() and plugin_scores() may be called on another problem's state.
+        self._ensure(p)
         wl = p.workloads[w]
         # Fit scores the non-zero requests (node: NonZeroRequested; pod: its non-zero request);
         # BalancedAllocation the actual ones (useRequested). Per node both are kept in

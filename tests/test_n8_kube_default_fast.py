@@ -19,7 +19,7 @@ import solvers
 from iro_fed import ClusterState, problem_from_dict
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.problem_io import MIN_CAPACITY
-from solvers.kube_default import PLUGIN_WEIGHTS, KubeDefault, kube_units, least_allocated
+from solvers.kube_default import PLUGIN_WEIGHTS, KubeDefault, kube_units
 
 MIB = 1024 * 1024
 ZONE = "topology.kubernetes.io/zone"
@@ -151,6 +151,13 @@ def test_the_windowed_scan_finds_what_a_scan_of_every_node_finds(percentage: int
     assert sizes == ({False, True} if percentage < 100 else {True})  # scans that filled up and ones that ran out
 
 
+def least_allocated(requested: int, allocatable: int) -> int:
+    """Upstream's ``leastRequestedScore`` of one resource (least_allocated.go): the reference."""
+    if allocatable == 0 or requested > allocatable:
+        return 0
+    return (allocatable - requested) * 100 // allocatable
+
+
 def reference_scores(solver: KubeDefault, state: ClusterState, w: int, cand: np.ndarray) -> dict[str, list[int]]:
     """Fit, BalancedAllocation and TaintToleration from the formulas (a whole problem): the
     node's NonZeroRequested is its base (given, else its usage) plus each placed pod's non-zero
@@ -174,7 +181,7 @@ def reference_scores(solver: KubeDefault, state: ClusterState, w: int, cand: np.
             add = sum(int(pod_nz[v, j]) - (0 if nz_given else int(pod_actual[v, j])) for v in placed)
             base = int(kube_units(p.initial_nonzero[n, j], scale)) if nz_given else used
             requested = base + add + int(pod_nz[w, j])
-            shares.append(int(least_allocated(np.array([requested]), np.array([cap]))[0]))
+            shares.append(least_allocated(requested, cap))
             fractions.append(min((used + int(pod_actual[w, j])) / max(cap, 1), 1.0))
             scored += cap > 0
         fit.append(sum(shares) // max(scored, 1))  # over the resources with allocatable > 0
