@@ -10,52 +10,10 @@ import pytest
 import solvers
 from iro_fed import problem_from_dict
 from iro_fed.feasibility import feasible_nodes
-from iro_fed.model import GPU_MILLI, ClusterState, Problem
+from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from solvers.gpu_guard import GpuStrandingGuard
-
-
-# The n9 tests' problem builders (test modules are not importable from one another).
-def _node(name: str, cpu: int, gpus: int, used: int) -> dict:
-    node = {
-        "name": name, "domain": "green" if used % 2 else "grey", "capacity": {"cpu": cpu, "memory": 65536},
-        "allocated": {"cpu": 1000 * (used % 4), "memory": 2048 * (used % 3)},
-    }
-    if gpus:
-        node.update(gpus=gpus, gpu_model="A10")
-    return node
-
-
-def _pod(name: str, cpu: int, count: int = 0) -> dict:
-    pod = {"name": name, "requests": {"cpu": cpu, "memory": 1024}}
-    if count:
-        pod["gpu"] = {"count": count, "milli": GPU_MILLI}
-    return pod
-
-
-def _doc(nodes: list[dict], pods: list[dict]) -> Problem:
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
-
-
-def cpu_heavy(npods: int, ncpu: int, ngpu: int) -> Problem:
-    """More 9-core pods than the CPU nodes hold (each would strand a 4-card node's GPUs), and
-    1-card pods: the reviewer's generator (r8)."""
-    nodes = [_node(f"c{i}", 16000, 0, i) for i in range(ncpu)] + [_node(f"g{i}", 32000, 4, i) for i in range(ngpu)]
-    pods = [_pod(f"gpu{i}", 6000, 1) if i % 4 == 0 else _pod(f"cpu{i}", 9000) for i in range(npods)]
-    return _doc(nodes, pods)
-
-
-def guarded(p: Problem, assignment: np.ndarray, allowed: np.ndarray | None) -> float:
-    """R less half a pod's unplaced weight per pod on a pair the mask drops (computed here)."""
-    score = evaluate(p, assignment).score
-    if allowed is None:
-        return score
-    placed = np.flatnonzero(assignment >= 0)
-    off = int((~allowed[placed, assignment[placed]]).sum())
-    return score - off * 0.5 * p.weights.unplaced / p.num_workloads
+from tests.test_n9_cpsat_guard_penalty import _doc, _node, _pod, cpu_heavy, guarded  # the n9 problem builders
 
 
 def _taint_problem(tainted: int) -> Problem:
