@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iro_fed.federated.emissions import NODE_CONFIG_KEY as EMISSIONS_KEY
 from iro_fed.federated.procs import parse_host_port
 from iro_fed.limits import MAX_TOP_K
 from iro_fed.metrics.prometheus import PrometheusClient
@@ -662,7 +663,7 @@ def _check_solvers(cfg: AgentConfig, errors: list[tuple[str, str]]) -> None:
 
 #: node-config keys the agent sets itself (from ``federated.site``, the experience store and
 #: ``federated.emissions_country``).
-RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db", "emissions-country")
+RESERVED_NODE_CONFIG = ("site", "partition-id", "experience-db", EMISSIONS_KEY)
 _NODE_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -675,7 +676,7 @@ def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> Non
         label = f"federated.node_config.{key}"
         if not isinstance(key, str) or not _NODE_CONFIG_KEY.match(key):
             errors.append((label, "a node-config key is letters, digits, '-' and '_'"))
-        elif key == "emissions-country":
+        elif key == EMISSIONS_KEY:
             errors.append((label, "set it with federated.emissions_country (checked against codecarbon's countries)"))
         elif key in RESERVED_NODE_CONFIG:
             errors.append((label, "set by the agent (federated.site, the experience store): remove it here"))

@@ -58,6 +58,7 @@ from edge_agent.backoff import Backoff
 from edge_agent.config import FederatedConfig
 from edge_agent.logs import LOGGER_NAME, event
 from edge_agent.store import PolicySample
+from iro_fed.federated.emissions import NODE_CONFIG_KEY as EMISSIONS_KEY
 from iro_fed.federated.procs import config_arg, find_flower_bin, free_port, signal_process
 
 #: Environment variable set on the SuperNode; its value (the FLWR_HOME) is inherited by all it starts.
@@ -101,7 +102,7 @@ def node_config_arg(fed: FederatedConfig, experience_db: Path | None) -> str:
     if experience_db is not None:
         entries["experience-db"] = str(experience_db)
     if fed.emissions_country:
-        entries["emissions-country"] = fed.emissions_country
+        entries[EMISSIONS_KEY] = fed.emissions_country
     entries.update(fed.node_config)
     return config_arg(entries)
 

@@ -283,7 +283,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = solver.fit(
                 fns, args.steps, out=args.out, config=config, resume=args.resume,
                 metadata={"scenario": args.scenario, "hours": args.hours, "scenario_settings": scenario_settings,
-                          "command": "iro train " + " ".join(_argv(args))},
+                          "command": "iro train " + " ".join(_argv(args, country))},
                 evaluate=judge, track_emissions=not args.no_emissions, emissions_country=country, console=console,
                 assume_feature_names=args.assume_feature_names,
             )
@@ -311,13 +311,13 @@ def _emissions_country(args: argparse.Namespace) -> str:
         raise UsageError(f"--emissions-country: {exc}") from None
 
 
-def _argv(args: argparse.Namespace) -> list[str]:
+def _argv(args: argparse.Namespace, country: str) -> list[str]:
     out = [f"--scenario {args.scenario}", f"--steps {args.steps}", f"--seed {args.seed}", f"--envs {args.envs}",
            f"--hours {args.hours:g}"]
     out += [f"--set {s}" for s in args.set or []]
     out += [f"--scenario-set {s}" for s in args.scenario_set or []]
     if args.emissions_country is not None:
-        out.append(f"--emissions-country {args.emissions_country.strip().upper()}")
+        out.append(f"--emissions-country {country}")  # as checked: upper case
     return out
 
 

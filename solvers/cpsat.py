@@ -654,11 +654,15 @@ def guard_penalty(problem: Problem) -> float:
     return GUARD_PENALTY_SHARE * problem.weights.unplaced / max(problem.num_workloads, 1)
 
 
-def guarded_score(problem: Problem, state: ClusterState, allowed: np.ndarray | None) -> float:
+def guarded_score(
+    problem: Problem, state: ClusterState, allowed: np.ndarray | None, score: float | None = None
+) -> float:
     """R less :func:`guard_penalty` per pod on a pair ``allowed`` does not allow (R without it):
     what ``gpu_guard`` maximizes and how it compares whole placements (the hint's, CP-SAT's, the
-    search's), so that one that strands GPUs wins only by placing pods the others leave out."""
-    score = evaluate(problem, state.assignment).score
+    search's), so that one that strands GPUs wins only by placing pods the others leave out.
+    ``score``: the placement's R when the caller has it."""
+    if score is None:
+        score = evaluate(problem, state.assignment).score
     return score if allowed is None else score - guard_penalty(problem) * _on_dropped(state, allowed)
 
 
@@ -1722,7 +1726,7 @@ class CpSat(Solver):
                     found = hint_solver.solve_until(p, min(cap, time.perf_counter() + share))
                     starts[name] = ClusterState.with_assignment(p, found.assignment, found.gpu_cards)
                 tried[name] = evaluate(p, starts[name].assignment).score
-                ranked[name] = guarded_score(p, starts[name], allowed)
+                ranked[name] = guarded_score(p, starts[name], allowed, tried[name])
             chosen = max(ranked, key=ranked.__getitem__)  # max keeps the first of equals
             hint_state = starts[chosen]
             unreached = []  # a hint reaches every pod

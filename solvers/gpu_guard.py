@@ -404,16 +404,11 @@ class GpuStrandingGuard:
         # max(x, 0) > limit is x > limit: the limit is positive
         return (rows[_LEFT] - self._gpu[w]) - least > rows[_LIMIT]
 
-    def _own_group(self, state: ClusterState, w: int) -> int:
-        """``w``'s group while ``w`` is unplaced (it keeps no room for itself), else -1."""
-        g = self._group_of[w]
-        return g if g >= 0 and state.assignment[w] < 0 else -1
-
     def _keep_own_room(self, state: ClusterState, w: int, nodes: np.ndarray | None, grown: np.ndarray) -> np.ndarray:
         """``grown`` (per node: all, or ``nodes``), in place, where a node keeps room for a group
         other than ``w``'s when ``w`` is its group's last unplaced pod."""
-        own_group = self._own_group(state, w)
-        if own_group >= 0 and self.remaining[own_group] == 1:
+        own_group = self._group_of[w]  # while w is unplaced it keeps no room for itself
+        if own_group >= 0 and state.assignment[w] < 0 and self.remaining[own_group] == 1:
             # w is its group's last unplaced pod: its nodes keep room only for the other groups
             runs = self.runs[own_group] if nodes is None else self.runs[own_group, nodes]
             covered = self.covered if nodes is None else self.covered[nodes]
@@ -425,14 +420,14 @@ class GpuStrandingGuard:
         rows = self.table if nodes is None else np.take(self._by_node, nodes, axis=0).T
         grown = self._fed_grown(rows, w)
         if self._gpu[w] and self.multi_cards.size:
-            grown |= self._card_growth(rows, w, nodes, self._own_group(state, w))
+            grown |= self._card_growth(rows, w)
         return self._keep_own_room(state, w, nodes, grown)
 
-    def _card_growth(self, rows: np.ndarray, w: int, nodes: np.ndarray | None, own_group: int) -> np.ndarray:
-        """Per node (all, or ``nodes``: ``rows``, the gathered columns) that keeps room, whether the
-        whole-card copies the unplaced multi-card pods lose exceed w's own milli, summed over
-        those pods: a comparison of the node's sums (_card_sums; w's own group adds nothing:
-        a pod's own size loses exactly its own milli, so ``own_group`` is not needed)."""
+    def _card_growth(self, rows: np.ndarray, w: int) -> np.ndarray:
+        """Per column of ``rows`` (the table, or some nodes' gathered columns) whose node keeps room,
+        whether the whole-card copies the unplaced multi-card pods lose exceed w's own milli, summed
+        over those pods: a comparison of the node's sums (_card_sums; w's own group adds nothing:
+        a pod's own size loses exactly its own milli)."""
         share = self._share[w]
         if share:
             # the pods lose m * 1000 per copy broken, less the share's milli each

@@ -50,6 +50,8 @@ from iro_fed.cli import (
     stop_status,
     take_over_sigterm,
 )
+from iro_fed.federated.emissions import NODE_CONFIG_KEY as EMISSIONS_KEY
+from iro_fed.federated.emissions import check_country
 from iro_fed.federated.procs import parse_host_port
 
 if TYPE_CHECKING:
@@ -375,13 +377,11 @@ def parse_node_config(text: str) -> dict[str, Any]:
         raise UsageError(f"--node-config: a key is given twice ({exc})") from None
     if "site" in values:
         raise UsageError("--node-config: site is set by --site")
-    if "emissions-country" in values:  # the ClientApp would refuse every round; say so before it starts
-        from iro_fed.federated.emissions import check_country
-
+    if EMISSIONS_KEY in values:  # the ClientApp would refuse every round; say so before it starts
         try:
-            check_country(values["emissions-country"])
+            check_country(values[EMISSIONS_KEY])
         except ValueError as exc:
-            raise UsageError(f"--node-config: emissions-country: {exc}") from None
+            raise UsageError(f"--node-config: {EMISSIONS_KEY}: {exc}") from None
     return values
 
 

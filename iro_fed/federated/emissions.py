@@ -11,6 +11,7 @@ This module imports nothing heavy: codecarbon's table is read only when a code i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,9 +24,11 @@ NODE_CONFIG_KEY = "emissions-country"
 _ALPHA3 = re.compile(r"[A-Z]{3}")
 
 
+@functools.lru_cache(maxsize=1)
 def codecarbon_countries() -> frozenset[str] | None:
     """The ISO alpha-3 codes codecarbon has a grid mix for; ``None`` when codecarbon is not installed
-    (a site without it measures nothing, so only the code's form can be checked)."""
+    (a site without it measures nothing, so only the code's form can be checked). Read once per
+    process (every round's train message checks its site's code)."""
     try:
         from codecarbon.input import DataSource
     except ImportError:

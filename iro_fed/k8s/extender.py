@@ -721,11 +721,12 @@ class Extender(RequestStats):
         model = self._checked_model(nodes)
         extra = self._assumed_on(model)
         try:
-            snap = self._snapshot_on(model, pod)
             if extra and self._scoring:
                 # The pods bound here that the model does not count yet count for PodTopologySpread and
                 # InterPodAffinity too (kube-scheduler assumes each pod it binds): a snapshot of its own.
                 snap = model.with_pods([pod], assumed=extra)
+            else:
+                snap = self._snapshot_on(model, pod)
             blocked = model.extra_pod_conflicts(pod, asked, extra)  # only which nodes: they score 0
         except ValueError as exc:
             raise BadRequest.wrap(exc, "Pod") from exc

@@ -425,6 +425,9 @@ class IroScheduler:
         self._solver_args = {"primary": solver, "primary_params": dict(solver_params or {}), "fallback": fallback,
                              "time_limit_s": time_limit_s}
         self.solver = solvers.make("fallback", **self._solver_args)
+        # Pod scoring (every bound pod walked per model) only where the solver or its fallback reads
+        # it (a policy reload rebuilds the same classes: the answer stays).
+        self._scoring = solvers.reads_pod_scoring(self.solver)
         # A dqn policy read from a registry folder follows its ``latest`` (the fine-tunes this
         # process publishes with --fine-tune-registry, or anyone's): reloaded before a batch.
         self.policy_registry = _policy_registry(solver, solver_params or {})
@@ -960,12 +963,8 @@ class IroScheduler:
         version = self._moves
         model = self._model(pods)
         outcomes: list[PodOutcome] = []
-        # Pod scoring (every bound pod walked per model) only where the solver or its fallback reads it.
-        from solvers import reads_pod_scoring
-
-        scoring = reads_pod_scoring(self.solver)
         try:
-            snap = model.with_pods(pods, scoring=scoring)
+            snap = model.with_pods(pods, scoring=self._scoring)
             good = list(pods)
         except (PodSpecError, QuantityError, ProblemValidationError):
             good = []
@@ -978,7 +977,7 @@ class IroScheduler:
             if not good:
                 log.info("batch of %d: %s", len(pods), _batch_counts(outcomes))
                 return BatchResult(outcomes, self.solver_name, "", None, None, 0.0)
-            snap = model.with_pods(good, scoring=scoring)
+            snap = model.with_pods(good, scoring=self._scoring)
         problem = snap.problem
         if problem.num_nodes == 0:
             # kube's ErrNoNodesAvailable, not a FitError ("0/0 nodes are available."): its status is

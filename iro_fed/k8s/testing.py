@@ -746,7 +746,7 @@ def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[k] = copy.deepcopy(v)
 
 
-#: The served kinds (as in the URL) -> (their ``kind``, ``apiVersion``).
+#: The Status message of a continue token past compaction (410 Expired), the API server's words.
 _CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start "
                      "a new list without the continue parameter.")
 
@@ -775,6 +775,7 @@ def _read_continue(token: str) -> tuple[int, int, int]:
     return got
 
 
+#: The served kinds (as in the URL) -> (their ``kind``, ``apiVersion``).
 _KINDS = {"nodes": ("Node", "v1"), "pods": ("Pod", "v1"), "events": ("Event", "v1"),
           "leases": ("Lease", "coordination.k8s.io/v1")}
 

@@ -274,7 +274,9 @@ class Webhook(RequestStats):
         self.cache = cache
         self.solver = solvers.make(solver, **(solver_params or {})) if mode == "affinity" else None
         self.solver_name = solver
-        if cache is not None and solvers.reads_pod_scoring(self.solver):
+        # Pod scoring (it walks the bound pods) only for a solver that reads it: kube-default.
+        self._scoring = solvers.reads_pod_scoring(self.solver)
+        if cache is not None and self._scoring:
             cache.scoring = True  # each model's pod-scoring counts built with it, not in the first review after it
         self.top_k = top_k
         self.budget_s = budget_s
@@ -305,7 +307,7 @@ class Webhook(RequestStats):
 
     def recommend(self, pod: Mapping[str, Any], namespace: str) -> list[tuple[str, float]]:
         """Top-K (node, normalized score in [0, 1]) for the pod on the current cluster."""
-        from solvers import OnlineSolver, reads_pod_scoring
+        from solvers import OnlineSolver
 
         if self.cache is None:
             raise RuntimeError("affinity mode needs a cluster view: start the webhook with --kubeconfig")
@@ -320,8 +322,7 @@ class Webhook(RequestStats):
         if not meta.get("name"):
             meta["name"] = (meta.get("generateName") or "pod-") + "(new)"
         # for_pods: the resources the pod requests beyond the config, and pod slots, bound fit (build_snapshot's rule)
-        # (pod scoring, which walks the bound pods, only for a solver that reads it: kube-default)
-        snap = self.cache.model().for_pods([pod]).with_pods([pod], scoring=reads_pod_scoring(self.solver))
+        snap = self.cache.model().for_pods([pod]).with_pods([pod], scoring=self._scoring)
         state = ClusterState(snap.problem)
         with self._solver_lock:
             if isinstance(self.solver, OnlineSolver):

@@ -474,6 +474,7 @@ class Simulator:
             if kind in SPREAD_CONTROLLER_KINDS and name:
                 group[p] = owners.setdefault(ref, len(owners))
         self.spread_group = group
+        self.spread_count = len(owners)
         self.spread_keys = tuple(key for key, _ in SYSTEM_DEFAULT_SPREAD)
         self.spread_skews = tuple(skew for _, skew in SYSTEM_DEFAULT_SPREAD)
         # A node's domain of each key (-1: it lacks the label); every node is its own hostname.
@@ -500,12 +501,13 @@ class Simulator:
         if wanted.size == 0:
             return None
         G, N = int(wanted.size), len(self.nodes)
-        local = np.full(int(self.spread_group.max()) + 1, -1, dtype=np.int64)
+        local = np.full(self.spread_count, -1, dtype=np.int64)
         local[wanted] = np.arange(G)
         st = self.state
         placed = np.flatnonzero(st.assignment >= 0)
-        g = local[np.maximum(self.spread_group[placed], 0)]
-        keep = (self.spread_group[placed] >= 0) & (g >= 0)
+        placed_group = self.spread_group[placed]
+        g = local[np.maximum(placed_group, 0)]
+        keep = (placed_group >= 0) & (g >= 0)
         counts = np.bincount(g[keep] * N + st.assignment[placed[keep]], minlength=G * N).reshape(G, N)[:, avail]
         mine = np.where(group >= 0, local[np.maximum(group, 0)], -1)
         members = mine[None, :] == np.arange(G)[:, None]
@@ -845,15 +847,17 @@ class Simulator:
         if lower.size == 0:
             return None
         lower = lower[np.lexsort((lower, self.started[lower], -self.priority[lower]))]
-        if not self._fits_after_removing(p, n, lower)[-1] or not self._gpu_fits_after_removing(p, n, lower):
+        if not self._fits_after_removing(p, n, lower)[-1]:
             return None
         st = self.state
-        tol, need = fit_tolerance(self.master)[n], self.demand[p]
-        free = self.capacity[n] - st.base_allocated[n] if lower.size == st.pods_on_node[n] else st.free[n] + self.demand[lower].sum(axis=0)
         k, milli = int(self.wl_gpu_count[p]), int(self.wl_gpu_milli[p])
-        row = st.gpu_free[n].copy()
+        row = st.gpu_free[n].copy()  # (_gpu_fits_after_removing's row, kept for the reprieves)
         if k:
             self._give_back_cards(row, lower, 1)
+            if not _cards_fit(row, k, milli):
+                return None
+        tol, need = fit_tolerance(self.master)[n], self.demand[p]
+        free = self.capacity[n] - st.base_allocated[n] if lower.size == st.pods_on_node[n] else st.free[n] + self.demand[lower].sum(axis=0)
         victims = []
         for v in lower:
             left = free - self.demand[v]

@@ -94,7 +94,7 @@ def test_card_growth_and_few_nodes_answer_as_the_float_formula():
             for v in np.concatenate([rng.choice(gpu_pods, 3), unplaced[:6]]).tolist():
                 g = int(guard.group_of[v])
                 own = g if g >= 0 and state.assignment[v] < 0 else -1
-                new = guard._card_growth(rows, v, nodes, own)
+                new = guard._card_growth(rows, v)
                 old = _old_card_growth(guard, rows, v, nodes, own)
                 assert np.array_equal(new, old), v
                 assert guard._grown_few(state, v, nodes.tolist()) == guard._grown(state, v, nodes).tolist(), v
