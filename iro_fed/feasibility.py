@@ -417,14 +417,19 @@ def _compute_static(problem: Problem, w: int) -> StaticFilter:
     return StaticFilter(mask, first, taint_reason, messages)
 
 
+def _is_index(nodes: object) -> bool:
+    return isinstance(nodes, np.ndarray) and nodes.dtype.kind in "iu"
+
+
 def resource_fit(state: ClusterState, w: int, nodes: np.ndarray | None = None) -> np.ndarray:
     """``fit[n]``: the pod's additive resources and GPU request fit what is free now on node n
     (over ``nodes`` when given, else all nodes)."""
     p = state.problem
     if isinstance(nodes, np.ndarray) and nodes.shape == (1,) and nodes.dtype.kind in "iu":
         return np.array([_fits_node(state, w, int(nodes[0]))])
-    free = state.free if nodes is None else state.free[nodes]
-    tol = fit_tolerance(p) if nodes is None else fit_tolerance(p)[nodes]
+    free, tol = state.free, fit_tolerance(p)
+    if nodes is not None:  # take: a third of the time of free[nodes] for 500 of 5,000 rows
+        free, tol = (free.take(nodes, axis=0), tol.take(nodes, axis=0)) if _is_index(nodes) else (free[nodes], tol[nodes])
     ok: np.ndarray | None = None
     for r, amount in p.fit_requests(w):  # (a fresh array from the first comparison, then &= in place)
         fits = free[:, r] + tol[:, r] >= amount

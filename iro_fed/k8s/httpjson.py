@@ -116,8 +116,14 @@ _COLON_AFTER = 0x3A00  # a ":" as the high byte of a little-endian uint16: any b
 # dicts with 48-character keys: 1.02 of its parse peak); past 48, _scan counts them as any string's.
 _KEY_COPY = 49
 _KEY_COPY_COVERED = 16
-_AFTER_KEY = np.zeros(256, bool)  # by byte: a ":" or JSON's whitespace (which may come before the ":")
-_AFTER_KEY[list(b": \t\n\r")] = True
+_KEY_ENDS = list(b": \t\n\r")  # what may follow a key's closing quote: a ":" or JSON's whitespace
+_AFTER_KEY = np.zeros(256, bool)  # by byte: one of _KEY_ENDS
+_AFTER_KEY[_KEY_ENDS] = True
+# A body up to this size is charged by its byte counts (_counted_bound), not scanned (_scan_all):
+# numpy's fixed costs made the scan a third of the extender's time for a 7 KiB body.
+_COUNTED_BODY = 32 << 10
+_PAIRS_CHECKED = 48  # and one with at most this many "{" has its objects' pairs checked (see _loads)
+_ONE_WRITE_BYTES = 64 << 10  # a reply body up to this size goes out with its headers (see JsonHandler.send_body)
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 #: What a body may be reckoned to take once parsed (:func:`parse_estimate`) before it is refused
 #: with a 413 unparsed: ``[{},{},...]`` parses to about 24 times its size.
@@ -211,6 +217,37 @@ def parse_estimates(raw: bytes) -> tuple[int, int, int]:
 
 def _scan(raw: bytes) -> tuple[int, int]:
     return _scan_all(raw, False)[:2]
+
+
+def parse_charge(raw: bytes, keys: bool, limit: int) -> tuple[int, int, int]:
+    """What :meth:`RoutedJsonHandler.read_json` charges a body: :func:`parse_estimates` (with
+    ``keys``) or :func:`parse_estimate` (``copied`` 0), except that a body of at most
+    :data:`_COUNTED_BODY` bytes is charged :func:`_counted_bound` where that stays within ``limit``
+    (every decision against the limit is then the scan's: a 413, spans given up)."""
+    if len(raw) <= _COUNTED_BODY:
+        values, strings, copied = _counted_bound(raw, keys)
+        need = values * PARSE_VALUE_BYTES + strings
+        if need + decode_estimate(raw, need) + copied <= limit:
+            return values, need, copied
+    if keys:
+        return parse_estimates(raw)
+    return (*parse_estimate(raw), 0)
+
+
+def _counted_bound(raw: bytes, keys: bool) -> tuple[int, int, int]:
+    """At least each of :func:`_scan_all`'s ``(values, strings, copied)``, from how often each byte
+    comes in ``raw`` (one bincount): the values are counted alike; the strings' contents are at
+    most the body, once more for what follows the last quote, and where a string is built (an
+    escape, a character past U+007F) 4 times the body for :func:`_building` or the next longest;
+    a key copied per item ends at a quote that a ``:`` or whitespace follows, so there are no
+    more of them than of those bytes. For a 7 KiB extender body: 17 us, the scan 80-100 us (its
+    numpy calls' fixed costs), and about 35 KiB over its 80 KiB."""
+    counts = np.bincount(np.frombuffer(raw, np.uint8), minlength=256)
+    values = 1 + int(counts[_BRACE]) + int(counts[_BRACKET]) + int(counts[_COMMA])
+    built = bool(counts[_BACKSLASH]) or bool(counts[0x80:].any())
+    strings = len(raw) * (6 if built else 1) + _STRINGS_FIXED
+    copied = int(counts[_KEY_ENDS].sum()) * (_KEY_COPY + _KEY_COPY_COVERED) if keys else 0
+    return values, strings, copied
 
 
 def _scan_all(raw: bytes, keys: bool) -> tuple[int, int, int]:
@@ -418,6 +455,18 @@ class _Repeated:
 
     def __init__(self, path: tuple[str | int, ...]) -> None:
         self.path = path
+
+
+class _KeyRepeated(Exception):
+    """An object of the body repeats a key (:func:`_unique_pairs`, :func:`_walk`)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The object hook where :func:`_loads` checks each object's pairs as json parses it."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _KeyRepeated
+    return out
 
 
 def _repeated_in(value: Any) -> tuple[str | int, ...] | None:
@@ -639,13 +688,16 @@ class _NotWalked(Exception):
     """The text is not what :func:`_walk` reads: json.loads parses it (and names what is wrong)."""
 
 
-def _walk(text: str, path: tuple[str, ...]) -> tuple[Any, list[tuple[list[Any], array.array]]]:
+def _walk(text: str, path: tuple[str, ...],
+          unique: bool = False) -> tuple[Any, list[tuple[list[Any], array.array]]]:
     """``json.loads(text)`` for a top-level object, the objects along ``path`` read here and every
     other value by json's own scanner, so the spans of the items of each array at ``path`` are
     known: ``(document, [(array, spans), ...])`` (a repeated key may give several; the document
     holds the last, and :func:`_loads` refuses it). Raises :class:`_NotWalked` where json.loads raises a JSONDecodeError, or the
-    text is not an object; a RecursionError or json's other ValueErrors as json.loads would."""
-    decoder = json.JSONDecoder(parse_constant=_NonFinite)  # one per call, as json.loads makes (its memo is its own)
+    text is not an object; a RecursionError or json's other ValueErrors as json.loads would. With
+    ``unique``, :class:`_KeyRepeated` where an object repeats a key."""
+    # One decoder per call, as json.loads makes (its memo is its own).
+    decoder = json.JSONDecoder(parse_constant=_NonFinite, object_pairs_hook=_unique_pairs if unique else None)
     scan = make_scanner(decoder)
     ws = _WHITESPACE.match
     found: list[tuple[list[Any], array.array]] = []
@@ -667,6 +719,8 @@ def _walk(text: str, path: tuple[str, ...]) -> tuple[Any, list[tuple[list[Any], 
             if text[end:end + 1] != '"':
                 raise _NotWalked
             key, end = scanstring(text, end + 1, True)
+            if unique and key in out:
+                raise _KeyRepeated
             end = ws(text, end).end()
             if text[end:end + 1] != ":":
                 raise _NotWalked
@@ -720,13 +774,19 @@ def _walk(text: str, path: tuple[str, ...]) -> tuple[Any, list[tuple[list[Any], 
 
 
 def _loads(raw: bytes, max_depth: int, path: tuple[str, ...] | None,
-           repeats: bool = True) -> tuple[Any, ArraySpans | None]:
+           repeats: bool = True, pairs: bool = True) -> tuple[Any, ArraySpans | None]:
     """:func:`loads_strict` and :func:`loads_with_spans`; ``repeats``: whether a key repeated in
-    one object is looked for (it is refused)."""
+    one object is looked for (it is refused); ``pairs``: whether it may be looked for in each
+    object's pairs as json parses it (a small body with few objects), else by counting keys."""
     spans = None
+    # A Python call an object (0.6-1 us) costs less than the count's numpy calls (~65 us) up to
+    # _PAIRS_CHECKED objects. Where one repeats a key, the body is parsed again with the count, so
+    # that what is refused, and in what order, does not depend on the way.
+    unique = repeats and pairs and len(raw) <= _COUNTED_BODY and raw.count(b"{") <= _PAIRS_CHECKED
+    hook = _unique_pairs if unique else None
     # Counted before the text and the document are made, so that its arrays are not held with them.
     sent_keys = -1
-    if repeats:
+    if repeats and not unique:
         by_colons = _keys_by_colons(raw)
         sent_keys = _keys_in_text(raw) if by_colons is None else by_colons
     if _text_plan(raw)[1]:
@@ -743,13 +803,16 @@ def _loads(raw: bytes, max_depth: int, path: tuple[str, ...] | None,
         try:
             if path:
                 try:
-                    doc, arrays = _walk(text, path)
+                    doc, arrays = _walk(text, path, unique)
                     walked = next((a for a in reversed(arrays) if _at(doc, path) is a[0]), None)
                     del arrays
                 except _NotWalked:
-                    doc = json.loads(text, parse_constant=_NonFinite)  # it names what is wrong
+                    doc = json.loads(text, parse_constant=_NonFinite, object_pairs_hook=hook)  # it names what is wrong
             else:
-                doc = json.loads(text, parse_constant=_NonFinite)
+                doc = json.loads(text, parse_constant=_NonFinite, object_pairs_hook=hook)
+        except _KeyRepeated:
+            doc = walked = None
+            return _loads(raw, max_depth, path, repeats, pairs=False)
         except RecursionError:
             raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from None
         except json.JSONDecodeError as exc:
@@ -758,7 +821,7 @@ def _loads(raw: bytes, max_depth: int, path: tuple[str, ...] | None,
         except ValueError as exc:  # int() refusing more than 4300 digits
             raise JsonBodyError(f"not valid JSON: {exc}") from None
         keys = _check_values(doc, max_depth, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
-        if repeats and keys != sent_keys:
+        if sent_keys >= 0 and keys != sent_keys:
             # A key sent twice in one object: the document holds one of its values (json keeps the
             # last, as Go's encoding/json does; other readers keep the first), so what was sent is
             # ambiguous, and Kubernetes' strict field validation refuses it. The document goes
@@ -1088,8 +1151,16 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         if self.close_connection:  # say so: the client then opens a new connection instead of seeing EOF
             self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":  # a HEAD reply has no body: writing one would be read as the next response
+        if self.command == "HEAD":  # a HEAD reply has no body: writing one would be read as the next response
+            self.end_headers()
+        elif len(data) <= _ONE_WRITE_BYTES and hasattr(self, "_headers_buffer"):
+            # With the headers in one write (BaseHTTPRequestHandler's buffer of them; an HTTP/0.9
+            # reply has none): one send and one wake-up of the client, not two.
+            self._headers_buffer.append(b"\r\n")
+            self._headers_buffer.append(data)
+            self.flush_headers()
+        else:
+            self.end_headers()
             self.wfile.write(data)
 
 
@@ -1436,11 +1507,7 @@ class RoutedJsonHandler(JsonHandler):
         # The body's bytes stay charged to the server's body_budget (if any) until the reply; a
         # parsed body takes up to ~30 times its size ("[{},{},...]"), which the parse_budget counts.
         raw = self.read_body()
-        if spans_at is None:
-            values, need = parse_estimate(raw)
-            copied = 0
-        else:
-            values, need, copied = parse_estimates(raw)
+        values, need, copied = parse_charge(raw, spans_at is not None, self.max_parse_memory)
         need += decode_estimate(raw, need)
         if need > self.max_parse_memory:
             raise HttpError(413, f"body: {len(raw)} bytes holding up to {values} JSON values would take about "
