@@ -151,11 +151,20 @@ def test_agent_switches_to_load_aware_scoring(scene):
     # Generous: the agent's next snapshot after Prometheus has data; slow only on a loaded machine.
     ready = wait_for(lambda: (r := readyz(url))["scoring"] == "usage" and r, timeout=120, what="load-aware scoring")
     assert ready["prometheus"]["up"] is True and ready["load_aware_nodes"] == 1 and ready["status"] == "ok"
-    usage = agent.snapshot.nodes["agent-node"]
     i = agent.view.site.node_index["agent-node"]
     cpu, mem = agent.view.site.resource_index["cpu"], agent.view.site.resource_index["memory"]
-    assert agent.view.cluster.allocated[i, cpu] == pytest.approx(min(usage.cpu_millicores, 64000.0))
-    assert agent.view.cluster.allocated[i, mem] == pytest.approx(min(usage.memory_mib, 1048576.0))
+
+    def usage_in_view() -> bool:
+        # The agent replaces its snapshot, then its view: read both again until they are of one
+        # refresh with both usages measured (a first CPU rate needs two scrapes; under load a
+        # refresh could fall between the two reads here).
+        usage, view = agent.snapshot.nodes["agent-node"], agent.view
+        if usage.cpu_millicores is None or usage.memory_mib is None or agent.snapshot.nodes["agent-node"] is not usage:
+            return False
+        return (view.cluster.allocated[i, cpu] == pytest.approx(min(usage.cpu_millicores, 64000.0))
+                and view.cluster.allocated[i, mem] == pytest.approx(min(usage.memory_mib, 1048576.0)))
+
+    wait_for(usage_in_view, timeout=60, what="the agent's view to carry the snapshot's CPU and memory usage")
     j = agent.view.site.node_index["other"]
     assert list(agent.view.cluster.allocated[j]) == [2000.0, 4096.0]  # not in the snapshot: requests kept
     req = urllib.request.Request(f"{url}/recommend", data=json.dumps({"name": "w", "requests": {"cpu": 100}}).encode(),
@@ -164,9 +173,14 @@ def test_agent_switches_to_load_aware_scoring(scene):
     assert reply["scoring"] == "usage"
     text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
     assert "iro_agent_load_aware_active 1.0" in text and 'iro_agent_dependency_up{dependency="prometheus"} 1.0' in text
-    snap = json.loads(urllib.request.urlopen(f"{url}/snapshot", timeout=5).read())["snapshot"]
-    assert snap["nodes"]["agent-node"]["requests"] == {"cpu": 100.0, "memory": 100.0}  # requests next to usage
-    assert snap["nodes"]["agent-node"]["memory_mib"] == pytest.approx(usage.memory_mib, rel=1e-6)
+
+    def served() -> dict:
+        return json.loads(urllib.request.urlopen(f"{url}/snapshot", timeout=5).read())["snapshot"]["nodes"]["agent-node"]
+
+    assert served()["requests"] == {"cpu": 100.0, "memory": 100.0}  # requests next to usage
+    # The usage served is the agent's snapshot's (read again where a refresh came between the reads).
+    wait_for(lambda: served()["memory_mib"] == pytest.approx(agent.snapshot.nodes["agent-node"].memory_mib, rel=1e-6),
+             timeout=60, what="/snapshot to serve the agent's memory usage")
 
 
 def test_client_against_real_prometheus(scene, free_port_factory):
