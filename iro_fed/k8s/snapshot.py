@@ -94,8 +94,10 @@ from __future__ import annotations
 import collections
 import copy
 import hashlib
+import heapq
 import json
 import logging
+import operator
 import os
 import re
 import threading
@@ -595,11 +597,27 @@ def feasibility_resources(configured: Sequence[str], nodes: Sequence[Mapping[str
     does not list it has 0), then ``pods`` when a node has fewer free pod slots than there are
     pending pods (kube's "Too many pods"). The added ones bound fit only (the problem's
     ``feasibility_only``): a placement scores the same with or without them."""
+    return _widened_resources(configured, pending, lambda wanted: _short_of_pod_slots(nodes, by_node, wanted))
+
+
+def _widened_resources(configured: Sequence[str], pending: Sequence[Mapping[str, Any]],
+                       short_of_slots: Callable[[int], bool]) -> tuple[str, ...]:
+    """:func:`feasibility_resources`' rule, the slot check given (``short_of_slots(n)``: whether some
+    node has fewer than ``n`` pod slots free; asked only when ``pods`` would be added), so that
+    :meth:`ClusterModel.for_pods` applies the same rule with its memo of that check."""
     extra = sorted(set().union(*(requested_names(p) for p in pending)) - set(configured)) if pending else []
     res = (*configured, *extra)
-    if "pods" not in res and pending and _short_of_pod_slots(nodes, by_node, len(pending)):
+    if "pods" not in res and pending and short_of_slots(len(pending)):
         res = (*res, "pods")
     return tuple(res)
+
+
+def _allocatable(node: Any) -> Mapping[str, Any] | None:
+    """A v1.Node's ``status.allocatable`` (else ``status.capacity``), leniently: None when it is not
+    an object (the full parse, :func:`node_doc`, reports it)."""
+    status = node.get("status") if isinstance(node, Mapping) else None
+    alloc = (status.get("allocatable") or status.get("capacity")) if isinstance(status, Mapping) else None
+    return alloc if isinstance(alloc, Mapping) else None
 
 
 def _short_of_pod_slots(nodes: Sequence[Mapping[str, Any]], by_node: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -609,9 +627,8 @@ def _short_of_pod_slots(nodes: Sequence[Mapping[str, Any]], by_node: Mapping[str
     reports it, or reads it as 0)."""
     for node in nodes:
         name = _meta(node).get("name")
-        status = node.get("status") if isinstance(node, Mapping) else None
-        alloc = (status.get("allocatable") or status.get("capacity")) if isinstance(status, Mapping) else None
-        if not isinstance(alloc, Mapping) or "pods" not in alloc:
+        alloc = _allocatable(node)
+        if alloc is None or "pods" not in alloc:
             return True
         try:
             slots = _amount("pods", alloc["pods"], "node", "pods")
@@ -2137,6 +2154,7 @@ class BoundScoring:
         self.plain_rows: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         self._rows: dict[tuple, np.ndarray] = {}
         self._parts: tuple[BoundScoring, BoundScoring] | None = None  # (:meth:`plus`)
+        self._held_order: list[tuple[str, tuple[str, PodTerm, int]]] | None = None  # (:meth:`held_order`)
 
     def plus(self, extra: BoundScoring) -> BoundScoring:
         """These pods and ``extra``'s (the extender's assumed pods, which the model does not count
@@ -2146,8 +2164,20 @@ class BoundScoring:
         out.held = dict(self.held)
         for k, v in extra.held.items():
             out.held[k] = self.held.get(k, collections.Counter()) + v
-        out._memo, out._rows, out._parts = {}, {}, (self, extra)
+        out._memo, out._rows, out._parts, out._held_order = {}, {}, (self, extra), None
         return out
+
+    def held_order(self) -> list[tuple[str, tuple[str, PodTerm, int]]]:
+        """The keys of :attr:`held` as (repr, key), sorted by repr (:func:`pod_scoring`'s stable
+        order), kept: the bound pods do not change, and a request adds only its pods' terms. (Two
+        requests may both build it: the same list, the last one kept.)"""
+        if self._held_order is None:
+            if self._parts is not None:  # (the kept order of this one's pods, merged with the extra's)
+                kept, extra = self._parts
+                self._held_order = _merged_order(kept.held_order(), (h for _, h in extra.held_order()))
+            else:
+                self._held_order = _merged_order([], self.held)
+        return self._held_order
 
     def count_row(self, group: tuple, pos: Mapping[str, int]) -> np.ndarray:
         """:meth:`counts` as an int32 row over the nodes of ``pos`` (name -> column; one model's
@@ -2176,6 +2206,16 @@ class BoundScoring:
                     got.update(nodes)
             self._memo[group] = got
         return got
+
+
+def _merged_order(order: list[tuple[str, tuple[str, PodTerm, int]]], more: Iterable[tuple[str, PodTerm, int]]
+                  ) -> list[tuple[str, tuple[str, PodTerm, int]]]:
+    """``order`` ((repr, held term) sorted by repr) with the terms of ``more`` it lacks, in order:
+    the repr of a kept term is not computed again (most of :func:`pod_scoring`'s time on a model
+    with thousands of bound pods holding terms)."""
+    have = {h for _, h in order}
+    new = sorted(((repr(h), h) for h in set(more) if h not in have), key=operator.itemgetter(0))
+    return list(heapq.merge(order, new, key=operator.itemgetter(0))) if new else order
 
 
 def _group_member(group: tuple, pod: ScoreRules) -> bool:
@@ -2304,10 +2344,9 @@ def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, 
     """``Problem.pod_scoring`` for ``pending`` (one per workload) on ``node_docs`` against the bound
     pods (``bound``); None when no pod has anything these plugins score."""
     builder = _ScoringBuilder(node_docs, bound, warnings, pending)
-    held = set(bound.held)
-    for rules in pending:
-        held.update(rules.held())
-    held_list = sorted(held, key=repr)  # (a stable order: the groups' and the file's)
+    # The bound pods' terms and the pending pods', in a stable order (the groups' and the file's):
+    # the bound ones' order is kept with them (built once per model), the pending ones merged in.
+    held_list = [h for _, h in _merged_order(bound.held_order(), (h for rules in pending for h in rules.held()))]
     terms = [builder.terms(rules, held_list) for rules in pending]
     if not any(terms):
         return None
@@ -2490,9 +2529,7 @@ def _wide_columns(docs: Sequence[Mapping[str, Any]], objects: Mapping[str, Mappi
     allocs = []
     names = {"pods"}
     for doc in docs:
-        status = objects[doc["name"]].get("status")
-        alloc = (status.get("allocatable") or status.get("capacity")) if isinstance(status, Mapping) else None
-        alloc = alloc if isinstance(alloc, Mapping) else {}
+        alloc = _allocatable(objects[doc["name"]]) or {}
         allocs.append(alloc)
         names.update(k for k in alloc if isinstance(k, str) and _RESOURCE_NAME.fullmatch(k))
     wide = sorted(names - {*configured, GPU_RESOURCE, "gpu"})
@@ -2741,21 +2778,8 @@ class ClusterModel:
         another is built from the same objects with ``pending=pods`` (a rebuild). One at a time."""
         if self._widened or self._by_node is None:
             return self
-        # feasibility_resources, with the nodes' slot check once per model and number of pods
-        # (a walk over every node: the webhook asks per request)
         configured = tuple(self.config.resources)
-        res = (*configured, *sorted(set().union(*(requested_names(p) for p in pods)) - set(configured)))
-        if "pods" not in res and pods:
-            short = self._short_of_slots.get(len(pods))
-            if short is None:
-                slots = self._wide.get("pods") if self._wide is not None else None
-                if slots is not None:  # (the kept pod slots: no walk over the node objects)
-                    short = bool(np.any(slots[0] - slots[1] < len(pods)))
-                else:
-                    short = _short_of_pod_slots(list(self.node_objects.values()), self._by_node, len(pods))
-                self._short_of_slots[len(pods)] = short
-            if short:
-                res = (*res, "pods")
+        res = _widened_resources(configured, pods, self._short_of_slots_for)
         if res == configured:
             return self
         with self._wider_lock:
@@ -2770,6 +2794,19 @@ class ClusterModel:
                                        doc_cache=self._doc_cache, pending=pods)
                 self._wider[res] = got
         return got
+
+    def _short_of_slots_for(self, wanted: int) -> bool:
+        """:func:`_short_of_pod_slots` over this model's nodes and bound pods, once per model and
+        number of pods (a walk over every node: the webhook asks per request)."""
+        short = self._short_of_slots.get(wanted)
+        if short is None:
+            slots = self._wide.get("pods") if self._wide is not None else None
+            if slots is not None:  # (the kept pod slots: no walk over the node objects)
+                short = bool(np.any(slots[0] - slots[1] < wanted))
+            else:
+                short = _short_of_pod_slots(list(self.node_objects.values()), self._by_node or {}, wanted)
+            self._short_of_slots[wanted] = short
+        return short
 
     def _widened_view(self, res: tuple[str, ...]) -> ClusterModel:
         """This model with the resources ``res`` (the configured ones, then the added ones, which
@@ -2929,15 +2966,11 @@ class ClusterModel:
             for i, labels in added.items():
                 nodes[i] = dc_replace(nodes[i], labels={**nodes[i].labels, **labels})
             changes["nodes"] = nodes
-        if scoring:
-            bound = self.bound_scoring()  # (its notes go to the model's warnings first)
-            warnings = list(self.warnings)
-            if assumed and self._by_node is not None:
-                bound = bound.plus(BoundScoring({n: ps for n, ps in assumed.items() if n in self._node_pos}, warnings))
-            changes["pod_scoring"] = pod_scoring(scoring_rules, self.node_docs, bound, warnings)
-        else:
-            warnings = list(self.warnings)
-            changes["pod_scoring"] = None
+        bound = self.bound_scoring() if scoring else None  # (its notes go to the model's warnings first)
+        warnings = list(self.warnings)
+        if bound is not None and assumed and self._by_node is not None:
+            bound = bound.plus(BoundScoring({n: ps for n, ps in assumed.items() if n in self._node_pos}, warnings))
+        changes["pod_scoring"] = pod_scoring(scoring_rules, self.node_docs, bound, warnings) if bound is not None else None
         problem = base.replace(**changes)
         return Snapshot(problem, list(pods), self.node_objects, warnings)
 
