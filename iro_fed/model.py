@@ -255,37 +255,24 @@ class Problem:
         self.initial_nonzero = _optional_nonzero(initial_nonzero, len(self.nodes), "initial_nonzero")
         self.pod_scoring = _checked_pod_scoring(pod_scoring, len(self.nodes), len(self.workloads))
 
-        self.node_domain = _frozen(
-            np.array([self.domain_index[n.domain] for n in self.nodes], dtype=np.int32),
-            np.int32,
-            (len(self.nodes),),
-        )
+        # Built here, of their dtype and shape, owning their data: read-only as they are (_frozen
+        # would check them and copy them again).
+        self.node_domain = _readonly(np.array([self.domain_index[n.domain] for n in self.nodes], dtype=np.int32))
         self.gpu_models = tuple(sorted({n.gpu_model for n in self.nodes if n.gpu_model}))
         model_index = {m: i for i, m in enumerate(self.gpu_models)}
-        self.node_gpu_model = _frozen(
-            np.array([model_index.get(n.gpu_model, -1) for n in self.nodes], dtype=np.int32),
-            np.int32,
-            (len(self.nodes),),
-        )
-        self.wl_region = _frozen(
-            np.array([self.region_index.get(w.user_region, -1) for w in self.workloads], dtype=np.int32),
-            np.int32,
-            (len(self.workloads),),
-        )
+        self.node_gpu_model = _readonly(np.array([model_index.get(n.gpu_model, -1) for n in self.nodes], dtype=np.int32))
+        self.wl_region = _readonly(
+            np.array([self.region_index.get(w.user_region, -1) for w in self.workloads], dtype=np.int32))
         # GPU milli a workload takes in total: a share of one card, or k whole cards.
         total = np.where(self.wl_gpu_count > 1, self.wl_gpu_count * GPU_MILLI, self.wl_gpu_milli)
-        self.wl_gpu_total = _frozen(np.where(self.wl_gpu_count > 0, total, 0), np.int64, (len(self.workloads),))
+        self.wl_gpu_total = _readonly(np.where(self.wl_gpu_count > 0, total, 0).astype(np.int64, copy=False))
 
-        self.domain_carbon = _frozen(
-            np.array([d.carbon_intensity for d in self.domains], dtype=np.float64), np.float64, (len(self.domains),)
-        )
-        self.domain_pue = _frozen(
-            np.array([d.pue for d in self.domains], dtype=np.float64), np.float64, (len(self.domains),)
-        )
+        self.domain_carbon = _readonly(np.array([d.carbon_intensity for d in self.domains], dtype=np.float64))
+        self.domain_pue = _readonly(np.array([d.pue for d in self.domains], dtype=np.float64))
         # Price per unit-hour of each utilization resource (cpu per core, memory per GiB,
         # gpu per card, others per unit), converted to per internal unit.
         unit_scale = [_price_unit_scale(r) for r in self.util_resources]
-        self.domain_unit_price = _frozen(
+        self.domain_unit_price = _frozen(  # (a copy: the reshape is a view of a writable array)
             np.array(
                 [[d.price_per_hour.get(r, 0.0) / s for r, s in zip(self.util_resources, unit_scale, strict=True)] for d in self.domains],
                 dtype=np.float64,

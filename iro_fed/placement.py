@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +55,7 @@ class Placement:
             assignments[w.name] = problem.nodes[n].name if n >= 0 else None
         doc: dict[str, Any] = {
             "solver": self.solver,
-            "params": _jsonable(self.params),
+            "params": jsonable(self.params),
             "status": self.status,
             "assignments": assignments,
             "gpu_assignments": {problem.workloads[w].name: [int(x) for x in c] for w, c in sorted(self.gpu_cards.items())},
@@ -62,7 +64,7 @@ class Placement:
             "timing": {k: round(float(v), 6) for k, v in self.timing.items()},
         }
         if self.info:
-            doc["info"] = _jsonable(self.info)
+            doc["info"] = jsonable(self.info)
         return doc
 
 
@@ -236,17 +238,22 @@ def write_placement(placement: Placement, problem: Problem, path: str | os.PathL
     write_json_atomic(path, placement.to_dict(problem))
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
+def jsonable(value: Any, *, as_text: bool = False) -> Any:
+    """``value`` as plain JSON: any mapping as an object with text keys, lists, tuples and numpy
+    arrays as arrays, numpy scalars as Python ones (a numpy bool as ``true``, not "True"), another
+    object (a path, a set) as its text. A NaN or infinity stays a float, so that
+    write_json_atomic refuses it naming the field (the placement file), or with ``as_text`` is
+    its repr, "nan" / "inf" (the simulator report, which must always be writable)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, as_text=as_text) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return [jsonable(v, as_text=as_text) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if not as_text or math.isfinite(value) else repr(value)
+    return str(value)

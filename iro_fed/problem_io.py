@@ -68,8 +68,8 @@ MAX_NUMBER = 1e10
 MIN_CAPACITY = 1e-6
 #: Most GPU cards on one node or in one request (the card matrix is nodes x max cards).
 MAX_GPUS = 1024
-#: Priority bounds: Kubernetes priorities are int32.
-PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+#: Kubernetes' int32 bounds: a priority, and a ``pod_scoring`` count or maxSkew.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Kubernetes names (DNS-1123; the k8s commands and servers check them, the lengths are theirs):
 #: a label is lowercase letters, digits and '-', starting and ending with a letter or digit; a
 #: subdomain is labels joined by dots. Anchored with \A and \Z, not ^ and $: ``$`` also matches
@@ -682,10 +682,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             domains_ok = False
             continue
         name = c.name(d, p)
-        if name is not None:
-            if name in seen:
-                c.fail(f"{p}.name", f"duplicate domain name {name!r} (also domains[{seen[name]}])")
-            seen[name] = i
+        _unique_name(c, seen, name, "domains", i, "domain ")
         kind = c.get(d, "kind", p, str, default="zone")
         if kind is not None and kind not in DOMAIN_KINDS:
             c.fail(f"{p}.kind", f"must be one of {', '.join(DOMAIN_KINDS)}, got {kind!r}")
@@ -750,10 +747,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             c.fail(p, f"expected an object, got {json_kind(n)}")
             continue
         name = c.name(n, p)
-        if name is not None:
-            if name in node_seen:
-                c.fail(f"{p}.name", f"duplicate node name {name!r} (also nodes[{node_seen[name]}])")
-            node_seen[name] = i
+        _unique_name(c, node_seen, name, "nodes", i, "node ")
         dom = c.get(n, "domain", p, str, required=True)
         if dom is not None and dom not in seen and domains_ok:
             c.fail(f"{p}.domain", f"unknown domain {dom!r} (domains: {', '.join(domain_names)})")
@@ -870,10 +864,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
             c.fail(p, f"expected an object, got {json_kind(w)}")
             continue
         name = c.name(w, p)
-        if name is not None:
-            if name in wl_seen:
-                c.fail(f"{p}.name", f"duplicate workload name {name!r} (also workloads[{wl_seen[name]}])")
-            wl_seen[name] = i
+        _unique_name(c, wl_seen, name, "workloads", i, "workload ")
         req = c.get(w, "requests", p, dict, default={}) or {}
         dem = []
         for r in res_names:
@@ -956,7 +947,7 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
                 c.fail(
                     f"{p}.allowed_domains[{j}]", f"unknown domain {_show(dname)} (domains: {', '.join(domain_names)})"
                 )
-        priority = c.int_in(c.get(w, "priority", p, int, default=0), f"{p}.priority", PRIORITY_MIN, PRIORITY_MAX)
+        priority = c.int_in(c.get(w, "priority", p, int, default=0), f"{p}.priority", INT32_MIN, INT32_MAX)
         deadline = c.get(w, "deadline_s", p, float, default=None)
         if deadline is not None and deadline <= 0:
             c.fail(f"{p}.deadline_s", f"must be > 0, got {deadline}")
@@ -1042,10 +1033,6 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     )
 
 
-#: Largest count or maxSkew of ``pod_scoring`` (kube's int32).
-_MAX_INT32 = 2**31 - 1
-
-
 def _name_list(c: _Checker, items: list, path: str) -> dict[str, int]:
     """The ``name`` of each object of ``items`` (non-empty, unique) -> its position."""
     out: dict[str, int] = {}
@@ -1054,13 +1041,22 @@ def _name_list(c: _Checker, items: list, path: str) -> dict[str, int]:
         if not isinstance(item, Mapping):
             c.fail(p, f"expected an object, got {json_kind(item)}")
             continue
-        name = c.name(item, p)
-        if name is not None:
-            if name in out:
-                c.fail(f"{p}.name", f"duplicate name {name!r} (also {path}[{out[name]}])")
-            else:
-                out[name] = i
+        _unique_name(c, out, c.name(item, p), path, i, keep_first=True)
     return out
+
+
+def _unique_name(c: _Checker, seen: dict[str, int], name: str | None, path: str, i: int, what: str = "",
+                 *, keep_first: bool = False) -> None:
+    """Record ``name`` (of ``path[i]``; None: missing, reported) in ``seen`` (name -> position); a
+    repeat is an error at ``path[i].name`` naming the position ``seen`` holds: the first one
+    (``keep_first``, for a name -> index map) or the latest (the loader's domains, nodes, workloads)."""
+    if name is None:
+        return
+    if name in seen:
+        c.fail(f"{path}[{i}].name", f"duplicate {what}name {name!r} (also {path}[{seen[name]}])")
+        if keep_first:
+            return
+    seen[name] = i
 
 
 def _node_ints(c: _Checker, obj: Mapping, key: str, path: str, nodes: dict[str, int], low: int) -> dict[int, int]:
@@ -1073,8 +1069,8 @@ def _node_ints(c: _Checker, obj: Mapping, key: str, path: str, nodes: dict[str, 
             c.fail(p, f"unknown node {str(name)!r}")
             continue
         v = _python_scalar(v)
-        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= _MAX_INT32:
-            c.fail(p, f"expected an integer {low}..{_MAX_INT32}, got {json_kind(v)} {_show(v)}")
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= INT32_MAX:
+            c.fail(p, f"expected an integer {low}..{INT32_MAX}, got {json_kind(v)} {_show(v)}")
             continue
         out[nodes[str(name)]] = v
     return out
@@ -1166,7 +1162,7 @@ def _soft_pod_term(c: _Checker, term: Any, p: str, groups: dict[str, int], topol
     if kind is None:
         return None
     spread = kind.endswith("spread")
-    want, other, high = ("max_skew", "weight", _MAX_INT32) if spread else ("weight", "max_skew", 100)
+    want, other, high = ("max_skew", "weight", INT32_MAX) if spread else ("weight", "max_skew", 100)
     if term.get(other) is not None:
         c.fail(f"{p}.{other}", f"not for kind {kind} (it takes {want})")
     value = c.int_in(c.get(term, want, p, int, required=True), f"{p}.{want}", 1, high)

@@ -104,6 +104,7 @@ from iro_fed.model import (
     Workload,
 )
 from iro_fed.objective import coefficients, dynamic_utilization, evaluate
+from iro_fed.placement import jsonable as placement_jsonable
 from iro_fed.sim.metrics import Recorder, histogram_percentile, pending_stats, success_pct, weighted_percentile
 from iro_fed.sim.model import Scenario
 from iro_fed.sim.signals import persistence_forecast
@@ -1445,19 +1446,9 @@ def check_controller(pod: str, controller: str) -> None:
 
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON (dicts, lists, str, finite numbers, bool, None): a solver setting of
-    another type (a path, a tuple, an infinity) is written as its text, so that the report is
-    always writable."""
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    return str(value)
+    another type (a path, a set, an infinity) is written as its text, so that the report is always
+    writable (placement.jsonable's ``as_text`` policy)."""
+    return placement_jsonable(value, as_text=True)
 
 
 def cpu_share(allocated: np.ndarray, capacity: np.ndarray) -> np.ndarray:
