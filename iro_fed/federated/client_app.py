@@ -23,7 +23,9 @@ codecarbon measured it), ``carbon-intensity`` (the site's grid now,
 gCO2/kWh), ``site``, ``train-s`` (training alone), ``handler-s`` (the whole handler) and
 ``since-import-s`` (since this ClientApp process imported the app), ``replay-transitions``
 (the site's replay buffer after the round) and ``replay-kept`` (1 when the round continued the
-buffer of the site's earlier rounds).
+buffer of the site's earlier rounds); and ``emissions`` (:data:`iro_fed.federated.emissions.EMISSIONS_RECORD`, a
+``ConfigRecord``: a metric record holds no strings) with ``country``, the ISO alpha-3 code whose
+grid mix measured ``emissions-g``, which the server records per site (``emissions_by_site``).
 
 **State across rounds** (``keep-replay``, on by default): the site's replay buffer lives in the
 node's ``context.state`` (entries :data:`REPLAY_STATE` and :data:`REPLAY_INFO`), which the
@@ -49,7 +51,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from iro_fed.federated import wire
-from iro_fed.federated.emissions import node_country
+from iro_fed.federated.emissions import COUNTRY_KEY, EMISSIONS_RECORD, node_country
 from iro_fed.federated.task import (
     FedConfig,
     evaluate_policy,
@@ -230,7 +232,10 @@ def train_reply(msg: Message, context: Context) -> Message:
                    "experience-db": db, "emissions-country": result.emissions_country, **result.experience}
         print(f"{CLIENT_TAG} {json.dumps(summary, sort_keys=True)}", flush=True)
     records = _reply_records(poison(result.weights, attack), flat=layout is not None)
-    content = RecordDict({**records, "metrics": MetricRecord(metrics)})  # type: ignore[arg-type]
+    # where the grams were measured, for the server's per-site record (a metric record holds no strings)
+    emissions = ConfigRecord({COUNTRY_KEY: result.emissions_country})
+    content = RecordDict({**records, "metrics": MetricRecord(metrics),  # type: ignore[arg-type]
+                          EMISSIONS_RECORD: emissions})
     return Message(content=content, reply_to=msg)
 
 

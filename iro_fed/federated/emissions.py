@@ -20,6 +20,10 @@ from typing import Any
 DEFAULT_COUNTRY = "DEU"
 #: The node-config key the ClientApp reads it from.
 NODE_CONFIG_KEY = "emissions-country"
+#: The train reply's ``ConfigRecord`` naming the country whose grid mix measured the site's emissions,
+#: and its key: the ClientApp writes it, the strategies read it.
+EMISSIONS_RECORD = "emissions"
+COUNTRY_KEY = "country"
 
 _ALPHA3 = re.compile(r"[A-Z]{3}")
 
@@ -36,6 +40,12 @@ def codecarbon_countries() -> frozenset[str] | None:
     return frozenset(DataSource().get_global_energy_mix_data())
 
 
+def alpha3(value: object) -> str | None:
+    """``value`` as an upper-case ISO alpha-3 code by its form (no table), or None when it is not one."""
+    code = value.strip().upper() if isinstance(value, str) else None
+    return code if code is not None and _ALPHA3.fullmatch(code) else None
+
+
 def check_country(value: object) -> str:
     """``value`` as the upper-case code codecarbon takes; ValueError (without the key: the caller names
     it) for anything else. A code outside codecarbon's table is refused when codecarbon is installed:
@@ -43,8 +53,8 @@ def check_country(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected an ISO 3166-1 alpha-3 country code such as DEU or FRA, got "
                          f"{type(value).__name__} {value!r}")
-    code = value.strip().upper()
-    if not _ALPHA3.fullmatch(code):
+    code = alpha3(value)
+    if code is None:
         raise ValueError(f"expected an ISO 3166-1 alpha-3 country code such as DEU or FRA, got {value!r}")
     known = codecarbon_countries()
     if known is not None and code not in known:

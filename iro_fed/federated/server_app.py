@@ -159,6 +159,16 @@ def initial_weights(cfg: FedConfig, registry: PolicyRegistry) -> tuple[dict[str,
     return get_weights(agent.online), version
 
 
+def emissions_by_site(info: dict[str, Any], track_emissions: bool) -> list[dict[str, Any]]:
+    """A round's ``emissions_by_site`` (the strategy's, see :mod:`iro_fed.federated.strategies`) for its
+    metadata: with ``track-emissions`` off no site's number is a measurement (``None``, as the round's)."""
+    rows = [dict(r) for r in info.get("emissions_by_site", [])]
+    if not track_emissions:
+        for r in rows:
+            r["emissions_g"] = None
+    return rows
+
+
 def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
                    on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run ``cfg.num_server_rounds`` rounds on ``grid``; returns a summary.
@@ -211,11 +221,13 @@ def run_federation(grid: Grid, cfg: FedConfig, strategy: Any = None,
             "aggregated": bool(info.get("aggregated", True)), "evaluation": metrics,
             "initial_evaluation": totals.get("initial", {}), "emissions_g_round": round_g,
             "emissions_g_total": totals["emissions_g"],
+            "emissions_by_site": emissions_by_site(info, cfg.track_emissions),
         }
         version, path = registry.publish(full_state_dict(cfg, weights), meta)
         row = {"round": server_round, "version": version, "path": str(path), "nodes": len(meta["nodes"]),
                "dropped": len(meta["dropped"]), "emissions_g": meta["emissions_g_round"],
-               "replay_kept": int(info.get("replay_kept", 0)), **metrics,
+               "replay_kept": int(info.get("replay_kept", 0)), "emissions_by_site": meta["emissions_by_site"],
+               **metrics,
                **{k: float(v) for k, v in info.get("timing", {}).items()},
                "server_eval_s": time.time() - eval_started,
                "round_s": time.time() - float(info.get("started", time.time()))}

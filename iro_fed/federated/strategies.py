@@ -56,7 +56,11 @@ What happened in each round (participants, what was aggregated, dropped replies 
 emissions) is kept in ``strategy.rounds[server_round]`` for the ServerApp's registry metadata:
 ``nodes``/``sites`` are the replies the aggregate was computed from (Krum: the one it selected,
 Bulyan: its selection; none when the round aggregated nothing), ``valid_nodes``/``valid_sites``
-those that passed validation.
+those that passed validation. ``emissions_by_site`` breaks ``emissions_g`` down by reply (every
+reply without an error, as the sum; in site order): ``site`` (as ``valid_sites``: ``None`` for a
+node no valid reply has said), ``node``, ``emissions_g`` (``None`` when the site did not measure)
+and ``country`` (the ``emissions`` record's alpha-3 code whose grid mix measured it; ``None`` from
+a site that sends none, an older one, or a malformed one, which is logged naming the node).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from flwr.serverapp import strategy as fl
 from flwr.serverapp.strategy.multikrum import select_multikrum
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from iro_fed.federated.emissions import COUNTRY_KEY, EMISSIONS_RECORD, alpha3
 from iro_fed.federated.task import (
     FLAT_KEY,
     STRATEGIES,
@@ -459,6 +464,9 @@ class ValidatedStrategy:
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
         # or another site's id. Read before consistent_metrics, which may trim these keys.
         reported = self._remember(kept)
+        # Read before consistent_metrics too: a reply without emissions-g would trim it from the others.
+        by_site = [site_emissions(m, self.sites.get(int(m.metadata.src_node_id)), server_round)
+                   for m in sorted((m for m in replies if not m.has_error()), key=self._site_order)]
         consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
         # draws them when SuperNodes join): summing in site order makes the aggregate of the same
@@ -478,6 +486,7 @@ class ValidatedStrategy:
             "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
             # a site without codecarbon sends 0.0: the round's sum is a measurement only if every site measured
             "emissions_measured": all(_metric(m, "emissions-measured") >= 1 for m in replies if not m.has_error()),
+            "emissions_by_site": by_site,
             "replay_kept": int(sum(_metric(m, "replay-kept") for m in ok)),
             "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })
@@ -644,6 +653,33 @@ def _metric(msg: Message, key: str) -> float:
     metrics = msg.content.metric_records.get("metrics")
     value = metrics.get(key) if metrics is not None else None
     return float(value) if isinstance(value, int | float) and math.isfinite(float(value)) else 0.0
+
+
+def site_emissions(msg: Message, site: Any, server_round: int) -> dict[str, Any]:
+    """One row of a round's ``emissions_by_site`` for the train reply ``msg`` (no error) from ``site``:
+    ``emissions_g`` ``None`` when the site did not measure, ``country`` ``None`` when its reply has no
+    ``emissions`` record (a site of an earlier release) or a malformed one (logged naming the node)."""
+    node = int(msg.metadata.src_node_id)
+    measured = _metric(msg, "emissions-measured") >= 1
+    return {"site": site, "node": node, "emissions_g": _metric(msg, "emissions-g") if measured else None,
+            "country": reply_country(msg, server_round)}
+
+
+def reply_country(msg: Message, server_round: int) -> str | None:
+    """The alpha-3 country of the reply's ``emissions`` record (upper case); ``None`` without the record,
+    and with a malformed one (no ``country``, or not a 3-letter string), which a WARNING names the node of:
+    a site's record must not fail the round."""
+    record = msg.content.config_records.get(EMISSIONS_RECORD)
+    if record is None:
+        return None
+    value = record.get(COUNTRY_KEY)
+    code = alpha3(value)
+    if code is None:
+        log(WARNING, "round %d: node %d sent a malformed %r record (%s %r: expected an ISO alpha-3 code such as "
+            "FRA); its emissions' country is recorded as unknown", server_round, int(msg.metadata.src_node_id),
+            EMISSIONS_RECORD, COUNTRY_KEY, value)
+        return None
+    return code
 
 
 def _first_reference(replies: list[Message]) -> tuple[dict[str, np.ndarray], WeightLayout | None]:
