@@ -30,7 +30,8 @@ def free_share_after(state: ClusterState, w: int, nodes: np.ndarray | None = Non
     p = state.problem
     if nodes is None:
         return (state.free_share - p.util_inv_capacity @ p.util_demand[w]) / p.util_valid_count
-    return (state.free_share[nodes] - p.util_inv_capacity[nodes] @ p.util_demand[w]) / p.util_valid_count[nodes]
+    # take: a row gather of the [N, R] matrix in a third to a half of the time of [nodes]
+    return (state.free_share[nodes] - p.util_inv_capacity.take(nodes, axis=0) @ p.util_demand[w]) / p.util_valid_count[nodes]
 
 
 class DenseScorer(OnlineSolver):
