@@ -55,7 +55,7 @@ def tracker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return made
 
 
-def _train_reply(node_config: dict[str, Any]):
+def _train_reply(node_config: dict[str, Any], track_emissions: bool = True):
     pytest.importorskip("torch")
     pytest.importorskip("flwr")
     from flwr.app import RecordDict
@@ -64,7 +64,7 @@ def _train_reply(node_config: dict[str, Any]):
     from iro_fed.federated.inprocess import InProcessGrid
     from iro_fed.federated.task import FedConfig, build_agent, get_weights
 
-    cfg = FedConfig(**TINY, track_emissions=True)
+    cfg = FedConfig(**TINY, track_emissions=track_emissions)
     grid = InProcessGrid([node_config], cfg.to_run_config())
     flat, layout = wire.encode(get_weights(build_agent(cfg).online))
     msg = grid.create_message(RecordDict({"arrays": flat, "config": wire.layout_config(layout, **{"server-round": 1})}),

@@ -25,6 +25,7 @@ from iro_fed.federated import wire  # noqa: E402
 from iro_fed.federated.inprocess import InProcessGrid  # noqa: E402
 from iro_fed.federated.strategies import COUNTRY_KEY, EMISSIONS_RECORD, make_strategy  # noqa: E402
 from iro_fed.federated.task import FedConfig  # noqa: E402
+from tests.test_n6_emissions_country import _train_reply  # noqa: E402
 
 BASE = {"w": np.zeros(2, np.float32)}
 
@@ -104,23 +105,10 @@ TINY = dict(local_steps=20, hours=1.0, learning_starts=8, batch_size=8, min_node
             eval_episodes=1, track_emissions=False)
 
 
-def _train_reply(node_config: dict[str, Any]) -> Message:
-    pytest.importorskip("torch")
-    from iro_fed.federated.task import build_agent, get_weights
-
-    cfg = FedConfig(**TINY)
-    grid = InProcessGrid([node_config], cfg.to_run_config())
-    flat, layout = wire.encode(get_weights(build_agent(cfg).online))
-    msg = grid.create_message(RecordDict({"arrays": flat, "config": wire.layout_config(layout, **{"server-round": 1})}),
-                              "train", 1, "1")
-    (reply,) = grid.send_and_receive([msg])
-    return reply
-
-
 @pytest.mark.parametrize("node_config, country", [({"site": 1, "emissions-country": "FRA"}, "FRA"),
                                                   ({"site": 1}, "DEU")])
 def test_the_clientapp_reply_carries_its_configured_country(node_config: dict[str, Any], country: str) -> None:
-    reply = _train_reply(node_config)
+    reply = _train_reply(node_config, track_emissions=False)
     assert not reply.has_error(), reply.error
     assert dict(reply.content.config_records.get(EMISSIONS_RECORD, {})) == {COUNTRY_KEY: country}
 
