@@ -464,9 +464,15 @@ class ValidatedStrategy:
         # (poisoned, malformed) is not to be believed, e.g. a low intensity that buys a seat next round
         # or another site's id. Read before consistent_metrics, which may trim these keys.
         reported = self._remember(kept)
-        # Read before consistent_metrics too: a reply without emissions-g would trim it from the others.
+        # Read before consistent_metrics too: a reply without a key (a site of an earlier release)
+        # would trim it from the others, and the round's emissions would count theirs as 0.
+        live = [m for m in replies if not m.has_error()]
         by_site = [site_emissions(m, self.sites.get(int(m.metadata.src_node_id)), server_round)
-                   for m in sorted((m for m in replies if not m.has_error()), key=self._site_order)]
+                   for m in sorted(live, key=self._site_order)]
+        emissions_g = float(sum(_metric(m, "emissions-g") for m in live))
+        # a site without codecarbon sends 0.0: the round's sum is a measurement only if every site measured
+        emissions_measured = all(_metric(m, "emissions-measured") >= 1 for m in live)
+        replay_kept = int(sum(_metric(m, "replay-kept") for m in kept if not m.has_error()))
         consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower
         # draws them when SuperNodes join): summing in site order makes the aggregate of the same
@@ -483,11 +489,10 @@ class ValidatedStrategy:
             "valid_sites": [self.sites.get(int(m.metadata.src_node_id)) for m in ok],
             "dropped": dropped,
             "errors": [int(m.metadata.src_node_id) for m in replies if m.has_error()],
-            "emissions_g": float(sum(_metric(m, "emissions-g") for m in replies if not m.has_error())),
-            # a site without codecarbon sends 0.0: the round's sum is a measurement only if every site measured
-            "emissions_measured": all(_metric(m, "emissions-measured") >= 1 for m in replies if not m.has_error()),
+            "emissions_g": emissions_g,
+            "emissions_measured": emissions_measured,
             "emissions_by_site": by_site,
-            "replay_kept": int(sum(_metric(m, "replay-kept") for m in ok)),
+            "replay_kept": replay_kept,
             "timing": round_timing(replies, info.get("started", time.time()), time.time()),
         })
         contents = {id(m.content): m for m in ok}  # before aggregation: FedMedian pops the arrays

@@ -143,3 +143,19 @@ def test_the_metadata_keeps_each_measured_number_when_tracking_is_on() -> None:
     assert [r["emissions_g"] for r in emissions_by_site(info, track_emissions=False)] == [None, None]
     assert rows[0]["emissions_g"] == 1.5  # the strategy's record is not changed
     assert emissions_by_site({}, track_emissions=True) == []  # a round the strategy kept nothing for
+
+
+def test_a_site_without_the_emissions_metrics_leaves_the_others_counted() -> None:
+    # An older site sends no emissions-g / emissions-measured: the metrics the replies share are trimmed
+    # for the aggregate, but the round's total read the others' grams first (it read 0.0 and "measured").
+    strategy = make_strategy("fedavg", FedConfig(min_nodes=2), norm_factor=math.inf)
+    n1, n2 = _send(strategy, 2)
+    older = _reply(n2, 2.0, site=1, grams=0.0, measured=0)
+    del older.content["metrics"]["emissions-g"]
+    del older.content["metrics"]["emissions-measured"]
+    arrays, _ = strategy.aggregate_train(1, [_reply(n1, 1.0, site=0, grams=1.5, measured=1, country="FRA"), older])
+    assert arrays is not None
+    info = strategy.rounds[1]
+    assert info["emissions_g"] == 1.5 and info["emissions_measured"] is False  # not every site measured
+    assert [(r["site"], r["emissions_g"], r["country"]) for r in info["emissions_by_site"]] == [(0, 1.5, "FRA"),
+                                                                                                  (1, None, None)]
