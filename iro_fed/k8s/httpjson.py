@@ -1154,8 +1154,8 @@ class JsonHandler(BaseHTTPRequestHandler):
         if self.command == "HEAD":  # a HEAD reply has no body: writing one would be read as the next response
             self.end_headers()
         elif len(data) <= _ONE_WRITE_BYTES and hasattr(self, "_headers_buffer"):
-            # With the headers in one write (BaseHTTPRequestHandler's buffer of them; an HTTP/0.9
-            # reply has none): one send and one wake-up of the client, not two.
+            # With the headers in one write (BaseHTTPRequestHandler's buffer of them, which every
+            # reply here has: HTTP/0.9 is refused before): one send and one wake-up of the client.
             self._headers_buffer.append(b"\r\n")
             self._headers_buffer.append(data)
             self.flush_headers()

@@ -101,7 +101,7 @@ import operator
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from decimal import ROUND_CEILING, Context, Decimal, localcontext
@@ -2174,7 +2174,7 @@ class BoundScoring:
         if self._held_order is None:
             if self._parts is not None:  # (the kept order of this one's pods, merged with the extra's)
                 kept, extra = self._parts
-                self._held_order = _merged_order(kept.held_order(), (h for _, h in extra.held_order()))
+                self._held_order = _merged_order(kept.held_order(), extra.held, kept.held)
             else:
                 self._held_order = _merged_order([], self.held)
         return self._held_order
@@ -2208,12 +2208,13 @@ class BoundScoring:
         return got
 
 
-def _merged_order(order: list[tuple[str, tuple[str, PodTerm, int]]], more: Iterable[tuple[str, PodTerm, int]]
-                  ) -> list[tuple[str, tuple[str, PodTerm, int]]]:
+def _merged_order(order: list[tuple[str, tuple[str, PodTerm, int]]], more: Iterable[tuple[str, PodTerm, int]],
+                  have: Collection[tuple[str, PodTerm, int]] | None = None) -> list[tuple[str, tuple[str, PodTerm, int]]]:
     """``order`` ((repr, held term) sorted by repr) with the terms of ``more`` it lacks, in order:
     the repr of a kept term is not computed again (most of :func:`pod_scoring`'s time on a model
-    with thousands of bound pods holding terms)."""
-    have = {h for _, h in order}
+    with thousands of bound pods holding terms). ``have``: the terms of ``order`` where the caller
+    holds them (a BoundScoring's ``held``), so that they are not gathered again."""
+    have = {h for _, h in order} if have is None else have
     new = sorted(((repr(h), h) for h in set(more) if h not in have), key=operator.itemgetter(0))
     return list(heapq.merge(order, new, key=operator.itemgetter(0))) if new else order
 
@@ -2346,7 +2347,8 @@ def pod_scoring(pending: Sequence[ScoreRules], node_docs: Sequence[Mapping[str, 
     builder = _ScoringBuilder(node_docs, bound, warnings, pending)
     # The bound pods' terms and the pending pods', in a stable order (the groups' and the file's):
     # the bound ones' order is kept with them (built once per model), the pending ones merged in.
-    held_list = [h for _, h in _merged_order(bound.held_order(), (h for rules in pending for h in rules.held()))]
+    held_list = [h for _, h in _merged_order(bound.held_order(), (h for rules in pending for h in rules.held()),
+                                             bound.held)]
     terms = [builder.terms(rules, held_list) for rules in pending]
     if not any(terms):
         return None
