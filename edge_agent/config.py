@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from iro_fed.federated.emissions import NODE_CONFIG_KEY as EMISSIONS_KEY
+from iro_fed.federated.emissions import check_country
 from iro_fed.federated.procs import parse_host_port
 from iro_fed.limits import MAX_TOP_K
 from iro_fed.metrics.prometheus import PrometheusClient
@@ -685,8 +686,6 @@ def _check_federated(fed: FederatedConfig, errors: list[tuple[str, str]]) -> Non
         elif isinstance(value, float) and not math.isfinite(value):
             errors.append((label, f"must be finite, got {value!r}"))
     if fed.emissions_country:
-        from iro_fed.federated.emissions import check_country
-
         try:  # codecarbon's tracker only logs an unknown code and measures with no country's mix
             fed.emissions_country = check_country(fed.emissions_country)
         except ValueError as exc:

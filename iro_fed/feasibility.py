@@ -425,7 +425,7 @@ def resource_fit(state: ClusterState, w: int, nodes: np.ndarray | None = None) -
     """``fit[n]``: the pod's additive resources and GPU request fit what is free now on node n
     (over ``nodes`` when given, else all nodes)."""
     p = state.problem
-    if isinstance(nodes, np.ndarray) and nodes.shape == (1,) and nodes.dtype.kind in "iu":
+    if _is_index(nodes) and nodes.shape == (1,):
         return np.array([_fits_node(state, w, int(nodes[0]))])
     free, tol = state.free, fit_tolerance(p)
     if nodes is not None:  # take: a third of the time of free[nodes] for 500 of 5,000 rows

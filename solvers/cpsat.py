@@ -655,24 +655,30 @@ def guard_penalty(problem: Problem) -> float:
 
 
 def guarded_score(
-    problem: Problem, state: ClusterState, allowed: np.ndarray | None, score: float | None = None
+    problem: Problem, state: ClusterState, allowed: np.ndarray | None, score: float | None = None,
+    on_guarded: int | None = None,
 ) -> float:
     """R less :func:`guard_penalty` per pod on a pair ``allowed`` does not allow (R without it):
     what ``gpu_guard`` maximizes and how it compares whole placements (the hint's, CP-SAT's, the
     search's), so that one that strands GPUs wins only by placing pods the others leave out.
-    ``score``: the placement's R when the caller has it."""
+    ``score``: the placement's R, ``on_guarded``: its pods on such pairs, when the caller has them."""
     if score is None:
         score = evaluate(problem, state.assignment).score
-    return score if allowed is None else score - guard_penalty(problem) * _on_dropped(state, allowed)
+    if allowed is None:
+        return score
+    return score - guard_penalty(problem) * (_on_dropped(state, allowed) if on_guarded is None else on_guarded)
 
 
 def guarded_gain(
-    problem: Problem, state: ClusterState, w: int, nodes: np.ndarray, allowed: np.ndarray | None
+    problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | None, allowed: np.ndarray | None
 ) -> np.ndarray:
-    """:func:`~iro_fed.objective.marginal` of pod w on ``nodes``, less :func:`guard_penalty` on the
-    nodes ``allowed[w]`` does not allow (the marginal of :func:`guarded_score`)."""
+    """:func:`~iro_fed.objective.marginal` of pod w on ``nodes`` (all when None), less
+    :func:`guard_penalty` on the nodes ``allowed[w]`` does not allow (the marginal of
+    :func:`guarded_score`)."""
     gain = marginal(problem, state, w, nodes)
-    return gain if allowed is None else gain - guard_penalty(problem) * ~allowed[w, nodes]
+    if allowed is None:
+        return gain
+    return gain - guard_penalty(problem) * ~(allowed[w] if nodes is None else allowed[w, nodes])
 
 
 def place_guarded_out(
@@ -1879,7 +1885,8 @@ class CpSat(Solver):
             info["gpu_guard"]["on_guarded"] = _on_dropped(state, allowed)
         # CP-SAT's bound is on what its model maximized: with gpu_guard the guarded score, so the
         # final gap compares it with the answer's guarded score (R's would read below the bound).
-        final = guarded_score(p, state, allowed)
+        on_guarded = info["gpu_guard"]["on_guarded"] if allowed is not None else None
+        final = guarded_score(p, state, allowed, on_guarded=on_guarded)
         info["wall_time_s"] = time.perf_counter() - start
         if result.bound is not None:
             info["final_gap"] = (result.bound - final) / max(result.bound - lowest, 1e-12)
@@ -2072,7 +2079,7 @@ def _prune(
         cards0 = st.gpu_cards.get(w, ())
         if n0 >= 0:
             st.remove(w)
-        score = guarded_gain(p, st, w, np.arange(p.num_nodes), allowed)
+        score = guarded_gain(p, st, w, None, allowed)
         score = np.where(feasible_nodes(st, w), score, score - 1e6)
         score = np.where(row, score, -np.inf)
         top = np.argpartition(-score, limit - 1)[:limit]

@@ -301,7 +301,7 @@ class GpuStrandingGuard:
             return a if nodes is None else a[nodes]
 
         at = slice(None) if nodes is None else nodes
-        rows = self.table if nodes is None else np.take(self.table, nodes, axis=1)
+        rows = self.table if nodes is None else np.take(self._by_node, nodes, axis=0).T  # (as _grown)
         left = take(state.gpu_left)
         rows[_LEFT] = left
         keepable = left > 0
@@ -329,7 +329,7 @@ class GpuStrandingGuard:
             rows[_SHARED] = sums[0]
             rows[self._whole] = sums[1:]
         if nodes is not None:
-            self.table[:, nodes] = rows
+            self._by_node[nodes] = rows.T
 
     def strands(self, state: ClusterState, w: int, candidates: np.ndarray) -> np.ndarray | None:
         """Per candidate, whether placing ``w`` there strands GPU milli; None when none does."""

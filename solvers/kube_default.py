@@ -251,18 +251,15 @@ class KubeDefault(OnlineSolver):
         nz_cols = [NONZERO_RESOURCES.index(r) for r in names]
         # The problem's smallest capacity is the snapshot's stand-in for a node with none of the
         # resource (allocatable 0: upstream leaves it out of both scores); above it, rounded up.
-        self._allocatable = [
-            np.where(problem.capacity[:, c] <= MIN_CAPACITY, 0, kube_units(problem.capacity[:, c], s))
-            for c, s in zip(self._cols, self._scales, strict=True)
-        ]
-        self._cap_count = np.sum([a > 0 for a in self._allocatable], axis=0, dtype=np.int64)
         # What a decision reads per node that no pod changes, one gather per decision ([rows, N]):
         # per resource the allocatable, it as a divisor (1 where 0) and 1 where it is scored; then
         # 1 where both are scored: BalancedAllocation's std is taken there, and the fit average
         # divides by 2 there (else by 1: the sum of non-negative shares // 2 is >> 1).
-        cap = np.array(self._allocatable, dtype=np.int64).reshape(len(self._cols), problem.num_nodes)
+        cap = np.array([np.where(problem.capacity[:, c] <= MIN_CAPACITY, 0, kube_units(problem.capacity[:, c], s))
+                        for c, s in zip(self._cols, self._scales, strict=True)],
+                       dtype=np.int64).reshape(len(self._cols), problem.num_nodes)
         self._static_rows = np.vstack((cap, np.where(cap > 0, cap, 1), (cap > 0).astype(np.int64),
-                                       (self._cap_count == 2).astype(np.int64)[None]))
+                                       ((cap > 0).sum(axis=0) == 2).astype(np.int64)[None]))
         # Per workload the nodes' counts of its untolerated PreferNoSchedule taints (None: none),
         # shared by the workloads with the same taint columns.
         self._taint_counts: dict[int, np.ndarray | None] = {}
@@ -426,7 +423,6 @@ class KubeDefault(OnlineSolver):
         n = p.num_nodes
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        self.sync(state)
         start = self.next_start_node_index
         need = self.num_to_find
         mask = self._ordered_mask(static_filter(p, w).mask)
@@ -509,11 +505,8 @@ class KubeDefault(OnlineSolver):
         # (DefaultNormalizeScore, reverse).
         counts = self._taint_node_counts(p, w)
         taint: np.ndarray | int = MAX_NODE_SCORE
-        if counts is not None:
-            counts = counts[candidates]
-            high = int(counts.max()) if counts.size else 0
-            if high:
-                taint = MAX_NODE_SCORE - MAX_NODE_SCORE * counts // high
+        if counts is not None and (counts := counts[candidates]).any():  # counts are >= 0
+            taint = default_normalize(counts, reverse=True)
 
         # NodeAffinity: weights of matching preferred terms. A term with an empty preference
         # matches no node (NewPreferredSchedulingTerms skips it), not every node.

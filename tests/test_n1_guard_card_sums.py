@@ -15,49 +15,16 @@ import numpy as np
 import pytest
 
 import solvers
-from iro_fed import problem_from_dict
-from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.testing import random_problem
 from solvers.gpu_guard import _FULL, _SHARED, _WAITING, STRAND_TOL_MILLI, GpuStrandingGuard
-
-
-def _node(name: str, cpu: int, gpus: int, used: int) -> dict:
-    return {
-        "name": name,
-        "domain": "green" if used % 2 else "grey",
-        "capacity": {"cpu": cpu, "memory": 65536},
-        "allocated": {"cpu": 1000 * (used % 4), "memory": 2048 * (used % 3)},
-        "gpus": gpus,
-        "gpu_model": "A10",
-    }
-
-
-def _pod(name: str, cpu: int, count: int = 0, milli: int = GPU_MILLI) -> dict:
-    pod = {"name": name, "requests": {"cpu": cpu, "memory": 1024}}
-    if count:
-        pod["gpu"] = {"count": count, "milli": milli}
-    return pod
+from tests.solvers.test_m8_guard_fast_paths import _doc, _node, _pod
+from tests.solvers.test_m8_guard_fast_paths import _problem as m8_problem
 
 
 def _problem(seed: int):
-    # multi-card pods of 2, 4 and 8 cards, shares, single cards and CPU pods on 1-8 card nodes
-    rng = np.random.default_rng(seed)
-    nodes = [_node(f"n{i}", 16000 + 8000 * int(rng.integers(0, 3)), int(rng.choice([1, 2, 4, 8])), i) for i in range(24)]
-    pods = []
-    for i in range(80):
-        kind = int(rng.integers(0, 7))
-        if kind == 0:
-            pods.append(_pod(f"cpu{i}", 1000 + 500 * int(rng.integers(0, 6))))
-        elif kind == 1:
-            pods.append(_pod(f"share{i}", 1000, 1, int(rng.choice([100, 250, 500, 700]))))
-        elif kind == 2:
-            pods.append(_pod(f"one{i}", 2000, 1))
-        else:
-            pods.append(_pod(f"multi{i}", 3000, [2, 4, 8, 8][kind - 3]))
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
+    # multi-card pods of 2, 4 and 8 cards (8 twice as often), shares, single cards and CPU pods
+    return m8_problem(seed, num_nodes=24, num_pods=80, multi=(2, 4, 8, 8))
 
 
 def _states(problem, seed: int):
@@ -176,10 +143,7 @@ def _cpu_pods_only(seed: int):
     rng = np.random.default_rng(seed)
     nodes = [_node(f"n{i}", 16000, int(rng.choice([1, 2, 4])), i) for i in range(20)]
     pods = [_pod(f"cpu{i}", 1000 + 1500 * int(rng.integers(0, 6))) for i in range(40)]
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
+    return _doc(nodes, pods)
 
 
 @pytest.mark.parametrize("problem_of", [_problem, _cpu_pods_only, lambda seed: random_problem(900 + seed, nodes=30, pods=50)],
@@ -208,7 +172,7 @@ def test_strands_answers_as_the_rule_on_every_path(problem_of):
     assert checked
 
 
-def _wide_ties() -> dict:
+def _wide_ties() -> Problem:
     # many alike GPU nodes (ties of dozens of nodes, partly used so that their fits differ)
     nodes = []
     for i in range(60):
@@ -226,10 +190,7 @@ def _wide_ties() -> dict:
             pods.append(_pod(f"one{i}", 3000, 1))
         else:
             pods.append(_pod(f"multi{i}", 4000, 2 if kind == 3 else 8))
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return {"domains": domains, "nodes": nodes, "workloads": pods}
+    return _doc(nodes, pods)
 
 
 @pytest.mark.parametrize(("chunk", "start"), [(1, 0), (4, 0), (32, 2048)])
@@ -240,7 +201,7 @@ def test_decide_with_and_without_the_chunk_of_best_fits_chooses_as_the_rule(monk
 
     monkeypatch.setattr(heuristics, "_FIT_CHUNK", chunk)
     monkeypatch.setattr(heuristics, "_CHUNK_FROM", start)
-    problem = problem_from_dict(_wide_ties())
+    problem = _wide_ties()
     solver = solvers.make("greedy-objective")
     state = ClusterState(problem)
     for w in range(problem.num_workloads):

@@ -17,34 +17,10 @@ import pytest
 pytest.importorskip("ortools")
 
 import solvers  # noqa: E402
-from iro_fed import problem_from_dict  # noqa: E402
-from iro_fed.model import GPU_MILLI, ClusterState, Problem  # noqa: E402
+from iro_fed.model import ClusterState, Problem  # noqa: E402
 from iro_fed.objective import evaluate  # noqa: E402
 from solvers.cpsat import guard_mask  # noqa: E402
-
-
-def _node(name: str, cpu: int, gpus: int, used: int) -> dict:
-    node = {
-        "name": name, "domain": "green" if used % 2 else "grey", "capacity": {"cpu": cpu, "memory": 65536},
-        "allocated": {"cpu": 1000 * (used % 4), "memory": 2048 * (used % 3)},
-    }
-    if gpus:
-        node.update(gpus=gpus, gpu_model="A10")
-    return node
-
-
-def _pod(name: str, cpu: int, count: int = 0) -> dict:
-    pod = {"name": name, "requests": {"cpu": cpu, "memory": 1024}}
-    if count:
-        pod["gpu"] = {"count": count, "milli": GPU_MILLI}
-    return pod
-
-
-def _doc(nodes: list[dict], pods: list[dict]) -> Problem:
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
+from tests.solvers.test_m8_guard_fast_paths import _doc, _node, _pod  # noqa: E402 (the guard tests' builders)
 
 
 def cpu_heavy(npods: int, ncpu: int, ngpu: int) -> Problem:

@@ -471,7 +471,7 @@ class ValidatedStrategy:
                    for m in sorted(live, key=self._site_order)]
         emissions_g = float(sum(_metric(m, "emissions-g") for m in live))
         # a site without codecarbon sends 0.0: the round's sum is a measurement only if every site measured
-        emissions_measured = all(_metric(m, "emissions-measured") >= 1 for m in live)
+        emissions_measured = all(r["emissions_g"] is not None for r in by_site)
         replay_kept = int(sum(_metric(m, "replay-kept") for m in kept if not m.has_error()))
         consistent_metrics(kept)
         # Arrival order is random (nodes are sampled with random.sample), and so are node ids (Flower

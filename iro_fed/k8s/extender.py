@@ -621,10 +621,9 @@ class Extender(RequestStats):
             snap = self._snapshot_on(model, pod)
             p = snap.problem
             at = [p.node_index.get(n, -1) for n in asked]  # Python ints: the loops below read them
-            idx = np.array(at, dtype=np.int64)
             extra = self._assumed_on(model)
             state = self._request_state(snap, model, extra)
-            reasons = node_reasons(state, 0, idx[idx >= 0])
+            reasons = node_reasons(state, 0, np.array([i for i in at if i >= 0], dtype=np.int64))
             if extra:
                 passing = [name for name, i in zip(asked, at, strict=True) if i >= 0 and i not in reasons]
                 for name, r in self._assumed_conflicts(model, pod, passing, extra).items():

@@ -224,14 +224,19 @@ def parse_charge(raw: bytes, keys: bool, limit: int) -> tuple[int, int, int]:
     ``keys``) or :func:`parse_estimate` (``copied`` 0), except that a body of at most
     :data:`_COUNTED_BODY` bytes is charged :func:`_counted_bound` where that stays within ``limit``
     (every decision against the limit is then the scan's: a 413, spans given up)."""
+    return _charge(raw, keys, limit)[:3]
+
+
+def _charge(raw: bytes, keys: bool, limit: int) -> tuple[int, int, int, int]:
+    """:func:`parse_charge` and the :func:`decode_estimate` of its ``bytes`` (computed once)."""
     if len(raw) <= _COUNTED_BODY:
         values, strings, copied = _counted_bound(raw, keys)
         need = values * PARSE_VALUE_BYTES + strings
-        if need + decode_estimate(raw, need) + copied <= limit:
-            return values, need, copied
-    if keys:
-        return parse_estimates(raw)
-    return (*parse_estimate(raw), 0)
+        decoded = decode_estimate(raw, need)
+        if need + decoded + copied <= limit:
+            return values, need, copied, decoded
+    values, need, copied = parse_estimates(raw) if keys else (*parse_estimate(raw), 0)
+    return values, need, copied, decode_estimate(raw, need)
 
 
 def _counted_bound(raw: bytes, keys: bool) -> tuple[int, int, int]:
@@ -1507,8 +1512,8 @@ class RoutedJsonHandler(JsonHandler):
         # The body's bytes stay charged to the server's body_budget (if any) until the reply; a
         # parsed body takes up to ~30 times its size ("[{},{},...]"), which the parse_budget counts.
         raw = self.read_body()
-        values, need, copied = parse_charge(raw, spans_at is not None, self.max_parse_memory)
-        need += decode_estimate(raw, need)
+        values, need, copied, decoded = _charge(raw, spans_at is not None, self.max_parse_memory)
+        need += decoded
         if need > self.max_parse_memory:
             raise HttpError(413, f"body: {len(raw)} bytes holding up to {values} JSON values would take about "
                             f"{need >> 20} MiB once decoded and parsed, over the limit of {self.max_parse_memory} "

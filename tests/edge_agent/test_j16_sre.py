@@ -112,6 +112,8 @@ def test_a_failing_store_shows_in_readyz_and_dependency_up(start_agent, http, tm
     with write_lock(tmp_path / "exp.db"):
         assert http("POST", f"{url}/recommend", pod)[0] == 200
         wait_until(lambda: agent.store.pending == 1, "the decision waits for the file")
+        # the record is pending before its write has failed: readyz says so once it has
+        wait_until(lambda: http("GET", f"{url}/readyz")[1]["status"] == "degraded", "readyz degraded")
         status, doc = http("GET", f"{url}/readyz")
         assert status == 200 and doc["status"] == "degraded", doc  # still answering: ready
         assert any(d.startswith("experience store failing: 1 pending (") for d in doc["degraded"]), doc

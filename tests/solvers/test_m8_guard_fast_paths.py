@@ -11,19 +11,19 @@ import numpy as np
 
 import solvers
 from iro_fed import problem_from_dict
-from iro_fed.model import GPU_MILLI, ClusterState
+from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from solvers.gpu_guard import _FULL, _PARTIAL, STRAND_TOL_MILLI, GpuStrandingGuard
 
 
+# The GPU-guard tests' problem builders (n1, n9 and n10 use them too).
 def _node(name: str, cpu: int, gpus: int, used: int) -> dict:
-    return {
-        "name": name,
-        "domain": "green" if used % 2 else "grey",
-        "capacity": {"cpu": cpu, "memory": 65536},
+    node = {
+        "name": name, "domain": "green" if used % 2 else "grey", "capacity": {"cpu": cpu, "memory": 65536},
         "allocated": {"cpu": 1000 * (used % 4), "memory": 2048 * (used % 3)},
-        "gpus": gpus,
-        "gpu_model": "A10",
     }
+    if gpus:
+        node.update(gpus=gpus, gpu_model="A10")
+    return node
 
 
 def _pod(name: str, cpu: int, count: int = 0, milli: int = GPU_MILLI) -> dict:
@@ -33,13 +33,21 @@ def _pod(name: str, cpu: int, count: int = 0, milli: int = GPU_MILLI) -> dict:
     return pod
 
 
-def _problem(seed: int):
-    # three multi-card sizes (2, 4, 8), shares, single cards and CPU pods on 1-8 card nodes
+def _doc(nodes: list[dict], pods: list[dict]) -> Problem:
+    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
+    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
+               for z, ci in (("green", 50.0), ("grey", 400.0))]
+    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
+
+
+def _problem(seed: int, num_nodes: int = 30, num_pods: int = 90, multi: tuple[int, ...] = (2, 4, 8)) -> Problem:
+    # multi-card pods of the sizes ``multi``, shares, single cards and CPU pods on 1-8 card nodes
     rng = np.random.default_rng(seed)
-    nodes = [_node(f"n{i}", 16000 + 8000 * int(rng.integers(0, 3)), int(rng.choice([1, 2, 4, 8])), i) for i in range(30)]
+    nodes = [_node(f"n{i}", 16000 + 8000 * int(rng.integers(0, 3)), int(rng.choice([1, 2, 4, 8])), i)
+             for i in range(num_nodes)]
     pods = []
-    for i in range(90):
-        kind = int(rng.integers(0, 6))
+    for i in range(num_pods):
+        kind = int(rng.integers(0, 3 + len(multi)))
         if kind == 0:
             pods.append(_pod(f"cpu{i}", 1000 + 500 * int(rng.integers(0, 6))))
         elif kind == 1:
@@ -47,11 +55,8 @@ def _problem(seed: int):
         elif kind == 2:
             pods.append(_pod(f"one{i}", 2000, 1))
         else:
-            pods.append(_pod(f"multi{i}", 3000, int([2, 4, 8][kind - 3])))
-    price = {"cpu": 0.03, "memory": 0.004, "gpu": 2.0}
-    domains = [{"name": z, "kind": "zone", "carbon_intensity": ci, "price_per_hour": price, "pue": 1.2}
-               for z, ci in (("green", 50.0), ("grey", 400.0))]
-    return problem_from_dict({"domains": domains, "nodes": nodes, "workloads": pods})
+            pods.append(_pod(f"multi{i}", 3000, multi[kind - 3]))
+    return _doc(nodes, pods)
 
 
 def _old_card_growth(guard: GpuStrandingGuard, rows: np.ndarray, w: int, nodes: np.ndarray, own_group: int) -> np.ndarray:
