@@ -59,6 +59,7 @@ from rich.table import Table
 from rich.text import Text
 
 from iro_fed import limits
+from iro_fed.signal_event import SignalEvent
 
 if TYPE_CHECKING:
     from iro_fed.model import Problem
@@ -151,7 +152,7 @@ def stop_signals() -> Iterator[Callable[[], int]]:
     previous handlers back (a second signal then cuts a stop that hangs short) and returns it.
     Leaving the block without a signal puts them back too. A SIGTERM that :class:`EarlyStop` caught
     during start-up counts as arrived: ``wait()`` returns it at once."""
-    stop = threading.Event()
+    stop = SignalEvent()  # threading.Event's set() can deadlock in a handler (iro_fed.signal_event)
     got: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -176,6 +177,7 @@ def stop_signals() -> Iterator[Callable[[], int]]:
         yield wait
     finally:
         restore()
+        stop.close()
 
 
 class _PipeConsole(Console):

@@ -53,6 +53,7 @@ from iro_fed.cli import (
 from iro_fed.federated.emissions import NODE_CONFIG_KEY as EMISSIONS_KEY
 from iro_fed.federated.emissions import check_country
 from iro_fed.federated.procs import parse_host_port
+from iro_fed.signal_event import SignalEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -77,7 +78,7 @@ MAX_NODE_KEYS = 1000
 #: more sites than `iro fed certs` makes node keys for is a typo (--site 100000 was taken).
 MAX_SITE = MAX_NODE_KEYS - 1
 #: `iro fed rounds --poll-s` and `--min-interval-s` at most: the daemon waits that long on a
-#: threading.Event, which raises OverflowError beyond ~9e9 s (a traceback after the first look).
+#: select(), which raises OverflowError beyond ~9e9 s (a traceback after the first look).
 MAX_POLL_S = 86400.0
 MAX_INTERVAL_S = 7 * 86400.0
 
@@ -951,7 +952,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     from iro_fed.federated.round_requests import ClaimLostError
 
     err = _console(stderr=True, markup=False)  # request files, sites and errors printed as they are
-    stop = threading.Event()
+    stop = SignalEvent()  # set in on_signal: threading.Event's set() can deadlock there (iro_fed.signal_event)
     asked: list[int] = []  # the signals that asked for the stop, in order
     left_running: list[str] = []  # why a run could not be stopped on the SuperLink
     running: list[subprocess.Popen] = []
@@ -1057,6 +1058,7 @@ def _consume(args: argparse.Namespace, queue: RoundRequestQueue, app: Path, over
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        stop.close()  # is_set() still answers
     if stop.is_set():
         # A stop asked for: its status says how the stop went (runs that failed before it are
         # filed under rounds/failed and were reported then); see the convention in iro_fed.cli.

@@ -62,6 +62,7 @@ import yaml
 
 from iro_fed.k8s.httpjson import JsonHandler, serve_in_thread
 from iro_fed.problem_io import json_kind
+from iro_fed.signal_event import SignalEvent
 
 _PATHS = [
     ("nodes", re.compile(r"^/api/v1/nodes$"), None),
@@ -1337,10 +1338,10 @@ def main(argv: list[str] | None = None) -> int:
         server.add_node(make_node(f"node-{i}", cpu="8", memory="32Gi", zone=f"zone-{i % 2}"))
     path = server.write_kubeconfig(args.kubeconfig)
     print(f"loopback API server on {server.url}; kubeconfig: {path}", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    with SignalEvent() as stop:  # threading.Event's set() can deadlock in a handler (iro_fed.signal_event)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
     server.stop()
     return 0
 
