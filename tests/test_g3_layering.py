@@ -38,7 +38,7 @@ DOMAIN = {
 #: Integrations and entry points (most of them import ``solvers``): never imported by ``solvers``.
 INTEGRATIONS = {
     "iro_fed.cli", "iro_fed.federated", "iro_fed.feedback", "iro_fed.k8s", "iro_fed.learning", "iro_fed.metrics",
-    "iro_fed.plots", "iro_fed.replay", "iro_fed.sim", "iro_fed.testing",
+    "iro_fed.plots", "iro_fed.replay", "iro_fed.signal_event", "iro_fed.sim", "iro_fed.testing",
 }
 
 #: The pip extras' packages (pyproject.toml), by import name.
