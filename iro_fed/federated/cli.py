@@ -77,8 +77,8 @@ MAX_NODE_KEYS = 1000
 #: its own seeds (edge-iot's site 5 is site 0's slice), so larger federations have one per node;
 #: more sites than `iro fed certs` makes node keys for is a typo (--site 100000 was taken).
 MAX_SITE = MAX_NODE_KEYS - 1
-#: `iro fed rounds --poll-s` and `--min-interval-s` at most: the daemon waits that long on a
-#: select(), which raises OverflowError beyond ~9e9 s (a traceback after the first look).
+#: `iro fed rounds --poll-s` and `--min-interval-s` at most (a day, a week): a longer wait is a
+#: typo (beyond ~9e9 s the threading.Event it once waited on raised OverflowError).
 MAX_POLL_S = 86400.0
 MAX_INTERVAL_S = 7 * 86400.0
 

@@ -200,7 +200,7 @@ def test_certs_refuse_to_replace_an_existing_ca_without_force(tmp_path, capsys) 
 
 
 @pytest.mark.parametrize("argv, message", [
-    # `iro fed rounds` waits that long on a threading.Event: an OverflowError traceback after its first look
+    # a wait of a day at most: longer is a typo (a threading.Event raised OverflowError past ~9e9 s)
     (["--poll-s", "1e10"], "--poll-s: must be > 0 and finite, at most 86400, got 1e+10"),
     # waited only once requests come: until then the daemon ran, to fail on the first one
     (["--min-interval-s", "1e10"], "--min-interval-s: must be >= 0 and finite, at most 604800, got 1e+10"),
