@@ -9,11 +9,11 @@ on a loaded machine):
   bytecodes, so a handler run there waits forever for a lock its own thread holds.
 * The kernel may deliver the signal to any thread. Python's handlers run in the main thread
   only, when it next runs bytecode; a main thread blocked in a lock without timeout (or in
-  ``select`` without one) is not woken by a signal another thread took, and never runs it.
+  ``poll`` without one) is not woken by a signal another thread took, and never runs it.
 
 :class:`SignalEvent` takes no lock (``set`` notes the flag and writes one byte to a socket pair)
-and waits in ``select`` on that socket at most :data:`POLL_S` at a time: a handler that runs
-during the wait (PEP 475: the interrupted ``select`` runs it, then goes on) makes the socket
+and waits in ``poll`` on that socket at most :data:`POLL_S` at a time: a handler that runs
+during the wait (PEP 475: the interrupted ``poll`` runs it, then goes on) makes the socket
 readable at once; a signal another thread took runs within :data:`POLL_S`.
 """
 
@@ -35,6 +35,11 @@ class SignalEvent:
         self._flag = False
         self._reader, self._writer = socket.socketpair()
         self._writer.setblocking(False)
+        # poll() where there is one: select() refuses a descriptor past 1023, which a daemon
+        # holding many connections can be given.
+        self._poll = select.poll() if hasattr(select, "poll") else None
+        if self._poll is not None:
+            self._poll.register(self._reader, select.POLLIN)
 
     def set(self) -> None:
         if self._flag:
@@ -56,7 +61,11 @@ class SignalEvent:
             left = POLL_S if end is None else min(POLL_S, end - time.monotonic())
             if left <= 0:
                 break
-            select.select([self._reader], [], [], left)  # back between polls: the handlers run
+            # back between polls: the handlers of signals another thread took run
+            if self._poll is not None:
+                self._poll.poll(left * 1000.0)
+            else:
+                select.select([self._reader], [], [], left)
         return self._flag
 
     def close(self) -> None:

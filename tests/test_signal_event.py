@@ -82,6 +82,30 @@ def test_a_handler_at_every_bytecode_of_a_wait_loop_never_hangs_it():
     assert out.stdout.strip() == "300"
 
 
+def test_a_wait_on_a_descriptor_past_1023_works():
+    # select() refuses descriptors past 1023 (ValueError); a daemon holding many connections gets them.
+    out = _run("""
+        import os, resource, signal, threading
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1200
+        if soft < want:
+            if hard != resource.RLIM_INFINITY and hard < want:
+                print("skip"); raise SystemExit(0)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        held = [os.dup(0) for _ in range(1100)]
+        from iro_fed.signal_event import SignalEvent
+        ev = SignalEvent()
+        assert ev._reader.fileno() > 1023
+        signal.signal(signal.SIGUSR1, lambda *_: ev.set())
+        threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1)).start()
+        print(ev.wait(30), ev.wait(0.01))
+    """)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "skip":
+        pytest.skip("RLIMIT_NOFILE's hard limit is below 1200")
+    assert out.stdout.split() == ["True", "True"]
+
+
 def test_set_wait_close_behave_as_an_event_that_stays_set():
     ev = SignalEvent()
     assert not ev.is_set()
