@@ -20,23 +20,20 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
 
 
-_SIGNAL_TO_ANOTHER_THREAD = """
-    import signal, threading, time
-    from iro_fed.signal_event import SignalEvent
-    ev = {event}
-    signal.signal(signal.SIGUSR1, lambda *_: ev.set())
-    def other():
-        time.sleep(0.2)  # the main thread is in its wait by then
-        # The signal goes to this thread, not the main one: the kernel may pick any thread for
-        # a process's signal (it did: an iro extender stopped by SIGTERM never woke up).
-        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
-    threading.Thread(target=other, daemon=True).start()
-    print(ev.wait())
-"""
-
-
 def test_a_signal_another_thread_takes_ends_the_wait():
-    out = _run(_SIGNAL_TO_ANOTHER_THREAD.format(event="SignalEvent()"))
+    out = _run("""
+        import signal, threading, time
+        from iro_fed.signal_event import SignalEvent
+        ev = SignalEvent()
+        signal.signal(signal.SIGUSR1, lambda *_: ev.set())
+        def other():
+            time.sleep(0.2)  # the main thread is in its wait by then
+            # The signal goes to this thread, not the main one: the kernel may pick any thread for
+            # a process's signal (it did: an iro extender stopped by SIGTERM never woke up).
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+        threading.Thread(target=other, daemon=True).start()
+        print(ev.wait())
+    """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
 
