@@ -300,31 +300,49 @@ class LocalFederation:
 
         Flower detaches some helpers (``flower-superexec`` runs in a new session), so besides each
         process group, every descendant found in /proc before signalling is stopped too.
+
+        A KeyboardInterrupt during the grace period (a second Ctrl-C, or ``iro fed local``'s
+        SIGTERM handler) ends the wait, not the stop: every process is killed, then it is raised
+        again. Every SIGKILL goes out before the first wait for a process to exit, so an
+        interrupt among those waits leaves nothing running (before, one during the grace wait
+        left the SuperLink and SuperNodes running).
         """
         descendants = _descendants([p.pid for _, p in self.procs])
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                signal_process(proc.pid, signal.SIGTERM, group=True)
-        for pid in descendants:
-            signal_process(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(process_alive(pid) for pid in descendants):
-            time.sleep(0.1)
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for _, proc in self.procs:
+        interrupted = False
+        try:
+            for _, proc in reversed(self.procs):
+                if proc.poll() is None:
+                    signal_process(proc.pid, signal.SIGTERM, group=True)
+            for pid in descendants:
+                signal_process(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(process_alive(pid) for pid in descendants):
+                time.sleep(0.1)
+            for _, proc in self.procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:
+            interrupted = True
+        procs, self.procs = self.procs, []
+        for _, proc in procs:
             signal_process(proc.pid, signal.SIGKILL, group=True)  # also children left in the group after the leader exited
+        for pid in descendants:
+            if process_alive(pid):
+                signal_process(pid, signal.SIGKILL)
+        for _, proc in procs:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in descendants:
-            if process_alive(pid):
-                signal_process(pid, signal.SIGKILL)
-        self.procs = []
+        # SIGKILL is delivered asynchronously, and a descendant is not ours to wait for: poll, so
+        # that nothing this object started still runs (or holds a port) when stop returns.
+        until = time.monotonic() + 5.0
+        while any(process_alive(pid) for pid in descendants) and time.monotonic() < until:
+            time.sleep(0.02)
+        if interrupted:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> LocalFederation:
         return self.start()
