@@ -99,8 +99,21 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    plus its best ``max_candidates`` nodes by the objective's marginal gain against the hint's
    final cluster with the pod itself taken out (nodes it still fits there first), so the model
    can move pods to where there is room.
-   The whole-problem model gets half of the budget with one worker, 40 % with several
-   (:data:`FULL_SHARE`, all of it with ``lns=False``); CP-SAT runs
+   With ``deterministic`` (or one core, or no hint) the whole-problem model gets half of the
+   budget with one worker, 40 % with several (:data:`FULL_SHARE`, all of it with
+   ``lns=False``) and the search below the rest, one after the other. Without it, on two cores
+   or more, the search runs **alongside** CP-SAT for the whole budget, from the hint
+   (:meth:`CpSat._solve_alongside`): CP-SAT gets one thread and the cores the search does
+   not take (half of them, at most :data:`LNS_MAX_THREADS` search threads), it stops the search
+   when it proves the model optimal, and the better of the two placements goes on to the polish
+   (``info["lns"]["kept"]``). One after the other, CP-SAT's 40 % gave the bound and never a
+   placement better than its hint at 500 x 100, while the search ran on one core; alongside
+   (2 cores, 10 s, seeds 0-4): R -0.7612 -> -0.7484 on average, bound -0.7063 -> -0.7080
+   (gap over |bound| 7.8 % -> 5.7 %); 100 x 20 -0.6896 -> -0.6877, 1000 x 500 unchanged.
+   Where the search has several threads, each solves its own neighbourhood (disjoint nodes and
+   pods; CP-SAT releases the GIL), and a result is merged only when no node it touches changed
+   since its snapshot (:func:`_lns_merge`; ``info["lns"]["conflicts"]`` counts those set
+   aside). CP-SAT runs
    with every constraint in its LP on models up to :data:`LP2_MAX_VARIABLES` variables and
    without probing (seconds of presolve on large models for nothing here). When it has not
    proved optimality, **large-neighbourhood search** uses the rest: a seeded choice of a few
@@ -203,8 +216,10 @@ reasons of many pods left out. The benchmark's sizes (100 x 20 to 1000 x 5000,
 before 0.35 s.
 
 *Without* ``deterministic`` the phases share the wall clock: the hint's polish ends at
-:data:`HINT_POLISH_SHARE` of the limit, CP-SAT gets :data:`FULL_SHARE` (one worker) or
-:data:`FULL_SHARE_PARALLEL` of what the build left, the search the rest.
+:data:`HINT_POLISH_SHARE` of the limit; CP-SAT and the search then run alongside until the
+limit less the reserve (two cores or more; ``time_s`` then gives each its own span, which
+overlap), or CP-SAT gets :data:`FULL_SHARE` (one worker) or :data:`FULL_SHARE_PARALLEL` of
+what the build left and the search the rest.
 *With* ``deterministic`` nothing is divided by the wall clock, since a share of it would make
 the placement depend on the machine's speed: the hint's polish runs until no move gains (its
 rounds and move counts are bounded), CP-SAT and the search are bounded by the deterministic
@@ -294,6 +309,13 @@ LNS_ITERATION_CHARGE = 0.04
 LNS_MAX_STALL = 50
 #: Nodes outside the neighbourhood where each freed pod may also go (its best by marginal gain).
 LNS_EXTRA_TARGETS = 16
+#: Most neighbourhoods solved at once on the wall clock (one per worker up to this), and the
+#: fewest nodes for more than one (each needs nodes of its own). Measured on 2 cores: see the
+#: benchmarks README (joint solvers, "parallel search").
+LNS_MAX_THREADS = 4
+LNS_PARALLEL_MIN_NODES = 4 * LNS_START_NODES
+#: The search's ``stopped`` when CP-SAT, run alongside it, proved the model optimal.
+PROVED_ALONGSIDE = "model proved optimal"
 #: Most node sets for the aggregate cardinality cuts (the smallest candidate sets first).
 MAX_CARDINALITY_SETS = 256
 #: Largest model (variables) solved with every constraint in CP-SAT's LP (linearization level 2).
@@ -989,6 +1011,7 @@ class PlacementModel:
         self.levels_error = 0.0  # most change of R from the level encoding's rounded amounts
         self.levels_lost_capacity = False  # the level encoding rounded a positive capacity to 0
         self.info: dict[str, Any] = {}
+        self.solver: Any = None  # the CpSolver of the running or last solve
         #: gpu_guard's [W, N] allowed pairs (None: off): the objective is then the guarded score
         self.allowed = allowed
         self._build(cand, hint)
@@ -1453,6 +1476,7 @@ class PlacementModel:
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
+        self.solver = solver  # for stop_search from another thread (the search run alongside)
         prm = solver.parameters
         prm.random_seed = int(seed)
         prm.relative_gap_limit = float(relative_gap)
@@ -1561,7 +1585,9 @@ class CpSat(Solver):
             "info['time_s'] shows where it went.", minimum=0.001,
         ),
         "num_workers": Param(
-            0, int, "CP-SAT search workers when deterministic is false (0 = CP-SAT's default, one per core).", minimum=0
+            0, int, "Cores when deterministic is false (0 = every core this process may use): from two, the "
+            "large-neighbourhood search runs alongside CP-SAT on half of them (at most 4 threads), CP-SAT's workers on "
+            "the rest.", minimum=0
         ),
         "relative_gap": Param(
             0.0, float, "Stop when CP-SAT's gap relative to max(1, |R|) is at most this (0 = prove optimality).",
@@ -1811,12 +1837,18 @@ class CpSat(Solver):
         info["deterministic_budget"] = det_budget
         workers = 1 if self.deterministic else self.num_workers
         parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
-        share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns else 1.0
+        # Without deterministic limits, on two cores or more, the search runs alongside CP-SAT.
+        alongside = self._alongside(p) if self.lns and full is not None and hint_state is not None else None
+        share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns and alongside is None else 1.0
         wall = cap - time.perf_counter()
         if det_budget is None:
             wall *= share
         result = Result("not_run", None, None, None, 0.0, 0.0, False)
-        if full is not None and wall >= MIN_CPSAT_S:
+        searched: tuple[ClusterState, dict[str, Any]] | None = None  # the search run alongside CP-SAT
+        if full is not None and wall >= MIN_CPSAT_S and alongside is not None:
+            assert hint_state is not None
+            result, searched, times["lns"] = self._solve_alongside(p, full, hint_state, wall, cap, alongside, allowed)
+        elif full is not None and wall >= MIN_CPSAT_S:
             det_limit = None if det_budget is None else share * det_budget
             result = full.solve(self.seed, wall, det_limit, workers, self.relative_gap)
             if det_limit is not None and result.status in ("feasible", "unknown") and (
@@ -1849,13 +1881,22 @@ class CpSat(Solver):
             info["start"] = "cpsat"
         else:  # "none": neither a hint nor CP-SAT gave a placement (hint='none', no solution in time)
             info["start"] = "hint" if hint_state is not None else "none"
+        if searched is not None:  # the search ran alongside CP-SAT, from the hint
+            found, info["lns"] = searched
+            info["start"] = "hint"
+            options = {"search": found, "cpsat": result.state, "hint": hint_state}
+            kept = "cpsat" if settled else max(  # max keeps the first of equals: the search's
+                (k for k, v in options.items() if v is not None), key=lambda k: guarded_score(p, options[k], allowed)
+            )
+            state = options[kept]
+            info["lns"]["kept"] = kept
         state = state.copy()
 
         # Large-neighbourhood search and polish with the true objective.
-        if self.lns and not settled and full is not None:
+        if self.lns and not settled and full is not None and searched is None:
             det_left = None if det_budget is None else det_budget - result.deterministic_time
             late = time.perf_counter() >= cap
-            state, info["lns"] = self._lns(p, state, cap, det_left, allowed)
+            state, info["lns"] = self._lns(p, state, cap, det_left, allowed, self._lns_threads(p))
             if late and info["lns"]["iterations"] == 0:
                 skipped.append("lns")
             if info["lns"]["stopped"] == "wall clock":
@@ -1916,23 +1957,96 @@ class CpSat(Solver):
             return None
         return self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
 
+    def _lns_threads(self, p: Problem) -> int:
+        """Neighbourhoods solved at once by a search after CP-SAT (not alongside it): one with
+        ``deterministic`` (reproducible) or one worker; else one per worker (``num_workers``, 0:
+        the cores this process may use), at most :data:`LNS_MAX_THREADS`, and one where the nodes
+        are too few to give each a neighbourhood of its own (fewer than :data:`LNS_PARALLEL_MIN_NODES`)."""
+        if self.deterministic or p.num_nodes < LNS_PARALLEL_MIN_NODES:
+            return 1
+        workers = self.num_workers or _usable_cores()
+        return max(1, min(workers, LNS_MAX_THREADS))
+
+    def _alongside(self, p: Problem) -> tuple[int, int] | None:
+        """(CP-SAT workers, search threads) when the search runs alongside CP-SAT: without
+        ``deterministic``, on two cores or more (``num_workers``, 0: the cores this process may
+        use); the search takes half the cores, at most :data:`LNS_MAX_THREADS` (one where the
+        nodes are fewer than :data:`LNS_PARALLEL_MIN_NODES`), CP-SAT the rest. None: one after
+        the other."""
+        if self.deterministic:
+            return None
+        cores = self.num_workers or _usable_cores()
+        if cores < 2:
+            return None
+        threads = 1 if p.num_nodes < LNS_PARALLEL_MIN_NODES else max(1, min(LNS_MAX_THREADS, cores // 2))
+        return cores - threads, threads
+
+    def _solve_alongside(
+        self, p: Problem, full: PlacementModel, hint: ClusterState, wall: float, cap: float, plan: tuple[int, int],
+        allowed: np.ndarray | None,
+    ) -> tuple[Result, tuple[ClusterState, dict[str, Any]], float]:
+        """CP-SAT on the whole model (``plan[0]`` workers, in a thread of its own: it releases the
+        GIL) while the search improves the hint (``plan[1]`` threads), both until ``cap``. The
+        search stops when CP-SAT proves the model optimal; CP-SAT is stopped when the search ends
+        by the clock. Returns CP-SAT's result, the search's (state, stats) and its wall seconds.
+
+        Why (2 cores, 500 x 100 in 10 s, seeds 0-3): one after the other, CP-SAT's 40 % of the
+        time gives the bound and never a better placement than the hint, while the search runs on
+        one core; alongside, the search has the whole time and CP-SAT one core for the bound."""
+        import threading
+
+        model_workers, threads = plan
+        proved = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run_model() -> None:
+            try:
+                box["result"] = full.solve(self.seed, wall, None, model_workers, self.relative_gap)
+                if box["result"].proved:
+                    proved.set()
+            except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+                box["error"] = exc
+
+        model_thread = threading.Thread(target=run_model, name="cpsat-model", daemon=True)
+        model_thread.start()
+        began = time.perf_counter()
+        searched = None
+        try:
+            searched = self._lns(p, hint.copy(), cap, None, allowed, threads, stop=proved)
+        finally:
+            searched_s = time.perf_counter() - began
+            # CP-SAT's own limit is the same cap; it is stopped here when the search met the cap
+            # (its limit may be read a little late) or failed. After a stall of the search it
+            # goes on to the cap: its bound, and a placement it may still find, are worth the time.
+            if (searched is None or time.perf_counter() >= cap) and full.solver is not None:
+                full.solver.stop_search()
+            model_thread.join()
+        if "error" in box:
+            raise box["error"]
+        searched[1]["alongside_cpsat"] = {"cpsat_workers": model_workers, "threads": threads}
+        return box["result"], searched, searched_s
+
     # --- large-neighbourhood search ----------------------------------------------------------
 
     def _lns(
         self, p: Problem, state: ClusterState, wall_end: float, det_budget: float | None,
-        allowed: np.ndarray | None = None,
+        allowed: np.ndarray | None = None, threads: int = 1, stop: Any = None,
     ) -> tuple[ClusterState, dict[str, Any]]:
         """Improve ``state``: repeatedly take the pods of a few nodes (and unplaced pods
         that fit there) out and place them again with an exact model over those nodes; keep the
         result when R improves (with ``allowed``, the guarded score: :func:`guarded_score`).
         Deterministic: a seeded choice of neighbourhoods and a budget in deterministic time
         (sub-model time plus a fixed charge per iteration). ``stopped`` reads
-        "wall clock" when ``wall_end`` came first with deterministic budget left."""
+        "wall clock" when ``wall_end`` came first with deterministic budget left. On the wall
+        clock alone (no ``det_budget``) with ``threads`` > 1: :meth:`_lns_parallel`. ``stop``
+        (a threading.Event) set ends it ("model proved optimal": CP-SAT, run alongside, did)."""
+        if threads > 1 and det_budget is None:
+            return self._lns_parallel(p, state, wall_end, allowed, threads, stop)
         rng = np.random.default_rng([self.seed, 7])
         current = guarded_score(p, state, allowed)
         k = min(LNS_START_NODES, p.num_nodes)
         used = 0.0
-        stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget"}
+        stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget", "threads": 1}
         stall = 0
         static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
         domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
@@ -1942,35 +2056,20 @@ class CpSat(Solver):
             if time.perf_counter() >= wall_end:
                 stats["stopped"] = wall_stop
                 break
+            if stop is not None and stop.is_set():
+                stats["stopped"] = PROVED_ALONGSIDE
+                break
             stats["iterations"] += 1
             used += LNS_ITERATION_CHARGE
             nodes = _neighbourhood(p, state, static, domains, k, rng)
-            mask = np.zeros(p.num_nodes, dtype=bool)
-            mask[nodes] = True
-            on_nodes = np.flatnonzero(mask[np.maximum(state.assignment, 0)] & (state.assignment >= 0))
-            unplaced = np.flatnonzero((state.assignment < 0) & static[:, mask].any(axis=1))
-            room = max(0, LNS_MAX_PODS - on_nodes.size)
-            if unplaced.size > room:
-                unplaced = np.sort(rng.choice(unplaced, size=room, replace=False))
-            pods = np.concatenate([on_nodes, unplaced]).astype(np.int64)
-            if pods.size == 0:
-                continue
-            base = state.copy()
-            for w in on_nodes:
-                base.remove(int(w))
-            cand = np.stack([_lns_targets(p, base, int(w), mask, LNS_EXTRA_TARGETS, allowed) for w in pods])
-            keep = cand.any(axis=1) | (state.assignment[pods] >= 0)
-            pods, cand = pods[keep], cand[keep]
-            if pods.size == 0:
-                continue
+            on_nodes, unplaced = _lns_pods(p, state, static, nodes, rng)
             try:
-                sub = PlacementModel(
-                    p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts, deadline=wall_end,
-                    allowed=allowed,
-                )
+                sub = self._lns_model(p, state, nodes, on_nodes, unplaced, wall_end, allowed)
             except OutOfTime:
                 stats["stopped"] = wall_stop
                 break
+            if sub is None:
+                continue
             wall_left = wall_end - time.perf_counter()
             det = LNS_SUB_DETERMINISTIC_S if det_budget is None else min(LNS_SUB_DETERMINISTIC_S, det_budget - used)
             if wall_left <= 0:
@@ -1999,6 +2098,183 @@ class CpSat(Solver):
             k = min(p.num_nodes, k + 1) if res.status == "optimal" else max(2, k - 1)
         stats.update(deterministic_time=used, end_score=current, last_nodes=k)
         return state, stats
+
+    def _lns_model(
+        self, p: Problem, state: ClusterState, nodes: np.ndarray, on_nodes: np.ndarray, unplaced: np.ndarray,
+        wall_end: float, allowed: np.ndarray | None,
+    ) -> PlacementModel | None:
+        """The exact model of one neighbourhood: the pods on ``nodes`` and ``unplaced``, placed
+        again on top of the rest of ``state`` (each on the neighbourhood's nodes or its
+        :data:`LNS_EXTRA_TARGETS` best others); None when no pod is left to place. Raises
+        :class:`OutOfTime` past ``wall_end``."""
+        pods = np.concatenate([on_nodes, unplaced]).astype(np.int64)
+        if pods.size == 0:
+            return None
+        mask = np.zeros(p.num_nodes, dtype=bool)
+        mask[nodes] = True
+        base = state.copy()
+        for w in on_nodes:
+            base.remove(int(w))
+        cand = np.stack([_lns_targets(p, base, int(w), mask, LNS_EXTRA_TARGETS, allowed) for w in pods])
+        keep = cand.any(axis=1) | (state.assignment[pods] >= 0)
+        pods, cand = pods[keep], cand[keep]
+        if pods.size == 0:
+            return None
+        return PlacementModel(
+            p, base, pods, cand, self.exact_levels, state, self.cardinality_cuts, deadline=wall_end, allowed=allowed,
+        )
+
+    def _lns_parallel(
+        self, p: Problem, state: ClusterState, wall_end: float, allowed: np.ndarray | None, threads: int,
+        stop: Any = None,
+    ) -> tuple[ClusterState, dict[str, Any]]:
+        """:meth:`_lns` on the wall clock with ``threads`` neighbourhoods solved at once (CP-SAT
+        releases the GIL while it solves; the sequential search left every core but one idle
+        after the whole-problem model). Neighbourhoods in flight have disjoint nodes and pods.
+        A result is merged into the current placement only when no node it touches (its
+        neighbourhood's, and those its pods go to) was changed by a result accepted since it
+        was taken (a per-node version), so it is feasible there as it was in its own model; it is
+        kept when the true R improves (``conflicts`` counts the results set aside). Not
+        reproducible: which result lands first depends on the machine."""
+        import threading
+
+        rng = np.random.default_rng([self.seed, 7])
+        lock = threading.Lock()
+        current = guarded_score(p, state, allowed)
+        stats: dict[str, Any] = {
+            "iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget", "threads": threads,
+            "conflicts": 0,
+        }
+        static = np.stack([_static_mask(p, w) for w in range(p.num_workloads)])
+        domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
+        version = np.zeros(p.num_nodes, dtype=np.int64)  # accepted results that touched each node
+        busy_nodes = np.zeros(p.num_nodes, dtype=bool)
+        busy_pods = np.zeros(p.num_workloads, dtype=bool)
+        most_nodes = max(2, p.num_nodes // threads)  # so that every thread finds free nodes
+        shared: dict[str, Any] = {"state": state, "current": current, "k": min(LNS_START_NODES, most_nodes),
+                                  "stall": 0, "stop": None, "deterministic_time": 0.0}
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                while True:
+                    with lock:
+                        if shared["stop"] is not None:
+                            return
+                        if time.perf_counter() >= wall_end:
+                            shared["stop"] = "budget"
+                            return
+                        if stop is not None and stop.is_set():
+                            shared["stop"] = PROVED_ALONGSIDE
+                            return
+                        nodes = _neighbourhood(p, shared["state"], static, domains, shared["k"], rng, ~busy_nodes)
+                        if nodes.size:
+                            stats["iterations"] += 1
+                            snapshot = shared["state"]
+                            on_nodes, unplaced = _lns_pods(p, snapshot, static, nodes, rng, busy_pods)
+                            snapshot = snapshot.copy()  # the state object is replaced, never changed, on acceptance
+                            seen = version.copy()
+                            busy_nodes[nodes] = True
+                            busy_pods[on_nodes] = True
+                            busy_pods[unplaced] = True
+                            seed = int(rng.integers(2**31))
+                    if not nodes.size:  # every node is in another neighbourhood (a moment only)
+                        time.sleep(0.001)
+                        continue
+                    res = None
+                    try:
+                        sub = self._lns_model(p, snapshot, nodes, on_nodes, unplaced, wall_end, allowed)
+                        wall_left = wall_end - time.perf_counter()
+                        if sub is not None and wall_left > 0:
+                            res = sub.solve(seed, wall_left, LNS_SUB_DETERMINISTIC_S)
+                    except OutOfTime:
+                        pass
+                    with lock:
+                        busy_nodes[nodes] = False
+                        busy_pods[on_nodes] = False
+                        busy_pods[unplaced] = False
+                        if res is None:
+                            continue
+                        shared["deterministic_time"] += res.deterministic_time
+                        shared["stall"] += 1
+                        if res.state is not None:
+                            _lns_merge(p, shared, res.state, sub.pods, nodes, version, seen, allowed, stats)
+                        if shared["stall"] >= LNS_MAX_STALL and shared["stop"] is None:
+                            shared["stop"] = f"{LNS_MAX_STALL} iterations without improvement"
+                        k = shared["k"]
+                        shared["k"] = min(most_nodes, k + 1) if res.status == "optimal" else max(2, k - 1)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+                with lock:
+                    errors.append(exc)
+                    shared["stop"] = "error"
+
+        pool = [threading.Thread(target=work, name=f"cpsat-lns-{i}", daemon=True) for i in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        if errors:
+            raise errors[0]
+        stats.update(stopped=shared["stop"] or "budget", deterministic_time=shared["deterministic_time"], end_score=shared["current"],
+                     last_nodes=shared["k"])
+        return shared["state"], stats
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
+
+
+def _lns_pods(
+    p: Problem, state: ClusterState, static: np.ndarray, nodes: np.ndarray, rng: np.random.Generator,
+    busy: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A neighbourhood's pods: those on ``nodes``, and the unplaced ones that may run there (not
+    ``busy``: in another neighbourhood), a seeded sample of them where all would pass
+    :data:`LNS_MAX_PODS`."""
+    mask = np.zeros(p.num_nodes, dtype=bool)
+    mask[nodes] = True
+    on_nodes = np.flatnonzero(mask[np.maximum(state.assignment, 0)] & (state.assignment >= 0))
+    unplaced = np.flatnonzero((state.assignment < 0) & static[:, mask].any(axis=1))
+    if busy is not None:
+        unplaced = unplaced[~busy[unplaced]]
+    room = max(0, LNS_MAX_PODS - on_nodes.size)
+    if unplaced.size > room:
+        unplaced = np.sort(rng.choice(unplaced, size=room, replace=False))
+    return on_nodes, unplaced
+
+
+def _lns_merge(
+    p: Problem, shared: dict[str, Any], found: ClusterState, pods: np.ndarray, nodes: np.ndarray,
+    version: np.ndarray, seen: np.ndarray, allowed: np.ndarray | None, stats: dict[str, Any],
+) -> None:
+    """Merge a neighbourhood's result ``found`` (its ``pods``, taken from ``nodes``) into
+    ``shared["state"]`` when no node it touches changed since its snapshot (``seen``) and the
+    true R (guarded score) improves; the caller holds the lock."""
+    state = shared["state"]
+    to = found.assignment[pods]
+    touched = np.union1d(nodes, to[to >= 0])
+    if (version[touched] != seen[touched]).any():
+        stats["conflicts"] += 1
+        return
+    if np.array_equal(to, state.assignment[pods]):
+        return  # the same placement (cards aside): nothing to gain
+    merged = state.copy()
+    for w in pods:
+        if merged.assignment[w] >= 0:
+            merged.remove(int(w))
+    for w, n in zip(pods, to, strict=True):
+        if n >= 0:
+            merged.place(int(w), int(n), found.gpu_cards.get(int(w)))
+    score = guarded_score(p, merged, allowed)
+    if score > shared["current"] + POLISH_TOL:
+        shared["state"], shared["current"] = merged, score
+        version[touched] += 1
+        stats["improvements"] += 1
+        shared["stall"] = 0
 
 
 def _static_mask(p: Problem, w: int, allowed: np.ndarray | None = None) -> np.ndarray:
@@ -2034,9 +2310,11 @@ def _lns_targets(
 
 def _neighbourhood(
     p: Problem, state: ClusterState, static: np.ndarray, domains: list[np.ndarray], k: int, rng: np.random.Generator,
+    available: np.ndarray | None = None,
 ) -> np.ndarray:
     """``k`` nodes to re-optimize: around an unplaced pod (nodes it may run on), within one
-    domain, or anywhere, chosen in turn by the seeded generator."""
+    domain, or anywhere, chosen in turn by the seeded generator; only ``available`` nodes when
+    given (those in no other neighbourhood; fewer than ``k`` where fewer are left)."""
     unplaced = np.flatnonzero((state.assignment < 0) & static.any(axis=1))
     kind = int(rng.integers(3))
     if kind == 0 and unplaced.size:
@@ -2048,6 +2326,10 @@ def _neighbourhood(
             pool = np.arange(p.num_nodes)
     else:
         pool = np.arange(p.num_nodes)
+    if available is not None:
+        pool = pool[available[pool]]
+        if pool.size == 0:
+            pool = np.flatnonzero(available)
     return np.sort(rng.choice(pool, size=min(k, pool.size), replace=False))
 
 
