@@ -134,3 +134,16 @@ def test_how_the_cores_are_shared(params: dict, nodes: int, plan: tuple | None) 
     p = random_problem(0, nodes=nodes, pods=8)
     solver = solvers.make("cpsat", **{"deterministic": False, **params})
     assert solver._alongside(p) == plan
+
+
+def test_a_pruned_model_proved_optimal_does_not_stop_the_search() -> None:
+    # The pruned model's optimum is not R's (the search places pods on any feasible node): the
+    # search goes on to its own end, and the answer is the better of the two.
+    p = random_problem(6, nodes=40, pods=60)
+    placement = solvers.make("cpsat", seed=0, deterministic=False, num_workers=2, max_candidates=2,
+                             time_limit_s=20).solve(p)
+    info = placement.info
+    assert info["pruned"] and info["status"] == "optimal" and not info["exact_model"]
+    assert placement.status == "feasible"
+    assert info["lns"]["stopped"] != PROVED_ALONGSIDE and info["lns"]["iterations"] >= 1
+    assert placement.objective.score >= max(info["objective"], info["hint"]["polished_score"]) - 1e-9
