@@ -17,7 +17,7 @@ from iro_fed.feasibility import check_placement
 from iro_fed.model import ClusterState
 from iro_fed.objective import evaluate
 from iro_fed.testing import brute_force, random_problem
-from solvers.cpsat import PROVED_ALONGSIDE, _lns_merge
+from solvers.cpsat import PROVED_ALONGSIDE, _lns_merge, _Offer
 
 
 def _same_usage(a: ClusterState, b: ClusterState) -> bool:
@@ -147,3 +147,33 @@ def test_a_pruned_model_proved_optimal_does_not_stop_the_search() -> None:
     assert placement.status == "feasible"
     assert info["lns"]["stopped"] != PROVED_ALONGSIDE and info["lns"]["iterations"] >= 1
     assert placement.objective.score >= max(info["objective"], info["hint"]["polished_score"]) - 1e-9
+
+
+def test_offer_gives_a_better_placement_once() -> None:
+    p = random_problem(1, nodes=4, pods=6)
+    good, _, _ = solvers.make("best-fit").run(p)
+    offer = _Offer()
+    assert offer.take(-1e9) is None  # nothing offered yet
+    offer.put(good, 0.5)
+    offer.put(ClusterState(p), 0.1)  # a worse one does not replace it
+    assert offer.take(0.6) is None  # not better than the taker's own
+    state, score = offer.take(0.4)
+    assert state is good and score == 0.5
+    assert offer.take(0.4) is None  # taken once
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_search_adopts_a_better_placement_cpsat_offers(threads: int) -> None:
+    p = random_problem(5, nodes=40, pods=160)
+    offered, _, _ = solvers.make("best-fit").run(p)
+    offered_score = evaluate(p, offered.assignment).score
+    empty = ClusterState(p)
+    assert offered_score > evaluate(p, empty.assignment).score
+    offer = _Offer()
+    offer.put(offered, offered_score)
+    solver = solvers.make("cpsat", seed=0, deterministic=False)
+    state, stats = solver._lns(p, empty, time.perf_counter() + 1.0, None, None, threads, offer=offer)
+    assert stats["adopted"] == 1
+    assert stats["end_score"] >= offered_score
+    assert check_placement(p, state.assignment, state.gpu_cards) == []
+    assert _same_usage(state, ClusterState.with_assignment(p, state.assignment, state.gpu_cards))
