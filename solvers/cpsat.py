@@ -310,8 +310,8 @@ LNS_MAX_STALL = 50
 #: Nodes outside the neighbourhood where each freed pod may also go (its best by marginal gain).
 LNS_EXTRA_TARGETS = 16
 #: Most neighbourhoods solved at once on the wall clock (one per worker up to this), and the
-#: fewest nodes for more than one (each needs nodes of its own). Measured on 2 cores: see the
-#: benchmarks README (joint solvers, "parallel search").
+#: fewest nodes for more than one (each needs nodes of its own). Measured on 2 cores only: see
+#: the benchmarks README (joint solvers, "The search alongside CP-SAT").
 LNS_MAX_THREADS = 4
 LNS_PARALLEL_MIN_NODES = 4 * LNS_START_NODES
 #: The search's ``stopped`` when CP-SAT, run alongside it, proved the model optimal.
@@ -1975,10 +1975,7 @@ class CpSat(Solver):
         ``deterministic`` (reproducible) or one worker; else one per worker (``num_workers``, 0:
         the cores this process may use), at most :data:`LNS_MAX_THREADS`, and one where the nodes
         are too few to give each a neighbourhood of its own (fewer than :data:`LNS_PARALLEL_MIN_NODES`)."""
-        if self.deterministic or p.num_nodes < LNS_PARALLEL_MIN_NODES:
-            return 1
-        workers = self.num_workers or _usable_cores()
-        return max(1, min(workers, LNS_MAX_THREADS))
+        return 1 if self.deterministic else _search_threads(p, self.num_workers or _usable_cores())
 
     def _alongside(self, p: Problem) -> tuple[int, int] | None:
         """(CP-SAT workers, search threads) when the search runs alongside CP-SAT: without
@@ -1991,7 +1988,7 @@ class CpSat(Solver):
         cores = self.num_workers or _usable_cores()
         if cores < 2:
             return None
-        threads = 1 if p.num_nodes < LNS_PARALLEL_MIN_NODES else max(1, min(LNS_MAX_THREADS, cores // 2))
+        threads = _search_threads(p, cores // 2)
         return cores - threads, threads
 
     def _solve_alongside(
@@ -2001,13 +1998,14 @@ class CpSat(Solver):
         """CP-SAT on the whole model (``plan[0]`` workers, in a thread of its own: it releases the
         GIL) while the search improves the hint (``plan[1]`` threads), both until ``cap``; each
         placement CP-SAT finds is offered to the search, which takes it where it is better than
-        its own (``info["lns"]["adopted"]``: at 100 x 20 the whole model finds better placements
-        than the search in the first second). The
-        search stops when CP-SAT proves the model optimal and the model ``settles`` the answer
-        (exact and not pruned: a pruned model's optimum the search, over every feasible node, may
-        still beat); CP-SAT is stopped when the search ends by the clock. Returns CP-SAT's result, the search's (state, stats) and its wall seconds.
+        its own (``info["lns"]["adopted"]``; with one CP-SAT worker, at 100 x 20 and 500 x 100,
+        never: it is for machines where CP-SAT has several). The search stops when CP-SAT proves
+        the model optimal and the model ``settles`` the answer (exact and not pruned: a pruned
+        model's optimum the search, over every feasible node, may still beat); CP-SAT is stopped
+        when the search ends by the clock. Returns CP-SAT's result, the search's (state, stats)
+        and its wall seconds.
 
-        Why (2 cores, 500 x 100 in 10 s, seeds 0-3): one after the other, CP-SAT's 40 % of the
+        Why (2 cores, 500 x 100 in 10 s, seeds 0-4): one after the other, CP-SAT's 40 % of the
         time gives the bound and never a better placement than the hint, while the search runs on
         one core; alongside, the search has the whole time and CP-SAT one core for the bound."""
         import threading
@@ -2277,6 +2275,12 @@ class _Offer:
                 return None
             state, self._state = self._state, None
             return state, self._score
+
+
+def _search_threads(p: Problem, cores: int) -> int:
+    """Neighbourhoods the search solves at once on ``cores``: at most :data:`LNS_MAX_THREADS`, and
+    one where the nodes are too few to give each its own (fewer than :data:`LNS_PARALLEL_MIN_NODES`)."""
+    return 1 if p.num_nodes < LNS_PARALLEL_MIN_NODES else max(1, min(LNS_MAX_THREADS, cores))
 
 
 def _usable_cores() -> int:
