@@ -85,14 +85,22 @@ The model (:class:`PlacementModel`, whose ``_build`` follows the numbered steps)
    the value of any placement by at most ``scale_error_bound = 0.5 * sum(upper bounds) / S``
    (about 1e-10 to 1e-9), reported in ``info``.
 
-5. **Hint, pruning, search.** The ``hint`` solver's placement (best-fit by default; of several,
-   comma-separated, the one with the best R, or with ``gpu_guard`` the best guarded score;
+5. **Hint, pruning, search.** The ``hint`` solver's placement (of several, comma-separated, the
+   one with the best R, or with ``gpu_guard`` the best guarded score; by default best-fit and
+   iro-frag, whose placement packs GPU shares so that whole cards stay free: placing a pod that
+   needs those cards takes a re-pack of shares over many nodes that no step of R's local search
+   makes, so from best-fit's start the benchmark's 500 x 100 problems kept out 4 pods where
+   iro-frag's keeps 1 (problem seed 1, R -0.695 -> -0.637; seed 0 5 -> 4 out, -0.755 -> -0.733,
+   seed 2 -0.699 -> -0.698; 100 x 20 and 1000 x 500 within +-0.004; 10 s, 2 cores). The first
+   online solver runs whole, later ones get :data:`HINT_EXTRA_SHARE` of the budget each and are
+   dropped (``info["hint"]["dropped"]``) when they do not finish: iro-frag takes 0.5 s at
+   500 x 100 and 1.8 s at 1000 x 5000, best-fit 0.01-0.05 s;
    polished by single-pod moves and drains; a batch solver such as ``qubo`` may be one, with
    :data:`HINT_BATCH_SHARE` of the budget: on 200 pods packed at 98 % CPU onto 20 nodes,
    ``hint=best-fit,qubo`` reaches R -0.1679 where best-fit's start stays at -0.1724 and the
    QUBO alone gives -0.1707, since emptying a node there takes a re-pack of every node that
    neither CP-SAT's search nor LNS finds in 10 s; on the benchmark's
-   openb problems the QUBO's 3 s are too few and best-fit stays the better default) is given to CP-SAT
+   openb problems the QUBO's 3 s are too few and the online starts are the better default) is given to CP-SAT
    as a complete solution hint (every variable: counts, cards, power-on, utilization levels;
    the proto's ``solution_hint``, what ``add_hint`` writes). With ``max_candidates`` (or
    automatically above :data:`AUTO_PRUNE_PAIRS` feasible pairs) each pod keeps the hint's node
@@ -182,10 +190,12 @@ run, ``pruning`` when no pruning was needed, ``hint`` with ``hint='none'``).
 
 **Time.** ``time_limit_s`` (or the caller's deadline, if sooner) bounds the whole solve. A
 reserve (:data:`RESERVE_SHARE` of it, at least :data:`MIN_RESERVE_S`) is kept for the final
-polish and decoding; everything after the online hint ends by the limit less the reserve. The
-online hint always runs whole, since it is the floor of the answer (a hint stopped at the limit
+polish and decoding; everything after the first online hint ends by the limit less the reserve.
+That hint always runs whole, since it is the floor of the answer (a hint stopped at the limit
 left every pod it had not reached unplaced): on a budget it does not fit, the solve ends late
-with the hint's placement rather than in time with fewer pods. Then its polish, the candidate
+with the hint's placement rather than in time with fewer pods; a later online hint is dropped
+when it does not finish in its share (with ``deterministic``, ``info["wall_clock_cut"]`` then
+names ``hint``: a faster machine may have started elsewhere). Then its polish, the candidate
 pruning and the model build (checked as variables and constraints are added; when the model cannot be
 finished, CP-SAT and the search are skipped, ``info["status"]`` reads ``not_run``, and the
 polished hint is the answer; pods the hint had not reached and no polish weighed, listed in
@@ -226,7 +236,8 @@ rounds and move counts are bounded), CP-SAT and the search are bounded by the de
 budget (``max_deterministic_time``, by default :data:`DETERMINISTIC_SHARE` of
 ``time_limit_s``), the final polish again until no move gains. The limit stays a hard cap over
 these: a phase it stops before its own bound is named in ``info["wall_clock_cut"]``
-(``hint_polish``, ``build``, ``cpsat``, ``lns``, ``polish``). An empty list means the placement
+(``hint``: a later online hint dropped, ``hint_polish``, ``build``, ``cpsat``, ``lns``,
+``polish``). An empty list means the placement
 is the seed's, the same on any machine; otherwise the budget was too small for the problem on
 this machine (1000 x 5000 at 1 s: the build alone takes 0.6 s here) and a faster or slower
 machine may return another placement. Without ``deterministic`` the list names only the phases
@@ -251,7 +262,7 @@ from iro_fed.fragmentation import TypicalTasks
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
-from solvers.base import SEED, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
+from solvers.base import SEED, DeadlineExceeded, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
 
 #: Prune candidates automatically (``max_candidates=None``) above this many feasible pairs.
 AUTO_PRUNE_PAIRS = 200_000
@@ -286,6 +297,8 @@ HINT_POLISH_SHARE = 0.2
 #: Share of the wall-clock limit for batch solvers named in ``hint`` (qubo), all together. They
 #: run on the wall clock, so with one the same seed may give another placement on a busy machine.
 HINT_BATCH_SHARE = 0.3
+#: Share of ``time_limit_s`` each online hint after the first may take (else it is dropped).
+HINT_EXTRA_SHARE = 0.3
 #: Wall-clock time kept for decoding and the final polish: a share of the limit, at least MIN_RESERVE_S.
 RESERVE_SHARE = 0.05
 MIN_RESERVE_S = 0.05
@@ -1605,10 +1618,11 @@ class CpSat(Solver):
             minimum=0.0, maximum=1.0,
         ),
         "hint": Param(
-            "best-fit", str,
+            "best-fit,iro-frag", str,
             "Solver whose placement is CP-SAT's starting hint, several comma-separated, each once (the one with the "
-            "best R is used, or with gpu_guard the best guarded score), or 'none'. A batch solver (qubo) gets 30 % of "
-            "time_limit_s (shared by such hints).",
+            "best R is used, or with gpu_guard the best guarded score), or 'none'. The first online solver runs "
+            "whole (the floor of the answer); each later one gets 30 % of time_limit_s and is dropped when it does "
+            "not finish; a batch solver (qubo) gets 30 % of time_limit_s (shared by such hints).",
         ),
         "max_candidates": Param(
             None, int,
@@ -1754,16 +1768,33 @@ class CpSat(Solver):
             tried: dict[str, float] = {}  # R, reported
             ranked: dict[str, float] = {}  # what picks the hint: guarded_score (R without the guard)
             batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
+            dropped: list[str] = []  # online hints after the first that did not finish in their share
+            extra_s = 0.0  # seconds those took (the hint's polish gets them back)
             for name in self.hint_solvers:
                 hint_solver = solvers.make(name, seed=self.seed)
                 if self.given_tasks is not None:  # every solver takes them (a no-op where unused)
                     hint_solver.use_typical_tasks(self.given_tasks)
-                if isinstance(hint_solver, OnlineSolver):
-                    # Run whole, whatever the limit: the hint is the floor of the answer, and one
-                    # stopped at the cap left the pods it had not reached unplaced (a replay with
-                    # --batch-window 1000 and 2 s per batch failed 2,825 pods: 26 % unallocated GPU
-                    # where the whole hint gives 4 %). Past the limit the answer is late, not empty.
+                online = isinstance(hint_solver, OnlineSolver)
+                if online and not any(n not in batch for n in starts):
+                    # The first online hint runs whole, whatever the limit: it is the floor of the
+                    # answer, and one stopped at the cap left the pods it had not reached unplaced (a
+                    # replay with --batch-window 1000 and 2 s per batch failed 2,825 pods: 26 %
+                    # unallocated GPU where the whole hint gives 4 %). Past the limit the answer is
+                    # late, not empty.
                     starts[name], _, _ = hint_solver.run(p)
+                elif online:
+                    # Later ones are further starting points, not the floor: each gets
+                    # HINT_EXTRA_SHARE of the budget and is dropped when it does not finish in it
+                    # (iro-frag takes 0.5 s at 500 x 100 and 1.8 s at 1000 x 5000, best-fit 0.01-0.05 s),
+                    # so a short time_limit_s is kept.
+                    t_extra = time.perf_counter()
+                    try:
+                        starts[name], _, _ = hint_solver.run(p, deadline=min(cap, t_extra + HINT_EXTRA_SHARE * (end - start)))
+                    except DeadlineExceeded:
+                        dropped.append(name)
+                        continue
+                    finally:
+                        extra_s += time.perf_counter() - t_extra
                 else:  # a batch solver (qubo): its share of the budget, split between such hints
                     share = HINT_BATCH_SHARE * (end - start) / len(batch)
                     found = hint_solver.solve_until(p, min(cap, time.perf_counter() + share))
@@ -1781,6 +1812,10 @@ class CpSat(Solver):
                 info["hint"]["tried"] = tried
                 if allowed is not None:
                     info["hint"]["tried_guarded"] = ranked
+            if dropped:
+                info["hint"]["dropped"] = dropped
+                if self.deterministic:  # a faster machine may have finished it: another start
+                    cut.append("hint")
             phase("hint")
             if self.polish:
                 # No swaps here: a hint polished by swaps sent CP-SAT's search elsewhere, better or
@@ -1789,7 +1824,8 @@ class CpSat(Solver):
                 # and all that follows, depend on the machine's speed), within the cap.
                 polish_end = cap
                 if not self.deterministic:
-                    polish_end = min(cap, start + (HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)) * (end - start))
+                    polish_share = HINT_POLISH_SHARE + (HINT_BATCH_SHARE if batch else 0.0)
+                    polish_end = min(cap, start + polish_share * (end - start) + extra_s)
                 moves = 0
                 if time.perf_counter() > polish_end:
                     skipped.append("hint_polish")  # it would stop before its first move

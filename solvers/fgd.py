@@ -23,6 +23,8 @@ from solvers.base import SEED, OnlineSolver, Param, SolverProperties
 MAX_CPU = 128_000.0
 MAX_GPU = 8_000.0
 MAX_SCORE = 100
+#: |x| beyond which sigmoid's exp would under- or overflow for nothing.
+SIGMOID_CLIP = 700.0
 
 
 def _truncate(x: np.ndarray) -> np.ndarray:
@@ -30,7 +32,9 @@ def _truncate(x: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    # Clipped: past +-700 the value is 1.0 or below 1e-304 either way, and exp(768) overflowed
+    # (a FloatingPointError under np.errstate(all="raise"): a node of 1e15 cores, cpsat's iro-frag hint).
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -SIGMOID_CLIP, SIGMOID_CLIP)))
 
 
 class PaperPolicy(OnlineSolver):

@@ -646,7 +646,8 @@ def test_numbers_at_the_bounds_are_accepted_and_solve_to_finite_objectives() -> 
         "latency_ref_ms": big,
     }
     problem = problem_from_dict(doc)
-    names = ["best-fit", "greedy-objective", "kube-default"] + (["cpsat"] if "cpsat" in solvers.available() else [])
+    names = ["best-fit", "greedy-objective", "kube-default", "fgd", "iro-frag"]
+    names += ["cpsat"] if "cpsat" in solvers.available() else []
     with np.errstate(all="raise"):  # an overflow or NaN anywhere fails the test
         for name in names:
             placement = solvers.make(name, **({"time_limit_s": 5} if name == "cpsat" else {})).solve(problem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +213,28 @@ def test_info_reports_the_search():
                 "scale", "scale_error_bound", "hint"):
         assert key in info, key
     assert info["status"] == "optimal" and info["gap"] == pytest.approx(0.0, abs=1e-9)
-    assert info["hint"]["solver"] == "best-fit"
+    # The default tries best-fit and iro-frag and starts from the one with the better R.
+    tried = info["hint"]["tried"]
+    assert set(tried) == {"best-fit", "iro-frag"}
+    for name, make in (("best-fit", "best-fit"), ("iro-frag", "iro-frag")):
+        assert tried[name] == pytest.approx(solvers.make(make).solve(problem).objective.score, abs=1e-12)
+    assert info["hint"]["solver"] == max(tried, key=tried.__getitem__)
+    assert "dropped" not in info["hint"]
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_an_online_hint_after_the_first_is_dropped_when_it_cannot_finish(deterministic: bool):
+    # The first online hint is the floor and runs whole; a later one has a share of the budget and
+    # is dropped when it cannot finish (here the deadline has passed before the solve: no timing).
+    problem = random_problem(12, nodes=8, pods=30)
+    for hint, first in (("best-fit,iro-frag", "best-fit"), ("iro-frag,best-fit", "iro-frag")):
+        solver = solvers.make("cpsat", hint=hint, deterministic=deterministic)
+        placement = solver.solve_until(problem, time.perf_counter() - 1.0)
+        info = placement.info
+        assert info["hint"]["solver"] == first and info["hint"]["dropped"] == [hint.split(",")[1]]
+        assert "tried" not in info["hint"]  # only one start was tried
+        assert ("hint" in info["wall_clock_cut"]) is deterministic  # machine-dependent only with deterministic
+        assert placement.assignment.tolist() == solvers.make(first).solve(problem).assignment.tolist()
 
 
 def test_pruned_candidates_stay_valid_and_never_below_the_hint():
