@@ -1882,8 +1882,10 @@ class CpSat(Solver):
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
         det_budget = self._deterministic_budget()
         info["deterministic_budget"] = det_budget
-        workers = 1 if self.deterministic else self.num_workers
-        parallel = workers > 1 or (workers == 0 and (os.cpu_count() or 1) > 1)
+        # num_workers 0: the cores this process may use (CP-SAT's own 0 counts the machine's,
+        # past a CPU affinity or a container's cpuset).
+        workers = 1 if self.deterministic else self.num_workers or _usable_cores()
+        parallel = workers > 1
         # Without deterministic limits, on two cores or more, the search runs alongside CP-SAT.
         alongside = self._alongside(p) if self.lns and full is not None and hint_state is not None else None
         share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns and alongside is None else 1.0

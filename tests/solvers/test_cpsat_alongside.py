@@ -177,3 +177,24 @@ def test_the_search_adopts_a_better_placement_cpsat_offers(threads: int) -> None
     assert stats["end_score"] >= offered_score
     assert check_placement(p, state.assignment, state.gpu_cards) == []
     assert _same_usage(state, ClusterState.with_assignment(p, state.assignment, state.gpu_cards))
+
+
+@pytest.mark.parametrize("usable", [1, 3])
+def test_num_workers_zero_gives_cpsat_the_cores_this_process_may_use(monkeypatch, usable: int) -> None:
+    # One after the other (lns off, so no search alongside): CP-SAT was given num_workers 0, which it
+    # reads as every core of the machine, past the process's CPU affinity or a container's cpuset.
+    import solvers.cpsat as cpsat
+
+    monkeypatch.setattr(cpsat, "_usable_cores", lambda: usable)
+    given: list[int] = []
+    solve = cpsat.PlacementModel.solve
+
+    def spy(self, seed, wall_limit, deterministic_limit, workers=1, *args, **kwargs):
+        given.append(workers)
+        return solve(self, seed, wall_limit, deterministic_limit, workers, *args, **kwargs)
+
+    monkeypatch.setattr(cpsat.PlacementModel, "solve", spy)
+    p = random_problem(4, nodes=4, pods=8)
+    placement = solvers.make("cpsat", deterministic=False, num_workers=0, lns=False, time_limit_s=20).solve(p)
+    assert given == [usable]
+    assert placement.objective.score == pytest.approx(brute_force(p).objective.score, abs=1e-9)
