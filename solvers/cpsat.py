@@ -165,7 +165,8 @@ answer by it. Stranding nodes are thus ranked last, not forbidden: a pod goes th
 node takes it, and the answer's guarded score is never below the hint's. The drains, swaps and
 insertions (R-scored) keep to the other pairs; a pod a phase cut by the clock left out is placed
 last (:func:`place_guarded_out`, until the limit less half the reserve, as the polish). Same
-runs: 2.50 % pending, R -0.1316 (greedy-objective 3.87 %, -0.1680). The status is then
+runs: 3.09 % pending, R -0.1486 (with ``hint=best-fit`` 2.50 %, -0.1316: every batch is proved
+optimal, seed 103 parts where one has several optima; greedy-objective 3.87 %, -0.1680). The status is then
 ``feasible`` (not R's optimum); CP-SAT's ``objective``, ``best_bound``, ``final_gap`` and the
 search's scores are of the guarded score;
 ``info["gpu_guard"]`` counts the guarded pairs, the hint's and the answer's pods on them
@@ -642,7 +643,7 @@ def guard_mask(problem: Problem, state: ClusterState, deadline: float | None = N
     feed: the fed-resource rule of greedy-objective's guard, :mod:`solvers.gpu_guard`), when it
     fits a node where it does not. What a GPU milli needs is the guard's: the requests per milli
     of the batch's GPU pods that could run on the node (the best sample of the GPU pods of later
-    batches; promo-surge 24 h, seeds 101-103: 2.50 % pending, against 3.87 % with each card's
+    batches; promo-surge 24 h, seeds 101-103, ``hint=best-fit``: 2.50 % pending, against 3.87 % with each card's
     provisioned share), or the provisioned share when the batch has none (the guard's online
     rule). The guard's whole-card rule is left out: it protects the batch's own multi-card
     pods, which CP-SAT's model places itself, cards included (with it, a batch of 48 multi-card
