@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -223,18 +224,63 @@ def test_info_reports_the_search():
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_an_online_hint_after_the_first_is_dropped_when_it_cannot_finish(deterministic: bool):
-    # The first online hint is the floor and runs whole; a later one has a share of the budget and
-    # is dropped when it cannot finish (here the deadline has passed before the solve: no timing).
+def test_an_online_hint_after_the_first_is_completed_by_the_first_when_cut(deterministic: bool):
+    # The first online hint is the floor and runs whole; a later one has a share of the budget, and
+    # the pods it has not reached by then are placed by the first one's rule (here the deadline has
+    # passed before the solve, so the later one reaches none: no timing).
     problem = random_problem(12, nodes=8, pods=30)
-    for hint, first in (("best-fit,iro-frag", "best-fit"), ("iro-frag,best-fit", "iro-frag")):
+    for hint in ("best-fit,iro-frag", "iro-frag,best-fit"):
+        first, later = hint.split(",")
         solver = solvers.make("cpsat", hint=hint, deterministic=deterministic)
         placement = solver.solve_until(problem, time.perf_counter() - 1.0)
         info = placement.info
-        assert info["hint"]["solver"] == first and info["hint"]["dropped"] == [hint.split(",")[1]]
-        assert "tried" not in info["hint"]  # only one start was tried
+        assert info["hint"]["completed"] == {"by": first, "pods": {later: problem.num_workloads}}
+        # Completed whole by the first one's rule: the first one's placement, so a tie (the first wins).
+        alone = solvers.make(first).solve(problem)
+        assert info["hint"]["tried"] == {first: pytest.approx(alone.objective.score, abs=1e-12),
+                                         later: pytest.approx(alone.objective.score, abs=1e-12)}
+        assert info["hint"]["solver"] == first
         assert ("hint" in info["wall_clock_cut"]) is deterministic  # machine-dependent only with deterministic
-        assert placement.assignment.tolist() == solvers.make(first).solve(problem).assignment.tolist()
+        assert placement.assignment.tolist() == alone.assignment.tolist()
+
+
+def test_a_later_hint_cut_midway_keeps_its_decisions_and_the_first_places_the_rest(monkeypatch):
+    # iro-frag, the later hint, sees its deadline pass after 10 pods (a fake clock inside its run
+    # only): its first 10 decisions stay and best-fit's rule places the other 20.
+    import types
+
+    import solvers.base as base
+
+    problem = random_problem(13, nodes=8, pods=30)
+    iro = solvers.registered()["iro-frag"]
+    real_run = iro.run
+
+    def run_cut(self, p, deadline=None, stop_at_deadline=False):
+        assert deadline is not None and stop_at_deadline  # a later hint runs with its share
+        checks = iter(range(10**6))
+        monkeypatch.setattr(base, "time", types.SimpleNamespace(perf_counter=lambda: 0.0 if next(checks) < 10 else math.inf))
+        try:
+            return real_run(self, p, deadline, stop_at_deadline)
+        finally:
+            monkeypatch.setattr(base, "time", time)
+
+    monkeypatch.setattr(iro, "run", run_cut)
+    info = solvers.make("cpsat", hint="best-fit,iro-frag", time_limit_s=30).solve(problem).info
+    monkeypatch.undo()
+    assert info["hint"]["completed"] == {"by": "best-fit", "pods": {"iro-frag": 20}}
+    # The same start by hand: iro-frag's decisions for pods 0-9, then best-fit's.
+    state = ClusterState(problem)
+    for name, pods in (("iro-frag", range(10)), ("best-fit", range(10, 30))):
+        rule = solvers.make(name)
+        rule.reset(problem)
+        for w in pods:
+            decision = rule.decide(state, w)
+            if decision.node >= 0:
+                state.place(w, decision.node, decision.cards)
+    assert info["hint"]["tried"]["iro-frag"] == pytest.approx(evaluate(problem, state.assignment).score, abs=1e-12)
+    whole = {n: solvers.make(n).solve(problem).objective.score for n in ("best-fit", "iro-frag")}
+    assert info["hint"]["tried"]["best-fit"] == pytest.approx(whole["best-fit"], abs=1e-12)
+    assert info["hint"]["tried"]["iro-frag"] != pytest.approx(whole["iro-frag"], abs=1e-12)  # a start of its own
 
 
 def test_pruned_candidates_stay_valid_and_never_below_the_hint():
