@@ -449,19 +449,28 @@ class OnlineSolver(Solver):
         ``stop_at_deadline``; otherwise :class:`DeadlineExceeded` is raised)."""
         self.reset(problem)
         state = ClusterState(problem)
+        reasons, rest = self.place_pods(state, [int(w) for w in self.pod_order(problem)], deadline, stop_at_deadline)
+        return state, reasons, rest
+
+    def place_pods(
+        self, state: ClusterState, pods: list[int], deadline: float | None = None, stop_at_deadline: bool = False
+    ) -> tuple[dict[int, str], list[int]]:
+        """Decide ``pods`` one by one, in the order given, on ``state`` (placed there as decided;
+        :meth:`reset` first, for the problem's run); returns the reasons of pods that fit nowhere
+        and the pods not considered because the deadline passed (with ``stop_at_deadline``;
+        otherwise :class:`DeadlineExceeded` is raised)."""
         reasons: dict[int, str] = {}
-        order = [int(w) for w in self.pod_order(problem)]
-        for i, w in enumerate(order):
+        for i, w in enumerate(pods):
             if deadline is not None and time.perf_counter() > deadline:
                 if stop_at_deadline:
-                    return state, reasons, order[i:]
-                raise DeadlineExceeded(f"deadline passed with {len(order) - i} pod(s) left")
+                    return reasons, pods[i:]
+                raise DeadlineExceeded(f"deadline passed with {len(pods) - i} pod(s) left")
             decision = self.decide(state, w)
             if decision.node < 0:
                 reasons[w] = decision.reason or "no feasible node"
             else:
                 state.place(w, decision.node, decision.cards)
-        return state, reasons, []
+        return reasons, []
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         state, reasons, _ = self.run(problem, deadline)

@@ -158,19 +158,15 @@ class TimeBudget(Solver):
                 reasons = {w: r for w, r in placement.reasons.items() if w not in pending}
         if pending and self._then is not None:
             self._then.reset(problem)
-        for i, w in enumerate(pending):
             # The caller's deadline (a composite's time limit) still binds ``then``: past it, stop
             # as any online solver does rather than place every pod left of a huge problem.
-            if deadline is not None and self._then is not None and time.perf_counter() > deadline:
-                raise DeadlineExceeded(f"deadline passed with {len(pending) - i} pod(s) left after the budget")
-            if self._then is None:
+            then_reasons, left = self._then.place_pods(state, pending, deadline, stop_at_deadline=True)
+            if left:
+                raise DeadlineExceeded(f"deadline passed with {len(left)} pod(s) left after the budget")
+            reasons.update(then_reasons)
+        else:
+            for w in pending:
                 reasons[w] = f"time budget of {self.budget_s:g} s spent before this pod was considered"
-                continue
-            decision = self._then.decide(state, w)
-            if decision.node >= 0:
-                state.place(w, decision.node, decision.cards)
-            else:
-                reasons[w] = decision.reason or "no feasible node"
         info = {"solved_by": self.solver, "budget_exhausted": bool(pending), "pods_after_budget": len(pending)}
         if pending:
             info["finished_by"] = self.then

@@ -1804,10 +1804,7 @@ class CpSat(Solver):
                     )
                     if rest:
                         first.reset(p)
-                        for w in rest:
-                            decision = first.decide(state_x, w)
-                            if decision.node >= 0:
-                                state_x.place(w, decision.node, decision.cards)
+                        first.place_pods(state_x, rest)
                         completed[name] = len(rest)
                     starts[name] = state_x
                     extra_s += time.perf_counter() - t_extra
@@ -1900,7 +1897,7 @@ class CpSat(Solver):
         info["deterministic_budget"] = det_budget
         # num_workers 0: the cores this process may use (CP-SAT's own 0 counts the machine's,
         # past a CPU affinity or a container's cpuset).
-        workers = 1 if self.deterministic else self.num_workers or _usable_cores()
+        workers = 1 if self.deterministic else self._cores()
         parallel = workers > 1
         # Without deterministic limits, on two cores or more, the search runs alongside CP-SAT.
         alongside = self._alongside(p) if self.lns and full is not None and hint_state is not None else None
@@ -2024,12 +2021,17 @@ class CpSat(Solver):
             return None
         return self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
 
+    def _cores(self) -> int:
+        """The cores a solve without ``deterministic`` uses: ``num_workers``, 0 meaning those this
+        process may use."""
+        return self.num_workers or _usable_cores()
+
     def _lns_threads(self, p: Problem) -> int:
         """Neighbourhoods solved at once by a search after CP-SAT (not alongside it): one with
         ``deterministic`` (reproducible) or one worker; else one per worker (``num_workers``, 0:
         the cores this process may use), at most :data:`LNS_MAX_THREADS`, and one where the nodes
         are too few to give each a neighbourhood of its own (fewer than :data:`LNS_PARALLEL_MIN_NODES`)."""
-        return 1 if self.deterministic else _search_threads(p, self.num_workers or _usable_cores())
+        return 1 if self.deterministic else _search_threads(p, self._cores())
 
     def _alongside(self, p: Problem) -> tuple[int, int] | None:
         """(CP-SAT workers, search threads) when the search runs alongside CP-SAT: without
@@ -2039,7 +2041,7 @@ class CpSat(Solver):
         the other."""
         if self.deterministic:
             return None
-        cores = self.num_workers or _usable_cores()
+        cores = self._cores()
         if cores < 2:
             return None
         threads = _search_threads(p, cores // 2)
@@ -2256,9 +2258,10 @@ class CpSat(Solver):
                         nodes = _neighbourhood(p, shared["state"], static, domains, shared["k"], rng, ~busy_nodes)
                         if nodes.size:
                             stats["iterations"] += 1
+                            # Used outside the lock below without a copy: an accepted result
+                            # replaces the shared state object (_lns_merge, an offer), never changes it.
                             snapshot = shared["state"]
                             on_nodes, unplaced = _lns_pods(p, snapshot, static, nodes, rng, busy_pods)
-                            snapshot = snapshot.copy()  # the state object is replaced, never changed, on acceptance
                             seen = version.copy()
                             busy_nodes[nodes] = True
                             busy_pods[on_nodes] = True
