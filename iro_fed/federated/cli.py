@@ -510,6 +510,13 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
     # Caught before the child starts: a SIGTERM as soon as it serves must find this handler.
     old = signal.signal(signal.SIGTERM, on_term)
     early, old = take_over_sigterm(old)
+    # Ctrl-C is noted the same way rather than raised as KeyboardInterrupt: one raised inside
+    # Popen.wait(timeout) between its lock's acquire and the try that releases it (CPython checks
+    # for signals as the acquire call returns) left the lock held, and the stop's wait() then hung
+    # for ever (tests/test_stop_fed.py under load: no exit within 120 s). Ignored stays ignored.
+    old_int = signal.getsignal(signal.SIGINT)
+    if old_int is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, on_term)
     try:
         if early is not None:  # a SIGTERM while the command started: nothing is started now
             return stop_status(early)
@@ -561,6 +568,8 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
             _signal_groups(procs, signal.SIGKILL)
             return EXIT_INTERRUPTED
         if len(asked) > 1:  # on_term killed them
+            if asked[1] == signal.SIGINT:  # Ctrl-C again: not waited for, as always
+                return EXIT_INTERRUPTED
             print(f"iro {command}: a second signal: Flower's processes were killed", file=sys.stderr)
             return EXIT_FAILED
         if not clean:
@@ -570,6 +579,8 @@ def _supervise(argv: list[str], env: dict[str, str] | None, executor_port: int |
         return stop_status(asked[0])
     finally:
         signal.signal(signal.SIGTERM, old)
+        if old_int is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler if old_int is None else old_int)
         # Whatever the way out, nothing we started outlives us: the executor when the SuperNode
         # exited on its own, what is left in the group of one that exited.
         running = [proc for proc in procs if proc.poll() is None]
