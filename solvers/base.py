@@ -22,6 +22,7 @@ import operator
 import re
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -492,3 +493,30 @@ def reads_pod_scoring(*solvers: Solver | None) -> bool:
             return True
         return any(reads(v) for v in getattr(solver, "__dict__", {}).values() if isinstance(v, Solver))
     return any(reads(s) for s in solvers if s is not None)
+
+
+def solver_list(owner: str, setting: str, value: str, accepts: Callable[[str, type], bool], kind: str) -> list[str]:
+    """The solver names of a comma-separated setting (``'none'``: none), in the order given:
+    each a registered solver that ``accepts(name, cls)`` takes (``kind`` says which, for the
+    error), each once. Raises :class:`InvalidSettingError` naming the setting and the name."""
+    import solvers
+
+    if value == "none":
+        return []
+    names = [s.strip() for s in value.split(",")]
+    registered = solvers.registered()
+    for name in names:
+        cls = registered.get(name)
+        if cls is None or not accepts(name, cls):
+            allowed = sorted(n for n, c in registered.items() if accepts(n, c))
+            raise InvalidSettingError(
+                f"solver {owner!r} setting {setting!r}: must be 'none' or {kind}, comma-separated "
+                f"({', '.join(allowed)}), got {value!r} ({name!r} is not one)"
+            )
+    # No repeats, as every list of names ("best-fit,best-fit" would run one solver twice).
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise InvalidSettingError(
+            f"solver {owner!r} setting {setting!r}: solver {dup!r} given twice in {value!r} (each at most once)"
+        )
+    return names

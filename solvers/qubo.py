@@ -135,8 +135,8 @@ left.
 **The wall clock and the seed.** The seed fixes the placement unless the wall clock stopped a
 phase first, and ``info["wall_clock_cut"]`` names those phases: ``"batches"`` (in the ``sample``
 plan, a batch placed greedily for the time, a higher penalty not tried or reads not decoded),
-``"refine"`` (steps not run, planned out, or a step's reads not decoded) and ``"polish"`` (it met
-the deadline); per batch, ``clock_cut``, and ``info["refine"]["clock_cut"]``. An empty list: the
+``"refine"`` (steps not run, planned out, or a step's reads not decoded), ``"polish"`` (it met
+the deadline) and ``"starts"`` (below); per batch, ``clock_cut``, and ``info["refine"]["clock_cut"]``. An empty list: the
 placement is the seed's, the same on any machine. The plan is a-priori (the settings and the
 budget, not the machine's speed): greedy-first batches are no cut. (The 100 x 20 benchmark at
 time_limit_s=3 on a loaded 2-core machine, seed 0 three times: R -0.625, -0.657, -0.625 after
@@ -167,6 +167,23 @@ penalty's slope, about ``P`` per pod and ``P`` at least the unplaced penalty ``w
 100 times the objective's differences between nodes, so the ground state of the QUBO packs
 nodes rather than choosing the best ones.
 
+**Starts** (``starts``, by default ``iro-frag,best-fit``; only with the refinement). The
+refinement moves the pods of a few nodes at a time, so where it ends depends on where it
+starts, and at 500 x 100 it stalls within about 2 s of the default 30. With the time left after
+the batches' refinement and polish, each start solver (an online one) places the whole problem,
+and the same refinement and polish run from its placement; the best by R is returned, the
+batches' on a tie (``info["starts"]``: ``chosen``, the batches' R, and per start its R before and
+after, the refinement's report, the polish's moves and seconds). iro-frag packs GPU shares so
+that whole cards stay free, which a 2-node sub-QUBO cannot undo once shares are spread (the same
+reason it is cpsat's default hint). Measured on the benchmark's problems (2 cores, seed 0 of the
+solver; R before -> after): 500 x 100 with the default 30 s, problem seeds 0-4: -0.790 / -0.706 /
+-0.748 / -0.696 / -0.706 -> -0.760 / -0.673 / -0.721 / -0.672 / -0.676 (iro-frag's start four
+times, best-fit's once; 2.0-2.3 s -> 3.7-4.4 s); 100 x 20 in the benchmark's 2 s, seeds 0-7:
+three gain (+0.013, +0.004, +0.002), five keep the batches' result; 20 x 5, seeds 0-3: +0.017,
++0.001, +0.008, 0; 1,000 x 500, seeds 0-1: no gain (3.3 s more). A start the clock stops before
+it has placed every pod is left out, and ``wall_clock_cut`` names ``"starts"`` wherever the clock
+stopped a start, its refinement or its polish.
+
 ``info`` reports, per batch (``batches``): the best energy, the feasible-read fraction (of the
 reads decoded: ``reads`` sampled, ``checked`` decoded, per step), the penalty used, the repairs
 and the calibration steps (a batch with no candidate pair samples nothing: ``reads`` 0 and
@@ -174,7 +191,7 @@ energy, fraction and penalty None); in total, over the sampled batches: the last
 (each batch is its own BQM), the mean feasible-read fraction, the penalties, the repairs (None,
 None, [] and 0 when no batch was sampled); ``refine``: steps, accepted steps, the gain of R,
 ``clock_cut`` and ``planned_out`` (None, or the step the time left had no room for);
-``wall_clock_cut`` (above).
+``starts`` (above); ``wall_clock_cut`` (above).
 """
 
 from __future__ import annotations
@@ -183,7 +200,7 @@ import functools
 import math
 import threading
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -197,8 +214,11 @@ from iro_fed.feasibility import (
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
-from solvers.base import SEED, InvalidSettingError, Param, Solver, SolverProperties
+from solvers.base import SEED, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties, solver_list
 from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
+
+if TYPE_CHECKING:
+    from iro_fed.fragmentation import TypicalTasks
 
 #: Unbalanced-penalization coefficients (Montañez-Barrera et al. 2022).
 UNBALANCED_L1 = 1.0
@@ -320,7 +340,29 @@ class Qubo(Solver):
             30.0, float, "Wall-clock budget; batches not sampled in time are placed greedily (all of them, the time "
             "going to the refinement, when sampling every batch would not leave it its share).", minimum=0.001
         ),
+        "starts": Param(
+            "iro-frag,best-fit", str, "Online solvers, comma-separated, or 'none': with the time left after the "
+            "batches' refinement and polish, the refinement and polish also run from each one's placement, and the "
+            "best by R is returned (info['starts']; only with refine_steps > 0).",
+        ),
     }
+
+    def _check_settings(self) -> None:
+        self.start_solvers  # noqa: B018 - raises on an unknown or repeated name
+
+    @property
+    def start_solvers(self) -> list[str]:
+        """The online solvers of ``starts``, in the order given (none for 'none')."""
+        return solver_list(
+            self.name, "starts", self.starts, lambda _name, cls: issubclass(cls, OnlineSolver), "online solvers"
+        )
+
+    #: Typical tasks given by :meth:`use_typical_tasks`, handed to each start solver.
+    given_tasks: TypicalTasks | None = None
+
+    def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
+        """Hand ``tasks`` to the start solvers that score against typical tasks (iro-frag, fgd)."""
+        self.given_tasks = tasks
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         start = time.perf_counter()
@@ -365,8 +407,10 @@ class Qubo(Solver):
             info["polish_moves"] = improve(p, state, deadline=end)
             if time.perf_counter() > end:  # as cpsat's: it may have stopped at the deadline
                 cut.add("polish")
+        if self.refine_steps and self.start_solvers:
+            state, info["starts"] = self._from_starts(p, state, end, rules, cut)
         # Empty: the placement is the seed's, the same on any machine; else it may differ run to run.
-        info["wall_clock_cut"] = [phase for phase in ("batches", "refine", "polish") if phase in cut]
+        info["wall_clock_cut"] = [phase for phase in ("batches", "refine", "polish", "starts") if phase in cut]
         done = [bi for bi in info["batches"] if bi.get("steps")]  # sampled: not greedy, not without pairs
         if done:
             info["energy"] = done[-1]["energy"]
@@ -382,6 +426,46 @@ class Qubo(Solver):
             reasons=unplaced_reasons(p, state, self.name),
             info=info,
         )
+
+    def _from_starts(
+        self, p: Problem, state: ClusterState, end: float, rules: _FitRules, cut: set[str]
+    ) -> tuple[ClusterState, dict[str, Any]]:
+        """The refinement and polish again from each start solver's placement while time is left
+        (module docstring, Starts); the best by R, the batches' on a tie. Adds ``"starts"`` to
+        ``cut`` where the clock stopped a start, its refinement or its polish, or left one out."""
+        import solvers
+
+        best, best_score = state, evaluate(p, state.assignment).score
+        report: dict[str, Any] = {"chosen": "batches", "batches": best_score, "tried": {}}
+        for name in self.start_solvers:
+            if time.perf_counter() > end:
+                cut.add("starts")
+                report["tried"][name] = {"skipped": "time limit"}
+                continue
+            solver = solvers.make(name, seed=self.seed)
+            if self.given_tasks is not None:
+                solver.use_typical_tasks(self.given_tasks)
+            assert isinstance(solver, OnlineSolver)
+            began = time.perf_counter()
+            start, _, rest = solver.run(p, deadline=end, stop_at_deadline=True)
+            if rest:  # a part of a start is no start: the refinement would mostly place its rest
+                cut.add("starts")
+                report["tried"][name] = {"skipped": "time limit", "not_reached": len(rest)}
+                continue
+            entry: dict[str, Any] = {"start": evaluate(p, start.assignment).score}
+            start, entry["refine"] = self._refine(p, start, end, rules)
+            if entry["refine"]["clock_cut"]:
+                cut.add("starts")
+            if self.polish:
+                entry["polish_moves"] = improve(p, start, deadline=end)
+                if time.perf_counter() > end:
+                    cut.add("starts")
+            entry["score"] = evaluate(p, start.assignment).score
+            entry["time_s"] = time.perf_counter() - began
+            report["tried"][name] = entry
+            if entry["score"] > best_score + POLISH_TOL:
+                best, best_score, report["chosen"] = start, entry["score"], name
+        return best, report
 
     def _sampling_estimate(self, pods: int) -> float:
         """A-priori seconds to sample a batch of ``pods`` pods with its penalty calibration: the

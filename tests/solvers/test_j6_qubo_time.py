@@ -73,7 +73,11 @@ def test_a_refinement_step_whose_estimate_exceeds_the_time_left_is_planned_out(c
     out = refine["planned_out"]
     assert out["step"] == 0 and out["pods"] > 0
     assert out["estimate_s"] > out["left_s"] == pytest.approx(1.0)
-    assert info["wall_clock_cut"] == ["refine"]
+    # The refinement from each start is planned out the same way (the clock stands still).
+    tried = info["starts"]["tried"]
+    assert set(tried) == {"iro-frag", "best-fit"}
+    assert all(t["refine"]["steps"] == 0 and t["refine"]["planned_out"] for t in tried.values())
+    assert info["wall_clock_cut"] == ["refine", "starts"]
     assert check_placement(p, placement.assignment, placement.gpu_cards) == []
 
 
@@ -149,8 +153,11 @@ def test_a_passed_deadline_names_the_phases_it_stopped(clock):
     p = _problem()
     # The plan is a-priori (greedy-first is no cut); the refinement stops at its first step.
     info = solvers.make("qubo", seed=0, polish=False).solve_until(p, deadline=clock.now - 1.0).info
-    assert info["plan"] == "greedy-first" and info["wall_clock_cut"] == ["refine"]
+    assert info["plan"] == "greedy-first" and info["wall_clock_cut"] == ["refine", "starts"]
     assert info["refine"]["clock_cut"] is True and info["refine"]["planned_out"] is None
+    # No start runs past the deadline: each is left out, and said so.
+    assert info["starts"]["chosen"] == "batches"
+    assert all(t == {"skipped": "time limit"} for t in info["starts"]["tried"].values())
     # Without a refinement the plan samples, and the clock places the batch greedily.
     info = solvers.make("qubo", seed=0, refine_steps=0, polish=False).solve_until(p, deadline=clock.now - 1.0).info
     assert info["plan"] == "sample" and info["batches_greedy"] == 1 and info["wall_clock_cut"] == ["batches"]

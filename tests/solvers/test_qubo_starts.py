@@ -1,0 +1,103 @@
+"""The ``qubo`` solver's ``starts``: with the time the batches' refinement and polish leave, the
+same refinement (sub-QUBOs sampled by simulated annealing) and polish run again from online
+solvers' placements, and the best by R is returned. The batches' own result is kept on a tie,
+the clock's cuts are named, and bad names are refused with the setting named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("dimod")
+pytest.importorskip("dwave.samplers")
+
+import solvers
+from iro_fed.cli import main
+from iro_fed.feasibility import check_placement
+from iro_fed.testing import random_problem, random_problem_doc
+from solvers import InvalidSettingError
+from solvers.cpsat import POLISH_TOL
+from solvers.qubo import Qubo
+
+
+def test_a_start_that_refines_better_is_returned_and_the_batches_result_is_what_starts_none_gives():
+    # Problem 105 (30 pods, 10 nodes): from best-fit's placement the refinement reaches -1.7275,
+    # from the batches' -1.7475 (measured; what is asserted is the rule, not the numbers).
+    problem = random_problem(105, nodes=10, pods=30)
+    alone = solvers.make("qubo", seed=0, starts="none").solve(problem)
+    both = solvers.make("qubo", seed=0).solve(problem)
+    assert "starts" not in alone.info
+    report = both.info["starts"]
+    # The batches' phase is the same with or without starts (they come after it).
+    assert report["batches"] == pytest.approx(alone.objective.score, abs=1e-12)
+    scores = {name: t["score"] for name, t in report["tried"].items()}
+    assert set(scores) == {"iro-frag", "best-fit"}
+    assert report["chosen"] == max(scores, key=scores.__getitem__) != "batches"
+    assert both.objective.score == pytest.approx(scores[report["chosen"]], abs=1e-12)
+    assert both.objective.score > alone.objective.score
+    assert check_placement(problem, both.assignment, both.gpu_cards) == []
+    for t in report["tried"].values():  # each start refined and polished, never below where it began
+        assert t["score"] >= t["start"] - 1e-12 and t["refine"]["steps"] > 0
+
+
+@pytest.mark.parametrize("seed", [100, 103, 106])
+def test_the_batches_result_stays_when_no_start_beats_it(seed):
+    problem = random_problem(seed, nodes=10, pods=30)
+    alone = solvers.make("qubo", seed=0, starts="none").solve(problem)
+    both = solvers.make("qubo", seed=0).solve(problem)
+    report = both.info["starts"]
+    best_start = max(t["score"] for t in report["tried"].values())
+    if report["chosen"] == "batches":
+        assert (both.assignment == alone.assignment).all()
+        assert best_start <= alone.objective.score + POLISH_TOL
+    else:  # a start won: by more than the polish's tolerance
+        assert both.objective.score > alone.objective.score
+    assert both.objective.score >= alone.objective.score - 1e-12
+
+
+def test_the_same_seed_gives_the_same_placement_with_starts():
+    problem = random_problem(111, nodes=10, pods=30)
+    runs = [solvers.make("qubo", seed=4).solve(problem) for _ in range(2)]
+    assert all(r.info["wall_clock_cut"] == [] for r in runs)
+    assert (runs[0].assignment == runs[1].assignment).all()
+    assert runs[0].info["starts"]["chosen"] == runs[1].info["starts"]["chosen"]
+
+
+def test_no_starts_without_the_refinement():
+    problem = random_problem(105, nodes=10, pods=30)
+    info = solvers.make("qubo", seed=0, refine_steps=0).solve(problem).info
+    assert "starts" not in info and "refine" not in info
+
+
+def test_starts_take_the_typical_tasks_given(monkeypatch):
+    """As cpsat's hints: the replay's typical tasks (of the original pod list) reach iro-frag."""
+    given = []
+    monkeypatch.setattr(solvers.registered()["iro-frag"], "use_typical_tasks", lambda self, t: given.append(t))
+    solver = solvers.make("qubo", seed=0, starts="iro-frag")
+    tasks = object()
+    solver.use_typical_tasks(tasks)
+    solver.solve(random_problem(105, nodes=10, pods=30))
+    assert given == [tasks]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("cpsat", "setting 'starts': must be 'none' or online solvers"),
+        ("qubo", "('qubo' is not one)"),
+        ("best-fit,nope", "('nope' is not one)"),
+        ("best-fit,best-fit", "setting 'starts': solver 'best-fit' given twice"),
+    ],
+)
+def test_bad_starts_are_refused_naming_the_setting(value, message):
+    with pytest.raises(InvalidSettingError) as err:
+        Qubo(starts=value)
+    assert message in str(err.value)
+
+
+def test_bad_starts_on_the_command_line_exit_2(tmp_path, capsys):
+    doc = tmp_path / "p.json"
+    doc.write_text(json.dumps(random_problem_doc(1, nodes=3, pods=4)))
+    assert main(["solve", str(doc), "--solver", "qubo", "--set", "starts=cpsat"]) == 2
+    assert "'starts'" in capsys.readouterr().err
