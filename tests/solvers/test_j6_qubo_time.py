@@ -77,7 +77,10 @@ def test_a_refinement_step_whose_estimate_exceeds_the_time_left_is_planned_out(c
     tried = info["starts"]["tried"]
     assert set(tried) == {"iro-frag", "best-fit"}
     assert all(t["refine"]["steps"] == 0 and t["refine"]["planned_out"] for t in tried.values())
-    assert info["wall_clock_cut"] == ["refine", "starts"]
+    # And so is each round of the widening.
+    assert [r["nodes"] for r in info["widen"]] == [3, 4, 5]
+    assert all(r["refine"]["steps"] == 0 and r["refine"]["planned_out"] for r in info["widen"])
+    assert info["wall_clock_cut"] == ["refine", "starts", "widen"]
     assert check_placement(p, placement.assignment, placement.gpu_cards) == []
 
 
@@ -153,11 +156,12 @@ def test_a_passed_deadline_names_the_phases_it_stopped(clock):
     p = _problem()
     # The plan is a-priori (greedy-first is no cut); the refinement stops at its first step.
     info = solvers.make("qubo", seed=0, polish=False).solve_until(p, deadline=clock.now - 1.0).info
-    assert info["plan"] == "greedy-first" and info["wall_clock_cut"] == ["refine", "starts"]
+    assert info["plan"] == "greedy-first" and info["wall_clock_cut"] == ["refine", "starts", "widen"]
     assert info["refine"]["clock_cut"] is True and info["refine"]["planned_out"] is None
     # No start runs past the deadline: each is left out, and said so.
     assert info["starts"]["chosen"] == "batches"
     assert all(t == {"skipped": "time limit"} for t in info["starts"]["tried"].values())
+    assert info["widen"] == [{"nodes": n, "skipped": "time limit"} for n in (3, 4, 5)]
     # Without a refinement the plan samples, and the clock places the batch greedily.
     info = solvers.make("qubo", seed=0, refine_steps=0, polish=False).solve_until(p, deadline=clock.now - 1.0).info
     assert info["plan"] == "sample" and info["batches_greedy"] == 1 and info["wall_clock_cut"] == ["batches"]

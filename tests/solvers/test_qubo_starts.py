@@ -101,3 +101,27 @@ def test_bad_starts_on_the_command_line_exit_2(tmp_path, capsys):
     doc.write_text(json.dumps(random_problem_doc(1, nodes=3, pods=4)))
     assert main(["solve", str(doc), "--solver", "qubo", "--set", "starts=cpsat"]) == 2
     assert "'starts'" in capsys.readouterr().err
+
+
+def test_the_widening_refines_with_larger_neighbourhoods_and_only_gains():
+    # Problem 107: no 2-node sub-QUBO places the pod left out; a 4-node one does (measured).
+    problem = random_problem(107, nodes=10, pods=30)
+    narrow = solvers.make("qubo", seed=0, widen_nodes=1).solve(problem)
+    wide = solvers.make("qubo", seed=0).solve(problem)
+    assert "widen" not in narrow.info
+    rounds = wide.info["widen"]
+    assert [r["nodes"] for r in rounds] == [3, 4, 5]
+    assert all(r["gain"] >= 0 for r in rounds)
+    # The same batches and starts, then the rounds: their gains are the whole difference.
+    assert wide.info["starts"]["chosen"] == narrow.info["starts"]["chosen"]
+    assert wide.objective.score == pytest.approx(narrow.objective.score + sum(r["gain"] for r in rounds), abs=1e-9)
+    assert wide.objective.score > narrow.objective.score + 0.01
+    assert wide.objective.unplaced < narrow.objective.unplaced
+    assert check_placement(problem, wide.assignment, wide.gpu_cards) == []
+
+
+def test_the_widening_stops_at_the_node_count_and_its_neighbourhood_count():
+    problem = random_problem(3, nodes=3, pods=8)
+    rounds = solvers.make("qubo", seed=0, widen_nodes=6).solve(problem).info["widen"]
+    assert [r["nodes"] for r in rounds] == [3]  # refine_nodes + 1 = 3 = every node
+    assert rounds[0]["refine"]["steps"] <= 1  # one neighbourhood of 3 nodes out of 3
