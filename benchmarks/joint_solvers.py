@@ -131,6 +131,13 @@ def summary(name: str, info: dict[str, Any]) -> dict[str, Any]:
         out = {k: info.get(k) for k in keys}
         out["batches"] = len(info.get("batches", []))
         out["variables"] = [b.get("variables") for b in info.get("batches", [])]
+        # What came after the batches' path (refine above): the start kept, each widening round's gain.
+        if info.get("starts") is not None:
+            starts = info["starts"]
+            out["starts"] = {"chosen": starts["chosen"], "batches": starts["batches"],
+                             "tried": {n: t.get("score", t.get("skipped")) for n, t in starts["tried"].items()}}
+        if info.get("widen") is not None:
+            out["widen"] = [{"nodes": r["nodes"], "gain": r.get("gain"), "skipped": r.get("skipped")} for r in info["widen"]]
         return out
     return {}
 

@@ -501,7 +501,7 @@ def solver_list(owner: str, setting: str, value: str, accepts: Callable[[str, ty
     error), each once. Raises :class:`InvalidSettingError` naming the setting and the name."""
     import solvers
 
-    if value == "none":
+    if value.strip() == "none":
         return []
     names = [s.strip() for s in value.split(",")]
     registered = solvers.registered()

@@ -182,7 +182,11 @@ times, best-fit's once; 2.0-2.3 s -> 3.7-4.4 s); 100 x 20 in the benchmark's 2 s
 three gain (+0.013, +0.004, +0.002), five keep the batches' result; 20 x 5, seeds 0-3: +0.017,
 +0.001, +0.008, 0; 1,000 x 500, seeds 0-1: no gain (3.3 s more). A start the clock stops before
 it has placed every pod is left out, and ``wall_clock_cut`` names ``"starts"`` wherever the clock
-stopped a start, its refinement or its polish.
+stopped a start, its refinement or its polish. Each start may run until an equal share of the
+time then left among the starts still to run, and the widening has what they leave (at 100 x 20
+in 1 s iro-frag's refinement had taken it all; a share kept for the widening too cost two of eight
+100 x 20 problems in 2 s more than the widening gained). The start solvers are built at the first solve and kept (``preload`` builds them and loads
+what they load, as dqn's checkpoint, before any solve).
 
 **Widening** (``widen_nodes``, by default 5; only with the refinement). Then the best
 placement is refined again in rounds with sub-QUBOs over 3, 4, ... ``widen_nodes`` nodes (from
@@ -204,7 +208,9 @@ energy, fraction and penalty None); in total, over the sampled batches: the last
 (each batch is its own BQM), the mean feasible-read fraction, the penalties, the repairs (None,
 None, [] and 0 when no batch was sampled); ``refine``: steps, accepted steps, the gain of R,
 ``clock_cut`` and ``planned_out`` (None, or the step the time left had no room for);
-``starts`` and ``widen`` (above); ``wall_clock_cut`` (above).
+``polish_moves``: the polish after it. These describe the batches' path, which a start may
+replace and the widening improve: ``starts`` (``chosen`` says whose placement went on) and
+``widen`` (above) say what happened after; ``wall_clock_cut`` (above).
 """
 
 from __future__ import annotations
@@ -373,14 +379,43 @@ class Qubo(Solver):
     }
 
     def _check_settings(self) -> None:
-        self.start_solvers  # noqa: B018 - raises on an unknown or repeated name
+        self.start_solvers  # noqa: B018 - raises on an unknown, uninstalled or repeated name
 
     @property
     def start_solvers(self) -> list[str]:
         """The online solvers of ``starts``, in the order given (none for 'none')."""
         return solver_list(
-            self.name, "starts", self.starts, lambda _name, cls: issubclass(cls, OnlineSolver), "online solvers"
+            self.name, "starts", self.starts,
+            lambda _name, cls: issubclass(cls, OnlineSolver) and cls.properties.installed(),
+            "online solvers installed here",
         )
+
+    #: The start solvers, built at the first solve (or by :meth:`preload`) and kept: a start that
+    #: loads something (dqn's checkpoint) loads it once, not in every solve's time.
+    _built_starts: list[OnlineSolver] | None = None
+
+    def _start_instances(self) -> list[OnlineSolver]:
+        if self._built_starts is None:
+            import solvers
+
+            built: list[OnlineSolver] = []
+            for name in self.start_solvers:
+                solver = solvers.make(name, seed=self.seed)
+                assert isinstance(solver, OnlineSolver)  # start_solvers accepts online solvers only
+                solver.use_typical_tasks(self.given_tasks)
+                built.append(solver)
+            self._built_starts = built
+        return self._built_starts
+
+    def preload(self) -> None:
+        """Build the start solvers and load what they load (dqn's checkpoint) now, not inside the
+        first solve's time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
+        for s in self._start_instances():
+            if hasattr(s, "preload"):
+                s.preload()
+
+    def _widens(self) -> bool:
+        return bool(self.refine_steps) and self.widen_nodes > self.refine_nodes
 
     #: Typical tasks given by :meth:`use_typical_tasks`, handed to each start solver.
     given_tasks: TypicalTasks | None = None
@@ -388,6 +423,8 @@ class Qubo(Solver):
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         """Hand ``tasks`` to the start solvers that score against typical tasks (iro-frag, fgd)."""
         self.given_tasks = tasks
+        for s in self._built_starts or ():
+            s.use_typical_tasks(tasks)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         start = time.perf_counter()
@@ -436,7 +473,7 @@ class Qubo(Solver):
         fill_end = end - max(MIN_FILL_RESERVE_S, FILL_RESERVE_SHARE * (end - start))
         if self.refine_steps and self.start_solvers:
             state, info["starts"] = self._from_starts(p, state, fill_end, rules, cut)
-        if self.refine_steps and self.widen_nodes > self.refine_nodes:
+        if self._widens():
             state, info["widen"] = self._widen(p, state, fill_end, rules, cut)
         # Empty: the placement is the seed's, the same on any machine; else it may differ run to run.
         phases = ("batches", "refine", "polish", "starts", "widen")
@@ -463,32 +500,32 @@ class Qubo(Solver):
         """The refinement and polish again from each start solver's placement while time is left
         (module docstring, Starts); the best by R, the batches' on a tie. Adds ``"starts"`` to
         ``cut`` where the clock stopped a start, its refinement or its polish, or left one out."""
-        import solvers
-
         best, best_score = state, evaluate(p, state.assignment).score
         report: dict[str, Any] = {"chosen": "batches", "batches": best_score, "tried": {}}
-        for name in self.start_solvers:
-            if time.perf_counter() > end:
+        names = self.start_solvers
+        later = len(names)  # starts that share the time left (the widening has what they leave)
+        for i, (name, solver) in enumerate(zip(names, self._start_instances(), strict=True)):
+            now = time.perf_counter()
+            if now > end:
                 cut.add("starts")
                 report["tried"][name] = {"skipped": "time limit"}
                 continue
-            solver = solvers.make(name, seed=self.seed)
-            if self.given_tasks is not None:
-                solver.use_typical_tasks(self.given_tasks)
-            assert isinstance(solver, OnlineSolver)
+            # An equal share of what is left for each start still to run (a start's refinement ran
+            # until the end: at 100 x 20 in 1 s iro-frag's took all, best-fit none).
+            share_end = now + (end - now) / (later - i)
             began = time.perf_counter()
-            start, _, rest = solver.run(p, deadline=end, stop_at_deadline=True)
+            start, _, rest = solver.run(p, deadline=share_end, stop_at_deadline=True)
             if rest:  # a part of a start is no start: the refinement would mostly place its rest
                 cut.add("starts")
                 report["tried"][name] = {"skipped": "time limit", "not_reached": len(rest)}
                 continue
             entry: dict[str, Any] = {"start": evaluate(p, start.assignment).score}
-            start, entry["refine"] = self._refine(p, start, end, rules)
+            start, entry["refine"] = self._refine(p, start, share_end, rules)
             if entry["refine"]["clock_cut"]:
                 cut.add("starts")
             if self.polish:
-                entry["polish_moves"] = improve(p, start, deadline=end)
-                if time.perf_counter() > end:
+                entry["polish_moves"] = improve(p, start, deadline=share_end)
+                if time.perf_counter() > share_end:
                     cut.add("starts")
             entry["score"] = evaluate(p, start.assignment).score
             entry["time_s"] = time.perf_counter() - began

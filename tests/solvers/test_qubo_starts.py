@@ -6,6 +6,8 @@ the clock's cuts are named, and bad names are refused with the setting named."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -125,3 +127,53 @@ def test_the_widening_stops_at_the_node_count_and_its_neighbourhood_count():
     rounds = solvers.make("qubo", seed=0, widen_nodes=6).solve(problem).info["widen"]
     assert [r["nodes"] for r in rounds] == [3]  # refine_nodes + 1 = 3 = every node
     assert rounds[0]["refine"]["steps"] <= 1  # one neighbourhood of 3 nodes out of 3
+
+
+def test_the_starts_share_the_time_left_equally(monkeypatch):
+    """With the clock standing still (so the shares are exact): the first of two starts may run
+    to half of what is left before the reserve, the second (and the widening after it) to the
+    end; before, the first start's refinement could take it all."""
+    import solvers.qubo as qubo
+
+    now = time.perf_counter() + 3600.0
+    monkeypatch.setattr(qubo, "time", SimpleNamespace(perf_counter=lambda: now))
+    ends: list[float] = []
+    original = Qubo._refine
+
+    def recording(self, p, state, end, *args, **kwargs):
+        ends.append(end)
+        return original(self, p, state, end, *args, **kwargs)
+
+    monkeypatch.setattr(Qubo, "_refine", recording)
+    problem = random_problem(105, nodes=10, pods=30)
+    solver = solvers.make("qubo", seed=0, time_limit_s=3.0, refine_steps=5, widen_nodes=3)
+    solver.solve(problem)
+    fill_end = now + 3.0 - max(qubo.MIN_FILL_RESERVE_S, qubo.FILL_RESERVE_SHARE * 3.0)
+    left = fill_end - now
+    # The batches' refinement (to the limit), iro-frag's, best-fit's, the one widening round.
+    assert ends == pytest.approx([now + 3.0, now + left / 2, fill_end, fill_end])
+
+
+def test_the_start_solvers_are_built_once_and_preloaded_on_request():
+    problem = random_problem(105, nodes=10, pods=30)
+    solver = solvers.make("qubo", seed=0, refine_steps=5, widen_nodes=1)
+    solver.preload()
+    built = list(solver._start_instances())
+    assert [s.name for s in built] == ["iro-frag", "best-fit"]
+    solver.solve(problem)
+    solver.solve(problem)
+    assert all(a is b for a, b in zip(solver._start_instances(), built, strict=True))
+
+
+def test_typical_tasks_given_after_the_starts_are_built_reach_them(monkeypatch):
+    given = []
+    monkeypatch.setattr(solvers.registered()["iro-frag"], "use_typical_tasks", lambda self, t: given.append(t))
+    solver = solvers.make("qubo", seed=0, starts="iro-frag")
+    solver.preload()  # built: given None
+    tasks = object()
+    solver.use_typical_tasks(tasks)
+    assert given == [None, tasks]
+
+
+def test_none_with_spaces_is_none():
+    assert Qubo(starts=" none ").start_solvers == []
