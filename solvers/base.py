@@ -480,7 +480,7 @@ class OnlineSolver(Solver):
 
 def reads_pod_scoring(*solvers: Solver | None) -> bool:
     """Whether one of ``solvers`` (or a solver one wraps: a composite's primary, fallback or inner
-    one) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
+    one, cpsat's hints, qubo's starts) reads ``Problem.pod_scoring`` (its class says ``reads_pod_scoring``: only kube-default).
     The Kubernetes scheduler, extender and webhook and the simulator build it only then: it walks
     every bound or running pod."""
     seen: set[int] = set()
@@ -491,7 +491,11 @@ def reads_pod_scoring(*solvers: Solver | None) -> bool:
         seen.add(id(solver))
         if getattr(solver, "reads_pod_scoring", False):
             return True
-        return any(reads(v) for v in getattr(solver, "__dict__", {}).values() if isinstance(v, Solver))
+        inner = [
+            s for v in getattr(solver, "__dict__", {}).values()
+            for s in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(s, Solver)
+        ]  # a wrapped solver, or a list of them (cpsat's hints, qubo's starts)
+        return any(reads(s) for s in inner)
     return any(reads(s) for s in solvers if s is not None)
 
 

@@ -1668,19 +1668,29 @@ class CpSat(Solver):
     }
 
     def _check_settings(self) -> None:
-        self.hint_solvers  # noqa: B018 - raises on an unknown or repeated name
+        import solvers
+
+        # Built once and kept (raises on an unknown or repeated name): a hint that loads something
+        # (dqn's checkpoint) loads it once, not in every solve's time, and callers that ask what
+        # a solver reads (reads_pod_scoring: kube-default) see the hints.
+        self.hint_instances: list[Solver] = [solvers.make(name, seed=self.seed) for name in self.hint_solvers]
         # OR-Tools is imported when the solver is built, not inside the first solve's time_limit_s
         # (about 1.1 s with the pandas it pulls in: a 1 s budget was spent before the hint ran).
         from ortools.sat.python import cp_model  # noqa: F401
-
-    #: Typical tasks given by :meth:`use_typical_tasks`, handed to each hint solver that takes them.
-    given_tasks: TypicalTasks | None = None
 
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         """Hand ``tasks`` to the hint solvers that score against typical tasks (fgd, iro-frag): the
         trace replay's are those of the original pod list; from a 50-1000-pod window a hint
         computed its own (iro-frag as a window-50 hint on 100 nodes: 4.13 -> 4.55 % unallocated)."""
-        self.given_tasks = tasks
+        for hint_solver in self.hint_instances:  # every solver takes them (a no-op where unused)
+            hint_solver.use_typical_tasks(tasks)
+
+    def preload(self) -> None:
+        """Load what the hint solvers load (dqn's checkpoint) now, not inside the first solve's
+        time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
+        for hint_solver in self.hint_instances:
+            if hasattr(hint_solver, "preload"):
+                hint_solver.preload()
 
     @property
     def hint_solvers(self) -> list[str]:
@@ -1764,10 +1774,7 @@ class CpSat(Solver):
             completed: dict[str, int] = {}
             first: OnlineSolver | None = None
             extra_s = 0.0  # seconds those took (the hint's polish gets them back)
-            for name in self.hint_solvers:
-                hint_solver = solvers.make(name, seed=self.seed)
-                if self.given_tasks is not None:  # every solver takes them (a no-op where unused)
-                    hint_solver.use_typical_tasks(self.given_tasks)
+            for name, hint_solver in zip(self.hint_solvers, self.hint_instances, strict=True):
                 if isinstance(hint_solver, OnlineSolver) and first is None:
                     # The first online hint runs whole, whatever the limit: it is the floor of the
                     # answer, and one stopped at the cap left the pods it had not reached unplaced (a

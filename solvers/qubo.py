@@ -379,7 +379,16 @@ class Qubo(Solver):
     }
 
     def _check_settings(self) -> None:
-        self.start_solvers  # noqa: B018 - raises on an unknown, uninstalled or repeated name
+        import solvers
+
+        # Built once and kept (raises on an unknown, uninstalled or repeated name): a start that
+        # loads something (dqn's checkpoint) loads it once, not in every solve's time, and callers
+        # that ask what a solver reads (reads_pod_scoring: kube-default) see the starts.
+        self.start_instances: list[OnlineSolver] = []
+        for name in self.start_solvers:
+            solver = solvers.make(name, seed=self.seed)
+            assert isinstance(solver, OnlineSolver)  # start_solvers accepts online solvers only
+            self.start_instances.append(solver)
 
     @property
     def start_solvers(self) -> list[str]:
@@ -390,41 +399,20 @@ class Qubo(Solver):
             "online solvers installed here",
         )
 
-    #: The start solvers, built at the first solve (or by :meth:`preload`) and kept: a start that
-    #: loads something (dqn's checkpoint) loads it once, not in every solve's time.
-    _built_starts: list[OnlineSolver] | None = None
-
-    def _start_instances(self) -> list[OnlineSolver]:
-        if self._built_starts is None:
-            import solvers
-
-            built: list[OnlineSolver] = []
-            for name in self.start_solvers:
-                solver = solvers.make(name, seed=self.seed)
-                assert isinstance(solver, OnlineSolver)  # start_solvers accepts online solvers only
-                solver.use_typical_tasks(self.given_tasks)
-                built.append(solver)
-            self._built_starts = built
-        return self._built_starts
-
     def preload(self) -> None:
-        """Build the start solvers and load what they load (dqn's checkpoint) now, not inside the
-        first solve's time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
-        for s in self._start_instances():
-            if hasattr(s, "preload"):
-                s.preload()
+        """Load what the start solvers load (dqn's checkpoint) now, not inside the first solve's
+        time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
+        for solver in self.start_instances:
+            if hasattr(solver, "preload"):
+                solver.preload()
 
     def _widens(self) -> bool:
         return bool(self.refine_steps) and self.widen_nodes > self.refine_nodes
 
-    #: Typical tasks given by :meth:`use_typical_tasks`, handed to each start solver.
-    given_tasks: TypicalTasks | None = None
-
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         """Hand ``tasks`` to the start solvers that score against typical tasks (iro-frag, fgd)."""
-        self.given_tasks = tasks
-        for s in self._built_starts or ():
-            s.use_typical_tasks(tasks)
+        for solver in self.start_instances:
+            solver.use_typical_tasks(tasks)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         start = time.perf_counter()
@@ -504,7 +492,7 @@ class Qubo(Solver):
         report: dict[str, Any] = {"chosen": "batches", "batches": best_score, "tried": {}}
         names = self.start_solvers
         later = len(names)  # starts that share the time left (the widening has what they leave)
-        for i, (name, solver) in enumerate(zip(names, self._start_instances(), strict=True)):
+        for i, (name, solver) in enumerate(zip(names, self.start_instances, strict=True)):
             now = time.perf_counter()
             if now > end:
                 cut.add("starts")

@@ -19,6 +19,7 @@ from iro_fed.cli import main
 from iro_fed.feasibility import check_placement
 from iro_fed.testing import random_problem, random_problem_doc
 from solvers import InvalidSettingError
+from solvers.base import reads_pod_scoring
 from solvers.cpsat import POLISH_TOL
 from solvers.qubo import Qubo
 
@@ -154,25 +155,33 @@ def test_the_starts_share_the_time_left_equally(monkeypatch):
     assert ends == pytest.approx([now + 3.0, now + left / 2, fill_end, fill_end])
 
 
-def test_the_start_solvers_are_built_once_and_preloaded_on_request():
+def test_the_start_and_hint_solvers_are_built_once_and_seen_by_reads_pod_scoring():
     problem = random_problem(105, nodes=10, pods=30)
-    solver = solvers.make("qubo", seed=0, refine_steps=5, widen_nodes=1)
-    solver.preload()
-    built = list(solver._start_instances())
+    qubo = solvers.make("qubo", seed=0, refine_steps=5, widen_nodes=1)
+    built = list(qubo.start_instances)
     assert [s.name for s in built] == ["iro-frag", "best-fit"]
-    solver.solve(problem)
-    solver.solve(problem)
-    assert all(a is b for a, b in zip(solver._start_instances(), built, strict=True))
+    qubo.preload()
+    qubo.solve(problem)
+    qubo.solve(problem)
+    assert all(a is b for a, b in zip(qubo.start_instances, built, strict=True))
+    cpsat = solvers.make("cpsat", time_limit_s=1.0)
+    hints = list(cpsat.hint_instances)
+    assert [s.name for s in hints] == ["best-fit", "iro-frag"]
+    cpsat.solve(problem)
+    assert all(a is b for a, b in zip(cpsat.hint_instances, hints, strict=True))
+    # kube-default reads the pods' scoring data: a caller builds it when a start or hint is one.
+    assert not reads_pod_scoring(qubo) and not reads_pod_scoring(cpsat)
+    assert reads_pod_scoring(solvers.make("qubo", starts="best-fit,kube-default"))
+    assert reads_pod_scoring(solvers.make("cpsat", hint="kube-default"))
 
 
-def test_typical_tasks_given_after_the_starts_are_built_reach_them(monkeypatch):
+def test_typical_tasks_given_reach_the_starts_and_hints(monkeypatch):
     given = []
     monkeypatch.setattr(solvers.registered()["iro-frag"], "use_typical_tasks", lambda self, t: given.append(t))
-    solver = solvers.make("qubo", seed=0, starts="iro-frag")
-    solver.preload()  # built: given None
     tasks = object()
-    solver.use_typical_tasks(tasks)
-    assert given == [None, tasks]
+    solvers.make("qubo", seed=0, starts="iro-frag").use_typical_tasks(tasks)
+    solvers.make("cpsat", hint="best-fit,iro-frag").use_typical_tasks(tasks)
+    assert given == [tasks, tasks]
 
 
 def test_none_with_spaces_is_none():
