@@ -186,3 +186,14 @@ def test_typical_tasks_given_reach_the_starts_and_hints(monkeypatch):
 
 def test_none_with_spaces_is_none():
     assert Qubo(starts=" none ").start_solvers == []
+
+
+def test_the_refinement_stops_when_repeats_of_failed_neighbourhoods_keep_failing():
+    """Three nodes give three two-node neighbourhoods: once all have failed, steps repeat them
+    with other seeds, and those repeats count toward the stall (they ran to refine_steps)."""
+    import solvers.qubo as qubo
+
+    problem = random_problem(12, nodes=3, pods=12)
+    info = solvers.make("qubo", seed=0, refine_steps=500, starts="none", widen_nodes=1).solve(problem).info
+    refine = info["refine"]
+    assert refine["steps"] <= qubo.REFINE_MAX_STALL * (refine["accepted"] + 1) < 500
