@@ -499,6 +499,23 @@ def reads_pod_scoring(*solvers: Solver | None) -> bool:
     return any(reads(s) for s in solvers if s is not None)
 
 
+def pass_typical_tasks(tasks: TypicalTasks | None, *inner: Solver | None) -> None:
+    """Hand the trace replay's typical tasks to each wrapped solver (those that score against them
+    keep them: fgd, iro-frag, a cpsat with such hints): only the wrapper itself was given them."""
+    for solver in inner:
+        if solver is not None:  # time-budget's then='none'
+            solver.use_typical_tasks(tasks)
+
+
+def preload_each(*inner: Solver) -> None:
+    """Load now what each wrapped solver loads lazily (dqn's checkpoint: its ``preload``), not inside
+    a solve's time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
+    for solver in inner:
+        load = getattr(solver, "preload", None)
+        if callable(load):
+            load()
+
+
 def solver_list(owner: str, setting: str, value: str, accepts: Callable[[str, type], bool], kind: str) -> list[str]:
     """The solver names of a comma-separated setting (``'none'``: none), in the order given:
     each a registered solver that ``accepts(name, cls)`` takes (``kind`` says which, for the

@@ -25,7 +25,16 @@ from iro_fed.feasibility import check_placement
 from iro_fed.fragmentation import TypicalTasks
 from iro_fed.model import ClusterState, Problem
 from iro_fed.placement import Placement
-from solvers.base import SEED, DeadlineExceeded, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties
+from solvers.base import (
+    SEED,
+    DeadlineExceeded,
+    InvalidSettingError,
+    OnlineSolver,
+    Param,
+    Solver,
+    SolverProperties,
+    pass_typical_tasks,
+)
 
 
 def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) -> Solver:
@@ -49,14 +58,6 @@ def _build(owner: str, role: str, name: str, params: dict[str, Any], seed: int) 
         # name is ``<role>`` itself.
         where = role + "_params" if cls is not None else role
         raise InvalidSettingError(f"solver {owner!r} setting {where!r}: {exc}") from exc
-
-
-def _pass_typical_tasks(tasks: TypicalTasks | None, *inner: Solver | None) -> None:
-    """Hand the trace replay's typical tasks to each wrapped solver (those that score against them
-    keep them: fgd, iro-frag, a cpsat with such hints): only the composite itself was given them."""
-    for solver in inner:
-        if solver is not None:  # time-budget's then='none'
-            solver.use_typical_tasks(tasks)
 
 
 def _earliest(*deadlines: float | None) -> float | None:
@@ -83,7 +84,7 @@ class Fallback(Solver):
         self._fallback = _build(self.name, "fallback", self.fallback, self.fallback_params, self.seed)
 
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
-        _pass_typical_tasks(tasks, self._primary, self._fallback)
+        pass_typical_tasks(tasks, self._primary, self._fallback)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         limit = None if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
@@ -128,7 +129,7 @@ class TimeBudget(Solver):
             raise InvalidSettingError(f"solver {self.name!r} setting 'then': {self.then!r} is not an online solver")
 
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
-        _pass_typical_tasks(tasks, self._inner, self._then)
+        pass_typical_tasks(tasks, self._inner, self._then)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         budget_end = _earliest(deadline, time.perf_counter() + self.budget_s)

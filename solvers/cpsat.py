@@ -267,7 +267,16 @@ from iro_fed.fragmentation import TypicalTasks
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
-from solvers.base import SEED, OnlineSolver, Param, Solver, SolverProperties, solver_list
+from solvers.base import (
+    SEED,
+    OnlineSolver,
+    Param,
+    Solver,
+    SolverProperties,
+    pass_typical_tasks,
+    preload_each,
+    solver_list,
+)
 
 #: Prune candidates automatically (``max_candidates=None``) above this many feasible pairs.
 AUTO_PRUNE_PAIRS = 200_000
@@ -1670,9 +1679,13 @@ class CpSat(Solver):
     def _check_settings(self) -> None:
         import solvers
 
-        # Built once and kept (raises on an unknown or repeated name): a hint that loads something
-        # (dqn's checkpoint) loads it once, not in every solve's time, and callers that ask what
-        # a solver reads (reads_pod_scoring: kube-default) see the hints.
+        # The names of ``hint``, in the order given (raises on an unknown or repeated one), and
+        # their solvers, built once and kept: a hint that loads something (dqn's checkpoint) loads
+        # it once, not in every solve's time, and callers that ask what a solver reads
+        # (reads_pod_scoring: kube-default) see the hints.
+        self.hint_solvers: list[str] = solver_list(
+            self.name, "hint", self.hint, lambda name, _cls: name != self.name, f"solvers other than {self.name}"
+        )
         self.hint_instances: list[Solver] = [solvers.make(name, seed=self.seed) for name in self.hint_solvers]
         # OR-Tools is imported when the solver is built, not inside the first solve's time_limit_s
         # (about 1.1 s with the pandas it pulls in: a 1 s budget was spent before the hint ran).
@@ -1682,21 +1695,12 @@ class CpSat(Solver):
         """Hand ``tasks`` to the hint solvers that score against typical tasks (fgd, iro-frag): the
         trace replay's are those of the original pod list; from a 50-1000-pod window a hint
         computed its own (iro-frag as a window-50 hint on 100 nodes: 4.13 -> 4.55 % unallocated)."""
-        for hint_solver in self.hint_instances:  # every solver takes them (a no-op where unused)
-            hint_solver.use_typical_tasks(tasks)
+        pass_typical_tasks(tasks, *self.hint_instances)
 
     def preload(self) -> None:
         """Load what the hint solvers load (dqn's checkpoint) now, not inside the first solve's
         time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
-        for hint_solver in self.hint_instances:
-            if hasattr(hint_solver, "preload"):
-                hint_solver.preload()
-
-    @property
-    def hint_solvers(self) -> list[str]:
-        """The solvers of ``hint``, in the order given (none for 'none'); raises on an unknown or
-        repeated name."""
-        return solver_list(self.name, "hint", self.hint, lambda name, _cls: name != self.name, f"solvers other than {self.name}")
+        preload_each(*self.hint_instances)
 
     # --- solve -----------------------------------------------------------------------------
 
@@ -1760,15 +1764,13 @@ class CpSat(Solver):
                 cut.append("gpu_guard")
                 skipped.append("gpu_guard")
         if self.hint_solvers:
-            import solvers
-
             # Several: the best R wins (with gpu_guard the best guarded score, which every phase
             # maximizes), the first on a tie (a portfolio of starting points; one that packs GPU
             # shares tightly can hold pods that R's local moves cannot make room for).
             starts: dict[str, ClusterState] = {}
             tried: dict[str, float] = {}  # R, reported
             ranked: dict[str, float] = {}  # what picks the hint: guarded_score (R without the guard)
-            batch = [n for n in self.hint_solvers if not issubclass(solvers.registered()[n], OnlineSolver)]
+            batch = [h for h in self.hint_instances if not isinstance(h, OnlineSolver)]
             # Online hints after the first that did not finish in their share: pods the first one's
             # rule then placed.
             completed: dict[str, int] = {}

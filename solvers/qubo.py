@@ -233,7 +233,17 @@ from iro_fed.feasibility import (
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
-from solvers.base import SEED, InvalidSettingError, OnlineSolver, Param, Solver, SolverProperties, solver_list
+from solvers.base import (
+    SEED,
+    InvalidSettingError,
+    OnlineSolver,
+    Param,
+    Solver,
+    SolverProperties,
+    pass_typical_tasks,
+    preload_each,
+    solver_list,
+)
 from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
 
 if TYPE_CHECKING:
@@ -384,38 +394,32 @@ class Qubo(Solver):
     def _check_settings(self) -> None:
         import solvers
 
-        # Built once and kept (raises on an unknown, uninstalled or repeated name): a start that
-        # loads something (dqn's checkpoint) loads it once, not in every solve's time, and callers
-        # that ask what a solver reads (reads_pod_scoring: kube-default) see the starts.
+        # The names of ``starts``, in the order given (raises on an unknown, uninstalled or repeated
+        # one), and their solvers, built once and kept: a start that loads something (dqn's
+        # checkpoint) loads it once, not in every solve's time, and callers that ask what a solver
+        # reads (reads_pod_scoring: kube-default) see the starts.
+        self.start_solvers: list[str] = solver_list(
+            self.name, "starts", self.starts,
+            lambda _name, cls: issubclass(cls, OnlineSolver) and cls.properties.installed(),
+            "online solvers installed here",
+        )
         self.start_instances: list[OnlineSolver] = []
         for name in self.start_solvers:
             solver = solvers.make(name, seed=self.seed)
             assert isinstance(solver, OnlineSolver)  # start_solvers accepts online solvers only
             self.start_instances.append(solver)
 
-    @property
-    def start_solvers(self) -> list[str]:
-        """The online solvers of ``starts``, in the order given (none for 'none')."""
-        return solver_list(
-            self.name, "starts", self.starts,
-            lambda _name, cls: issubclass(cls, OnlineSolver) and cls.properties.installed(),
-            "online solvers installed here",
-        )
-
     def preload(self) -> None:
         """Load what the start solvers load (dqn's checkpoint) now, not inside the first solve's
         time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
-        for solver in self.start_instances:
-            if hasattr(solver, "preload"):
-                solver.preload()
+        preload_each(*self.start_instances)
 
     def _widens(self) -> bool:
         return bool(self.refine_steps) and self.widen_nodes > self.refine_nodes
 
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         """Hand ``tasks`` to the start solvers that score against typical tasks (iro-frag, fgd)."""
-        for solver in self.start_instances:
-            solver.use_typical_tasks(tasks)
+        pass_typical_tasks(tasks, *self.start_instances)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         start = time.perf_counter()
@@ -504,22 +508,17 @@ class Qubo(Solver):
             # An equal share of what is left for each start still to run (a start's refinement ran
             # until the end: at 100 x 20 in 1 s iro-frag's took all, best-fit none).
             share_end = now + (end - now) / (later - i)
-            began = time.perf_counter()
             start, _, rest = solver.run(p, deadline=share_end, stop_at_deadline=True)
             if rest:  # a part of a start is no start: the refinement would mostly place its rest
                 cut.add("starts")
                 report["tried"][name] = {"skipped": "time limit", "not_reached": len(rest)}
                 continue
             entry: dict[str, Any] = {"start": evaluate(p, start.assignment).score}
-            start, entry["refine"] = self._refine(p, start, share_end, rules)
-            if entry["refine"]["clock_cut"]:
-                cut.add("starts")
-            if self.polish:
-                entry["polish_moves"] = improve(p, start, deadline=share_end)
-                if time.perf_counter() > share_end:
-                    cut.add("starts")
+            start, entry["refine"], moves = self._refine_and_polish(p, start, share_end, rules, cut, "starts")
+            if moves is not None:
+                entry["polish_moves"] = moves
             entry["score"] = evaluate(p, start.assignment).score
-            entry["time_s"] = time.perf_counter() - began
+            entry["time_s"] = time.perf_counter() - now
             report["tried"][name] = entry
             if entry["score"] > best_score + POLISH_TOL:
                 best, best_score, report["chosen"] = start, entry["score"], name
@@ -533,22 +532,36 @@ class Qubo(Solver):
         each of at most ``refine_steps`` steps and no more than there are neighbourhoods of its
         size, then the polish; a round the clock stops adds ``"widen"`` to ``cut``."""
         rounds: list[dict] = []
+        score = evaluate(p, state.assignment).score
         for size in range(self.refine_nodes + 1, min(self.widen_nodes, p.num_nodes) + 1):
             if time.perf_counter() > end:
                 cut.add("widen")
                 rounds.append({"nodes": size, "skipped": "time limit"})
                 continue
-            before = evaluate(p, state.assignment).score
             steps = min(self.refine_steps, math.comb(p.num_nodes, size))
-            state, report = self._refine(p, state, end, rules, size, steps, WIDEN_STREAM + size * WIDEN_STREAM_STEP)
-            if report["clock_cut"]:
-                cut.add("widen")
-            moves = improve(p, state, deadline=end) if self.polish else None
-            if self.polish and time.perf_counter() > end:
-                cut.add("widen")
-            gain = evaluate(p, state.assignment).score - before
-            rounds.append({"nodes": size, "refine": report, "polish_moves": moves, "gain": gain})
+            state, report, moves = self._refine_and_polish(
+                p, state, end, rules, cut, "widen", size, steps, WIDEN_STREAM + size * WIDEN_STREAM_STEP
+            )
+            after = evaluate(p, state.assignment).score
+            rounds.append({"nodes": size, "refine": report, "polish_moves": moves, "gain": after - score})
+            score = after
         return state, rounds
+
+    def _refine_and_polish(
+        self, p: Problem, state: ClusterState, end: float, rules: _FitRules, cut: set[str], phase: str,
+        nodes_per_step: int | None = None, steps: int | None = None, stream: int = REFINE_STREAM,
+    ) -> tuple[ClusterState, dict, int | None]:
+        """:meth:`_refine` then, with ``polish``, the polish (its moves, else None), both until
+        ``end``; adds ``phase`` to ``cut`` where the clock stopped either."""
+        state, report = self._refine(p, state, end, rules, nodes_per_step, steps, stream)
+        if report["clock_cut"]:
+            cut.add(phase)
+        moves = None
+        if self.polish:
+            moves = improve(p, state, deadline=end)
+            if time.perf_counter() > end:
+                cut.add(phase)
+        return state, report, moves
 
     def _sampling_estimate(self, pods: int) -> float:
         """A-priori seconds to sample a batch of ``pods`` pods with its penalty calibration: the
