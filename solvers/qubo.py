@@ -83,7 +83,7 @@ so a feasible read keeps every pod), then unplaced pods are placed greedily by t
 :func:`~iro_fed.objective.marginal` (when it is positive).
 
 **Polish** (``polish``, on by default): after the refinement, the local search of
-:func:`solvers.cpsat.improve` scored with the true R: single-pod moves, node drains and pairwise
+:func:`solvers.local_search.improve` scored with the true R: single-pod moves, node drains and pairwise
 swaps between full nodes, which the refinement's two-node sub-QUBOs should find but rarely do
 (the capacity penalties' slope, below). It is a hybrid, as qbsolv and D-Wave's hybrid solvers
 are: ``polish=false`` gives the sampler's refined result alone, and ``info["polish_moves"]``
@@ -244,7 +244,7 @@ from solvers.base import (
     preload_each,
     solver_list,
 )
-from solvers.cpsat import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
+from solvers.local_search import POLISH_TOL, improve, is_share, pack_gpu, unplaced_reasons
 
 if TYPE_CHECKING:
     from iro_fed.fragmentation import TypicalTasks

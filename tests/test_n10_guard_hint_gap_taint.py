@@ -55,7 +55,7 @@ def _pod_rule_mask(p: Problem, state: ClusterState) -> np.ndarray | None:
 
 def test_guard_mask_is_the_guards_fed_resource_rule():
     pytest.importorskip("ortools")
-    from solvers.cpsat import guard_mask
+    from solvers.local_search import guard_mask
 
     masked = 0
     for seed in range(60):
@@ -82,7 +82,7 @@ def test_guard_mask_is_the_guards_fed_resource_rule():
 
 def test_a_portfolio_of_hints_picks_the_best_guarded_score_not_the_best_r():
     pytest.importorskip("ortools")
-    from solvers.cpsat import guard_mask
+    from solvers.local_search import guard_mask
 
     p = cpu_heavy(40, 4, 8)
     allowed = guard_mask(p, ClusterState(p))
@@ -114,7 +114,7 @@ def test_place_guarded_out_past_its_deadline_places_nothing_and_says_how_many_it
     # It ends by the limit less half the reserve (the scoring and the unplaced reasons come after);
     # a cut is reported only when it left pods unseen.
     pytest.importorskip("ortools")
-    from solvers.cpsat import guard_mask, place_guarded_out
+    from solvers.local_search import guard_mask, place_guarded_out
 
     p = cpu_heavy(20, 2, 4)
     allowed = guard_mask(p, ClusterState(p))

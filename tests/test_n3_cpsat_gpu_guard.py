@@ -19,7 +19,7 @@ pytest.importorskip("ortools")
 import solvers  # noqa: E402
 from iro_fed.model import ClusterState  # noqa: E402
 from iro_fed.problem_io import problem_from_dict  # noqa: E402
-from solvers.cpsat import guard_mask  # noqa: E402
+from solvers.local_search import guard_mask  # noqa: E402
 
 SEARCH = {"cpu": 8000, "memory": 16384}  # promo-surge's "search" pod
 LLM = {"cpu": 16000, "memory": 98304}  # promo-surge's "llm-4gpu" pod, with 4 whole cards

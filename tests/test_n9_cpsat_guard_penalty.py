@@ -19,7 +19,7 @@ pytest.importorskip("ortools")
 import solvers  # noqa: E402
 from iro_fed.model import ClusterState, Problem  # noqa: E402
 from iro_fed.objective import evaluate  # noqa: E402
-from solvers.cpsat import guard_mask  # noqa: E402
+from solvers.local_search import guard_mask  # noqa: E402
 from tests.solvers.test_m8_guard_fast_paths import _doc, _node, _pod  # noqa: E402 (the guard tests' builders)
 
 

@@ -16,12 +16,12 @@ import pytest
 pytest.importorskip("ortools")
 
 import solvers
-from iro_fed.feasibility import check_placement, explain, feasible_matrix, feasible_nodes
+from iro_fed.feasibility import check_placement, explain, feasible_matrix, feasible_nodes, pod_groups
 from iro_fed.model import ClusterState
 from iro_fed.problem_io import problem_from_dict
 from iro_fed.testing import random_problem_doc
-from solvers import cpsat
-from solvers.cpsat import OutOfTime, pod_groups, unplaced_reasons
+from solvers import cpsat, cpsat_model, local_search
+from solvers.local_search import OutOfTime, unplaced_reasons
 
 
 def problem(seed: int = 3):
@@ -42,14 +42,14 @@ def test_the_candidate_matrix_is_the_feasibility_matrix(seed: int):
     hint, _, _ = solvers.make("best-fit").run(p)
     for st in (state, hint):
         expected = feasible_matrix(p, st)
-        got = cpsat.candidate_matrix(p, st, deadline=time.perf_counter() + 3600.0)
+        got = local_search.candidate_matrix(p, st, deadline=time.perf_counter() + 3600.0)
         assert got.dtype == bool and (got == expected).all()
 
 
 def test_the_candidate_matrix_stops_at_its_deadline():
     p = problem()
     with pytest.raises(OutOfTime):
-        cpsat.candidate_matrix(p, ClusterState(p), deadline=time.perf_counter() - 1.0)
+        local_search.candidate_matrix(p, ClusterState(p), deadline=time.perf_counter() - 1.0)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -127,5 +127,5 @@ def test_unique_rows_are_numpys_in_numpys_order(width: int):
     mask = base[rng.integers(0, 12, size=40)]  # repeated rows
     mask[0] = False
     mask[1] = True
-    got = cpsat.unique_rows(mask)
+    got = cpsat_model.unique_rows(mask)
     assert got.dtype == bool and np.array_equal(got, np.unique(mask, axis=0))

@@ -15,19 +15,18 @@ pytest.importorskip("ortools")
 import solvers
 from iro_fed import problem_from_dict
 from iro_fed.cli import main
-from iro_fed.feasibility import check_placement, feasible_matrix
+from iro_fed.feasibility import check_placement, feasible_matrix, pod_groups
 from iro_fed.model import ClusterState
 from iro_fed.objective import evaluate
 from iro_fed.testing import brute_force, random_problem
 from solvers import InvalidSettingError
-from solvers.cpsat import (
-    PlacementModel,
+from solvers.cpsat_model import PlacementModel
+from solvers.local_search import (
     _single_pod_round,
     drain_nodes,
     improve,
     insert_by_eviction,
     pack_gpu,
-    pod_groups,
     swap_pods,
 )
 

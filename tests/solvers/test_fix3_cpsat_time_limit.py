@@ -18,7 +18,9 @@ import solvers
 from iro_fed.feasibility import check_placement, feasible_matrix
 from iro_fed.model import ClusterState
 from iro_fed.testing import random_problem
-from solvers.cpsat import OutOfTime, PlacementModel, _prune
+from solvers.cpsat import _prune
+from solvers.cpsat_model import PlacementModel
+from solvers.local_search import OutOfTime
 
 
 def problem():

@@ -25,7 +25,8 @@ from iro_fed import problem_from_dict
 from iro_fed.feasibility import check_placement
 from iro_fed.testing import brute_force, random_problem
 from solvers.base import InvalidSettingError
-from solvers.cpsat import INFO_KEYS, scaled_demand
+from solvers.cpsat import INFO_KEYS
+from solvers.cpsat_model import scaled_demand
 
 SETTINGS = {"time_limit_s": 5.0, "max_deterministic_time": 0.5, "seed": 0}
 

@@ -20,7 +20,7 @@ from iro_fed.feasibility import check_placement
 from iro_fed.testing import random_problem, random_problem_doc
 from solvers import InvalidSettingError
 from solvers.base import reads_pod_scoring
-from solvers.cpsat import POLISH_TOL
+from solvers.local_search import POLISH_TOL
 from solvers.qubo import Qubo
 
 

@@ -27,7 +27,7 @@ from iro_fed.model import ClusterState, Problem
 from iro_fed.placement import Placement
 from iro_fed.problem_io import problem_from_dict
 from iro_fed.testing import random_problem, random_problem_doc
-from solvers import cpsat
+from solvers import cpsat, local_search
 from solvers.base import Solver, SolverProperties
 
 # Below MIN_RESERVE_S (0.05 s): the cap before the build has passed when the solve starts, so no
@@ -48,7 +48,7 @@ def test_a_whole_polish_round_weighs_every_pod_and_none_is_not_reached():
     p = cheap_unplaced()
     state = ClusterState(p)
     weighed = np.zeros(p.num_workloads, dtype=bool)
-    cpsat.improve(p, state, weighed=weighed)
+    local_search.improve(p, state, weighed=weighed)
     assert weighed.all()
     assert state.assignment[LEFT_OUT] < 0 and feasible_nodes(state, LEFT_OUT).any()  # R's choice
     unplaced = [w for w in range(p.num_workloads) if state.assignment[w] < 0]
@@ -60,7 +60,7 @@ def test_a_polish_past_its_deadline_weighs_nothing():
     p = cheap_unplaced()
     state = ClusterState(p)
     weighed = np.zeros(p.num_workloads, dtype=bool)
-    assert cpsat.improve(p, state, deadline=time.perf_counter() - 1.0, weighed=weighed) == 0
+    assert local_search.improve(p, state, deadline=time.perf_counter() - 1.0, weighed=weighed) == 0
     assert not weighed.any()
     assert cpsat._not_reached(state, [0, 3, LEFT_OUT], weighed) == [0, 3, LEFT_OUT]
 
