@@ -108,9 +108,13 @@ class _Emissions:
             from codecarbon import OfflineEmissionsTracker
 
             logging.getLogger("codecarbon").setLevel(logging.ERROR)
+            import codecarbon
+
+            # No emissions.csv: releases with OutputMethod (3.x) take output_methods and warn that
+            # their save_to_* flags are deprecated; those before it take only save_to_file.
+            quiet = {"output_methods": []} if hasattr(codecarbon, "OutputMethod") else {"save_to_file": False}
             self.tracker = OfflineEmissionsTracker(
-                country_iso_code=country, save_to_file=False, log_level="error", project_name="iro-train",
-                measure_power_secs=15,
+                country_iso_code=country, log_level="error", project_name="iro-train", measure_power_secs=15, **quiet,
             )
             self.tracker.start()
         except ImportError:
