@@ -265,6 +265,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.fragmentation import TypicalTasks
+from iro_fed.interrupt import STOP_WAIT_S
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
@@ -357,6 +358,9 @@ LNS_EXTRA_TARGETS = 16
 #: the benchmarks README (joint solvers, "The search alongside CP-SAT").
 LNS_MAX_THREADS = 4
 LNS_PARALLEL_MIN_NODES = 4 * LNS_START_NODES
+#: Most ``num_workers``: more made CP-SAT refuse the model (``model_invalid``, 100,000) or the
+#: parameter itself (a TypeError past 2^31).
+MAX_WORKERS = 1024
 #: The search's ``stopped`` when CP-SAT, run alongside it, proved the model optimal.
 PROVED_ALONGSIDE = "model proved optimal"
 
@@ -399,7 +403,7 @@ class CpSat(Solver):
         "num_workers": Param(
             0, int, "Cores when deterministic is false (0 = every core this process may use): from two, the "
             "large-neighbourhood search runs alongside CP-SAT on half of them (at most 4 threads), CP-SAT's workers on "
-            "the rest.", minimum=0
+            "the rest.", minimum=0, maximum=MAX_WORKERS,
         ),
         "relative_gap": Param(
             0.0, float, "Stop when CP-SAT's gap relative to max(1, |R|) is at most this (0 = prove optimality).",
@@ -1002,7 +1006,9 @@ class CpSat(Solver):
                                   "stall": 0, "stop": None, "deterministic_time": 0.0}
         errors: list[BaseException] = []
 
-        def work() -> None:
+        finished = [threading.Event() for _ in range(threads)]
+
+        def work(done: threading.Event) -> None:
             try:
                 while True:
                     with lock:
@@ -1061,10 +1067,22 @@ class CpSat(Solver):
                 with lock:
                     errors.append(exc)
                     shared["stop"] = "error"
+            finally:
+                done.set()
 
-        pool = [threading.Thread(target=work, name=f"cpsat-lns-{i}", daemon=True) for i in range(threads)]
+        pool = [threading.Thread(target=work, args=(finished[i],), name=f"cpsat-lns-{i}", daemon=True)
+                for i in range(threads)]
         for t in pool:
             t.start()
+        try:
+            for done in finished:  # Events, not Thread.join: see iro_fed.interrupt
+                done.wait()
+        except BaseException:  # Ctrl-C while waiting: the workers end after their current sub-model,
+            with lock:  # before the interpreter may exit under a thread still in CP-SAT (an abort)
+                shared["stop"] = "interrupted"
+            for done in finished:
+                done.wait(STOP_WAIT_S)
+            raise
         for t in pool:
             t.join()
         if errors:

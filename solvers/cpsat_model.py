@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import fit_tolerance, pod_groups
+from iro_fed.interrupt import run_interruptibly
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate
 from solvers.local_search import (
@@ -472,8 +473,8 @@ class PlacementModel:
         ubs = np.asarray(model.obj_ubs)
         total = float((np.abs(coefs) * ubs).sum())
         scale = MAX_SCALE
-        if total > 0:
-            scale = min(MAX_SCALE, 10.0 ** math.floor(math.log10(SCALE_BUDGET / total)))
+        if total > 0:  # in logarithms: SCALE_BUDGET / total overflows for tiny weights (1e-300)
+            scale = 10.0 ** min(math.log10(MAX_SCALE), math.floor(math.log10(SCALE_BUDGET) - math.log10(total)))
         obj = model.proto.objective
         obj.vars.extend(model.obj_vars)
         obj.coeffs.extend((-np.round(coefs * scale).astype(np.int64)).tolist())
@@ -729,6 +730,8 @@ class PlacementModel:
         # above, the default level reaches a good bound sooner.
         prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
         prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
+        # Ctrl-C is Python's (iro_fed.interrupt): CP-SAT's handler only ended this solve early.
+        prm.catch_sigint_signal = False
         prm.max_time_in_seconds = max(MIN_CPSAT_S, wall_limit)
         if deterministic_limit is not None:
             prm.max_deterministic_time = max(0.001, deterministic_limit)
@@ -743,7 +746,7 @@ class PlacementModel:
                     on_solution(model.decode(np.asarray(self.response_proto.solution, dtype=np.int64)))
 
             callback = Found()
-        status = solver.solve(self.cp, callback)
+        status = run_interruptibly(lambda: solver.solve(self.cp, callback), solver.stop_search)
         response = solver.response_proto
         found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         result = Result(
@@ -754,6 +757,8 @@ class PlacementModel:
             result.objective = solver.objective_value
             result.bound = solver.best_objective_bound
             result.proved = status == cp_model.OPTIMAL and result.bound - result.objective <= self.error_bound + 1e-12
+            if not result.proved and result.status == "optimal":
+                result.status = "feasible"  # ended by relative_gap, not by a proof (CP-SAT says OPTIMAL)
             result.state = self.decode(np.asarray(response.solution, dtype=np.int64))
         return result
 

@@ -219,6 +219,7 @@ import functools
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -230,6 +231,7 @@ from iro_fed.feasibility import (
     pod_groups,
     static_filter,
 )
+from iro_fed.interrupt import run_interruptibly
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate, marginal
 from iro_fed.placement import Placement
@@ -278,6 +280,14 @@ REFINE_RETRIES = 8
 #: them gave the same R on 32 problems (4-20 nodes, the benchmark's 20 x 5 to 100 x 20 and the
 #: bank example, default settings) with 20-55 % less time on those of up to 10 nodes.
 REFINE_MAX_STALL = 60
+#: Largest penalty multiplier alpha (``penalty``, ``penalty_start``, the calibration's steps): at
+#: 1e6 the penalties already drown R's biases a millionfold; far above, the biases overflowed
+#: (``penalty=1e307``: an infinite bias, a zero temperature and a traceback).
+MAX_PENALTY_ALPHA = 1e6
+#: Sampling calls of more than this much work (reads x sweeps x variables, tabu restarts counted)
+#: run where Ctrl-C stops them (:func:`iro_fed.interrupt.run_interruptibly`): about 30 ms of
+#: annealing on one core. A refinement call (8 reads, 300 sweeps, tens of variables) stays below.
+INTERRUPTIBLE_WORK = 1_000_000
 #: Most slack bits per capacity constraint.
 MAX_SLACK_BITS = 12
 #: The least work of a batch (model build, one sampling call, one read decoded and repaired), per
@@ -357,9 +367,12 @@ class Qubo(Solver):
             "unbalanced", str, "Capacity encoding: slack bits or unbalanced penalization.", choices=("slack", "unbalanced")
         ),
         "penalty": Param(
-            None, float, "Fixed penalty multiplier alpha (none: calibrate).", minimum=0.0, nullable=True
+            None, float, "Fixed penalty multiplier alpha (none: calibrate).", minimum=0.0, maximum=MAX_PENALTY_ALPHA,
+            nullable=True,
         ),
-        "penalty_start": Param(0.5, float, "First penalty multiplier of the calibration.", minimum=1e-6),
+        "penalty_start": Param(
+            0.5, float, "First penalty multiplier of the calibration.", minimum=1e-6, maximum=MAX_PENALTY_ALPHA
+        ),
         "penalty_growth": Param(1.6, float, "Factor between calibration steps.", minimum=1.01),
         "max_penalty_steps": Param(6, int, "Most calibration steps.", minimum=1),
         "penalty_patience": Param(
@@ -795,29 +808,49 @@ class Qubo(Solver):
         BQM given by :meth:`_BatchModel.vectors`."""
         import dimod
 
+        # A long call runs where Ctrl-C can stop it (iro_fed.interrupt): simulated annealing between
+        # two reads, a tabu call only when it returns. Short calls (the refinement's) run here: a
+        # thread each would cost more than they take. Only a call in a thread of its own is given
+        # the interrupt test: in the main thread the test would run Python's SIGINT handler, and
+        # the sampler's callback drops the KeyboardInterrupt raised there (so Ctrl-C was lost).
+        stopped = threading.Event()
+        work = reads * self.num_sweeps * vectors[0].size * (1 + (self.tabu_restarts if self.sampler == "tabu" else 0))
+        threaded = work > INTERRUPTIBLE_WORK
+        interrupt = stopped.is_set if threaded else None
+
+        def run(call: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+            return run_interruptibly(call, stopped.set) if threaded else call()
+
         if self.sampler == "sa":
             beta_range = list(self.beta_range) if self.beta_range is not None else _beta_range(*vectors[:2])
             if anneal_matches_sampler():  # the sampler's reads, without dimod's model and sample set
-                return anneal(*vectors, reads, self.num_sweeps, beta_range, seed)
+                return run(lambda: anneal(*vectors, reads, self.num_sweeps, beta_range, seed, interrupt))
             from dwave.samplers import SimulatedAnnealingSampler
 
             bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
-            ss = SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=self.num_sweeps, seed=seed,
-                                                    beta_range=beta_range)
-            order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
-            return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+
+            def sample_sa() -> tuple[np.ndarray, np.ndarray]:
+                ss = SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=self.num_sweeps, seed=seed,
+                                                        beta_range=beta_range, interrupt_function=interrupt)
+                order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
+                return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+
+            return run(sample_sa)
         from dwave.samplers import TabuSampler
 
         bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
-        # No wall-clock timeout (it would break determinism): each tabu search is bounded by
-        # num_sweeps x variables updates, the same work as a simulated-annealing read.
-        ss = TabuSampler().sample(
-            bqm, num_reads=reads, seed=seed, timeout=None, num_restarts=self.tabu_restarts,
-            coefficient_z_first=self.num_sweeps, coefficient_z_restart=self.num_sweeps, lower_bound_z=0,
-        )
-        order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
-        samples = np.asarray(ss.record.sample)[:, order]
-        return samples, np.asarray(ss.record.energy, dtype=np.float64)
+
+        def sample_tabu() -> tuple[np.ndarray, np.ndarray]:
+            # No wall-clock timeout (it would break determinism): each tabu search is bounded by
+            # num_sweeps x variables updates, the same work as a simulated-annealing read.
+            ss = TabuSampler().sample(
+                bqm, num_reads=reads, seed=seed, timeout=None, num_restarts=self.tabu_restarts,
+                coefficient_z_first=self.num_sweeps, coefficient_z_restart=self.num_sweeps, lower_bound_z=0,
+            )
+            order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
+            return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+
+        return run(sample_tabu)
 
 
 @functools.lru_cache(maxsize=256)
@@ -883,7 +916,7 @@ def anneal_matches_sampler() -> bool:
 
 def anneal(
     linear: np.ndarray, quad: tuple[np.ndarray, ...], offset: float, reads: int, sweeps: int,
-    beta_range: list[float], seed: int,
+    beta_range: list[float], seed: int, interrupt: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=sweeps,
     beta_range=beta_range, seed=seed)`` of the binary model ``bqm = (linear, quad, offset)``:
@@ -913,10 +946,11 @@ def anneal(
     # Lists, not arrays: the wrapper copies each into a C++ vector element by element, which
     # takes half the time from a list (the same values: float64 and int64 are exact as Python numbers).
     # The remaining arguments left at their defaults, the sampler's: sequential variable order,
-    # Metropolis acceptance, no interrupt.
+    # Metropolis acceptance. ``interrupt`` (the sampler's interrupt_function) is asked between
+    # reads; True ends the call with the reads done.
     spins, energies = simulated_annealing(
         reads, h.tolist(), rows.tolist(), cols.tolist(), (vals * 0.25).tolist(), 1, schedule.tolist(), seed,
-        np.ascontiguousarray(states),
+        np.ascontiguousarray(states), interrupt_function=interrupt,
     )
     return (spins + 1) // 2, energies + spin_offset
 
@@ -935,8 +969,8 @@ def _legacy_random(seed: int) -> np.random.RandomState:
 
 
 def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> list[float]:
-    """The calibration's multipliers ``start * growth**k``, ``k < steps``, up to the last whose
-    penalty ``alpha * scale`` is a finite float (``growth**k`` itself raises OverflowError past
+    """The calibration's multipliers ``start * growth**k``, ``k < steps``, up to the last of at
+    most :data:`MAX_PENALTY_ALPHA` whose penalty ``alpha * scale`` is a finite float (``growth**k`` itself raises OverflowError past
     it: 1.6**1510, so ``max_penalty_steps=2000`` would crash before the first step)."""
     alphas: list[float] = []
     for k in range(steps):
@@ -944,7 +978,7 @@ def _penalty_steps(start: float, growth: float, steps: int, scale: float) -> lis
             alpha = start * growth**k
         except OverflowError:
             break
-        if alphas and not math.isfinite(alpha * scale):
+        if alphas and (alpha > MAX_PENALTY_ALPHA or not math.isfinite(alpha * scale)):
             break
         alphas.append(alpha)
     return alphas

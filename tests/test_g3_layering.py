@@ -32,7 +32,7 @@ PROJECT = ("iro_fed", "solvers", "edge_agent")
 CORE = {"iro_fed.model", "iro_fed.objective", "iro_fed.feasibility"}
 #: Domain helpers beside the core, imported by solvers too (data formats, features, bounds).
 DOMAIN = {
-    "iro_fed.experience", "iro_fed.features", "iro_fed.fragmentation", "iro_fed.limits", "iro_fed.packing",
+    "iro_fed.experience", "iro_fed.features", "iro_fed.fragmentation", "iro_fed.interrupt", "iro_fed.limits", "iro_fed.packing",
     "iro_fed.placement", "iro_fed.problem_io", "iro_fed.traces",
 }
 #: Integrations and entry points (most of them import ``solvers``): never imported by ``solvers``.
