@@ -578,6 +578,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         "terms (normalized / weighted): "
         + ", ".join(f"{k} {terms[k]:.4f} / {weighted[k]:+.4f}" for k in terms)
     )
+    note = solver.describe(placement)
+    if note:
+        console.print(note, soft_wrap=True)
     if placement.reasons:
         shown = sorted(placement.reasons.items())[: args.show_unplaced]
         console.print(Text(f"{len(placement.reasons)} unplaced", style="bold"), ":", sep="")

@@ -239,6 +239,11 @@ class Solver(ABC):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
+    def describe(self, placement: Placement) -> str | None:
+        """One line on how this solver's solve went, printed by ``iro solve`` under its table (what
+        ``placement.info`` holds that the table does not show); None: nothing to add."""
+        return None
+
     def solve(self, problem: Problem) -> Placement:
         """Place the problem's workloads; the result carries the objective module's score."""
         return self.solve_until(problem, deadline=None)

@@ -473,6 +473,28 @@ class CpSat(Solver):
         computed its own (iro-frag as a window-50 hint on 100 nodes: 4.13 -> 4.55 % unallocated)."""
         pass_typical_tasks(tasks, *self.hint_instances)
 
+    def describe(self, placement: Placement) -> str | None:
+        """CP-SAT's status, objective, bound and gap, the model's size, where the answer came
+        from and what the clock cut."""
+        info = placement.info
+        parts = [f"CP-SAT {info.get('status') or 'not run'}"]
+        bound = info.get("best_bound")
+        if info.get("objective") is not None and bound is not None:
+            parts.append(f"its solution {info['objective']:.4f}, bound {bound:.4f}")
+            if info.get("final_gap") is not None and placement.objective is not None:
+                # (with gpu_guard the bound is the guarded score's: not comparable with R)
+                below = max(bound - placement.objective.score, 0.0)
+                over_bound = f", {100.0 * below / abs(bound):.2f} % of |bound|" if bound and not info.get("gpu_guard") else ""
+                parts.append(f"the answer's gap {100.0 * max(info['final_gap'], 0.0):.2f} % of R shifted to start at 0"
+                             + over_bound)
+        if info.get("num_variables") is not None:
+            parts.append(f"{info['num_variables']:,} variables" + (" (candidates pruned)" if info.get("pruned") else ""))
+        if info.get("start"):
+            parts.append(f"answer from {info['start']}" + (", polished" if info.get("polish_moves") else ""))
+        if info.get("wall_clock_cut"):
+            parts.append("cut by the clock: " + ", ".join(info["wall_clock_cut"]))
+        return "cpsat: " + "; ".join(parts)
+
     def preload(self) -> None:
         """Load what the hint solvers load (dqn's checkpoint) now, not inside the first solve's
         time limit; raises what their own ``preload`` raises (a bad checkpoint)."""

@@ -422,6 +422,29 @@ class Qubo(Solver):
             assert isinstance(solver, OnlineSolver)  # start_solvers accepts online solvers only
             self.start_instances.append(solver)
 
+    def describe(self, placement: Placement) -> str | None:
+        """The plan, the batches sampled and their reads, the refinement, the start that won and
+        the widening, and what the clock cut."""
+        info = placement.info
+        if "plan" not in info:
+            return None
+        sampled, greedy = info.get("batches_sampled", 0), info.get("batches_greedy", 0)
+        parts = [f"plan {info['plan']}: {sampled} batch(es) sampled, {greedy} placed greedily"]
+        if sampled and info.get("feasible_fraction") is not None:
+            parts.append(f"feasible reads {100.0 * info['feasible_fraction']:.0f} %, {info.get('repairs', 0)} repair(s)")
+        refine = info.get("refine") or {}
+        if refine.get("steps"):
+            parts.append(f"refinement {refine['steps']} step(s), R {refine.get('gain', 0.0):+.4f}")
+        starts = info.get("starts") or {}
+        if starts.get("chosen"):
+            parts.append(f"best start: {starts['chosen']}")
+        widen = info.get("widen") or []
+        if widen:
+            parts.append(f"widening R {sum(r.get('gain', 0.0) for r in widen):+.4f}")
+        if info.get("wall_clock_cut"):
+            parts.append("cut by the clock: " + ", ".join(info["wall_clock_cut"]))
+        return "qubo: " + "; ".join(parts)
+
     def preload(self) -> None:
         """Load what the start solvers load (dqn's checkpoint) now, not inside the first solve's
         time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
