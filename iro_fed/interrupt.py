@@ -13,6 +13,7 @@ nothing optional: every layer may use it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,13 +23,16 @@ T = TypeVar("T")
 #: read or a CP-SAT step); past them the interrupt is raised anyway and the call ends in its
 #: daemon thread.
 STOP_WAIT_S = 5.0
+#: Seconds between two requests to stop.
+STOP_POLL_S = 0.05
 
 
 def run_interruptibly(run: Callable[[], T], stop: Callable[[], Any]) -> T:
     """``run()``, with Ctrl-C stopping it: outside the main thread it is simply called (signals
     reach only the main thread); in it, ``run`` goes to a thread of its own, and on
-    KeyboardInterrupt (or any exception while waiting) ``stop()`` is called, the thread given
-    :data:`STOP_WAIT_S` to end, and the exception raised again. What ``run`` raises is raised here."""
+    KeyboardInterrupt (or any exception while waiting) ``stop()`` is called, again every
+    :data:`STOP_POLL_S` until the call ends or :data:`STOP_WAIT_S` pass, and the exception raised
+    again. What ``run`` raises is raised here."""
     if threading.current_thread() is not threading.main_thread():
         return run()
     box: dict[str, Any] = {}
@@ -43,16 +47,23 @@ def run_interruptibly(run: Callable[[], T], stop: Callable[[], Any]) -> T:
             done.set()
 
     worker = threading.Thread(target=call, name="native-call", daemon=True)
-    worker.start()
     try:
+        worker.start()  # inside: start() waits for the thread, and Ctrl-C may come then
         done.wait()  # a lock wait: signals interrupt it
     except BaseException:
-        stop()
         # An Event, not Thread.join: a join that Ctrl-C interrupted may mark the thread stopped
         # while it runs (CPython 3.11), and the interpreter then exited under it: a thread still
         # in CP-SAT's C++ at exit aborts the process (std::terminate, status -6, not 130).
-        if done.wait(STOP_WAIT_S):
-            worker.join(STOP_WAIT_S)
+        # ``stop`` is asked again until the call ends: asked before CP-SAT's search had begun, its
+        # stop_search does nothing.
+        give_up = time.monotonic() + STOP_WAIT_S
+        while True:
+            stop()
+            if done.wait(STOP_POLL_S):
+                worker.join(STOP_WAIT_S)
+                break
+            if time.monotonic() >= give_up:
+                break
         raise
     worker.join()
     if "error" in box:

@@ -265,7 +265,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.fragmentation import TypicalTasks
-from iro_fed.interrupt import STOP_WAIT_S
+from iro_fed.interrupt import STOP_POLL_S, STOP_WAIT_S
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
@@ -874,19 +874,28 @@ class CpSat(Solver):
                 box["error"] = exc
 
         model_thread = threading.Thread(target=run_model, name="cpsat-model", daemon=True)
-        model_thread.start()
         began = time.perf_counter()
         searched = None
         try:
+            model_thread.start()  # inside: start() waits for the thread, and Ctrl-C may come then
             searched = self._lns(p, hint.copy(), cap, None, allowed, threads, stop=proved, offer=offer)
         finally:
             searched_s = time.perf_counter() - began
             # CP-SAT's own limit is the same cap; it is stopped here when the search met the cap
             # (its limit may be read a little late) or failed. After a stall of the search it
             # goes on to the cap: its bound, and a placement it may still find, are worth the time.
-            if (searched is None or time.perf_counter() >= cap) and full.solver is not None:
-                full.solver.stop_search()
-            model_thread.join()
+            started = model_thread.ident is not None  # (Ctrl-C may have come inside start())
+            if started and (searched is None or time.perf_counter() >= cap):
+                # Asked again until CP-SAT's thread ends: before its search began (or its solver
+                # was made) a stop does nothing.
+                while True:
+                    if full.solver is not None:
+                        full.solver.stop_search()
+                    model_thread.join(STOP_POLL_S)
+                    if not model_thread.is_alive():
+                        break
+            if started:
+                model_thread.join()
         if "error" in box:
             raise box["error"]
         searched[1]["alongside_cpsat"] = {"cpsat_workers": model_workers, "threads": threads}
@@ -1094,9 +1103,9 @@ class CpSat(Solver):
 
         pool = [threading.Thread(target=work, args=(finished[i],), name=f"cpsat-lns-{i}", daemon=True)
                 for i in range(threads)]
-        for t in pool:
-            t.start()
         try:
+            for t in pool:  # inside: start() waits for each thread, and Ctrl-C may come then
+                t.start()
             for done in finished:  # Events, not Thread.join: see iro_fed.interrupt
                 done.wait()
         except BaseException:  # Ctrl-C while waiting: the workers end after their current sub-model,

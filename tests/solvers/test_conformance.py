@@ -56,6 +56,14 @@ def test_no_nodes(name):
 
 
 @pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("nodes, pods", [(3, 0), (0, 2), (4, 1), (4, 6)], ids=["no-pods", "no-nodes", "one-pod", "six-pods"])
+def test_describe_is_none_or_one_line_named_after_the_solver(name, nodes, pods):
+    solver = solvers.make(name)
+    line = solver.describe(solver.solve(problem_from_dict(random_problem_doc(5, nodes=nodes, pods=pods))))
+    assert line is None or (line.startswith(f"{name}: ") and "\n" not in line)
+
+
+@pytest.mark.parametrize("name", SOLVERS)
 def test_one_pod_is_placed_where_it_fits(name):
     doc = random_problem_doc(3, nodes=4, pods=1, gpus=False, constraints=False)
     doc["workloads"][0]["requests"] = {"cpu": 100, "memory": 64}

@@ -107,6 +107,31 @@ except KeyboardInterrupt:
 """
 
 
+LATE_STOP_SCRIPT = """
+import os, signal, threading
+from iro_fed.interrupt import run_interruptibly
+
+go = threading.Event()
+asked = [0]
+
+def run():
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before the call's own work has begun
+    go.wait(60)
+    return "ran"
+
+def stop():  # the first request comes too early (as a CP-SAT stop before its search began)
+    asked[0] += 1
+    if asked[0] >= 2:
+        go.set()
+
+try:
+    run_interruptibly(run, stop)
+except KeyboardInterrupt:
+    alive = [t for t in threading.enumerate() if t.name == "native-call" and t.is_alive()]
+    print("interrupted", asked[0] >= 2, len(alive))
+"""
+
+
 def _script(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -186,3 +211,8 @@ def test_iro_solve_cpsat_exits_130_on_ctrl_c(tmp_path: Path) -> None:
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert "iro solve: interrupted" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_stop_asked_too_early_is_asked_again() -> None:
+    # One request, and the call ran on for its 60 s while iro exited under it.
+    assert _script(LATE_STOP_SCRIPT) == "interrupted True 0"
