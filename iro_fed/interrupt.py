@@ -27,12 +27,31 @@ STOP_WAIT_S = 5.0
 STOP_POLL_S = 0.05
 
 
+def stop_until(stop: Callable[[], Any], done: threading.Event, limit_s: float = STOP_WAIT_S) -> bool:
+    """Ask ``stop()`` every :data:`STOP_POLL_S` until ``done`` is set or ``limit_s`` pass (asked
+    before CP-SAT's search has begun, its ``stop_search`` does nothing); whether ``done`` was set."""
+    give_up = time.monotonic() + limit_s
+    while True:
+        stop()
+        if done.wait(STOP_POLL_S):
+            return True
+        if time.monotonic() >= give_up:
+            return False
+
+
+def solve_cp_sat(solver: Any, model: Any, callback: Any = None) -> Any:
+    """``solver.solve(model, callback)`` (an OR-Tools ``CpSolver``) with Ctrl-C Python's: CP-SAT's
+    own SIGINT handler is turned off (it ended only the running search, and the command went on
+    to exit 0) and the solve runs through :func:`run_interruptibly`, stopped by ``stop_search``."""
+    solver.parameters.catch_sigint_signal = False
+    return run_interruptibly(lambda: solver.solve(model, callback), solver.stop_search)
+
+
 def run_interruptibly(run: Callable[[], T], stop: Callable[[], Any]) -> T:
     """``run()``, with Ctrl-C stopping it: outside the main thread it is simply called (signals
     reach only the main thread); in it, ``run`` goes to a thread of its own, and on
-    KeyboardInterrupt (or any exception while waiting) ``stop()`` is called, again every
-    :data:`STOP_POLL_S` until the call ends or :data:`STOP_WAIT_S` pass, and the exception raised
-    again. What ``run`` raises is raised here."""
+    KeyboardInterrupt (or any exception while waiting) ``stop()`` is asked until the call ends or
+    :data:`STOP_WAIT_S` pass (:func:`stop_until`), and the exception raised again. What ``run`` raises is raised here."""
     if threading.current_thread() is not threading.main_thread():
         return run()
     box: dict[str, Any] = {}
@@ -54,16 +73,8 @@ def run_interruptibly(run: Callable[[], T], stop: Callable[[], Any]) -> T:
         # An Event, not Thread.join: a join that Ctrl-C interrupted may mark the thread stopped
         # while it runs (CPython 3.11), and the interpreter then exited under it: a thread still
         # in CP-SAT's C++ at exit aborts the process (std::terminate, status -6, not 130).
-        # ``stop`` is asked again until the call ends: asked before CP-SAT's search had begun, its
-        # stop_search does nothing.
-        give_up = time.monotonic() + STOP_WAIT_S
-        while True:
-            stop()
-            if done.wait(STOP_POLL_S):
-                worker.join(STOP_WAIT_S)
-                break
-            if time.monotonic() >= give_up:
-                break
+        if stop_until(stop, done):
+            worker.join(STOP_WAIT_S)
         raise
     worker.join()
     if "error" in box:

@@ -244,6 +244,13 @@ class Solver(ABC):
         ``placement.info`` holds that the table does not show); None: nothing to add."""
         return None
 
+    def describe_line(self, parts: list[str], info: dict[str, Any]) -> str:
+        """:meth:`describe`'s line: the solver's name, ``parts`` and the phases the clock cut
+        (``info["wall_clock_cut"]``)."""
+        if info.get("wall_clock_cut"):
+            parts = [*parts, "cut by the clock: " + ", ".join(info["wall_clock_cut"])]
+        return f"{self.name}: " + "; ".join(parts)
+
     def solve(self, problem: Problem) -> Placement:
         """Place the problem's workloads; the result carries the objective module's score."""
         return self.solve_until(problem, deadline=None)
@@ -512,9 +519,10 @@ def pass_typical_tasks(tasks: TypicalTasks | None, *inner: Solver | None) -> Non
             solver.use_typical_tasks(tasks)
 
 
-def preload_each(*inner: Solver) -> None:
+def preload_each(*inner: Solver | None) -> None:
     """Load now what each wrapped solver loads lazily (dqn's checkpoint: its ``preload``), not inside
-    a solve's time limit; raises what their own ``preload`` raises (a bad checkpoint)."""
+    a solve's time limit (None, or one without ``preload``, is skipped); raises what their own
+    ``preload`` raises (a bad checkpoint)."""
     for solver in inner:
         load = getattr(solver, "preload", None)
         if callable(load):

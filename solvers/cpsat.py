@@ -265,7 +265,7 @@ import numpy as np
 
 from iro_fed.feasibility import feasible_nodes
 from iro_fed.fragmentation import TypicalTasks
-from iro_fed.interrupt import STOP_POLL_S, STOP_WAIT_S
+from iro_fed.interrupt import STOP_WAIT_S, stop_until
 from iro_fed.model import ClusterState, Problem
 from iro_fed.objective import evaluate
 from iro_fed.placement import Placement
@@ -491,9 +491,7 @@ class CpSat(Solver):
             parts.append(f"{info['num_variables']:,} variables" + (" (candidates pruned)" if info.get("pruned") else ""))
         if info.get("start"):
             parts.append(f"answer from {info['start']}" + (", polished" if info.get("polish_moves") else ""))
-        if info.get("wall_clock_cut"):
-            parts.append("cut by the clock: " + ", ".join(info["wall_clock_cut"]))
-        return "cpsat: " + "; ".join(parts)
+        return self.describe_line(parts, info)
 
     def preload(self) -> None:
         """Load what the hint solvers load (dqn's checkpoint) now, not inside the first solve's
@@ -861,6 +859,7 @@ class CpSat(Solver):
         proved = threading.Event()
         offer = _Offer()
         box: dict[str, Any] = {}
+        model_done = threading.Event()
 
         def run_model() -> None:
             try:
@@ -872,6 +871,8 @@ class CpSat(Solver):
                     proved.set()
             except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
                 box["error"] = exc
+            finally:
+                model_done.set()
 
         model_thread = threading.Thread(target=run_model, name="cpsat-model", daemon=True)
         began = time.perf_counter()
@@ -886,14 +887,9 @@ class CpSat(Solver):
             # goes on to the cap: its bound, and a placement it may still find, are worth the time.
             started = model_thread.ident is not None  # (Ctrl-C may have come inside start())
             if started and (searched is None or time.perf_counter() >= cap):
-                # Asked again until CP-SAT's thread ends: before its search began (or its solver
-                # was made) a stop does nothing.
-                while True:
-                    if full.solver is not None:
-                        full.solver.stop_search()
-                    model_thread.join(STOP_POLL_S)
-                    if not model_thread.is_alive():
-                        break
+                # Until CP-SAT's thread ends: before its search began (or its solver was made) a
+                # stop does nothing.
+                stop_until(lambda: full.solver is not None and full.solver.stop_search(), model_done, math.inf)
             if started:
                 model_thread.join()
         if "error" in box:

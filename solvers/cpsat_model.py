@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import fit_tolerance, pod_groups
-from iro_fed.interrupt import run_interruptibly
+from iro_fed.interrupt import solve_cp_sat
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
 from iro_fed.objective import coefficients, evaluate
 from solvers.local_search import (
@@ -730,8 +730,6 @@ class PlacementModel:
         # above, the default level reaches a good bound sooner.
         prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
         prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
-        # Ctrl-C is Python's (iro_fed.interrupt): CP-SAT's handler only ended this solve early.
-        prm.catch_sigint_signal = False
         prm.max_time_in_seconds = max(MIN_CPSAT_S, wall_limit)
         if deterministic_limit is not None:
             prm.max_deterministic_time = max(0.001, deterministic_limit)
@@ -746,7 +744,7 @@ class PlacementModel:
                     on_solution(model.decode(np.asarray(self.response_proto.solution, dtype=np.int64)))
 
             callback = Found()
-        status = run_interruptibly(lambda: solver.solve(self.cp, callback), solver.stop_search)
+        status = solve_cp_sat(solver, self.cp, callback)  # Ctrl-C stops it (iro_fed.interrupt)
         response = solver.response_proto
         found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         result = Result(

@@ -441,9 +441,7 @@ class Qubo(Solver):
         widen = info.get("widen") or []
         if widen:
             parts.append(f"widening R {sum(r.get('gain', 0.0) for r in widen):+.4f}")
-        if info.get("wall_clock_cut"):
-            parts.append("cut by the clock: " + ", ".join(info["wall_clock_cut"]))
-        return "qubo: " + "; ".join(parts)
+        return self.describe_line(parts, info)
 
     def preload(self) -> None:
         """Load what the start solvers load (dqn's checkpoint) now, not inside the first solve's
@@ -853,10 +851,10 @@ class Qubo(Solver):
             bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
 
             def sample_sa() -> tuple[np.ndarray, np.ndarray]:
-                ss = SimulatedAnnealingSampler().sample(bqm, num_reads=reads, num_sweeps=self.num_sweeps, seed=seed,
-                                                        beta_range=beta_range, interrupt_function=interrupt)
-                order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
-                return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+                return _by_variable(SimulatedAnnealingSampler().sample(
+                    bqm, num_reads=reads, num_sweeps=self.num_sweeps, seed=seed, beta_range=beta_range,
+                    interrupt_function=interrupt,
+                ))
 
             return run(sample_sa)
         from dwave.samplers import TabuSampler
@@ -866,14 +864,18 @@ class Qubo(Solver):
         def sample_tabu() -> tuple[np.ndarray, np.ndarray]:
             # No wall-clock timeout (it would break determinism): each tabu search is bounded by
             # num_sweeps x variables updates, the same work as a simulated-annealing read.
-            ss = TabuSampler().sample(
+            return _by_variable(TabuSampler().sample(
                 bqm, num_reads=reads, seed=seed, timeout=None, num_restarts=self.tabu_restarts,
                 coefficient_z_first=self.num_sweeps, coefficient_z_restart=self.num_sweeps, lower_bound_z=0,
-            )
-            order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))
-            return np.asarray(ss.record.sample)[:, order], np.asarray(ss.record.energy, dtype=np.float64)
+            ))
 
         return run(sample_tabu)
+
+
+def _by_variable(sample_set: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A dimod sample set's reads (one row per read, variables in index order) and energies."""
+    order = np.argsort(np.asarray(list(sample_set.variables), dtype=np.int64))
+    return np.asarray(sample_set.record.sample)[:, order], np.asarray(sample_set.record.energy, dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=256)

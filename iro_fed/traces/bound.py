@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from iro_fed.interrupt import run_interruptibly
+from iro_fed.interrupt import solve_cp_sat
 from iro_fed.model import GPU_MILLI
 from iro_fed.packing import arc_flow
 from iro_fed.replay import round_point
@@ -144,8 +144,7 @@ def _solve(model: Any, time_limit_s: float, workers: int) -> tuple[Any, bool]:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
-    solver.parameters.catch_sigint_signal = False  # Ctrl-C is Python's (iro_fed.interrupt)
-    status = run_interruptibly(lambda: solver.solve(model), solver.stop_search)
+    status = solve_cp_sat(solver, model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise RuntimeError(f"CP-SAT found no packing in {time_limit_s} s (status {solver.status_name(status)})")
     return solver, status == cp_model.OPTIMAL
