@@ -631,20 +631,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     warm_up(name, {"seed": args.seed}, warm_on)
                     warmed.add(name)
                 try:
-                    placement = solvers.make(name, seed=args.seed).solve(problem)
-                    rows.append((name, placement, None))
+                    solver = solvers.make(name, seed=args.seed)
+                    placement = solver.solve(problem)
+                    # cpsat's and qubo's line on how the solve went, as iro solve prints it
+                    rows.append((name, placement, None, solver.describe(placement)))
                 except solvers.SolverError as exc:
-                    rows.append((name, None, str(exc)))
+                    rows.append((name, None, str(exc), None))
                 progress.advance(task)
             per_problem.append((path, problem, rows))
-    tables = []
+    tables: list[tuple[Table, list[str]]] = []
     for path, problem, rows in per_problem:
         table = Table(title=f"{path}: {problem.num_workloads} workloads on {problem.num_nodes} nodes in {len(problem.domains)} domains")
         table.add_column("solver")
         table.add_column("status")
         _objective_columns(table)
-        best = max((p.objective.score for _, p, _ in rows if p is not None), default=None)
-        for name, placement, error in sorted(rows, key=lambda r: -(r[1].objective.score if r[1] else float("-inf"))):
+        best = max((p.objective.score for _, p, _, _ in rows if p is not None), default=None)
+        notes = []
+        for name, placement, error, note in sorted(rows, key=lambda r: -(r[1].objective.score if r[1] else float("-inf"))):
             if placement is None:
                 table.add_row(name, "error", error or "", *[""] * 8)
                 results.append({"problem": path, "solver": name, "status": "error", "error": error})
@@ -655,14 +658,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
             else:
                 table.add_row(name, placement.status, *cells)
             results.append({"problem": path, "solver": name, **placement.to_dict(problem)["objective"], "status": placement.status,
-                            "solve_s": placement.timing.get("solve_s")})
-        tables.append(table)
+                            "solve_s": placement.timing.get("solve_s"), "note": note})
+            if note:
+                notes.append(note)
+        tables.append((table, notes))
     document = {"seed": args.seed, "results": results}
     if args.out == "-":  # the JSON alone on stdout, for a pipe
         print(json.dumps(document, indent=2))
         return EXIT_OK
-    for table in tables:
+    for table, notes in tables:
         console.print(table)
+        for note in notes:
+            console.print(note, soft_wrap=True)
     if args.out:
         write_json_atomic(args.out, document)
         console.print(f"results written to {args.out}")

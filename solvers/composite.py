@@ -34,6 +34,7 @@ from solvers.base import (
     Solver,
     SolverProperties,
     pass_typical_tasks,
+    preload_each,
 )
 
 
@@ -86,6 +87,12 @@ class Fallback(Solver):
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         pass_typical_tasks(tasks, self._primary, self._fallback)
 
+    def preload(self) -> None:
+        """Load the primary's lazy model now (dqn's checkpoint): a bad one raises here, where a
+        caller that swaps solvers in can refuse it; left lazy, the wrapper would hide it by falling
+        back on every solve. The fallback loads when first used, as before (it may never be)."""
+        preload_each(self._primary)
+
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         limit = None if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
         try:
@@ -130,6 +137,11 @@ class TimeBudget(Solver):
 
     def use_typical_tasks(self, tasks: TypicalTasks | None) -> None:
         pass_typical_tasks(tasks, self._inner, self._then)
+
+    def preload(self) -> None:
+        """Load the wrapped solvers' lazy models now, not inside the first budget (a dqn checkpoint
+        loaded there took the budget's first part, and a bad one raised mid-solve)."""
+        preload_each(self._inner, self._then)
 
     def _solve(self, problem: Problem, deadline: float | None) -> Placement:
         budget_end = _earliest(deadline, time.perf_counter() + self.budget_s)

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -308,3 +309,17 @@ def test_replay_bad_arguments_exit_2_naming_the_flag_and_write_nothing(trace, tm
     assert main([*trace, *argv, *out]) == 2
     assert message in capsys.readouterr().err
     assert _listing(tmp_path) == before
+
+
+def test_compare_prints_cpsat_describe_line_and_keeps_it_in_json(tmp_path, capsys):
+    """iro compare prints under its table the line iro solve prints for cpsat (was: none), and
+    the JSON keeps it as ``note`` (None for a solver without one)."""
+    pytest.importorskip("ortools")
+    out = tmp_path / "cmp.json"
+    problem = str(Path(__file__).resolve().parents[1] / "examples" / "problems" / "bank-three-zone.json")
+    assert main(["compare", problem, "--solvers", "cpsat,best-fit", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    results = {r["solver"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["best-fit"]["note"] is None
+    note = results["cpsat"]["note"]
+    assert note.startswith("cpsat: CP-SAT optimal") and note in printed.replace("\n", "")

@@ -354,12 +354,11 @@ def _latest_pointer(registry: Path) -> str | None:
 
 
 def _preload(solver: Any) -> None:
-    """Load a solver's model now (``preload``), or the primary's of a composite: the fallback
-    wrapper would hide a bad policy by falling back on every batch."""
-    for inner in (solver, getattr(solver, "_primary", None)):
-        load = getattr(inner, "preload", None)
-        if callable(load):
-            load()
+    """Load a solver's lazy model now (its ``preload``; a composite's loads its primary's): the
+    fallback wrapper would hide a bad policy by falling back on every batch."""
+    load = getattr(solver, "preload", None)
+    if callable(load):
+        load()
 
 
 class IroScheduler:
