@@ -37,6 +37,8 @@ MAX_CARDINALITY_SETS = 256
 #: Largest model (variables) solved with every constraint in CP-SAT's LP (linearization level 2).
 LP2_MAX_VARIABLES = 5_000
 _BIG = 2**62
+#: Capacity rows times ``on`` for nodes that may power on (:meth:`PlacementModel._on_capacity_rows`).
+ON_CAPACITY_CUTS = True
 
 
 #: Relative distance from an integer that still counts as one after scaling by a power of ten:
@@ -436,6 +438,8 @@ class PlacementModel:
                 for k in ks:
                     model.linear([x[k], v], [1, -int(ub[k])], -_BIG, 0)  # x <= ub on
                 model.linear(x[ks], np.ones(ks.size), 1, _BIG, enforce=v)  # on => some pod
+                if ON_CAPACITY_CUTS:
+                    self._on_capacity_rows(x, ks, pw, n, v)
             model.objective(ov, coef.off_gain_base[switchable], np.ones(switchable.size))
 
         # Utilization: linear, exact levels, or the tangent surrogate.
@@ -489,6 +493,31 @@ class PlacementModel:
         self.info.update(scale=scale, scale_error_bound=self.error_bound, utilization_rounded=self.levels_rounded,
             capacity_rounded=self.capacity_rounded,
         )
+
+    def _on_capacity_rows(self, x: np.ndarray, ks: np.ndarray, pw: np.ndarray, n: int, on: int) -> None:
+        """Per resource of a node that may power on: its pods ask for at most what it has free
+        times ``on``. Implied by the capacity rows and ``x <= ub on`` for integers, but in the LP
+        the big-M link charges a node's power-on only 1 / ub of it per pod; this one charges it
+        in proportion to the capacity used (the facility-location strengthening)."""
+        p, base, model = self.problem, self.base, self.model
+        tol = fit_tolerance(p)
+        for r in range(len(p.resources)):
+            d = p.demand[pw[ks], r]
+            use = ks[d > 0]
+            if use.size == 0:
+                continue
+            amounts = np.concatenate([d[d > 0], [max(float(base.free[n, r]), 0.0)]])
+            mult, integral = integral_scale(amounts, max_power=ROW_MAX_POWER)
+            if not integral:
+                continue  # a cut only: rounded it could keep out pods that fit
+            cap = scaled_capacity(float(base.free[n, r]) + float(tol[n, r]), mult)
+            model.linear([*x[use], on], [*scaled_demand(p.demand[pw[use], r], mult), -cap], -_BIG, 0)
+        gpu = ks[p.wl_gpu_count[pw[ks]] > 0]
+        if gpu.size:
+            w = pw[gpu]
+            milli = np.where(is_share(p, w), p.wl_gpu_milli[w], GPU_MILLI * p.wl_gpu_count[w]).astype(np.int64)
+            free = int(np.maximum(base.gpu_free[n], 0).sum())
+            model.linear([*x[gpu], on], [*milli, -free], -_BIG, 0)
 
     def _cardinality_cuts(
         self, x: np.ndarray, gfeas: np.ndarray, rep: np.ndarray, size: np.ndarray, group_pairs: np.ndarray

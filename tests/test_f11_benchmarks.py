@@ -392,6 +392,9 @@ def joint(load_benchmark, monkeypatch):
         (["--seed", "-1"], "--seed"),
         (["--solvers", ","], "--solvers"),
         (["--solvers", "best-fit,nope"], "--solvers"),
+        (["--empty-nodes", "1.5"], "--empty-nodes"),
+        (["--empty-nodes", "-0.1"], "--empty-nodes"),
+        (["--empty-nodes", "nan"], "--empty-nodes"),
     ],
 )
 def test_joint_solvers_bad_values_exit_2(joint, tmp_path, capsys, argv, flag) -> None:
@@ -547,3 +550,25 @@ def test_joint_solvers_give_the_qubo_its_time_target_as_budget(joint) -> None:
     assert joint.settings_for("qubo", (100, 20), True, 3) == {"time_limit_s": 2.0, "seed": 3}
     assert "time_limit_s" not in joint.settings_for("qubo", (500, 100), False, 0)
     assert joint.settings_for("cpsat", (500, 100), False, 0)["time_limit_s"] == 10.0
+
+
+@needs_openb
+def test_joint_solvers_empty_nodes_start_empty_and_are_not_judged(load_benchmark, monkeypatch) -> None:
+    """--empty-nodes: that share of the nodes starts with nothing allocated and every card free
+    (consolidation problems); the issue's targets are for the problems as built, so not judged."""
+    from rich.console import Console
+
+    module = load_benchmark("joint_solvers", "joint_solvers_f11")
+    node_shapes, pod_shapes = module.dt.load_shapes(module.dt.DEFAULT_DATA)
+    plain = module.build_problem(node_shapes, pod_shapes, 20, 40, 0)
+    assert plain.allocated.any(axis=1).all()  # as built, every node has something allocated
+    half = module.build_problem(node_shapes, pod_shapes, 20, 40, 0, 0.5)
+    empty = ~half.allocated.any(axis=1)
+    assert 0 < empty.sum() < 40
+    assert (half.gpu_free[empty & (half.gpu_count > 0)] != 0).all()  # (padding -1 aside) every card free
+    assert ((half.gpu_free[empty] == 1000) | (half.gpu_free[empty] < 0)).all()
+    assert module.build_problem(node_shapes, pod_shapes, 20, 40, 0, 1.0).allocated.sum() == 0
+    monkeypatch.setitem(module.TARGETS, ("best-fit", (10, 4)), {"max_time_s": 1e9})  # a target this size would pass
+    quiet = Console(file=None, quiet=True)
+    assert module.run_size(node_shapes, pod_shapes, (10, 4), ["best-fit"], True, 0, quiet)[0].verdict == "PASS"
+    assert module.run_size(node_shapes, pod_shapes, (10, 4), ["best-fit"], True, 0, quiet, 1.0)[0].verdict == "n/a"
