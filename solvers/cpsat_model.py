@@ -10,6 +10,7 @@ amounts (:func:`integral_scale`, :func:`scaled_demand`, :func:`scaled_capacity`)
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -749,21 +750,24 @@ class PlacementModel:
         (a callable) gets each improving solution's state as CP-SAT finds it (in CP-SAT's thread)."""
         from ortools.sat.python import cp_model
 
-        solver = cp_model.CpSolver()
-        self.solver = solver  # for stop_search from another thread (the search run alongside)
-        prm = solver.parameters
-        prm.random_seed = int(seed)
-        prm.relative_gap_limit = float(relative_gap)
-        prm.absolute_gap_limit = 0.0  # the objective is in units of R: prove to the last integer unit
-        # Every constraint in the LP on models up to LP2_MAX_VARIABLES: a much stronger bound there;
-        # above, the default level reaches a good bound sooner.
-        prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
-        prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
-        prm.max_time_in_seconds = max(MIN_CPSAT_S, wall_limit)
-        if deterministic_limit is not None:
-            prm.max_deterministic_time = max(0.001, deterministic_limit)
-        if workers:
-            prm.num_workers = int(workers)
+        def configured(wall: float) -> Any:
+            solver = cp_model.CpSolver()
+            prm = solver.parameters
+            prm.random_seed = int(seed)
+            prm.relative_gap_limit = float(relative_gap)
+            prm.absolute_gap_limit = 0.0  # the objective is in units of R: prove to the last integer unit
+            # Every constraint in the LP on models up to LP2_MAX_VARIABLES: a much stronger bound there;
+            # above, the default level reaches a good bound sooner.
+            prm.linearization_level = 2 if self.num_variables <= LP2_MAX_VARIABLES else 1
+            prm.cp_model_probing_level = 0  # probing costs seconds of presolve on large models for little here
+            prm.max_time_in_seconds = max(MIN_CPSAT_S, wall)
+            if deterministic_limit is not None:
+                prm.max_deterministic_time = max(0.001, deterministic_limit)
+            if workers:
+                prm.num_workers = int(workers)
+            self.solver = solver  # for stop_search from another thread (the search run alongside)
+            return solver
+
         callback = None
         if on_solution is not None:
             model = self
@@ -773,7 +777,20 @@ class PlacementModel:
                     on_solution(model.decode(np.asarray(self.response_proto.solution, dtype=np.int64)))
 
             callback = Found()
-        status = solve_cp_sat(solver, self.cp, callback)  # Ctrl-C stops it (iro_fed.interrupt)
+        started = time.perf_counter()
+        solver = configured(wall_limit)
+        try:
+            status = solve_cp_sat(solver, self.cp, callback)  # Ctrl-C stops it (iro_fed.interrupt)
+        except IndexError as exc:
+            # CP-SAT 9.15's presolve fails on some hinted models ("absl::btree_map::at": a search
+            # sub-model at 250 x 100 with nodes that may power on, a feasible hint; the same model
+            # solves without its hint or without presolve). Solved again without the hint.
+            if not len(self.cp.proto.solution_hint.vars):
+                raise
+            self.cp.clear_hints()
+            self.info["hint_dropped"] = f"CP-SAT failed with the hint ({type(exc).__name__}: {exc}); solved without it"
+            solver = configured(wall_limit - (time.perf_counter() - started))
+            status = solve_cp_sat(solver, self.cp, callback)
         response = solver.response_proto
         found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         result = Result(

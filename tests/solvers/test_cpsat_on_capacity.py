@@ -94,3 +94,19 @@ def test_cpsat_with_the_rows_reaches_the_brute_force_optimum_where_nodes_start_e
     placement = solvers.make("cpsat", seed=0, time_limit_s=20.0).solve(problem)
     assert placement.status == "optimal"
     assert placement.objective.score == pytest.approx(brute_force(problem).objective.score, abs=1e-9)
+
+
+def test_search_targets_outside_a_neighbourhood_are_nodes_already_on():
+    """A freed pod may leave its neighbourhood for its best other nodes that are on, never for one
+    that would have to power on (each brought a power-on variable and U's levels into the step's
+    model, and on consolidation problems most steps ended unsolved)."""
+    from solvers.cpsat import _lns_targets
+
+    problem = _consolidation(pods=5, nodes=6)
+    state = ClusterState(problem)
+    state.place(0, 1)  # node 1 on; nodes 2-5 empty (off)
+    state.place(1, 3)  # node 3 on
+    mask = np.zeros(problem.num_nodes, dtype=bool)
+    mask[0] = True  # the neighbourhood: node 0
+    targets = _lns_targets(problem, state, 4, mask, extra=16)
+    assert np.flatnonzero(targets).tolist() == [0, 1, 3]  # its own node, and the two nodes on
