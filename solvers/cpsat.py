@@ -150,7 +150,7 @@ The model (:class:`~solvers.cpsat_model.PlacementModel`, whose ``_build`` follow
    with), among the nodes already on: with nodes that may power on among them, each model had
    14-23 power-on variables and U's levels, most stopped unsolved by their limit, and the
    neighbourhoods shrank to 2 nodes (consolidation problems, 18 of them, alongside: R up on 15,
-   +0.77 summed, 500 x 100 all empty -0.192 -> -0.025; with ``deterministic``, whose search
+   +0.77 summed, 500 x 100 all empty -0.192 -> -0.025 / -0.048 in two runs; with ``deterministic``, whose search
    takes about 20 steps, 27 problems: -0.16 summed, 12 up, 15 down). With ``deterministic``
    both phases run one worker under deterministic time limits (the search is charged CP-SAT's
    deterministic time plus a fixed amount per step), so the same seed gives the same placement
@@ -937,8 +937,7 @@ class CpSat(Solver):
         stats = {"iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget", "threads": 1,
                  "adopted": 0}
         stall = 0
-        static = np.stack([static_mask(p, w) for w in range(p.num_workloads)])
-        domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
+        static, domains = _search_pools(p)
         # Without a deterministic budget the wall clock is the budget.
         wall_stop = "budget" if det_budget is None else "wall clock"
         while det_budget is None or used < det_budget:
@@ -1039,8 +1038,7 @@ class CpSat(Solver):
             "iterations": 0, "improvements": 0, "start_score": current, "stopped": "budget", "threads": threads,
             "conflicts": 0, "adopted": 0,
         }
-        static = np.stack([static_mask(p, w) for w in range(p.num_workloads)])
-        domains = [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
+        static, domains = _search_pools(p)
         version = np.zeros(p.num_nodes, dtype=np.int64)  # accepted results that touched each node
         busy_nodes = np.zeros(p.num_nodes, dtype=bool)
         busy_pods = np.zeros(p.num_workloads, dtype=bool)
@@ -1223,6 +1221,13 @@ def _lns_merge(
         shared["stall"] = 0
 
 
+def _search_pools(p: Problem) -> tuple[np.ndarray, list[np.ndarray]]:
+    """What the search draws its neighbourhoods from: each pod's statically admitted nodes
+    (``[W, N]``) and each domain's nodes."""
+    static = np.stack([static_mask(p, w) for w in range(p.num_workloads)])
+    return static, [np.flatnonzero(p.node_domain == d) for d in range(len(p.domains))]
+
+
 def _lns_targets(
     p: Problem, base: ClusterState, w: int, mask: np.ndarray, extra: int, allowed: np.ndarray | None = None
 ) -> np.ndarray:
@@ -1235,7 +1240,7 @@ def _lns_targets(
     # Only nodes already on: powering one on outside the neighbourhood is rarely worth its cost,
     # and each such node brings a power-on variable and U's levels into the model (consolidation
     # problems: 14-23 per model, most stopped by their time limit unsolved, so the neighbourhoods
-    # shrank to 2 nodes; with on nodes alone, 500 x 100 all empty went R -0.192 -> -0.025).
+    # shrank to 2 nodes; with on nodes alone, 500 x 100 all empty went R -0.192 -> -0.025 / -0.048).
     outside = np.flatnonzero(fits & ~mask & base.on)
     if extra > 0 and outside.size:
         if outside.size > extra:

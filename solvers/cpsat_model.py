@@ -504,15 +504,14 @@ class PlacementModel:
         tol = fit_tolerance(p)
         for r in range(len(p.resources)):
             d = p.demand[pw[ks], r]
-            use = ks[d > 0]
-            if use.size == 0:
+            use = d > 0
+            if not use.any():
                 continue
-            amounts = np.concatenate([d[d > 0], [max(float(base.free[n, r]), 0.0)]])
-            mult, integral = integral_scale(amounts, max_power=ROW_MAX_POWER)
+            mult, integral = integral_scale(np.append(d[use], max(float(base.free[n, r]), 0.0)), max_power=ROW_MAX_POWER)
             if not integral:
                 continue  # a cut only: rounded it could keep out pods that fit
             cap = scaled_capacity(float(base.free[n, r]) + float(tol[n, r]), mult)
-            model.linear([*x[use], on], [*scaled_demand(p.demand[pw[use], r], mult), -cap], -_BIG, 0)
+            model.linear([*x[ks[use]], on], [*scaled_demand(d[use], mult), -cap], -_BIG, 0)
         gpu = ks[p.wl_gpu_count[pw[ks]] > 0]
         if gpu.size:
             w = pw[gpu]

@@ -846,9 +846,9 @@ class Qubo(Solver):
             beta_range = list(self.beta_range) if self.beta_range is not None else _beta_range(*vectors[:2])
             if anneal_matches_sampler():  # the sampler's reads, without dimod's model and sample set
                 return run(lambda: anneal(*vectors, reads, self.num_sweeps, beta_range, seed, interrupt))
+        bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
+        if self.sampler == "sa":
             from dwave.samplers import SimulatedAnnealingSampler
-
-            bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
 
             def sample_sa() -> tuple[np.ndarray, np.ndarray]:
                 return _by_variable(SimulatedAnnealingSampler().sample(
@@ -858,8 +858,6 @@ class Qubo(Solver):
 
             return run(sample_sa)
         from dwave.samplers import TabuSampler
-
-        bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(*vectors, "BINARY")
 
         def sample_tabu() -> tuple[np.ndarray, np.ndarray]:
             # No wall-clock timeout (it would break determinism): each tabu search is bounded by

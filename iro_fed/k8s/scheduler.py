@@ -353,14 +353,6 @@ def _latest_pointer(registry: Path) -> str | None:
         return None
 
 
-def _preload(solver: Any) -> None:
-    """Load a solver's lazy model now (its ``preload``; a composite's loads its primary's): the
-    fallback wrapper would hide a bad policy by falling back on every batch."""
-    load = getattr(solver, "preload", None)
-    if callable(load):
-        load()
-
-
 class IroScheduler:
     """The scheduler. ``run()`` blocks until :meth:`stop`; :meth:`schedule_batch` is one step."""
 
@@ -947,7 +939,8 @@ class IroScheduler:
             return False
         try:
             fresh = solvers.make("fallback", **self._solver_args)
-            _preload(fresh)
+            # Its primary's model now: the wrapper would hide a bad policy by falling back on every batch.
+            fresh.preload()
         except Exception as exc:  # a half-written, corrupt or incompatible version: keep the last good one
             self._policy_refused = pointer
             log.warning("policy registry %s: latest %r cannot be loaded (%s: %s); still using %r",
