@@ -123,9 +123,10 @@ The model (:class:`~solvers.cpsat_model.PlacementModel`, whose ``_build`` follow
    plus its best ``max_candidates`` nodes by the objective's marginal gain against the hint's
    final cluster with the pod itself taken out (nodes it still fits there first), so the model
    can move pods to where there is room.
-   With ``deterministic`` (or one core, or no hint) the whole-problem model gets half of the
-   budget with one worker, 40 % with several (:data:`FULL_SHARE`, all of it with
-   ``lns=False``) and the search below the rest, one after the other. Without it, on two cores
+   With ``deterministic`` (or one core, or no hint) the whole-problem model gets a share of the
+   budget (:data:`FULL_SHARE_DETERMINISTIC` of the deterministic budget; on the wall clock half
+   with one worker, 40 % with several, :data:`FULL_SHARE`; all of it with ``lns=False``) and the
+   search below the rest, one after the other. Without it, on two cores
    or more, the search runs **alongside** CP-SAT for the whole budget, from the hint
    (:meth:`CpSat._solve_alongside`): CP-SAT gets one thread and the cores the search does
    not take (half of them, at most :data:`LNS_MAX_THREADS` search threads), it stops the search
@@ -151,7 +152,8 @@ The model (:class:`~solvers.cpsat_model.PlacementModel`, whose ``_build`` follow
    14-23 power-on variables and U's levels, most stopped unsolved by their limit, and the
    neighbourhoods shrank to 2 nodes (consolidation problems, 18 of them, alongside: R up on 15,
    +0.77 summed, 500 x 100 all empty -0.192 -> -0.025 / -0.048 in two runs; with ``deterministic``, whose search
-   takes about 20 steps, 27 problems: -0.16 summed, 12 up, 15 down). With ``deterministic``
+   then took about 20 steps, 27 problems: -0.16 summed, 12 up, 15 down; about 50 steps at the
+   present :data:`DETERMINISTIC_SHARE`). With ``deterministic``
    both phases run one worker under deterministic time limits (the search is charged CP-SAT's
    deterministic time plus a fixed amount per step), so the same seed gives the same placement
    unless the wall-clock limit cuts in first (below).
@@ -324,18 +326,25 @@ AUTO_CANDIDATES = 32
 #: in five runs under load, and one worker at 0.3 of a deterministic budget of 5 always).
 FULL_SHARE = 0.5
 FULL_SHARE_PARALLEL = 0.4
+#: The same share of the deterministic budget (``deterministic``). The search gains more from
+#: the budget than the whole model does (it rarely betters its hint in one worker's time): at a
+#: budget of 0.5 x 10 s, 30 problems (the joint benchmark's 100 x 20 and 500 x 100 as built,
+#: and with 100 %, 100 %, 50 % of 100 x 20, 250 x 100, 500 x 100's nodes empty; seeds 0-5), R
+#: against the default before (0.25 x 10 s, share 0.5) +0.82 summed at a share of 0.5 and +1.18
+#: at 0.35, the whole model's bound at 500 x 100 weaker either way (its root LP is not finished
+#: in one worker's 1.75-2.5 units).
+FULL_SHARE_DETERMINISTIC = 0.35
 #: Deterministic budget per second of ``time_limit_s`` when ``deterministic`` is on and
 #: ``max_deterministic_time`` is not given. CP-SAT's deterministic second is not a second of one
-#: core: on a 2-core machine at load 4-6 the whole-problem model took 1.0 CPU-s per deterministic
-#: second at 500 x 100 but 1.7-2.2 CPU-s (2.3-2.6 wall s) at 100 x 20 (its LP, level 2, is
-#: undercounted); a whole solve took 1.7 (100 x 20) to 2.2 (500 x 100, with the hint's polish)
-#: CPU-s per unit of budget. At 0.5 the wall-clock limit cut the search at 100 x 20 in every run
-#: (info wall_clock_cut ['lns'], placements differing run to run); 0.25 leaves room for the hint,
-#: its polish, decoding and a loaded or slower machine, so the limit rarely cuts in first (when it
-#: does, the result depends on the machine). On an idle machine a larger max_deterministic_time
-#: buys a better R (100 x 20, two problems: budget 2 / 3 / 5: R -0.710 / -0.705 / -0.702 and
-#: -0.639 / -0.636 / -0.621).
-DETERMINISTIC_SHARE = 0.25
+#: core (its LP at 100 x 20 is undercounted), and the hint, its polish, the build and the final
+#: polish are not charged, so the share leaves room for them and for a slower or busier machine.
+#: Measured on 2 cores (AMD EPYC), the 30 problems of :data:`FULL_SHARE_DETERMINISTIC`, 10 s:
+#: idle, a solve took 2.0-4.1 s at 0.25 and 3.5-6.1 s at 0.5, the wall clock never cutting in,
+#: and R rose at 0.5 on 28 of 30 (+1.18 summed, most on the consolidation problems: 250 x 100 all
+#: empty +0.01 to +0.16); with four solves at once on the 2 cores (twice oversubscribed) 7.3-9.8 s
+#: and the wall clock cut the search on 2-3 of 5 problems per run (``info["wall_clock_cut"]``, the
+#: placement then the machine's), R still above the idle 0.25 on all five.
+DETERMINISTIC_SHARE = 0.5
 #: Share of the wall-clock limit the hint's polish may take (without ``deterministic``; with it the
 #: polish runs until no move gains: 500 x 100 took 1.0 to 2.1 s of 10 on a loaded machine, past
 #: this share, so the placement depended on the load).
@@ -443,7 +452,8 @@ class CpSat(Solver):
         ),
         "max_deterministic_time": Param(
             None, float, "Deterministic time budget (CP-SAT's unit, 1-2 CPU-seconds here) when deterministic is true "
-            "(none: a quarter of time_limit_s, so the wall clock rarely cuts in first and the seed fixes the result).",
+            "(none: half of time_limit_s: on an idle machine the solve takes about half of the limit, so the wall clock "
+            "does not cut in first and the seed fixes the result; on a busy one it may, and info['wall_clock_cut'] says so).",
             minimum=0.001, nullable=True,
         ),
         "exact_levels": Param(
@@ -704,7 +714,12 @@ class CpSat(Solver):
         parallel = workers > 1
         # Without deterministic limits, on two cores or more, the search runs alongside CP-SAT.
         alongside = self._alongside(p) if self.lns and full is not None and hint_state is not None else None
-        share = (FULL_SHARE_PARALLEL if parallel else FULL_SHARE) if self.lns and alongside is None else 1.0
+        if not self.lns or alongside is not None:
+            share = 1.0
+        elif det_budget is not None:
+            share = FULL_SHARE_DETERMINISTIC
+        else:
+            share = FULL_SHARE_PARALLEL if parallel else FULL_SHARE
         wall = cap - time.perf_counter()
         if det_budget is None:
             wall *= share

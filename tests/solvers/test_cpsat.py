@@ -203,7 +203,7 @@ def test_the_deterministic_budget_follows_the_time_limit_unless_given():
               for name, settings in {"default": {}, "30s": {"time_limit_s": 30.0},
                                      "given": {"time_limit_s": 30.0, "max_deterministic_time": 0.25},
                                      "wall-clock": {"deterministic": False}}.items()}
-    assert budget == {"default": 2.5, "30s": 7.5, "given": 0.25, "wall-clock": None}
+    assert budget == {"default": 5.0, "30s": 15.0, "given": 0.25, "wall-clock": None}
 
 
 def test_info_reports_the_search():

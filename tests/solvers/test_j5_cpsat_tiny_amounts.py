@@ -184,7 +184,7 @@ def test_info_of_an_empty_problem_says_nothing_was_rounded_or_run():
     info = solvers.make("cpsat").solve(problem_from_dict(dict(M3, workloads=[]))).info
     assert info["status"] == "optimal" and info["scale_error_bound"] == 0.0
     assert info["utilization_rounded"] is False and info["capacity_rounded"] is False
-    assert info["hint"] is None and info["deterministic_budget"] == 2.5
+    assert info["hint"] is None and info["deterministic_budget"] == 5.0
     assert info["cpsat_wall_time_s"] == 0.0 and info["deterministic_time"] == 0.0
 
 
