@@ -259,7 +259,8 @@ what the build left and the search the rest.
 the placement depend on the machine's speed: the hint's polish runs until no move gains (its
 rounds and move counts are bounded), CP-SAT and the search are bounded by the deterministic
 budget (``max_deterministic_time``, by default :data:`DETERMINISTIC_SHARE` of
-``time_limit_s``), the final polish again until no move gains. The limit stays a hard cap over
+``time_limit_s``, or of the time to the caller's deadline when that is sooner, in steps of
+:data:`DEADLINE_STEP_S`), the final polish again until no move gains. The limit stays a hard cap over
 these: a phase it stops before its own bound is named in ``info["wall_clock_cut"]``
 (``hint``: a later online hint completed by the first, ``hint_polish``, ``build``, ``cpsat``, ``lns``,
 ``polish``). An empty list means the placement
@@ -345,6 +346,10 @@ FULL_SHARE_DETERMINISTIC = 0.35
 #: and the wall clock cut the search on 2-3 of 5 problems per run (``info["wall_clock_cut"]``, the
 #: placement then the machine's), R still above the idle 0.25 on all five.
 DETERMINISTIC_SHARE = 0.5
+#: A caller's deadline sooner than ``time_limit_s`` sets the deterministic budget in steps of this
+#: many seconds (rounded down): a ``fallback`` or ``time-budget`` around cpsat then gives it a
+#: budget its deadline fits, the same on every call with the same limit.
+DEADLINE_STEP_S = 0.1
 #: Share of the wall-clock limit the hint's polish may take (without ``deterministic``; with it the
 #: polish runs until no move gains: 500 x 100 took 1.0 to 2.1 s of 10 on a loaded machine, past
 #: this share, so the placement depended on the load).
@@ -543,7 +548,7 @@ class CpSat(Solver):
                 status="optimal", exact_model=True, num_variables=0, objective=score, best_bound=score, gap_abs=0.0,
                 gap=0.0, final_gap=0.0, start="none", pruned=False, not_reached=[], skipped=[], wall_clock_cut=[],
                 scale_error_bound=0.0, utilization_rounded=False, capacity_rounded=False,
-                deterministic_budget=self._deterministic_budget(), cpsat_wall_time_s=0.0, deterministic_time=0.0,
+                deterministic_budget=self._deterministic_budget(self._limit_s(start, deadline)), cpsat_wall_time_s=0.0, deterministic_time=0.0,
             )
             reasons = unplaced_reasons(p, state, self.name)
             info["wall_time_s"] = time.perf_counter() - start
@@ -706,7 +711,7 @@ class CpSat(Solver):
         phase("build")
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
-        det_budget = self._deterministic_budget()
+        det_budget = self._deterministic_budget(self._limit_s(start, deadline))
         info["deterministic_budget"] = det_budget
         # num_workers 0: the cores this process may use (CP-SAT's own 0 counts the machine's,
         # past a CPU affinity or a container's cpuset).
@@ -835,11 +840,24 @@ class CpSat(Solver):
             info=_fill_info(info),
         )
 
-    def _deterministic_budget(self) -> float | None:
-        """CP-SAT's and the search's deterministic budget (None without ``deterministic``)."""
+    def _deterministic_budget(self, limit_s: float | None = None) -> float | None:
+        """CP-SAT's and the search's deterministic budget (None without ``deterministic``):
+        ``max_deterministic_time``, else :data:`DETERMINISTIC_SHARE` of ``limit_s`` (the solve's
+        limit, by default ``time_limit_s``)."""
         if not self.deterministic:
             return None
-        return self.max_deterministic_time or DETERMINISTIC_SHARE * self.time_limit_s
+        if self.max_deterministic_time:
+            return self.max_deterministic_time
+        return DETERMINISTIC_SHARE * (self.time_limit_s if limit_s is None else limit_s)
+
+    def _limit_s(self, start: float, deadline: float | None) -> float:
+        """The seconds the solve may take: ``time_limit_s``, or the time to the caller's deadline
+        when sooner, rounded down to :data:`DEADLINE_STEP_S` so that the deterministic budget it
+        gives is the same from one call to the next (a composite computes the deadline an
+        instant before the call)."""
+        if deadline is None or deadline - start >= self.time_limit_s:
+            return self.time_limit_s
+        return max(0.0, round(math.floor((deadline - start) / DEADLINE_STEP_S) * DEADLINE_STEP_S, 9))
 
     def _cores(self) -> int:
         """The cores a solve without ``deterministic`` uses: ``num_workers``, 0 meaning those this

@@ -206,6 +206,20 @@ def test_the_deterministic_budget_follows_the_time_limit_unless_given():
     assert budget == {"default": 5.0, "30s": 15.0, "given": 0.25, "wall-clock": None}
 
 
+def test_a_sooner_deadline_sets_the_deterministic_budget_in_tenths_of_a_second():
+    # fallback(time_limit_s=4) around cpsat (iro scheduler's set-up) must give it a budget its
+    # deadline fits, and the same one on every call, not half of cpsat's own 10 s.
+    problem = random_problem(11, nodes=6, pods=10)
+    wrapped = solvers.make("fallback", primary="cpsat", time_limit_s=4.0)
+    budgets = {wrapped.solve(problem).info["inner"]["deterministic_budget"] for _ in range(2)}
+    assert budgets <= {1.95, 2.0} and len(budgets) == 1
+    cpsat = solvers.make("cpsat", time_limit_s=3.0)
+    assert cpsat.solve_until(problem, time.perf_counter() + 60.0).info["deterministic_budget"] == 1.5
+    assert cpsat.solve_until(problem, time.perf_counter() + 1.26).info["deterministic_budget"] == pytest.approx(0.6)
+    given = solvers.make("cpsat", max_deterministic_time=0.3)
+    assert given.solve_until(problem, time.perf_counter() + 1.26).info["deterministic_budget"] == 0.3
+
+
 def test_info_reports_the_search():
     problem = random_problem(11, nodes=6, pods=10)
     info = solvers.make("cpsat").solve(problem).info
