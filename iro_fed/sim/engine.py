@@ -360,7 +360,8 @@ class Simulator:
                     rows.append({
                         "name": f"{svc.name}-r{j}" + (f"-{k}" if k else ""), "klass": "online", "cpu": svc.cpu, "memory": svc.memory,
                         "arrival": int(a), "departure": int(b) if b < T else -1, "duration": -1, "deadline": -1, "service": si,
-                        "gpu_count": 0, "gpu_milli": 0, "gpu_models": (), "user_region": svc.user_region,
+                        "gpu_count": svc.gpu_count, "gpu_milli": svc.gpu_milli, "gpu_models": tuple(svc.gpu_models),
+                        "user_region": svc.user_region,
                         "allowed_domains": svc.allowed_domains, "tolerations": svc.tolerations, "node_selector": svc.node_selector,
                         "priority": svc.priority, "max_latency_ms": svc.max_latency_ms, "controller": svc.controller,
                     })

@@ -48,7 +48,9 @@ class Service:
     at ``service_ms`` per request when idle; the engine's horizontal autoscaler keeps
     ``ceil(traffic / (mu * target_rho))`` replicas within ``[min_replicas, max_replicas]``.
     Its replicas are the pods of one Deployment's ReplicaSet named after the service
-    (:attr:`controller`), as kube-scheduler's system default spreading sees them.
+    (:attr:`controller`), as kube-scheduler's system default spreading sees them. Each replica
+    asks ``gpu_count`` cards (``gpu_milli`` of one card when ``gpu_count`` is 1 and it is below
+    1000), of ``gpu_models`` when given, as a :class:`PodSpec` does: a GPU inference service.
     """
 
     name: str
@@ -67,6 +69,9 @@ class Service:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     priority: int = 100
     max_latency_ms: float | None = None
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    gpu_models: tuple[str, ...] = ()
 
     @property
     def controller(self) -> str:
