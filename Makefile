@@ -10,10 +10,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# torch first: a plain torch requirement would pull a multi-GB CUDA build.
-$(STAMP): $(PY) pyproject.toml
+# torch first: a plain torch requirement would pull a multi-GB CUDA build. deploy/constraints.txt
+# pins what the image installs (the k8s/agent/fed/dqn/sim/carbon closure) at the tested versions,
+# so the venv tests what ships: unpinned, a new upstream release (pandas 3.1.2 under codecarbon)
+# made the venv differ from the image and failed a clean clone's tests.
+$(STAMP): $(PY) pyproject.toml deploy/constraints.txt
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[all,dev]'
+	$(PY) -m pip install -q -e '.[all,dev]' -c deploy/constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)

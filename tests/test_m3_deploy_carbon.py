@@ -41,3 +41,13 @@ def test_constraints_pin_codecarbon_and_its_dependencies_at_the_venv_versions():
     for name in names:
         key = re.sub(r"[-_.]+", "-", name).lower()
         assert pins.get(key) == version(name), f"constraints.txt: {key} not pinned at the venv's {version(name)}"
+
+
+def test_the_venv_is_installed_with_the_images_constraints():
+    """`make`'s install takes deploy/constraints.txt, so the venv the tests run in has the image's
+    versions: unpinned, a new upstream release (pandas 3.1.2) made a clean clone's venv differ
+    from the pins and failed the test above."""
+    makefile = (DEPLOY.parent / "Makefile").read_text()
+    (install,) = [line for line in makefile.splitlines() if "pip install" in line and "-e '.[" in line]
+    assert "-c deploy/constraints.txt" in install
+    assert re.search(r"^\$\(STAMP\):.*deploy/constraints\.txt", makefile, re.M), "the venv is not rebuilt when the pins change"
