@@ -536,6 +536,8 @@ class CpSat(Solver):
         # Every phase but the final polish ends by ``cap``: the hint, the build (abandoned when it
         # cannot finish: the hint is returned), CP-SAT and the search (module docstring, "Time").
         cap = end - reserve
+        # CP-SAT's and the search's deterministic budget (None without ``deterministic``).
+        det_budget = self._deterministic_budget(self._limit_s(start, deadline))
         p = problem
         info: dict[str, Any] = {}
         if p.num_workloads == 0 or p.num_nodes == 0:
@@ -548,7 +550,7 @@ class CpSat(Solver):
                 status="optimal", exact_model=True, num_variables=0, objective=score, best_bound=score, gap_abs=0.0,
                 gap=0.0, final_gap=0.0, start="none", pruned=False, not_reached=[], skipped=[], wall_clock_cut=[],
                 scale_error_bound=0.0, utilization_rounded=False, capacity_rounded=False,
-                deterministic_budget=self._deterministic_budget(self._limit_s(start, deadline)), cpsat_wall_time_s=0.0, deterministic_time=0.0,
+                deterministic_budget=det_budget, cpsat_wall_time_s=0.0, deterministic_time=0.0,
             )
             reasons = unplaced_reasons(p, state, self.name)
             info["wall_time_s"] = time.perf_counter() - start
@@ -711,7 +713,6 @@ class CpSat(Solver):
         phase("build")
         # With deterministic limits the split between the whole model and the search after it is
         # in deterministic time (the wall clock only caps it); otherwise in wall-clock time.
-        det_budget = self._deterministic_budget(self._limit_s(start, deadline))
         info["deterministic_budget"] = det_budget
         # num_workers 0: the cores this process may use (CP-SAT's own 0 counts the machine's,
         # past a CPU affinity or a container's cpuset).
@@ -840,15 +841,13 @@ class CpSat(Solver):
             info=_fill_info(info),
         )
 
-    def _deterministic_budget(self, limit_s: float | None = None) -> float | None:
+    def _deterministic_budget(self, limit_s: float) -> float | None:
         """CP-SAT's and the search's deterministic budget (None without ``deterministic``):
-        ``max_deterministic_time``, else :data:`DETERMINISTIC_SHARE` of ``limit_s`` (the solve's
-        limit, by default ``time_limit_s``)."""
+        ``max_deterministic_time``, else :data:`DETERMINISTIC_SHARE` of ``limit_s``, the solve's
+        limit (:meth:`_limit_s`)."""
         if not self.deterministic:
             return None
-        if self.max_deterministic_time:
-            return self.max_deterministic_time
-        return DETERMINISTIC_SHARE * (self.time_limit_s if limit_s is None else limit_s)
+        return self.max_deterministic_time or DETERMINISTIC_SHARE * limit_s
 
     def _limit_s(self, start: float, deadline: float | None) -> float:
         """The seconds the solve may take: ``time_limit_s``, or the time to the caller's deadline
