@@ -916,7 +916,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-window", type=int, default=1, metavar="N",
                    help="queue arriving pods and place N at a time with the policy's solve (e.g. cpsat); default 1 = "
                         "online; an online policy's curve is the same with any N; at most 1,000,000 (a window "
-                        "past the arrivals is one offline solve)")
+                        "past the arrivals is one offline solve); cpsat maximizes R, which does not weigh stranded "
+                        "GPU: --set gpu_guard=true ranks last the nodes where a pod would strand GPUs for later "
+                        "pods (lower unallocated GPU on every openb list)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("validate", help="check a problem file and report every error with its field path")

@@ -51,6 +51,9 @@ class ReplayResult:
     failed_gpu_milli: int
     timing: dict[str, float] = field(default_factory=dict)
     batch_window: int = 1
+    #: The policy's settings as it ran (every one, defaults included, but the seed, which is above):
+    #: a result file says which ``--set`` made it, and a later default change shows.
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def unallocated_gpu_pct_at_100(self) -> float | None:
@@ -65,6 +68,7 @@ class ReplayResult:
             "failed_pods": self.failed_pods,
             "failed_gpu_milli": self.failed_gpu_milli,
             "batch_window": self.batch_window,
+            "settings": self.settings,
             "unallocated_gpu_pct_at_100": self.unallocated_gpu_pct_at_100,
             "alloc_gpu_pct": self.alloc_gpu_pct,
             "frag_gpu_pct": self.frag_gpu_pct,
@@ -226,7 +230,15 @@ def replay_problem(
         failed_gpu_milli=int(totals["failed_milli"]),
         timing={"replay_s": total_s, "decide_s": decide_s, "decisions_per_s": n / decide_s if decide_s > 0 else 0.0},
         batch_window=batch_window,
+        settings=run_settings(solver),
     )
+
+
+def run_settings(solver: Any) -> dict[str, Any]:
+    """``solver``'s settings but its seed (the result's own field); {} for an object that is not a
+    registered solver (``get_params`` is the registry's)."""
+    get_params = getattr(solver, "get_params", None)
+    return {k: v for k, v in get_params().items() if k != "seed"} if callable(get_params) else {}
 
 
 def _is_online(solver: Any) -> bool:
@@ -287,6 +299,7 @@ def summary(results: list[ReplayResult], pods_csv: str | os.PathLike, nodes_csv:
         "policy": first.policy,
         "seeds": [r.seed for r in results],
         "batch_window": first.batch_window,  # one per replay: every seed's run has the same
+        "settings": first.settings,  # the same for every seed (the seed is not among them)
         "pods_csv": str(pods_csv),
         "nodes_csv": str(nodes_csv),
         "arrived_pods": [r.arrived_pods for r in results],

@@ -63,8 +63,13 @@ in a row found no better repaired read. When the sampler's answer is the result 
 no polish) the count starts at the first step with a feasible read: before it, a higher penalty is
 what makes reads feasible (bank-three-zone, seeds 0-2: counted from the start, it stopped after 3
 steps with no read feasible; now steps 5-6 reach 6-62 % feasible reads and a better R on 2 of 3
-seeds). With refinement or polish it starts at once: they repair and improve the start anyway,
-and the longer calibration took 2.6x the time at 100 x 20 for the same R; there a step with no
+seeds). So it does with refinement or polish where that is cheap
+(:data:`FEASIBLE_CALIBRATION_SHARE`, ``info["calibration"]``; ``max_penalty_steps`` 12, up from 6:
+on the bank example, seeds 0-2, and the benchmark's 20 x 5, 50 x 10 and 80 x 16 problems, seeds
+0-3, the lowest-energy read became feasible on 15 of 15 instead of 1, at steps 3-9, R the same on
+13, +0.014 and -0.0001 on the others, in about the same time). Where it is dear it starts at
+once: the refinement and polish repair and improve the start anyway, and the longer calibration
+took 2.6x the time at 100 x 20 for the same R; there a step with no
 feasible read whose best repaired read is worse than the step before's also ends it (a higher
 penalty that made no read feasible only drowned the objective further: on the benchmark's 100 x 20
 problems, seeds 0-7, the step after it was never the best: the same placements from 20 sampling
@@ -310,6 +315,12 @@ REFINE_RESERVE_STEPS = 150
 #: placed 2,000 pods greedily (estimate 33.2 s) that the old loop sampled in time (R -1.61
 #: instead of -1.45 on 400 nodes).
 PLAN_PESSIMISM = 2.0
+#: With a refinement or the polish after it, the calibration still raises the penalty until a read
+#: is feasible (the patience counted from the first feasible read, as without them) where that is
+#: cheap: every batch sampled with all ``max_penalty_steps`` steps estimated (a-priori, as the plan,
+#: :data:`PLAN_PESSIMISM` included) at most this share of the budget; elsewhere the count starts at
+#: once (module docstring, Penalty calibration).
+FEASIBLE_CALIBRATION_SHARE = 0.1
 #: Most restarts per tabu read. Each restart is one more search of ``num_sweeps`` x variables updates,
 #: about a simulated-annealing read's time (100 x 20 batch, 16 reads: 0.25 s with sa, 0.21 / 0.56 /
 #: 1.56 s with 0 / 2 / 10 restarts), so the estimates count ``1 + tabu_restarts`` reads' work; the
@@ -374,7 +385,7 @@ class Qubo(Solver):
             0.5, float, "First penalty multiplier of the calibration.", minimum=1e-6, maximum=MAX_PENALTY_ALPHA
         ),
         "penalty_growth": Param(1.6, float, "Factor between calibration steps.", minimum=1.01),
-        "max_penalty_steps": Param(6, int, "Most calibration steps.", minimum=1),
+        "max_penalty_steps": Param(12, int, "Most calibration steps.", minimum=1),
         "penalty_patience": Param(
             2, int, "Stop raising the penalty after this many steps without a better repaired read (0 = never); "
             "with refinement or the polish, also after a worse step with no feasible read.", minimum=0,
@@ -463,7 +474,10 @@ class Qubo(Solver):
         rules = _FitRules(p)  # one table per solve: static filters depend on the problem only
         batches = [np.arange(i, min(i + self.batch_size, p.num_workloads)) for i in range(0, p.num_workloads, self.batch_size)]
         info: dict[str, Any] = {"batches": [], "capacity": self.capacity, "sampler": self.sampler}
-        info["plan"], info["plan_estimate_s"] = self._plan([int(pods.size) for pods in batches], end - start)
+        sizes = [int(pods.size) for pods in batches]
+        to_feasible = self._calibrates_to_feasible(sizes, end - start)
+        info["calibration"] = "to a feasible read" if to_feasible else "with patience from the first step"
+        info["plan"], info["plan_estimate_s"] = self._plan(sizes, end - start, to_feasible)
         greedy_first = info["plan"] == "greedy-first"
         cut: set[str] = set()  # the phases the wall clock stopped before their own end (module docstring, Time)
         # Seconds per pod of a batch's least work: a-priori until a batch of this solve measured it.
@@ -473,7 +487,7 @@ class Qubo(Solver):
         )
         for b, pods in enumerate(batches):
             # Greedy-first: every batch greedily, the time to the refinement (the estimate: its sampling's).
-            estimate = self._sampling_estimate(int(pods.size)) if greedy_first else per_pod * pods.size
+            estimate = self._sampling_estimate(int(pods.size), to_feasible) if greedy_first else per_pod * pods.size
             if greedy_first or end - time.perf_counter() < estimate:  # it would end past the limit: greedily instead
                 if not greedy_first:  # the plan is a-priori (the same on any machine); this is the clock's
                     cut.add("batches")
@@ -482,7 +496,7 @@ class Qubo(Solver):
                     {"pods": int(pods.size), "skipped": "time limit", "greedy_placed": placed, "estimate_s": estimate}
                 )
                 continue
-            state, binfo = self._batch(p, state, pods, b, end, rules=rules)
+            state, binfo = self._batch(p, state, pods, b, end, rules=rules, to_feasible=to_feasible)
             info["batches"].append(binfo)
             if binfo["clock_cut"]:
                 cut.add("batches")
@@ -597,14 +611,14 @@ class Qubo(Solver):
                 cut.add(phase)
         return state, report, moves
 
-    def _sampling_estimate(self, pods: int) -> float:
+    def _sampling_estimate(self, pods: int, to_feasible: bool) -> float:
         """A-priori seconds to sample a batch of ``pods`` pods with its penalty calibration: the
         model, then per step a sampling call and every read decoded and repaired. Steps: one with a
-        fixed penalty, else as many as the patience allows (its count starts at once when a
-        refinement follows, the only case the plan uses this), at most ``max_penalty_steps``."""
+        fixed penalty; ``max_penalty_steps`` when the calibration goes ``to_feasible`` or has no
+        patience; else as many as the patience allows counted from the first step."""
         if self.penalty is not None:
             steps = 1
-        elif self.penalty_patience:
+        elif self.penalty_patience and not to_feasible:
             steps = min(self.max_penalty_steps, self.penalty_patience + 1)
         else:
             steps = self.max_penalty_steps
@@ -616,13 +630,22 @@ class Qubo(Solver):
         restart, each search about an annealing read's time (:data:`MAX_TABU_RESTARTS`)."""
         return 1 + self.tabu_restarts if self.sampler == "tabu" else 1
 
-    def _plan(self, batch_sizes: list[int], left: float) -> tuple[str, dict[str, float]]:
+    def _calibrates_to_feasible(self, batch_sizes: list[int], left: float) -> bool:
+        """Whether the calibration counts its patience from the first feasible read: always without
+        refinement and polish (the sampler's answer is the result), else where sampling every batch
+        with all its steps is cheap (:data:`FEASIBLE_CALIBRATION_SHARE` of ``left``, a-priori)."""
+        if not (self.refine_steps or self.polish):
+            return True
+        full = sum(self._sampling_estimate(n, True) for n in batch_sizes)
+        return full / PLAN_PESSIMISM <= FEASIBLE_CALIBRATION_SHARE * left
+
+    def _plan(self, batch_sizes: list[int], left: float, to_feasible: bool) -> tuple[str, dict[str, float]]:
         """How to spend ``left`` seconds (module docstring, Time): ``"sample"``, every batch sampled
         while its least work fits, or ``"greedy-first"``, every batch placed greedily and the time
         left to the refinement, when sampling every batch and the refinement's reserve
         (:data:`REFINE_STEP_S` per step, at most :data:`REFINE_RESERVE_STEPS`) do not fit. Without
         refinement there is nothing to give the time to: always ``"sample"``."""
-        sampling = sum(self._sampling_estimate(n) for n in batch_sizes)
+        sampling = sum(self._sampling_estimate(n, to_feasible) for n in batch_sizes)
         reserve = REFINE_STEP_S * min(self.refine_steps, REFINE_RESERVE_STEPS)
         estimate = {"sampling": sampling, "refine_reserve": reserve, "left": left}
         if self.refine_steps and sampling / PLAN_PESSIMISM + reserve > left:
@@ -720,11 +743,13 @@ class Qubo(Solver):
     def _batch(
         self, p: Problem, state: ClusterState, pods: np.ndarray, b: int, end: float,
         reads: int | None = None, max_decoded: int | None = None, calibrate: bool = True, rules: _FitRules | None = None,
+        to_feasible: bool = True,
     ) -> tuple[ClusterState, dict]:
         """Sample the QUBO of ``pods`` against ``state`` with the penalty calibration (or at the
         first penalty only); the best repaired read by the true R. ``reads`` per call (default
         ``num_reads``), of which the ``max_decoded`` lowest-energy distinct ones are decoded and
-        repaired (default all). ``rules``: the solve's fit rules (default: the batch's own)."""
+        repaired (default all). ``rules``: the solve's fit rules (default: the batch's own).
+        ``to_feasible``: the patience counts from the first step with a feasible read (else at once)."""
         began = time.perf_counter()
         model = _BatchModel(p, state, pods, self.max_candidates, self.capacity, rules)
         binfo: dict[str, Any] = {
@@ -799,10 +824,11 @@ class Qubo(Solver):
             # from the first step with a feasible read: before it, a higher penalty is what makes
             # reads feasible (bank-three-zone, seeds 0-2: the old count stopped after 3 steps with
             # none feasible; steps 5-6 reached 6-62 % and a better R on 2 of 3).
-            # With refinement or the polish after it the calibration only seeds them, and waiting for
-            # a feasible read cost 2.6x the time for the same R (100 x 20: 4.1 s against 1.55 s,
-            # no read feasible in 6 steps either way): there the count starts at once.
-            seeds_search = bool(self.refine_steps or self.polish)
+            # With refinement or the polish after it the calibration only seeds them, and where
+            # waiting for a feasible read is dear (not ``to_feasible``) the count starts at once: it
+            # cost 2.6x the time for the same R there (100 x 20: 4.1 s against 1.55 s, no read
+            # feasible in 6 steps either way).
+            seeds_search = not to_feasible
             any_feasible = any_feasible or bool(feasible.any()) or seeds_search
             if any_feasible:
                 stall = 0 if step_repaired > best_before + 1e-12 else stall + 1

@@ -4,7 +4,9 @@
   .tsv, .yaml, .yml, or an image, which is ``--plot``'s) is refused with exit status 2 naming
   ``--out``, before the traces are read, and nothing is written;
 * a multi-seed document says its ``batch_window`` at the top level (each run had it);
-* ``--batch-window`` keeps its messages, now from the library's one rule.
+* ``--batch-window`` keeps its messages, now from the library's one rule;
+* the document records the policy's settings as it ran (``--set`` and defaults, not the seed):
+  two result files of ``cpsat`` with and without ``--set gpu_guard=true`` were the same JSON.
 """
 
 from __future__ import annotations
@@ -74,3 +76,19 @@ def test_a_multi_seed_file_names_its_batch_window(tmp_path):
 def test_batch_window_messages(tmp_path, capsys, window, message):
     assert main([*argv(tmp_path), "--batch-window", window]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_document_records_the_policys_settings(tmp_path):
+    import solvers
+
+    plain, guarded = tmp_path / "plain.json", tmp_path / "guarded.json"
+    window = ["--batch-window", "3", "--set", "time_limit_s=2"]
+    assert main([*argv(tmp_path, "cpsat"), *window, "--out", str(plain)]) == 0
+    assert main([*argv(tmp_path, "cpsat"), *window, "--set", "gpu_guard=true", "--seeds", "1-2",
+                 "--out", str(guarded)]) == 0
+    one, several = json.loads(plain.read_text()), json.loads(guarded.read_text())
+    defaults = {k: v for k, v in solvers.make("cpsat").get_params().items() if k != "seed"}
+    assert one["settings"] == {**defaults, "time_limit_s": 2.0}
+    assert several["settings"] == {**defaults, "time_limit_s": 2.0, "gpu_guard": True}
+    assert [run["settings"] for run in several["runs"]] == [several["settings"]] * 2
+    assert "seed" not in one["settings"]

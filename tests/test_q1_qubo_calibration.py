@@ -1,4 +1,5 @@
-"""q1: with refinement or the polish after it, the penalty calibration only seeds them; a step with
+"""q1: with refinement or the polish after it (and waiting for a feasible read dear against the
+budget), the penalty calibration only seeds them; a step with
 no feasible read that repaired worse than the step before ends it (the next, higher penalty was
 never the best at 100 x 20). The placements stay the seed's: the dropped steps were not the best."""
 
@@ -22,9 +23,12 @@ def _steps(placement):
 @pytest.mark.parametrize("seed", [102, 103])  # 101 too before the GPU power term
 def test_a_worse_step_with_no_feasible_read_ends_the_calibration_when_refinement_follows(seed):
     problem = random_problem(seed, nodes=25, pods=60)
-    default = solvers.make("qubo", seed=1, polish=False, refine_steps=5).solve(problem)
+    # 10 s: every step of 60 pods is dear against it, so the count starts at once (at the default
+    # 30 s the calibration goes on to a feasible read).
+    default = solvers.make("qubo", seed=1, polish=False, refine_steps=5, time_limit_s=10).solve(problem)
+    assert default.info["calibration"] == "with patience from the first step"
     # penalty_patience=0 never stops on patience: the steps a longer calibration runs, same samples.
-    full = solvers.make("qubo", seed=1, polish=False, refine_steps=5, penalty_patience=0).solve(problem)
+    full = solvers.make("qubo", seed=1, polish=False, refine_steps=5, penalty_patience=0, time_limit_s=10).solve(problem)
     steps, all_steps = _steps(default), _steps(full)
     assert [s["energy"] for s in steps] == [s["energy"] for s in all_steps[: len(steps)]]
     last, before = steps[-1], steps[-2]

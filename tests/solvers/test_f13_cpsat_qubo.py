@@ -201,11 +201,42 @@ def test_qubo_patience_keeps_the_step_cap(bank):
     assert len(steps.info["batches"][0]["steps"]) == 4  # none feasible within the cap: it stops there
 
 
-def test_qubo_patience_counts_from_the_start_when_refinement_follows(bank):
-    # With refinement (or the polish) the calibration only seeds them: it stops as before, after
-    # `penalty_patience` steps without a better repaired read, even with no read feasible yet
-    # (waiting for one took 2.6x the time at 100 x 20 for the same R); and a step with no read
-    # feasible that repaired worse than the step before ends it at once (before q1: 3 steps).
-    steps = solvers.make("qubo", seed=0, polish=False).solve(bank).info["batches"][0]["steps"]
+def test_qubo_patience_counts_from_the_start_when_refinement_follows_and_waiting_is_dear(bank):
+    # With refinement (or the polish) the calibration only seeds them: where sampling every step is
+    # dear against the budget (5 s for 34 pods here) it stops as before, after `penalty_patience`
+    # steps without a better repaired read, even with no read feasible yet (waiting for one took
+    # 2.6x the time at 100 x 20 for the same R); and a step with no read feasible that repaired
+    # worse than the step before ends it at once (before q1: 3 steps).
+    placement = solvers.make("qubo", seed=0, polish=False, time_limit_s=5).solve(bank)
+    steps = placement.info["batches"][0]["steps"]
+    assert placement.info["calibration"] == "with patience from the first step"
     assert len(steps) == 2 and not any(s["feasible_fraction"] > 0 for s in steps)
     assert steps[1]["best_repaired_score"] < steps[0]["best_repaired_score"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_qubo_calibration_raises_the_penalty_until_the_best_read_is_feasible_where_that_is_cheap(bank, seed):
+    # The default 30 s for 34 pods: every step is cheap, so the penalty rises until the
+    # lowest-energy read is feasible, with the refinement after it as before (before: 2 steps, 0 %
+    # feasible reads, stopped by the patience). The answer is as good (measured: -0.1860 either way).
+    cheap = solvers.make("qubo", seed=seed).solve(bank)
+    dear = solvers.make("qubo", seed=seed, time_limit_s=5).solve(bank)
+    steps = cheap.info["batches"][0]["steps"]
+    assert cheap.info["calibration"] == "to a feasible read"
+    assert steps[-1]["lowest_energy_feasible"] and cheap.info["all_batches_feasible"]
+    assert not any(s["lowest_energy_feasible"] for s in steps[:-1])
+    assert cheap.info["feasible_fraction"] > 0
+    assert len(steps) > len(dear.info["batches"][0]["steps"])
+    assert not dear.info["all_batches_feasible"]
+    assert cheap.objective.score >= dear.objective.score - 1e-9
+    assert check_placement(bank, cheap.assignment, cheap.gpu_cards) == []
+
+
+def test_qubo_calibration_to_a_feasible_read_is_decided_a_priori_from_the_budget():
+    solver = solvers.make("qubo")
+    assert solver._calibrates_to_feasible([34], 30.0) and not solver._calibrates_to_feasible([34], 5.0)
+    assert not solver._calibrates_to_feasible([100], 30.0)  # 100 x 20: 2.6x the time for the same R
+    assert not solver._calibrates_to_feasible([100] * 5, 30.0)
+    # The sampler's answer is the result: always to a feasible read (or the step cap).
+    alone = solvers.make("qubo", refine_steps=0, polish=False)
+    assert alone._calibrates_to_feasible([100] * 5, 0.01)

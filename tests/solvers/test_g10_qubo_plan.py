@@ -54,7 +54,7 @@ def test_a_budget_too_small_to_sample_every_batch_places_them_greedily_and_refin
     assert [b["skipped"] for b in info["batches"]] == ["time limit"] * 2
     assert info["plan"] == "greedy-first"
     solver = solvers.make("qubo", refine_steps=40)
-    assert info["plan_estimate_s"]["sampling"] == pytest.approx(2 * solver._sampling_estimate(100))
+    assert info["plan_estimate_s"]["sampling"] == pytest.approx(2 * solver._sampling_estimate(100, False))
     least = 100 * (qubo.BATCH_BUILD_S_PER_POD + qubo.SAMPLE_S_PER_POD_SWEEP * 16 * 300 + qubo.DECODE_S_PER_POD)
     assert info["plan_estimate_s"]["sampling"] > 0.5 > least
     assert info["plan_estimate_s"]["refine_reserve"] == pytest.approx(40 * qubo.REFINE_STEP_S)
@@ -94,22 +94,25 @@ def test_without_refinement_the_batches_are_sampled_while_their_least_work_fits(
     [
         ({}, 3),
         ({"penalty": 1.0}, 1),
-        ({"penalty_patience": 0}, 6),
+        ({"penalty_patience": 0}, 12),
         ({"penalty_patience": 9, "max_penalty_steps": 4}, 4),
     ],
 )
 def test_the_plan_compares_sampling_and_the_refinement_reserve_with_the_time_left(settings, steps):
     solver = solvers.make("qubo", **settings)
     per_step = solver.num_reads * (qubo.SAMPLE_S_PER_POD_SWEEP * solver.num_sweeps + qubo.DECODE_S_PER_POD)
-    assert solver._sampling_estimate(100) == pytest.approx(100 * (qubo.BATCH_BUILD_S_PER_POD + steps * per_step))
-    need = solver._sampling_estimate(100) + solver._sampling_estimate(40)
+    assert solver._sampling_estimate(100, False) == pytest.approx(100 * (qubo.BATCH_BUILD_S_PER_POD + steps * per_step))
+    # Calibrating to a feasible read: every step (but with a fixed penalty, one).
+    full = 1 if "penalty" in settings else solver.max_penalty_steps
+    assert solver._sampling_estimate(100, True) == pytest.approx(100 * (qubo.BATCH_BUILD_S_PER_POD + full * per_step))
+    need = solver._sampling_estimate(100, False) + solver._sampling_estimate(40, False)
     reserve = qubo.REFINE_STEP_S * min(solver.refine_steps, qubo.REFINE_RESERVE_STEPS)
-    assert solver._plan([100, 40], need / qubo.PLAN_PESSIMISM + reserve)[0] == "sample"
-    assert solver._plan([100, 40], need / qubo.PLAN_PESSIMISM + reserve - 1e-6)[0] == "greedy-first"
-    assert solvers.make("qubo", refine_steps=0, **settings)._plan([100, 40], 1e-6)[0] == "sample"
+    assert solver._plan([100, 40], need / qubo.PLAN_PESSIMISM + reserve, False)[0] == "sample"
+    assert solver._plan([100, 40], need / qubo.PLAN_PESSIMISM + reserve - 1e-6, False)[0] == "greedy-first"
+    assert solvers.make("qubo", refine_steps=0, **settings)._plan([100, 40], 1e-6, True)[0] == "sample"
     # The reserve stops growing at REFINE_RESERVE_STEPS steps (the refinement's stall ends it anyway).
     many = solvers.make("qubo", refine_steps=10_000, **settings)
-    assert many._plan([100], many._sampling_estimate(100) / qubo.PLAN_PESSIMISM + reserve)[0] == "sample"
+    assert many._plan([100], many._sampling_estimate(100, False) / qubo.PLAN_PESSIMISM + reserve, False)[0] == "sample"
 
 
 def test_the_default_budget_samples_two_thousand_pods():
@@ -117,6 +120,7 @@ def test_the_default_budget_samples_two_thousand_pods():
     a-priori one: taken whole it placed them greedily, R -1.61 instead of -1.45 on 400 nodes)."""
     solver = solvers.make("qubo")
     sizes = [solver.batch_size] * (2000 // solver.batch_size)
-    assert solver._plan(sizes, solver.time_limit_s)[0] == "sample"
+    assert not solver._calibrates_to_feasible(sizes, solver.time_limit_s)
+    assert solver._plan(sizes, solver.time_limit_s, False)[0] == "sample"
     # ... and a budget that cannot hold half the estimate plus the reserve gives the time to the refinement.
-    assert solver._plan(sizes, 5.0)[0] == "greedy-first"
+    assert solver._plan(sizes, 5.0, False)[0] == "greedy-first"

@@ -98,7 +98,7 @@ def test_the_batch_estimate_counts_tabu_restarts(clock, no_sampling):
     assert info["wall_clock_cut"] == ["batches"]
     sa = solvers.make("qubo", refine_steps=0)
     tabu = solvers.make("qubo", refine_steps=0, sampler="tabu", tabu_restarts=9)
-    assert tabu._sampling_estimate(100) > 5 * sa._sampling_estimate(100)
+    assert tabu._sampling_estimate(100, False) > 5 * sa._sampling_estimate(100, False)
 
 
 def test_a_refinement_with_tabu_restarts_is_planned_out(clock, no_sampling):

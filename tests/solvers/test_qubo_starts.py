@@ -26,10 +26,12 @@ from solvers.qubo import Qubo
 
 def test_a_start_that_refines_better_is_returned_and_the_batches_result_is_what_starts_none_gives():
     # Problem 105 (30 pods, 10 nodes): from best-fit's placement the refinement reaches -1.7275,
-    # from the batches' -1.7475 (measured; what is asserted is the rule, not the numbers).
+    # from the batches' -1.7475 (measured; what is asserted is the rule, not the numbers). 5 s: the
+    # calibration stops by its patience; at the default 30 s it goes on to a feasible read, and
+    # the batches' own refinement reaches -1.7275 too.
     problem = random_problem(105, nodes=10, pods=30)
-    alone = solvers.make("qubo", seed=0, starts="none").solve(problem)
-    both = solvers.make("qubo", seed=0).solve(problem)
+    alone = solvers.make("qubo", seed=0, starts="none", time_limit_s=5).solve(problem)
+    both = solvers.make("qubo", seed=0, time_limit_s=5).solve(problem)
     assert "starts" not in alone.info
     report = both.info["starts"]
     # The batches' phase is the same with or without starts (they come after it).
