@@ -42,6 +42,7 @@ import os
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -176,6 +177,31 @@ class HttpError(Exception):
         self.code = code
         self.field = field
         self.retry_after_s = retry_after_s
+
+
+class _HugeInteger:
+    """What an integer of more digits than ``int()`` converts parses to in :func:`_huge_integer`."""
+
+    __slots__ = ()
+
+
+def _huge_integer(text: str) -> JsonBodyError:
+    """The error for a body whose integer has more digits than ``int()`` converts (4,300 by
+    default; json's own error named Python's limit, not the field): parsed again, only on this
+    path, with such integers as :class:`_HugeInteger`, which the walk names as out of range."""
+    limit = sys.get_int_max_str_digits()
+
+    def parse_int(digits: str) -> int | _HugeInteger:
+        return _HugeInteger() if limit and len(digits.lstrip("-")) > limit else int(digits)
+
+    try:
+        doc = json.loads(text, parse_constant=_NonFinite, parse_int=parse_int)
+        _find(doc, sys.maxsize, surrogates=False)
+    except JsonBodyError as exc:
+        return exc
+    except (ValueError, RecursionError):
+        pass
+    return JsonBodyError(f"not valid JSON: an integer of more than {limit} digits")
 
 
 class _NonFinite:
@@ -823,8 +849,8 @@ def _loads(raw: bytes, max_depth: int, path: tuple[str, ...] | None,
         except json.JSONDecodeError as exc:
             where = str(exc) if spans is None else _where_in_raw(exc, raw, spans)
             raise JsonBodyError(f"not valid JSON: {where}") from None
-        except ValueError as exc:  # int() refusing more than 4300 digits
-            raise JsonBodyError(f"not valid JSON: {exc}") from None
+        except ValueError:  # int() refusing more than sys.get_int_max_str_digits() digits
+            raise _huge_integer(text) from None
         keys = _check_values(doc, max_depth, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
         if sent_keys >= 0 and keys != sent_keys:
             # A key sent twice in one object: the document holds one of its values (json keeps the
@@ -1114,6 +1140,8 @@ def _check_scalar(value: Any, path: tuple[str | int, ...], surrogates: bool) -> 
             raise JsonBodyError("number too large (overflows to infinity)", _path(path))
     elif t is _NonFinite:
         raise JsonBodyError(f"{value.text} is not a JSON number", _path(path))
+    elif t is _HugeInteger:
+        raise JsonBodyError("integer outside the 64-bit range", _path(path))
 
 
 def _malformed_header_line(headers: Any) -> str | None:

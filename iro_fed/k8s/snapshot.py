@@ -2865,6 +2865,8 @@ class ClusterModel:
         done: dict[str, tuple[str, ...]] = {}
         for pod, wl in zip(pods, wls, strict=True):
             if not self._needs_pod_filters(pod):
+                if self._by_node is None and reads_pods(pod):
+                    pod_rules(pod)  # a bad term is the pod's error whether or not the pods on nodes are known
                 continue
             rules = pod_rules(pod)
             if not rules.reads_pods and not self.placed().anti:
@@ -2924,7 +2926,7 @@ class ClusterModel:
         if self._widened:  # its other resources are read too (a bad quantity of one is its error)
             res = feasibility_resources(res, (), {}, [pod])
         wl = workload_doc(pod, res, self.node_docs, {})
-        if self._needs_pod_filters(pod):
+        if reads_pods(pod) or self._needs_pod_filters(pod):
             pod_rules(pod)
         score_rules(pod)
         try:

@@ -80,6 +80,9 @@ DEEP = b"[" * 900 + b"]" * 900  # parses (under the recursion limit), but nothin
         ("/outcome", b'{"decision_id": "d", "observed": {"v": [1, 1e400]}}', "observed.v[1]", "overflows to infinity"),
         ("/outcome", b'{"decision_id": "d", "observed": {"n": 99999999999999999999}}', "observed.n",
          "outside the 64-bit range"),
+        # More digits than int() converts (4,300): json's error named Python's limit, not the field.
+        ("/outcome", b'{"decision_id": "d", "observed": {"v": [1, -' + b"9" * 5000 + b"]}}", "observed.v[1]",
+         "outside the 64-bit range"),
         ("/recommend", b'{"name": "w", "x": ' + DEEP + b"}", "x" + "[0]" * 99, "nested deeper than 100 levels"),
         ("/outcome", b'{"decision_id": "d", "observed": ' + DEEP + b"}", "observed" + "[0]" * 99, "nested deeper"),
         ("/recommend", b"[" * 200_000 + b"]" * 200_000, "body", "nested deeper than 100 levels"),

@@ -136,6 +136,26 @@ def test_a_body_that_is_not_an_extender_args_is_still_a_400(serve, field, verb):
     assert field.strip() in res["Error"] and res["field"].startswith(field.strip())
 
 
+@pytest.mark.parametrize("kind", ["podAntiAffinity", "podAffinity"])
+@pytest.mark.parametrize(("term", "where", "message"), [
+    ({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, "topologyKey": HOST},
+     "labelSelector.matchExpressions[0].operator", "unknown operator 'Bogus'"),
+    ({"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": ""}, "topologyKey", "required"),
+])
+def test_a_bad_required_pod_affinity_term_is_refused_without_the_pods_on_nodes_too(serve, kind, term, where, message):
+    # Without a node cache the extender knows no pods on nodes, so nothing filters by this term;
+    # its anti-affinity was not read and a bad one passed (200, every node scored) where the
+    # extender with a cache refused it. It is the pod's error either way.
+    pod = _pod("p", affinity={kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
+    field = f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[0].{where}"
+    srv = serve(Extender())
+    args = {"Pod": pod, "Nodes": _nodelist(), "NodeNames": None}
+    status, res = post_json(srv.url, "/iro/filter", args)
+    assert status == 200 and field in res["Error"] and message in res["Error"], res  # the protocol's Error
+    status, res = post_json(srv.url, "/iro/prioritize", args)
+    assert status == 400 and field in res["Error"] and message in res["Error"], res
+
+
 # --- 2. pods bound through /bind count for every rule ---------------------------------------------
 
 
