@@ -40,6 +40,7 @@ known to be good, before the work. ``--out -`` prints the result to stdout in ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import json
@@ -49,7 +50,7 @@ import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,17 +260,61 @@ def check_output_file(flag: str, path: str | Path, make: bool = True) -> Path:
     return out
 
 
-def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
-    """``(flag, path)`` of a command's output files, none given twice: the later write would
-    replace the earlier result (``--out r.png --plot r.png`` kept only the plot)."""
-    seen: dict[Path, str] = {}
+def check_distinct_outputs(*outputs: tuple[str, str | None], inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """``(flag, path)`` of a command's outputs (files or folders), none given twice: the later write
+    would replace the earlier result (``--out r.png --plot r.png`` kept only the plot); and none
+    of them one of the command's ``inputs`` (``(flag, path)``): the result would replace what it
+    was made from (``iro solve p.json --out p.json`` overwrote the problem, exit 0)."""
+    seen: dict[Any, tuple[str, bool]] = {}
+    for flag, path in inputs:
+        if path and path != "-":
+            for key in _file_keys(flag, path):
+                seen.setdefault(key, (flag, True))
     for flag, path in outputs:
         if not path or path == "-":
             continue
-        key = _resolve(flag, path)  # the same file by another name (./r.json, a symlink) too
-        if key in seen:
-            raise UsageError(f"{flag}: {path!r} is also the {seen[key]} file; give each output its own file")
-        seen[key] = flag
+        keys = _file_keys(flag, path)  # the same file by another name (./r.json, a symlink, a hard link) too
+        other = next((seen[k] for k in keys if k in seen), None)
+        if other is not None:
+            if other[1]:
+                raise UsageError(f"{flag}: {path!r} is also the {other[0]} input; the result would replace it: "
+                                 "give another file")
+            raise UsageError(f"{flag}: {path!r} is also the {other[0]} file; give each output its own file")
+        for key in keys:
+            seen[key] = (flag, False)
+
+
+def _file_keys(flag: str, path: str) -> list[Any]:
+    """What identifies ``path``: its resolved path and, where it exists, its device and inode."""
+    keys: list[Any] = [_resolve(flag, path)]
+    try:
+        st = os.stat(path)
+        keys.append((st.st_dev, st.st_ino))
+    except OSError:
+        pass
+    return keys
+
+
+def write_outputs(*writes: tuple[str, str | None, Callable[[], None]]) -> None:
+    """Write a command's outputs, ``(flag, path, write)`` each (``write`` writes ``path``
+    atomically; a None path is skipped), in order: all of them or none. One that fails removes
+    those written before it (``--out r.json --plot /dev/full`` left r.json and exited 2), and an
+    OSError names its flag and file, not the temporary file (``'/proc/.x.json.3qyap88j'``)."""
+    written: list[str] = []
+    try:
+        for flag, path, write in writes:
+            if not path:
+                continue
+            try:
+                write()
+            except OSError as exc:
+                raise UsageError(f"{flag}: cannot write {path!r}: {exc.strerror or exc}") from None
+            written.append(path)
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
 
 
 def _resolve(flag: str, path: str | Path) -> Path:
@@ -552,6 +597,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     refuse_empty(("--out", args.out))
     if args.out and args.out != "-":
         check_output_file("--out", args.out, make=False)
+        check_distinct_outputs(("--out", args.out), inputs=[("PROBLEM", args.problem)])
     problem = _load(args.problem)
     solver = solvers.make(args.solver, **settings)
     if args.out and args.out != "-":  # its folder made only now that the input is good, before the solve
@@ -589,7 +635,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if len(placement.reasons) > len(shown):
             console.print(f"  ... and {len(placement.reasons) - len(shown)} more (see the placement file)")
     if args.out:
-        write_placement(placement, problem, args.out)
+        write_outputs(("--out", args.out, lambda: write_placement(placement, problem, args.out)))
         console.print(f"placement written to {args.out}")
     return EXIT_OK
 
@@ -607,6 +653,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     to_file = bool(args.out) and args.out != "-"  # '-': the results as JSON on stdout, as iro solve
     if to_file:
         check_output_file("--out", args.out, make=False)
+        check_distinct_outputs(("--out", args.out), inputs=[("PROBLEM", path) for path in args.problems])
     problems = [(path, _load(path)) for path in args.problems]
     if to_file:  # its folder made only once every problem is read and good
         check_output_file("--out", args.out)
@@ -671,7 +718,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for note in notes:
             console.print(note, soft_wrap=True)
     if args.out:
-        write_json_atomic(args.out, document)
+        write_outputs(("--out", args.out, lambda: write_json_atomic(args.out, document)))
         console.print(f"results written to {args.out}")
     return EXIT_OK
 
@@ -765,9 +812,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from iro_fed.plots import check_plot_file
 
         check_plot_file("--plot", args.plot, make=False)
-    check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
         check_input_file(flag, path)
+    check_distinct_outputs(("--out", args.out), ("--plot", args.plot),
+                           inputs=[("--nodes", args.nodes), ("--pods", args.pods)])
     try:
         nodes = load_nodes(args.nodes)
     except TraceFormatError as exc:
@@ -825,14 +873,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     console = _console(markup=False)
     console.print(table)
+    from iro_fed.plots import allocation_plot
+
+    curves = {name: doc["alloc_gpu_pct"] for name, doc in documents.items()}
+    result = documents[policies[0]] if len(policies) == 1 else {"results": list(documents.values())}
+    # The image first: it has more ways to fail, and then nothing is written.
+    write_outputs(
+        ("--plot", args.plot, lambda: allocation_plot(curves, args.plot, title=f"GPU allocation, {Path(args.pods).name}")),
+        ("--out", args.out, lambda: write_json_atomic(args.out, result)),
+    )
     if args.out:
-        write_json_atomic(args.out, documents[policies[0]] if len(policies) == 1 else {"results": list(documents.values())})
         console.print(f"results written to {args.out}")
     if args.plot:
-        from iro_fed.plots import allocation_plot
-
-        curves = {name: doc["alloc_gpu_pct"] for name, doc in documents.items()}
-        allocation_plot(curves, args.plot, title=f"GPU allocation, {Path(args.pods).name}")
         console.print(f"plot written to {args.plot}")
     return EXIT_OK
 

@@ -648,6 +648,10 @@ def problem_from_dict(doc: Mapping[str, Any], source: str = "") -> Problem:
     if not isinstance(doc, Mapping):
         raise ProblemValidationError([("", f"the document must be an object, got {json_kind(doc)}")], source)
 
+    for key in ("name", "description"):  # read by no one, but a number there is a mistake like any other
+        text = c.get(doc, key, "", str, default=None)
+        if text is not None:
+            c.text(text, key)
     resources = c.get(doc, "resources", "", list, default=["cpu", "memory"])
     res_names: list[str] = []
     if resources is None:  # mistyped (already reported): check the rest against the default

@@ -1,10 +1,11 @@
 """``--out`` naming the command's own input, and two outputs naming one file.
 
 Every output is written after the inputs were read whole, through a temporary file renamed over
-the target: ``iro solve p.json --out p.json`` replaces the problem with the complete placement,
-and a run that fails leaves the file as it was (no half-written result, no temporary file). Two
-outputs naming one file were both written, the later one replacing the earlier result: now exit 2
-naming the flag, before the run.
+the target, so a run that fails leaves the files as they were (no half-written result, no
+temporary file). ``iro solve p.json --out p.json`` replaced the problem with the placement (exit
+0): an output naming an input is now refused before the run, exit 2 naming both, the input kept.
+Two outputs naming one file were both written, the later one replacing the earlier result: now
+exit 2 naming the flag, before the run.
 """
 
 from __future__ import annotations
@@ -34,36 +35,35 @@ def problem(tmp_path: Path) -> Path:
     return path
 
 
-def test_solve_out_naming_its_problem_replaces_it_with_the_whole_placement(tmp_path, problem):
-    names = [w["name"] for w in json.loads(problem.read_text())["workloads"]]
+def test_solve_out_naming_its_problem_is_refused_and_the_problem_kept(tmp_path, problem):
+    before = problem.read_bytes()
     done = _iro("solve", "p.json", "--solver", "greedy-objective", "--out", "p.json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    placement = json.loads(problem.read_text())
-    assert placement["solver"] == "greedy-objective" and placement["status"] in ("optimal", "feasible", "infeasible")
-    assert sorted(placement["assignments"]) == sorted(names)
+    assert done.returncode == 2, done.stderr
+    assert "--out: 'p.json' is also the PROBLEM input; the result would replace it" in done.stderr, done.stderr
+    assert problem.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary file left
 
 
-def test_a_solve_that_fails_after_reading_the_problem_leaves_it_untouched(tmp_path, problem):
+def test_a_solve_that_fails_after_reading_the_problem_leaves_no_output(tmp_path, problem):
     pytest.importorskip("torch")
     before = problem.read_bytes()
     # The dqn solver loads its policy on first use, inside the solve, once the problem was read;
     # the problem file is no torch checkpoint, so the solve fails there.
-    done = _iro("solve", "p.json", "--solver", "dqn", "--set", "policy=p.json", "--out", "p.json", cwd=tmp_path)
+    done = _iro("solve", "p.json", "--solver", "dqn", "--set", "policy=p.json", "--out", "placement.json", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "setting 'policy'" in done.stderr and "not a readable torch checkpoint" in done.stderr, done.stderr
     assert problem.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
 
 
-def test_compare_out_naming_one_of_its_problems_replaces_it_with_the_results(tmp_path, problem):
+def test_compare_out_naming_one_of_its_problems_is_refused(tmp_path, problem):
     other = tmp_path / "q.json"
     other.write_text(json.dumps(random_problem_doc(8, nodes=4, pods=5)))
+    before = problem.read_bytes()
     done = _iro("compare", "p.json", "q.json", "--solvers", "best-fit,first-fit", "--out", "p.json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    results = json.loads(problem.read_text())["results"]
-    assert sorted((r["problem"], r["solver"]) for r in results) == [
-        ("p.json", "best-fit"), ("p.json", "first-fit"), ("q.json", "best-fit"), ("q.json", "first-fit")]
+    assert done.returncode == 2, done.stderr
+    assert "--out: 'p.json' is also the PROBLEM input" in done.stderr, done.stderr
+    assert problem.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "q.json"]
 
 

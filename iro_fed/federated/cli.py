@@ -46,6 +46,7 @@ from iro_fed.cli import (
     check_number,
     check_output_file,
     check_output_folder,
+    refuse_empty,
     split_pairs,
     stop_status,
     take_over_sigterm,
@@ -386,6 +387,21 @@ def parse_node_config(text: str) -> dict[str, Any]:
     return values
 
 
+def refuse_empty_paths(folders: Iterable[tuple[str, str | None]] = (),
+                       files: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Refuse a path option (``(flag, value)``; None: not given) given as "" or blank, first thing in
+    a command: each tested its value's truthiness or resolved it, so ``--out ""`` wrote into the
+    working folder, ``--json ""`` or ``--database ""`` was dropped without a word and ``--app ""``
+    meant the default. A folder in the words of the ``registry`` setting (:class:`FedConfig`), a file
+    in :func:`iro_fed.cli.refuse_empty`'s (as :func:`iro_fed.cli.check_output_file` says it)."""
+    for flag, path in folders:
+        try:
+            refuse_empty((flag, path))
+        except UsageError:
+            raise UsageError(f"{flag}: expected a folder path, got {path!r}") from None
+    refuse_empty(*files)
+
+
 def _need_file(flag: str, path: str) -> str:
     # a folder or a FIFO is named as such, not "no such file"
     return str(check_input_file(flag, path).resolve())
@@ -627,6 +643,8 @@ def _daemon_env() -> dict[str, str]:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    refuse_empty_paths(folders=[("--registry", args.registry), ("--workdir", args.workdir)],
+                       files=[("--json", args.json_out)])
     from rich.table import Table
     from rich.text import Text
 
@@ -773,6 +791,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    refuse_empty_paths(files=[("--ssl-ca-certfile", args.ssl_ca_certfile), ("--ssl-certfile", args.ssl_certfile),
+                              ("--ssl-keyfile", args.ssl_keyfile), ("--database", args.database)])
     try:
         from iro_fed.federated.local import flower_bin
     except ImportError as exc:
@@ -820,6 +840,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    refuse_empty_paths(files=[("--root-certificates", args.root_certificates), ("--auth-key", args.auth_key)])
     try:
         from iro_fed.federated.local import flower_bin, run_config_arg
     except ImportError as exc:
@@ -892,6 +913,7 @@ def executor_command(runtime_port: int, parent_pid: int | str) -> list[str]:
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
+    refuse_empty_paths(folders=[("--requests", args.requests), ("--registry", args.registry), ("--app", args.app)])
     from iro_fed.federated.round_requests import ConsumerBusyError, RoundRequestQueue
     from iro_fed.federated.task import FedConfig, FedConfigError
 
@@ -1106,6 +1128,7 @@ def _file_run(queue: RoundRequestQueue, claimed: list[RoundRequest], result: dic
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
+    refuse_empty_paths(folders=[("--out", args.out)])
     from iro_fed.federated import certs
 
     check_int("--node-keys", args.node_keys, 0, MAX_NODE_KEYS)

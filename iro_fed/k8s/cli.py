@@ -11,8 +11,10 @@ nothing, or once what was started is stopped (:class:`iro_fed.cli.EarlyStop`); C
 
 Bad arguments (an unreadable certificate, an unknown solver, a port or number out of range, a
 number that is not finite, a name Kubernetes would reject, a --host this machine cannot listen
-on, a --cluster-config that is not UTF-8 or has a field of the wrong kind) exit with status 2,
-naming the flag, before anything listens.
+on, a --cluster-config that is not UTF-8 or has a field of the wrong kind, the webhook's --port and
+--metrics-port on one port of overlapping addresses, a flag that does nothing without another or
+in the other --mode, such as --fine-tune-scenario without --fine-tune-registry or the webhook's
+--top-k in scheduler-name mode) exit with status 2, naming the flag, before anything listens.
 """
 
 from __future__ import annotations
@@ -46,6 +48,15 @@ from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, write_file_atomic
 
 #: Where ``iro scheduler --metrics-port`` listens without --metrics-host: every IPv4 address, as before the flag.
 METRICS_HOST = "0.0.0.0"
+
+#: The defaults of the flags that only do something with another flag or in one mode: their
+#: argparse default is None, so that one given where it does nothing is seen and refused.
+WEBHOOK_DEFAULTS: dict[str, Any] = {"scheduler_name": "iro", "solver": "greedy-objective", "top_k": 3}
+SCHEDULER_DEFAULTS: dict[str, Any] = {"metrics_poll_s": 30.0, "fine_tune_scenario": "edge-iot", "fine_tune_steps": 256}
+#: ``iro webhook``'s flags read only in ``--mode affinity`` (``(flag, dest)``; --watch-timeout-s
+#: and --list-page-size are refused by ``_api_timeouts``).
+WEBHOOK_AFFINITY_FLAGS = (("--top-k", "top_k"), ("--solver", "solver"), ("--set", "set"),
+                          ("--kubeconfig", "kubeconfig"), ("--cluster-config", "cluster_config"))
 
 
 def _port(text: str) -> int:
@@ -309,6 +320,61 @@ def _listen_error(exc: OSError, host: str, port: int, host_flag: str = "--host",
     return UsageError(f"{flag}: cannot listen on {host_port(host, port)}: {exc.strerror or exc}")
 
 
+def _listen_ip(host: str, port: int) -> Any:
+    """The IP address a server of this module binds for ``host`` (``listen_address``: IPv4 first;
+    an IPv4-mapped IPv6 address as its IPv4 one), an ``ipaddress`` address."""
+    import ipaddress
+
+    from iro_fed.k8s.httpjson import listen_address
+
+    _family, address = listen_address(host, port)
+    ip = ipaddress.ip_address(str(address[0] or "0.0.0.0").split("%")[0])  # "": INADDR_ANY; "fe80::1%eth0"
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _check_distinct_ports(first: tuple[str, str, str, int], second: tuple[str, str, str, int]) -> None:
+    """Two servers of one command, each ``(host_flag, port_flag, host, port)``, must not listen on
+    the same port where their addresses overlap (the same address, or either is every address:
+    0.0.0.0 every IPv4 one, :: every one, dual stack as AnyFamily binds it): the second's bind
+    failed with "Address already in use" blaming its own flag, after the first had started. Port 0
+    (any free port) never collides."""
+    (host_flag_a, port_flag_a, host_a, port_a), (host_flag_b, port_flag_b, host_b, port_b) = first, second
+    if port_a == 0 or port_b == 0 or port_a != port_b:
+        return
+    try:
+        a, b = _listen_ip(host_a, port_a), _listen_ip(host_b, port_b)
+    except (OSError, ValueError):  # not resolved: the host's own check names it
+        overlap = host_a == host_b
+    else:
+        if a.version == b.version:
+            overlap = a == b or a.is_unspecified or b.is_unspecified
+        else:  # an IPv4 address and an IPv6 one: only :: (dual stack) takes the IPv4 port too
+            overlap = (a if a.version == 6 else b).is_unspecified
+    if overlap:
+        raise UsageError(f"{port_flag_a} / {port_flag_b}: both are port {port_a} on overlapping addresses "
+                         f"({host_flag_a} {host_a}, {host_flag_b} {host_b}: the same address, or one of them "
+                         f"every address), where only one server can listen; give {port_flag_b} another port")
+
+
+def _needs(args: argparse.Namespace, flags: tuple[tuple[str, str], ...], ok: bool, needs: str) -> None:
+    """Each of ``flags`` (``(flag, dest)``) given (not None) while ``ok`` is false is an error
+    naming the flag and what it ``needs`` ("--x: needs --y (why)"): it would do nothing, silently."""
+    if ok:
+        return
+    for flag, dest in flags:
+        if getattr(args, dest, None) is not None:
+            raise UsageError(f"{flag}: needs {needs}")
+
+
+def _given_or(args: argparse.Namespace, dest: str, defaults: dict[str, Any]) -> Any:
+    """``args.dest`` when the flag was given, else its default in ``defaults``: the flags whose
+    argparse default is None so that giving one where it does nothing is seen (and refused)."""
+    value = getattr(args, dest, None)
+    return defaults[dest] if value is None else value
+
+
 def _server_args(args: argparse.Namespace) -> None:
     """Checks shared by the extender and the webhook, before anything listens."""
     check_listen_host("--host", args.host)
@@ -356,14 +422,18 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         selector = parse_selector(args.selector)
     except ValueError as exc:
         raise UsageError(f"--selector: {exc}") from exc
-    ns_text = args.namespaces or ""
-    ns_parts = ns_text.split(",") if ns_text.strip() else []
+    ns_text = args.namespaces
+    if ns_text is not None and not ns_text.strip():  # was read as no namespace: every pod selected
+        raise UsageError(f"--namespaces: give at least one namespace name, got {ns_text!r} (leave the flag out "
+                         f"to select by --selector alone)")
+    ns_parts = ns_text.split(",") if ns_text is not None else []
     # "a,,b" or "a," (a name lost in an edit) was read as fewer namespaces
     empty = next((i for i, n in enumerate(ns_parts, start=1) if not n.strip()), None)
     if empty is not None:
         raise UsageError(f"--namespaces: empty name at position {empty} of {len(ns_parts)} in {ns_text!r}")
     namespaces = [_k8s_name("--namespaces", n.strip(), label=True) for n in ns_parts]
-    _k8s_name("--scheduler-name", args.scheduler_name)
+    scheduler_name = _given_or(args, "scheduler_name", WEBHOOK_DEFAULTS)
+    _k8s_name("--scheduler-name", scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
     if args.timeout_seconds is not None:
@@ -372,16 +442,25 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _below_caller("--budget-s", args.budget_s, "--timeout-seconds",
                   TIMEOUT_SECONDS if args.timeout_seconds is None else args.timeout_seconds, args.timeout_seconds is not None,
                   "the answer would come after the API server gave up on the call")
-    check_int("--top-k", args.top_k, 1, MAX_TOP_K)
+    top_k = _given_or(args, "top_k", WEBHOOK_DEFAULTS)
+    check_int("--top-k", top_k, 1, MAX_TOP_K)
     _, watch_timeout = _api_timeouts(args, args.mode == "affinity", "--mode affinity")
-    settings = _parse_settings(args.set or [], args.solver)
+    solver = _given_or(args, "solver", WEBHOOK_DEFAULTS)
+    settings = _parse_settings(args.set or [], solver)
     config = _config(args.cluster_config)
+    # Each value checked, then whether it does anything in this mode: one that does not is refused.
+    _needs(args, WEBHOOK_AFFINITY_FLAGS, args.mode == "affinity",
+           "--mode affinity (--mode scheduler-name, the default, only sets spec.schedulerName)")
+    _needs(args, (("--scheduler-name", "scheduler_name"),), args.mode == "scheduler-name",
+           "--mode scheduler-name, the default (--mode affinity adds node affinity, spec.schedulerName left alone)")
     metrics_host = args.metrics_host or METRICS_HOST
     registry = None
     if args.metrics_host is not None and args.metrics_port is None:
         raise UsageError("--metrics-host: needs --metrics-port (no metrics are served without it)")
     if args.metrics_port is not None:
         check_listen_host("--metrics-host", metrics_host)
+        _check_distinct_ports(("--host", "--port", args.host, args.port),
+                              ("--metrics-host", "--metrics-port", metrics_host, args.metrics_port))
         try:
             from prometheus_client import CollectorRegistry
         except ImportError as exc:
@@ -393,7 +472,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
             raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
         cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook", list_page_size=args.list_page_size), config,
                              **_watch_kwargs(watch_timeout)).start()
-    hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
+    hook = Webhook(args.mode, scheduler_name, selector, namespaces, cache, solver, settings, top_k,
                    args.budget_s, config)
     if registry is not None:
         from iro_fed.k8s.webhook import WebhookCollector
@@ -413,7 +492,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _settings_table("iro webhook", [
         ("url", server.url + "/mutate"),
         ("mode", args.mode),
-        ("scheduler name" if args.mode == "scheduler-name" else "top-K", args.scheduler_name if args.mode == "scheduler-name" else str(args.top_k)),
+        ("scheduler name" if args.mode == "scheduler-name" else "top-K", scheduler_name if args.mode == "scheduler-name" else str(top_k)),
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
         ("caller timeout", f"{server.body_timeout_s:g} s (the webhook configuration's timeoutSeconds)"),
@@ -444,7 +523,8 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     _k8s_name("--lease-namespace", args.lease_namespace, label=True)
     check_number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
     check_number("--window-s", args.window_s, 0.0, MAX_WINDOW_S)
-    check_number("--metrics-poll-s", args.metrics_poll_s, 0.0, MAX_METRICS_POLL_S, low_open=True)
+    metrics_poll_s = _given_or(args, "metrics_poll_s", SCHEDULER_DEFAULTS)
+    check_number("--metrics-poll-s", metrics_poll_s, 0.0, MAX_METRICS_POLL_S, low_open=True)
     if args.feedback_threshold is not None:
         check_number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
     if args.max_batch < 1:
@@ -464,7 +544,11 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
         raise UsageError(f"--fallback: unknown solver {args.fallback!r}")
     if (args.fine_tune_registry is not None or args.round_request is not None) and args.feedback_threshold is None:
         raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
-    actions = _fine_tune_actions(args)
+    actions = _fine_tune_actions(args)  # the values checked; then whether each flag given does anything
+    _needs(args, (("--fine-tune-scenario", "fine_tune_scenario"), ("--fine-tune-steps", "fine_tune_steps")),
+           args.fine_tune_registry is not None, "--fine-tune-registry (the DQN fine-tune it sets runs only with it)")
+    _needs(args, (("--metrics-poll-s", "metrics_poll_s"),), args.feedback_threshold is not None,
+           "--feedback-threshold (NodeMetrics are polled only for the feedback loop)")
     if args.metrics_host is not None:
         if args.metrics_port is None:
             raise UsageError("--metrics-host: needs --metrics-port (no metrics are served without it)")
@@ -492,7 +576,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
                              time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
                              config=config, lease_namespace=args.lease_namespace,
                              leader_election=not args.no_leader_elect, feedback=feedback,
-                             metrics_poll_s=args.metrics_poll_s if feedback is not None else None,
+                             metrics_poll_s=metrics_poll_s if feedback is not None else None,
                              pod_initial_backoff_s=args.pod_initial_backoff_s, pod_max_backoff_s=args.pod_max_backoff_s,
                              max_unschedulable_s=args.max_unschedulable_s, **_watch_kwargs(watch_timeout))
     except ValueError as exc:
@@ -634,7 +718,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
         _timeouts_row(sched.kube, sched.cache),
         ("feedback", "off" if feedback is None else
-         f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
+         f"threshold {args.feedback_threshold:g}, NodeMetrics every {_given_or(args, 'metrics_poll_s', SCHEDULER_DEFAULTS):g} s"
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
         ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics, /healthz"),
     ])
@@ -661,8 +745,11 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
     from iro_fed.sim.cli import _check_output_folder, check_fine_tune_steps, fine_tune_start
 
     # against the registry's latest version when it has one (a policy of a larger batch needs more)
-    check_fine_tune_steps("--fine-tune-steps", args.fine_tune_steps,
-                          fine_tune_start(("--fine-tune-registry", args.fine_tune_registry)))
+    steps = _given_or(args, "fine_tune_steps", SCHEDULER_DEFAULTS)
+    check_fine_tune_steps("--fine-tune-steps", steps, fine_tune_start(("--fine-tune-registry", args.fine_tune_registry)))
+    scenario = _given_or(args, "fine_tune_scenario", SCHEDULER_DEFAULTS)
+    if args.fine_tune_registry or getattr(args, "fine_tune_scenario", None) is not None:  # given: checked, used or not
+        _check_scenario(scenario)
     # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail
     # now. They are only checked here, and made by cmd_scheduler once every flag is accepted
     # (a later bad flag exited 2 leaving them behind).
@@ -675,18 +762,21 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
         if args.round_request:
             actions.append(FederatedRoundRequest(args.round_request, site=args.name))
         if args.fine_tune_registry:
-            from iro_fed.sim.scenarios import SCENARIOS
-
-            if args.fine_tune_scenario not in SCENARIOS:
-                raise UsageError(f"--fine-tune-scenario: unknown scenario {args.fine_tune_scenario!r} "
-                                 f"(known: {', '.join(sorted(SCENARIOS))})")
             # No scenario clock on a cluster (Trigger.at is wall-clock time): step_s None trains
             # every fine-tune on the scenario's first hour, each on episodes of its own seed.
-            actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=args.fine_tune_scenario,
-                                       steps=args.fine_tune_steps, steps_flag="--fine-tune-steps", step_s=None))
+            actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=scenario,
+                                       steps=steps, steps_flag="--fine-tune-steps", step_s=None))
     except ValueError as exc:
         raise UsageError(f"--round-request / --fine-tune-registry: {exc}") from exc
     return actions
+
+
+def _check_scenario(name: str) -> None:
+    """``--fine-tune-scenario`` a scenario of the simulator (a typo failed only on drift, hours later)."""
+    from iro_fed.sim.scenarios import SCENARIOS
+
+    if name not in SCENARIOS:
+        raise UsageError(f"--fine-tune-scenario: unknown scenario {name!r} (known: {', '.join(sorted(SCENARIOS))})")
 
 
 # --- registration -----------------------------------------------------------------------------
@@ -742,19 +832,20 @@ def register(sub: Any) -> None:
     p.add_argument("--tls-key", required=True, metavar="F", help="PEM private key of the certificate")
     p.add_argument("--mode", choices=("scheduler-name", "affinity"), default="scheduler-name",
                    help="set spec.schedulerName, or add preferred node affinity for the top-K nodes (default scheduler-name)")
-    p.add_argument("--scheduler-name", default="iro", help="schedulerName to set (default iro)")
+    p.add_argument("--scheduler-name", help="schedulerName to set (default iro; --mode scheduler-name only)")
     p.add_argument("--selector", metavar="K=V,...",
                    help="mutate pods with these labels (or, with --namespaces, any pod in those namespaces)")
     p.add_argument("--namespaces", metavar="A,B", help="mutate every pod in these namespaces (in addition to --selector's)")
-    p.add_argument("--top-k", type=int, default=3, metavar="K",
-                   help="nodes to prefer in affinity mode, 1..1000 (default 3)")
+    p.add_argument("--top-k", type=int, metavar="K",
+                   help="nodes to prefer in affinity mode, 1..1000 (default 3; --mode affinity only)")
     p.add_argument("--budget-s", type=float, default=2.0, metavar="S",
                    help="answer within S seconds, unchanged if the recommendation is late (default 2, at most 30; "
                         "must be below --timeout-seconds, 5 when not given)")
-    p.add_argument("--solver", default="greedy-objective", metavar="NAME", help="solver for affinity mode (default greedy-objective)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="solver setting; repeat for several")
-    p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode")
-    p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON")
+    p.add_argument("--solver", metavar="NAME", help="solver for affinity mode (default greedy-objective; --mode affinity only)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="solver setting; repeat for several (--mode affinity only)")
+    p.add_argument("--kubeconfig", metavar="F", help="cluster access for affinity mode (--mode affinity only)")
+    p.add_argument("--cluster-config", metavar="F", help="domains (prices, carbon, PUE), latency, weights: YAML or JSON (--mode affinity only)")
     p.add_argument("--timeout-seconds", type=int, metavar="S",
                    help="the webhook configuration's timeoutSeconds: a review's headers and body must arrive within "
                         f"S seconds, else 408; --budget-s must be below it (default 5, as deploy/; 1..{MAX_WEBHOOK_TIMEOUT_S})")
@@ -788,13 +879,14 @@ def register(sub: Any) -> None:
     p.add_argument("--no-leader-elect", action="store_true", help="run without leader election (one replica only)")
     p.add_argument("--feedback-threshold", type=float, metavar="E",
                    help="track predicted vs measured node CPU utilization (metrics-server) and refit on drift above E")
-    p.add_argument("--metrics-poll-s", type=float, default=30.0, metavar="S", help=f"NodeMetrics poll period (default 30, at most {MAX_METRICS_POLL_S:g})")
+    p.add_argument("--metrics-poll-s", type=float, metavar="S",
+                   help=f"NodeMetrics poll period (default 30, at most {MAX_METRICS_POLL_S:g}; with --feedback-threshold)")
     p.add_argument("--fine-tune-registry", metavar="DIR",
                    help="on drift, also fine-tune the DQN policy (latest version in DIR, else the shipped one) on "
                         "--fine-tune-scenario and publish it to the policy registry DIR")
-    p.add_argument("--fine-tune-scenario", default="edge-iot", metavar="NAME",
-                   help="simulator scenario of the DQN fine-tune (default edge-iot)")
-    p.add_argument("--fine-tune-steps", type=int, default=256, metavar="N", help=f"decisions per DQN fine-tune (default 256; at least one gradient update's: batch_size + n_step - 1 of the registry's latest policy, 66 for the shipped one; at most {MAX_TRAIN_STEPS:,})")
+    p.add_argument("--fine-tune-scenario", metavar="NAME",
+                   help="simulator scenario of the DQN fine-tune (default edge-iot; with --fine-tune-registry)")
+    p.add_argument("--fine-tune-steps", type=int, metavar="N", help=f"decisions per DQN fine-tune, with --fine-tune-registry (default 256; at least one gradient update's: batch_size + n_step - 1 of the registry's latest policy, 66 for the shipped one; at most {MAX_TRAIN_STEPS:,})")
     p.add_argument("--round-request", metavar="DIR",
                    help="on drift, also write a federated round request into DIR/requests (for iro fed rounds)")
     p.add_argument("--metrics-port", type=_listen_port, metavar="P", help="serve Prometheus metrics (unschedulable queue; feedback error, drift) on P")

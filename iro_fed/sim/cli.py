@@ -16,6 +16,7 @@ starts and before any output folder is made. The outputs are written atomically.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -228,7 +229,7 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs, refuse_empty
+    from iro_fed.cli import EXIT_OK, _console, _parse_settings, check_distinct_outputs, refuse_empty, write_outputs
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
     from iro_fed.sim.engine import SimConfigError
@@ -240,8 +241,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from iro_fed.plots import check_plot_file
 
         check_plot_file("--plot", args.plot, make=False)
-        check_distinct_outputs(("--out", args.out), ("--plot", args.plot))
     settings = _pairs(args.set, "--set")
+    check_distinct_outputs(("--out", args.out), ("--plot", args.plot), inputs=setting_files(settings))
     if args.plain:
         from iro_fed.sim import PLAIN_KUBERNETES
 
@@ -262,13 +263,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     seeds = seed_label(result.seed, result.solver_seed)
     console.print(totals_table(result.totals, f"{args.scenario} with {args.solver}, {seeds}, "
                                               f"{result.totals['hours']:g} h"))
+    # The image first: it has more ways to fail, and then nothing is written.
+    write_outputs(
+        ("--plot", args.plot, lambda: timeline_plot(result.series, args.plot,
+                                                    title=f"{args.scenario} / {args.solver} / {seeds}")),
+        ("--out", args.out, lambda: write_json_atomic(args.out, result.report())),
+    )
     if args.out:
-        write_json_atomic(args.out, result.report())
         console.print(f"report written to {args.out}")
     if args.plot:
-        timeline_plot(result.series, args.plot, title=f"{args.scenario} / {args.solver} / {seeds}")
         console.print(f"plot written to {args.plot}")
     return EXIT_OK
+
+
+def setting_files(settings: dict[str, str]) -> list[tuple[str, str]]:
+    """The ``--set`` values that name a file here (a carbon trace, an openb list): a command's
+    inputs, which its outputs must not replace (``--set carbon.DE=de.csv --out de.csv`` did)."""
+    return [(f"--set {key}", value) for key, value in settings.items() if value and os.path.isfile(value)]
 
 
 def seed_label(seed: int, solver_seed: Any) -> str:
@@ -353,7 +364,16 @@ def feedback_settings(pairs: list[str] | None) -> Any:
 
 
 def cmd_feedback_sim(args: argparse.Namespace) -> int:
-    from iro_fed.cli import EXIT_OK, UsageError, _console, _parse_settings, check_input_file, refuse_empty
+    from iro_fed.cli import (
+        EXIT_OK,
+        UsageError,
+        _console,
+        _parse_settings,
+        check_distinct_outputs,
+        check_input_file,
+        refuse_empty,
+        write_outputs,
+    )
     from iro_fed.feedback import DQNFineTune, FederatedRoundRequest
     from iro_fed.problem_io import write_json_atomic
     from iro_fed.sim import build_simulator
@@ -387,6 +407,8 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
         if folder:
             _check_output_folder(flag, folder)
     settings = _pairs(args.set, "--set")
+    check_distinct_outputs(("--out", args.out), *folders,
+                           inputs=[*setting_files(settings), ("--dqn-policy", args.dqn_policy)])
     config = feedback_settings(args.feedback_set)
     solver_settings = _parse_settings(args.solver_set, args.solver, "--solver-set", flag_value_errors=True)
     try:  # the scenario and every setting read before any folder is made (run_feedback_sim builds its own)
@@ -422,7 +444,8 @@ def cmd_feedback_sim(args: argparse.Namespace) -> int:
     if report["triggers"]:
         console.print(triggers_table(report["triggers"]))
     if args.out:
-        write_json_atomic(args.out, {**{k: report[k] for k in FEEDBACK_KEYS}, "series": run.series})
+        write_outputs(("--out", args.out, lambda: write_json_atomic(
+            args.out, {**{k: report[k] for k in FEEDBACK_KEYS}, "series": run.series})))
         console.print(f"report written to {args.out}")
     return EXIT_OK
 

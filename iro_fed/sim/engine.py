@@ -90,6 +90,7 @@ from typing import Any
 import numpy as np
 
 from iro_fed.feasibility import feasible_nodes, fit_tolerance, resource_fit, room_fits, static_filter
+from iro_fed.limits import MAX_HOURS
 from iro_fed.model import (
     GPU_MILLI,
     HOSTNAME_KEY,
@@ -114,6 +115,13 @@ STATUS_NAMES = ("future", "deferred", "pending", "running", "completed", "droppe
 OFF, BOOTING, ON = 0, 1, 2
 #: Waiting jobs :meth:`Simulator._make_room` tries per step (each try is a solver call).
 MAKE_ROOM_PER_STEP = 3
+#: Upper bounds of the float settings that multiply into the simulation (past them a value only
+#: overflows): ``queue_cap`` caps a replica's latency at ``queue_cap * service_ms`` (1e6 service
+#: times is far past any SLA; 1e308 made the latency inf and the run a traceback), and
+#: ``usage_shift_factor`` multiplies a pod's CPU use (1000 times what it used before is far past
+#: any real shift; 1e308 overflowed the node's busy share).
+MAX_QUEUE_CAP = 1e6
+MAX_USAGE_SHIFT_FACTOR = 1e3
 DOMAIN_LABEL = "iro.example/domain"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -132,7 +140,7 @@ class SimConfig:
     headroom: float = 0.15  # powered CPU share a domain keeps free (power-down stops, a node boots)
     hpa_delay_steps: int = 1
     hpa_stabilization_steps: int = 5
-    queue_cap: float = 50.0
+    queue_cap: float = 50.0  # latency cap in service times, 1 .. MAX_QUEUE_CAP
     batch_usage: float = 0.85
     min_defer_slack_steps: int = 30
     defer_margin_steps: int = 15
@@ -144,9 +152,9 @@ class SimConfig:
     preemption: bool = True  # kube-scheduler's default: a pending pod evicts lower-priority pods
     # Actual vs requested CPU (the service model's busy share; the objective still sees requests):
     usage_noise: float = 0.0  # sigma of a per-pod lognormal factor on the CPU a pod really uses (0: none)
-    usage_shift_at_h: float = -1.0  # distribution shift: from this hour on ... (< 0: no shift)
+    usage_shift_at_h: float = -1.0  # distribution shift: from this hour on ... (< 0: no shift; at most MAX_HOURS)
     usage_shift_class: str = "batch"  # ... pods whose usage class (service name, else pod class) matches this glob ...
-    usage_shift_factor: float = 1.0  # ... use this many times the CPU they used before
+    usage_shift_factor: float = 1.0  # ... use this many times the CPU they used before (at most MAX_USAGE_SHIFT_FACTOR)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # nan passes every range check below
@@ -164,6 +172,8 @@ class SimConfig:
             raise SimConfigError(f"setting 'headroom': must be in [0, 1), got {self.headroom}")
         if self.queue_cap < 1.0:
             raise SimConfigError(f"setting 'queue_cap': must be >= 1, got {self.queue_cap}")
+        if self.queue_cap > MAX_QUEUE_CAP:
+            raise SimConfigError(f"setting 'queue_cap': must be at most {MAX_QUEUE_CAP:g}, got {self.queue_cap}")
         # Fractions, not percents: defer_min_saving=5 never deferred, consolidate_below=50 drained every node.
         if not 0.0 <= self.defer_min_saving < 1.0:
             raise SimConfigError(f"setting 'defer_min_saving': must be in [0, 1) (a fraction of the carbon saved, "
@@ -175,8 +185,14 @@ class SimConfig:
             raise SimConfigError(f"setting 'batch_usage': must be in [0, 1], got {self.batch_usage}")
         if not 0.0 <= self.usage_noise <= 2.0:
             raise SimConfigError(f"setting 'usage_noise': must be in [0, 2], got {self.usage_noise}")
-        if not self.usage_shift_factor > 0.0:
-            raise SimConfigError(f"setting 'usage_shift_factor': must be > 0, got {self.usage_shift_factor}")
+        if not 0.0 < self.usage_shift_factor <= MAX_USAGE_SHIFT_FACTOR:
+            raise SimConfigError(f"setting 'usage_shift_factor': must be > 0 and at most {MAX_USAGE_SHIFT_FACTOR:g}, "
+                                 f"got {self.usage_shift_factor}")
+        # An hour past any run (MAX_HOURS) is past the end of this one; 1e308 overflowed to inf
+        # when turned into a step.
+        if self.usage_shift_at_h > MAX_HOURS:
+            raise SimConfigError(f"setting 'usage_shift_at_h': must be < 0 (no shift) or at most {MAX_HOURS:g} "
+                                 f"(hours from the start), got {self.usage_shift_at_h}")
         if not self.usage_shift_class.strip():
             raise SimConfigError("setting 'usage_shift_class': must be a non-empty glob pattern")
 
@@ -346,10 +362,13 @@ class Simulator:
                 raise ValueError(f"service {svc.name!r}: traffic has shape {traffic.shape}, expected ({T},)")
             want = np.ceil(traffic / (svc.mu * svc.target_rho) - 1e-9).astype(np.int64)
             want = np.clip(want, svc.min_replicas, svc.max_replicas)
-            win = max(cfg.hpa_stabilization_steps, 1)
+            # Both at most the run's steps: a longer window or delay acts as one of the whole run
+            # (a window of T covers every earlier step, a delay of T never applies a change), and
+            # the arrays below are that long (10**30 was "Maximum allowed dimension exceeded").
+            win = max(min(cfg.hpa_stabilization_steps, T), 1)
             padded = np.concatenate([np.full(win - 1, want[0]), want])
             stab = np.lib.stride_tricks.sliding_window_view(padded, win).max(axis=1)
-            d = cfg.hpa_delay_steps
+            d = min(cfg.hpa_delay_steps, T)
             desired = np.concatenate([np.full(d, stab[0]), stab[: T - d]]) if d else stab
             desired[: d + 1] = max(int(want[0]), svc.min_replicas)
             for j in range(int(desired.max())):

@@ -300,7 +300,7 @@ def load_carbon_csv(path: str | os.PathLike, column: str = "direct", name: str |
     except OSError as exc:
         raise SignalFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc
     with handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, strict=True)  # a quote left open: an error, not the rest of the file as one cell
         try:
             header = [h.strip() for h in next(reader)]
         except StopIteration:
@@ -474,7 +474,7 @@ def load_latency_matrix(
     except OSError as exc:
         raise SignalFormatError(f"{mpath}: cannot read file: {exc.strerror or exc}") from exc
     with handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, strict=True)  # a quote left open: an error, not the rest of the file as one cell
         try:  # each row with the file line it ends on (a quoted cell may span lines)
             rows = [(reader.line_num, row) for row in reader]
         except csv.Error as exc:

@@ -79,7 +79,9 @@ def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list
     rows: list[tuple[int, dict[str, str]]] = []
     with handle:
         try:
-            reader = csv.DictReader(handle)
+            # strict: a quote left open is an error at the end of the file; without it the rest of
+            # the file became one field (39 of 40 nodes swallowed into the first one's model, exit 0).
+            reader = csv.DictReader(handle, strict=True)
             header = reader.fieldnames or []
             # A repeated name: DictReader keeps the last column of that name, silently.
             dup = next((c for i, c in enumerate(header) if c.strip() and c in header[:i]), None)
@@ -103,6 +105,10 @@ def _rows(path: str | os.PathLike, required: tuple[str, ...]) -> tuple[str, list
         except UnicodeDecodeError:
             raise TraceFormatError(_not_utf8(p)) from None
         except csv.Error as exc:
+            if str(exc) == "unexpected end of data":  # the record after the last one read never ended
+                start = rows[-1][0] + 1 if rows else 2
+                raise TraceFormatError(f"{p} line {start}: a quoted field is never closed (a '\"' without its "
+                                       "closing quote: the rest of the file would be one field)") from exc
             raise TraceFormatError(f"{p} line {reader.line_num}: not a valid CSV file: {exc}") from exc
         except OSError as exc:  # a directory, or a read error midway
             raise TraceFormatError(f"{p}: cannot read file: {exc.strerror or exc}") from exc

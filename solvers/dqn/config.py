@@ -27,6 +27,37 @@ TRAINING_ONLY = frozenset({
 })
 
 
+#: Upper bounds of the float settings without a natural one, inside float32 (the network and
+#: Adam compute in it: v_max=1e300 overflowed building the C51 support, noisy_sigma0=1e300 filling
+#: the noisy layers, learning_rate=1e38 Adam's first step, which is 10 x learning_rate) and past
+#: any useful value. Rewards are in units of one unplaced pod, so a return beyond a million is
+#: none a scenario gives (the C51 support spans v_min..v_max: its span stays finite in float32).
+MAX_RETURN = 1e6
+#: 20 times the default noise scale (Fortunato et al. 2018 use 0.5): past it the noise drowns
+#: the weights (1e38 made the loss non-finite at the first update).
+MAX_NOISY_SIGMA0 = 10.0
+#: A learning rate past about 1 already diverges, which training reports (the loss becomes
+#: non-finite, a clear error); 1e30 keeps Adam's step inside float32 with room to spare.
+MAX_LEARNING_RATE = 1e30
+#: Far past any gradient norm: a larger clip is no clip at all, and stays inside float32.
+MAX_GRAD_CLIP = 1e30
+#: Adam's epsilon is added to the gradients' RMS: past 1 it dwarfs them and the network barely
+#: learns (1e300 became inf in float32: no update at all, silently).
+MAX_ADAM_EPS = 1.0
+#: Added to every priority (a cross-entropy or |TD error| of the rewards' scale): past 1 the
+#: sampling is about uniform; use ``prioritized=false`` for that.
+MAX_PRIORITY_EPS = 1.0
+#: The upper bound of each positive float setting (:data:`MAX_RETURN` bounds v_min and v_max in
+#: magnitude).
+UPPER_BOUNDS = {
+    "noisy_sigma0": MAX_NOISY_SIGMA0,
+    "learning_rate": MAX_LEARNING_RATE,
+    "adam_eps": MAX_ADAM_EPS,
+    "grad_clip": MAX_GRAD_CLIP,
+    "priority_eps": MAX_PRIORITY_EPS,
+}
+
+
 @dataclass(frozen=True)
 class DQNConfig:
     # --- action space and features -----------------------------------------------------------
@@ -49,15 +80,15 @@ class DQNConfig:
     noisy: bool = True
     """Noisy linear layers (factorized Gaussian) in the heads replace epsilon-greedy exploration."""
     noisy_sigma0: float = 0.5
-    """Initial noise scale of the noisy layers (Fortunato et al. 2018)."""
+    """Initial noise scale of the noisy layers (Fortunato et al. 2018); > 0, at most :data:`MAX_NOISY_SIGMA0`."""
     distributional: bool = True
     """C51: learn a categorical return distribution over ``atoms`` fixed support points."""
     atoms: int = 51
     """Support points of the return distribution (C51)."""
     v_min: float = -10.0
-    """Lowest return of the C51 support."""
+    """Lowest return of the C51 support (at least ``-MAX_RETURN``)."""
     v_max: float = 10.0
-    """Highest return of the C51 support."""
+    """Highest return of the C51 support (at most :data:`MAX_RETURN`)."""
 
     # --- learning ----------------------------------------------------------------------------
     double: bool = True
@@ -67,9 +98,9 @@ class DQNConfig:
     n_step: int = 3
     """Multi-step returns: rewards of n decisions are summed before bootstrapping."""
     learning_rate: float = 2.5e-4
-    """Adam learning rate."""
+    """Adam learning rate; > 0, at most :data:`MAX_LEARNING_RATE`."""
     adam_eps: float = 1.5e-4
-    """Adam epsilon (Rainbow's value)."""
+    """Adam epsilon (Rainbow's value); > 0, at most :data:`MAX_ADAM_EPS`."""
     batch_size: int = 64
     """Transitions per gradient step."""
     buffer_size: int = 50_000
@@ -85,7 +116,7 @@ class DQNConfig:
     target_update_every: int = 500
     """Gradient steps between copies of the online network into the target network."""
     grad_clip: float = 10.0
-    """Max gradient norm."""
+    """Max gradient norm; > 0, at most :data:`MAX_GRAD_CLIP`."""
     prioritized: bool = True
     """Prioritized experience replay (proportional, sum tree)."""
     priority_alpha: float = 0.5
@@ -93,7 +124,7 @@ class DQNConfig:
     priority_beta0: float = 0.4
     """Initial importance-sampling correction, annealed to 1 over training."""
     priority_eps: float = 1e-6
-    """Added to every priority so no transition is never sampled."""
+    """Added to every priority so no transition is never sampled; > 0, at most :data:`MAX_PRIORITY_EPS`."""
     epsilon_start: float = 1.0
     """Initial exploration rate (used only when ``noisy`` is off)."""
     epsilon_end: float = 0.05
@@ -138,6 +169,16 @@ class DQNConfig:
             if f.type == "float" and not (isinstance(value, int | float) and not isinstance(value, bool)
                                            and math.isfinite(value)):
                 raise ConfigError(f"{f.name}: expected a finite number, got {value!r}")
+        # finite, yet past float32 or any use (checked after the rules above, which name inf and nan)
+        for name in positive:
+            value = getattr(self, name)
+            if value > UPPER_BOUNDS[name]:
+                raise ConfigError(f"{name}: expected a positive number at most {UPPER_BOUNDS[name]:g}, got {value!r}")
+        for name in ("v_min", "v_max"):
+            value = getattr(self, name)
+            if abs(value) > MAX_RETURN:
+                raise ConfigError(f"{name}: expected a number between {-MAX_RETURN:g} and {MAX_RETURN:g} "
+                                  f"(a return, in units of one unplaced pod), got {value!r}")
         if self.distributional and (self.atoms < 2 or not self.v_min < self.v_max):
             raise ConfigError(f"atoms/v_min/v_max: need atoms >= 2 and v_min < v_max, got {self.atoms}, "
                               f"{self.v_min}, {self.v_max}")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from iro_fed.problem_io import MAX_NUMBER
 from iro_fed.sim.signals import (
     CARBON_FILES,
     DEFAULT_CARBON_BASIS,
@@ -47,6 +48,10 @@ MAX_FACTOR = 1e6
 #: The objective weights every scenario takes: >= 0, as in a problem file (a negative weight
 #: would reward carbon or latency).
 WEIGHT_RANGES: dict[str, tuple[float | None, float | None]] = {"w_carbon": (0.0, None), "w_latency": (0.0, None)}
+#: ... and at most :data:`~iro_fed.problem_io.MAX_NUMBER` (1e10), a problem file's cap on its
+#: weights (w_latency=1.7e308 made the score inf, and the report could not be written).
+#: :func:`check_ranges` checks these caps on every scenario's parameters.
+WEIGHT_CAPS: dict[str, float] = {"w_carbon": MAX_NUMBER, "w_latency": MAX_NUMBER}
 
 _series_cache: dict[tuple[str, str], CarbonSeries] = {}
 #: A user's own carbon series by zone: (the file as given, its series).
@@ -102,9 +107,15 @@ def check_codecarbon_basis(source: str, basis: str) -> None:
                          f"export, carbon.ZONE=FILE)")
 
 
-def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
+def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]],
+                 caps: Mapping[str, float] = WEIGHT_CAPS) -> None:
     """Each parameter ``key`` of ``p`` within its inclusive ``(low, high)`` (None: unbounded),
-    else a ValueError naming it (``build_scenario`` reports it as a setting error)."""
+    and each of ``caps`` that ``p`` has at most its cap (by default the objective weights':
+    :data:`WEIGHT_CAPS`), else a ValueError naming it (``build_scenario`` reports it as a setting
+    error)."""
+    for key, cap in caps.items():
+        if key in p and float(p[key]) > cap:  # type: ignore[arg-type]
+            raise ValueError(f"setting {key!r}: must be at most {cap:g} (as in a problem file), got {p[key]!r}")
     for key, (low, high) in ranges.items():
         value = p[key]
         number = float(value)  # type: ignore[arg-type]
