@@ -134,10 +134,36 @@ def _resource_names(obj: Any, field: str, allowed: tuple[str, ...], extended: bo
     return out
 
 
-def pod_field_errors(pod: Mapping[str, Any], field: str = "pod") -> list[tuple[str, str]]:
+def _resource_values(obj: Any, field: str, read: Sequence[str]) -> list[tuple[str, str]]:
+    """A ``requests`` / ``limits`` object's quantities that the API server refuses (not a quantity,
+    or negative), of the names the reader does not read (``read``: it names its own errors): a
+    request of ``example.com/foo: "-1"`` was taken, while the webhook refused it."""
+    from iro_fed.k8s.quantity import QuantityError, parse_quantity
+
+    if not isinstance(obj, Mapping):
+        return []
+    out = []
+    for name, value in obj.items():
+        if str(name) in read:
+            continue
+        path = f"{field}.{name}"
+        try:
+            q = parse_quantity(value)
+        except QuantityError as exc:
+            out.append((path, str(exc)))
+            continue
+        if q < 0:
+            out.append((path, f"invalid quantity {value!r}: must not be negative"))
+        elif "/" in str(name) and not str(name).startswith("kubernetes.io/") and q != q.to_integral_value():
+            out.append((path, f"invalid quantity {value!r}: an extended resource must be a whole number"))
+    return out
+
+
+def pod_field_errors(pod: Mapping[str, Any], field: str = "pod", read: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(path, message) of each field of ``pod`` that the API server would refuse as unknown, in the
-    parts /recommend reads (see the module doc), and of each non-standard resource name there.
-    Values of the wrong type are left to the reader, which names them."""
+    parts /recommend reads (see the module doc), of each non-standard resource name there, and of
+    each bad quantity of a resource the reader does not read (``read``: the names it reads). Values
+    of the wrong type are left to the reader, which names them."""
     out: list[tuple[str, str]] = []
 
     def fields(obj: Any, path: str, kind: str) -> Mapping[str, Any]:
@@ -151,6 +177,7 @@ def pod_field_errors(pod: Mapping[str, Any], field: str = "pod") -> list[tuple[s
         res = fields(obj, path, "ResourceRequirements")
         for key in ("requests", "limits"):
             out.extend(_resource_names(res.get(key), f"{path}.{key}", allowed, extended))
+            out.extend(_resource_values(res.get(key), f"{path}.{key}", read))
 
     top = fields(pod, field, "Pod")
     fields(top.get("metadata"), f"{field}.metadata", "ObjectMeta")
@@ -227,7 +254,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     """A Kubernetes Pod JSON as a workload object of the problem file (see the module doc)."""
     meta = _mapping(pod.get("metadata"), "pod.metadata")
     spec = _mapping(pod.get("spec"), "pod.spec", required=True)
-    _refuse(pod_field_errors(pod))
+    _refuse(pod_field_errors(pod, read=(*resources, GPU_RESOURCE)))
     for key in ("name", "generateName", "namespace"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise BadRequest(f"pod.metadata.{key}", f"expected a string, got {type(meta[key]).__name__}")

@@ -59,3 +59,25 @@ def test_empty_annotations_read_as_absent_as_the_scheduler_reads_them(start_agen
     _, url = start_agent(store={"path": None})
     status, reply = http("POST", f"{url}/recommend", {"pod": pod, "k": 3})
     assert status == 200 and len(reply["nodes"]) == 3, reply
+
+
+@pytest.mark.parametrize(("requests", "name", "message"), [
+    ({"cpu": "100m", "example.com/foo": "-1"}, "example.com/foo", "invalid quantity '-1': must not be negative"),
+    ({"cpu": "100m", "hugepages-2Mi": "12Qi"}, "hugepages-2Mi", "invalid quantity '12Qi'"),
+    ({"cpu": "100m", "ephemeral-storage": "abc"}, "ephemeral-storage", "invalid quantity 'abc'"),
+    ({"cpu": "100m", "example.com/foo": "1.5"}, "example.com/foo", "an extended resource must be a whole number"),
+])
+def test_a_bad_quantity_of_a_resource_the_model_does_not_read_is_400_naming_it(start_agent, http, requests, name,
+                                                                               message):
+    # Read only for the model's resources, these passed (200 and a ranking); the webhook and the
+    # API server refuse them.
+    _, url = start_agent(store={"path": None})
+    status, reply = http("POST", f"{url}/recommend", {"pod": _pod({}, requests), "k": 3})
+    assert status == 400, reply
+    field = f"pod.spec.containers[0].resources.requests.{name}"
+    assert reply["field"] == field and message in reply["error"], reply
+
+
+def test_good_quantities_of_other_resources_are_still_taken():
+    requests = {"cpu": "100m", "memory": "1Gi", "example.com/foo": "2", "hugepages-2Mi": "4Mi", "ephemeral-storage": "1Gi"}
+    assert pod_to_workload(_pod({}, requests), RESOURCES)["requests"] == {"cpu": 100.0, "memory": 1024.0}
