@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, unknown_fields
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, json_kind, unknown_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "iro-fed.io/"
@@ -272,15 +272,31 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     _check_name("pod.metadata.namespace", ns, DNS_LABEL, 63)
     annotations = _mapping(meta.get("annotations"), "pod.metadata.annotations")
 
-    from iro_fed.k8s.snapshot import PodSpecError, annotation_list, annotation_number, pod_demand
+    from iro_fed.k8s.snapshot import (
+        PodSpecError,
+        annotation_list,
+        annotation_number,
+        pod_demand,
+        pod_rules,
+        score_rules,
+    )
 
     if not _list(spec.get("containers"), "pod.spec.containers"):
         raise BadRequest("pod.spec.containers", "a pod needs at least one container")
+    if spec.get("nodeName") is not None and not isinstance(spec["nodeName"], str):
+        raise BadRequest("pod.spec.nodeName", f"expected a string, got {type(spec['nodeName']).__name__}")
     try:
         # The snapshot's readers: the same formula, units, GPU share and errors as the scheduler and
         # extender (it also refuses annotation values that are not strings, as the API does), and
         # the same comma lists (an empty entry refused, not dropped).
         demand = pod_demand(pod, resources)
+        # What the scheduler reads and this does not (node affinity, pod (anti-)affinity, spread,
+        # the scoring terms: a site has no pods to match; the reply warns), checked all the same: a
+        # bad operator or a node affinity of 5 was taken (200), which the scheduler refuses.
+        unread = {"metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta},
+                  "spec": {k: spec[k] for k in ("affinity", "topologySpreadConstraints") if k in spec}}
+        pod_rules(unread)  # only these parts: the ones read here keep their own errors, all listed
+        score_rules(unread)
         models = annotation_list(annotations, ANNOTATION_PREFIX + "gpu-models")
         allowed = annotation_list(annotations, ANNOTATION_PREFIX + "allowed-domains")
     except PodSpecError as exc:
@@ -302,6 +318,10 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     for j, t in enumerate(_list(spec.get("tolerations"), "pod.spec.tolerations")):
         t = _mapping(t, f"pod.spec.tolerations[{j}]")
         tol = {k: t[k] for k in ("key", "operator", "value", "effect") if t.get(k) is not None}
+        seconds = t.get("tolerationSeconds")  # not read (eviction is the kubelet's), but an int64 to the API
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+            raise BadRequest(f"pod.spec.tolerations[{j}].tolerationSeconds",
+                             f"expected an integer (seconds), got {json_kind(seconds)} {seconds!r}")
         tols.append(tol)
     if tols:
         wl["tolerations"] = tols

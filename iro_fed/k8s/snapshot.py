@@ -1113,6 +1113,9 @@ def _tolerations(spec: Mapping[str, Any], who: str) -> list[dict[str, str]]:
         tp = f"spec.tolerations[{i}]"
         t = _obj(t, who, tp, required=True)
         key, op, value, effect = (_opt_str(t, k, who, tp) for k in ("key", "operator", "value", "effect"))
+        seconds = t.get("tolerationSeconds")  # not read (NoExecute eviction is the kubelet's), but an int64
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+            raise _bad(who, f"{tp}.tolerationSeconds", f"expected an integer (seconds), got {json_kind(seconds)} {seconds!r}")
         op = op or "Equal"
         out.append({"key": key or "", "operator": op, "value": "" if op == "Exists" else (value or ""), "effect": effect or ""})
     return out

@@ -69,7 +69,8 @@ def test_pod_json_equals_workload_object(start_agent, http, site_doc):
     assert [(e["node"], e["score"], e["objective"]) for e in from_pod["nodes"]] == \
            [(e["node"], e["score"], e["objective"]) for e in from_wl["nodes"]]
     assert "warnings" not in from_pod
-    pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     status, warned = http("POST", f"{url}/recommend", {"pod": pod, "k": 1})
     assert status == 200 and len(warned["nodes"]) == 1
     assert warned["warnings"] == ["spec.affinity.podAntiAffinity (inter-pod anti-affinity is not evaluated)"]

@@ -81,3 +81,41 @@ def test_a_bad_quantity_of_a_resource_the_model_does_not_read_is_400_naming_it(s
 def test_good_quantities_of_other_resources_are_still_taken():
     requests = {"cpu": "100m", "memory": "1Gi", "example.com/foo": "2", "hugepages-2Mi": "4Mi", "ephemeral-storage": "1Gi"}
     assert pod_to_workload(_pod({}, requests), RESOURCES)["requests"] == {"cpu": 100.0, "memory": 1024.0}
+
+
+@pytest.mark.parametrize(("spec", "field", "message"), [
+    ({"affinity": {"nodeAffinity": 5}}, "pod.spec.affinity.nodeAffinity", "expected an object"),
+    ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, "topologyKey": "h"}]}}},
+     "pod.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector."
+     "matchExpressions[0].operator", "unknown operator 'Bogus'"),
+    ({"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10**9, "podAffinityTerm": {"labelSelector": {}, "topologyKey": "h"}}]}}},
+     "pod.spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "1..100"),
+    ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "DoNotSchedule",
+                                     "labelSelector": {"matchExpressions": [{"key": "a", "operator": "Bogus"}]}}]},
+     "pod.spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator", "unknown operator"),
+    ({"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "5"}]},
+     "pod.spec.tolerations[0].tolerationSeconds", "expected an integer (seconds), got string '5'"),
+    ({"nodeName": 5}, "pod.spec.nodeName", "expected a string"),
+])
+def test_fields_the_scheduler_reads_and_recommend_does_not_are_still_checked(start_agent, http, spec, field, message):
+    # A site has no pods to match, so /recommend ignored these and answered 200; the scheduler,
+    # the extender and the API server refuse them.
+    pod = _pod({})
+    pod["spec"].update(spec)
+    _, url = start_agent(store={"path": None})
+    status, reply = http("POST", f"{url}/recommend", {"pod": pod, "k": 3})
+    assert status == 400, reply
+    assert reply["field"] == field and message in reply["error"], reply
+
+
+def test_the_scheduler_reader_refuses_a_toleration_seconds_that_is_not_an_integer():
+    from iro_fed.k8s.snapshot import PodSpecError
+
+    pod = _pod({})
+    pod["spec"]["tolerations"] = [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1.5}]
+    with pytest.raises(PodSpecError, match=r"spec\.tolerations\[0\]\.tolerationSeconds: expected an integer"):
+        workload_doc(pod, RESOURCES, [], {})
+    pod["spec"]["tolerations"][0]["tolerationSeconds"] = 300
+    assert workload_doc(pod, RESOURCES, [], {})["tolerations"][0]["operator"] == "Exists"
