@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, json_kind, unknown_fields
+from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, KNOWN_FIELDS, unknown_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "iro-fed.io/"
@@ -279,6 +279,7 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
         pod_demand,
         pod_rules,
         score_rules,
+        toleration_seconds_error,
     )
 
     if not _list(spec.get("containers"), "pod.spec.containers"):
@@ -318,10 +319,9 @@ def pod_to_workload(pod: Mapping[str, Any], resources: tuple[str, ...]) -> dict[
     for j, t in enumerate(_list(spec.get("tolerations"), "pod.spec.tolerations")):
         t = _mapping(t, f"pod.spec.tolerations[{j}]")
         tol = {k: t[k] for k in ("key", "operator", "value", "effect") if t.get(k) is not None}
-        seconds = t.get("tolerationSeconds")  # not read (eviction is the kubelet's), but an int64 to the API
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
-            raise BadRequest(f"pod.spec.tolerations[{j}].tolerationSeconds",
-                             f"expected an integer (seconds), got {json_kind(seconds)} {seconds!r}")
+        bad_seconds = toleration_seconds_error(t)  # the scheduler's rule
+        if bad_seconds:
+            raise BadRequest(f"pod.spec.tolerations[{j}].tolerationSeconds", bad_seconds)
         tols.append(tol)
     if tols:
         wl["tolerations"] = tols

@@ -230,12 +230,13 @@ def check_number(flag: str, value: float, low: float | None = None, high: float 
     return value
 
 
-def refuse_empty(*paths: tuple[str, str | None]) -> None:
+def refuse_empty(*paths: tuple[str, str | None], what: str = "path") -> None:
     """Refuse a path flag (``(flag, path)``; None: not given) given as "" or blank: the commands
-    test a path's truthiness, so ``--out ""`` ran, exited 0 and wrote nothing."""
+    test a path's truthiness, so ``--out ""`` ran, exited 0 and wrote nothing. ``what`` the flag
+    names ("expected a <what>")."""
     for flag, path in paths:
         if path is not None and not path.strip():
-            raise UsageError(f"{flag}: expected a path, got {path!r}")
+            raise UsageError(f"{flag}: expected a {what}, got {path!r}")
 
 
 def check_output_file(flag: str, path: str | Path, make: bool = True) -> Path:
@@ -265,23 +266,20 @@ def check_distinct_outputs(*outputs: tuple[str, str | None], inputs: Iterable[tu
     would replace the earlier result (``--out r.png --plot r.png`` kept only the plot); and none
     of them one of the command's ``inputs`` (``(flag, path)``): the result would replace what it
     was made from (``iro solve p.json --out p.json`` overwrote the problem, exit 0)."""
-    seen: dict[Any, tuple[str, bool]] = {}
+    seen: dict[Any, str] = {}  # a file's keys -> what to say of an output that is it too
     for flag, path in inputs:
         if path and path != "-":
             for key in _file_keys(flag, path):
-                seen.setdefault(key, (flag, True))
+                seen.setdefault(key, f"the {flag} input; the result would replace it: give another file")
     for flag, path in outputs:
         if not path or path == "-":
             continue
         keys = _file_keys(flag, path)  # the same file by another name (./r.json, a symlink, a hard link) too
         other = next((seen[k] for k in keys if k in seen), None)
         if other is not None:
-            if other[1]:
-                raise UsageError(f"{flag}: {path!r} is also the {other[0]} input; the result would replace it: "
-                                 "give another file")
-            raise UsageError(f"{flag}: {path!r} is also the {other[0]} file; give each output its own file")
+            raise UsageError(f"{flag}: {path!r} is also {other}")
         for key in keys:
-            seen[key] = (flag, False)
+            seen[key] = f"the {flag} file; give each output its own file"
 
 
 def _file_keys(flag: str, path: str) -> list[Any]:

@@ -394,11 +394,7 @@ def refuse_empty_paths(folders: Iterable[tuple[str, str | None]] = (),
     working folder, ``--json ""`` or ``--database ""`` was dropped without a word and ``--app ""``
     meant the default. A folder in the words of the ``registry`` setting (:class:`FedConfig`), a file
     in :func:`iro_fed.cli.refuse_empty`'s (as :func:`iro_fed.cli.check_output_file` says it)."""
-    for flag, path in folders:
-        try:
-            refuse_empty((flag, path))
-        except UsageError:
-            raise UsageError(f"{flag}: expected a folder path, got {path!r}") from None
+    refuse_empty(*folders, what="folder path")
     refuse_empty(*files)
 
 

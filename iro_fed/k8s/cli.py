@@ -50,7 +50,8 @@ from iro_fed.problem_io import DNS_LABEL, DNS_SUBDOMAIN, write_file_atomic
 METRICS_HOST = "0.0.0.0"
 
 #: The defaults of the flags that only do something with another flag or in one mode: their
-#: argparse default is None, so that one given where it does nothing is seen and refused.
+#: argparse default is None, so that one given where it does nothing is seen and refused
+#: (:func:`_fill_defaults`).
 WEBHOOK_DEFAULTS: dict[str, Any] = {"scheduler_name": "iro", "solver": "greedy-objective", "top_k": 3}
 SCHEDULER_DEFAULTS: dict[str, Any] = {"metrics_poll_s": 30.0, "fine_tune_scenario": "edge-iot", "fine_tune_steps": 256}
 #: ``iro webhook``'s flags read only in ``--mode affinity`` (``(flag, dest)``; --watch-timeout-s
@@ -358,21 +359,25 @@ def _check_distinct_ports(first: tuple[str, str, str, int], second: tuple[str, s
                          f"every address), where only one server can listen; give {port_flag_b} another port")
 
 
-def _needs(args: argparse.Namespace, flags: tuple[tuple[str, str], ...], ok: bool, needs: str) -> None:
-    """Each of ``flags`` (``(flag, dest)``) given (not None) while ``ok`` is false is an error
-    naming the flag and what it ``needs`` ("--x: needs --y (why)"): it would do nothing, silently."""
+def _fill_defaults(args: argparse.Namespace, defaults: dict[str, Any]) -> set[str]:
+    """The dests given on the command line (not None); then each of ``defaults`` not given is set
+    to its default. Those flags' argparse default is None, so that one given where it does nothing
+    is seen (:func:`_needs`) and refused."""
+    given = {dest for dest, value in vars(args).items() if value is not None}
+    for dest, value in defaults.items():
+        if dest not in given:
+            setattr(args, dest, value)
+    return given
+
+
+def _needs(given: set[str], flags: tuple[tuple[str, str], ...], ok: bool, needs: str) -> None:
+    """Each of ``flags`` (``(flag, dest)``) ``given`` while ``ok`` is false is an error naming the
+    flag and what it ``needs`` ("--x: needs --y (why)"): it would do nothing, silently."""
     if ok:
         return
     for flag, dest in flags:
-        if getattr(args, dest, None) is not None:
+        if dest in given:
             raise UsageError(f"{flag}: needs {needs}")
-
-
-def _given_or(args: argparse.Namespace, dest: str, defaults: dict[str, Any]) -> Any:
-    """``args.dest`` when the flag was given, else its default in ``defaults``: the flags whose
-    argparse default is None so that giving one where it does nothing is seen (and refused)."""
-    value = getattr(args, dest, None)
-    return defaults[dest] if value is None else value
 
 
 def _server_args(args: argparse.Namespace) -> None:
@@ -415,6 +420,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     from iro_fed.k8s.webhook import TIMEOUT_SECONDS, Webhook, WebhookServer, parse_selector
 
     _logging(args.verbose)
+    given = _fill_defaults(args, WEBHOOK_DEFAULTS)
     _server_args(args)
     cert = _file(args.tls_cert, "--tls-cert")
     key = _file(args.tls_key, "--tls-key")
@@ -432,8 +438,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     if empty is not None:
         raise UsageError(f"--namespaces: empty name at position {empty} of {len(ns_parts)} in {ns_text!r}")
     namespaces = [_k8s_name("--namespaces", n.strip(), label=True) for n in ns_parts]
-    scheduler_name = _given_or(args, "scheduler_name", WEBHOOK_DEFAULTS)
-    _k8s_name("--scheduler-name", scheduler_name)
+    _k8s_name("--scheduler-name", args.scheduler_name)
     # The API server waits at most 30 s for a webhook (timeoutSeconds 1..30): a longer budget is never used.
     check_number("--budget-s", args.budget_s, 0.0, 30.0, low_open=True)
     if args.timeout_seconds is not None:
@@ -442,16 +447,14 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _below_caller("--budget-s", args.budget_s, "--timeout-seconds",
                   TIMEOUT_SECONDS if args.timeout_seconds is None else args.timeout_seconds, args.timeout_seconds is not None,
                   "the answer would come after the API server gave up on the call")
-    top_k = _given_or(args, "top_k", WEBHOOK_DEFAULTS)
-    check_int("--top-k", top_k, 1, MAX_TOP_K)
+    check_int("--top-k", args.top_k, 1, MAX_TOP_K)
     _, watch_timeout = _api_timeouts(args, args.mode == "affinity", "--mode affinity")
-    solver = _given_or(args, "solver", WEBHOOK_DEFAULTS)
-    settings = _parse_settings(args.set or [], solver)
+    settings = _parse_settings(args.set or [], args.solver)
     config = _config(args.cluster_config)
     # Each value checked, then whether it does anything in this mode: one that does not is refused.
-    _needs(args, WEBHOOK_AFFINITY_FLAGS, args.mode == "affinity",
+    _needs(given, WEBHOOK_AFFINITY_FLAGS, args.mode == "affinity",
            "--mode affinity (--mode scheduler-name, the default, only sets spec.schedulerName)")
-    _needs(args, (("--scheduler-name", "scheduler_name"),), args.mode == "scheduler-name",
+    _needs(given, (("--scheduler-name", "scheduler_name"),), args.mode == "scheduler-name",
            "--mode scheduler-name, the default (--mode affinity adds node affinity, spec.schedulerName left alone)")
     metrics_host = args.metrics_host or METRICS_HOST
     registry = None
@@ -472,7 +475,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
             raise UsageError("--mode affinity: needs --kubeconfig (or to run in a cluster) to see the nodes")
         cache = ClusterCache(_kube(args.kubeconfig, "iro-webhook", list_page_size=args.list_page_size), config,
                              **_watch_kwargs(watch_timeout)).start()
-    hook = Webhook(args.mode, scheduler_name, selector, namespaces, cache, solver, settings, top_k,
+    hook = Webhook(args.mode, args.scheduler_name, selector, namespaces, cache, args.solver, settings, args.top_k,
                    args.budget_s, config)
     if registry is not None:
         from iro_fed.k8s.webhook import WebhookCollector
@@ -492,7 +495,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     _settings_table("iro webhook", [
         ("url", server.url + "/mutate"),
         ("mode", args.mode),
-        ("scheduler name" if args.mode == "scheduler-name" else "top-K", scheduler_name if args.mode == "scheduler-name" else str(top_k)),
+        ("scheduler name" if args.mode == "scheduler-name" else "top-K", args.scheduler_name if args.mode == "scheduler-name" else str(args.top_k)),
         ("selects", f"labels {selector or 'any'}; namespaces {namespaces or 'any'}"),
         ("answer budget", f"{args.budget_s:g} s"),
         ("caller timeout", f"{server.body_timeout_s:g} s (the webhook configuration's timeoutSeconds)"),
@@ -519,12 +522,12 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     scheduler (with its feedback loop) and its metrics registry; nothing is started or listens yet."""
     from iro_fed.k8s.scheduler import IroScheduler
 
+    given = _fill_defaults(args, SCHEDULER_DEFAULTS)
     _k8s_name("--name", args.name, max_len=253 - len("-scheduler"))  # the Lease is named NAME-scheduler
     _k8s_name("--lease-namespace", args.lease_namespace, label=True)
     check_number("--time-limit-s", args.time_limit_s, 0.0, low_open=True)
     check_number("--window-s", args.window_s, 0.0, MAX_WINDOW_S)
-    metrics_poll_s = _given_or(args, "metrics_poll_s", SCHEDULER_DEFAULTS)
-    check_number("--metrics-poll-s", metrics_poll_s, 0.0, MAX_METRICS_POLL_S, low_open=True)
+    check_number("--metrics-poll-s", args.metrics_poll_s, 0.0, MAX_METRICS_POLL_S, low_open=True)
     if args.feedback_threshold is not None:
         check_number("--feedback-threshold", args.feedback_threshold, 0.0, low_open=True)
     if args.max_batch < 1:
@@ -545,9 +548,9 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
     if (args.fine_tune_registry is not None or args.round_request is not None) and args.feedback_threshold is None:
         raise UsageError("--fine-tune-registry / --round-request: need --feedback-threshold (the drift that triggers them)")
     actions = _fine_tune_actions(args)  # the values checked; then whether each flag given does anything
-    _needs(args, (("--fine-tune-scenario", "fine_tune_scenario"), ("--fine-tune-steps", "fine_tune_steps")),
+    _needs(given, (("--fine-tune-scenario", "fine_tune_scenario"), ("--fine-tune-steps", "fine_tune_steps")),
            args.fine_tune_registry is not None, "--fine-tune-registry (the DQN fine-tune it sets runs only with it)")
-    _needs(args, (("--metrics-poll-s", "metrics_poll_s"),), args.feedback_threshold is not None,
+    _needs(given, (("--metrics-poll-s", "metrics_poll_s"),), args.feedback_threshold is not None,
            "--feedback-threshold (NodeMetrics are polled only for the feedback loop)")
     if args.metrics_host is not None:
         if args.metrics_port is None:
@@ -576,7 +579,7 @@ def build_scheduler(args: argparse.Namespace) -> SchedulerParts:
                              time_limit_s=args.time_limit_s, window_s=args.window_s, max_batch=args.max_batch,
                              config=config, lease_namespace=args.lease_namespace,
                              leader_election=not args.no_leader_elect, feedback=feedback,
-                             metrics_poll_s=metrics_poll_s if feedback is not None else None,
+                             metrics_poll_s=args.metrics_poll_s if feedback is not None else None,
                              pod_initial_backoff_s=args.pod_initial_backoff_s, pod_max_backoff_s=args.pod_max_backoff_s,
                              max_unschedulable_s=args.max_unschedulable_s, **_watch_kwargs(watch_timeout))
     except ValueError as exc:
@@ -718,7 +721,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         ("leader election", "off" if args.no_leader_elect else f"Lease {args.lease_namespace}/{args.name}-scheduler"),
         _timeouts_row(sched.kube, sched.cache),
         ("feedback", "off" if feedback is None else
-         f"threshold {args.feedback_threshold:g}, NodeMetrics every {_given_or(args, 'metrics_poll_s', SCHEDULER_DEFAULTS):g} s"
+         f"threshold {args.feedback_threshold:g}, NodeMetrics every {args.metrics_poll_s:g} s"
          + "".join(f"; on drift: {a.name}" for a in feedback.actions)),
         ("metrics", "off" if registry is None else f"{host_port(metrics_host, args.metrics_port)}/metrics, /healthz"),
     ])
@@ -745,11 +748,9 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
     from iro_fed.sim.cli import _check_output_folder, check_fine_tune_steps, fine_tune_start
 
     # against the registry's latest version when it has one (a policy of a larger batch needs more)
-    steps = _given_or(args, "fine_tune_steps", SCHEDULER_DEFAULTS)
-    check_fine_tune_steps("--fine-tune-steps", steps, fine_tune_start(("--fine-tune-registry", args.fine_tune_registry)))
-    scenario = _given_or(args, "fine_tune_scenario", SCHEDULER_DEFAULTS)
-    if args.fine_tune_registry or getattr(args, "fine_tune_scenario", None) is not None:  # given: checked, used or not
-        _check_scenario(scenario)
+    check_fine_tune_steps("--fine-tune-steps", args.fine_tune_steps,
+                          fine_tune_start(("--fine-tune-registry", args.fine_tune_registry)))
+    _check_scenario(args.fine_tune_scenario)  # given or not (the default is one), used or not
     # The folders are written on drift, maybe hours later, in a worker thread: a typo must fail
     # now. They are only checked here, and made by cmd_scheduler once every flag is accepted
     # (a later bad flag exited 2 leaving them behind).
@@ -764,8 +765,8 @@ def _fine_tune_actions(args: argparse.Namespace) -> list[Any]:
         if args.fine_tune_registry:
             # No scenario clock on a cluster (Trigger.at is wall-clock time): step_s None trains
             # every fine-tune on the scenario's first hour, each on episodes of its own seed.
-            actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=scenario,
-                                       steps=steps, steps_flag="--fine-tune-steps", step_s=None))
+            actions.append(DQNFineTune(registry=args.fine_tune_registry, scenario=args.fine_tune_scenario,
+                                       steps=args.fine_tune_steps, steps_flag="--fine-tune-steps", step_s=None))
     except ValueError as exc:
         raise UsageError(f"--round-request / --fine-tune-registry: {exc}") from exc
     return actions

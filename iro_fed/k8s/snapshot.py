@@ -1107,15 +1107,24 @@ def _priority(spec: Mapping[str, Any], who: str) -> int:
     return value
 
 
+def toleration_seconds_error(toleration: Mapping[str, Any]) -> str | None:
+    """Why a toleration's ``tolerationSeconds`` is refused (None: absent or an integer). It is not
+    read here (NoExecute eviction is the kubelet's), but the API server takes only an int64."""
+    seconds = toleration.get("tolerationSeconds")
+    if seconds is None or (isinstance(seconds, int) and not isinstance(seconds, bool)):
+        return None
+    return f"expected an integer (seconds), got {json_kind(seconds)} {seconds!r}"
+
+
 def _tolerations(spec: Mapping[str, Any], who: str) -> list[dict[str, str]]:
     out = []
     for i, t in enumerate(_items(spec.get("tolerations"), who, "spec.tolerations")):
         tp = f"spec.tolerations[{i}]"
         t = _obj(t, who, tp, required=True)
         key, op, value, effect = (_opt_str(t, k, who, tp) for k in ("key", "operator", "value", "effect"))
-        seconds = t.get("tolerationSeconds")  # not read (NoExecute eviction is the kubelet's), but an int64
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
-            raise _bad(who, f"{tp}.tolerationSeconds", f"expected an integer (seconds), got {json_kind(seconds)} {seconds!r}")
+        bad_seconds = toleration_seconds_error(t)
+        if bad_seconds:
+            raise _bad(who, f"{tp}.tolerationSeconds", bad_seconds)
         op = op or "Equal"
         out.append({"key": key or "", "operator": op, "value": "" if op == "Exists" else (value or ""), "effect": effect or ""})
     return out
@@ -2868,8 +2877,8 @@ class ClusterModel:
         done: dict[str, tuple[str, ...]] = {}
         for pod, wl in zip(pods, wls, strict=True):
             if not self._needs_pod_filters(pod):
-                if self._by_node is None and reads_pods(pod):
-                    pod_rules(pod)  # a bad term is the pod's error whether or not the pods on nodes are known
+                if reads_pods(pod):  # (the pods on nodes unknown) a bad term is the pod's error all the same
+                    pod_rules(pod)
                 continue
             rules = pod_rules(pod)
             if not rules.reads_pods and not self.placed().anti:

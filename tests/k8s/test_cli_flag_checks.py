@@ -155,9 +155,11 @@ def test_scheduler_feedback_flags_with_what_they_need_pass_the_checks(extra, cap
 def test_scheduler_defaults_apply_when_the_flags_are_not_given(tmp_path):
     args = build_parser().parse_args(["scheduler", "--name", "iro-edge", "--fine-tune-registry", str(tmp_path / "reg")])
     assert (args.metrics_poll_s, args.fine_tune_scenario, args.fine_tune_steps) == (None, None, None)
+    given = k8s_cli._fill_defaults(args, k8s_cli.SCHEDULER_DEFAULTS)
+    assert not given & {"metrics_poll_s", "fine_tune_scenario", "fine_tune_steps"}
     (tune,) = k8s_cli._fine_tune_actions(args)
     assert (tune.scenario, tune.steps) == ("edge-iot", 256)
-    assert k8s_cli._given_or(args, "metrics_poll_s", k8s_cli.SCHEDULER_DEFAULTS) == 30.0
+    assert args.metrics_poll_s == 30.0
 
 
 # --- 3. the webhook's flags of the other mode, and an empty --namespaces ---------------------

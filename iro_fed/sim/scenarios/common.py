@@ -107,13 +107,11 @@ def check_codecarbon_basis(source: str, basis: str) -> None:
                          f"export, carbon.ZONE=FILE)")
 
 
-def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]],
-                 caps: Mapping[str, float] = WEIGHT_CAPS) -> None:
+def check_ranges(p: Mapping[str, object], ranges: Mapping[str, tuple[float | None, float | None]]) -> None:
     """Each parameter ``key`` of ``p`` within its inclusive ``(low, high)`` (None: unbounded),
-    and each of ``caps`` that ``p`` has at most its cap (by default the objective weights':
-    :data:`WEIGHT_CAPS`), else a ValueError naming it (``build_scenario`` reports it as a setting
-    error)."""
-    for key, cap in caps.items():
+    and each objective weight ``p`` has at most its :data:`WEIGHT_CAPS`, else a ValueError naming
+    it (``build_scenario`` reports it as a setting error)."""
+    for key, cap in WEIGHT_CAPS.items():
         if key in p and float(p[key]) > cap:  # type: ignore[arg-type]
             raise ValueError(f"setting {key!r}: must be at most {cap:g} (as in a problem file), got {p[key]!r}")
     for key, (low, high) in ranges.items():
