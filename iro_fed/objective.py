@@ -386,3 +386,23 @@ def marginal(problem: Problem, state: ClusterState, w: int, nodes: np.ndarray | 
         if gpu:
             delta -= gpu * take(coef.carbon_per_gpu_milli_weighted)
     return delta
+
+
+def pair_values(problem: Problem, pods: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The part of :func:`marginal` that depends on the node alone, for each (pod, node) pair of
+    ``pods`` and ``nodes`` (integer arrays, broadcast against each other): the pod's weighted
+    latency score to the node's domain less its weighted dynamic carbon there. The rest of the
+    marginal (utilization, power-on, the unplaced penalty avoided) depends on the cluster's state
+    or on no node, so this is what tells two nodes apart for a pod wherever both are on."""
+    p = problem
+    coef = coefficients(p)
+    pods, nodes = np.broadcast_arrays(np.asarray(pods, dtype=np.int64), np.asarray(nodes, dtype=np.int64))
+    value = np.zeros(pods.shape)
+    region = p.wl_region[pods]
+    has_region = region >= 0
+    if coef.n_with_region and has_region.any():
+        value[has_region] = coef.latency_weighted[region[has_region], nodes[has_region]]
+    value -= p.demand[pods, p.cpu_index] * coef.carbon_per_milli_weighted[nodes]
+    if p.has_gpus:
+        value -= p.wl_gpu_total[pods] * coef.carbon_per_gpu_milli_weighted[nodes]
+    return value

@@ -19,7 +19,7 @@ import numpy as np
 from iro_fed.feasibility import fit_tolerance, pod_groups
 from iro_fed.interrupt import solve_cp_sat
 from iro_fed.model import GPU_MILLI, ClusterState, Problem
-from iro_fed.objective import coefficients, evaluate
+from iro_fed.objective import coefficients, evaluate, pair_values
 from solvers.local_search import (
     check_deadline,
     guard_penalty,
@@ -418,14 +418,7 @@ class PlacementModel:
         self.info["gpu_nodes_with_card_variables"] = len(self.card_vars)
 
         # 4. Objective, per placed pod: unplaced penalty avoided, latency, dynamic carbon.
-        cx = np.full(pg.size, wts.unplaced / p.num_workloads)
-        region = p.wl_region[pw]
-        has_region = region >= 0
-        if coef.n_with_region:
-            cx[has_region] += coef.latency_weighted[region[has_region], pn[has_region]]
-        cx -= p.demand[pw, p.cpu_index] * coef.carbon_per_milli_weighted[pn]
-        if p.has_gpus:  # the GPUs' part of the node's dynamic power
-            cx -= p.wl_gpu_total[pw] * coef.carbon_per_gpu_milli_weighted[pn]
+        cx = wts.unplaced / p.num_workloads + pair_values(p, pw, pn)
 
         # Power-on of the nodes that are off in base (those with candidates can turn on).
         cand_nodes = np.unique(pn)
