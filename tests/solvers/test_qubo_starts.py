@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 pytest.importorskip("dimod")
@@ -16,12 +18,15 @@ pytest.importorskip("dwave.samplers")
 
 import solvers
 from iro_fed.cli import main
-from iro_fed.feasibility import check_placement
+from iro_fed.feasibility import check_placement, feasible_nodes
+from iro_fed.model import ClusterState
 from iro_fed.testing import random_problem, random_problem_doc
 from solvers import InvalidSettingError
 from solvers.base import reads_pod_scoring
 from solvers.local_search import POLISH_TOL
 from solvers.qubo import Qubo
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "problems"
 
 
 def test_a_start_that_refines_better_is_returned_and_the_batches_result_is_what_starts_none_gives():
@@ -123,6 +128,38 @@ def test_the_widening_refines_with_larger_neighbourhoods_and_only_gains():
     assert wide.objective.score > narrow.objective.score + 0.01
     assert wide.objective.unplaced < narrow.objective.unplaced
     assert check_placement(problem, wide.assignment, wide.gpu_cards) == []
+
+
+def test_a_widening_round_without_gain_ends_it_when_no_pod_left_out_could_fit():
+    # The bank example leaves out one pod that fits no node even before any pod is placed: once
+    # the 3-node round gains nothing, the 4- and 5-node rounds are skipped, saying why.
+    from iro_fed.problem_io import load_problem
+
+    problem = load_problem(EXAMPLES / "bank-three-zone.json")
+    placement = solvers.make("qubo", seed=0).solve(problem)
+    rounds = placement.info["widen"]
+    assert rounds[0]["nodes"] == 3 and rounds[0]["gain"] <= 0 and not rounds[0]["refine"]["clock_cut"]
+    assert [r.get("skipped") for r in rounds[1:]] == ["no gain over 3 nodes"] * 2
+    assert check_placement(problem, placement.assignment, placement.gpu_cards) == []
+    empty = ClusterState(problem)
+    out = np.flatnonzero(placement.assignment < 0)
+    assert out.size and not any(feasible_nodes(empty, int(w)).any() for w in out)
+
+
+def test_room_could_be_made_for_a_pod_that_fits_the_cluster_before_the_batch():
+    from solvers.qubo import _FitRules, _room_could_be_made
+
+    problem = random_problem(107, nodes=10, pods=30)
+    rules = _FitRules(problem)
+    state = ClusterState(problem)
+    assert _room_could_be_made(problem, state, rules)  # nothing placed: every pod that fits counts
+    for w in range(problem.num_workloads):  # place what fits, one by one: some end up left out
+        fits = np.flatnonzero(feasible_nodes(state, w))
+        if fits.size:
+            state.place(w, int(fits[0]))
+    out = np.flatnonzero(state.assignment < 0)
+    fits_before = [w for w in out if feasible_nodes(ClusterState(problem), int(w)).any()]
+    assert _room_could_be_made(problem, state, rules) == bool(fits_before)
 
 
 def test_the_widening_stops_at_the_node_count_and_its_neighbourhood_count():
