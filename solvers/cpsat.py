@@ -142,8 +142,9 @@ The model (:class:`~solvers.cpsat_model.PlacementModel`, whose ``_build`` follow
    with every constraint in its LP on models up to :data:`LP2_MAX_VARIABLES` variables and
    without probing (seconds of presolve on large models for nothing here). When it has not
    proved optimality, **large-neighbourhood search** uses the rest: a seeded choice of a few
-   nodes (around an unplaced pod, within a domain, anywhere, or, where every node starts on, a
-   placed pod's node and nodes where its latency and carbon are worth more: :func:`_regret_nodes`),
+   nodes (around an unplaced pod, within a domain, anywhere, or, where every node starts on, the
+   nodes of placed pods with regret and nodes where their latency and carbon are worth more:
+   :func:`_regret_nodes`),
    their pods and the unplaced
    pods that fit there are taken out and placed again by the same model built on top of the
    rest of the solution (exact for that neighbourhood), and the result is kept when the true
@@ -390,8 +391,8 @@ LNS_EXTRA_TARGETS = 16
 #: the benchmarks README (joint solvers, "The search alongside CP-SAT").
 LNS_MAX_THREADS = 4
 #: Regret neighbourhoods (:func:`_regret_nodes`): the least regret (units of R) that counts, how
-#: many nodes per place in the neighbourhood they are drawn from, and the pods per chunk of the
-#: best-value scan.
+#: many better nodes per place left in the neighbourhood they are drawn from, and the pods per
+#: chunk of the best-value scan.
 REGRET_MIN = 1e-12
 REGRET_POOL = 3
 REGRET_CHUNK = 256
@@ -1358,42 +1359,50 @@ def _regret_nodes(
     p: Problem, state: ClusterState, pools: _SearchPools, k: int, rng: np.random.Generator,
     available: np.ndarray | None = None,
 ) -> np.ndarray | None:
-    """A placed pod drawn in proportion to its regret (how much more its latency and dynamic
-    carbon, :func:`pair_values`, would be worth on its best admitted node than where it is), its
-    node, and ``k - 1`` nodes drawn from the :data:`REGRET_POOL` x ``k - 1`` where it would be worth
-    most: the nodes a pod must reach to gain in latency or carbon are usually full, and a
-    neighbourhood that holds both ends is what lets the model swap pods between domains (within
-    a domain or at random they rarely meet). None when no placed pod has regret (or, with
-    ``available``, none on an available node). Drawn only where every node is on at the start
-    (:attr:`_SearchPools.regret`). The benchmark's 500 x 100 (seeds 0-2, 10 s on 2 cores): R
-    summed -2.0725 -> -2.0653 alongside, -2.1307 -> -2.1065 with ``deterministic``; 100 x 20
-    (seeds 0-2) -1.8768 -> -1.8690; 1000 x 500 (seeds 0-1) -1.2963 -> -1.2971 (noise)."""
+    """Placed pods drawn in proportion to their regret (how much more a pod's latency and dynamic
+    carbon, :func:`_pair_values`, would be worth on its best admitted node than where it is): the
+    nodes of up to ``k // 2`` of them, and the rest drawn from the :data:`REGRET_POOL` x as many
+    nodes, on, where the first one drawn is worth most. The nodes a pod must reach to gain are
+    usually full of pods that would lose little elsewhere (the benchmark's 500 x 100: GPU pods
+    without a user region on az-1, where the LP puts the EU pods), and a neighbourhood that holds
+    both ends, several of each, lets the model swap them (within a domain or at random they rarely
+    meet). None when no placed pod has regret (or, with ``available``, none on an available node),
+    or the first has no better node that is on. Drawn only where every node is on at the start
+    (:attr:`_SearchPools.regret`). The benchmark's problems, 10 s on 2 cores, R summed before ->
+    after: 500 x 100 (seeds 0-2) -2.0725 -> -2.0648 alongside, -2.1307 -> -2.0701 with
+    ``deterministic``; 100 x 20 (seeds 0-2) -1.8768 -> -1.8695 alongside; 1000 x 500 (seeds
+    0-1) -1.2963 -> -1.2941 (a version with one regret pod's node: -2.0653, -2.1065, -1.8690,
+    -1.2971)."""
     a = state.assignment
     placed = np.flatnonzero(a >= 0)
     if available is not None:
         placed = placed[available[a[placed]]]
-    if placed.size == 0:
+    if placed.size == 0 or k < 2:
         return None
     regret = pools.best_value[placed] - _pair_values(p, placed, a[placed], pools.allowed)
     keep = regret > REGRET_MIN
     if not keep.any():
         return None
     placed, regret = placed[keep], regret[keep]
-    w = int(rng.choice(placed, p=regret / regret.sum()))
-    here = int(a[w])
+    half = max(1, k // 2)
+    drawn = placed[rng.choice(placed.size, size=min(placed.size, 4 * half), replace=False, p=regret / regret.sum())]
+    first = int(drawn[0])
+    here = list(dict.fromkeys(int(n) for n in a[drawn]))[:half]  # distinct nodes, in draw order
     # Nodes already on only: an off node's value leaves out its power-on, and its power-on
     # variable and U's levels make the model slow (as for the targets, :func:`_lns_targets`).
-    better = np.flatnonzero(pools.static[w] & state.on)
+    better = np.flatnonzero(pools.static[first] & state.on)
     if available is not None:
         better = better[available[better]]
-    value = _pair_values(p, np.full(better.size, w), better, pools.allowed)
-    mine = float(_pair_values(p, np.array([w]), np.array([here]), pools.allowed)[0])
+    better = better[~np.isin(better, here)]
+    value = _pair_values(p, np.full(better.size, first), better, pools.allowed)
+    mine = float(_pair_values(p, np.array([first]), a[[first]], pools.allowed)[0])
     better, value = better[value > mine], value[value > mine]
-    if better.size == 0 or k < 2:
+    if better.size == 0:
         return None
-    better = better[np.argsort(-value, kind="stable")][: REGRET_POOL * (k - 1)]
-    picked = rng.choice(better, size=min(k - 1, better.size), replace=False)
-    return np.sort(np.unique(np.r_[here, picked]).astype(np.int64))
+    need = k - len(here)
+    better = better[np.argsort(-value, kind="stable")][: REGRET_POOL * need]
+    picked = rng.choice(better, size=min(need, better.size), replace=False)
+    return np.sort(np.r_[here, picked].astype(np.int64))
 
 
 def _not_reached(state: ClusterState, unreached: list[int], weighed: np.ndarray) -> list[int]:

@@ -60,6 +60,12 @@ def test_a_regret_neighbourhood_holds_a_pod_and_nodes_where_it_is_worth_more(see
             for w in pods
         )
     assert found  # the pods were placed where they are worth least: some have regret
+    # Larger: the nodes of up to k // 2 pods with regret, and nodes where the first is worth more.
+    for _ in range(10):
+        nodes = _regret_nodes(p, state, pools, 6, rng)
+        if nodes is not None:
+            assert 2 <= nodes.size <= 6 and np.array_equal(nodes, np.unique(nodes))
+            assert state.on[nodes].all()
 
 
 def test_no_regret_neighbourhood_where_every_pod_is_at_its_best_node() -> None:
