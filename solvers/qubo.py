@@ -204,9 +204,9 @@ default 30 s, problem seeds 0-4: -0.760 / -0.673 / -0.721 / -0.672 / -0.676 -> -
 to +0.006), the others keep their R, and the clock now stops every run there (``wall_clock_cut``
 ``["widen"]``; the starts and the widening stop :data:`FILL_RESERVE_SHARE` of the budget before
 its end, so the answer is out within it); 20 x 5, seeds 0-3: one gains (+0.004); 1,000 x 500, seeds 0-1: no gain, 2 s more.
-A round that gains nothing (and ran to its end) ends the widening unless a pod left out fits a
-node of the cluster as it was before the problem's pods (a larger round may make room for it: a
-random 30 x 10 problem places its last pod only over 4 nodes): the larger rounds are skipped
+A round that gains nothing (and ran to its end) ends the widening unless a pod left out fits no
+node now but one of the cluster as it was before the problem's pods (a larger round may make room
+for it: a random 30 x 10 problem places its last pod only over 4 nodes): the larger rounds are skipped
 (``skipped``: "no gain over N nodes"). On the problems above and the bank example (seeds 0-2),
 20 x 5 and 50 x 10 (seeds 0-3), no round after one without gain ever gained; with the skip those
 11 small runs take 13.9 s instead of 19.5 s for the same R, 500 x 100 (seeds 0-2) keeps its R and
@@ -1076,14 +1076,18 @@ class _FitRules(dict):
 
 
 def _room_could_be_made(p: Problem, state: ClusterState, rules: _FitRules) -> bool:
-    """Whether a pod ``state`` leaves out fits some node of the cluster before any pod of the
-    problem is placed: room made for it over several nodes at once (a larger widening round)
-    might place it. A pod that fits nowhere even then stays out whatever moves."""
+    """Whether a pod ``state`` leaves out fits no node now but some node of the cluster before
+    any pod of the problem is placed: room made for it over several nodes at once (a larger
+    widening round) might place it. A pod that fits nowhere even then stays out whatever moves,
+    and one that fits now is out by R's choice (placing it would lower R)."""
     unplaced = np.flatnonzero(state.assignment < 0)
     if unplaced.size == 0:
         return False
     empty = ClusterState(p)
-    return any(_feasible(empty, rules[int(w)], rules.tol).any() for w in unplaced)
+    return any(
+        _feasible(empty, rules[int(w)], rules.tol).any() and not _feasible(state, rules[int(w)], rules.tol).any()
+        for w in unplaced
+    )
 
 
 def _feasible(state: ClusterState, rule: tuple, tol: np.ndarray) -> np.ndarray:

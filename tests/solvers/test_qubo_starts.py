@@ -152,14 +152,15 @@ def test_room_could_be_made_for_a_pod_that_fits_the_cluster_before_the_batch():
     problem = random_problem(107, nodes=10, pods=30)
     rules = _FitRules(problem)
     state = ClusterState(problem)
-    assert _room_could_be_made(problem, state, rules)  # nothing placed: every pod that fits counts
+    assert not _room_could_be_made(problem, state, rules)  # nothing placed: each pod that fits, fits now
     for w in range(problem.num_workloads):  # place what fits, one by one: some end up left out
         fits = np.flatnonzero(feasible_nodes(state, w))
         if fits.size:
             state.place(w, int(fits[0]))
     out = np.flatnonzero(state.assignment < 0)
-    fits_before = [w for w in out if feasible_nodes(ClusterState(problem), int(w)).any()]
-    assert _room_could_be_made(problem, state, rules) == bool(fits_before)
+    needs_room = [w for w in out if feasible_nodes(ClusterState(problem), int(w)).any()
+                  and not feasible_nodes(state, int(w)).any()]
+    assert _room_could_be_made(problem, state, rules) == bool(needs_room)
 
 
 def test_the_widening_stops_at_the_node_count_and_its_neighbourhood_count():
