@@ -144,9 +144,8 @@ The model (:class:`~solvers.cpsat_model.PlacementModel`, whose ``_build`` follow
    proved optimality, **large-neighbourhood search** uses the rest: a seeded choice of a few
    nodes (around an unplaced pod, within a domain, anywhere, or, where every node starts on, the
    nodes of placed pods with regret and nodes where their latency and carbon are worth more:
-   :func:`_regret_nodes`),
-   their pods and the unplaced
-   pods that fit there are taken out and placed again by the same model built on top of the
+   :func:`_regret_nodes`), their pods and the unplaced pods that fit there are taken out and
+   placed again by the same model built on top of the
    rest of the solution (exact for that neighbourhood), and the result is kept when the true
    R improves. A freed pod may also go to its :data:`LNS_EXTRA_TARGETS` best other nodes where
    it fits (so a neighbourhood can push a pod out to make room, which the chains of moves that
@@ -390,13 +389,15 @@ LNS_EXTRA_TARGETS = 16
 #: fewest nodes for more than one (each needs nodes of its own). Measured on 2 cores only: see
 #: the benchmarks README (joint solvers, "The search alongside CP-SAT").
 LNS_MAX_THREADS = 4
-#: Regret neighbourhoods (:func:`_regret_nodes`): the least regret (units of R) that counts, how
-#: many better nodes per place left in the neighbourhood they are drawn from, and the pods per
+LNS_PARALLEL_MIN_NODES = 4 * LNS_START_NODES
+#: Regret neighbourhoods (:func:`_regret_nodes`): the least regret (units of R) that counts; the
+#: better nodes are drawn from the best REGRET_POOL times as many as there are places left; pods
+#: are drawn REGRET_OVERDRAW times the places for them (several may share a node); pods per
 #: chunk of the best-value scan.
 REGRET_MIN = 1e-12
 REGRET_POOL = 3
+REGRET_OVERDRAW = 4
 REGRET_CHUNK = 256
-LNS_PARALLEL_MIN_NODES = 4 * LNS_START_NODES
 #: Most ``num_workers``: more made CP-SAT refuse the model (``model_invalid``, 100,000) or the
 #: parameter itself (a TypeError past 2^31).
 MAX_WORKERS = 1024
@@ -1361,8 +1362,9 @@ def _regret_nodes(
 ) -> np.ndarray | None:
     """Placed pods drawn in proportion to their regret (how much more a pod's latency and dynamic
     carbon, :func:`_pair_values`, would be worth on its best admitted node than where it is): the
-    nodes of up to ``k // 2`` of them, and the rest drawn from the :data:`REGRET_POOL` x as many
-    nodes, on, where the first one drawn is worth most. The nodes a pod must reach to gain are
+    nodes of up to ``k // 2`` of them, and the other places drawn from the nodes, already on, where
+    the first pod drawn is worth most (the best :data:`REGRET_POOL` times as many as there are
+    places left). The nodes a pod must reach to gain are
     usually full of pods that would lose little elsewhere (the benchmark's 500 x 100: GPU pods
     without a user region on az-1, where the LP puts the EU pods), and a neighbourhood that holds
     both ends, several of each, lets the model swap them (within a domain or at random they rarely
@@ -1385,7 +1387,7 @@ def _regret_nodes(
         return None
     placed, regret = placed[keep], regret[keep]
     half = max(1, k // 2)
-    drawn = placed[rng.choice(placed.size, size=min(placed.size, 4 * half), replace=False, p=regret / regret.sum())]
+    drawn = placed[rng.choice(placed.size, size=min(placed.size, REGRET_OVERDRAW * half), replace=False, p=regret / regret.sum())]
     first = int(drawn[0])
     here = list(dict.fromkeys(int(n) for n in a[drawn]))[:half]  # distinct nodes, in draw order
     # Nodes already on only: an off node's value leaves out its power-on, and its power-on

@@ -209,8 +209,9 @@ node now but one of the cluster as it was before the problem's pods (a larger ro
 for it: a random 30 x 10 problem places its last pod only over 4 nodes): the larger rounds are skipped
 (``skipped``: "no gain over N nodes"). On the problems above and the bank example (seeds 0-2),
 20 x 5 and 50 x 10 (seeds 0-3), no round after one without gain ever gained; with the skip those
-11 small runs take 13.9 s instead of 19.5 s for the same R, 500 x 100 (seeds 0-2) keeps its R and
-rounds (each gains), 100 x 20 in 2 s (seeds 0-7) -6.3326 -> -6.3295 summed.
+11 small runs take 13.8-14.9 s instead of 19.5 s for the same R, 500 x 100 (seeds 0-2) keeps its
+R and rounds (each gains), 100 x 20 in 2 s (seeds 0-7, runs the clock ends) -6.3326 summed before,
+-6.3295 to -6.3375 in three runs after.
 ``info["widen"]``: per round its size, the refinement's report, the polish's moves and the gain.
 
 ``info`` reports, per batch (``batches``): the best energy, the feasible-read fraction (of the
@@ -585,8 +586,8 @@ class Qubo(Solver):
         """Refine ``state`` again with larger neighbourhoods (module docstring, Widening):
         one round per size from ``refine_nodes + 1`` to ``widen_nodes`` (at most the node count),
         each of at most ``refine_steps`` steps and no more than there are neighbourhoods of its
-        size, then the polish, until a round gains nothing; a round the clock stops adds
-        ``"widen"`` to ``cut``."""
+        size, then the polish, until a round gains nothing (unless a pod left out may need room:
+        :func:`_room_could_be_made`); a round the clock stops adds ``"widen"`` to ``cut``."""
         rounds: list[dict] = []
         score = evaluate(p, state.assignment).score
         settled = None  # the size of a round that gained nothing: the larger ones are skipped
