@@ -506,9 +506,10 @@ class CpSat(Solver):
         ),
         "polish": Param(True, bool, "Improve the hint and the result by single-pod moves scored with the true objective."),
         "lp_bound": Param(
-            True, bool, "When CP-SAT's bound leaves the answer more than 1 % of |bound| below it, solve the model's LP "
-            "relaxation (GLOP) in the time left after the polish for a tighter bound (info['lp_bound'], "
-            "info['bound_source']); it never changes the placement.",
+            True, bool, "Solve the model's LP relaxation (GLOP) for a bound tighter than CP-SAT's, on a model without "
+            "pruning or surrogate: alongside CP-SAT and the search (deterministic false), else after the polish in the "
+            "time left when CP-SAT's bound leaves the answer more than 1 % of |bound| below it (info['lp_bound'], "
+            "info['bound_source']). It never changes the placement.",
         ),
         "gpu_guard": Param(
             False, bool, "Rank last each pod's nodes where it alone would strand GPUs for later batches "

@@ -103,7 +103,6 @@ def test_alongside_the_lp_runs_in_its_own_thread_and_the_tighter_bound_is_kept()
     else:
         assert info["bound_source"] == "lp relaxation" and info["best_bound"] == info["lp_bound"]
     assert info["best_bound"] >= placement.objective.score - 1e-9
-    assert placement.info["wall_time_s"] <= 2.0 + 0.5
 
 
 def test_no_lp_bound_on_pruned_candidates() -> None:
